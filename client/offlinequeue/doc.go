@@ -1,0 +1,25 @@
+// Package offlinequeue is the client's durable outbox: mutations wait here,
+// in enqueue order, until the sync worker has delivered them.
+//
+// Three implementations share one contract (Queue) and one conformance suite
+// (package queuetest): NewMemory for tests, NewFile (one NDJSON line per
+// mutation, no dependency beyond the standard library) and NewSQLite (an
+// indexed table, the choice for deep queues and keyed dedup at volume).
+//
+// What every implementation promises:
+//   - Enqueue order is delivery order; Peek pages through it without removing.
+//   - An idempotency key dedups only against pending items, and only when
+//     non-empty.
+//   - Attempts are durable, so a retry budget survives restarts.
+//   - A bounded queue refuses the newest item with *FullError; it never evicts.
+//   - A dead letter is moved, never dropped: it stays in the dead-letter store
+//     with its reason until requeued or purged.
+//   - For the durable queues, a call that returned nil survives a crash and,
+//     by default, a power cut; a call that returned an error left no trace.
+//     Concurrent Enqueue calls share one fsync or one transaction (group
+//     commit) without weakening that promise for any of them.
+//
+// What the caller must do: pass the same Options (MaxDepth above all) on every
+// open, open one path from one process at a time, and reopen a queue whose
+// handle reported ErrPoisoned.
+package offlinequeue

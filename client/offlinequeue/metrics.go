@@ -1,0 +1,74 @@
+package offlinequeue
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the queue's Prometheus instruments. Create one per registry with
+// NewMetrics and share it by the queues of one process; label values tell the
+// queues apart.
+type Metrics struct {
+	depth       *prometheus.GaugeVec
+	deadLetters *prometheus.GaugeVec
+	overflow    *prometheus.CounterVec
+}
+
+// NewMetrics registers the queue metrics on reg (never on the global registry):
+//
+//	syncd_client_queue_depth{queue}           gauge   pending items
+//	syncd_client_queue_dead_letters{queue}    gauge   items in the dead-letter store
+//	syncd_client_queue_overflow_total{queue}  counter enqueues refused by MaxDepth
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "syncd_client_queue_depth",
+			Help: "Pending items in the offline queue.",
+		}, []string{"queue"}),
+		deadLetters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "syncd_client_queue_dead_letters",
+			Help: "Items in the offline queue's dead-letter store.",
+		}, []string{"queue"}),
+		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_client_queue_overflow_total",
+			Help: "Enqueues refused because the queue was at its maximum depth.",
+		}, []string{"queue"}),
+	}
+	for _, c := range []prometheus.Collector{m.depth, m.deadLetters, m.overflow} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// recorder binds the metrics to one queue's label. A nil *Metrics yields a
+// recorder whose methods do nothing, so implementations never nil-check.
+func (m *Metrics) recorder(queue string) recorder {
+	if m == nil {
+		return recorder{}
+	}
+	return recorder{
+		depth:       m.depth.WithLabelValues(queue),
+		deadLetters: m.deadLetters.WithLabelValues(queue),
+		overflow:    m.overflow.WithLabelValues(queue),
+	}
+}
+
+// recorder is one queue's view of Metrics.
+type recorder struct {
+	depth       prometheus.Gauge
+	deadLetters prometheus.Gauge
+	overflow    prometheus.Counter
+}
+
+func (r recorder) setCounts(pending, dead int) {
+	if r.depth == nil {
+		return
+	}
+	r.depth.Set(float64(pending))
+	r.deadLetters.Set(float64(dead))
+}
+
+func (r recorder) overflowed() {
+	if r.overflow != nil {
+		r.overflow.Inc()
+	}
+}
