@@ -1,0 +1,268 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Decision is what the ledger remembers about one decided op.
+//
+// Times are kept at millisecond precision: a Decision read back carries
+// OpTime and DecidedAt truncated to the millisecond, in UTC. Digest and Result
+// are opaque to the ledger; an empty slice and nil are not told apart, and an
+// empty value reads back as nil.
+type Decision struct {
+	// Scope is the namespace the op id is unique in: the tenant id. Any
+	// string, the empty string included, is an ordinary scope.
+	Scope string
+	// OpID is the op's idempotency key. Never empty in a stored decision.
+	OpID string
+	// OpTime is the op's own time: the wall part of the mutation's HLC. It
+	// orders eviction and is compared with the coverage floor.
+	OpTime time.Time
+	// Digest identifies the op's content, so a caller can tell a resend of
+	// the same op from a different op reusing its id.
+	Digest []byte
+	// Result is the answer the caller gave for the op, replayed on a hit.
+	Result []byte
+	// DecidedAt is when the op was decided. Record fills a zero DecidedAt
+	// from Options.Now.
+	DecidedAt time.Time
+}
+
+// Outcome is the answer of a Lookup.
+type Outcome int
+
+const (
+	// Miss: the op was never decided. The caller may apply it and must then
+	// Record the decision in the same transaction.
+	Miss Outcome = iota
+	// Hit: the op was decided before; the returned Decision holds the stored
+	// answer. The caller must not apply the op again; it answers with the
+	// stored Result (response replay) or just skips the op (skip-only).
+	Hit
+	// Expired: the op is not in the ledger and its op time is at or before
+	// the coverage floor, so it may have been decided and then evicted. The
+	// caller must refuse the op as expired and never apply it.
+	Expired
+)
+
+// String returns "miss", "hit" or "expired".
+func (o Outcome) String() string {
+	switch o {
+	case Miss:
+		return "miss"
+	case Hit:
+		return "hit"
+	case Expired:
+		return "expired"
+	default:
+		return fmt.Sprintf("Outcome(%d)", int(o))
+	}
+}
+
+// Tx is the ledger inside one transaction of the caller. Lookups see the
+// transaction's own records; records become visible to others when the
+// caller's transaction commits and vanish if it rolls back.
+//
+// A Tx is not safe for concurrent use, and it is valid only until its
+// transaction ends; after that, every call that needs the transaction fails.
+type Tx interface {
+	// Lookup reports whether the op opID of scope was decided. On Hit it
+	// returns the stored decision; on Miss and Expired a zero Decision.
+	// An empty opID is never decided: Lookup returns Miss for it. A zero
+	// opTime is refused with ErrMissingOpTime (the Expired rule needs it).
+	Lookup(ctx context.Context, scope, opID string, opTime time.Time) (Decision, Outcome, error)
+	// Record stores d as the decision for (d.Scope, d.OpID). It refuses an
+	// empty op id (ErrEmptyOpID), a zero op time (ErrMissingOpTime), an op
+	// at or before the coverage floor (ErrExpired) and an op already
+	// recorded in the scope (ErrAlreadyDecided); a refused Record stores
+	// nothing and leaves the transaction usable.
+	Record(ctx context.Context, d Decision) error
+}
+
+// Stats is a snapshot of a ledger's committed state.
+type Stats struct {
+	// Entries is the number of decisions held.
+	Entries int
+	// Floor is the coverage floor: an op not in the ledger whose op time is
+	// at or before Floor is Expired. Zero until the first Prune.
+	Floor time.Time
+}
+
+// Errors returned by the ledger. Each says what the caller may do next.
+var (
+	// ErrEmptyOpID: the op has no identity, so the ledger cannot remember
+	// it. Refuse the op as invalid; nothing was stored.
+	ErrEmptyOpID = errors.New("ledger: empty op id")
+	// ErrMissingOpTime: the caller passed a zero op time, a wiring error.
+	// Pass the wall part of the op's HLC; nothing was stored.
+	ErrMissingOpTime = errors.New("ledger: missing op time")
+	// ErrAlreadyDecided: the op is already recorded in its scope (by an
+	// earlier transaction or this one). It must not be applied again: look
+	// it up and answer with the stored decision. Nothing was stored.
+	ErrAlreadyDecided = errors.New("ledger: op already decided")
+	// ErrExpired: the op's time is at or before the coverage floor, so the
+	// ledger can no longer tell whether it was applied. Refuse it as
+	// expired, never apply it. Nothing was stored.
+	ErrExpired = errors.New("ledger: op older than the ledger's coverage")
+)
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultMaxAge     = 7 * 24 * time.Hour
+	DefaultMaxEntries = 1_000_000
+	DefaultPruneChunk = 1000
+)
+
+// Options configure a ledger. The zero value means the defaults; a negative
+// value is refused by NewSQL and NewMemory.
+type Options struct {
+	// MaxAge bounds retention by op time: Prune(now) evicts every decision
+	// whose op time is at or before now-MaxAge and raises the floor to
+	// now-MaxAge. Default DefaultMaxAge.
+	MaxAge time.Duration
+	// MaxEntries bounds retention by count: Prune evicts the oldest
+	// decisions (by op time) beyond this many. Default DefaultMaxEntries.
+	MaxEntries int
+	// PruneChunk is the most decisions one eviction transaction removes, so
+	// Prune never holds the write lock for long. Default DefaultPruneChunk.
+	PruneChunk int
+	// Now stamps DecidedAt when Record gets a zero one. Default time.Now.
+	Now func() time.Time
+	// OnPruneChunk, when set, is called after each committed eviction chunk
+	// with the number of decisions it removed, on the goroutine running
+	// Prune (for progress logs and metrics). It must not call Prune.
+	OnPruneChunk func(evicted int)
+}
+
+// withDefaults validates o and fills its zero fields.
+func (o Options) withDefaults() (Options, error) {
+	switch {
+	case o.MaxAge < 0:
+		return o, fmt.Errorf("ledger: invalid options: MaxAge %v is negative", o.MaxAge)
+	case o.MaxEntries < 0:
+		return o, fmt.Errorf("ledger: invalid options: MaxEntries %d is negative", o.MaxEntries)
+	case o.PruneChunk < 0:
+		return o, fmt.Errorf("ledger: invalid options: PruneChunk %d is negative", o.PruneChunk)
+	}
+	if o.MaxAge == 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.MaxEntries == 0 {
+		o.MaxEntries = DefaultMaxEntries
+	}
+	if o.PruneChunk == 0 {
+		o.PruneChunk = DefaultPruneChunk
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o, nil
+}
+
+// noFloor is the stored form of "nothing evicted yet": no op time is at or
+// before it.
+const noFloor = math.MinInt64
+
+// classifyAbsent is the outcome for an op that is not in the ledger.
+func classifyAbsent(opMs, floor int64) Outcome {
+	if opMs <= floor {
+		return Expired
+	}
+	return Miss
+}
+
+// checkLookup validates Lookup's arguments; skip is true for an empty op id,
+// which is a Miss without looking.
+func checkLookup(scope, opID string, opTime time.Time) (skip bool, err error) {
+	if opID == "" {
+		return true, nil
+	}
+	if opTime.IsZero() {
+		return false, fmt.Errorf("ledger: lookup %s: %w", opRef(scope, opID), ErrMissingOpTime)
+	}
+	return false, nil
+}
+
+// row is a decision in its stored form: times in unix milliseconds, empty
+// byte slices as nil.
+type row struct {
+	scope, opID string
+	opMs        int64
+	digest      []byte
+	result      []byte
+	decidedMs   int64
+}
+
+// checkRecord validates what Record can check without the ledger's state.
+func checkRecord(d Decision) error {
+	switch {
+	case d.OpID == "":
+		return fmt.Errorf("ledger: record in scope %q: %w", d.Scope, ErrEmptyOpID)
+	case d.OpTime.IsZero():
+		return fmt.Errorf("ledger: record %s: %w", opRef(d.Scope, d.OpID), ErrMissingOpTime)
+	}
+	return nil
+}
+
+// newRow returns d, already checked by checkRecord, in its stored form, or
+// ErrExpired when its op time is at or before floor.
+func newRow(d Decision, floor int64, now func() time.Time) (row, error) {
+	r := row{
+		scope:  d.Scope,
+		opID:   d.OpID,
+		opMs:   d.OpTime.UnixMilli(),
+		digest: cloneBytes(d.Digest),
+		result: cloneBytes(d.Result),
+	}
+	if r.opMs <= floor {
+		return row{}, fmt.Errorf("ledger: record %s at %s: %w", opRef(d.Scope, d.OpID),
+			fromMs(r.opMs).Format(time.RFC3339Nano), ErrExpired)
+	}
+	decided := d.DecidedAt
+	if decided.IsZero() {
+		decided = now()
+	}
+	r.decidedMs = decided.UnixMilli()
+	return r, nil
+}
+
+// decision returns r as a Decision that shares no memory with r.
+func (r row) decision() Decision {
+	return Decision{
+		Scope:     r.scope,
+		OpID:      r.opID,
+		OpTime:    fromMs(r.opMs),
+		Digest:    cloneBytes(r.digest),
+		Result:    cloneBytes(r.result),
+		DecidedAt: fromMs(r.decidedMs),
+	}
+}
+
+func alreadyDecided(scope, opID string) error {
+	return fmt.Errorf("ledger: record %s: %w", opRef(scope, opID), ErrAlreadyDecided)
+}
+
+func opRef(scope, opID string) string { return fmt.Sprintf("scope %q op %q", scope, opID) }
+
+func fromMs(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// floorTime is the Stats form of a stored floor.
+func floorTime(floor int64) time.Time {
+	if floor == noFloor {
+		return time.Time{}
+	}
+	return fromMs(floor)
+}
+
+// cloneBytes copies b; an empty b becomes nil.
+func cloneBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}

@@ -1,0 +1,219 @@
+package auth
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// fileVersion is the token file format this package reads and writes.
+const fileVersion = 1
+
+// tokenPrefix starts every token, so a leaked one is easy to recognise.
+const tokenPrefix = "sdk_"
+
+var (
+	// ErrUnauthorized says a bearer token is missing, malformed, unknown or
+	// revoked. It deliberately does not say which.
+	ErrUnauthorized = errors.New("auth: unauthorized")
+	// ErrNoSuchToken says a revocation named a token id the file lacks.
+	ErrNoSuchToken = errors.New("auth: no such token")
+)
+
+// Token is one entry of the token file: a principal and the hash of its
+// secret. The secret itself is never stored.
+type Token struct {
+	Principal
+	SecretSHA256 string    `json:"secret_sha256"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+type file struct {
+	Version int     `json:"version"`
+	Tokens  []Token `json:"tokens"`
+}
+
+// Validate checks a principal's fields before a token is issued for it.
+func (p Principal) Validate() error {
+	if p.Admin {
+		if p.Tenant != "" || p.ClientID != "" || len(p.Read) > 0 || len(p.Write) > 0 {
+			return errors.New("an admin token carries no tenant, client id or models")
+		}
+		return nil
+	}
+	if err := syncproto.ValidateID(p.Tenant); err != nil {
+		return fmt.Errorf("tenant: %w", err)
+	}
+	if err := syncproto.ValidateID(p.ClientID); err != nil {
+		return fmt.Errorf("client id: %w", err)
+	}
+	for _, m := range slices.Concat(p.Read, p.Write) {
+		if m == Wildcard {
+			continue
+		}
+		if err := syncproto.ValidateModel(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadFile loads and validates a token file.
+func ReadFile(path string) ([]Token, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read token file: %w", err)
+	}
+	var f file
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("read token file %s: not a token file: %w", path, err)
+	}
+	if f.Version != fileVersion {
+		return nil, fmt.Errorf("read token file %s: version %d, want %d", path, f.Version, fileVersion)
+	}
+	ids := map[string]bool{}
+	for i, t := range f.Tokens {
+		if err := t.Principal.Validate(); err != nil {
+			return nil, fmt.Errorf("read token file %s: token %d (%s): %w", path, i, t.TokenID, err)
+		}
+		if _, err := hex.DecodeString(t.SecretSHA256); err != nil || len(t.SecretSHA256) != 2*sha256.Size {
+			return nil, fmt.Errorf("read token file %s: token %s: bad secret_sha256", path, t.TokenID)
+		}
+		if ids[t.TokenID] {
+			return nil, fmt.Errorf("read token file %s: token id %s appears twice", path, t.TokenID)
+		}
+		ids[t.TokenID] = true
+	}
+	return f.Tokens, nil
+}
+
+// Issue adds a token for p to the file at path (creating the file if it does
+// not exist) and returns the bearer token. The token is shown only here:
+// the file keeps its hash.
+func Issue(path string, p Principal, now time.Time) (string, error) {
+	if err := p.Validate(); err != nil {
+		return "", fmt.Errorf("issue token: %w", err)
+	}
+	tokens, err := ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		tokens, err = nil, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("issue token: %w", err)
+	}
+	id, secret, err := newSecret()
+	if err != nil {
+		return "", fmt.Errorf("issue token: %w", err)
+	}
+	p.TokenID = id
+	tokens = append(tokens, Token{Principal: p, SecretSHA256: hashSecret(secret), CreatedAt: now.UTC()})
+	if err := writeFile(path, tokens); err != nil {
+		return "", fmt.Errorf("issue token: %w", err)
+	}
+	return tokenPrefix + id + "_" + secret, nil
+}
+
+// Revoke removes the token with the given id from the file.
+func Revoke(path, id string) error {
+	tokens, err := ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("revoke token: %w", err)
+	}
+	kept := slices.DeleteFunc(tokens, func(t Token) bool { return t.TokenID == id })
+	if len(kept) == len(tokens) {
+		return fmt.Errorf("revoke token %s: %w", id, ErrNoSuchToken)
+	}
+	if err := writeFile(path, kept); err != nil {
+		return fmt.Errorf("revoke token: %w", err)
+	}
+	return nil
+}
+
+// parseToken splits a bearer token into its id and secret.
+func parseToken(token string) (id, secret string, ok bool) {
+	rest, ok := strings.CutPrefix(token, tokenPrefix)
+	if !ok {
+		return "", "", false
+	}
+	id, secret, ok = strings.Cut(rest, "_")
+	return id, secret, ok && id != "" && secret != ""
+}
+
+func newSecret() (id, secret string, err error) {
+	idBytes := make([]byte, 6)
+	secretBytes := make([]byte, 32)
+	if _, err := rand.Read(idBytes); err != nil {
+		return "", "", err
+	}
+	if _, err := rand.Read(secretBytes); err != nil {
+		return "", "", err
+	}
+	// The secret alphabet has no '_', so the id/secret split is unambiguous.
+	secret = strings.ReplaceAll(base64.RawURLEncoding.EncodeToString(secretBytes), "_", "-")
+	return hex.EncodeToString(idBytes), secret, nil
+}
+
+func hashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// secretMatches compares in constant time.
+func secretMatches(t Token, secret string) bool {
+	return subtle.ConstantTimeCompare([]byte(t.SecretSHA256), []byte(hashSecret(secret))) == 1
+}
+
+// writeFile replaces the token file atomically and durably: temp file in the
+// same directory, fsync, rename, directory fsync. Mode 0600: the hashes are
+// not secrets, but the file says who may do what.
+func writeFile(path string, tokens []Token) error {
+	b, err := json.MarshalIndent(file{Version: fileVersion, Tokens: tokens}, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
