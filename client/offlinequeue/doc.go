@@ -2,8 +2,8 @@
 // in enqueue order, until the sync worker has delivered them.
 //
 // Three implementations share one contract (Queue) and one conformance suite
-// (package queuetest): NewMemory for tests, NewFile (one NDJSON line per
-// mutation, no dependency beyond the standard library) and NewSQLite (an
+// (package queuetest): NewMemory for tests, OpenFile (one NDJSON line per
+// mutation, no dependency beyond the standard library) and OpenSQLite (an
 // indexed table, the choice for deep queues and keyed dedup at volume).
 //
 // What every implementation promises:

@@ -65,6 +65,7 @@ type Queue interface {
 	// Peek returns up to limit pending items with ID greater than after, in
 	// enqueue order, without removing them. Page through a queue of any size
 	// by passing the last ID of the previous page; after=0 starts at the head.
+	// A limit of zero or less returns no items.
 	Peek(ctx context.Context, after ID, limit int) ([]Item, error)
 
 	// MarkDone removes delivered items. Unknown or already-done IDs are
@@ -91,7 +92,7 @@ type Queue interface {
 	MoveToDeadLetters(ctx context.Context, id ID, reason string) error
 
 	// DeadLetters returns up to limit dead letters with ID greater than
-	// after, in ID order.
+	// after, in ID order. A limit of zero or less returns no items.
 	DeadLetters(ctx context.Context, after ID, limit int) ([]DeadLetter, error)
 
 	// Requeue moves dead letters back to the tail of the pending queue with

@@ -1,0 +1,746 @@
+package offlinequeue
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-sqlite3"
+)
+
+// Synchronous is the SQLite synchronous level of a queue's database: how
+// much a returned call survives.
+type Synchronous int
+
+const (
+	// SyncFull syncs the write-ahead log on every commit, so a call that
+	// returned survives a process crash and a power cut. The default.
+	SyncFull Synchronous = iota
+	// SyncNormal syncs only at checkpoints. A call that returned survives a
+	// process crash, but a power cut (or an OS crash) can roll back the most
+	// recent commits: not power-loss safe. Choose it only where losing the
+	// newest enqueues to a power cut is acceptable.
+	SyncNormal
+)
+
+// pragmaValue returns the value for PRAGMA synchronous and the number SQLite
+// reports back for it.
+func (s Synchronous) pragmaValue() (name string, level int, err error) {
+	switch s {
+	case SyncFull:
+		return "FULL", 2, nil
+	case SyncNormal:
+		return "NORMAL", 1, nil
+	}
+	return "", 0, fmt.Errorf("unknown Synchronous value %d", int(s))
+}
+
+// DefaultBusyTimeout is how long a SQLite queue waits for a lock held by
+// another connection to the same file before failing.
+const DefaultBusyTimeout = 5 * time.Second
+
+// SQLiteOptions configure OpenSQLite. The zero value means the defaults.
+type SQLiteOptions struct {
+	Options
+	// Synchronous is the durability level; the zero value is SyncFull.
+	Synchronous Synchronous
+	// BusyTimeout bounds the wait for a lock held by another connection
+	// (another process, or a tool inspecting the file); 0 means
+	// DefaultBusyTimeout. It is set before any other setting, so it also
+	// covers the switch to WAL on open.
+	BusyTimeout time.Duration
+}
+
+func (o SQLiteOptions) busyTimeout() time.Duration {
+	if o.BusyTimeout > 0 {
+		return o.BusyTimeout
+	}
+	return DefaultBusyTimeout
+}
+
+// SQLite is a Queue in one SQLite database file: an indexed table of pending
+// items and one of dead letters. It suits deep queues and keyed dedup at
+// volume: Peek and dedup are index lookups, whatever the depth.
+//
+// Durability: the database runs in WAL mode with synchronous=FULL unless
+// SQLiteOptions.Synchronous says otherwise, so a call that returned nil is
+// committed and survives a power cut. Concurrent Enqueue calls share one
+// transaction (group commit): callers that arrive while a commit is in
+// flight are committed together in the next one, and each returns only after
+// the transaction holding its item committed. A single Enqueue with nothing
+// in flight commits at once.
+//
+// A write that fails before its commit is rolled back and did not happen;
+// the handle keeps working. If a commit itself fails, its outcome is
+// unknown: the handle is poisoned, that call and every later write return an
+// error matching ErrPoisoned, and reads keep working (Len and Stats count
+// what was known to be committed). Close and reopen it.
+//
+// SQLite is safe for concurrent use. Open one path from one process at a time.
+type SQLite struct {
+	path  string
+	opts  SQLiteOptions
+	rec   recorder
+	db    *sql.DB
+	stmts sqliteStmts
+	hooks sqliteHooks
+
+	// life is held shared by every call in progress and exclusively by
+	// Close, so Close waits for calls in flight and later calls see closed.
+	life   sync.RWMutex
+	closed bool
+
+	requests chan *writeRequest // to the committer
+	stop     chan struct{}      // closed by Close to stop the committer
+	stopped  chan struct{}      // closed by the committer when it exits
+
+	countMu sync.Mutex
+	pending int // committed pending items
+	dead    int // committed dead letters
+
+	// poisoned is set and read by the committer only.
+	poisoned error
+}
+
+var _ Queue = (*SQLite)(nil)
+
+// sqliteHooks are fault-injection and observation seams for tests; the zero
+// value (used by OpenSQLite) does nothing.
+type sqliteHooks struct {
+	// connect runs on every new connection after the queue's own settings.
+	connect func(*sqlite3.SQLiteConn) error
+	// batch runs in the committer before each group of enqueues is written,
+	// with the group's size.
+	batch func(size int)
+}
+
+// OpenSQLite opens (creating if needed) the queue stored in the SQLite
+// database at path. Its metrics carry path as the queue label.
+//
+// Every connection is configured, in this order: busy_timeout, synchronous,
+// journal_mode=WAL; then the settings are read back. Open fails if the file
+// system cannot provide WAL (network and some overlay mounts cannot), if the
+// file is not a SQLite database, if it is a database that is not a syncd
+// queue, or if its schema is newer than this build knows. A failed open
+// leaves nothing open, and a file it refused (not a database, not a queue,
+// a newer schema) is left byte-for-byte as it was.
+func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
+	return openSQLite(path, opts, sqliteHooks{})
+}
+
+func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, error) {
+	q, err := newSQLite(path, opts, hooks)
+	if err != nil {
+		return nil, fmt.Errorf("offlinequeue: open sqlite queue %s: %w", path, err)
+	}
+	go q.commitLoop()
+	return q, nil
+}
+
+// newSQLite opens, checks and prepares the database. On error it has closed
+// everything it opened.
+func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, err error) {
+	syncName, syncLevel, err := opts.Synchronous.pragmaValue()
+	if err != nil {
+		return nil, err
+	}
+	if opts.BusyTimeout < 0 {
+		return nil, fmt.Errorf("negative BusyTimeout %v", opts.BusyTimeout)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	busyMillis := max(1, opts.busyTimeout().Milliseconds())
+
+	db := sql.OpenDB(&sqliteConnector{
+		dsn: sqliteDSN(abs, busyMillis, syncName),
+		driver: &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
+			if err := configureConn(c, busyMillis, syncName); err != nil {
+				return err
+			}
+			if hooks.connect != nil {
+				return hooks.connect(c)
+			}
+			return nil
+		}},
+	})
+	defer func() {
+		if err != nil {
+			_ = db.Close()
+		}
+	}()
+	// One connection writes (the committer); the others serve readers.
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+
+	ctx := context.Background()
+	if err := checkSettings(ctx, db, busyMillis, syncLevel); err != nil {
+		return nil, err
+	}
+	if err := migrate(ctx, db); err != nil {
+		return nil, err
+	}
+	q = &SQLite{
+		path:     path,
+		opts:     opts,
+		rec:      opts.Metrics.recorder(path),
+		db:       db,
+		hooks:    hooks,
+		requests: make(chan *writeRequest, maxBatch),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	if err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items), (SELECT count(*) FROM dead_letters)`).Scan(&q.pending, &q.dead); err != nil {
+		return nil, fmt.Errorf("count items: %w", err)
+	}
+	if q.stmts, err = prepareStmts(ctx, db); err != nil {
+		return nil, err
+	}
+	// SQLite syncs the files it writes but not the directory entry naming a
+	// database it has just created.
+	if err := syncDir(filepath.Dir(abs)); err != nil {
+		q.stmts.close()
+		return nil, err
+	}
+	q.rec.setCounts(q.pending, q.dead)
+	return q, nil
+}
+
+// configureConn applies the queue's settings to a new connection, in an
+// order that matters:
+//  1. busy_timeout, first: the switch to WAL needs an exclusive lock, so it
+//     can itself meet a lock held by another connection and must wait for it.
+//  2. synchronous, before journal_mode, so the level holds whether or not the
+//     switch to WAL takes.
+//  3. a refusal of foreign databases, before the switch to WAL rewrites the
+//     file's header.
+//  4. journal_mode=WAL, read back: anything but "wal" fails.
+//
+// The driver has already applied busy_timeout and synchronous from the DSN;
+// they are set again here so that the order is this function's, whatever
+// order a driver version uses.
+func configureConn(c *sqlite3.SQLiteConn, busyMillis int64, synchronous string) error {
+	for _, pragma := range []string{
+		fmt.Sprintf("PRAGMA busy_timeout = %d", busyMillis),
+		"PRAGMA synchronous = " + synchronous,
+	} {
+		if _, err := c.Exec(pragma, nil); err != nil {
+			return fmt.Errorf("%s: %w", pragma, err)
+		}
+	}
+	if err := refuseForeign(c); err != nil {
+		return err
+	}
+	return enableWAL(c)
+}
+
+// sqliteDSN builds a mattn/go-sqlite3 DSN with the queue's busy_timeout and
+// synchronous (and no journal_mode, which configureConn sets last). The path
+// is a URI path, escaped so that '?', '#' and '%' in a file name stay part
+// of it.
+func sqliteDSN(absPath string, busyMillis int64, synchronous string) string {
+	escaped := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.ToSlash(absPath))
+	params := url.Values{
+		"_busy_timeout": {fmt.Sprint(busyMillis)},
+		"_synchronous":  {synchronous},
+		// Every transaction here writes: take the write lock at BEGIN, so
+		// a conflict waits under busy_timeout instead of failing mid-way.
+		"_txlock": {"immediate"},
+	}
+	return "file:" + escaped + "?" + params.Encode()
+}
+
+// enableWAL switches a new connection to WAL and fails unless SQLite
+// reports that WAL is in effect.
+func enableWAL(c *sqlite3.SQLiteConn) error {
+	mode, err := queryValue(c, "PRAGMA journal_mode=WAL")
+	if err != nil {
+		return fmt.Errorf("set journal_mode=WAL: %w", err)
+	}
+	return requireWAL(fmt.Sprint(mode))
+}
+
+// refuseForeign fails unless the connection's database is empty or a queue
+// of a schema version this build knows.
+func refuseForeign(c *sqlite3.SQLiteConn) error {
+	version, err := queryValue(c, "PRAGMA user_version")
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	objects, err := queryValue(c, "SELECT count(*) FROM sqlite_schema")
+	if err != nil {
+		return fmt.Errorf("read schema: %w", err)
+	}
+	v, vok := version.(int64)
+	n, nok := objects.(int64)
+	if !vok || !nok {
+		return fmt.Errorf("unexpected schema check results %#v, %#v", version, objects)
+	}
+	_, err = checkSchema(v, n)
+	return err
+}
+
+// queryValue returns the first column of the first row of a query run on a
+// driver connection.
+func queryValue(c *sqlite3.SQLiteConn, query string) (driver.Value, error) {
+	rows, err := c.Query(query, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	dest := make([]driver.Value, len(rows.Columns()))
+	if err := rows.Next(dest); err != nil {
+		return nil, err
+	}
+	return dest[0], nil
+}
+
+// requireWAL fails unless mode, as SQLite reports it, is WAL.
+func requireWAL(mode string) error {
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal_mode is %q, not \"wal\": the file system does not support SQLite's WAL mode "+
+			"(network and some overlay mounts do not); put the queue on a local disk", mode)
+	}
+	return nil
+}
+
+// sqliteConnector opens connections with the queue's driver settings, with no
+// global driver registration.
+type sqliteConnector struct {
+	dsn    string
+	driver *sqlite3.SQLiteDriver
+}
+
+func (c *sqliteConnector) Connect(context.Context) (driver.Conn, error) { return c.driver.Open(c.dsn) }
+func (c *sqliteConnector) Driver() driver.Driver                        { return c.driver }
+
+// checkSettings reads the settings back from one pooled connection.
+func checkSettings(ctx context.Context, db *sql.DB, busyMillis int64, syncLevel int) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var busy int64
+	var level int
+	var mode string
+	for _, read := range []struct {
+		pragma string
+		dst    any
+	}{{"busy_timeout", &busy}, {"synchronous", &level}, {"journal_mode", &mode}} {
+		if err := conn.QueryRowContext(ctx, "PRAGMA "+read.pragma).Scan(read.dst); err != nil {
+			return fmt.Errorf("read %s back: %w", read.pragma, err)
+		}
+	}
+	if busy != busyMillis {
+		return fmt.Errorf("busy_timeout reads back as %d ms, want %d", busy, busyMillis)
+	}
+	if level != syncLevel {
+		return fmt.Errorf("synchronous reads back as %d, want %d", level, syncLevel)
+	}
+	return requireWAL(mode)
+}
+
+// schemaVersion is the PRAGMA user_version of the schema below.
+const schemaVersion = 1
+
+// schema creates a version-1 queue. Payloads, keys and reasons are BLOBs so
+// that their lengths are explicit and NUL or non-UTF-8 bytes survive. A
+// non-empty key is unique among pending items (the partial index); dead
+// letters keep their key without holding it. AUTOINCREMENT keeps IDs from
+// ever being reused, even after the newest item is deleted.
+const schema = `
+CREATE TABLE items (
+	id          INTEGER PRIMARY KEY AUTOINCREMENT,
+	payload     BLOB    NOT NULL,
+	key         BLOB    NOT NULL,
+	attempts    INTEGER NOT NULL DEFAULT 0,
+	enqueued_at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX items_key ON items (key) WHERE length(key) > 0;
+CREATE TABLE dead_letters (
+	id          INTEGER PRIMARY KEY,
+	payload     BLOB    NOT NULL,
+	key         BLOB    NOT NULL,
+	attempts    INTEGER NOT NULL,
+	enqueued_at INTEGER NOT NULL,
+	reason      BLOB    NOT NULL,
+	dead_at     INTEGER NOT NULL
+);
+`
+
+// checkSchema classifies a database by its user_version and its number of
+// schema objects: fresh (empty, to be created), a queue of this version, or
+// an error for anything else.
+func checkSchema(version, objects int64) (fresh bool, err error) {
+	switch {
+	case version == schemaVersion:
+		return false, nil
+	case version > schemaVersion:
+		return false, fmt.Errorf("queue schema version %d is newer than this build's %d: open it with a newer syncd", version, schemaVersion)
+	case version != 0 || objects != 0:
+		return false, fmt.Errorf("database (user_version %d, %d schema objects) is not a syncd offline queue", version, objects)
+	}
+	return true, nil
+}
+
+// migrate creates the schema in an empty database. It checks again inside
+// its transaction, so two openers racing on a new file cannot both create it.
+func migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin schema check: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var version, objects int64
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&objects); err != nil {
+		return fmt.Errorf("read schema: %w", err)
+	}
+	if fresh, err := checkSchema(version, objects); !fresh || err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, schema+fmt.Sprintf("PRAGMA user_version = %d;", schemaVersion)); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit schema: %w", err)
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory. A file system that cannot sync directories is
+// not an error; a failed sync is.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory for sync: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	return nil
+}
+
+// The queue's statements. Key lookups repeat the partial index's WHERE term
+// so that SQLite can use the index.
+const (
+	sqlFindKey     = `SELECT id FROM items WHERE key = ? AND length(key) > 0`
+	sqlInsert      = `INSERT INTO items (payload, key, attempts, enqueued_at) VALUES (?, ?, 0, ?)`
+	sqlPeek        = `SELECT id, payload, key, attempts, enqueued_at FROM items WHERE id > ? ORDER BY id LIMIT ?`
+	sqlDeleteItem  = `DELETE FROM items WHERE id = ?`
+	sqlSetAttempts = `UPDATE items SET attempts = ? WHERE id = ?`
+	sqlKill        = `INSERT INTO dead_letters (id, payload, key, attempts, enqueued_at, reason, dead_at)
+		SELECT id, payload, key, attempts, enqueued_at, ?, ? FROM items WHERE id = ?`
+	sqlListDead = `SELECT id, payload, key, attempts, enqueued_at, reason, dead_at
+		FROM dead_letters WHERE id > ? ORDER BY id LIMIT ?`
+	// OR IGNORE: a dead letter whose key is pending again is not inserted;
+	// Requeue deletes it either way.
+	sqlRevive = `INSERT OR IGNORE INTO items (payload, key, attempts, enqueued_at)
+		SELECT payload, key, 0, ? FROM dead_letters WHERE id = ?`
+	sqlDeleteDead = `DELETE FROM dead_letters WHERE id = ?`
+)
+
+// sqliteStmts are the queue's prepared statements. Each is prepared on the
+// pool; a transaction binds it to its connection with Tx.StmtContext, which
+// reuses the connection's prepared copy.
+type sqliteStmts struct {
+	findKey, insert, peek, deleteItem, setAttempts *sql.Stmt
+	kill, listDead, revive, deleteDead             *sql.Stmt
+}
+
+func prepareStmts(ctx context.Context, db *sql.DB) (sqliteStmts, error) {
+	var s sqliteStmts
+	for _, p := range []struct {
+		dst   **sql.Stmt
+		query string
+	}{
+		{&s.findKey, sqlFindKey},
+		{&s.insert, sqlInsert},
+		{&s.peek, sqlPeek},
+		{&s.deleteItem, sqlDeleteItem},
+		{&s.setAttempts, sqlSetAttempts},
+		{&s.kill, sqlKill},
+		{&s.listDead, sqlListDead},
+		{&s.revive, sqlRevive},
+		{&s.deleteDead, sqlDeleteDead},
+	} {
+		stmt, err := db.PrepareContext(ctx, p.query)
+		if err != nil {
+			s.close()
+			return sqliteStmts{}, fmt.Errorf("prepare %q: %w", p.query, err)
+		}
+		*p.dst = stmt
+	}
+	return s, nil
+}
+
+func (s sqliteStmts) close() {
+	for _, stmt := range []*sql.Stmt{s.findKey, s.insert, s.peek, s.deleteItem, s.setAttempts, s.kill, s.listDead, s.revive, s.deleteDead} {
+		if stmt != nil {
+			_ = stmt.Close()
+		}
+	}
+}
+
+// enter checks ctx and takes a shared hold on an open queue; the caller must
+// call s.life.RUnlock.
+func (s *SQLite) enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.life.RLock()
+	if s.closed {
+		s.life.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// Enqueue implements Queue.
+func (s *SQLite) Enqueue(ctx context.Context, payload []byte, key string) (ID, error) {
+	if err := s.opts.validateEnqueue(payload, key); err != nil {
+		return 0, err
+	}
+	r := &writeRequest{payload: payload, key: key, done: make(chan struct{})}
+	if err := s.submit(ctx, r); err != nil {
+		return 0, err
+	}
+	return r.id, nil
+}
+
+// Peek implements Queue. A limit of zero or less returns no items.
+func (s *SQLite) Peek(ctx context.Context, after ID, limit int) ([]Item, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.life.RUnlock()
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.stmts.peek.QueryContext(ctx, clampID(after), limit)
+	if err != nil {
+		return nil, fmt.Errorf("offlinequeue: peek %s: %w", s.path, err)
+	}
+	defer rows.Close()
+	var page []Item
+	for rows.Next() {
+		var it Item
+		var at int64
+		if err := rows.Scan(&it.ID, &it.Payload, &it.Key, &it.Attempts, &at); err != nil {
+			return nil, fmt.Errorf("offlinequeue: peek %s: %w", s.path, err)
+		}
+		it.EnqueuedAt = time.Unix(0, at)
+		page = append(page, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("offlinequeue: peek %s: %w", s.path, err)
+	}
+	return page, nil
+}
+
+// MarkDone implements Queue.
+func (s *SQLite) MarkDone(ctx context.Context, ids ...ID) error {
+	return s.apply(ctx, "mark done in", func(ctx context.Context, tx *sql.Tx) (counts, error) {
+		del := tx.StmtContext(ctx, s.stmts.deleteItem)
+		var removed int64
+		for _, id := range ids {
+			n, err := execCount(ctx, del, id)
+			if err != nil {
+				return counts{}, err
+			}
+			removed += n
+		}
+		return counts{pending: -int(removed)}, nil
+	})
+}
+
+// SetAttempts implements Queue.
+func (s *SQLite) SetAttempts(ctx context.Context, id ID, n Attempts) error {
+	return s.apply(ctx, "set attempts in", func(ctx context.Context, tx *sql.Tx) (counts, error) {
+		changed, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.setAttempts), uint32(n), id)
+		if err != nil {
+			return counts{}, err
+		}
+		if changed == 0 {
+			return counts{}, ErrNotFound
+		}
+		return counts{}, nil
+	})
+}
+
+// Len implements Queue.
+func (s *SQLite) Len(ctx context.Context) (int, error) {
+	st, err := s.Stats(ctx)
+	return st.Pending, err
+}
+
+// MaxDepth implements Queue.
+func (s *SQLite) MaxDepth() int { return s.opts.MaxDepth }
+
+// Stats implements Queue. The counts are kept in memory, updated as each
+// transaction commits.
+func (s *SQLite) Stats(ctx context.Context) (Stats, error) {
+	if err := s.enter(ctx); err != nil {
+		return Stats{}, err
+	}
+	defer s.life.RUnlock()
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	return Stats{Pending: s.pending, DeadLetters: s.dead, MaxDepth: s.opts.MaxDepth}, nil
+}
+
+// MoveToDeadLetters implements Queue. The move is one transaction.
+func (s *SQLite) MoveToDeadLetters(ctx context.Context, id ID, reason string) error {
+	return s.apply(ctx, "move to dead letters in", func(ctx context.Context, tx *sql.Tx) (counts, error) {
+		moved, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.kill), blob(truncateReason(reason)), s.opts.now().UnixNano(), id)
+		if err != nil {
+			return counts{}, err
+		}
+		if moved == 0 {
+			return counts{}, ErrNotFound
+		}
+		if _, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.deleteItem), id); err != nil {
+			return counts{}, err
+		}
+		return counts{pending: -1, dead: 1}, nil
+	})
+}
+
+// DeadLetters implements Queue. A limit of zero or less returns no items.
+func (s *SQLite) DeadLetters(ctx context.Context, after ID, limit int) ([]DeadLetter, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.life.RUnlock()
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.stmts.listDead.QueryContext(ctx, clampID(after), limit)
+	if err != nil {
+		return nil, fmt.Errorf("offlinequeue: list dead letters in %s: %w", s.path, err)
+	}
+	defer rows.Close()
+	var page []DeadLetter
+	for rows.Next() {
+		var d DeadLetter
+		var at, deadAt int64
+		var reason []byte
+		if err := rows.Scan(&d.ID, &d.Payload, &d.Key, &d.Attempts, &at, &reason, &deadAt); err != nil {
+			return nil, fmt.Errorf("offlinequeue: list dead letters in %s: %w", s.path, err)
+		}
+		d.EnqueuedAt, d.DeadAt, d.Reason = time.Unix(0, at), time.Unix(0, deadAt), string(reason)
+		page = append(page, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("offlinequeue: list dead letters in %s: %w", s.path, err)
+	}
+	return page, nil
+}
+
+// Requeue implements Queue. The whole call is one transaction. Dead letters
+// are requeued in ID order; of two dead letters with the same key, the older
+// one is requeued and the younger one dropped. A requeued item's EnqueuedAt
+// is the time of the requeue.
+func (s *SQLite) Requeue(ctx context.Context, ids ...ID) error {
+	ids = sortedUnique(ids)
+	return s.apply(ctx, "requeue in", func(ctx context.Context, tx *sql.Tx) (counts, error) {
+		revive := tx.StmtContext(ctx, s.stmts.revive)
+		del := tx.StmtContext(ctx, s.stmts.deleteDead)
+		var c counts
+		now := s.opts.now().UnixNano()
+		for _, id := range ids {
+			inserted, err := execCount(ctx, revive, now, id)
+			if err != nil {
+				return counts{}, err
+			}
+			deleted, err := execCount(ctx, del, id)
+			if err != nil {
+				return counts{}, err
+			}
+			c.pending += int(inserted)
+			c.dead -= int(deleted)
+		}
+		return c, nil
+	})
+}
+
+// Purge implements Queue.
+func (s *SQLite) Purge(ctx context.Context, ids ...ID) error {
+	return s.apply(ctx, "purge dead letters in", func(ctx context.Context, tx *sql.Tx) (counts, error) {
+		del := tx.StmtContext(ctx, s.stmts.deleteDead)
+		var deleted int64
+		for _, id := range ids {
+			n, err := execCount(ctx, del, id)
+			if err != nil {
+				return counts{}, err
+			}
+			deleted += n
+		}
+		return counts{dead: -int(deleted)}, nil
+	})
+}
+
+// Close implements Queue. It waits for calls in flight, stops the committer
+// and closes the database.
+func (s *SQLite) Close() error {
+	s.life.Lock()
+	if s.closed {
+		s.life.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.life.Unlock()
+	close(s.stop)
+	<-s.stopped
+	s.stmts.close()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("offlinequeue: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// execCount runs a statement that names one item by ID (its last argument)
+// and returns the number of rows it changed. An ID beyond SQLite's integer
+// range names no row.
+func execCount(ctx context.Context, stmt *sql.Stmt, args ...any) (int64, error) {
+	if id, ok := args[len(args)-1].(ID); ok {
+		if id > math.MaxInt64 {
+			return 0, nil
+		}
+		args[len(args)-1] = int64(id)
+	}
+	res, err := stmt.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// clampID maps an "after" ID onto SQLite's integer range.
+func clampID(id ID) int64 {
+	if id > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(id)
+}
+
+// sortedUnique returns ids sorted, without repeats.
+func sortedUnique(ids []ID) []ID {
+	return slices.Compact(slices.Sorted(slices.Values(ids)))
+}

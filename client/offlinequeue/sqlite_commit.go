@@ -1,0 +1,217 @@
+package offlinequeue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// maxBatch bounds the enqueues that share one transaction.
+const maxBatch = 256
+
+// writeRequest is one write handed to the committer. An enqueue has apply
+// nil; the committer groups enqueues. Every other write is its own
+// transaction, run by apply.
+type writeRequest struct {
+	payload []byte
+	key     string
+
+	op    string // names the operation in errors
+	apply func(ctx context.Context, tx *sql.Tx) (counts, error)
+
+	// Set by the committer before it closes done.
+	id   ID
+	err  error
+	done chan struct{}
+}
+
+// counts is a change of the pending and dead-letter counts.
+type counts struct{ pending, dead int }
+
+// submit hands r to the committer and waits for its outcome. Once r has been
+// handed over it runs to completion whatever happens to ctx, so an error
+// never means "perhaps".
+func (s *SQLite) submit(ctx context.Context, r *writeRequest) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.life.RUnlock()
+	select {
+	case s.requests <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-r.done
+	return r.err
+}
+
+// apply runs fn in a transaction of its own. fn returns the change it made to
+// the counts; ErrNotFound from fn is returned as is, any other error is
+// wrapped as the failure of op.
+func (s *SQLite) apply(ctx context.Context, op string, fn func(ctx context.Context, tx *sql.Tx) (counts, error)) error {
+	return s.submit(ctx, &writeRequest{op: op, apply: fn, done: make(chan struct{})})
+}
+
+// commitLoop is the committer: the one goroutine that writes. It takes a
+// request; if it is an enqueue, it also takes every enqueue already waiting
+// (up to maxBatch) and commits them in one transaction. Enqueues arriving
+// during that commit wait in s.requests and form the next group, so a lone
+// enqueue never waits for company and a busy queue pays one commit per group.
+// It exits when Close closes s.stop, which Close does only after every
+// submitter has returned.
+func (s *SQLite) commitLoop() {
+	defer close(s.stopped)
+	var held *writeRequest // a non-enqueue met while gathering a group
+	for {
+		r := held
+		held = nil
+		if r == nil {
+			select {
+			case r = <-s.requests:
+			case <-s.stop:
+				return
+			}
+		}
+		if r.apply != nil {
+			s.commitApply(r)
+			continue
+		}
+		group := []*writeRequest{r}
+	gather:
+		for len(group) < maxBatch {
+			select {
+			case next := <-s.requests:
+				if next.apply != nil {
+					held = next
+					break gather
+				}
+				group = append(group, next)
+			default:
+				break gather
+			}
+		}
+		s.commitEnqueues(group)
+	}
+}
+
+// commitApply runs one non-enqueue write.
+func (s *SQLite) commitApply(r *writeRequest) {
+	var change counts
+	r.err = s.inTx(r.op, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		change, err = r.apply(ctx, tx)
+		return err
+	})
+	if r.err == nil {
+		s.addCounts(change)
+	}
+	close(r.done)
+}
+
+// commitEnqueues writes a group of enqueues in one transaction. Each request
+// gets its own ID or its own *FullError; if the transaction fails, every
+// request of the group gets that error and none of their items exists.
+func (s *SQLite) commitEnqueues(group []*writeRequest) {
+	if s.hooks.batch != nil {
+		s.hooks.batch(len(group))
+	}
+	var added, refused int
+	err := s.inTx("enqueue into", func(ctx context.Context, tx *sql.Tx) error {
+		added, refused = 0, 0
+		find := tx.StmtContext(ctx, s.stmts.findKey)
+		insert := tx.StmtContext(ctx, s.stmts.insert)
+		for _, r := range group {
+			r.id, r.err = 0, nil
+			if r.key != "" {
+				var id int64
+				err := find.QueryRowContext(ctx, blob(r.key)).Scan(&id)
+				if err == nil {
+					r.id = ID(id) // dedup hit, earlier in this group or committed
+					continue
+				}
+				if !errors.Is(err, sql.ErrNoRows) {
+					return err
+				}
+			}
+			// s.pending is written only by this goroutine.
+			if depth := s.pending + added; s.opts.MaxDepth > 0 && depth >= s.opts.MaxDepth {
+				r.err = &FullError{Depth: depth, Capacity: s.opts.MaxDepth}
+				refused++
+				continue
+			}
+			res, err := insert.ExecContext(ctx, r.payload, blob(r.key), s.opts.now().UnixNano())
+			if err != nil {
+				return err
+			}
+			id, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
+			r.id = ID(id)
+			added++
+		}
+		return nil
+	})
+	if err != nil {
+		for _, r := range group {
+			r.id, r.err = 0, err
+		}
+	} else {
+		s.addCounts(counts{pending: added})
+		for range refused {
+			s.rec.overflowed()
+		}
+	}
+	for _, r := range group {
+		close(r.done)
+	}
+}
+
+// inTx runs fn in a transaction and commits it. An error from fn rolls the
+// transaction back: ErrNotFound is returned as is, anything else wrapped as a
+// failure of op. A failed commit, or a failed rollback, leaves the outcome
+// unknown and poisons the handle.
+func (s *SQLite) inTx(op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if s.poisoned != nil {
+		return s.poisoned
+	}
+	ctx := context.Background()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("offlinequeue: %s %s: begin: %w", op, s.path, err)
+	}
+	if err := fn(ctx, tx); err != nil {
+		if rbErr := tx.Rollback(); rbErr != nil {
+			return s.poison(op, errors.Join(err, rbErr))
+		}
+		if errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return fmt.Errorf("offlinequeue: %s %s: %w", op, s.path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return s.poison(op, err)
+	}
+	return nil
+}
+
+// poison latches the handle's refusal of later writes and returns the error
+// for the write whose outcome is unknown.
+func (s *SQLite) poison(op string, cause error) error {
+	s.poisoned = fmt.Errorf("offlinequeue: %s: %w (an earlier commit failed: %v)", s.path, ErrPoisoned, cause)
+	return fmt.Errorf("offlinequeue: %s %s: commit failed and its outcome is unknown: %w: %w", op, s.path, ErrPoisoned, cause)
+}
+
+// addCounts applies a committed change to the counts and the gauges.
+func (s *SQLite) addCounts(c counts) {
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	s.pending += c.pending
+	s.dead += c.dead
+	s.rec.setCounts(s.pending, s.dead)
+}
+
+// blob returns b's bytes as a non-nil slice: the driver stores a nil slice as
+// NULL, an empty non-nil one as a zero-length BLOB.
+func blob(b string) []byte { return append(make([]byte, 0, len(b)), b...) }
