@@ -2,68 +2,226 @@ package server
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultNodeID            = "syncd-1"
+	DefaultMaxConnections    = 10_000
+	DefaultRequestsPerSecond = 200
+	DefaultRequestBurst      = 400
+	DefaultWriteTimeout      = 10 * time.Second
+	DefaultRetentionInterval = time.Minute
 )
 
 // Config configures a Server. The zero value of every field except DataPath
-// means its default.
+// and Authenticator means its default.
 type Config struct {
 	// DataPath is the SQLite database file; it and its directory are
 	// created if missing. Required.
 	DataPath string
-	// Synchronous is the durability level; "" means SyncFull.
-	Synchronous Synchronous
-	// Logger receives the server's logs; nil discards them.
+	// Synchronous is the durability level; "" means sqlitedb.Full, so an
+	// acknowledged result survives a power cut. sqlitedb.Normal survives a
+	// process crash only.
+	Synchronous sqlitedb.Synchronous
+	// Authenticator maps bearer tokens to principals. Required.
+	Authenticator *auth.Authenticator
+	// NodeID names this server in welcome and as the origin of its clock.
+	NodeID string
+	// Policies declares each model's conflict policy; undeclared models
+	// use last-writer-wins.
+	Policies replication.Config
+	// Hook decides models declared with the hook policy, within
+	// HookTimeout (0: replication.DefaultHookTimeout), else LWW decides.
+	Hook        replication.Hook
+	HookTimeout time.Duration
+	// MaxClockSkew is how far ahead of the server's clock a mutation's
+	// timestamp may be; 0 means syncproto.DefaultMaxClockSkew.
+	MaxClockSkew time.Duration
+	// AllowedOrigins are host patterns of browser origins allowed to open
+	// a websocket (see websocket.AcceptOptions.OriginPatterns); requests
+	// without an Origin header (native clients) are always allowed.
+	AllowedOrigins []string
+	// MaxConnections caps open websocket sessions; 0 means DefaultMaxConnections.
+	MaxConnections int
+	// RequestsPerSecond and RequestBurst rate-limit each session's
+	// requests; 0 means the defaults.
+	RequestsPerSecond float64
+	RequestBurst      int
+	// IdleTimeout closes a session that sent nothing for this long (4000);
+	// 0 means syncproto.DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds one frame write and one keepalive ping; 0 means
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// PingInterval is how often the server pings each client; 0 means a
+	// third of IdleTimeout.
+	PingInterval time.Duration
+	// Retention bounds the ledger, oplog and conflict log; zero fields take
+	// the packages' defaults. RetentionInterval is how often pruning runs
+	// (0: DefaultRetentionInterval; negative: never, for tests).
+	Retention         Retention
+	RetentionInterval time.Duration
+	// Now is the server's clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives the server's logs; nil discards them. Logs never
+	// hold tokens or values.
 	Logger *slog.Logger
 	// Registry receives the server's metrics and is served at /metrics;
 	// nil means a fresh registry with the Go and process collectors.
 	Registry *prometheus.Registry
 }
 
-// Server is syncd's HTTP service over one SQLite database. Create it with
-// New, serve Handler on a listener, and call Shutdown then Close.
+// Retention bounds what syncd keeps. Resends of an op older than the
+// ledger's horizon are answered "expired"; a cursor older than the oplog's
+// oldest entry gets a resync.
+type Retention struct {
+	LedgerMaxAge     time.Duration
+	LedgerMaxEntries int
+	Oplog            replication.Retention
+	Conflicts        replication.Retention
+}
+
+func (c *Config) setDefaults() error {
+	if c.DataPath == "" {
+		return errors.New("Config.DataPath is required")
+	}
+	if c.Authenticator == nil {
+		return errors.New("Config.Authenticator is required")
+	}
+	if c.NodeID == "" {
+		c.NodeID = DefaultNodeID
+	}
+	if err := syncproto.ValidateID(c.NodeID); err != nil {
+		return fmt.Errorf("node id: %w", err)
+	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxClockSkew, syncproto.DefaultMaxClockSkew)
+	def(&c.IdleTimeout, syncproto.DefaultIdleTimeout)
+	def(&c.WriteTimeout, DefaultWriteTimeout)
+	def(&c.PingInterval, c.IdleTimeout/3)
+	def(&c.RetentionInterval, DefaultRetentionInterval)
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.RequestsPerSecond == 0 {
+		c.RequestsPerSecond = DefaultRequestsPerSecond
+	}
+	if c.RequestBurst == 0 {
+		c.RequestBurst = DefaultRequestBurst
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
+		return errors.New("durations, limits and rates must not be negative")
+	}
+	return nil
+}
+
+// Server is syncd's service over one SQLite database: the websocket sync
+// endpoint, the snapshot endpoint, health, metrics and the admin API.
+// Create it with New, serve Handler (and AdminHandler on a loopback
+// listener), then call Shutdown and Close.
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
-	db       *sql.DB
+	now      func() time.Time
+	store    *store
+	clock    *syncproto.Clock
+	resolver *replication.Resolver
 	registry *prometheus.Registry
+	metrics  *metrics
+	started  time.Time
+
+	// hardStop ends every session at once; Shutdown cancels it when its
+	// deadline passes.
+	hardStop context.Context
+	cancel   context.CancelFunc
+
 	draining atomic.Bool
+	conns    atomic.Int64
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	wg       sync.WaitGroup // sessions and the janitor
+	janitor  chan struct{}  // closed to stop the retention janitor
 }
 
 // New opens the database and prepares the service.
 func New(ctx context.Context, cfg Config) (*Server, error) {
-	if cfg.DataPath == "" {
-		return nil, errors.New("server: Config.DataPath is required")
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	db, err := openDB(ctx, cfg.DataPath, cfg.Synchronous)
+	resolver, err := replication.NewResolver(replication.ResolverOptions{Policies: cfg.Policies, Hook: cfg.Hook, HookTimeout: cfg.HookTimeout, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	return &Server{cfg: cfg, log: log, db: db, registry: reg}, nil
+	db, err := sqlitedb.Open(ctx, cfg.DataPath, sqlitedb.Options{Synchronous: cfg.Synchronous})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg,
+		metrics:  newMetrics(reg),
+		clock:    syncproto.NewClock(cfg.NodeID, cfg.Now),
+		started:  cfg.Now(),
+		sessions: map[*session]struct{}{},
+		janitor:  make(chan struct{}),
+	}
+	s.store, err = openStore(ctx, storeConfig{
+		db: db, resolver: resolver, clock: s.clock, maxSkew: cfg.MaxClockSkew, now: cfg.Now,
+		retention: cfg.Retention, metrics: s.metrics, logger: cfg.Logger,
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("server: open store: %w", err)
+	}
+	s.hardStop, s.cancel = context.WithCancel(context.Background())
+	if cfg.RetentionInterval > 0 {
+		s.wg.Add(1)
+		go s.runJanitor()
+	}
+	return s, nil
 }
 
-// Handler serves the public endpoints: /healthz, /readyz and /metrics.
+// Handler serves the public endpoints: the sync websocket, the snapshot,
+// /healthz, /readyz and /metrics.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+syncproto.SyncPath, s.serveSync)
+	mux.HandleFunc("GET "+syncproto.SnapshotPath, s.serveSnapshot)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
@@ -80,26 +238,248 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 // readyz answers 200 when syncd can take traffic: the database answers and
 // the server is not draining; 503 otherwise, with the reason.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if s.draining.Load() {
 		http.Error(w, "draining", http.StatusServiceUnavailable)
 		return
 	}
-	if err := s.db.PingContext(r.Context()); err != nil {
+	if err := s.store.db.PingContext(r.Context()); err != nil {
 		http.Error(w, "database unavailable", http.StatusServiceUnavailable)
 		return
 	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ready\n")
 }
 
-// Shutdown marks the server as draining, so /readyz fails and load
-// balancers stop sending traffic. It is bounded by ctx.
-func (s *Server) Shutdown(ctx context.Context) error {
-	s.draining.Store(true)
-	return ctx.Err()
+// principal authenticates the request's bearer token. On failure it has
+// answered 401 and returns false. Admin tokens are accepted only when admin.
+func (s *Server) principal(w http.ResponseWriter, r *http.Request, admin bool) (auth.Principal, bool) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	var p auth.Principal
+	err := auth.ErrUnauthorized
+	if ok {
+		p, err = s.cfg.Authenticator.Authenticate(strings.TrimSpace(token))
+	}
+	if err == nil && p.Admin != admin {
+		err = auth.ErrUnauthorized
+	}
+	if err != nil {
+		s.metrics.connectionsTotal.WithLabelValues("unauthorized").Inc()
+		s.log.Warn("authentication failed", "remote", r.RemoteAddr, "path", r.URL.Path)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="syncd"`)
+		httpError(w, http.StatusUnauthorized, syncproto.Errorf(syncproto.CodeUnauthorized, "a valid bearer token is required"))
+		return auth.Principal{}, false
+	}
+	return p, true
 }
 
-// Close releases the database. Call it after Shutdown.
+func (s *Server) serveSync(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		s.refuseUpgrade(w, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down"))
+		return
+	}
+	p, ok := s.principal(w, r, false)
+	if !ok {
+		return
+	}
+	if !offersSubprotocol(r) {
+		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
+		httpError(w, http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "the websocket subprotocol %s is required", syncproto.Subprotocol))
+		return
+	}
+	if s.conns.Add(1) > int64(s.cfg.MaxConnections) {
+		s.conns.Add(-1)
+		s.refuseUpgrade(w, syncproto.Errorf(syncproto.CodeServerBusy, "too many connections"))
+		return
+	}
+	defer s.conns.Add(-1)
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:   []string{syncproto.Subprotocol},
+		OriginPatterns: s.cfg.AllowedOrigins,
+	})
+	if err != nil {
+		// Accept has answered (403 for a refused origin, 400 for a bad upgrade).
+		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
+		s.log.Warn("websocket upgrade refused", "remote", r.RemoteAddr, "err", err)
+		return
+	}
+	conn.SetReadLimit(syncproto.MaxFrameBytes)
+	s.metrics.connectionsTotal.WithLabelValues("accepted").Inc()
+
+	ss := newSession(s, conn, p, r.RemoteAddr)
+	if !s.track(ss) {
+		conn.Close(websocket.StatusGoingAway, "server shutting down")
+		return
+	}
+	defer s.untrack(ss)
+	s.metrics.connections.Inc()
+	defer s.metrics.connections.Dec()
+	ss.run(s.hardStop)
+}
+
+func (s *Server) refuseUpgrade(w http.ResponseWriter, e *syncproto.Error) {
+	s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
+	w.Header().Set("Retry-After", "5")
+	httpError(w, http.StatusServiceUnavailable, e)
+}
+
+// httpError answers a refused HTTP request with the JSON error object
+// PROTOCOL.md section 1 promises.
+func httpError(w http.ResponseWriter, status int, e *syncproto.Error) {
+	body, err := syncproto.Encode(e)
+	if err != nil {
+		body = []byte(`{"type":"error","code":"internal","retryable":true}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+func offersSubprotocol(r *http.Request) bool {
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			if strings.TrimSpace(p) == syncproto.Subprotocol {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// track registers a session unless the server is draining.
+func (s *Server) track(ss *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining.Load() {
+		return false
+	}
+	s.sessions[ss] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) untrack(ss *session) {
+	s.mu.Lock()
+	delete(s.sessions, ss)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+func (s *Server) sessionList() []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		list = append(list, ss)
+	}
+	slices.SortFunc(list, func(a, b *session) int { return a.since.Compare(b.since) })
+	return list
+}
+
+// limits are the limits announced in welcome.
+func (s *Server) limits() syncproto.Limits {
+	l := syncproto.DefaultLimits()
+	l.MaxClockSkewMS = s.cfg.MaxClockSkew.Milliseconds()
+	l.IdleTimeoutMS = s.cfg.IdleTimeout.Milliseconds()
+	l.RequestsPerSecond = s.cfg.RequestsPerSecond
+	l.RequestBurst = s.cfg.RequestBurst
+	return l
+}
+
+// modelAccess lists the declared models the principal may use, with their
+// policies. Undeclared models are last-writer-wins.
+func (s *Server) modelAccess(p auth.Principal) map[string]syncproto.ModelAccess {
+	out := map[string]syncproto.ModelAccess{}
+	for model, policy := range s.cfg.Policies {
+		r, w := p.CanRead(model), p.CanWrite(model)
+		if r || w {
+			out[model] = syncproto.ModelAccess{Policy: syncproto.Policy(policy), Read: r, Write: w}
+		}
+	}
+	return out
+}
+
+// runJanitor prunes the ledger, oplog and conflict log on an interval.
+func (s *Server) runJanitor() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.janitor:
+			return
+		case <-t.C:
+			s.prune(s.hardStop)
+		}
+	}
+}
+
+// prune runs one retention pass; each store prunes in bounded chunks.
+func (s *Server) prune(ctx context.Context) {
+	if n, err := s.store.ledger.Prune(ctx, s.now()); err != nil {
+		s.log.Warn("ledger prune", "err", err)
+	} else {
+		s.metrics.ledgerEvictions.Add(float64(n))
+	}
+	if _, err := s.store.log.Compact(ctx); err != nil {
+		s.log.Warn("oplog compaction", "err", err)
+	}
+	if _, err := s.store.conflicts.Prune(ctx); err != nil {
+		s.log.Warn("conflict log prune", "err", err)
+	}
+	if b, err := s.store.log.Bounds(ctx); err == nil {
+		s.metrics.oplogOldest.Set(float64(b.Oldest))
+	}
+}
+
+// Shutdown drains the server: /readyz fails, new sessions are refused, every
+// session answers the pushes it already submitted and closes with 1001
+// (going away). When ctx ends first, the remaining sessions are cut.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining.Store(true)
+	s.mu.Unlock()
+	for _, ss := range s.sessionList() {
+		ss.drain()
+	}
+	stopped := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-s.janitor:
+	default:
+		close(s.janitor)
+	}
+	select {
+	case <-stopped:
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		<-stopped
+		return fmt.Errorf("server: shutdown deadline passed; remaining sessions were cut: %w", ctx.Err())
+	}
+}
+
+// Close stops the committer (after it has committed what was queued) and
+// releases the database. Call it after Shutdown.
 func (s *Server) Close() error {
-	return s.db.Close()
+	s.cancel()
+	s.mu.Lock()
+	s.draining.Store(true)
+	s.mu.Unlock()
+	select {
+	case <-s.janitor:
+	default:
+		close(s.janitor)
+	}
+	s.wg.Wait()
+	s.store.close()
+	waitCtx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
+	defer cancel()
+	if err := s.resolver.Wait(waitCtx); err != nil {
+		s.log.Warn("conflict hooks still running at close", "err", err)
+	}
+	return s.store.db.Close()
 }

@@ -9,35 +9,67 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/auth"
 )
 
 // options are syncd's command-line settings. Every flag can also be set by
 // an environment variable named SYNCD_ plus the flag name in upper snake
 // case (--admin-listen is SYNCD_ADMIN_LISTEN); a flag on the command line
-// wins over the environment.
+// wins over the environment. Repeatable flags take a comma-separated list
+// from the environment (SYNCD_MODEL=notes=lww,todos=optimistic).
 type options struct {
 	listen          string
+	adminListen     string
 	data            string
+	tokens          string
+	nodeID          string
 	synchronous     string
+	models          replication.Config
+	origins         stringList
+	maxClockSkew    time.Duration
+	maxConnections  int
+	tlsCert         string
+	tlsKey          string
 	logFormat       string
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 }
 
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// listFlags take several values from one environment variable.
+var listFlags = map[string]bool{"model": true, "allowed-origin": true}
+
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("syncd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the sync, health and metrics listener")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the sync, snapshot, health and metrics listener")
+	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "address of the admin API listener (keep it on loopback); empty disables it")
 	fs.StringVar(&o.data, "data", "var/syncd.db", "SQLite database file (created with its directory if missing)")
+	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token); when missing, a development token file is generated and its tokens logged once")
+	fs.StringVar(&o.nodeID, "node-id", server.DefaultNodeID, "this server's name (welcome, and the origin of its clock)")
 	fs.StringVar(&o.synchronous, "synchronous", "FULL", "SQLite synchronous level: FULL (acknowledged writes survive a power cut) or NORMAL (survive a crash only)")
+	fs.Var(&o.models, "model", "a model's conflict policy as NAME=POLICY (lww, optimistic or hook); repeatable; undeclared models are lww")
+	fs.Var(&o.origins, "allowed-origin", "host pattern of a browser origin allowed to connect; repeatable (native clients send no origin and are always allowed)")
+	fs.DurationVar(&o.maxClockSkew, "max-clock-skew", time.Minute, "how far ahead of the server's clock a mutation's timestamp may be")
+	fs.IntVar(&o.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on open websocket sessions")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, the public listener serves HTTPS/WSS")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file (PEM)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take before connections are cut")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take before sessions are cut")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -49,6 +81,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return o, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return o, errors.New("--tls-cert and --tls-key go together")
+	}
+	if o.models.Uses(replication.PolicyHook) {
+		return o, errors.New("--model NAME=hook needs a Go hook: embed the server package to use it")
 	}
 	return o, nil
 }
@@ -64,9 +102,18 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 			return
 		}
 		name := "SYNCD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(name); v != "" {
-			if e := fs.Set(f.Name, v); e != nil {
+		v := getenv(name)
+		if v == "" {
+			return
+		}
+		values := []string{v}
+		if listFlags[f.Name] {
+			values = strings.Split(v, ",")
+		}
+		for _, v := range values {
+			if e := fs.Set(f.Name, strings.TrimSpace(v)); e != nil {
 				err = fmt.Errorf("%s: %w", name, e)
+				return
 			}
 		}
 	})
@@ -81,6 +128,35 @@ func newLogger(o options, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, ho))
 }
 
+// ensureTokens creates a development token file when none exists: one
+// client token (tenant "dev", client "dev-client", every model) and one
+// admin token. They are logged once, here; the file keeps only hashes.
+func ensureTokens(path string, log *slog.Logger) error {
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	now := time.Now()
+	client, err := auth.Issue(path, auth.Principal{Tenant: "dev", ClientID: "dev-client", Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}}, now)
+	if err != nil {
+		return err
+	}
+	admin, err := auth.Issue(path, auth.Principal{Admin: true}, now)
+	if err != nil {
+		return err
+	}
+	log.Warn("no token file: generated development tokens; they are shown only this once",
+		"file", path, "client_token", client, "client_id", "dev-client", "tenant", "dev", "admin_token", admin)
+	return nil
+}
+
+// listener is one HTTP server of syncd and how it ends.
+type listener struct {
+	name string
+	srv  *http.Server
+	ln   net.Listener
+	tls  bool
+}
+
 // run starts syncd and blocks until ctx is cancelled (SIGINT or SIGTERM),
 // then shuts down gracefully within the shutdown timeout.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
@@ -92,33 +168,63 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := newLogger(o, stderr)
+	if err := ensureTokens(o.tokens, log); err != nil {
+		return fmt.Errorf("token file: %w", err)
+	}
+	authn, err := auth.NewAuthenticator(o.tokens, nil)
+	if err != nil {
+		return err
+	}
 
 	srv, err := server.New(ctx, server.Config{
-		DataPath:    o.data,
-		Synchronous: server.Synchronous(strings.ToUpper(o.synchronous)),
-		Logger:      log,
+		DataPath:       o.data,
+		Synchronous:    sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
+		Authenticator:  authn,
+		NodeID:         o.nodeID,
+		Policies:       o.models,
+		MaxClockSkew:   o.maxClockSkew,
+		AllowedOrigins: o.origins,
+		MaxConnections: o.maxConnections,
+		Logger:         log,
 	})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+	listeners := []*listener{{name: "public", srv: newHTTPServer(srv.Handler(), log), tls: o.tlsCert != ""}}
+	addrs := []string{o.listen}
+	if o.adminListen != "" {
+		listeners = append(listeners, &listener{name: "admin", srv: newHTTPServer(srv.AdminHandler(), log)})
+		addrs = append(addrs, o.adminListen)
 	}
-	httpSrv := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	for i, l := range listeners {
+		if l.ln, err = net.Listen("tcp", addrs[i]); err != nil {
+			for _, prev := range listeners[:i] {
+				prev.ln.Close()
+			}
+			return fmt.Errorf("listen %s: %w", l.name, err)
+		}
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- httpSrv.Serve(ln) }()
-	log.Info("syncd listening", "addr", ln.Addr().String(), "data", o.data, "synchronous", strings.ToUpper(o.synchronous))
+	serveErr := make(chan error, len(listeners))
+	for _, l := range listeners {
+		go func() {
+			var err error
+			if l.tls {
+				err = l.srv.ServeTLS(l.ln, o.tlsCert, o.tlsKey)
+			} else {
+				err = l.srv.Serve(l.ln)
+			}
+			serveErr <- fmt.Errorf("%s listener: %w", l.name, err)
+		}()
+	}
+	log.Info("syncd listening", "addr", listeners[0].ln.Addr().String(), "admin_addr", adminAddr(listeners),
+		"tls", o.tlsCert != "", "data", o.data, "synchronous", strings.ToUpper(o.synchronous), "models", o.models.String())
 
+	var failed error
 	select {
-	case err := <-serveErr:
-		return fmt.Errorf("serve: %w", err)
+	case failed = <-serveErr:
+		log.Error("listener failed; shutting down", "err", failed)
 	case <-ctx.Done():
 	}
 	log.Info("syncd shutting down", "timeout", o.shutdownTimeout)
@@ -127,11 +233,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		log.Warn("drain did not finish", "err", err)
 	}
-	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
-		log.Warn("listener shutdown did not finish; closing connections", "err", err)
-		httpSrv.Close()
+	for _, l := range listeners {
+		if err := l.srv.Shutdown(shutdownCtx); err != nil {
+			l.srv.Close()
+		}
 	}
-	<-serveErr
 	log.Info("syncd stopped")
+	if failed != nil && !errors.Is(failed, http.ErrServerClosed) {
+		return failed
+	}
 	return nil
+}
+
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+func adminAddr(ls []*listener) string {
+	if len(ls) < 2 {
+		return "disabled"
+	}
+	return ls[1].ln.Addr().String()
 }

@@ -63,7 +63,7 @@ func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "nested", "syncd.db")
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data", data}, func(string) string { return "" }, logs)
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", data, "--tokens", filepath.Join(t.TempDir(), "tokens.json")}, func(string) string { return "" }, logs)
 	}()
 
 	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)

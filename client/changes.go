@@ -1,0 +1,119 @@
+package client
+
+import "sync"
+
+// ChangeEvent says a record changed in the local replica.
+type ChangeEvent struct {
+	Model   string
+	Key     string
+	Version uint64 // server version; 0 for a local pending write
+	Deleted bool
+	// Local is true for this device's own write (pending), false for a
+	// change that came from the server's feed.
+	Local bool
+	// Resync is true when the whole replica was replaced by a snapshot:
+	// re-read everything.
+	Resync bool
+	// Lagged is true when the subscriber fell behind and events were
+	// dropped: re-read what it shows.
+	Lagged bool
+}
+
+// changeBuffer bounds the events waiting for one subscriber.
+const changeBuffer = 256
+
+// Subscription delivers change events until Close.
+type Subscription struct {
+	// C receives the events. A subscriber that falls more than
+	// changeBuffer events behind gets one event with Lagged set instead of
+	// the ones it missed: the feed never waits for a slow app.
+	C    <-chan ChangeEvent
+	hub  *changeHub
+	sub  *subscriber
+	once sync.Once
+}
+
+// Close ends the subscription and closes C.
+func (s *Subscription) Close() { s.once.Do(func() { s.hub.remove(s.sub) }) }
+
+// Changes subscribes to changes of the local replica: this device's writes
+// as they are made, and the server's as the feed applies them.
+func (c *Client) Changes() *Subscription {
+	sub := &subscriber{ch: make(chan ChangeEvent, changeBuffer)}
+	c.changes.add(sub)
+	return &Subscription{C: sub.ch, hub: &c.changes, sub: sub}
+}
+
+type subscriber struct {
+	ch     chan ChangeEvent
+	lagged bool
+}
+
+// changeHub fans events out to subscribers without ever blocking.
+type changeHub struct {
+	mu   sync.Mutex
+	subs map[*subscriber]struct{}
+}
+
+func (h *changeHub) add(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.subs == nil {
+		h.subs = map[*subscriber]struct{}{}
+	}
+	h.subs[s] = struct{}{}
+}
+
+func (h *changeHub) remove(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.subs[s]; ok {
+		delete(h.subs, s)
+		close(s.ch)
+	}
+}
+
+func (h *changeHub) publish(ev ChangeEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs {
+		if s.lagged {
+			select {
+			case s.ch <- ChangeEvent{Lagged: true}:
+				s.lagged = false
+			default:
+				continue
+			}
+		}
+		select {
+		case s.ch <- ev:
+		default:
+			s.lagged = true
+		}
+	}
+}
+
+// broadcast wakes every waiter at once: waiter returns a channel that is
+// closed by the next wake.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *broadcast) waiter() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) wake() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+}

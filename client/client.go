@@ -1,0 +1,528 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncd-dev/syncd/client/netmonitor"
+	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/client/reconnect"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+var (
+	// ErrClosed is returned by every method of a closed Client.
+	ErrClosed = errors.New("client: closed")
+	// ErrOffline says Sync found no bound connection: the writes stay
+	// queued and replay when the server is reachable.
+	ErrOffline = errors.New("client: offline")
+	// ErrUnknownOp says Await was given an op id this device never wrote
+	// (or whose outcome is older than OutcomeRetention).
+	ErrUnknownOp = errors.New("client: unknown op id")
+	// ErrUnauthorized says the server refused the token.
+	ErrUnauthorized = errors.New("client: unauthorized")
+)
+
+// Client is the facade apps use: writes go to the durable queue and the
+// local replica's pending overlay, with no network on the path; reads come
+// from the replica (read-your-writes, online or not); a background link
+// replays the queue and follows the change feed whenever a server is
+// reachable. All methods are safe for concurrent use.
+type Client struct {
+	cfg     Config
+	queue   offlinequeue.Queue
+	replica *replica
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+
+	clockMu sync.Mutex
+	clock   *syncproto.Clock
+
+	monitor *netmonitor.Monitor
+	coord   *reconnect.Coordinator
+
+	mu        sync.Mutex
+	candidate *conn // opened by the Reconnect step, not yet bound
+	active    *link // the bound connection
+	closed    bool
+
+	kick      chan struct{} // new writes wait for replay
+	outcomes  broadcast     // woken whenever an outcome is recorded
+	changes   changeHub
+	reconcile atomic.Bool // the overlay missed a queued write
+
+	ctx    context.Context // the client's lifetime
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Open opens the local replica, repairs its pending overlay from the queue
+// and starts the background link (network monitor, reconnect, replay,
+// change feed). It returns without waiting for the network.
+func Open(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("client: config: %w", err)
+	}
+	rep, err := openReplica(ctx, cfg.ReplicaPath, cfg.Now)
+	if err != nil {
+		return nil, fmt.Errorf("client: open replica: %w", err)
+	}
+	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1)}
+	fail := func(err error) (*Client, error) {
+		rep.close()
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if c.metrics, err = newMetrics(cfg.Registerer); err != nil {
+		return fail(err)
+	}
+	if err := rep.reconcile(ctx, c.queue); err != nil {
+		return fail(fmt.Errorf("reconcile overlay with the queue: %w", err))
+	}
+	if err := rep.pruneOutcomes(ctx, c.now().Add(-cfg.OutcomeRetention)); err != nil {
+		return fail(err)
+	}
+	// A restarted clock never issues a timestamp older than one this
+	// replica holds.
+	wall, err := rep.newestWall(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	c.clock = syncproto.NewClock(cfg.ClientID, cfg.Now)
+	if wall > 0 {
+		c.clock.Observe(syncproto.Timestamp{Wall: wall, Origin: cfg.ClientID})
+	}
+
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.coord, err = reconnect.New(reconnect.Steps{
+		Reconnect: c.stepReconnect,
+		Activate:  c.stepActivate,
+		Bind:      c.stepBind,
+		Replay:    c.stepReplay,
+	}, reconnect.Config{Backoff: cfg.Backoff, Logger: c.log, Registerer: cfg.Registerer, OnOutcome: c.onOutcome})
+	if err != nil {
+		return fail(err)
+	}
+	probe, err := c.probe()
+	if err != nil {
+		c.coord.Close()
+		return fail(err)
+	}
+	c.monitor, err = netmonitor.New(netmonitor.Config{Probe: probe, Interval: cfg.ProbeInterval, Logger: c.log, Registerer: cfg.Registerer})
+	if err != nil {
+		c.coord.Close()
+		return fail(err)
+	}
+	events, unsubscribe := c.monitor.Subscribe()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer unsubscribe()
+		c.followNetwork(events)
+	}()
+	if err := c.monitor.Start(c.ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return c, nil
+}
+
+// probe checks that any of the servers answers /healthz.
+func (c *Client) probe() (netmonitor.Probe, error) {
+	probes := make([]netmonitor.Probe, len(c.cfg.ServerURLs))
+	for i, u := range c.cfg.ServerURLs {
+		p, err := netmonitor.HTTPProbe(c.cfg.HTTPClient, httpURL(u, "/healthz"))
+		if err != nil {
+			return nil, err
+		}
+		probes[i] = p
+	}
+	return func(ctx context.Context) error {
+		var errs []error
+		for _, p := range probes {
+			err := p(ctx)
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// followNetwork turns monitor events into coordinator signals.
+func (c *Client) followNetwork(events <-chan netmonitor.Event) {
+	for ev := range events {
+		switch ev.State {
+		case netmonitor.Online:
+			c.coord.OnOnline()
+		case netmonitor.Offline:
+			c.coord.OnOffline()
+			c.dropLink(nil)
+		}
+	}
+}
+
+func (c *Client) onOutcome(o reconnect.Outcome) {
+	c.log.Debug("reconnect run ended", "outcome", o.String())
+}
+
+// Close stops the background link (a replay in progress is cancelled; its
+// unanswered writes stay queued), then closes the replica and the queue.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.monitor.Close()
+	c.coord.Close()
+	c.dropLink(nil)
+	c.mu.Lock()
+	if c.candidate != nil {
+		c.candidate.close()
+		c.candidate = nil
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	c.outcomes.wake()
+	return errors.Join(c.replica.close(), c.queue.Close())
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// stamp issues the next timestamp of this device's clock.
+func (c *Client) stamp() syncproto.Timestamp {
+	c.clockMu.Lock()
+	defer c.clockMu.Unlock()
+	return c.clock.Now()
+}
+
+// observe advances the device clock past a server timestamp.
+func (c *Client) observe(ts syncproto.Timestamp) {
+	c.clockMu.Lock()
+	defer c.clockMu.Unlock()
+	c.clock.Observe(ts)
+}
+
+// correctClock runs after the server refused writes for clock skew: this
+// device's clock is ahead of the server's by more than the bound. The clock
+// is replaced by one that reads the device's time shifted by the offset
+// measured at welcome, so re-stamped writes fall within the bound. This is
+// the one place a device clock may step back; writes already applied with
+// the fast clock's stamps may win over later ones for up to the bound.
+func (c *Client) correctClock(w *syncproto.Welcome) {
+	offset := time.Duration(w.ServerHLC.Wall-c.now().UnixMilli()) * time.Millisecond
+	c.clockMu.Lock()
+	defer c.clockMu.Unlock()
+	now := c.now
+	c.clock = syncproto.NewClock(c.cfg.ClientID, func() time.Time { return now().Add(offset) })
+	c.clock.Observe(w.ServerHLC)
+	c.log.Warn("device clock ahead of the server; re-stamping refused writes", "offset", offset)
+}
+
+// --- writes -----------------------------------------------------------
+
+// Put writes value (a JSON document) under model/key, last-writer-wins or
+// as the model's policy says. It returns the write's op id once the write
+// is durable in the queue; no network is on the path.
+func (c *Client) Put(ctx context.Context, model, key string, value json.RawMessage) (string, error) {
+	return c.write(ctx, syncproto.Mutation{Model: model, Key: key, Op: syncproto.OpPut, Value: value})
+}
+
+// Delete deletes model/key. It returns the write's op id once durable.
+func (c *Client) Delete(ctx context.Context, model, key string) (string, error) {
+	return c.write(ctx, syncproto.Mutation{Model: model, Key: key, Op: syncproto.OpDelete})
+}
+
+// PutIfVersion writes value only if the server's record is still at
+// version (0: the key must not exist). Models with the optimistic policy
+// require it. A stale version ends as a conflict handed to the
+// ConflictHandler.
+func (c *Client) PutIfVersion(ctx context.Context, model, key string, value json.RawMessage, version uint64) (string, error) {
+	return c.write(ctx, syncproto.Mutation{Model: model, Key: key, Op: syncproto.OpPut, Value: value, BaseVersion: &version})
+}
+
+func (c *Client) write(ctx context.Context, m syncproto.Mutation) (string, error) {
+	if c.isClosed() {
+		return "", ErrClosed
+	}
+	opID, err := syncproto.NewOpID()
+	if err != nil {
+		return "", err
+	}
+	m.OpID = opID
+	m.HLC = c.stamp()
+	if err := c.enqueue(ctx, &m); err != nil {
+		return "", err
+	}
+	return opID, nil
+}
+
+// enqueue validates a mutation, makes it durable in the queue, adds it to
+// the pending overlay and wakes the replay. The op id is the queue's
+// idempotency key, so enqueueing the same op twice queues it once.
+func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("client: %s %s/%s: %w", m.Op, m.Model, m.Key, err)
+	}
+	payload, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	id, err := c.queue.Enqueue(ctx, payload, m.OpID)
+	if err != nil {
+		return fmt.Errorf("client: queue %s/%s: %w", m.Model, m.Key, err)
+	}
+	// The write is durable from here on. Should the overlay update fail,
+	// the write still replays, and the overlay is repaired from the queue.
+	if err := c.replica.addPending(ctx, id, m); err != nil {
+		c.log.Error("pending overlay not updated; it will be repaired from the queue", "op_id", m.OpID, "err", err)
+		c.reconcile.Store(true)
+	}
+	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Deleted: m.Op == syncproto.OpDelete, Local: true})
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// --- reads ------------------------------------------------------------
+
+// Get reads model/key from the local replica: this device's newest pending
+// write if there is one, else the server's record as last synced. found
+// is false for an absent or deleted key.
+func (c *Client) Get(ctx context.Context, model, key string) (rec Record, found bool, err error) {
+	if c.isClosed() {
+		return Record{}, false, ErrClosed
+	}
+	return c.replica.get(ctx, model, key)
+}
+
+// List reads a key range of model from the local replica, pending writes
+// over the server's records, in key order.
+func (c *Client) List(ctx context.Context, model string, o ListOptions) ([]Record, error) {
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	return c.replica.list(ctx, model, o)
+}
+
+// Await waits for the final outcome of a write (by the op id Put
+// returned). Outcomes are durable: Await works across restarts.
+func (c *Client) Await(ctx context.Context, opID string) (Outcome, error) {
+	for {
+		wake := c.outcomes.waiter()
+		o, found, err := c.replica.outcome(ctx, opID)
+		if err != nil || found {
+			return o, err
+		}
+		pending, err := c.replica.isPending(ctx, opID)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if !pending {
+			return Outcome{}, fmt.Errorf("await %s: %w", opID, ErrUnknownOp)
+		}
+		select {
+		case <-wake:
+			if c.isClosed() {
+				return Outcome{}, ErrClosed
+			}
+		case <-ctx.Done():
+			return Outcome{}, ctx.Err()
+		}
+	}
+}
+
+// Lookup returns a write's outcome if it has one.
+func (c *Client) Lookup(ctx context.Context, opID string) (Outcome, bool, error) {
+	return c.replica.outcome(ctx, opID)
+}
+
+// published wakes Await callers after an outcome was recorded.
+func (c *Client) published(Outcome) { c.outcomes.wake() }
+
+// Status is a snapshot of the client's state.
+type Status struct {
+	Online      bool      // the network monitor reaches a server
+	Connected   bool      // a connection is bound (hello answered)
+	Pending     int       // writes waiting in the queue
+	DeadLetters int       // writes in the dead-letter store
+	LastSync    time.Time // end of the last replay that left nothing behind
+	Cursor      uint64    // oplog seq the local replica reflects
+}
+
+// Status reports the client's state.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	st, err := c.queue.Stats(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	cursor, err := c.replica.cursor(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	last, err := c.replica.lastSync(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	c.mu.Lock()
+	connected := c.active != nil
+	c.mu.Unlock()
+	return Status{Online: c.monitor.Current() == netmonitor.Online, Connected: connected,
+		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor}, nil
+}
+
+// Sync replays the queue now through the bound connection and waits for
+// that pass to end. It returns ErrOffline when no connection is bound.
+func (c *Client) Sync(ctx context.Context) error {
+	c.mu.Lock()
+	l := c.active
+	c.mu.Unlock()
+	if l == nil {
+		return ErrOffline
+	}
+	return l.replayNow(ctx)
+}
+
+// --- the reconnect steps ------------------------------------------------
+
+// stepReconnect dials the servers in turn, starting after the last one tried.
+func (c *Client) stepReconnect(ctx context.Context) error {
+	c.mu.Lock()
+	if c.candidate != nil {
+		c.candidate.close()
+		c.candidate = nil
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, u := range c.cfg.ServerURLs {
+		cn, err := dial(ctx, u, c.cfg.Token, c.cfg.HTTPClient)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.mu.Lock()
+		c.candidate = cn
+		c.mu.Unlock()
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// stepActivate makes the dialled connection the active one, replacing any
+// previous link.
+func (c *Client) stepActivate(ctx context.Context) error {
+	c.dropLink(nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.candidate == nil {
+		return errors.New("activate: no connection")
+	}
+	if c.closed {
+		return ErrClosed
+	}
+	c.active = newLink(c, c.candidate)
+	c.candidate = nil
+	return nil
+}
+
+// stepBind sends hello, bootstraps a fresh replica from a snapshot,
+// subscribes to the change feed and starts the link's goroutines.
+func (c *Client) stepBind(ctx context.Context) error {
+	c.mu.Lock()
+	l := c.active
+	c.mu.Unlock()
+	if l == nil {
+		return errors.New("bind: no active connection")
+	}
+	if err := l.bind(ctx); err != nil {
+		c.dropLink(l)
+		return err
+	}
+	return nil
+}
+
+// stepReplay runs the first replay of the bound link.
+func (c *Client) stepReplay(ctx context.Context) error {
+	c.mu.Lock()
+	l := c.active
+	c.mu.Unlock()
+	if l == nil {
+		return errors.New("replay: no active connection")
+	}
+	return l.replayNow(ctx)
+}
+
+// dropLink tears down the active link (only if it is l, when l is given).
+func (c *Client) dropLink(l *link) {
+	c.mu.Lock()
+	cur := c.active
+	if cur == nil || (l != nil && cur != l) {
+		c.mu.Unlock()
+		return
+	}
+	c.active = nil
+	c.mu.Unlock()
+	cur.stop()
+}
+
+// linkLost runs when a bound connection ends on its own: reconnect if the
+// network is still up.
+func (c *Client) linkLost(l *link, err error) {
+	c.log.Info("connection lost", "server", l.conn.url, "err", err)
+	c.dropLink(l)
+	if c.isClosed() {
+		return
+	}
+	c.coord.OnOffline()
+	if c.monitor.Current() == netmonitor.Online {
+		c.coord.OnOnline()
+	}
+}
+
+// loadSnapshot replaces the replica's records with the server's snapshot.
+func (c *Client) loadSnapshot(ctx context.Context, baseURL string) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, httpURL(baseURL, syncproto.SnapshotPath), nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return 0, fmt.Errorf("snapshot: %s", resp.Status)
+	}
+	sr, err := syncproto.NewSnapshotReader(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: %w", err)
+	}
+	head, err := c.replica.resetFromSnapshot(ctx, sr)
+	if err != nil {
+		return 0, err
+	}
+	c.metrics.resyncs.Inc()
+	c.changes.publish(ChangeEvent{Resync: true})
+	return head, nil
+}

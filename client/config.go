@@ -1,0 +1,121 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/client/reconnect"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultRetryInterval    = 2 * time.Second
+	DefaultMaxRetryInterval = time.Minute
+	DefaultOutcomeRetention = 30 * 24 * time.Hour
+	DefaultProbeInterval    = 5 * time.Second
+)
+
+// Config configures a Client. Every field not marked required has a
+// default for its zero value.
+type Config struct {
+	// ServerURLs are syncd base URLs (http://, https://, ws:// or wss://,
+	// e.g. "http://127.0.0.1:8080"). Required. When one is unreachable
+	// the client moves to the next.
+	ServerURLs []string
+	// Token is the bearer token (see syncctl token issue). Required.
+	Token string
+	// ClientID is the client id the token acts as. Required.
+	ClientID string
+	// Queue is the durable outbox (offlinequeue.OpenFile or OpenSQLite).
+	// Required. The client owns it from Open on and closes it on Close.
+	Queue offlinequeue.Queue
+	// ReplicaPath is the local replica's SQLite file. Required.
+	ReplicaPath string
+	// ConflictHandler decides optimistic conflicts; nil drops the refused
+	// write (its Outcome says conflict, with the winner).
+	ConflictHandler ConflictHandler
+	// MaxAttempts is the retry budget of a write the server refuses; 0
+	// means DefaultMaxAttempts.
+	MaxAttempts int
+	// InFlight is how many push batches may await their answers at once;
+	// 0 means DefaultInFlight.
+	InFlight int
+	// RetryInterval is the first wait before replaying writes that were
+	// refused or left queued; it doubles up to MaxRetryInterval.
+	RetryInterval    time.Duration
+	MaxRetryInterval time.Duration
+	// ProbeInterval is how often reachability is probed (GET /healthz).
+	ProbeInterval time.Duration
+	// Backoff shapes reconnect attempts; zero fields mean reconnect's defaults.
+	Backoff reconnect.Backoff
+	// OutcomeRetention is how long decided writes' outcomes are kept.
+	OutcomeRetention time.Duration
+	// HTTPClient dials websockets, probes and fetches snapshots; nil means
+	// a client with a 30 s timeout for snapshots and probes.
+	HTTPClient *http.Client
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives the client's logs (never values or tokens); nil
+	// discards them.
+	Logger *slog.Logger
+	// Registerer receives the client's metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+}
+
+var errMissing = errors.New("required")
+
+func (c *Config) setDefaults() error {
+	switch {
+	case len(c.ServerURLs) == 0:
+		return fmt.Errorf("ServerURLs: %w", errMissing)
+	case c.Token == "":
+		return fmt.Errorf("Token: %w", errMissing)
+	case c.Queue == nil:
+		return fmt.Errorf("Queue: %w", errMissing)
+	case c.ReplicaPath == "":
+		return fmt.Errorf("ReplicaPath: %w", errMissing)
+	}
+	if err := syncproto.ValidateID(c.ClientID); err != nil {
+		return fmt.Errorf("ClientID: %w", err)
+	}
+	for _, u := range c.ServerURLs {
+		if _, err := syncURL(u); err != nil {
+			return err
+		}
+	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.RetryInterval, DefaultRetryInterval)
+	def(&c.MaxRetryInterval, DefaultMaxRetryInterval)
+	def(&c.ProbeInterval, DefaultProbeInterval)
+	def(&c.OutcomeRetention, DefaultOutcomeRetention)
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.InFlight == 0 {
+		c.InFlight = DefaultInFlight
+	}
+	if c.MaxAttempts < 0 || c.InFlight < 0 || c.RetryInterval < 0 || c.MaxRetryInterval < c.RetryInterval || c.ProbeInterval < 0 || c.OutcomeRetention < 0 {
+		return errors.New("limits and intervals must be positive (MaxRetryInterval >= RetryInterval)")
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+// Package client is what an app embeds to work offline and sync with syncd.
+//
+// # Writing
+//
+// Put, Delete and PutIfVersion stamp the write with an op id (a UUIDv7, the
+// idempotency key) and a hybrid logical clock reading, append it to the
+// durable queue (package offlinequeue) and to the local replica's pending
+// overlay, and return the op id once the write is durable. No network is on
+// that path: a write made offline returns as fast as one made online.
+//
+// # Reading your writes
+//
+// Get and List read the local replica: the server's records as the change
+// feed delivered them, with this device's pending writes laid over them
+// (Record.Pending). Reads see a write the moment Put returns, online or
+// not, and converge to the server's state after sync, also when a pending
+// write lost last-writer-wins or was refused: its outcome folds the winner
+// into the replica.
+//
+// # Outcomes
+//
+// Every write ends with one durable Outcome: applied (with its version and
+// oplog seq), superseded (with the winner), conflict (with the winner and
+// what the ConflictHandler did) or dead_lettered (with the reason). Await
+// waits for it; Lookup reads it; both work after a restart, for
+// Config.OutcomeRetention.
+//
+// # Syncing
+//
+// A network monitor probes the servers' /healthz from the start (the first
+// probe decides the first state; there is no silent first interval). When
+// it reports online, the reconnect coordinator runs, strictly in order:
+// reconnect (dial, trying each server URL), activate, bind (hello/welcome;
+// a replica that never synced loads a snapshot; subscribe to the change
+// feed) and replay (the sync worker). Going offline cancels a run between
+// steps without waiting on any lock, so no replay starts on a connection
+// known to be down. While connected, new writes are replayed as they come.
+//
+// The sync worker pages through the queue (a million queued writes never
+// load at once), keeps several batches in flight, and acts on each result
+// as DESIGN 4.2 says: applied, duplicate and superseded are marked done;
+// a conflict goes to the ConflictHandler (Rebase or Drop); a rejection
+// charges one durable attempt and the attempt that reaches MaxAttempts
+// dead-letters the write with the server's reason (it stays in the queue's
+// dead-letter store); a write the server never answered is left as it was,
+// charged nothing. A refusal for clock skew is not the write's fault: the
+// client corrects its clock from the server's and resends, uncharged.
+//
+// # Crash safety
+//
+// The queue is written before the overlay; an outcome is recorded before
+// its queue item is marked done. A crash between two steps therefore
+// resends a write, and the server's ledger answers "duplicate" with the
+// original result: nothing is lost and nothing is applied twice.
+//
+// # The caller's duties
+//
+// Open the queue and hand it to the client (which then owns and closes it);
+// give each device its own ClientID, token, queue and replica; call Close.
+package client

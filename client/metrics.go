@@ -1,0 +1,51 @@
+package client
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the client's own instruments; the queue, the network monitor
+// and the reconnect coordinator register theirs beside them.
+type metrics struct {
+	connected     prometheus.Gauge
+	replays       *prometheus.CounterVec // result: complete, partial, failed
+	replaySeconds prometheus.Histogram
+	replayResults *prometheus.CounterVec // status of each server result
+	deadLetters   prometheus.Counter
+	feedEntries   prometheus.Counter
+	resyncs       prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_client_connected", Help: "1 while the client has a bound connection to a server.",
+		}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_client_replays_total", Help: "Replay passes over the queue, by result (complete, partial, failed).",
+		}, []string{"result"}),
+		replaySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "syncd_client_replay_duration_seconds", Help: "Duration of one replay pass.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+		}),
+		replayResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_client_replay_results_total", Help: "Server results for replayed writes, by status.",
+		}, []string{"status"}),
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_client_dead_letters_total", Help: "Writes moved to the dead-letter store.",
+		}),
+		feedEntries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_client_feed_entries_total", Help: "Change-feed entries applied to the local replica.",
+		}),
+		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_client_resyncs_total", Help: "Snapshots loaded into the local replica (bootstrap or resync).",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

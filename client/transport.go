@@ -1,0 +1,255 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coder/websocket"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// ErrConnectionLost says the connection ended before an answer arrived: the
+// request may or may not have been processed (a push is resent; the
+// server's ledger answers what was already decided).
+var ErrConnectionLost = errors.New("client: connection lost")
+
+// feedBuffer bounds the change-feed frames waiting for the feed goroutine;
+// when it is full the connection's reader waits (backpressure).
+const feedBuffer = 16
+
+// conn is one websocket session with a syncd server. Requests may be sent
+// from several goroutines; answers are matched to requests by id. Frames of
+// the live subscription go to feed. The reader goroutine is owned by conn
+// and stops when the connection ends; close waits for it.
+type conn struct {
+	ws      *websocket.Conn
+	url     string
+	welcome *syncproto.Welcome
+
+	nextID  atomic.Uint64
+	mu      sync.Mutex
+	waiters map[string]chan syncproto.Message
+	subID   string
+
+	feed    chan syncproto.Message // changes and resync of the subscription
+	closing chan struct{}          // closed by close: the reader stops feeding
+	done    chan struct{}          // closed when the reader exits
+	closeMu sync.Once
+	errOnce sync.Once
+	err     error
+}
+
+// dial opens a websocket to one server base URL (http(s):// or ws(s)://).
+func dial(ctx context.Context, baseURL, token string, hc *http.Client) (*conn, error) {
+	u, err := syncURL(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	ws, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
+		HTTPClient:   hc,
+		Subprotocols: []string{syncproto.Subprotocol},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + token}},
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+			return nil, fmt.Errorf("dial %s: %w", u, ErrUnauthorized)
+		}
+		return nil, fmt.Errorf("dial %s: %w", u, err)
+	}
+	if ws.Subprotocol() != syncproto.Subprotocol {
+		ws.Close(websocket.StatusProtocolError, "subprotocol not negotiated")
+		return nil, fmt.Errorf("dial %s: server did not accept %s", u, syncproto.Subprotocol)
+	}
+	ws.SetReadLimit(syncproto.MaxFrameBytes)
+	c := &conn{ws: ws, url: baseURL, waiters: map[string]chan syncproto.Message{}, feed: make(chan syncproto.Message, feedBuffer), closing: make(chan struct{}), done: make(chan struct{})}
+	go c.readLoop()
+	return c, nil
+}
+
+// syncURL turns a base URL into the websocket URL of the sync endpoint.
+func syncURL(base string) (string, error) {
+	base = strings.TrimRight(base, "/")
+	switch {
+	case strings.HasPrefix(base, "http://"):
+		base = "ws://" + strings.TrimPrefix(base, "http://")
+	case strings.HasPrefix(base, "https://"):
+		base = "wss://" + strings.TrimPrefix(base, "https://")
+	case strings.HasPrefix(base, "ws://"), strings.HasPrefix(base, "wss://"):
+	default:
+		return "", fmt.Errorf("server URL %q: want http(s):// or ws(s)://", base)
+	}
+	return base + syncproto.SyncPath, nil
+}
+
+// httpURL turns a base URL into the http(s) URL of path.
+func httpURL(base, path string) string {
+	base = strings.TrimRight(base, "/")
+	base = strings.Replace(base, "ws://", "http://", 1)
+	base = strings.Replace(base, "wss://", "https://", 1)
+	return base + path
+}
+
+func (c *conn) readLoop() {
+	defer close(c.done)
+	defer close(c.feed)
+	for {
+		_, frame, err := c.ws.Read(context.Background())
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		msg, err := syncproto.Decode(frame)
+		if err != nil {
+			c.fail(fmt.Errorf("undecodable frame from server: %w", err))
+			c.ws.Close(websocket.StatusProtocolError, "undecodable frame")
+			return
+		}
+		c.route(msg)
+	}
+}
+
+// route hands an answer to its waiter, or a feed frame to the feed.
+func (c *conn) route(msg syncproto.Message) {
+	id := msg.RequestID()
+	c.mu.Lock()
+	w, ok := c.waiters[id]
+	if ok {
+		delete(c.waiters, id)
+	}
+	sub := c.subID
+	c.mu.Unlock()
+	if ok {
+		w <- msg
+		return
+	}
+	if id != "" && id == sub {
+		select {
+		case c.feed <- msg:
+		case <-c.closing:
+		}
+	}
+	// Anything else answers a request nobody waits for any more (its
+	// caller gave up): dropped.
+}
+
+func (c *conn) fail(err error) {
+	c.errOnce.Do(func() {
+		c.err = err
+		c.mu.Lock()
+		waiters := c.waiters
+		c.waiters = map[string]chan syncproto.Message{}
+		c.mu.Unlock()
+		for _, w := range waiters {
+			close(w)
+		}
+	})
+}
+
+// request sends msg (its id set here) and waits for the answer. An error
+// answer is returned as *syncproto.Error.
+func (c *conn) request(ctx context.Context, msg syncproto.Message, setID func(string)) (syncproto.Message, error) {
+	id := "r" + strconv.FormatUint(c.nextID.Add(1), 10)
+	setID(id)
+	frame, err := syncproto.Encode(msg)
+	if err != nil {
+		return nil, err
+	}
+	w := make(chan syncproto.Message, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %v", ErrConnectionLost, c.err)
+	}
+	c.waiters[id] = w
+	c.mu.Unlock()
+	if err := c.ws.Write(ctx, websocket.MessageText, frame); err != nil {
+		c.forget(id)
+		return nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
+	}
+	select {
+	case ans, ok := <-w:
+		if !ok {
+			return nil, fmt.Errorf("%w: %v", ErrConnectionLost, c.err)
+		}
+		if e, isErr := ans.(*syncproto.Error); isErr {
+			return nil, e
+		}
+		return ans, nil
+	case <-ctx.Done():
+		c.forget(id)
+		return nil, ctx.Err()
+	}
+}
+
+func (c *conn) forget(id string) {
+	c.mu.Lock()
+	delete(c.waiters, id)
+	c.mu.Unlock()
+}
+
+// hello binds the connection to the client and returns the welcome.
+func (c *conn) hello(ctx context.Context, clientID string, cursor uint64, hlc syncproto.Timestamp) (*syncproto.Welcome, error) {
+	m := &syncproto.Hello{ClientID: clientID, Cursor: cursor, HLC: hlc}
+	ans, err := c.request(ctx, m, func(id string) { m.ID = id })
+	if err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	w, ok := ans.(*syncproto.Welcome)
+	if !ok {
+		return nil, fmt.Errorf("hello: answered by %s", ans.Type())
+	}
+	c.welcome = w
+	return w, nil
+}
+
+// push sends one batch and returns its results, in request order.
+func (c *conn) push(ctx context.Context, muts []syncproto.Mutation) ([]syncproto.Result, error) {
+	m := &syncproto.Push{Mutations: muts}
+	ans, err := c.request(ctx, m, func(id string) { m.ID = id })
+	if err != nil {
+		return nil, err
+	}
+	pr, ok := ans.(*syncproto.PushResult)
+	if !ok || len(pr.Results) != len(muts) {
+		return nil, fmt.Errorf("push: malformed answer %s", ans.Type())
+	}
+	return pr.Results, nil
+}
+
+// subscribe starts the live feed from cursor; its frames arrive on c.feed.
+func (c *conn) subscribe(ctx context.Context, cursor uint64) error {
+	id := "s" + strconv.FormatUint(c.nextID.Add(1), 10)
+	frame, err := syncproto.Encode(&syncproto.Subscribe{ID: id, Cursor: cursor})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.subID = id
+	c.mu.Unlock()
+	return c.ws.Write(ctx, websocket.MessageText, frame)
+}
+
+// close ends the connection and waits for its reader.
+func (c *conn) close() {
+	c.closeMu.Do(func() { close(c.closing) })
+	c.ws.Close(websocket.StatusNormalClosure, "")
+	c.ws.CloseNow()
+	<-c.done
+}
+
+// lost reports whether the connection has ended, and why.
+func (c *conn) lost() (bool, error) {
+	select {
+	case <-c.done:
+		return true, c.err
+	default:
+		return false, nil
+	}
+}

@@ -1,0 +1,277 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// DefaultInFlight is how many push batches the worker keeps in flight.
+const DefaultInFlight = 4
+
+// worker replays the queue through one connection (the sync worker of
+// DESIGN 3 and 4.2). It pages through the queue in enqueue order, never
+// loading it whole, keeps up to inFlight batches in flight, and acts on
+// each result in order: mark done, charge an attempt, dead-letter, hand a
+// conflict to the app, or leave the item for a later run.
+type worker struct {
+	c *Client
+}
+
+// replayReport counts what one replay did.
+type replayReport struct {
+	sent, done, charged, deadLettered, conflicts, restamped, left int
+	complete                                                      bool // every item seen was decided or charged
+}
+
+// flight is one push batch in the air.
+type flight struct {
+	items   []offlinequeue.Item
+	muts    []syncproto.Mutation
+	results []syncproto.Result
+	err     error
+	done    chan struct{}
+}
+
+// replay runs one pass over the queue. It returns an error only when the
+// connection failed (items not answered stay queued, charged nothing) or the
+// local stores failed.
+func (w worker) replay(ctx context.Context, c *conn) (replayReport, error) {
+	var rep replayReport
+	batch := min(c.welcome.Limits.MaxBatch, syncproto.MaxBatch)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	flights := make(chan *flight, w.c.cfg.InFlight)
+	produceErr := make(chan error, 1)
+	go func() {
+		defer close(flights)
+		produceErr <- w.produce(ctx, c, batch, flights)
+	}()
+
+	var retry []pendingWrite // clock-skew refusals to re-stamp
+	var failed error
+	for f := range flights {
+		<-f.done
+		if failed != nil {
+			continue // after a failure, later flights are resent next run
+		}
+		if f.err != nil {
+			failed = f.err
+			cancel()
+			continue
+		}
+		r, err := w.settle(ctx, f.items, f.muts, f.results)
+		rep.add(r)
+		retry = append(retry, r.retry...)
+		if err != nil {
+			failed = err
+			cancel()
+		}
+	}
+	if err := <-produceErr; err != nil && failed == nil && !errors.Is(err, context.Canceled) {
+		failed = err
+	}
+	if failed == nil && len(retry) > 0 {
+		failed = w.resendRestamped(ctx, c, retry, &rep)
+	}
+	if failed != nil {
+		var perr *syncproto.Error
+		if errors.As(failed, &perr) && perr.Action() == syncproto.ActionResend {
+			return rep, fmt.Errorf("replay: server asked to resend later: %w", failed)
+		}
+		return rep, fmt.Errorf("replay: %w", failed)
+	}
+	rep.complete = rep.left == 0
+	return rep, nil
+}
+
+// produce pages through the queue and launches one push per page.
+func (w worker) produce(ctx context.Context, c *conn, batch int, flights chan<- *flight) error {
+	var after offlinequeue.ID
+	for {
+		items, err := w.c.queue.Peek(ctx, after, batch)
+		if err != nil || len(items) == 0 {
+			return err
+		}
+		after = items[len(items)-1].ID
+		f := &flight{done: make(chan struct{})}
+		for _, it := range items {
+			m, err := decodeMutation(it.Payload)
+			if err != nil {
+				// Not a mutation this client can send: it never will be.
+				w.c.log.Error("queued item is not a mutation; dead-lettering it", "queue_id", it.ID, "err", err)
+				if err := w.c.queue.MoveToDeadLetters(ctx, it.ID, "undecodable: "+err.Error()); err != nil {
+					return err
+				}
+				continue
+			}
+			f.items = append(f.items, it)
+			f.muts = append(f.muts, *m)
+		}
+		if len(f.items) == 0 {
+			continue
+		}
+		select {
+		case flights <- f:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		go func() {
+			defer close(f.done)
+			f.results, f.err = c.push(ctx, f.muts)
+		}()
+	}
+}
+
+// pendingWrite is a queued item and its mutation.
+type pendingWrite struct {
+	item offlinequeue.Item
+	mut  syncproto.Mutation
+}
+
+// settled is what settle did with one batch.
+type settled struct {
+	replayReport
+	retry []pendingWrite
+}
+
+func (r *replayReport) add(s settled) {
+	r.sent += s.sent
+	r.done += s.done
+	r.charged += s.charged
+	r.deadLettered += s.deadLettered
+	r.conflicts += s.conflicts
+	r.restamped += s.restamped
+	r.left += s.left
+}
+
+// settle acts on the results of one batch, in order.
+func (w worker) settle(ctx context.Context, items []offlinequeue.Item, muts []syncproto.Mutation, results []syncproto.Result) (settled, error) {
+	var s settled
+	for i := range results {
+		s.sent++
+		v := judge(&results[i], items[i].Attempts, w.c.cfg.MaxAttempts, w.c.now())
+		w.c.metrics.replayResults.WithLabelValues(string(results[i].Status)).Inc()
+		if err := w.act(ctx, v, items[i], &muts[i], &s); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func (w worker) act(ctx context.Context, v verdict, it offlinequeue.Item, m *syncproto.Mutation, s *settled) error {
+	q := w.c.queue
+	switch v.action {
+	case markDone:
+		s.done++
+		return w.finish(ctx, it, m, v.outcome)
+	case handleConflict:
+		s.conflicts++
+		o, err := w.c.resolveConflict(ctx, m, v.outcome)
+		if err != nil {
+			return err
+		}
+		return w.finish(ctx, it, m, o)
+	case chargeAttempt:
+		s.charged++
+		s.left++
+		w.c.log.Info("write refused; attempt charged", "op_id", m.OpID, "attempts", v.attempts, "reason", v.reason)
+		return q.SetAttempts(ctx, it.ID, v.attempts)
+	case deadLetter:
+		s.deadLettered++
+		w.c.log.Warn("write dead-lettered", "op_id", m.OpID, "reason", v.reason)
+		if err := w.c.replica.decide(ctx, m, v.outcome); err != nil {
+			return err
+		}
+		if v.attempts > it.Attempts {
+			if err := q.SetAttempts(ctx, it.ID, v.attempts); err != nil {
+				return err
+			}
+		}
+		if err := q.MoveToDeadLetters(ctx, it.ID, v.reason); err != nil {
+			return err
+		}
+		w.c.metrics.deadLetters.Inc()
+		w.c.published(v.outcome)
+		return nil
+	case restamp:
+		s.restamped++
+		s.retry = append(s.retry, pendingWrite{item: it, mut: *m})
+		return nil
+	default: // leaveQueued
+		s.left++
+		return nil
+	}
+}
+
+// finish records a decided write's outcome, then marks its item done: in
+// that order, so a crash between the two resends the write and the ledger
+// answers duplicate, instead of losing the outcome.
+func (w worker) finish(ctx context.Context, it offlinequeue.Item, m *syncproto.Mutation, o Outcome) error {
+	if err := w.c.replica.decide(ctx, m, o); err != nil {
+		return err
+	}
+	if err := w.c.queue.MarkDone(ctx, it.ID); err != nil {
+		return err
+	}
+	w.c.published(o)
+	return nil
+}
+
+// resendRestamped resends writes refused for clock skew once, stamped by
+// the corrected clock. The queue keeps the original stamp; a later run
+// re-stamps again if it must.
+func (w worker) resendRestamped(ctx context.Context, c *conn, retry []pendingWrite, rep *replayReport) error {
+	w.c.correctClock(c.welcome)
+	for start := 0; start < len(retry); start += c.welcome.Limits.MaxBatch {
+		part := retry[start:min(start+c.welcome.Limits.MaxBatch, len(retry))]
+		items := make([]offlinequeue.Item, len(part))
+		muts := make([]syncproto.Mutation, len(part))
+		for i, p := range part {
+			items[i], muts[i] = p.item, p.mut
+			muts[i].HLC = w.c.stamp()
+		}
+		results, err := c.push(ctx, muts)
+		if err != nil {
+			return err
+		}
+		s, err := w.settle(ctx, items, muts, results)
+		for range s.retry {
+			s.left++ // still refused after a correction: next run
+		}
+		rep.add(s)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeMutation parses a queued payload.
+func decodeMutation(payload []byte) (*syncproto.Mutation, error) {
+	var m syncproto.Mutation
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return nil, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// rebasedOpID is the op id of the write rebased from opID. It is derived,
+// not random, so a conflict answered twice (a crash before the first
+// answer's item was marked done) rebases into the same op: the queue
+// dedups it by key and the server's ledger by op id.
+func rebasedOpID(opID string) string {
+	return uuid.NewSHA1(rebaseNamespace, []byte(opID)).String()
+}
+
+var rebaseNamespace = uuid.MustParse("6b1d4f3e-2c8a-5e0f-9d7b-3a2c1e0f4b5d")

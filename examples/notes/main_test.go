@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/auth"
+)
+
+// TestOfflineThenSync writes a note while no server listens, then starts
+// syncd on that address and syncs.
+func TestOfflineThenSync(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nobody listens: the device is offline
+
+	tokens := filepath.Join(dir, "tokens.json")
+	token, err := auth.Issue(tokens, auth.Principal{Tenant: "dev", ClientID: "laptop", Read: []string{"*"}, Write: []string{"*"}}, time.Now())
+	require.NoError(t, err)
+	notes := func(args ...string) string {
+		t.Helper()
+		var out bytes.Buffer
+		base := []string{"--server", "http://" + addr, "--token", token, "--client-id", "laptop", "--dir", filepath.Join(dir, "device"), "--wait", "30s"}
+		require.NoError(t, run(ctx, append(base, args...), &out))
+		return out.String()
+	}
+
+	require.Contains(t, notes("add", "shopping", "milk, eggs"), "saved shopping")
+	require.Contains(t, notes("ls"), "(not synced)")
+	require.Contains(t, notes("status"), "pending 1")
+
+	authn, err := auth.NewAuthenticator(tokens, nil)
+	require.NoError(t, err)
+	srv, err := server.New(ctx, server.Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: authn})
+	require.NoError(t, err)
+	ln, err = net.Listen("tcp", addr)
+	require.NoError(t, err)
+	hs := &http.Server{Handler: srv.Handler()}
+	go hs.Serve(ln)
+	defer func() {
+		srv.Shutdown(ctx)
+		hs.Close()
+		srv.Close()
+	}()
+
+	require.Contains(t, notes("sync"), "pending 0, dead letters 0")
+	out := notes("ls")
+	require.Contains(t, out, "milk, eggs")
+	require.NotContains(t, out, "not synced")
+}

@@ -1,0 +1,272 @@
+package replication_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	r "github.com/syncd-dev/syncd/replication"
+)
+
+// noDeadline is the hook timeout for tests whose hook answers at once: long
+// enough that a loaded machine cannot turn the answer into a timeout.
+const noDeadline = time.Hour
+
+// hookResolver returns a Resolver whose "notes" model is decided by hook,
+// and the buffer its logger writes to.
+func hookResolver(t *testing.T, hook r.Hook, timeout time.Duration) (*r.Resolver, *bytes.Buffer) {
+	t.Helper()
+	var logs bytes.Buffer
+	res, err := r.NewResolver(r.ResolverOptions{
+		Policies:    r.Config{"notes": r.PolicyHook},
+		Hook:        hook,
+		HookTimeout: timeout,
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, res.Wait(ctx), "a hook call outlived the test")
+	})
+	return res, &logs
+}
+
+func TestHookDecides(t *testing.T) {
+	later, earlier := ts(2000, 0, "a"), ts(500, 0, "a")
+	merged := []byte(`{"v":"merged"}`)
+	mergedRecord := func(p r.Proposal) r.Record {
+		rec := applied(p, current.Version)
+		rec.Value, rec.Deleted = merged, false
+		if current.HLC.Compare(p.HLC) > 0 {
+			rec.HLC = current.HLC
+		}
+		return rec
+	}
+	tests := []struct {
+		name   string
+		answer r.HookResult
+		p      r.Proposal
+		want   r.Decision
+	}{
+		{"accept applies even an older write", r.Accept(), put(earlier, nil),
+			appliedAs(r.PolicyHook, applied(put(earlier, nil), current.Version))},
+		{"reject is a conflict with the hook's reason", r.Reject("frozen"), put(later, nil), r.Decision{
+			Outcome: r.OutcomeConflict, Policy: r.PolicyHook, Winner: current, Reason: "hook rejected: frozen",
+			Conflict: conflictRow(r.PolicyHook, "hook rejected: frozen", proposalSide(put(later, nil)), recordSide(current)),
+		}},
+		{"reject without a reason", r.Reject(""), put(later, nil), r.Decision{
+			Outcome: r.OutcomeConflict, Policy: r.PolicyHook, Winner: current, Reason: r.ReasonHookReject,
+			Conflict: conflictRow(r.PolicyHook, r.ReasonHookReject, proposalSide(put(later, nil)), recordSide(current)),
+		}},
+		{"merge stores the merged value and logs the proposal", r.Merge(merged), put(later, nil), r.Decision{
+			Outcome: r.OutcomeApplied, Policy: r.PolicyHook, Record: mergedRecord(put(later, nil)), Reason: r.ReasonHookMerge,
+			Conflict: conflictRow(r.PolicyHook, r.ReasonHookMerge, proposalSide(put(later, nil)), recordSide(mergedRecord(put(later, nil)))),
+		}},
+		{"merge of an older write keeps the newer hlc", r.Merge(merged), put(earlier, nil), r.Decision{
+			Outcome: r.OutcomeApplied, Policy: r.PolicyHook, Record: mergedRecord(put(earlier, nil)), Reason: r.ReasonHookMerge,
+			Conflict: conflictRow(r.PolicyHook, r.ReasonHookMerge, proposalSide(put(earlier, nil)), recordSide(mergedRecord(put(earlier, nil)))),
+		}},
+		{"merge turns a delete into a put", r.Merge(merged), del(later, nil), r.Decision{
+			Outcome: r.OutcomeApplied, Policy: r.PolicyHook, Record: mergedRecord(del(later, nil)), Reason: r.ReasonHookMerge,
+			Conflict: conflictRow(r.PolicyHook, r.ReasonHookMerge, proposalSide(del(later, nil)), recordSide(mergedRecord(del(later, nil)))),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var gotCurrent r.Record
+			var gotExists bool
+			res, _ := hookResolver(t, func(_ context.Context, cur r.Record, exists bool, _ r.Proposal) (r.HookResult, error) {
+				gotCurrent, gotExists = cur, exists
+				return tt.answer, nil
+			}, noDeadline)
+			got, err := res.Resolve(context.Background(), current, true, tt.p)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+			require.Equal(t, current, gotCurrent)
+			require.True(t, gotExists)
+		})
+	}
+}
+
+func TestHookSeesAbsentKey(t *testing.T) {
+	res, _ := hookResolver(t, func(_ context.Context, cur r.Record, exists bool, _ r.Proposal) (r.HookResult, error) {
+		if exists || cur.Version != 0 {
+			return r.Reject("expected an absent key"), nil
+		}
+		return r.Accept(), nil
+	}, noDeadline)
+	got, err := res.Resolve(context.Background(), current, false, put(ts(1, 0, "a"), nil))
+	require.NoError(t, err)
+	require.Equal(t, appliedAs(r.PolicyHook, applied(put(ts(1, 0, "a"), nil), 0)), got)
+}
+
+// TestHookFallsBackToLWW covers every way a hook can fail to decide: the
+// decision is LWW's, Fallback says why, and the failure is logged.
+func TestHookFallsBackToLWW(t *testing.T) {
+	tests := []struct {
+		name string
+		hook r.Hook
+		want r.FallbackReason
+	}{
+		{"timeout", func(ctx context.Context, _ r.Record, _ bool, _ r.Proposal) (r.HookResult, error) {
+			<-ctx.Done() // the deadline is the only way out
+			return r.HookResult{}, ctx.Err()
+		}, r.FallbackTimeout},
+		{"panic", func(context.Context, r.Record, bool, r.Proposal) (r.HookResult, error) {
+			panic("hook bug")
+		}, r.FallbackPanic},
+		{"error", func(context.Context, r.Record, bool, r.Proposal) (r.HookResult, error) {
+			return r.Accept(), errors.New("policy service down")
+		}, r.FallbackError},
+		{"zero result", func(context.Context, r.Record, bool, r.Proposal) (r.HookResult, error) {
+			return r.HookResult{}, nil
+		}, r.FallbackInvalid},
+		{"merge with invalid JSON", func(context.Context, r.Record, bool, r.Proposal) (r.HookResult, error) {
+			return r.Merge([]byte(`{"v":`)), nil
+		}, r.FallbackInvalid},
+		{"merge with nil value", func(context.Context, r.Record, bool, r.Proposal) (r.HookResult, error) {
+			return r.Merge(nil), nil
+		}, r.FallbackInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			timeout := noDeadline
+			if tt.want == r.FallbackTimeout {
+				timeout = 20 * time.Millisecond
+			}
+			res, logs := hookResolver(t, tt.hook, timeout)
+
+			// A newer write: LWW applies it.
+			got, err := res.Resolve(context.Background(), current, true, put(ts(2000, 0, "a"), nil))
+			require.NoError(t, err)
+			want := appliedAs(r.PolicyLWW, applied(put(ts(2000, 0, "a"), nil), current.Version))
+			want.Fallback = tt.want
+			require.Equal(t, want, got)
+
+			// An older write: LWW supersedes it, and the conflict row says
+			// the hook fell back.
+			got, err = res.Resolve(context.Background(), current, true, put(ts(500, 0, "a"), nil))
+			require.NoError(t, err)
+			want = supersededBy(current, put(ts(500, 0, "a"), nil))
+			want.Fallback = tt.want
+			want.Conflict.Reason = r.ReasonOlderHLC + " (hook fallback: " + string(tt.want) + ")"
+			require.Equal(t, want, got)
+
+			require.Contains(t, logs.String(), "fallback="+string(tt.want))
+			require.NotContains(t, logs.String(), `{"v":"new"}`, "a value was logged")
+		})
+	}
+}
+
+func TestHookPanicLogsStack(t *testing.T) {
+	res, logs := hookResolver(t, func(context.Context, r.Record, bool, r.Proposal) (r.HookResult, error) {
+		panic("hook bug")
+	}, noDeadline)
+	_, err := res.Resolve(context.Background(), current, true, put(ts(2000, 0, "a"), nil))
+	require.NoError(t, err)
+	require.Contains(t, logs.String(), "hook bug")
+	require.Contains(t, logs.String(), "hook_test.go")
+}
+
+// TestHookIgnoringDeadline: a hook that ignores its context cannot hold up
+// the apply path; its call is abandoned at the deadline, and Wait reports
+// when it finally returns.
+func TestHookIgnoringDeadline(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	res, _ := hookResolver(t, func(context.Context, r.Record, bool, r.Proposal) (r.HookResult, error) {
+		close(entered)
+		<-release
+		return r.Reject("too late"), nil
+	}, 10*time.Millisecond)
+
+	got, err := res.Resolve(context.Background(), current, true, put(ts(2000, 0, "a"), nil))
+	require.NoError(t, err)
+	require.Equal(t, r.FallbackTimeout, got.Fallback)
+	require.Equal(t, r.OutcomeApplied, got.Outcome)
+	<-entered
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, res.Wait(ctx), context.Canceled, "the abandoned call is still running")
+	close(release)
+	require.NoError(t, res.Wait(context.Background()))
+}
+
+// TestHookCallerGivesUp: when the caller's own context ends, Resolve fails
+// with it instead of deciding by fallback.
+func TestHookCallerGivesUp(t *testing.T) {
+	entered := make(chan struct{})
+	res, _ := hookResolver(t, func(ctx context.Context, _ r.Record, _ bool, _ r.Proposal) (r.HookResult, error) {
+		close(entered)
+		<-ctx.Done()
+		return r.HookResult{}, ctx.Err()
+	}, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-entered
+		cancel()
+	}()
+	got, err := res.Resolve(ctx, current, true, put(ts(2000, 0, "a"), nil))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, r.Decision{}, got)
+}
+
+// TestHookGetsCopies: the hook may outlive Resolve, so it must not share
+// the caller's buffers.
+func TestHookGetsCopies(t *testing.T) {
+	res, _ := hookResolver(t, func(_ context.Context, cur r.Record, _ bool, p r.Proposal) (r.HookResult, error) {
+		cur.Value[0], p.Value[0] = 'X', 'X'
+		return r.Accept(), nil
+	}, noDeadline)
+	cur := current
+	cur.Value = []byte(`{"v":"old"}`)
+	p := put(ts(2000, 0, "a"), nil)
+	p.Value = []byte(`{"v":"new"}`)
+	got, err := res.Resolve(context.Background(), cur, true, p)
+	require.NoError(t, err)
+	require.Equal(t, `{"v":"old"}`, string(cur.Value))
+	require.Equal(t, `{"v":"new"}`, string(got.Record.Value))
+}
+
+func TestResolverValidatesProposalBeforeHook(t *testing.T) {
+	res, _ := hookResolver(t, func(context.Context, r.Record, bool, r.Proposal) (r.HookResult, error) {
+		t.Error("hook called with an invalid proposal")
+		return r.Accept(), nil
+	}, noDeadline)
+	p := put(ts(2000, 0, "a"), nil)
+	p.Key = ""
+	_, err := res.Resolve(context.Background(), current, true, p)
+	require.ErrorIs(t, err, r.ErrInvalidProposal)
+}
+
+func TestResolverRoutesByModel(t *testing.T) {
+	res, err := r.NewResolver(r.ResolverOptions{Policies: r.Config{"notes": r.PolicyOptimistic}})
+	require.NoError(t, err)
+	require.Equal(t, r.PolicyOptimistic, res.Policy("notes"))
+	require.Equal(t, r.PolicyLWW, res.Policy("todos"))
+
+	_, err = res.Resolve(context.Background(), current, true, put(ts(2000, 0, "a"), nil))
+	require.ErrorIs(t, err, r.ErrBaseVersionRequired)
+
+	p := put(ts(2000, 0, "a"), nil)
+	p.Model = "todos"
+	got, err := res.Resolve(context.Background(), r.Record{}, false, p)
+	require.NoError(t, err)
+	require.Equal(t, r.PolicyLWW, got.Policy)
+}
+
+func TestNewResolverRefuses(t *testing.T) {
+	_, err := r.NewResolver(r.ResolverOptions{Policies: r.Config{"notes": r.PolicyHook}})
+	require.ErrorIs(t, err, r.ErrNoHook)
+	_, err = r.NewResolver(r.ResolverOptions{HookTimeout: -time.Second})
+	require.Error(t, err)
+	_, err = r.NewResolver(r.ResolverOptions{Policies: r.Config{"notes": "crdt"}})
+	require.ErrorIs(t, err, r.ErrUnknownPolicy)
+}

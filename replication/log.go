@@ -1,0 +1,304 @@
+package replication
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// Entry is one applied write in the oplog: what the change feed delivers
+// and what a materializer applies to a store of records.
+type Entry struct {
+	// Seq is the entry's position in the log, assigned by Append: the first
+	// entry is 1 and every committed entry is one more than the previous
+	// committed one. A seq is never reused, even after compaction.
+	Seq     uint64
+	Tenant  string
+	Model   string
+	Key     string
+	OpID    string
+	Op      Op
+	Value   []byte // raw JSON; nil for a delete
+	Version uint64 // the record version this write produced
+	HLC     syncproto.Timestamp
+	// ClientID is the client that sent the write.
+	ClientID string
+	// Deleted is true exactly when Op is OpDelete.
+	Deleted bool
+	// AppliedAt is when the log accepted the entry (millisecond precision),
+	// stamped by Append.
+	AppliedAt time.Time
+}
+
+// NewEntry returns the log entry for an applied write that produced rec,
+// sent by clientID. Seq and AppliedAt are left for Append.
+func NewEntry(rec Record, clientID string) Entry {
+	op := OpPut
+	if rec.Deleted {
+		op = OpDelete
+	}
+	return Entry{
+		Tenant:   rec.Tenant,
+		Model:    rec.Model,
+		Key:      rec.Key,
+		OpID:     rec.OpID,
+		Op:       op,
+		Value:    rec.Value,
+		Version:  rec.Version,
+		HLC:      rec.HLC,
+		ClientID: clientID,
+		Deleted:  rec.Deleted,
+	}
+}
+
+// Record returns the key's state after e.
+func (e Entry) Record() Record {
+	return Record{
+		Tenant:  e.Tenant,
+		Model:   e.Model,
+		Key:     e.Key,
+		Value:   e.Value,
+		Version: e.Version,
+		HLC:     e.HLC,
+		Deleted: e.Deleted,
+		OpID:    e.OpID,
+		Seq:     e.Seq,
+	}
+}
+
+// ErrInvalidEntry is wrapped by Append when an entry is malformed (a seq
+// already set, an empty model, key or op id, version 0, a zero HLC, an op
+// that disagrees with Deleted). Nothing was appended; it is a bug in the
+// caller.
+var ErrInvalidEntry = errors.New("invalid oplog entry")
+
+// validate checks an entry about to be appended.
+func (e Entry) validate() error {
+	var problem string
+	switch {
+	case e.Seq != 0:
+		problem = "seq is assigned by the log"
+	case e.Model == "" || e.Key == "" || e.OpID == "":
+		problem = "empty model, key or op id"
+	case e.Version == 0:
+		problem = "version 0"
+	case e.HLC.IsZero():
+		problem = "zero hlc"
+	case e.Op != OpPut && e.Op != OpDelete:
+		problem = fmt.Sprintf("unknown op %q", e.Op)
+	case e.Deleted != (e.Op == OpDelete):
+		problem = "deleted disagrees with op"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: op %s on %s/%s: %s", ErrInvalidEntry, e.OpID, e.Model, e.Key, problem)
+}
+
+// Scope selects the entries or records a reader may see: one tenant (or
+// all) and a list of models (or all). Both widenings are explicit, so a
+// field left unset never shows a reader more: the zero Scope selects
+// nothing, and a principal that may read no model reads nothing.
+type Scope struct {
+	// Tenant is the only tenant whose data is selected, unless AllTenants.
+	Tenant string
+	// AllTenants selects every tenant (operator tools only).
+	AllTenants bool
+	// Models lists the models selected, unless AllModels.
+	Models []string
+	// AllModels selects every model.
+	AllModels bool
+}
+
+// Read limits.
+const (
+	// DefaultReadLimit is the page size when ReadRequest.Limit is 0.
+	DefaultReadLimit = 500
+	// MaxReadLimit caps ReadRequest.Limit.
+	MaxReadLimit = 5000
+	// DefaultReadBytes is the value-byte budget of a page when
+	// ReadRequest.MaxBytes is 0.
+	DefaultReadBytes = 1 << 20
+)
+
+// ReadRequest asks for the entries after a cursor.
+type ReadRequest struct {
+	// After is the cursor: the seq of the last entry the reader has; 0 to
+	// start at the beginning.
+	After uint64
+	Scope Scope
+	// Limit is the most entries returned; 0 means DefaultReadLimit, and
+	// values above MaxReadLimit are lowered to it.
+	Limit int
+	// MaxBytes bounds the sum of the values' lengths in the page; 0 means
+	// DefaultReadBytes. A page holds at least one entry whatever its size.
+	MaxBytes int
+}
+
+// Page is one Read's answer.
+type Page struct {
+	// Entries are in seq order, all with seq > After, all in scope.
+	Entries []Entry
+	// Next is the cursor for the following Read. When the page ended
+	// because nothing more was in scope, Next is Head (the reader skips the
+	// entries of other scopes in one step); otherwise it is the last
+	// entry's seq.
+	Next uint64
+	// Head is the log's head when the page was read.
+	Head uint64
+}
+
+// CaughtUp reports whether the reader has everything up to the head this
+// page was read at: wait for a notification before reading again.
+func (p Page) CaughtUp() bool { return p.Next >= p.Head }
+
+// Bounds is the range of entries a log still holds.
+type Bounds struct {
+	// Oldest is the seq of the oldest retained entry; Head+1 when the log
+	// holds none (empty, or compacted entirely).
+	Oldest uint64
+	// Head is the seq of the newest committed entry; 0 for a log that was
+	// never appended to.
+	Head uint64
+}
+
+// Errors a Read may wrap inside a *CursorError.
+var (
+	// ErrCursorExpired: entries after the cursor were compacted away. The
+	// reader resyncs from a snapshot and resumes at the snapshot's head.
+	ErrCursorExpired = errors.New("cursor older than the retained oplog")
+	// ErrCursorAhead: the cursor is beyond the head; this log never issued
+	// it (the database was restored, or the cursor belongs to another
+	// server). The reader resyncs from a snapshot.
+	ErrCursorAhead = errors.New("cursor beyond the oplog head")
+)
+
+// CursorError says why a cursor cannot be served and what the log holds.
+// It wraps ErrCursorExpired or ErrCursorAhead.
+type CursorError struct {
+	Cursor uint64
+	Bounds Bounds
+	Err    error
+}
+
+func (e *CursorError) Error() string {
+	return fmt.Sprintf("cursor %d: %v (retained %d..%d)", e.Cursor, e.Err, e.Bounds.Oldest, e.Bounds.Head)
+}
+
+func (e *CursorError) Unwrap() error { return e.Err }
+
+// Check returns a *CursorError when a reader at cursor cannot continue from
+// this log: entries it has not seen were compacted (ErrCursorExpired), or
+// the cursor is beyond Head (ErrCursorAhead). Read applies it itself,
+// atomically with the read.
+func (b Bounds) Check(cursor uint64) error {
+	switch {
+	case cursor > b.Head:
+		return &CursorError{Cursor: cursor, Bounds: b, Err: ErrCursorAhead}
+	case cursor+1 < b.Oldest:
+		return &CursorError{Cursor: cursor, Bounds: b, Err: ErrCursorExpired}
+	}
+	return nil
+}
+
+// Log is the ordered, durable record of applied writes that the change feed
+// serves. SQLiteLog keeps it in the server's database; a replicated
+// implementation can keep it in a stream shared by several nodes.
+//
+// Implementations are safe for concurrent use, and their tests run the
+// conformance suite in package logtest.
+type Log interface {
+	// Append adds e as the next entry, as part of tx (the apply unit that
+	// also updates the record, the ledger and the conflict log), and
+	// returns it with Seq and AppliedAt set. Appends within one transaction
+	// get consecutive seqs in call order. The entry becomes visible to
+	// readers when tx commits and, for SQLiteLog, disappears with it on
+	// rollback, leaving no gap. (A replicated log may make an entry durable
+	// before tx commits; its documentation says how a rolled-back apply is
+	// reconciled.)
+	Append(ctx context.Context, tx *sql.Tx, e Entry) (Entry, error)
+	// Committed tells the log that a transaction holding appends up to
+	// head has committed, waking waiters. The caller must call it after
+	// every commit that appended; never before the commit.
+	Committed(head uint64)
+	// Read returns the committed entries after req.After in scope, paged.
+	// A cursor the log cannot serve yields a *CursorError.
+	Read(ctx context.Context, req ReadRequest) (Page, error)
+	// Bounds returns the retained range.
+	Bounds(ctx context.Context) (Bounds, error)
+	// Notify returns a channel that is closed once a commit beyond after
+	// was reported by Committed. It may also close spuriously; the reader
+	// reads again either way.
+	Notify(after uint64) <-chan struct{}
+	// Wait blocks until a commit beyond after was reported, or ctx ends.
+	Wait(ctx context.Context, after uint64) error
+	// Compact removes the oldest entries beyond the log's retention, in
+	// bounded chunks, and returns how many it removed. Head never moves
+	// backwards.
+	Compact(ctx context.Context) (int64, error)
+}
+
+// headNotifier is the wake-up broadcast behind Committed, Notify and Wait:
+// one channel, closed and replaced each time the head advances. It starts
+// no goroutines, so an abandoned waiter leaves nothing behind.
+type headNotifier struct {
+	mu      sync.Mutex
+	head    uint64
+	advance chan struct{} // closed when head next advances
+}
+
+func newHeadNotifier(head uint64) *headNotifier {
+	return &headNotifier{head: head, advance: make(chan struct{})}
+}
+
+// Committed records that head is committed and wakes every waiter if it
+// advanced.
+func (n *headNotifier) Committed(head uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if head <= n.head {
+		return
+	}
+	n.head = head
+	close(n.advance)
+	n.advance = make(chan struct{})
+}
+
+// Notify returns a closed channel if a commit beyond after was already
+// reported, else the channel closed at the next advance.
+func (n *headNotifier) Notify(after uint64) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.head > after {
+		return closedChan
+	}
+	return n.advance
+}
+
+// Wait blocks until a commit beyond after was reported or ctx ends.
+func (n *headNotifier) Wait(ctx context.Context, after uint64) error {
+	for {
+		select {
+		case <-n.Notify(after):
+		case <-ctx.Done():
+			return fmt.Errorf("wait for oplog beyond %d: %w", after, ctx.Err())
+		}
+		n.mu.Lock()
+		beyond := n.head > after
+		n.mu.Unlock()
+		if beyond {
+			return nil
+		}
+	}
+}
+
+// closedChan is returned by Notify when there is no need to wait.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()

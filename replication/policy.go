@@ -1,0 +1,109 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// Policy names how concurrent writes to one model are decided. Each model
+// declares exactly one, in server configuration.
+type Policy string
+
+// The policies. DefaultPolicy applies to every model the configuration does
+// not name.
+const (
+	// PolicyLWW: the write with the higher HLC wins (ties break on the
+	// timestamp's origin); the loser is written to the conflict log.
+	PolicyLWW Policy = "lww"
+	// PolicyOptimistic: a write names the version it was based on and is
+	// applied only if that is still the current version; otherwise it is
+	// refused with the current (winning) version and value.
+	PolicyOptimistic Policy = "optimistic"
+	// PolicyHook: an embedder's Hook decides, bounded by a deadline, with
+	// PolicyLWW as the fallback when it cannot.
+	PolicyHook Policy = "hook"
+
+	DefaultPolicy = PolicyLWW
+)
+
+// ErrUnknownPolicy is wrapped by ParsePolicy and Config.Set when a policy
+// name is not one of lww, optimistic, hook. It is a configuration error:
+// fix the flag or file and restart.
+var ErrUnknownPolicy = errors.New("unknown conflict policy")
+
+// ParsePolicy returns the Policy named s (exactly "lww", "optimistic" or
+// "hook"). Any other text, including "", wraps ErrUnknownPolicy.
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(s); p {
+	case PolicyLWW, PolicyOptimistic, PolicyHook:
+		return p, nil
+	}
+	return "", fmt.Errorf("parse policy %q: %w (want lww, optimistic or hook)", s, ErrUnknownPolicy)
+}
+
+// Config maps model names to their policy. The zero value (nil) is valid and
+// gives every model DefaultPolicy.
+//
+// *Config implements flag.Value, so a repeated "--model NAME=POLICY" flag
+// fills it: each Set adds one declaration, and declaring a model twice is an
+// error, because a model's policy is declared once.
+type Config map[string]Policy
+
+// For returns the policy declared for model, or DefaultPolicy.
+func (c Config) For(model string) Policy {
+	if p, ok := c[model]; ok {
+		return p
+	}
+	return DefaultPolicy
+}
+
+// Uses reports whether any model is declared with policy p.
+func (c Config) Uses(p Policy) bool {
+	for _, q := range c {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Set parses one "NAME=POLICY" declaration and adds it. NAME must be a valid
+// model name (syncproto.ValidateModel); POLICY as in ParsePolicy.
+func (c *Config) Set(decl string) error {
+	name, policy, ok := strings.Cut(decl, "=")
+	if !ok {
+		return fmt.Errorf("parse model policy %q: want NAME=POLICY", decl)
+	}
+	if err := syncproto.ValidateModel(name); err != nil {
+		return fmt.Errorf("parse model policy %q: %w", decl, err)
+	}
+	p, err := ParsePolicy(policy)
+	if err != nil {
+		return fmt.Errorf("parse model policy %q: %w", decl, err)
+	}
+	if _, dup := (*c)[name]; dup {
+		return fmt.Errorf("parse model policy %q: model %s declared twice", decl, name)
+	}
+	if *c == nil {
+		*c = make(Config)
+	}
+	(*c)[name] = p
+	return nil
+}
+
+// String returns the declarations as "a=lww,b=optimistic", sorted by model.
+func (c *Config) String() string {
+	if c == nil {
+		return ""
+	}
+	decls := make([]string, 0, len(*c))
+	for _, name := range slices.Sorted(maps.Keys(*c)) {
+		decls = append(decls, name+"="+string((*c)[name]))
+	}
+	return strings.Join(decls, ",")
+}

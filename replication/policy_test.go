@@ -1,0 +1,104 @@
+package replication_test
+
+import (
+	"flag"
+	"io"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	r "github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+func TestParsePolicy(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want r.Policy
+		ok   bool
+	}{
+		{"lww", r.PolicyLWW, true},
+		{"optimistic", r.PolicyOptimistic, true},
+		{"hook", r.PolicyHook, true},
+		{"", "", false},
+		{"LWW", "", false},
+		{" lww", "", false},
+		{"crdt", "", false},
+	} {
+		got, err := r.ParsePolicy(tt.in)
+		if !tt.ok {
+			require.ErrorIs(t, err, r.ErrUnknownPolicy, "%q", tt.in)
+			continue
+		}
+		require.NoError(t, err, "%q", tt.in)
+		require.Equal(t, tt.want, got)
+	}
+}
+
+// TestConfigFlag fills a Config from repeated --model flags, as syncd does.
+func TestConfigFlag(t *testing.T) {
+	var cfg r.Config
+	fs := flag.NewFlagSet("syncd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Var(&cfg, "model", "NAME=POLICY")
+	require.NoError(t, fs.Parse([]string{"--model", "notes=optimistic", "--model", "drafts=hook"}))
+
+	require.Equal(t, r.PolicyOptimistic, cfg.For("notes"))
+	require.Equal(t, r.PolicyHook, cfg.For("drafts"))
+	require.Equal(t, r.DefaultPolicy, cfg.For("todos"))
+	require.Equal(t, "drafts=hook,notes=optimistic", cfg.String())
+	require.True(t, cfg.Uses(r.PolicyHook))
+	require.False(t, cfg.Uses(r.PolicyLWW))
+
+	for _, bad := range []string{"notes=lww", "notes", "=lww", "Notes=lww", "todos=", "todos=crdt", "to dos=lww"} {
+		require.Error(t, fs.Parse([]string{"--model", bad}), "%q", bad)
+	}
+	require.Equal(t, r.PolicyOptimistic, cfg.For("notes"), "a refused declaration changed the config")
+}
+
+func TestZeroConfig(t *testing.T) {
+	var cfg r.Config
+	require.Equal(t, r.PolicyLWW, cfg.For("anything"))
+	require.False(t, cfg.Uses(r.PolicyHook))
+	require.Equal(t, "", cfg.String())
+}
+
+func TestCheckSkew(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	const maxAhead = time.Duration(math.MaxInt64/int64(time.Millisecond)) * time.Millisecond
+	at := func(d time.Duration) syncproto.Timestamp { return ts(now.Add(d).UnixMilli(), 0, "c") }
+	for _, tt := range []struct {
+		name     string
+		ts       syncproto.Timestamp
+		maxAhead time.Duration
+		ahead    time.Duration // 0: accepted
+	}{
+		{"behind by a year", at(-365 * 24 * time.Hour), 0, 0},
+		{"now", at(0), 0, 0},
+		{"exactly at the default bound", at(r.DefaultMaxClockSkew), 0, 0},
+		{"past the default bound", at(r.DefaultMaxClockSkew + time.Millisecond), 0, r.DefaultMaxClockSkew + time.Millisecond},
+		{"negative bound means default", at(30 * time.Second), -1, 0},
+		{"custom bound", at(2 * time.Second), time.Second, 2 * time.Second},
+		{"a century ahead", at(100 * 365 * 24 * time.Hour), 0, 100 * 365 * 24 * time.Hour},
+		{"beyond a Duration saturates", ts(syncproto.MaxWall, 0, "c"), 0, maxAhead},
+		{"unvalidated huge wall does not overflow", ts(1<<62, 0, "c"), 0, maxAhead},
+		{"unvalidated negative wall is behind", ts(-1<<62, 0, "c"), 0, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := r.CheckSkew(tt.ts, now, tt.maxAhead)
+			if tt.ahead == 0 {
+				require.NoError(t, err)
+				return
+			}
+			var skew *r.SkewError
+			require.ErrorAs(t, err, &skew)
+			bound := tt.maxAhead
+			if bound <= 0 {
+				bound = r.DefaultMaxClockSkew
+			}
+			require.Equal(t, &r.SkewError{Ahead: tt.ahead, Bound: bound}, skew)
+		})
+	}
+}

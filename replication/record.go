@@ -1,0 +1,121 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// Op is what a mutation does to its key.
+type Op string
+
+// The ops. A delete is a write like any other: it leaves a tombstone record
+// (Deleted, no value) with the next version, so that an older put arriving
+// later loses to it.
+const (
+	OpPut    Op = "put"
+	OpDelete Op = "delete"
+)
+
+// Record is the current state of one key: the materialization of the last
+// applied write. Records are keyed (Tenant, Model, Key).
+//
+// A key that was never written has no record; Resolve and Records.Get say
+// so with an exists flag, and a zero Record stands in for it (Version 0).
+// A deleted key has a record: a tombstone with Deleted set, a nil Value and
+// its own version, so versions keep counting across deletes.
+type Record struct {
+	Tenant string
+	Model  string
+	Key    string
+	// Value is the raw JSON value; nil for a tombstone.
+	Value []byte
+	// Version counts the applied writes to this key: 1 for the first, and
+	// exactly one more for each later one, whatever the policy.
+	Version uint64
+	// HLC is the timestamp of the write that produced this state.
+	HLC     syncproto.Timestamp
+	Deleted bool
+	// OpID is the op id of the write that produced this state.
+	OpID string
+	// Seq is the oplog sequence of that write; 0 until it is logged.
+	Seq uint64
+}
+
+// Proposal is an incoming mutation, after protocol validation, before any
+// policy has decided it.
+type Proposal struct {
+	// Tenant is the tenant of the principal that sent the mutation (the
+	// server fills it from the token, never from the client's message).
+	Tenant string
+	OpID   string
+	Model  string
+	Key    string
+	Op     Op
+	// Value is the raw JSON value of a put; it must be nil for a delete.
+	Value []byte
+	// HLC is the client's timestamp for the write; it must not be zero.
+	HLC syncproto.Timestamp
+	// BaseVersion is the version the client saw when it made the write (0:
+	// "the key did not exist"); nil when it did not say. PolicyOptimistic
+	// requires it; PolicyLWW uses it only to notice and log an overwrite of
+	// a version the writer never saw.
+	BaseVersion *uint64
+	ClientID    string
+}
+
+// ErrInvalidProposal is wrapped when a Proposal is not well formed (empty
+// op id, model or key, unknown op, a put without a value or a delete with
+// one, a zero HLC). Nothing was applied; resending the same mutation fails
+// the same way. Protocol validation should have caught it first.
+var ErrInvalidProposal = errors.New("invalid proposal")
+
+// validate checks the invariants every policy relies on.
+func (p Proposal) validate() error {
+	var problem string
+	switch {
+	case p.OpID == "":
+		problem = "empty op id"
+	case p.Model == "":
+		problem = "empty model"
+	case p.Key == "":
+		problem = "empty key"
+	case p.HLC.IsZero():
+		problem = "zero hlc"
+	case p.Op == OpPut && p.Value == nil:
+		problem = "put without a value"
+	case p.Op == OpDelete && p.Value != nil:
+		problem = "delete with a value"
+	case p.Op != OpPut && p.Op != OpDelete:
+		problem = fmt.Sprintf("unknown op %q", p.Op)
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: op %s on %s/%s: %s", ErrInvalidProposal, p.OpID, p.Model, p.Key, problem)
+}
+
+// record returns the state p produces when applied on top of a record at
+// version prev.
+func (p Proposal) record(prev uint64) Record {
+	return Record{
+		Tenant:  p.Tenant,
+		Model:   p.Model,
+		Key:     p.Key,
+		Value:   p.Value,
+		Version: prev + 1,
+		HLC:     p.HLC,
+		Deleted: p.Op == OpDelete,
+		OpID:    p.OpID,
+	}
+}
+
+// side returns p as one side of a conflict.
+func (p Proposal) side() Side {
+	return Side{OpID: p.OpID, Value: p.Value, HLC: p.HLC, Deleted: p.Op == OpDelete}
+}
+
+// side returns r as one side of a conflict.
+func (r Record) side() Side {
+	return Side{OpID: r.OpID, Version: r.Version, Value: r.Value, HLC: r.HLC, Deleted: r.Deleted}
+}

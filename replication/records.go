@@ -1,0 +1,227 @@
+package replication
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// Errors of Records.Put and Records.Apply. Both mean the caller's
+// transaction holds an inconsistent write: roll it back. Nothing of it is
+// durable.
+var (
+	// ErrVersionGap: the record's version is not exactly one more than the
+	// stored version (absent counts as 0). The decision was made against a
+	// stale read of the record.
+	ErrVersionGap = errors.New("record version is not the stored version plus one")
+	// ErrSeqNotNewer: Put was given a record whose seq is not beyond every
+	// seq already applied to the store.
+	ErrSeqNotNewer = errors.New("record seq not beyond the applied seq")
+	// ErrInvalidRecord: the record is malformed (empty model or key,
+	// version or seq 0, a zero HLC, a tombstone with a value).
+	ErrInvalidRecord = errors.New("invalid record")
+)
+
+// Records is the current state of every key, in a table (records) of the
+// server's SQLite database, plus the seq of the last oplog entry applied to
+// it (the head a snapshot is consistent with).
+//
+// Writes go through the caller's transaction. Versions are guarded in the
+// store itself: a write whose version is not the stored one plus one fails
+// with ErrVersionGap, so versions per key have no gaps and no repeats.
+//
+// A Records is safe for concurrent use. The database handle stays the
+// caller's.
+type Records struct {
+	db *sql.DB
+}
+
+const recordsSchema = `
+CREATE TABLE IF NOT EXISTS records (
+	tenant  TEXT    NOT NULL,
+	model   TEXT    NOT NULL,
+	key     TEXT    NOT NULL,
+	value   BLOB,
+	version INTEGER NOT NULL CHECK (version > 0),
+	hlc     TEXT    NOT NULL,
+	wall    INTEGER NOT NULL,
+	logical INTEGER NOT NULL,
+	origin  TEXT    NOT NULL,
+	deleted INTEGER NOT NULL,
+	op_id   TEXT    NOT NULL,
+	seq     INTEGER NOT NULL,
+	PRIMARY KEY (tenant, model, key)
+);
+CREATE TABLE IF NOT EXISTS records_state (
+	id          INTEGER PRIMARY KEY CHECK (id = 1),
+	applied_seq INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO records_state (id, applied_seq) VALUES (1, 0);`
+
+// NewRecords creates the records tables in db if missing and returns the
+// store. db must be a go-sqlite3 ("sqlite3") handle.
+func NewRecords(ctx context.Context, db *sql.DB) (*Records, error) {
+	if _, err := db.ExecContext(ctx, recordsSchema); err != nil {
+		return nil, fmt.Errorf("create records: %w", err)
+	}
+	return &Records{db: db}, nil
+}
+
+const recordColumns = `tenant, model, key, value, version, wall, logical, origin, deleted, op_id, seq`
+
+// Get returns the record of (tenant, model, key) as seen by tx, and whether
+// it exists (a tombstone exists). A missing key is not an error.
+func (r *Records) Get(ctx context.Context, tx *sql.Tx, tenant, model, key string) (Record, bool, error) {
+	row := tx.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM records
+		WHERE tenant = ? AND model = ? AND key = ?`, tenant, model, key)
+	rec, err := scanRecord(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("get record %s/%s: %w", model, key, err)
+	}
+	return rec, true, nil
+}
+
+// Put stores rec as the key's state within tx and advances the store's
+// applied seq to rec.Seq. rec.Seq must be beyond every seq applied before
+// (ErrSeqNotNewer) and rec.Version the stored version plus one
+// (ErrVersionGap). On any error the caller rolls tx back.
+func (r *Records) Put(ctx context.Context, tx *sql.Tx, rec Record) error {
+	advanced, err := r.write(ctx, tx, rec)
+	if err == nil && !advanced {
+		err = fmt.Errorf("%w: seq %d", ErrSeqNotNewer, rec.Seq)
+	}
+	if err != nil {
+		return fmt.Errorf("put record %s/%s v%d: %w", rec.Model, rec.Key, rec.Version, err)
+	}
+	return nil
+}
+
+// Apply is the materializer: it applies an oplog entry to the records
+// within tx. It is idempotent by seq: an entry at or below the store's
+// applied seq was already applied and is skipped (false, nil), so a
+// consumer replaying a stream after a crash can apply from any earlier
+// point. Errors are Put's; on any error the caller rolls tx back.
+func (r *Records) Apply(ctx context.Context, tx *sql.Tx, e Entry) (bool, error) {
+	applied, err := r.write(ctx, tx, e.Record())
+	if err != nil {
+		return false, fmt.Errorf("apply oplog entry %d: %w", e.Seq, err)
+	}
+	return applied, nil
+}
+
+const (
+	advanceSQL = `UPDATE records_state SET applied_seq = ?1 WHERE id = 1 AND applied_seq < ?1`
+	// upsertSQL inserts only version 1 of an absent key and updates only
+	// from the version just below, so a gap changes no row.
+	upsertSQL = `INSERT INTO records (` + recordColumns + `, hlc)
+	SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12
+	WHERE ?5 = 1 OR EXISTS (SELECT 1 FROM records WHERE tenant = ?1 AND model = ?2 AND key = ?3)
+	ON CONFLICT (tenant, model, key) DO UPDATE SET
+		value = excluded.value, version = excluded.version, hlc = excluded.hlc,
+		wall = excluded.wall, logical = excluded.logical, origin = excluded.origin,
+		deleted = excluded.deleted, op_id = excluded.op_id, seq = excluded.seq
+	WHERE records.version + 1 = excluded.version`
+)
+
+// write advances the applied seq to rec.Seq and, if it advanced, stores rec.
+func (r *Records) write(ctx context.Context, tx *sql.Tx, rec Record) (bool, error) {
+	if err := rec.validate(); err != nil {
+		return false, err
+	}
+	res, err := tx.ExecContext(ctx, advanceSQL, int64(rec.Seq))
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	res, err = tx.ExecContext(ctx, upsertSQL,
+		rec.Tenant, rec.Model, rec.Key, rec.Value, int64(rec.Version),
+		rec.HLC.Wall, int64(rec.HLC.Logical), rec.HLC.Origin, rec.Deleted, rec.OpID, int64(rec.Seq),
+		rec.HLC.String())
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	if n == 0 {
+		return false, fmt.Errorf("%w: %s/%s v%d", ErrVersionGap, rec.Model, rec.Key, rec.Version)
+	}
+	return true, nil
+}
+
+// validate checks a record about to be stored.
+func (rec Record) validate() error {
+	var problem string
+	switch {
+	case rec.Model == "" || rec.Key == "":
+		problem = "empty model or key"
+	case rec.Version == 0:
+		problem = "version 0"
+	case rec.Seq == 0:
+		problem = "seq 0"
+	case rec.HLC.IsZero():
+		problem = "zero hlc"
+	case rec.Deleted && rec.Value != nil:
+		problem = "tombstone with a value"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s/%s: %s", ErrInvalidRecord, rec.Model, rec.Key, problem)
+}
+
+// Snapshot streams every record in scope to fn, ordered by tenant, model
+// and key, from one consistent read, and returns the head it reflects: the
+// seq of the last oplog entry applied to it. A reader that loads the
+// snapshot and then follows the oplog from head misses nothing and sees
+// nothing twice. Tombstones are included (Deleted set), so a reader can
+// drop keys deleted since it last synced.
+//
+// fn gets the head with every record; when fn returns an error the stream
+// stops and Snapshot returns it. Rows are read one at a time, never all at
+// once. The read transaction stays open while fn runs: it does not block
+// writers, but a slow fn holds back WAL checkpoints, so fn should not wait
+// on anything unbounded.
+func (r *Records) Snapshot(ctx context.Context, scope Scope, fn func(head uint64, rec Record) error) (uint64, error) {
+	where, args := scopeWhere(scope)
+	query := `SELECT ` + recordColumns + ` FROM records WHERE 1 = 1` + where + ` ORDER BY tenant, model, key`
+	var head uint64
+	err := readTx(ctx, r.db, func(conn *sql.Conn) error {
+		if err := conn.QueryRowContext(ctx, `SELECT applied_seq FROM records_state WHERE id = 1`).Scan(&head); err != nil {
+			return err
+		}
+		rows, err := conn.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			rec, err := scanRecord(rows)
+			if err != nil {
+				return err
+			}
+			if err := fn(head, rec); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("snapshot records: %w", err)
+	}
+	return head, nil
+}
+
+// scanRecord reads the recordColumns of one row.
+func scanRecord(row interface{ Scan(...any) error }) (Record, error) {
+	var rec Record
+	err := row.Scan(&rec.Tenant, &rec.Model, &rec.Key, &rec.Value, &rec.Version,
+		&rec.HLC.Wall, &rec.HLC.Logical, &rec.HLC.Origin, &rec.Deleted, &rec.OpID, &rec.Seq)
+	return rec, err
+}

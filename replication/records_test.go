@@ -1,0 +1,207 @@
+package replication_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	r "github.com/syncd-dev/syncd/replication"
+)
+
+// rec returns version v of tenant/model/key, changed by oplog seq.
+func rec(tenant, model, key string, v, seq uint64) r.Record {
+	return r.Record{
+		Tenant: tenant, Model: model, Key: key, Value: []byte(fmt.Sprintf(`{"v":%d}`, v)),
+		Version: v, HLC: ts(int64(1000+v), 0, "c1"), OpID: fmt.Sprintf("op-%s-%d", key, v), Seq: seq,
+	}
+}
+
+func get(t *testing.T, s *store, tenant, model, key string) (r.Record, bool) {
+	t.Helper()
+	var (
+		got    r.Record
+		exists bool
+	)
+	inTx(t, s.db, func(tx *sql.Tx) error {
+		var err error
+		got, exists, err = s.records.Get(context.Background(), tx, tenant, model, key)
+		return err
+	})
+	return got, exists
+}
+
+// tryPut runs Put in its own transaction, committing only on success.
+func tryPut(t *testing.T, s *store, rec r.Record) error {
+	t.Helper()
+	tx, err := s.db.BeginTx(context.Background(), nil)
+	require.NoError(t, err)
+	if err := s.records.Put(context.Background(), tx, rec); err != nil {
+		require.NoError(t, tx.Rollback())
+		return err
+	}
+	return tx.Commit()
+}
+
+func TestRecordsPutGet(t *testing.T) {
+	s := openStore(t, r.Retention{}, r.Retention{})
+	_, exists := get(t, s, "t1", "notes", "a")
+	require.False(t, exists)
+
+	require.NoError(t, tryPut(t, s, rec("t1", "notes", "a", 1, 1)))
+	got, exists := get(t, s, "t1", "notes", "a")
+	require.True(t, exists)
+	require.Equal(t, rec("t1", "notes", "a", 1, 1), got)
+
+	tomb := rec("t1", "notes", "a", 2, 2)
+	tomb.Value, tomb.Deleted = nil, true
+	require.NoError(t, tryPut(t, s, tomb))
+	got, exists = get(t, s, "t1", "notes", "a")
+	require.True(t, exists, "a tombstone exists")
+	require.Equal(t, tomb, got)
+
+	_, exists = get(t, s, "t2", "notes", "a")
+	require.False(t, exists, "tenants do not share keys")
+}
+
+// TestRecordsGuardVersions: the store itself refuses a write that would
+// leave a gap or repeat a version, and a seq that does not advance.
+func TestRecordsGuardVersions(t *testing.T) {
+	s := openStore(t, r.Retention{}, r.Retention{})
+	require.NoError(t, tryPut(t, s, rec("t1", "notes", "a", 1, 1)))
+	require.NoError(t, tryPut(t, s, rec("t1", "notes", "a", 2, 2)))
+
+	require.ErrorIs(t, tryPut(t, s, rec("t1", "notes", "a", 4, 3)), r.ErrVersionGap, "gap")
+	require.ErrorIs(t, tryPut(t, s, rec("t1", "notes", "a", 2, 3)), r.ErrVersionGap, "repeat")
+	require.ErrorIs(t, tryPut(t, s, rec("t1", "notes", "a", 1, 3)), r.ErrVersionGap, "backwards")
+	require.ErrorIs(t, tryPut(t, s, rec("t1", "notes", "b", 2, 3)), r.ErrVersionGap, "absent key starts at 1")
+	require.ErrorIs(t, tryPut(t, s, rec("t1", "notes", "a", 3, 2)), r.ErrSeqNotNewer)
+	require.ErrorIs(t, tryPut(t, s, rec("t1", "notes", "b", 1, 1)), r.ErrSeqNotNewer)
+
+	for name, mutate := range map[string]func(*r.Record){
+		"empty key":            func(x *r.Record) { x.Key = "" },
+		"version 0":            func(x *r.Record) { x.Version = 0 },
+		"seq 0":                func(x *r.Record) { x.Seq = 0 },
+		"zero hlc":             func(x *r.Record) { x.HLC = ts(0, 0, "") },
+		"tombstone with value": func(x *r.Record) { x.Deleted = true },
+	} {
+		bad := rec("t1", "notes", "a", 3, 3)
+		mutate(&bad)
+		require.ErrorIs(t, tryPut(t, s, bad), r.ErrInvalidRecord, name)
+	}
+
+	got, _ := get(t, s, "t1", "notes", "a")
+	require.Equal(t, rec("t1", "notes", "a", 2, 2), got, "a refused write changed the record")
+	require.NoError(t, tryPut(t, s, rec("t1", "notes", "a", 3, 3)))
+}
+
+// TestRecordsApplyIsIdempotent: the materializer skips entries at or below
+// the applied seq, so a consumer may replay a stream from any earlier point.
+func TestRecordsApplyIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, r.Retention{}, r.Retention{})
+	var es []r.Entry
+	for v := uint64(1); v <= 3; v++ {
+		e := r.NewEntry(rec("t1", "notes", "a", v, 0), "c1")
+		e.Seq = v
+		es = append(es, e)
+	}
+	for round := range 2 {
+		inTx(t, s.db, func(tx *sql.Tx) error {
+			for _, e := range es {
+				applied, err := s.records.Apply(ctx, tx, e)
+				if err != nil {
+					return err
+				}
+				require.Equal(t, round == 0, applied, "round %d seq %d", round, e.Seq)
+			}
+			return nil
+		})
+	}
+	got, _ := get(t, s, "t1", "notes", "a")
+	require.Equal(t, es[2].Record(), got)
+}
+
+func TestRecordsSnapshot(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, r.Retention{}, r.Retention{})
+	seq := uint64(0)
+	var puts []r.Record
+	for _, k := range []struct{ tenant, model, key string }{
+		{"t1", "todos", "b"}, {"t1", "notes", "z"}, {"t2", "notes", "a"}, {"t1", "notes", "a"}, {"", "notes", "n"},
+	} {
+		seq++
+		x := rec(k.tenant, k.model, k.key, 1, seq)
+		puts = append(puts, x)
+		require.NoError(t, tryPut(t, s, x))
+	}
+	tomb := rec("t1", "notes", "a", 2, seq+1)
+	tomb.Value, tomb.Deleted = nil, true
+	require.NoError(t, tryPut(t, s, tomb))
+
+	collect := func(scope r.Scope) ([]string, uint64) {
+		var keys []string
+		head, err := s.records.Snapshot(ctx, scope, func(h uint64, x r.Record) error {
+			keys = append(keys, fmt.Sprintf("%s/%s/%s@%d", x.Tenant, x.Model, x.Key, h))
+			return nil
+		})
+		require.NoError(t, err)
+		return keys, head
+	}
+	keys, head := collect(r.Scope{Tenant: "t1", AllModels: true})
+	require.Equal(t, uint64(6), head)
+	require.Equal(t, []string{"t1/notes/a@6", "t1/notes/z@6", "t1/todos/b@6"}, keys, "ordered by model and key, tombstone included")
+	keys, _ = collect(r.Scope{Tenant: "t1", Models: []string{"todos"}})
+	require.Equal(t, []string{"t1/todos/b@6"}, keys)
+	keys, _ = collect(r.Scope{Tenant: "", AllModels: true})
+	require.Equal(t, []string{"/notes/n@6"}, keys)
+	keys, _ = collect(r.Scope{})
+	require.Empty(t, keys, "the zero scope selects nothing")
+	keys, _ = collect(r.Scope{AllTenants: true, AllModels: true})
+	require.Len(t, keys, 5)
+	keys, head = collect(r.Scope{Tenant: "nobody", AllModels: true})
+	require.Empty(t, keys)
+	require.Equal(t, uint64(6), head, "an empty snapshot still has a head")
+
+	var got r.Record
+	_, err := s.records.Snapshot(ctx, r.Scope{Tenant: "t1", Models: []string{"notes"}}, func(_ uint64, x r.Record) error {
+		got = x
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, rec("t1", "notes", "z", 1, 2), got, "full records are streamed")
+}
+
+// TestRecordsSnapshotIsConsistent: writes committed while a snapshot is
+// being streamed are not in it, and its head is the one it started with.
+func TestRecordsSnapshotIsConsistent(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, r.Retention{}, r.Retention{})
+	require.NoError(t, tryPut(t, s, rec("t1", "notes", "a", 1, 1)))
+	require.NoError(t, tryPut(t, s, rec("t1", "notes", "b", 1, 2)))
+
+	var seen []r.Record
+	head, err := s.records.Snapshot(ctx, r.Scope{Tenant: "t1", AllModels: true}, func(_ uint64, x r.Record) error {
+		if len(seen) == 0 {
+			require.NoError(t, tryPut(t, s, rec("t1", "notes", "b", 2, 3)))
+			require.NoError(t, tryPut(t, s, rec("t1", "notes", "c", 1, 4)))
+		}
+		seen = append(seen, x)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), head)
+	require.Equal(t, []r.Record{rec("t1", "notes", "a", 1, 1), rec("t1", "notes", "b", 1, 2)}, seen)
+
+	stop := errors.New("client went away")
+	calls := 0
+	_, err = s.records.Snapshot(ctx, r.Scope{Tenant: "t1", AllModels: true}, func(uint64, r.Record) error {
+		calls++
+		return stop
+	})
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 1, calls)
+}

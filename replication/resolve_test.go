@@ -1,0 +1,176 @@
+package replication_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	r "github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// The key every table case is about, and its state before the proposal.
+var (
+	current = r.Record{
+		Tenant: "t1", Model: "notes", Key: "k", Value: []byte(`{"v":"old"}`),
+		Version: 3, HLC: ts(1000, 0, "b"), OpID: "op-cur", Seq: 7,
+	}
+	tombstone = r.Record{
+		Tenant: "t1", Model: "notes", Key: "k",
+		Version: 4, HLC: ts(1000, 0, "b"), Deleted: true, OpID: "op-del", Seq: 8,
+	}
+)
+
+// put and del build the incoming proposal of a table case.
+func put(hlc syncproto.Timestamp, base *uint64) r.Proposal {
+	return r.Proposal{
+		Tenant: "t1", OpID: "op-new", Model: "notes", Key: "k", Op: r.OpPut,
+		Value: []byte(`{"v":"new"}`), HLC: hlc, BaseVersion: base, ClientID: "c1",
+	}
+}
+
+func del(hlc syncproto.Timestamp, base *uint64) r.Proposal {
+	p := put(hlc, base)
+	p.Op, p.Value = r.OpDelete, nil
+	return p
+}
+
+// applied is the record p produces on top of version prev.
+func applied(p r.Proposal, prev uint64) r.Record {
+	return r.Record{
+		Tenant: p.Tenant, Model: p.Model, Key: p.Key, Value: p.Value, Version: prev + 1,
+		HLC: p.HLC, Deleted: p.Op == r.OpDelete, OpID: p.OpID,
+	}
+}
+
+func proposalSide(p r.Proposal) r.Side {
+	return r.Side{OpID: p.OpID, Value: p.Value, HLC: p.HLC, Deleted: p.Op == r.OpDelete}
+}
+
+func recordSide(rec r.Record) r.Side {
+	return r.Side{OpID: rec.OpID, Version: rec.Version, Value: rec.Value, HLC: rec.HLC, Deleted: rec.Deleted}
+}
+
+func conflictRow(policy r.Policy, reason string, loser, winner r.Side) *r.ConflictEntry {
+	return &r.ConflictEntry{Tenant: "t1", Model: "notes", Key: "k", Policy: policy, Reason: reason, Loser: loser, Winner: winner}
+}
+
+// supersededBy is the decision for a proposal losing to the current state
+// under LWW.
+func supersededBy(winner r.Record, p r.Proposal) r.Decision {
+	return r.Decision{
+		Outcome: r.OutcomeSuperseded, Policy: r.PolicyLWW, Winner: winner, Reason: r.ReasonOlderHLC,
+		Conflict: conflictRow(r.PolicyLWW, r.ReasonOlderHLC, proposalSide(p), recordSide(winner)),
+	}
+}
+
+func refusedBy(winner r.Record, p r.Proposal) r.Decision {
+	return r.Decision{
+		Outcome: r.OutcomeConflict, Policy: r.PolicyOptimistic, Winner: winner, Reason: r.ReasonStaleBase,
+		Conflict: conflictRow(r.PolicyOptimistic, r.ReasonStaleBase, proposalSide(p), recordSide(winner)),
+	}
+}
+
+func appliedAs(policy r.Policy, rec r.Record) r.Decision {
+	return r.Decision{Outcome: r.OutcomeApplied, Policy: policy, Record: rec}
+}
+
+func TestResolve(t *testing.T) {
+	later := ts(2000, 0, "a")
+	earlier := ts(500, 9, "z")
+	staleLWW := put(later, ptr(uint64(2)))
+	staleLWWRecord := applied(staleLWW, current.Version)
+
+	tests := []struct {
+		name    string
+		policy  r.Policy
+		current *r.Record // nil: the key does not exist
+		p       r.Proposal
+		want    r.Decision
+	}{
+		// Last writer wins.
+		{"lww create", r.PolicyLWW, nil, put(earlier, nil), appliedAs(r.PolicyLWW, applied(put(earlier, nil), 0))},
+		{"lww delete of an absent key leaves a tombstone", r.PolicyLWW, nil, del(earlier, nil), appliedAs(r.PolicyLWW, applied(del(earlier, nil), 0))},
+		{"lww higher wall wins", r.PolicyLWW, &current, put(later, nil), appliedAs(r.PolicyLWW, applied(put(later, nil), 3))},
+		{"lww same wall, higher logical wins", r.PolicyLWW, &current, put(ts(1000, 1, "a"), nil), appliedAs(r.PolicyLWW, applied(put(ts(1000, 1, "a"), nil), 3))},
+		{"lww tie breaks on origin: higher wins", r.PolicyLWW, &current, put(ts(1000, 0, "c"), nil), appliedAs(r.PolicyLWW, applied(put(ts(1000, 0, "c"), nil), 3))},
+		{"lww tie breaks on origin: lower loses", r.PolicyLWW, &current, put(ts(1000, 0, "a"), nil), supersededBy(current, put(ts(1000, 0, "a"), nil))},
+		{"lww tie breaks on origin bytewise: uppercase sorts first", r.PolicyLWW, &current, put(ts(1000, 0, "B"), nil), supersededBy(current, put(ts(1000, 0, "B"), nil))},
+		{"lww lower hlc is superseded and logged", r.PolicyLWW, &current, put(earlier, nil), supersededBy(current, put(earlier, nil))},
+		{"lww equal hlc: the current record stands", r.PolicyLWW, &current, put(current.HLC, nil), supersededBy(current, put(current.HLC, nil))},
+		{"lww lower hlc loses even with the current base", r.PolicyLWW, &current, put(earlier, ptr(uint64(3))), supersededBy(current, put(earlier, ptr(uint64(3))))},
+		{"lww current base, higher hlc: plain apply", r.PolicyLWW, &current, put(later, ptr(uint64(3))), appliedAs(r.PolicyLWW, applied(put(later, ptr(uint64(3))), 3))},
+		{"lww stale base wins on hlc and logs the overwritten value", r.PolicyLWW, &current, staleLWW, r.Decision{
+			Outcome: r.OutcomeApplied, Policy: r.PolicyLWW, Record: staleLWWRecord, Reason: r.ReasonStaleBase,
+			Conflict: conflictRow(r.PolicyLWW, r.ReasonStaleBase, recordSide(current), recordSide(staleLWWRecord)),
+		}},
+		{"lww base on an absent key overwrites nothing", r.PolicyLWW, nil, put(later, ptr(uint64(5))), appliedAs(r.PolicyLWW, applied(put(later, ptr(uint64(5))), 0))},
+		{"lww delete with higher hlc is a tombstone with the next version", r.PolicyLWW, &current, del(later, nil), appliedAs(r.PolicyLWW, applied(del(later, nil), 3))},
+		{"lww delete with lower hlc is superseded", r.PolicyLWW, &current, del(earlier, nil), supersededBy(current, del(earlier, nil))},
+		{"lww put over a tombstone counts on from its version", r.PolicyLWW, &tombstone, put(later, nil), appliedAs(r.PolicyLWW, applied(put(later, nil), 4))},
+		{"lww older put loses to a newer tombstone", r.PolicyLWW, &tombstone, put(earlier, nil), supersededBy(tombstone, put(earlier, nil))},
+
+		// Optimistic.
+		{"optimistic current base applies", r.PolicyOptimistic, &current, put(later, ptr(uint64(3))), appliedAs(r.PolicyOptimistic, applied(put(later, ptr(uint64(3))), 3))},
+		{"optimistic ignores hlc order", r.PolicyOptimistic, &current, put(earlier, ptr(uint64(3))), appliedAs(r.PolicyOptimistic, applied(put(earlier, ptr(uint64(3))), 3))},
+		{"optimistic stale base is a conflict with the winner", r.PolicyOptimistic, &current, put(later, ptr(uint64(2))), refusedBy(current, put(later, ptr(uint64(2))))},
+		{"optimistic base from the future is a conflict", r.PolicyOptimistic, &current, put(later, ptr(uint64(4))), refusedBy(current, put(later, ptr(uint64(4))))},
+		{"optimistic create if absent with base 0", r.PolicyOptimistic, nil, put(later, ptr(uint64(0))), appliedAs(r.PolicyOptimistic, applied(put(later, ptr(uint64(0))), 0))},
+		{"optimistic create over an existing key is a conflict", r.PolicyOptimistic, &current, put(later, ptr(uint64(0))), refusedBy(current, put(later, ptr(uint64(0))))},
+		{"optimistic update of an absent key is a conflict with no winner", r.PolicyOptimistic, nil, put(later, ptr(uint64(1))), refusedBy(r.Record{}, put(later, ptr(uint64(1))))},
+		{"optimistic delete with the current base", r.PolicyOptimistic, &current, del(later, ptr(uint64(3))), appliedAs(r.PolicyOptimistic, applied(del(later, ptr(uint64(3))), 3))},
+		{"optimistic tombstone exists with its version", r.PolicyOptimistic, &tombstone, put(later, ptr(uint64(4))), appliedAs(r.PolicyOptimistic, applied(put(later, ptr(uint64(4))), 4))},
+		{"optimistic create over a tombstone needs its version", r.PolicyOptimistic, &tombstone, put(later, ptr(uint64(0))), refusedBy(tombstone, put(later, ptr(uint64(0))))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cur, exists := r.Record{}, tt.current != nil
+			if exists {
+				cur = *tt.current
+			}
+			got, err := r.Resolve(tt.policy, cur, exists, tt.p)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestResolveIgnoresCurrentWhenAbsent(t *testing.T) {
+	got, err := r.Resolve(r.PolicyLWW, current, false, put(ts(1, 0, "a"), nil))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), got.Record.Version)
+	require.Nil(t, got.Conflict)
+}
+
+func TestResolveRefuses(t *testing.T) {
+	valid := put(ts(2000, 0, "a"), ptr(uint64(3)))
+	with := func(f func(p *r.Proposal)) r.Proposal {
+		p := valid
+		f(&p)
+		return p
+	}
+	tests := []struct {
+		name    string
+		policy  r.Policy
+		p       r.Proposal
+		wantErr error
+	}{
+		{"empty op id", r.PolicyLWW, with(func(p *r.Proposal) { p.OpID = "" }), r.ErrInvalidProposal},
+		{"empty model", r.PolicyLWW, with(func(p *r.Proposal) { p.Model = "" }), r.ErrInvalidProposal},
+		{"empty key", r.PolicyLWW, with(func(p *r.Proposal) { p.Key = "" }), r.ErrInvalidProposal},
+		{"zero hlc", r.PolicyLWW, with(func(p *r.Proposal) { p.HLC = syncproto.Timestamp{} }), r.ErrInvalidProposal},
+		{"put without value", r.PolicyLWW, with(func(p *r.Proposal) { p.Value = nil }), r.ErrInvalidProposal},
+		{"delete with value", r.PolicyLWW, with(func(p *r.Proposal) { p.Op = r.OpDelete }), r.ErrInvalidProposal},
+		{"unknown op", r.PolicyLWW, with(func(p *r.Proposal) { p.Op = "upsert" }), r.ErrInvalidProposal},
+		{"optimistic without base", r.PolicyOptimistic, with(func(p *r.Proposal) { p.BaseVersion = nil }), r.ErrBaseVersionRequired},
+		{"hook needs a Resolver", r.PolicyHook, valid, r.ErrNoHook},
+		{"unknown policy", r.Policy("crdt"), valid, r.ErrUnknownPolicy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := r.Resolve(tt.policy, current, true, tt.p)
+			require.ErrorIs(t, err, tt.wantErr)
+			require.Equal(t, r.Decision{}, got)
+		})
+	}
+}

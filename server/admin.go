@@ -1,0 +1,245 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// AdminHandler serves the admin API: JSON over HTTP, every request
+// authorised by an admin token. Serve it on its own listener, bound to
+// loopback unless an operator decides otherwise.
+//
+//	GET /healthz
+//	GET /v1/admin/status                      node, uptime, connections, oplog range, ledger size
+//	GET /v1/admin/clients                     connected sessions with cursor and pending pushes
+//	GET /v1/admin/oplog?from=SEQ&limit=N&tenant=T&model=M
+//	GET /v1/admin/conflicts?tenant=T&model=M&before=ID&limit=N
+//	GET /v1/admin/ledger/{op_id}?tenant=T     what was decided for an op, and when
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /v1/admin/status", s.admin(s.adminStatus))
+	mux.Handle("GET /v1/admin/clients", s.admin(s.adminClients))
+	mux.Handle("GET /v1/admin/oplog", s.admin(s.adminOplog))
+	mux.Handle("GET /v1/admin/conflicts", s.admin(s.adminConflicts))
+	mux.Handle("GET /v1/admin/ledger/{op_id}", s.admin(s.adminLedger))
+	return mux
+}
+
+// adminError is the body of every admin error answer.
+type adminError struct {
+	Error string `json:"error"`
+}
+
+// admin authorises an admin handler and writes its result or error as JSON.
+func (s *Server) admin(h func(*http.Request) (any, int, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := s.principal(w, r, true); !ok {
+			return
+		}
+		body, status, err := h(r)
+		if err != nil {
+			if status == 0 {
+				status = http.StatusInternalServerError
+				s.log.Error("admin request failed", "path", r.URL.Path, "err", err)
+			}
+			body = adminError{Error: err.Error()}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(max(status, http.StatusOK))
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(body)
+	})
+}
+
+// Status is the answer of /v1/admin/status.
+type Status struct {
+	NodeID        string    `json:"node_id"`
+	StartedAt     time.Time `json:"started_at"`
+	UptimeSeconds float64   `json:"uptime_seconds"`
+	Connections   int       `json:"connections"`
+	Draining      bool      `json:"draining"`
+	OplogHead     uint64    `json:"oplog_head"`
+	OplogOldest   uint64    `json:"oplog_oldest"`
+	LedgerEntries int       `json:"ledger_entries"`
+	// LedgerFloor is the ledger's coverage floor: resends of ops older
+	// than it are answered "expired". Zero before the first prune.
+	LedgerFloor time.Time `json:"ledger_floor,omitzero"`
+	// MaxClientLagEntries is the largest head-minus-cursor among live
+	// subscribers: how far the slowest connected client is behind.
+	MaxClientLagEntries uint64 `json:"max_client_lag_entries"`
+}
+
+func (s *Server) adminStatus(r *http.Request) (any, int, error) {
+	b, err := s.store.log.Bounds(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	ls, err := s.store.ledger.Stats(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	sessions := s.sessionList()
+	st := Status{
+		NodeID: s.cfg.NodeID, StartedAt: s.started, UptimeSeconds: s.now().Sub(s.started).Seconds(),
+		Connections: len(sessions), Draining: s.draining.Load(), OplogHead: b.Head, OplogOldest: b.Oldest,
+		LedgerEntries: ls.Entries, LedgerFloor: ls.Floor,
+	}
+	for _, ss := range sessions {
+		if c := ss.cursor.Load(); b.Head > c {
+			st.MaxClientLagEntries = max(st.MaxClientLagEntries, b.Head-c)
+		}
+	}
+	return st, 0, nil
+}
+
+// Client is one connected session in /v1/admin/clients.
+type Client struct {
+	ClientID      string    `json:"client_id"`
+	Tenant        string    `json:"tenant"`
+	TokenID       string    `json:"token_id"`
+	Remote        string    `json:"remote"`
+	ConnectedAt   time.Time `json:"connected_at"`
+	Cursor        uint64    `json:"cursor"`
+	PendingPushes int64     `json:"pending_pushes"`
+}
+
+func (s *Server) adminClients(*http.Request) (any, int, error) {
+	out := []Client{}
+	for _, ss := range s.sessionList() {
+		out = append(out, Client{
+			ClientID: ss.p.ClientID, Tenant: ss.p.Tenant, TokenID: ss.p.TokenID, Remote: ss.remote,
+			ConnectedAt: ss.since, Cursor: ss.cursor.Load(), PendingPushes: ss.pending.Load(),
+		})
+	}
+	return out, 0, nil
+}
+
+// OplogPage is the answer of /v1/admin/oplog.
+type OplogPage struct {
+	Entries []OplogEntry `json:"entries"`
+	Next    uint64       `json:"next"`
+	Head    uint64       `json:"head"`
+}
+
+// OplogEntry is one oplog entry as the admin API shows it.
+type OplogEntry struct {
+	syncproto.Change
+	Tenant    string    `json:"tenant"`
+	ClientID  string    `json:"client_id"`
+	AppliedAt time.Time `json:"applied_at"`
+}
+
+func (s *Server) adminOplog(r *http.Request) (any, int, error) {
+	q := r.URL.Query()
+	from, err := uintParam(q.Get("from"))
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	limit, err := uintParam(q.Get("limit"))
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	page, err := s.store.log.Read(r.Context(), replication.ReadRequest{After: from, Scope: adminScope(r), Limit: int(min(limit, syncproto.MaxPullLimit))})
+	if err != nil {
+		var ce *replication.CursorError
+		if errors.As(err, &ce) {
+			return nil, http.StatusConflict, err
+		}
+		return nil, 0, err
+	}
+	out := OplogPage{Entries: make([]OplogEntry, len(page.Entries)), Next: page.Next, Head: page.Head}
+	for i, e := range page.Entries {
+		out.Entries[i] = OplogEntry{
+			Change: syncproto.Change{Seq: e.Seq, OpID: e.OpID, Model: e.Model, Key: e.Key, Op: syncproto.Op(e.Op), Value: e.Value, Version: e.Version, HLC: e.HLC, Deleted: e.Deleted},
+			Tenant: e.Tenant, ClientID: e.ClientID, AppliedAt: e.AppliedAt,
+		}
+	}
+	return out, 0, nil
+}
+
+func (s *Server) adminConflicts(r *http.Request) (any, int, error) {
+	before, err := uintParam(r.URL.Query().Get("before"))
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	limit, err := uintParam(r.URL.Query().Get("limit"))
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	rows, err := s.store.conflicts.List(r.Context(), replication.ConflictFilter{Scope: adminScope(r), BeforeID: int64(before), Limit: int(min(limit, 1000))})
+	if err != nil {
+		return nil, 0, err
+	}
+	if rows == nil {
+		rows = []replication.ConflictEntry{}
+	}
+	return rows, 0, nil
+}
+
+// LedgerAnswer is the answer of /v1/admin/ledger/{op_id}.
+type LedgerAnswer struct {
+	Tenant    string            `json:"tenant"`
+	OpID      string            `json:"op_id"`
+	Found     bool              `json:"found"`
+	OpTime    time.Time         `json:"op_time,omitzero"`
+	DecidedAt time.Time         `json:"decided_at,omitzero"`
+	Result    *syncproto.Result `json:"result,omitempty"`
+	// Floor is the ledger's coverage floor: an op that is not held and is
+	// at or before it would be answered "expired" if resent.
+	Floor time.Time `json:"floor,omitzero"`
+}
+
+func (s *Server) adminLedger(r *http.Request) (any, int, error) {
+	tenant, opID := r.URL.Query().Get("tenant"), r.PathValue("op_id")
+	if tenant == "" {
+		return nil, http.StatusBadRequest, errors.New("tenant is required: op ids are recorded per tenant")
+	}
+	d, found, err := s.store.ledger.Get(r.Context(), tenant, opID)
+	if err != nil {
+		return nil, 0, err
+	}
+	ans := LedgerAnswer{Tenant: tenant, OpID: opID, Found: found}
+	if st, err := s.store.ledger.Stats(r.Context()); err == nil {
+		ans.Floor = st.Floor
+	}
+	if !found {
+		return ans, http.StatusNotFound, nil
+	}
+	ans.OpTime, ans.DecidedAt = d.OpTime, d.DecidedAt
+	var res syncproto.Result
+	if err := json.Unmarshal(d.Result, &res); err != nil {
+		return nil, 0, err
+	}
+	ans.Result = &res
+	return ans, 0, nil
+}
+
+// adminScope selects one tenant when ?tenant= is given, every tenant
+// otherwise, and one model when ?model= is given.
+func adminScope(r *http.Request) replication.Scope {
+	q := r.URL.Query()
+	sc := replication.Scope{Tenant: q.Get("tenant"), AllTenants: q.Get("tenant") == "", AllModels: true}
+	if m := q.Get("model"); m != "" {
+		sc.Models, sc.AllModels = []string{m}, false
+	}
+	return sc
+}
+
+func uintParam(v string) (uint64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, errors.New("want a non-negative integer, got " + strconv.Quote(v))
+	}
+	return n, nil
+}

@@ -1,0 +1,103 @@
+package server
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are syncd's Prometheus instruments. Label sets are bounded: status,
+// policy, code and reason take values from fixed lists; no label carries a
+// tenant, client id, key or op id.
+type metrics struct {
+	connections        prometheus.Gauge
+	connectionsTotal   *prometheus.CounterVec // result: accepted|unauthorized|refused
+	pushes             prometheus.Counter
+	mutations          *prometheus.CounterVec // status
+	applySeconds       prometheus.Histogram
+	batchSize          prometheus.Histogram
+	commitGroupBatches prometheus.Histogram
+	conflicts          *prometheus.CounterVec // policy
+	hookFallbacks      prometheus.Counter
+	ledgerHits         prometheus.Counter
+	ledgerRecords      prometheus.Counter
+	ledgerEvictions    prometheus.Counter
+	oplogHead          prometheus.Gauge
+	oplogOldest        prometheus.Gauge
+	syncLag            prometheus.Histogram
+	bytesReceived      prometheus.Counter
+	bytesSent          prometheus.Counter
+	protocolErrors     *prometheus.CounterVec // code
+	rateLimited        prometheus.Counter
+	subscribers        prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_connections", Help: "Open websocket sessions.",
+		}),
+		connectionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_connections_total", Help: "Websocket upgrade requests by result (accepted, unauthorized, refused).",
+		}, []string{"result"}),
+		pushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_pushes_total", Help: "Push messages answered.",
+		}),
+		mutations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_mutations_total", Help: "Pushed mutations by result status (applied, duplicate, superseded, conflict, rejected, expired).",
+		}, []string{"status"}),
+		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "syncd_apply_duration_seconds", Help: "Time from a push's arrival at the committer to its durable commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "syncd_push_batch_size", Help: "Mutations per push message.",
+			Buckets: []float64{1, 2, 5, 10, 25, 50, 100, 250, 500},
+		}),
+		commitGroupBatches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "syncd_commit_group_pushes", Help: "Push messages sharing one database commit (group commit).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_conflicts_total", Help: "Conflict-log rows written, by policy (lww, optimistic, hook).",
+		}, []string{"policy"}),
+		hookFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_conflict_hook_fallbacks_total", Help: "Conflict-hook decisions that fell back to last-writer-wins (timeout, error or panic).",
+		}),
+		ledgerHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_ledger_hits_total", Help: "Resent mutations answered from the replay ledger.",
+		}),
+		ledgerRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_ledger_records_total", Help: "Decisions recorded in the replay ledger.",
+		}),
+		ledgerEvictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_ledger_evictions_total", Help: "Decisions evicted from the replay ledger by retention.",
+		}),
+		oplogHead: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_oplog_head_seq", Help: "Sequence number of the newest oplog entry.",
+		}),
+		oplogOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_oplog_oldest_seq", Help: "Sequence number of the oldest retained oplog entry.",
+		}),
+		syncLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "syncd_sync_lag_seconds", Help: "Time from an entry's commit to its delivery to a live subscriber.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		bytesReceived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_received_bytes_total", Help: "Websocket message bytes received.",
+		}),
+		bytesSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_sent_bytes_total", Help: "Websocket message bytes sent.",
+		}),
+		protocolErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_protocol_errors_total", Help: "Error messages sent to clients, by error code.",
+		}, []string{"code"}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_rate_limited_total", Help: "Messages refused by a session's rate limit.",
+		}),
+		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_subscribers", Help: "Live change-feed subscriptions.",
+		}),
+	}
+	reg.MustRegister(m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
+		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
+		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.syncLag,
+		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)
+	return m
+}

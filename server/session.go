@@ -1,0 +1,498 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"golang.org/x/time/rate"
+
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// outboxSize bounds the frames a session has queued for its writer. A full
+// outbox blocks the reader (backpressure: a client that does not read its
+// answers stops being read) and the subscription (it waits to send).
+const outboxSize = 64
+
+// session is one websocket connection. Its state is owned by the reader
+// goroutine (run); the writer goroutine owns the socket's write side; a
+// subscription goroutine feeds changes into the outbox. Shared fields are
+// the atomics read by the admin API.
+type session struct {
+	srv      *Server
+	conn     *websocket.Conn
+	p        auth.Principal
+	remote   string
+	since    time.Time
+	log      *slog.Logger
+	limiter  *rate.Limiter
+	outbox   chan outbound
+	draining chan struct{} // closed by drain: finish queued work, then close 1001
+	drainOne sync.Once
+
+	// reader-owned
+	helloDone bool
+	sub       context.CancelFunc
+	subDone   chan struct{}
+
+	cursor  atomic.Uint64 // the newest seq delivered on the live feed
+	pending atomic.Int64  // pushes submitted and not yet answered
+}
+
+// outbound is one entry of the outbox: a message ready to send, a push whose
+// answer is pending its commit, or an order to close the connection.
+type outbound struct {
+	msg    syncproto.Message
+	push   *pushRequest
+	pushID string
+	close  *closeOrder
+	onSent func() // runs after msg was written (sync lag accounting)
+}
+
+type closeOrder struct {
+	code   websocket.StatusCode
+	reason string
+}
+
+func newSession(srv *Server, conn *websocket.Conn, p auth.Principal, remote string) *session {
+	return &session{
+		srv: srv, conn: conn, p: p, remote: remote, since: srv.now(),
+		log:      srv.log.With("client_id", p.ClientID, "tenant", p.Tenant, "remote", remote),
+		limiter:  rate.NewLimiter(rate.Limit(srv.cfg.RequestsPerSecond), srv.cfg.RequestBurst),
+		outbox:   make(chan outbound, outboxSize),
+		draining: make(chan struct{}),
+	}
+}
+
+// drain asks the session to stop: it refuses new requests with
+// shutting_down, answers the pushes already submitted, then closes with
+// 1001 (going away).
+func (ss *session) drain() { ss.drainOne.Do(func() { close(ss.draining) }) }
+
+// run serves the session until the client leaves, a protocol error ends it,
+// or the server drains it. ctx is the server's hard-stop context.
+func (ss *session) run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ss.log.Info("client connected")
+
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		ss.writeLoop(ctx, cancel)
+	}()
+	pingDone := make(chan struct{})
+	go func() {
+		defer close(pingDone)
+		ss.keepalive(ctx, cancel)
+	}()
+
+	idle := time.AfterFunc(ss.srv.cfg.IdleTimeout, func() {
+		ss.log.Info("closing idle session")
+		ss.conn.Close(websocket.StatusCode(syncproto.CloseIdleTimeout), "idle timeout")
+	})
+	closing := ss.readLoop(ctx, idle)
+	idle.Stop()
+
+	ss.stopSubscription()
+	if closing != nil {
+		ss.outbox <- outbound{close: closing}
+	}
+	close(ss.outbox)
+	<-writerDone
+	cancel()
+	<-pingDone
+	ss.conn.CloseNow()
+	ss.log.Info("client disconnected")
+}
+
+// readLoop reads and dispatches requests. It returns the close the writer
+// must perform after flushing, or nil when the connection is already gone.
+func (ss *session) readLoop(ctx context.Context, idle *time.Timer) *closeOrder {
+	for {
+		typ, frame, err := ss.conn.Read(ctx)
+		if err != nil {
+			ss.logReadEnd(err)
+			return nil
+		}
+		idle.Reset(ss.srv.cfg.IdleTimeout)
+		ss.srv.metrics.bytesReceived.Add(float64(len(frame)))
+		if typ != websocket.MessageText {
+			return ss.refuseAndClose("", syncproto.Errorf(syncproto.CodeMalformed, "binary frames are not part of syncproto.v1"))
+		}
+		msg, err := syncproto.DecodeRequest(frame)
+		if err != nil {
+			perr := asProtoError(err)
+			if perr.Code == syncproto.CodeMalformed || perr.Code == syncproto.CodeFrameTooLarge || !ss.helloDone {
+				return ss.refuseAndClose(perr.ID, perr)
+			}
+			ss.refuse(perr.ID, perr)
+			continue
+		}
+		if !ss.limiter.Allow() {
+			ss.srv.metrics.rateLimited.Inc()
+			e := syncproto.Errorf(syncproto.CodeRateLimited, "more than %.0f requests a second", ss.srv.cfg.RequestsPerSecond)
+			e.RetryAfterMS = max(1, time.Duration(float64(time.Second)/ss.srv.cfg.RequestsPerSecond).Milliseconds())
+			ss.refuse(msg.RequestID(), e)
+			continue
+		}
+		if closing := ss.dispatch(ctx, msg); closing != nil {
+			return closing
+		}
+	}
+}
+
+func (ss *session) logReadEnd(err error) {
+	switch status := websocket.CloseStatus(err); {
+	case status == websocket.StatusNormalClosure || status == websocket.StatusGoingAway:
+	case status == websocket.StatusMessageTooBig:
+		ss.srv.metrics.protocolErrors.WithLabelValues(string(syncproto.CodeFrameTooLarge)).Inc()
+		ss.log.Warn("frame over the read limit; connection closed", "limit", syncproto.MaxFrameBytes)
+	case status != -1:
+		ss.log.Info("connection closed", "status", status.String())
+	case errors.Is(err, context.Canceled):
+	default:
+		ss.log.Info("connection lost", "err", err)
+	}
+}
+
+// dispatch handles one decoded request.
+func (ss *session) dispatch(ctx context.Context, msg syncproto.Message) *closeOrder {
+	if hello, ok := msg.(*syncproto.Hello); ok {
+		return ss.hello(ctx, hello)
+	}
+	if !ss.helloDone {
+		return ss.refuseAndClose(msg.RequestID(), syncproto.Errorf(syncproto.CodeHelloRequired, "the first request must be hello"))
+	}
+	select {
+	case <-ss.draining:
+		ss.refuse(msg.RequestID(), syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down; reconnect and resend"))
+		return nil
+	default:
+	}
+	switch m := msg.(type) {
+	case *syncproto.Push:
+		ss.push(ctx, m)
+	case *syncproto.Pull:
+		ss.pull(ctx, m)
+	case *syncproto.Subscribe:
+		ss.subscribe(ctx, m)
+	case *syncproto.Unsubscribe:
+		ss.stopSubscription()
+		ss.send(&syncproto.Pong{ID: m.ID})
+	case *syncproto.Ping:
+		ss.send(&syncproto.Pong{ID: m.ID})
+	default:
+		ss.refuse(msg.RequestID(), syncproto.Errorf(syncproto.CodeUnknownType, "%s is not a request", msg.Type()))
+	}
+	return nil
+}
+
+func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
+	if ss.helloDone {
+		return ss.refuseAndClose(m.ID, syncproto.Errorf(syncproto.CodeHelloRequired, "hello was already sent on this connection"))
+	}
+	if m.ClientID != ss.p.ClientID {
+		ss.log.Warn("hello names another client id", "hello_client_id", m.ClientID)
+		return ss.refuseAndClose(m.ID, syncproto.Errorf(syncproto.CodeWrongClientID, "this token acts as client %q, not %q", ss.p.ClientID, m.ClientID))
+	}
+	bounds, err := ss.srv.store.log.Bounds(ctx)
+	if err != nil {
+		return ss.refuseAndClose(m.ID, internalError(err))
+	}
+	if m.Cursor > bounds.Head {
+		return ss.refuseAndClose(m.ID, syncproto.Errorf(syncproto.CodeCursorAhead, "cursor %d is past the head %d: the client's state is not from this server", m.Cursor, bounds.Head))
+	}
+	// A hello timestamp too far ahead is not observed, so a broken device
+	// clock cannot drag the server's clock forward; the client corrects
+	// itself from server_hlc.
+	if replication.CheckSkew(m.HLC, ss.srv.now(), ss.srv.cfg.MaxClockSkew) == nil {
+		ss.srv.clock.Observe(m.HLC)
+	}
+	ss.helloDone = true
+	ss.cursor.Store(m.Cursor)
+	ss.send(&syncproto.Welcome{
+		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), Head: bounds.Head,
+		Limits: ss.srv.limits(), Models: ss.srv.modelAccess(ss.p),
+	})
+	return nil
+}
+
+func (ss *session) push(ctx context.Context, m *syncproto.Push) {
+	ss.srv.metrics.pushes.Inc()
+	ss.srv.metrics.batchSize.Observe(float64(len(m.Mutations)))
+	req, err := ss.srv.store.submit(ctx, ss.p, m.Mutations)
+	if err != nil {
+		ss.refuse(m.ID, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down; reconnect and resend"))
+		return
+	}
+	ss.pending.Add(1)
+	ss.enqueue(outbound{push: req, pushID: m.ID})
+}
+
+func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
+	page, resync := ss.read(ctx, m.ID, m.Cursor, m.Limit)
+	if resync != nil {
+		ss.send(resync)
+		return
+	}
+	if page != nil {
+		ss.send(changesOf(m.ID, *page))
+	}
+}
+
+// read serves one page after cursor in the principal's scope. It answers
+// the refusal itself and returns nil, nil when the cursor is ahead or the
+// read failed; it returns a resync when the cursor is older than the log.
+func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int) (*replication.Page, *syncproto.Resync) {
+	page, err := ss.srv.store.log.Read(ctx, replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit})
+	var ce *replication.CursorError
+	switch {
+	case err == nil:
+		return &page, nil
+	case errors.As(err, &ce) && errors.Is(err, replication.ErrCursorExpired):
+		return nil, &syncproto.Resync{ID: id, Reason: syncproto.ResyncCursorExpired, SnapshotURL: syncproto.SnapshotPath, Head: ce.Bounds.Head}
+	case errors.As(err, &ce):
+		ss.refuse(id, syncproto.Errorf(syncproto.CodeCursorAhead, "cursor %d is past the head %d", cursor, ce.Bounds.Head))
+	case ctx.Err() == nil:
+		ss.refuse(id, internalError(err))
+	}
+	return nil, nil
+}
+
+func changesOf(id string, page replication.Page) *syncproto.Changes {
+	c := &syncproto.Changes{ID: id, Entries: make([]syncproto.Change, len(page.Entries)), Cursor: page.Next, Head: page.Head, More: !page.CaughtUp()}
+	for i, e := range page.Entries {
+		c.Entries[i] = syncproto.Change{Seq: e.Seq, OpID: e.OpID, Model: e.Model, Key: e.Key, Op: syncproto.Op(e.Op), Value: e.Value, Version: e.Version, HLC: e.HLC, Deleted: e.Deleted}
+	}
+	return c
+}
+
+// subscribe starts the connection's live feed from cursor, replacing any
+// previous subscription. The feed sends every page until caught up, then
+// one page per commit that touches the scope, until unsubscribe, a resync,
+// or the end of the session.
+func (ss *session) subscribe(ctx context.Context, m *syncproto.Subscribe) {
+	ss.stopSubscription()
+	subCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	ss.sub, ss.subDone = cancel, done
+	ss.srv.metrics.subscribers.Inc()
+	go func() {
+		defer close(done)
+		defer ss.srv.metrics.subscribers.Dec()
+		ss.feed(subCtx, m.ID, m.Cursor)
+	}()
+}
+
+func (ss *session) stopSubscription() {
+	if ss.sub == nil {
+		return
+	}
+	ss.sub()
+	<-ss.subDone
+	ss.sub, ss.subDone = nil, nil
+}
+
+func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
+	first := true
+	for ctx.Err() == nil {
+		page, resync := ss.read(ctx, id, cursor, 0)
+		if resync != nil {
+			ss.sendCtx(ctx, outbound{msg: resync})
+			return
+		}
+		if page == nil {
+			return
+		}
+		if len(page.Entries) > 0 || first {
+			out := outbound{msg: changesOf(id, *page)}
+			if len(page.Entries) > 0 {
+				entries, seq := page.Entries, page.Next
+				out.onSent = func() {
+					now := ss.srv.now()
+					for _, e := range entries {
+						ss.srv.metrics.syncLag.Observe(now.Sub(e.AppliedAt).Seconds())
+					}
+					ss.cursor.Store(seq)
+				}
+			}
+			if !ss.sendCtx(ctx, out) {
+				return
+			}
+			first = false
+		}
+		cursor = page.Next
+		if page.CaughtUp() {
+			if ss.srv.store.log.Wait(ctx, cursor) != nil {
+				return
+			}
+		}
+	}
+}
+
+// send queues a message from the reader goroutine.
+func (ss *session) send(msg syncproto.Message) { ss.enqueue(outbound{msg: msg}) }
+
+func (ss *session) enqueue(o outbound) { ss.outbox <- o }
+
+// sendCtx queues from the subscription goroutine; false when ctx ended first.
+func (ss *session) sendCtx(ctx context.Context, o outbound) bool {
+	select {
+	case ss.outbox <- o:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// refuse answers a request with an error and keeps the connection.
+func (ss *session) refuse(id string, e *syncproto.Error) {
+	ss.srv.metrics.protocolErrors.WithLabelValues(string(e.Code)).Inc()
+	ss.log.Info("request refused", "code", e.Code, "request_id", id)
+	ss.send(e.WithID(id))
+}
+
+// refuseAndClose answers with an error, then the connection closes with the
+// code PROTOCOL.md assigns to it.
+func (ss *session) refuseAndClose(id string, e *syncproto.Error) *closeOrder {
+	ss.refuse(id, e)
+	return &closeOrder{code: websocket.StatusCode(syncproto.CloseFor(e.Code)), reason: string(e.Code)}
+}
+
+func internalError(err error) *syncproto.Error {
+	return syncproto.Errorf(syncproto.CodeInternal, "internal error; retry later")
+}
+
+// writeLoop writes the outbox in order. A pending push is answered when its
+// commit ends, so results keep request order. After a write failure it
+// keeps draining (answers are lost with the connection; the client resends
+// and the ledger answers duplicates) so no producer blocks.
+func (ss *session) writeLoop(ctx context.Context, fail context.CancelFunc) {
+	broken := false
+	for {
+		var o outbound
+		var ok bool
+		select {
+		case o, ok = <-ss.outbox:
+		case <-ss.draining:
+			// Finish what is queued, then close going-away. The reader
+			// stops when the close handshake completes.
+			ss.flushThenClose(ctx, &broken)
+			ss.drainOutbox(ctx, &broken)
+			return
+		}
+		if !ok {
+			return
+		}
+		ss.handle(ctx, o, &broken, fail)
+	}
+}
+
+func (ss *session) flushThenClose(ctx context.Context, broken *bool) {
+	for {
+		select {
+		case o, ok := <-ss.outbox:
+			if !ok {
+				ss.conn.Close(websocket.StatusGoingAway, "server shutting down")
+				return
+			}
+			ss.handle(ctx, o, broken, func() {})
+		default:
+			if !*broken {
+				ss.conn.Close(websocket.StatusGoingAway, "server shutting down")
+			}
+			return
+		}
+	}
+}
+
+// drainOutbox consumes the outbox until the reader closes it, answering
+// nothing (the connection is closed) but releasing pending pushes.
+func (ss *session) drainOutbox(ctx context.Context, broken *bool) {
+	*broken = true
+	for o := range ss.outbox {
+		ss.handle(ctx, o, broken, func() {})
+	}
+}
+
+func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail context.CancelFunc) {
+	switch {
+	case o.close != nil:
+		if !*broken {
+			ss.conn.Close(o.close.code, o.close.reason)
+		}
+		return
+	case o.push != nil:
+		<-o.push.done
+		ss.pending.Add(-1)
+		o.msg = pushAnswer(o.pushID, o.push)
+	}
+	if *broken {
+		return
+	}
+	frame, err := syncproto.Encode(o.msg)
+	if err != nil {
+		ss.log.Error("encode answer", "type", o.msg.Type(), "err", err)
+		frame, _ = syncproto.Encode(internalError(err).WithID(o.msg.RequestID()))
+	}
+	wctx, cancel := context.WithTimeout(ctx, ss.srv.cfg.WriteTimeout)
+	err = ss.conn.Write(wctx, websocket.MessageText, frame)
+	cancel()
+	if err != nil {
+		*broken = true
+		fail()
+		return
+	}
+	ss.srv.metrics.bytesSent.Add(float64(len(frame)))
+	if o.onSent != nil {
+		o.onSent()
+	}
+}
+
+// pushAnswer is the answer to a push once its commit ended: the results, or
+// a retryable error saying nothing of it was applied.
+func pushAnswer(id string, r *pushRequest) syncproto.Message {
+	if r.err != nil {
+		code := syncproto.CodeInternal
+		if errors.Is(r.err, errStoreClosed) {
+			code = syncproto.CodeShuttingDown
+		}
+		return syncproto.Errorf(code, "push not applied (%s); resend it", code).WithID(id)
+	}
+	return &syncproto.PushResult{ID: id, Results: r.results}
+}
+
+// keepalive pings the client; a client that does not answer within the
+// write timeout is gone and its session ends.
+func (ss *session) keepalive(ctx context.Context, fail context.CancelFunc) {
+	t := time.NewTicker(ss.srv.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, ss.srv.cfg.WriteTimeout)
+			err := ss.conn.Ping(pctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				ss.log.Info("keepalive ping failed; closing", "err", err)
+				fail()
+				ss.conn.CloseNow()
+				return
+			}
+		}
+	}
+}
+
+// String names the session in logs.
+func (ss *session) String() string { return fmt.Sprintf("%s@%s", ss.p.ClientID, ss.remote) }

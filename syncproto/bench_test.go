@@ -1,0 +1,61 @@
+package syncproto_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// pushFrame returns the frame of a push of n typical mutations.
+func pushFrame(b *testing.B, n int) []byte {
+	b.Helper()
+	p := &syncproto.Push{ID: "p1", Mutations: make([]syncproto.Mutation, n)}
+	for i := range p.Mutations {
+		id, err := syncproto.NewOpID()
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Mutations[i] = syncproto.Mutation{OpID: id, Model: "todos", Key: fmt.Sprintf("user-42/todo-%06d", i), Op: syncproto.OpPut,
+			Value: json.RawMessage(`{"title":"buy milk and bread","done":false,"tags":["home","errand"],"prio":3}`), HLC: ts(1733140000000, uint32(i), "client-a")}
+	}
+	frame, err := syncproto.Encode(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return frame
+}
+
+// BenchmarkDecodePush measures what the server spends decoding and
+// validating a push before touching storage.
+func BenchmarkDecodePush(b *testing.B) {
+	for _, n := range []int{1, 100, 500} {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			frame := pushFrame(b, n)
+			b.SetBytes(int64(len(frame)))
+			b.ReportAllocs()
+			for b.Loop() {
+				msg, err := syncproto.DecodeRequest(frame)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i := range msg.(*syncproto.Push).Mutations {
+					m := &msg.(*syncproto.Push).Mutations[i]
+					if err := m.Validate(); err != nil {
+						b.Fatal(err)
+					}
+					_ = m.Digest()
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkClockNow measures issuing one timestamp.
+func BenchmarkClockNow(b *testing.B) {
+	c := syncproto.NewClock("client-a", nil)
+	for b.Loop() {
+		_ = c.Now()
+	}
+}

@@ -1,0 +1,502 @@
+package syncproto
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// Type is a message's "type" field.
+type Type string
+
+// Message types. Requests go from client to server and carry an "id" that
+// their answers echo; the rest go from server to client.
+const (
+	TypeHello       Type = "hello"       // request; answered by welcome
+	TypePush        Type = "push"        // request; answered by push_result
+	TypePull        Type = "pull"        // request; answered by changes or resync
+	TypeSubscribe   Type = "subscribe"   // request; answered by changes (repeatedly) or resync
+	TypeUnsubscribe Type = "unsubscribe" // request; answered by pong
+	TypePing        Type = "ping"        // request; answered by pong
+
+	TypeWelcome    Type = "welcome"
+	TypePushResult Type = "push_result"
+	TypeChanges    Type = "changes"
+	TypeResync     Type = "resync"
+	TypeError      Type = "error"
+	TypePong       Type = "pong"
+)
+
+// IsRequest reports whether t is a client-to-server message type.
+func (t Type) IsRequest() bool {
+	switch t {
+	case TypeHello, TypePush, TypePull, TypeSubscribe, TypeUnsubscribe, TypePing:
+		return true
+	}
+	return false
+}
+
+// Message is one protocol message: a frame's decoded form. The concrete
+// types are the pointer types of this package (*Hello, *Push, ..., *Error);
+// the set is closed.
+type Message interface {
+	// Type returns the message's "type".
+	Type() Type
+	// RequestID returns the "id": the request's own id, or for an answer the
+	// id of the request it answers ("" for an error about the connection).
+	RequestID() string
+	// Validate reports whether every field obeys PROTOCOL.md. The error is
+	// an *Error. A push's mutations are not validated here: each is checked
+	// on its own (Mutation.Validate) and refused in its own Result.
+	Validate() error
+
+	message()
+}
+
+// newMessage returns a zero message of type t, or nil for an unknown type.
+func newMessage(t Type) Message {
+	switch t {
+	case TypeHello:
+		return new(Hello)
+	case TypePush:
+		return new(Push)
+	case TypePull:
+		return new(Pull)
+	case TypeSubscribe:
+		return new(Subscribe)
+	case TypeUnsubscribe:
+		return new(Unsubscribe)
+	case TypePing:
+		return new(Ping)
+	case TypeWelcome:
+		return new(Welcome)
+	case TypePushResult:
+		return new(PushResult)
+	case TypeChanges:
+		return new(Changes)
+	case TypeResync:
+		return new(Resync)
+	case TypeError:
+		return new(Error)
+	case TypePong:
+		return new(Pong)
+	}
+	return nil
+}
+
+// Hello opens a session. It must be the connection's first message, and
+// only one is allowed.
+type Hello struct {
+	ID string `json:"id"`
+	// ClientID is the client's id; it must be the one the token may act as.
+	ClientID string `json:"client_id"`
+	// Cursor is the oplog seq the client has applied up to (0 = none). The
+	// server records it as the client's position and refuses one beyond its
+	// head (CodeCursorAhead); the change feed starts from pull's or
+	// subscribe's own cursor.
+	Cursor uint64 `json:"cursor"`
+	// HLC is the client's current clock reading; its origin is ClientID.
+	HLC Timestamp `json:"hlc"`
+}
+
+// Welcome answers hello: the session is open.
+type Welcome struct {
+	ID string `json:"id"`
+	// NodeID is the id of the server node, the origin of its timestamps.
+	NodeID string `json:"node_id"`
+	// ServerHLC is the server's clock reading after observing hello's hlc.
+	ServerHLC Timestamp `json:"server_hlc"`
+	// Head is the newest oplog seq at the time of the answer.
+	Head uint64 `json:"head"`
+	// Limits are what this server enforces on this connection.
+	Limits Limits `json:"limits"`
+	// Models are the models the token may use, by name.
+	Models map[string]ModelAccess `json:"models"`
+}
+
+// Policy is a model's conflict policy, as a client sees it.
+type Policy string
+
+// Conflict policies.
+const (
+	// PolicyLWW: the write with the higher hlc wins; a losing write is
+	// answered superseded.
+	PolicyLWW Policy = "lww"
+	// PolicyOptimistic: every write carries base_version; a stale one is
+	// answered conflict with the winner.
+	PolicyOptimistic Policy = "optimistic"
+	// PolicyHook: a server-side resolver decides (falling back to LWW); a
+	// client sees lww's answers.
+	PolicyHook Policy = "hook"
+)
+
+// Valid reports whether p is one of the defined policies.
+func (p Policy) Valid() bool {
+	return p == PolicyLWW || p == PolicyOptimistic || p == PolicyHook
+}
+
+// ModelAccess is what a token may do with one model.
+type ModelAccess struct {
+	Policy Policy `json:"policy"`
+	Read   bool   `json:"read"`
+	Write  bool   `json:"write"`
+}
+
+// Push sends a batch of mutations. The server decides them in order, in one
+// transaction, and answers with one Result per mutation in the same order.
+type Push struct {
+	ID        string     `json:"id"`
+	Mutations []Mutation `json:"mutations"`
+}
+
+// PushResult answers push.
+type PushResult struct {
+	ID string `json:"id"`
+	// Results has one entry per pushed mutation, in push order.
+	Results []Result `json:"results"`
+}
+
+// Pull asks for one page of the change feed after Cursor.
+type Pull struct {
+	ID string `json:"id"`
+	// Cursor is the seq to read after (0 = from the beginning).
+	Cursor uint64 `json:"cursor"`
+	// Limit caps the entries returned, 1..MaxPullLimit; 0 means
+	// DefaultPullLimit.
+	Limit int `json:"limit,omitempty"`
+}
+
+// Subscribe starts (or restarts) the connection's live change feed after
+// Cursor: catch-up pages, then new entries as they are applied.
+type Subscribe struct {
+	ID     string `json:"id"`
+	Cursor uint64 `json:"cursor"`
+}
+
+// Unsubscribe stops the connection's live change feed.
+type Unsubscribe struct {
+	ID string `json:"id"`
+}
+
+// Ping asks for a pong; it also keeps an idle connection open.
+type Ping struct {
+	ID string `json:"id"`
+}
+
+// Pong answers ping and unsubscribe.
+type Pong struct {
+	ID string `json:"id"`
+}
+
+// Changes is one page of the change feed, answering pull or delivered for a
+// subscription (ID is then the subscribe request's id).
+type Changes struct {
+	ID string `json:"id"`
+	// Entries are in increasing seq order, scoped to the token's tenant and
+	// readable models; seqs may have gaps.
+	Entries []Change `json:"entries"`
+	// Cursor is the seq to resume after: at least the last entry's seq, and
+	// beyond it when later entries were not visible to this token.
+	Cursor uint64 `json:"cursor"`
+	// Head is the newest oplog seq when the page was read.
+	Head uint64 `json:"head"`
+	// More reports that entries after Cursor existed when the page was read:
+	// for pull, ask again from Cursor; for a subscription, more pages follow.
+	More bool `json:"more"`
+}
+
+// Resync answers pull or subscribe whose cursor is older than the retained
+// oplog: the client must reload from a snapshot and resume at its head.
+type Resync struct {
+	ID string `json:"id"`
+	// Reason says why; ResyncCursorExpired is the only reason in v1.
+	Reason string `json:"reason"`
+	// SnapshotURL is where to GET the snapshot, resolved against the http(s)
+	// form of the websocket URL; SnapshotPath in v1.
+	SnapshotURL string `json:"snapshot_url"`
+	// Head is the newest oplog seq when the answer was sent.
+	Head uint64 `json:"head"`
+}
+
+// ResyncCursorExpired is Resync.Reason for a cursor older than the oldest
+// retained oplog entry.
+const ResyncCursorExpired = "cursor_expired"
+
+func (*Hello) Type() Type       { return TypeHello }
+func (*Welcome) Type() Type     { return TypeWelcome }
+func (*Push) Type() Type        { return TypePush }
+func (*PushResult) Type() Type  { return TypePushResult }
+func (*Pull) Type() Type        { return TypePull }
+func (*Subscribe) Type() Type   { return TypeSubscribe }
+func (*Unsubscribe) Type() Type { return TypeUnsubscribe }
+func (*Ping) Type() Type        { return TypePing }
+func (*Pong) Type() Type        { return TypePong }
+func (*Changes) Type() Type     { return TypeChanges }
+func (*Resync) Type() Type      { return TypeResync }
+func (*Error) Type() Type       { return TypeError }
+
+func (m *Hello) RequestID() string       { return m.ID }
+func (m *Welcome) RequestID() string     { return m.ID }
+func (m *Push) RequestID() string        { return m.ID }
+func (m *PushResult) RequestID() string  { return m.ID }
+func (m *Pull) RequestID() string        { return m.ID }
+func (m *Subscribe) RequestID() string   { return m.ID }
+func (m *Unsubscribe) RequestID() string { return m.ID }
+func (m *Ping) RequestID() string        { return m.ID }
+func (m *Pong) RequestID() string        { return m.ID }
+func (m *Changes) RequestID() string     { return m.ID }
+func (m *Resync) RequestID() string      { return m.ID }
+func (e *Error) RequestID() string       { return e.ID }
+
+func (*Hello) message()       {}
+func (*Welcome) message()     {}
+func (*Push) message()        {}
+func (*PushResult) message()  {}
+func (*Pull) message()        {}
+func (*Subscribe) message()   {}
+func (*Unsubscribe) message() {}
+func (*Ping) message()        {}
+func (*Pong) message()        {}
+func (*Changes) message()     {}
+func (*Resync) message()      {}
+func (*Error) message()       {}
+
+// Validate checks hello: request id, client id, cursor, and a non-zero hlc
+// whose origin is the client id.
+func (m *Hello) Validate() error {
+	if err := validateRequestID(m.ID); err != nil {
+		return err
+	}
+	if err := ValidateID(m.ClientID); err != nil {
+		return err
+	}
+	if err := validateSeq("cursor", m.Cursor); err != nil {
+		return err
+	}
+	if err := validateStamp("hlc", m.HLC); err != nil {
+		return err
+	}
+	if m.HLC.Origin != m.ClientID {
+		return Errorf(CodeInvalidHLC, "hlc origin %q is not client_id %q", m.HLC.Origin, m.ClientID)
+	}
+	return nil
+}
+
+// Validate checks welcome: answer id, node id, server hlc, head, limits and
+// the model table.
+func (m *Welcome) Validate() error {
+	if err := validateRequestID(m.ID); err != nil {
+		return err
+	}
+	if err := ValidateID(m.NodeID); err != nil {
+		return err
+	}
+	if err := validateStamp("server_hlc", m.ServerHLC); err != nil {
+		return err
+	}
+	if err := validateSeq("head", m.Head); err != nil {
+		return err
+	}
+	if err := m.Limits.Validate(); err != nil {
+		return err
+	}
+	for name, access := range m.Models {
+		if err := ValidateModel(name); err != nil {
+			return err
+		}
+		if !access.Policy.Valid() {
+			return Errorf(CodeBadRequest, "model %q: policy %q is not lww, optimistic or hook", name, access.Policy)
+		}
+	}
+	return nil
+}
+
+// Validate checks push's envelope: request id and 1..MaxBatch mutations.
+// Each mutation is validated on its own with Mutation.Validate.
+func (m *Push) Validate() error {
+	if err := validateRequestID(m.ID); err != nil {
+		return err
+	}
+	switch n := len(m.Mutations); {
+	case n == 0:
+		return Errorf(CodeBadRequest, "push holds no mutations")
+	case n > MaxBatch:
+		return Errorf(CodeBatchTooLarge, "push holds %d mutations, more than %d", n, MaxBatch)
+	}
+	return nil
+}
+
+// Validate checks push_result: answer id and 1..MaxBatch valid results.
+func (m *PushResult) Validate() error {
+	if err := validateRequestID(m.ID); err != nil {
+		return err
+	}
+	switch n := len(m.Results); {
+	case n == 0:
+		return Errorf(CodeBadRequest, "push_result holds no results")
+	case n > MaxBatch:
+		return Errorf(CodeBatchTooLarge, "push_result holds %d results, more than %d", n, MaxBatch)
+	}
+	for i := range m.Results {
+		if err := m.Results[i].Validate(); err != nil {
+			return prefixed(err, "results[%d]", i)
+		}
+	}
+	return nil
+}
+
+// Validate checks pull: request id, cursor and 0..MaxPullLimit limit.
+func (m *Pull) Validate() error {
+	if err := validateRequestID(m.ID); err != nil {
+		return err
+	}
+	if err := validateSeq("cursor", m.Cursor); err != nil {
+		return err
+	}
+	if m.Limit < 0 || m.Limit > MaxPullLimit {
+		return Errorf(CodeBadRequest, "limit %d outside 0..%d", m.Limit, MaxPullLimit)
+	}
+	return nil
+}
+
+// Validate checks subscribe: request id and cursor.
+func (m *Subscribe) Validate() error {
+	if err := validateRequestID(m.ID); err != nil {
+		return err
+	}
+	return validateSeq("cursor", m.Cursor)
+}
+
+// Validate checks unsubscribe's request id.
+func (m *Unsubscribe) Validate() error { return validateRequestID(m.ID) }
+
+// Validate checks ping's request id.
+func (m *Ping) Validate() error { return validateRequestID(m.ID) }
+
+// Validate checks pong's answer id.
+func (m *Pong) Validate() error { return validateRequestID(m.ID) }
+
+// Validate checks changes: answer id, at most MaxPullLimit valid entries in
+// strictly increasing seq order, and cursor <= head with cursor at or past
+// the last entry.
+func (m *Changes) Validate() error {
+	if err := validateRequestID(m.ID); err != nil {
+		return err
+	}
+	if len(m.Entries) > MaxPullLimit {
+		return Errorf(CodeBadRequest, "changes holds %d entries, more than %d", len(m.Entries), MaxPullLimit)
+	}
+	var last uint64
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		if err := e.Validate(); err != nil {
+			return prefixed(err, "entries[%d]", i)
+		}
+		if e.Seq <= last {
+			return Errorf(CodeBadRequest, "entries[%d]: seq %d not after %d", i, e.Seq, last)
+		}
+		last = e.Seq
+	}
+	if err := validateSeq("cursor", m.Cursor); err != nil {
+		return err
+	}
+	if err := validateSeq("head", m.Head); err != nil {
+		return err
+	}
+	if m.Cursor < last {
+		return Errorf(CodeBadRequest, "cursor %d before the last entry's seq %d", m.Cursor, last)
+	}
+	if m.Cursor > m.Head {
+		return Errorf(CodeBadRequest, "cursor %d after head %d", m.Cursor, m.Head)
+	}
+	return nil
+}
+
+// Validate checks resync: answer id, reason, snapshot url and head.
+func (m *Resync) Validate() error {
+	if err := validateRequestID(m.ID); err != nil {
+		return err
+	}
+	if m.Reason == "" || len(m.Reason) > MaxMessageBytes {
+		return Errorf(CodeBadRequest, "reason must hold 1..%d bytes", MaxMessageBytes)
+	}
+	if m.SnapshotURL == "" || len(m.SnapshotURL) > MaxMessageBytes {
+		return Errorf(CodeBadRequest, "snapshot_url must hold 1..%d bytes", MaxMessageBytes)
+	}
+	return validateSeq("head", m.Head)
+}
+
+// codePattern is the shape of every Code, including ones newer than this
+// package.
+var codePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// Validate checks an error message: optional id, a code-shaped code, message
+// length and a non-negative retry delay.
+func (e *Error) Validate() error {
+	if e.ID != "" {
+		if err := validateRequestID(e.ID); err != nil {
+			return err
+		}
+	}
+	if !codePattern.MatchString(string(e.Code)) {
+		return Errorf(CodeBadRequest, "code %q is not a code", truncate(string(e.Code)))
+	}
+	if len(e.Message) > MaxMessageBytes {
+		return Errorf(CodeBadRequest, "message holds %d bytes, more than %d", len(e.Message), MaxMessageBytes)
+	}
+	if e.RetryAfterMS < 0 || e.RetryAfterMS > MaxSafeInteger {
+		return Errorf(CodeBadRequest, "retry_after_ms %d out of range", e.RetryAfterMS)
+	}
+	return nil
+}
+
+// validateRequestID checks a request id: 1..MaxRequestIDBytes printable
+// ASCII characters without space.
+func validateRequestID(id string) error {
+	if !validRequestID(id) {
+		return Errorf(CodeBadRequest, "id must be 1..%d printable ASCII characters", MaxRequestIDBytes)
+	}
+	return nil
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > MaxRequestIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// validateSeq checks a cursor, seq, head or version against MaxSafeInteger.
+func validateSeq(field string, v uint64) error {
+	if v > MaxSafeInteger {
+		return Errorf(CodeBadRequest, "%s %d exceeds %d", field, v, uint64(MaxSafeInteger))
+	}
+	return nil
+}
+
+// validateStamp checks a required hlc field: valid and non-zero.
+func validateStamp(field string, t Timestamp) error {
+	if t.IsZero() {
+		return Errorf(CodeInvalidHLC, "%s is required", field)
+	}
+	if err := t.Validate(); err != nil {
+		return prefixed(err, "%s", field)
+	}
+	return nil
+}
+
+// prefixed returns err (an *Error) with its message prefixed by a field
+// path, so a nested refusal names where it happened.
+func prefixed(err error, format string, args ...any) error {
+	pe, ok := err.(*Error)
+	if !ok {
+		return err
+	}
+	c := *pe
+	c.Message = capMessage(fmt.Sprintf(format, args...) + ": " + c.Message)
+	return &c
+}

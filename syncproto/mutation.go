@@ -1,0 +1,219 @@
+package syncproto
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Op is a mutation's operation.
+type Op string
+
+// Operations.
+const (
+	OpPut    Op = "put"    // create or replace the record's value
+	OpDelete Op = "delete" // delete the record (a tombstone; its version still counts)
+)
+
+// Mutation is one write, as pushed by a client.
+type Mutation struct {
+	// OpID is the write's idempotency key: a UUID in canonical lowercase
+	// form, UUIDv7 recommended (NewOpID). Resends of the write reuse it.
+	OpID string `json:"op_id"`
+	// Model names the record's model (ModelPattern).
+	Model string `json:"model"`
+	// Key names the record within the model (ValidateKey).
+	Key string `json:"key"`
+	// Op is put or delete.
+	Op Op `json:"op"`
+	// Value is the record's new value, any JSON value; required on put
+	// (JSON null is a value), absent on delete. At most MaxPayloadBytes as
+	// sent.
+	Value json.RawMessage `json:"value,omitempty"`
+	// HLC is the client's clock reading when the write was made (or
+	// re-stamped after CodeClockSkew); its origin is the client id.
+	HLC Timestamp `json:"hlc"`
+	// BaseVersion, when present, is the record version the write was based
+	// on; 0 means the key must never have been written. Required for
+	// models with PolicyOptimistic; checked under every policy when present.
+	BaseVersion *uint64 `json:"base_version,omitempty"`
+
+	// decodeErr is why the mutation's JSON did not fit the fields, set by
+	// UnmarshalJSON and reported by Validate, so that one broken mutation is
+	// refused alone rather than failing its whole push.
+	decodeErr *Error
+}
+
+// UnmarshalJSON decodes a mutation leniently: a field of the wrong JSON type
+// or an unparsable hlc does not fail the decoding (and so the push holding
+// it); it is remembered and Validate reports it with the field's code. The
+// op id is kept whenever it was a string, for the result to echo.
+func (m *Mutation) UnmarshalJSON(b []byte) error {
+	type plain Mutation // the fields without this method
+	var p plain
+	err := json.Unmarshal(b, &p)
+	*m = Mutation(p)
+	if err == nil {
+		return nil
+	}
+	var id struct {
+		OpID string `json:"op_id"`
+	}
+	if json.Unmarshal(b, &id) == nil {
+		m.OpID = id.OpID
+	}
+	m.decodeErr = mutationDecodeError(err)
+	return nil
+}
+
+// mutationDecodeError maps a decoding failure to the code of the field it
+// concerns.
+func mutationDecodeError(err error) *Error {
+	if errors.Is(err, ErrInvalidTimestamp) {
+		return Errorf(CodeInvalidHLC, "hlc: %v", err)
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		code := map[string]Code{
+			"op_id": CodeInvalidOpID,
+			"model": CodeInvalidModel,
+			"key":   CodeInvalidKey,
+			"op":    CodeInvalidOp,
+		}[te.Field]
+		if code == "" {
+			code = CodeBadRequest
+		}
+		return Errorf(code, "%s", describeJSONError(err))
+	}
+	return Errorf(CodeBadRequest, "mutation: %s", describeJSONError(err))
+}
+
+// NewOpID returns a fresh op id: a UUIDv7 in canonical lowercase form, so
+// ids sort by creation time.
+func NewOpID() (string, error) {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new op id: %w", err)
+	}
+	return u.String(), nil
+}
+
+// ValidateOpID reports whether id is a UUID in canonical lowercase form
+// (36 characters, hyphenated). The error is an *Error with CodeInvalidOpID.
+func ValidateOpID(id string) error {
+	u, err := uuid.Parse(id)
+	if err != nil || u.String() != id {
+		return Errorf(CodeInvalidOpID, "op_id %q is not a canonical lowercase UUID", truncate(id))
+	}
+	return nil
+}
+
+// ValidateKey reports whether key is 1..MaxKeyBytes bytes of valid UTF-8
+// without control characters (Unicode category Cc). The error is an *Error
+// with CodeInvalidKey.
+func ValidateKey(key string) error {
+	if key == "" {
+		return Errorf(CodeInvalidKey, "key is empty")
+	}
+	if len(key) > MaxKeyBytes {
+		return Errorf(CodeInvalidKey, "key holds %d bytes, more than %d", len(key), MaxKeyBytes)
+	}
+	if !utf8.ValidString(key) {
+		return Errorf(CodeInvalidKey, "key %q is not valid UTF-8", truncate(key))
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) {
+			return Errorf(CodeInvalidKey, "key %q holds control character %U", truncate(key), r)
+		}
+	}
+	return nil
+}
+
+// Validate checks every field of m in a fixed order (a decoding failure
+// remembered by UnmarshalJSON, then op_id, model, key, op and value, payload
+// size, hlc, base_version) and returns the first refusal as an *Error. It does not check what needs server state: that the model
+// exists and the token may write it, that the hlc's origin is the session's
+// client id and within the skew bound, or base_version against the record.
+func (m *Mutation) Validate() error {
+	if m.decodeErr != nil {
+		return m.decodeErr
+	}
+	if err := ValidateOpID(m.OpID); err != nil {
+		return err
+	}
+	if err := ValidateModel(m.Model); err != nil {
+		return err
+	}
+	if err := ValidateKey(m.Key); err != nil {
+		return err
+	}
+	switch m.Op {
+	case OpPut:
+		if len(m.Value) == 0 {
+			return Errorf(CodeInvalidOp, "put requires a value")
+		}
+	case OpDelete:
+		if len(m.Value) != 0 {
+			return Errorf(CodeInvalidOp, "delete must not carry a value")
+		}
+	default:
+		return Errorf(CodeInvalidOp, "op %q is not put or delete", truncate(string(m.Op)))
+	}
+	if len(m.Value) > MaxPayloadBytes {
+		return Errorf(CodePayloadTooLarge, "value holds %d bytes, more than %d", len(m.Value), MaxPayloadBytes)
+	}
+	if len(m.Value) != 0 && !json.Valid(m.Value) {
+		return Errorf(CodeBadRequest, "value is not JSON")
+	}
+	if err := validateStamp("hlc", m.HLC); err != nil {
+		return err
+	}
+	if m.BaseVersion != nil {
+		if err := validateSeq("base_version", *m.BaseVersion); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Digest returns a fingerprint of what m asks for: SHA-256 over model, key,
+// op, the compacted value bytes and base_version, as 64 lowercase hex
+// digits. The server's ledger stores it with the decision and answers
+// CodeOpIDReused when the same op id comes back with a different digest.
+//
+// The hlc and op id are excluded: a client re-stamps a write refused for
+// CodeClockSkew under the same op id, and that is the same write. Whitespace
+// in the value does not count, but the bytes otherwise do (a string escaped
+// differently is different content): resend the value exactly as first
+// sent.
+func (m *Mutation) Digest() string {
+	value := m.Value
+	var compact bytes.Buffer
+	if json.Compact(&compact, m.Value) == nil {
+		value = compact.Bytes()
+	}
+	h := sha256.New()
+	field := func(b []byte) {
+		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
+		h.Write(b)
+	}
+	h.Write([]byte("syncproto.v1 mutation digest\x00"))
+	field([]byte(m.Model))
+	field([]byte(m.Key))
+	field([]byte(m.Op))
+	field(value)
+	if m.BaseVersion == nil {
+		h.Write([]byte{0})
+	} else {
+		h.Write(binary.BigEndian.AppendUint64([]byte{1}, *m.BaseVersion))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

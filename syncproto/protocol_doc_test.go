@@ -1,0 +1,259 @@
+package syncproto_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// readProtocol returns PROTOCOL.md from the repository root.
+func readProtocol(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "PROTOCOL.md"))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// exportedConsts returns the exported constants declared in the package's
+// non-test files, by declared type name ("" for untyped).
+func exportedConsts(t *testing.T) map[string][]string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	byType := map[string][]string{}
+	fset := token.NewFileSet()
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		require.NoError(t, err)
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			typ := ""
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if vs.Type != nil {
+					typ = vs.Type.(*ast.Ident).Name
+				} else if len(vs.Values) > 0 {
+					typ = "" // a new untyped run; iota continuations keep typ
+				}
+				for _, name := range vs.Names {
+					if name.IsExported() {
+						byType[typ] = append(byType[typ], name.Name)
+					}
+				}
+			}
+		}
+	}
+	return byType
+}
+
+// lineWith reports whether some line of doc contains every one of parts.
+func lineWith(doc string, parts ...string) bool {
+	for line := range strings.SplitSeq(doc, "\n") {
+		all := true
+		for _, p := range parts {
+			if !strings.Contains(line, p) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// TestProtocolStatesEveryLimit checks that PROTOCOL.md names every exported
+// constant that is not an enumeration value (limits, defaults, paths,
+// patterns) together with its value on one line, so the document and the
+// code cannot drift apart.
+func TestProtocolStatesEveryLimit(t *testing.T) {
+	doc := readProtocol(t)
+	values := map[string]string{
+		"MaxFrameBytes":       fmt.Sprint(syncproto.MaxFrameBytes),
+		"MaxBatch":            fmt.Sprint(syncproto.MaxBatch),
+		"MaxPayloadBytes":     fmt.Sprint(syncproto.MaxPayloadBytes),
+		"MaxKeyBytes":         fmt.Sprint(syncproto.MaxKeyBytes),
+		"MaxModelBytes":       fmt.Sprint(syncproto.MaxModelBytes),
+		"MaxIDBytes":          fmt.Sprint(syncproto.MaxIDBytes),
+		"MaxRequestIDBytes":   fmt.Sprint(syncproto.MaxRequestIDBytes),
+		"MaxPullLimit":        fmt.Sprint(syncproto.MaxPullLimit),
+		"DefaultPullLimit":    fmt.Sprint(syncproto.DefaultPullLimit),
+		"MaxMessageBytes":     fmt.Sprint(syncproto.MaxMessageBytes),
+		"MaxSafeInteger":      fmt.Sprint(syncproto.MaxSafeInteger),
+		"MaxWall":             fmt.Sprint(syncproto.MaxWall),
+		"DefaultMaxClockSkew": fmt.Sprint(syncproto.DefaultMaxClockSkew.Milliseconds()),
+		"DefaultIdleTimeout":  fmt.Sprint(syncproto.DefaultIdleTimeout.Milliseconds()),
+		"Subprotocol":         syncproto.Subprotocol,
+		"SyncPath":            syncproto.SyncPath,
+		"SnapshotPath":        syncproto.SnapshotPath,
+		"SnapshotContentType": syncproto.SnapshotContentType,
+		"IDPattern":           syncproto.IDPattern,
+		"ModelPattern":        syncproto.ModelPattern,
+		"ResyncCursorExpired": syncproto.ResyncCursorExpired,
+	}
+	var untyped []string
+	for typ, names := range exportedConsts(t) {
+		switch typ {
+		case "", "int64":
+			untyped = append(untyped, names...)
+		}
+	}
+	slices.Sort(untyped)
+	listed := make([]string, 0, len(values))
+	for name := range values {
+		listed = append(listed, name)
+	}
+	slices.Sort(listed)
+	require.Equal(t, untyped, listed, "every untyped exported constant has a value to check here")
+
+	for name, value := range values {
+		require.True(t, lineWith(doc, "`"+name+"`", value), "PROTOCOL.md has no line naming `%s` with its value %s", name, value)
+	}
+	// The limits table's wire names match the JSON of Limits.
+	frame, err := syncproto.Encode(&syncproto.Welcome{ID: "h", NodeID: "n", ServerHLC: ts(1, 0, "n"),
+		Limits: syncproto.Limits{MaxFrameBytes: 1, MaxBatch: 1, MaxPayloadBytes: 1, MaxKeyBytes: 1, MaxPullLimit: 1,
+			MaxRequestIDBytes: 1, MaxClockSkewMS: 1, IdleTimeoutMS: 1, RequestsPerSecond: 1, RequestBurst: 1}})
+	require.NoError(t, err)
+	limits := between(t, doc, "## 11. Limits", "## 12.")
+	members := regexp.MustCompile(`"([a-z_]+)":1\b`).FindAllStringSubmatch(string(frame), -1)
+	require.Len(t, members, 10)
+	for _, m := range members {
+		require.Contains(t, limits, "`"+m[1]+"`", "limits member %s missing from the limits table", m[1])
+	}
+}
+
+// TestProtocolDocumentsEveryCode checks the error code table against Codes
+// in both directions, and that Codes lists every Code constant.
+func TestProtocolDocumentsEveryCode(t *testing.T) {
+	doc := readProtocol(t)
+	consts := exportedConsts(t)["Code"]
+	require.Len(t, syncproto.Codes, len(consts), "Codes lists every Code constant")
+
+	section := between(t, doc, "## 12. Error codes", "## 13.")
+	documented := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (yes|no) \\|").FindAllStringSubmatch(section, -1) {
+		documented[m[1]] = m[2]
+	}
+	require.Len(t, documented, len(syncproto.Codes), "the table has one row per code, no more")
+	for _, c := range syncproto.Codes {
+		retry, ok := documented[string(c)]
+		require.True(t, ok, "code %s is not in PROTOCOL.md's table", c)
+		require.Equal(t, c.Retryable(), retry == "yes", "code %s: table says retryable=%s", c, retry)
+	}
+}
+
+// TestProtocolDocumentsEveryCloseCode checks the close code table against
+// CloseCodes in both directions.
+func TestProtocolDocumentsEveryCloseCode(t *testing.T) {
+	doc := readProtocol(t)
+	require.Len(t, syncproto.CloseCodes, len(exportedConsts(t)["CloseCode"]), "CloseCodes lists every CloseCode constant")
+	section := between(t, doc, "## 13. Close codes", "## 14.")
+	var documented []string
+	for _, m := range regexp.MustCompile(`(?m)^\| (\d{4}) \|`).FindAllStringSubmatch(section, -1) {
+		documented = append(documented, m[1])
+	}
+	var want []string
+	for _, c := range syncproto.CloseCodes {
+		want = append(want, fmt.Sprint(uint16(c)))
+	}
+	require.Equal(t, want, documented)
+}
+
+// TestProtocolDocumentsEveryMessageAndStatus checks that every message type
+// has its own section and every status a row in section 6.
+func TestProtocolDocumentsEveryMessageAndStatus(t *testing.T) {
+	doc := readProtocol(t)
+	types := exportedConsts(t)["Type"]
+	require.NotEmpty(t, types)
+	for _, name := range types {
+		typ := syncproto.Type(strings.ToLower(name[len("Type"):]))
+		if typ == "pushresult" {
+			typ = syncproto.TypePushResult
+		}
+		require.Regexp(t, "(?m)^### .*`"+string(typ)+"`", doc, "message %s has a section", typ)
+	}
+	results := between(t, doc, "## 6. Push results", "## 7.")
+	for _, name := range exportedConsts(t)["Status"] {
+		status := strings.ToLower(name[len("Status"):])
+		require.Regexp(t, "(?m)^\\| `"+status+"` \\|", results, "status %s has a row", status)
+	}
+	for _, name := range exportedConsts(t)["Policy"] {
+		policy := strings.ToLower(name[len("Policy"):])
+		require.Contains(t, doc, "- **`"+policy+"`**", "policy %s is described", policy)
+	}
+}
+
+// TestProtocolExamplesDecode decodes every example on the page: each json
+// block holding a message, each transcript line (client lines as a server
+// decodes them, and every line exactly as the reference encoder writes it),
+// and the snapshot example.
+func TestProtocolExamplesDecode(t *testing.T) {
+	doc := readProtocol(t)
+	blocks := regexp.MustCompile("(?s)```(json|transcript|ndjson)\n(.*?)```").FindAllStringSubmatch(doc, -1)
+	counts := map[string]int{}
+	for _, b := range blocks {
+		kind, body := b[1], b[2]
+		counts[kind]++
+		switch kind {
+		case "json":
+			_, err := syncproto.Decode([]byte(body))
+			require.NoError(t, err, "example:\n%s", body)
+		case "transcript":
+			for line := range strings.SplitSeq(strings.TrimSpace(body), "\n") {
+				dir, frame, ok := strings.Cut(line, "> ")
+				require.True(t, ok && (dir == "C" || dir == "S"), "transcript line %q", line)
+				decode := syncproto.Decode
+				if dir == "C" {
+					decode = syncproto.DecodeRequest
+				}
+				msg, err := decode([]byte(frame))
+				require.NoError(t, err, "frame %s", frame)
+				if p, ok := msg.(*syncproto.Push); ok {
+					for i := range p.Mutations {
+						require.NoError(t, p.Mutations[i].Validate(), "frame %s", frame)
+					}
+				}
+				again, err := syncproto.Encode(msg)
+				require.NoError(t, err)
+				require.Equal(t, frame, string(again), "transcript frames are shown as encoded")
+			}
+		case "ndjson":
+			_, recs, err := readSnapshot([]byte(body))
+			require.NoError(t, err, "snapshot example")
+			require.NotEmpty(t, recs)
+		}
+	}
+	require.GreaterOrEqual(t, counts["json"], 12, "examples for every message")
+	require.GreaterOrEqual(t, counts["transcript"], 4)
+	require.Equal(t, 1, counts["ndjson"])
+}
+
+// between returns the part of doc from the line starting with start up to
+// the next line starting with end.
+func between(t *testing.T, doc, start, end string) string {
+	t.Helper()
+	i := strings.Index(doc, "\n"+start)
+	require.GreaterOrEqual(t, i, 0, "section %q", start)
+	rest := doc[i+1:]
+	j := strings.Index(rest, "\n"+end)
+	require.GreaterOrEqual(t, j, 0, "section after %q", start)
+	return rest[:j]
+}
