@@ -12,8 +12,10 @@ import (
 
 // link is one bound connection and the goroutines that use it: the feed
 // loop (applies the change feed to the replica), the sync loop (replays the
-// queue on new writes, on retry timers and on request) and the watcher
-// (notices the connection ending). stop ends all three and waits.
+// queue on new writes, on retry timers and on request), the keepalive
+// (pings the server, so an idle client is not closed for idleness and a dead
+// connection is noticed) and the watcher (notices the connection ending).
+// stop ends all four and waits.
 type link struct {
 	c       *Client
 	conn    *conn
@@ -52,9 +54,10 @@ func (l *link) bind(ctx context.Context) error {
 	}
 	c.metrics.connected.Set(1)
 	c.log.Info("connected", "server", l.conn.url, "node", w.NodeID, "cursor", cursor, "head", w.Head)
-	l.wg.Add(3)
+	l.wg.Add(4)
 	go func() { defer l.wg.Done(); l.feedLoop() }()
 	go func() { defer l.wg.Done(); l.syncLoop() }()
+	go func() { defer l.wg.Done(); l.keepalive(time.Duration(w.Limits.IdleTimeoutMS) * time.Millisecond / 3) }()
 	go func() { defer l.wg.Done(); l.watch() }()
 	return nil
 }
@@ -87,6 +90,30 @@ func (l *link) watch() {
 		}
 		c.mu.Unlock()
 	case <-l.ctx.Done():
+	}
+}
+
+// keepalive sends a protocol ping every interval (a third of the server's
+// idle timeout). A ping unanswered within the interval means the
+// connection is dead even if TCP has not said so (a blackholed path): it is
+// closed, and the watcher reconnects.
+func (l *link) keepalive(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(l.ctx, interval)
+			err := l.conn.ping(ctx)
+			cancel()
+			if err != nil && l.ctx.Err() == nil {
+				l.c.log.Info("keepalive failed; closing the connection", "err", err)
+				l.conn.close()
+				return
+			}
+		}
 	}
 }
 

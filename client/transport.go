@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -19,6 +20,14 @@ import (
 // request may or may not have been processed (a push is resent; the
 // server's ledger answers what was already decided).
 var ErrConnectionLost = errors.New("client: connection lost")
+
+// dialTimeout bounds opening a websocket; helloTimeout bounds the
+// handshake. A server that accepts TCP but never answers (a blackholed
+// path) fails the attempt instead of hanging it.
+const (
+	dialTimeout  = 10 * time.Second
+	helloTimeout = 10 * time.Second
+)
 
 // feedBuffer bounds the change-feed frames waiting for the feed goroutine;
 // when it is full the connection's reader waits (backpressure).
@@ -52,6 +61,8 @@ func dial(ctx context.Context, baseURL, token string, hc *http.Client) (*conn, e
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
 	ws, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
 		HTTPClient:   hc,
 		Subprotocols: []string{syncproto.Subprotocol},
@@ -197,6 +208,8 @@ func (c *conn) forget(id string) {
 // hello binds the connection to the client and returns the welcome.
 func (c *conn) hello(ctx context.Context, clientID string, cursor uint64, hlc syncproto.Timestamp) (*syncproto.Welcome, error) {
 	m := &syncproto.Hello{ClientID: clientID, Cursor: cursor, HLC: hlc}
+	ctx, cancel := context.WithTimeout(ctx, helloTimeout)
+	defer cancel()
 	ans, err := c.request(ctx, m, func(id string) { m.ID = id })
 	if err != nil {
 		return nil, fmt.Errorf("hello: %w", err)
@@ -221,6 +234,13 @@ func (c *conn) push(ctx context.Context, muts []syncproto.Mutation) ([]syncproto
 		return nil, fmt.Errorf("push: malformed answer %s", ans.Type())
 	}
 	return pr.Results, nil
+}
+
+// ping asks the server for a pong.
+func (c *conn) ping(ctx context.Context) error {
+	m := &syncproto.Ping{}
+	_, err := c.request(ctx, m, func(id string) { m.ID = id })
+	return err
 }
 
 // subscribe starts the live feed from cursor; its frames arrive on c.feed.

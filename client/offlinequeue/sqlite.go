@@ -3,20 +3,15 @@ package offlinequeue
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
 	"fmt"
 	"math"
-	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
+
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
 )
 
 // Synchronous is the SQLite synchronous level of a queue's database: how
@@ -34,21 +29,20 @@ const (
 	SyncNormal
 )
 
-// pragmaValue returns the value for PRAGMA synchronous and the number SQLite
-// reports back for it.
-func (s Synchronous) pragmaValue() (name string, level int, err error) {
+// sqlitedb returns the level as sqlitedb names it.
+func (s Synchronous) sqlitedb() (sqlitedb.Synchronous, error) {
 	switch s {
 	case SyncFull:
-		return "FULL", 2, nil
+		return sqlitedb.Full, nil
 	case SyncNormal:
-		return "NORMAL", 1, nil
+		return sqlitedb.Normal, nil
 	}
-	return "", 0, fmt.Errorf("unknown Synchronous value %d", int(s))
+	return "", fmt.Errorf("unknown Synchronous value %d", int(s))
 }
 
 // DefaultBusyTimeout is how long a SQLite queue waits for a lock held by
 // another connection to the same file before failing.
-const DefaultBusyTimeout = 5 * time.Second
+const DefaultBusyTimeout = sqlitedb.DefaultBusyTimeout
 
 // SQLiteOptions configure OpenSQLite. The zero value means the defaults.
 type SQLiteOptions struct {
@@ -57,16 +51,9 @@ type SQLiteOptions struct {
 	Synchronous Synchronous
 	// BusyTimeout bounds the wait for a lock held by another connection
 	// (another process, or a tool inspecting the file); 0 means
-	// DefaultBusyTimeout. It is set before any other setting, so it also
-	// covers the switch to WAL on open.
+	// DefaultBusyTimeout; a negative value is refused. It is set before any
+	// other setting, so it also covers the switch to WAL on open.
 	BusyTimeout time.Duration
-}
-
-func (o SQLiteOptions) busyTimeout() time.Duration {
-	if o.BusyTimeout > 0 {
-		return o.BusyTimeout
-	}
-	return DefaultBusyTimeout
 }
 
 // SQLite is a Queue in one SQLite database file: an indexed table of pending
@@ -118,7 +105,8 @@ var _ Queue = (*SQLite)(nil)
 // sqliteHooks are fault-injection and observation seams for tests; the zero
 // value (used by OpenSQLite) does nothing.
 type sqliteHooks struct {
-	// connect runs on every new connection after the queue's own settings.
+	// connect runs on every new connection after the queue's own settings
+	// and before they are read back (it is sqlitedb's Options.Configure).
 	connect func(*sqlite3.SQLiteConn) error
 	// batch runs in the committer before each group of enqueues is written,
 	// with the group's size.
@@ -128,13 +116,16 @@ type sqliteHooks struct {
 // OpenSQLite opens (creating if needed) the queue stored in the SQLite
 // database at path. Its metrics carry path as the queue label.
 //
-// Every connection is configured, in this order: busy_timeout, synchronous,
-// journal_mode=WAL; then the settings are read back. Open fails if the file
-// system cannot provide WAL (network and some overlay mounts cannot), if the
-// file is not a SQLite database, if it is a database that is not a syncd
-// queue, or if its schema is newer than this build knows. A failed open
-// leaves nothing open, and a file it refused (not a database, not a queue,
-// a newer schema) is left byte-for-byte as it was.
+// The database is opened the way internal/sqlitedb opens every syncd
+// database: every connection is configured, in this order, busy_timeout,
+// synchronous, a check that the file is empty or a queue, journal_mode=WAL;
+// then the settings are read back. Open fails if the file system cannot
+// provide WAL (network and some overlay mounts cannot), if the file is not a
+// SQLite database, if it is a database that is not a syncd queue, or if its
+// schema is newer than this build knows. A failed open leaves nothing open,
+// and a file it refused (not a database, not a queue, a newer schema) is left
+// byte-for-byte as it was. A queue file it creates, and its directory entry,
+// are durable when it returns.
 func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	return openSQLite(path, opts, sqliteHooks{})
 }
@@ -151,31 +142,20 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 // newSQLite opens, checks and prepares the database. On error it has closed
 // everything it opened.
 func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, err error) {
-	syncName, syncLevel, err := opts.Synchronous.pragmaValue()
+	synchronous, err := opts.Synchronous.sqlitedb()
 	if err != nil {
 		return nil, err
 	}
-	if opts.BusyTimeout < 0 {
-		return nil, fmt.Errorf("negative BusyTimeout %v", opts.BusyTimeout)
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, err
-	}
-	busyMillis := max(1, opts.busyTimeout().Milliseconds())
-
-	db := sql.OpenDB(&sqliteConnector{
-		dsn: sqliteDSN(abs, busyMillis, syncName),
-		driver: &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
-			if err := configureConn(c, busyMillis, syncName); err != nil {
-				return err
-			}
-			if hooks.connect != nil {
-				return hooks.connect(c)
-			}
-			return nil
-		}},
+	ctx := context.Background()
+	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{
+		Synchronous: synchronous,
+		BusyTimeout: opts.BusyTimeout,
+		Inspect:     refuseForeign,
+		Configure:   hooks.connect,
 	})
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			_ = db.Close()
@@ -185,10 +165,6 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 
-	ctx := context.Background()
-	if err := checkSettings(ctx, db, busyMillis, syncLevel); err != nil {
-		return nil, err
-	}
 	if err := migrate(ctx, db); err != nil {
 		return nil, err
 	}
@@ -208,78 +184,19 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 	if q.stmts, err = prepareStmts(ctx, db); err != nil {
 		return nil, err
 	}
-	// SQLite syncs the files it writes but not the directory entry naming a
-	// database it has just created.
-	if err := syncDir(filepath.Dir(abs)); err != nil {
-		q.stmts.close()
-		return nil, err
-	}
 	q.rec.setCounts(q.pending, q.dead)
 	return q, nil
 }
 
-// configureConn applies the queue's settings to a new connection, in an
-// order that matters:
-//  1. busy_timeout, first: the switch to WAL needs an exclusive lock, so it
-//     can itself meet a lock held by another connection and must wait for it.
-//  2. synchronous, before journal_mode, so the level holds whether or not the
-//     switch to WAL takes.
-//  3. a refusal of foreign databases, before the switch to WAL rewrites the
-//     file's header.
-//  4. journal_mode=WAL, read back: anything but "wal" fails.
-//
-// The driver has already applied busy_timeout and synchronous from the DSN;
-// they are set again here so that the order is this function's, whatever
-// order a driver version uses.
-func configureConn(c *sqlite3.SQLiteConn, busyMillis int64, synchronous string) error {
-	for _, pragma := range []string{
-		fmt.Sprintf("PRAGMA busy_timeout = %d", busyMillis),
-		"PRAGMA synchronous = " + synchronous,
-	} {
-		if _, err := c.Exec(pragma, nil); err != nil {
-			return fmt.Errorf("%s: %w", pragma, err)
-		}
-	}
-	if err := refuseForeign(c); err != nil {
-		return err
-	}
-	return enableWAL(c)
-}
-
-// sqliteDSN builds a mattn/go-sqlite3 DSN with the queue's busy_timeout and
-// synchronous (and no journal_mode, which configureConn sets last). The path
-// is a URI path, escaped so that '?', '#' and '%' in a file name stay part
-// of it.
-func sqliteDSN(absPath string, busyMillis int64, synchronous string) string {
-	escaped := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.ToSlash(absPath))
-	params := url.Values{
-		"_busy_timeout": {fmt.Sprint(busyMillis)},
-		"_synchronous":  {synchronous},
-		// Every transaction here writes: take the write lock at BEGIN, so
-		// a conflict waits under busy_timeout instead of failing mid-way.
-		"_txlock": {"immediate"},
-	}
-	return "file:" + escaped + "?" + params.Encode()
-}
-
-// enableWAL switches a new connection to WAL and fails unless SQLite
-// reports that WAL is in effect.
-func enableWAL(c *sqlite3.SQLiteConn) error {
-	mode, err := queryValue(c, "PRAGMA journal_mode=WAL")
-	if err != nil {
-		return fmt.Errorf("set journal_mode=WAL: %w", err)
-	}
-	return requireWAL(fmt.Sprint(mode))
-}
-
-// refuseForeign fails unless the connection's database is empty or a queue
-// of a schema version this build knows.
+// refuseForeign is the queue's sqlitedb Options.Inspect: it fails unless the
+// connection's database is empty or a queue of a schema version this build
+// knows, before the switch to WAL could modify a file that is not the queue's.
 func refuseForeign(c *sqlite3.SQLiteConn) error {
-	version, err := queryValue(c, "PRAGMA user_version")
+	version, err := sqlitedb.QueryValue(c, "PRAGMA user_version")
 	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
-	objects, err := queryValue(c, "SELECT count(*) FROM sqlite_schema")
+	objects, err := sqlitedb.QueryValue(c, "SELECT count(*) FROM sqlite_schema")
 	if err != nil {
 		return fmt.Errorf("read schema: %w", err)
 	}
@@ -290,67 +207,6 @@ func refuseForeign(c *sqlite3.SQLiteConn) error {
 	}
 	_, err = checkSchema(v, n)
 	return err
-}
-
-// queryValue returns the first column of the first row of a query run on a
-// driver connection.
-func queryValue(c *sqlite3.SQLiteConn, query string) (driver.Value, error) {
-	rows, err := c.Query(query, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	dest := make([]driver.Value, len(rows.Columns()))
-	if err := rows.Next(dest); err != nil {
-		return nil, err
-	}
-	return dest[0], nil
-}
-
-// requireWAL fails unless mode, as SQLite reports it, is WAL.
-func requireWAL(mode string) error {
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("journal_mode is %q, not \"wal\": the file system does not support SQLite's WAL mode "+
-			"(network and some overlay mounts do not); put the queue on a local disk", mode)
-	}
-	return nil
-}
-
-// sqliteConnector opens connections with the queue's driver settings, with no
-// global driver registration.
-type sqliteConnector struct {
-	dsn    string
-	driver *sqlite3.SQLiteDriver
-}
-
-func (c *sqliteConnector) Connect(context.Context) (driver.Conn, error) { return c.driver.Open(c.dsn) }
-func (c *sqliteConnector) Driver() driver.Driver                        { return c.driver }
-
-// checkSettings reads the settings back from one pooled connection.
-func checkSettings(ctx context.Context, db *sql.DB, busyMillis int64, syncLevel int) error {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	var busy int64
-	var level int
-	var mode string
-	for _, read := range []struct {
-		pragma string
-		dst    any
-	}{{"busy_timeout", &busy}, {"synchronous", &level}, {"journal_mode", &mode}} {
-		if err := conn.QueryRowContext(ctx, "PRAGMA "+read.pragma).Scan(read.dst); err != nil {
-			return fmt.Errorf("read %s back: %w", read.pragma, err)
-		}
-	}
-	if busy != busyMillis {
-		return fmt.Errorf("busy_timeout reads back as %d ms, want %d", busy, busyMillis)
-	}
-	if level != syncLevel {
-		return fmt.Errorf("synchronous reads back as %d, want %d", level, syncLevel)
-	}
-	return requireWAL(mode)
 }
 
 // schemaVersion is the PRAGMA user_version of the schema below.
@@ -419,20 +275,6 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit schema: %w", err)
-	}
-	return nil
-}
-
-// syncDir fsyncs a directory. A file system that cannot sync directories is
-// not an error; a failed sync is.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for sync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, syscall.EINVAL) {
-		return fmt.Errorf("sync directory: %w", err)
 	}
 	return nil
 }
