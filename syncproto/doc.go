@@ -21,6 +21,10 @@
 //     Result.Action and (*Error).Action say what a client's queue does with
 //     a mutation once answered; CloseFor picks a close code.
 //   - Time: Timestamp and Clock, the hybrid logical clock both sides run.
+//     They live here rather than in package replication because the client
+//     stamps every write and may import only this package of the server's
+//     world; both sides must follow one set of send and receive rules.
+//     replication adds the server's policy on top (the skew bound).
 //   - Mutation.Digest, the content fingerprint the server's ledger uses to
 //     detect an op id reused for different content.
 //   - Snapshots: SnapshotWriter and SnapshotReader for the NDJSON body of
