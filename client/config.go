@@ -69,21 +69,22 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-var errMissing = errors.New("required")
+// errMissing is wrapped by the error naming a required field left empty.
+var errMissing = errors.New("is required")
 
 func (c *Config) setDefaults() error {
 	switch {
 	case len(c.ServerURLs) == 0:
-		return fmt.Errorf("ServerURLs: %w", errMissing)
+		return fmt.Errorf("field ServerURLs %w", errMissing)
 	case c.Token == "":
-		return fmt.Errorf("Token: %w", errMissing)
+		return fmt.Errorf("field Token %w", errMissing)
 	case c.Queue == nil:
-		return fmt.Errorf("Queue: %w", errMissing)
+		return fmt.Errorf("field Queue %w", errMissing)
 	case c.ReplicaPath == "":
-		return fmt.Errorf("ReplicaPath: %w", errMissing)
+		return fmt.Errorf("field ReplicaPath %w", errMissing)
 	}
 	if err := syncproto.ValidateID(c.ClientID); err != nil {
-		return fmt.Errorf("ClientID: %w", err)
+		return fmt.Errorf("field ClientID: %w", err)
 	}
 	for _, u := range c.ServerURLs {
 		if _, err := syncURL(u); err != nil {

@@ -129,14 +129,11 @@ func TestRecordsSnapshot(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, r.Retention{}, r.Retention{})
 	seq := uint64(0)
-	var puts []r.Record
 	for _, k := range []struct{ tenant, model, key string }{
 		{"t1", "todos", "b"}, {"t1", "notes", "z"}, {"t2", "notes", "a"}, {"t1", "notes", "a"}, {"", "notes", "n"},
 	} {
 		seq++
-		x := rec(k.tenant, k.model, k.key, 1, seq)
-		puts = append(puts, x)
-		require.NoError(t, tryPut(t, s, x))
+		require.NoError(t, tryPut(t, s, rec(k.tenant, k.model, k.key, 1, seq)))
 	}
 	tomb := rec("t1", "notes", "a", 2, seq+1)
 	tomb.Value, tomb.Deleted = nil, true
