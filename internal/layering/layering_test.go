@@ -6,6 +6,7 @@ package layering
 import (
 	"encoding/json"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,6 +35,13 @@ var allowed = map[string][]string{
 	"client/offlinequeue/queuetest": {"client/offlinequeue", "internal/sqlitedb"},
 }
 
+// thirdParty lists, for the packages that promise to stay small, the only
+// modules outside the standard library they may depend on: syncproto is
+// what a client in any language mirrors, so it stays plain.
+var thirdParty = map[string][]string{
+	"syncproto": {"github.com/google/uuid"},
+}
+
 type pkg struct {
 	ImportPath string
 	Deps       []string
@@ -57,12 +65,22 @@ func TestPackagesRespectTheDependencyDirection(t *testing.T) {
 		for _, r := range rules {
 			ok[r] = true
 		}
+		external, limited := thirdParty[name]
 		for _, d := range p.Deps {
 			dep, inModule := strings.CutPrefix(d, module+"/")
-			if inModule && !ok[dep] {
+			switch {
+			case inModule && !ok[dep]:
 				t.Errorf("%s depends on %s, which DESIGN.md section 2 does not allow", name, dep)
+			case !inModule && limited && !isStdlib(d) && !slices.ContainsFunc(external, func(m string) bool { return strings.HasPrefix(d, m) }):
+				t.Errorf("%s depends on %s; it may use only the standard library and %v", name, d, external)
 			}
 		}
 	}
 	require.Equal(t, len(allowed), checked, "every ruled package exists")
+}
+
+// isStdlib reports whether an import path is the standard library's: its
+// first element has no dot.
+func isStdlib(path string) bool {
+	return !strings.Contains(strings.SplitN(path, "/", 2)[0], ".")
 }
