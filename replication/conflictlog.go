@@ -20,11 +20,11 @@ type ConflictEntry struct {
 	Policy Policy
 	// Reason is why the loser lost (see the Reason constants).
 	Reason string
-	// Loser is the proposal that was not applied as sent, or, for an LWW
-	// write that won over a version it never saw, the overwritten state.
+	// Loser is the proposal that was not applied as sent (for a hook's
+	// merge, the incoming write that was merged).
 	Loser Side
-	// Winner is the state that stands (or, for an LWW overwrite, the
-	// write that won); a zero Side when the key does not exist.
+	// Winner is the state that stands; a zero Side when the key does not
+	// exist.
 	Winner Side
 	// DecidedAt is stamped by Insert, millisecond precision.
 	DecidedAt time.Time

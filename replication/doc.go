@@ -27,11 +27,11 @@
 //     more for each later write under every policy, deletes included (a
 //     delete leaves a tombstone with its own version). Records enforces it:
 //     a write that would skip or repeat a version fails with ErrVersionGap.
-//   - LWW is deterministic: whatever order writes arrive in, a key ends as
-//     the write with the highest HLC. An equal HLC never replaces the
-//     current record. Every write that loses, and every state overwritten
-//     by a writer that had not seen it (a stale base version), gets a
-//     conflict-log row.
+//   - LWW is deterministic: whatever order unconditional writes arrive in,
+//     a key ends as the write with the highest HLC. An equal HLC never
+//     replaces the current record. A write that names its base version is
+//     conditional under every policy: a stale base is a conflict, whatever
+//     its HLC. Every write that loses gets a conflict-log row.
 //   - Oplog seqs start at 1, are assigned inside the appending transaction
 //     (appends in one transaction are consecutive), and are gap-free as
 //     readers see them: a rolled-back transaction takes its seqs with it. A

@@ -59,8 +59,8 @@ type Proposal struct {
 	HLC syncproto.Timestamp
 	// BaseVersion is the version the client saw when it made the write (0:
 	// "the key did not exist"); nil when it did not say. PolicyOptimistic
-	// requires it; PolicyLWW uses it only to notice and log an overwrite of
-	// a version the writer never saw.
+	// requires it; under every policy a write that carries it is
+	// conditional: a stale base is a conflict.
 	BaseVersion *uint64
 	ClientID    string
 }

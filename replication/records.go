@@ -115,16 +115,15 @@ func (r *Records) Apply(ctx context.Context, tx *sql.Tx, e Entry) (bool, error) 
 
 const (
 	advanceSQL = `UPDATE records_state SET applied_seq = ?1 WHERE id = 1 AND applied_seq < ?1`
-	// upsertSQL inserts only version 1 of an absent key and updates only
-	// from the version just below, so a gap changes no row.
-	upsertSQL = `INSERT INTO records (` + recordColumns + `, hlc)
-	SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12
-	WHERE ?5 = 1 OR EXISTS (SELECT 1 FROM records WHERE tenant = ?1 AND model = ?2 AND key = ?3)
-	ON CONFLICT (tenant, model, key) DO UPDATE SET
-		value = excluded.value, version = excluded.version, hlc = excluded.hlc,
-		wall = excluded.wall, logical = excluded.logical, origin = excluded.origin,
-		deleted = excluded.deleted, op_id = excluded.op_id, seq = excluded.seq
-	WHERE records.version + 1 = excluded.version`
+	// insertSQL creates version 1 of an absent key; an existing key changes
+	// nothing (a version gap). updateSQL replaces only the version just
+	// below. Two plain statements rather than one upsert reading its own
+	// table: that form made SQLite build a temporary table per write.
+	insertSQL = `INSERT INTO records (` + recordColumns + `, hlc)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT (tenant, model, key) DO NOTHING`
+	updateSQL = `UPDATE records SET value = ?4, version = ?5, wall = ?6, logical = ?7, origin = ?8,
+		deleted = ?9, op_id = ?10, seq = ?11, hlc = ?12
+	WHERE tenant = ?1 AND model = ?2 AND key = ?3 AND version + 1 = ?5`
 )
 
 // write advances the applied seq to rec.Seq and, if it advanced, stores rec.
@@ -139,7 +138,11 @@ func (r *Records) write(ctx context.Context, tx *sql.Tx, rec Record) (bool, erro
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return false, err
 	}
-	res, err = tx.ExecContext(ctx, upsertSQL,
+	store := updateSQL
+	if rec.Version == 1 {
+		store = insertSQL
+	}
+	res, err = tx.ExecContext(ctx, store,
 		rec.Tenant, rec.Model, rec.Key, rec.Value, int64(rec.Version),
 		rec.HLC.Wall, int64(rec.HLC.Logical), rec.HLC.Origin, rec.Deleted, rec.OpID, int64(rec.Seq),
 		rec.HLC.String())

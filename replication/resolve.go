@@ -30,8 +30,7 @@ const (
 	// the current record's.
 	ReasonOlderHLC = "hlc not newer than current"
 	// ReasonStaleBase: the incoming write's base version was not the current
-	// version. Under optimistic the write is refused; under LWW it won on
-	// HLC and the overwritten state is the loser.
+	// version, so the conditional write is refused, under every policy.
 	ReasonStaleBase = "stale base version"
 	// ReasonHookReject prefixes the reason a hook gave for rejecting.
 	ReasonHookReject = "hook rejected"
@@ -112,6 +111,12 @@ func Resolve(policy Policy, current Record, exists bool, p Proposal) (Decision, 
 // resolveLWW: the higher HLC wins; on equal timestamps the current record
 // stands, so a write stamped twice can never flap a key.
 func resolveLWW(current Record, exists bool, p Proposal) Decision {
+	// A write that names the version it was made over is conditional under
+	// every policy (PROTOCOL.md, section 8): a stale base is a conflict,
+	// whatever its timestamp, and goes to the client's conflict handler.
+	if p.BaseVersion != nil && *p.BaseVersion != current.Version {
+		return staleBase(PolicyLWW, current, p)
+	}
 	if exists && p.HLC.Compare(current.HLC) <= 0 {
 		return Decision{
 			Outcome:  OutcomeSuperseded,
@@ -121,12 +126,19 @@ func resolveLWW(current Record, exists bool, p Proposal) Decision {
 			Conflict: newConflict(p, PolicyLWW, ReasonOlderHLC, p.side(), current.side()),
 		}
 	}
-	d := Decision{Outcome: OutcomeApplied, Policy: PolicyLWW, Record: p.record(current.Version)}
-	if exists && p.BaseVersion != nil && *p.BaseVersion != current.Version {
-		d.Reason = ReasonStaleBase
-		d.Conflict = newConflict(p, PolicyLWW, ReasonStaleBase, current.side(), d.Record.side())
+	return Decision{Outcome: OutcomeApplied, Policy: PolicyLWW, Record: p.record(current.Version)}
+}
+
+// staleBase refuses a conditional write whose base version is not the
+// current one; the current record is the winner.
+func staleBase(policy Policy, current Record, p Proposal) Decision {
+	return Decision{
+		Outcome:  OutcomeConflict,
+		Policy:   policy,
+		Winner:   current,
+		Reason:   ReasonStaleBase,
+		Conflict: newConflict(p, policy, ReasonStaleBase, p.side(), current.side()),
 	}
-	return d
 }
 
 // resolveOptimistic: applied only when the base version is the current
@@ -136,13 +148,7 @@ func resolveOptimistic(current Record, p Proposal) (Decision, error) {
 		return Decision{}, fmt.Errorf("resolve %s/%s op %s: %w (model uses %s)", p.Model, p.Key, p.OpID, ErrBaseVersionRequired, PolicyOptimistic)
 	}
 	if *p.BaseVersion != current.Version {
-		return Decision{
-			Outcome:  OutcomeConflict,
-			Policy:   PolicyOptimistic,
-			Winner:   current,
-			Reason:   ReasonStaleBase,
-			Conflict: newConflict(p, PolicyOptimistic, ReasonStaleBase, p.side(), current.side()),
-		}, nil
+		return staleBase(PolicyOptimistic, current, p), nil
 	}
 	return Decision{Outcome: OutcomeApplied, Policy: PolicyOptimistic, Record: p.record(current.Version)}, nil
 }

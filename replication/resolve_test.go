@@ -65,9 +65,13 @@ func supersededBy(winner r.Record, p r.Proposal) r.Decision {
 }
 
 func refusedBy(winner r.Record, p r.Proposal) r.Decision {
+	return refusedUnder(r.PolicyOptimistic, winner, p)
+}
+
+func refusedUnder(policy r.Policy, winner r.Record, p r.Proposal) r.Decision {
 	return r.Decision{
-		Outcome: r.OutcomeConflict, Policy: r.PolicyOptimistic, Winner: winner, Reason: r.ReasonStaleBase,
-		Conflict: conflictRow(r.PolicyOptimistic, r.ReasonStaleBase, proposalSide(p), recordSide(winner)),
+		Outcome: r.OutcomeConflict, Policy: policy, Winner: winner, Reason: r.ReasonStaleBase,
+		Conflict: conflictRow(policy, r.ReasonStaleBase, proposalSide(p), recordSide(winner)),
 	}
 }
 
@@ -79,7 +83,6 @@ func TestResolve(t *testing.T) {
 	later := ts(2000, 0, "a")
 	earlier := ts(500, 9, "z")
 	staleLWW := put(later, ptr(uint64(2)))
-	staleLWWRecord := applied(staleLWW, current.Version)
 
 	tests := []struct {
 		name    string
@@ -100,11 +103,9 @@ func TestResolve(t *testing.T) {
 		{"lww equal hlc: the current record stands", r.PolicyLWW, &current, put(current.HLC, nil), supersededBy(current, put(current.HLC, nil))},
 		{"lww lower hlc loses even with the current base", r.PolicyLWW, &current, put(earlier, ptr(uint64(3))), supersededBy(current, put(earlier, ptr(uint64(3))))},
 		{"lww current base, higher hlc: plain apply", r.PolicyLWW, &current, put(later, ptr(uint64(3))), appliedAs(r.PolicyLWW, applied(put(later, ptr(uint64(3))), 3))},
-		{"lww stale base wins on hlc and logs the overwritten value", r.PolicyLWW, &current, staleLWW, r.Decision{
-			Outcome: r.OutcomeApplied, Policy: r.PolicyLWW, Record: staleLWWRecord, Reason: r.ReasonStaleBase,
-			Conflict: conflictRow(r.PolicyLWW, r.ReasonStaleBase, recordSide(current), recordSide(staleLWWRecord)),
-		}},
-		{"lww base on an absent key overwrites nothing", r.PolicyLWW, nil, put(later, ptr(uint64(5))), appliedAs(r.PolicyLWW, applied(put(later, ptr(uint64(5))), 0))},
+		{"lww stale base is a conflict even with a higher hlc", r.PolicyLWW, &current, staleLWW, refusedUnder(r.PolicyLWW, current, staleLWW)},
+		{"lww base on an absent key is a conflict with no winner", r.PolicyLWW, nil, put(later, ptr(uint64(5))), refusedUnder(r.PolicyLWW, r.Record{}, put(later, ptr(uint64(5))))},
+		{"lww base 0 creates an absent key", r.PolicyLWW, nil, put(later, ptr(uint64(0))), appliedAs(r.PolicyLWW, applied(put(later, ptr(uint64(0))), 0))},
 		{"lww delete with higher hlc is a tombstone with the next version", r.PolicyLWW, &current, del(later, nil), appliedAs(r.PolicyLWW, applied(del(later, nil), 3))},
 		{"lww delete with lower hlc is superseded", r.PolicyLWW, &current, del(earlier, nil), supersededBy(current, del(earlier, nil))},
 		{"lww put over a tombstone counts on from its version", r.PolicyLWW, &tombstone, put(later, nil), appliedAs(r.PolicyLWW, applied(put(later, nil), 4))},

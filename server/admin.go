@@ -178,10 +178,42 @@ func (s *Server) adminConflicts(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if rows == nil {
-		rows = []replication.ConflictEntry{}
+	out := make([]Conflict, len(rows))
+	for i, c := range rows {
+		out[i] = Conflict{
+			ID: c.ID, Tenant: c.Tenant, Model: c.Model, Key: c.Key, Policy: string(c.Policy), Reason: c.Reason,
+			Loser: conflictSide(c.Loser), Winner: conflictSide(c.Winner), DecidedAt: c.DecidedAt,
+		}
 	}
-	return rows, 0, nil
+	return out, 0, nil
+}
+
+// Conflict is one conflict-log row in /v1/admin/conflicts, newest first.
+type Conflict struct {
+	ID     int64  `json:"id"`
+	Tenant string `json:"tenant"`
+	Model  string `json:"model"`
+	Key    string `json:"key"`
+	Policy string `json:"policy"`
+	Reason string `json:"reason"`
+	// Loser is the write that was not applied as sent; Winner the state
+	// that stands (version 0: the key did not exist).
+	Loser     ConflictSide `json:"loser"`
+	Winner    ConflictSide `json:"winner"`
+	DecidedAt time.Time    `json:"decided_at"`
+}
+
+// ConflictSide is one party to a conflict.
+type ConflictSide struct {
+	OpID    string              `json:"op_id,omitempty"`
+	Version uint64              `json:"version"`
+	Value   json.RawMessage     `json:"value,omitempty"`
+	HLC     syncproto.Timestamp `json:"hlc,omitzero"`
+	Deleted bool                `json:"deleted"`
+}
+
+func conflictSide(s replication.Side) ConflictSide {
+	return ConflictSide{OpID: s.OpID, Version: s.Version, Value: s.Value, HLC: s.HLC, Deleted: s.Deleted}
 }
 
 // LedgerAnswer is the answer of /v1/admin/ledger/{op_id}.

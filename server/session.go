@@ -43,6 +43,9 @@ type session struct {
 	sub       context.CancelFunc
 	subDone   chan struct{}
 
+	idleMu sync.Mutex
+	idle   *time.Timer // closes the session with 4000 when nothing was heard for IdleTimeout
+
 	cursor  atomic.Uint64 // the newest seq delivered on the live feed
 	pending atomic.Int64  // pushes submitted and not yet answered
 }
@@ -84,6 +87,12 @@ func (ss *session) run(ctx context.Context) {
 	defer cancel()
 	ss.log.Info("client connected")
 
+	// Anything heard from the client keeps the session: a frame, or the
+	// pong answering a keepalive ping (PROTOCOL.md, keepalive).
+	ss.idle = time.AfterFunc(ss.srv.cfg.IdleTimeout, func() {
+		ss.log.Info("closing idle session")
+		ss.conn.Close(websocket.StatusCode(syncproto.CloseIdleTimeout), "idle timeout")
+	})
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -95,12 +104,10 @@ func (ss *session) run(ctx context.Context) {
 		ss.keepalive(ctx, cancel)
 	}()
 
-	idle := time.AfterFunc(ss.srv.cfg.IdleTimeout, func() {
-		ss.log.Info("closing idle session")
-		ss.conn.Close(websocket.StatusCode(syncproto.CloseIdleTimeout), "idle timeout")
-	})
-	closing := ss.readLoop(ctx, idle)
-	idle.Stop()
+	closing := ss.readLoop(ctx)
+	ss.idleMu.Lock()
+	ss.idle.Stop()
+	ss.idleMu.Unlock()
 
 	ss.stopSubscription()
 	if closing != nil {
@@ -116,14 +123,14 @@ func (ss *session) run(ctx context.Context) {
 
 // readLoop reads and dispatches requests. It returns the close the writer
 // must perform after flushing, or nil when the connection is already gone.
-func (ss *session) readLoop(ctx context.Context, idle *time.Timer) *closeOrder {
+func (ss *session) readLoop(ctx context.Context) *closeOrder {
 	for {
 		typ, frame, err := ss.conn.Read(ctx)
 		if err != nil {
 			ss.logReadEnd(err)
 			return nil
 		}
-		idle.Reset(ss.srv.cfg.IdleTimeout)
+		ss.heard()
 		ss.srv.metrics.bytesReceived.Add(float64(len(frame)))
 		if typ != websocket.MessageText {
 			return ss.refuseAndClose("", syncproto.Errorf(syncproto.CodeMalformed, "binary frames are not part of syncproto.v1"))
@@ -432,7 +439,17 @@ func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail co
 		}
 		return
 	case o.push != nil:
-		<-o.push.done
+		select {
+		case <-o.push.done:
+		case <-ctx.Done():
+			// The session is being cut (shutdown deadline, dead
+			// connection): the answer cannot be delivered, so do not
+			// hold the session for the commit. The client resends and
+			// the ledger answers.
+			ss.pending.Add(-1)
+			*broken = true
+			return
+		}
 		ss.pending.Add(-1)
 		o.msg = pushAnswer(o.pushID, o.push)
 	}
@@ -471,6 +488,13 @@ func pushAnswer(id string, r *pushRequest) syncproto.Message {
 	return &syncproto.PushResult{ID: id, Results: r.results}
 }
 
+// heard restarts the idle timer.
+func (ss *session) heard() {
+	ss.idleMu.Lock()
+	defer ss.idleMu.Unlock()
+	ss.idle.Reset(ss.srv.cfg.IdleTimeout)
+}
+
 // keepalive pings the client; a client that does not answer within the
 // write timeout is gone and its session ends.
 func (ss *session) keepalive(ctx context.Context, fail context.CancelFunc) {
@@ -484,12 +508,16 @@ func (ss *session) keepalive(ctx context.Context, fail context.CancelFunc) {
 			pctx, cancel := context.WithTimeout(ctx, ss.srv.cfg.WriteTimeout)
 			err := ss.conn.Ping(pctx)
 			cancel()
-			if err != nil && ctx.Err() == nil {
+			if err == nil {
+				ss.heard()
+				continue
+			}
+			if ctx.Err() == nil {
 				ss.log.Info("keepalive ping failed; closing", "err", err)
 				fail()
 				ss.conn.CloseNow()
-				return
 			}
+			return
 		}
 	}
 }

@@ -348,8 +348,10 @@ func proposal(p auth.Principal, m *syncproto.Mutation) replication.Proposal {
 	}
 }
 
+// winner is the wire form of the state that stands. A key that was never
+// written is version 0 and deleted (PROTOCOL.md, push_result).
 func winner(r replication.Record) *syncproto.Winner {
-	return &syncproto.Winner{Version: r.Version, Value: r.Value, HLC: r.HLC, Deleted: r.Deleted}
+	return &syncproto.Winner{Version: r.Version, Value: r.Value, HLC: r.HLC, Deleted: r.Deleted || r.Version == 0}
 }
 
 // rejected is the result refusing a mutation. An op id that is not a

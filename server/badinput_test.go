@@ -1,0 +1,348 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// badEnv is what the bad-input cases share: one server, a client "phone" of
+// tenant acme that may write notes and accounts (optimistic) but not
+// audit, another tenant's client, and one op already applied.
+type badEnv struct {
+	t          *testing.T
+	ts         *testServer
+	phone      string // token
+	globex     string // token of another tenant
+	clock      *syncproto.Clock
+	takenOp    string // applied as notes/taken = "v1"
+	globexKey  string // written by globex in notes
+	globexHead uint64 // the seq of globex's write
+}
+
+// wsFrame is one frame a case sends.
+type wsFrame struct {
+	typ  websocket.MessageType
+	data []byte
+}
+
+func text(s string) wsFrame { return wsFrame{typ: websocket.MessageText, data: []byte(s)} }
+
+// badInput is one refused input and the answer PROTOCOL.md documents for it.
+type badInput struct {
+	name string
+	// dial is the upgrade request; nil means phone's token and the
+	// subprotocol.
+	dial func(e *badEnv) *websocket.DialOptions
+	// noHello skips the valid hello that otherwise opens the session.
+	noHello bool
+	frames  func(e *badEnv) []wsFrame
+	// Expected answer: an HTTP status for a refused upgrade (with code in
+	// its JSON body unless code is empty); else an error frame with code
+	// and id, or, when result, a push_result whose every result is rejected
+	// with code. close is the close code that follows, 0 when the
+	// connection stays open.
+	status int
+	code   syncproto.Code
+	id     string
+	result bool
+	close  syncproto.CloseCode
+	// check, when set, replaces every expectation above and the final
+	// check that the connection stays open.
+	check func(e *badEnv, c *wsClient)
+}
+
+// mutation returns a valid put by phone as a JSON object, changed by edit
+// (a nil value in edit removes the member).
+func (e *badEnv) mutation(edit map[string]any) map[string]any {
+	m := map[string]any{
+		"op_id": newOpID(e.t), "model": "notes", "key": "k", "op": "put",
+		"value": json.RawMessage(`{"n":1}`), "hlc": e.clock.Now().String(),
+	}
+	for k, v := range edit {
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// push returns a push frame (id p1) holding muts.
+func (e *badEnv) push(muts ...map[string]any) []wsFrame {
+	return []wsFrame{e.frame(map[string]any{"type": "push", "id": "p1", "mutations": muts})}
+}
+
+func (e *badEnv) frame(v any) wsFrame {
+	b, err := json.Marshal(v)
+	require.NoError(e.t, err)
+	return wsFrame{typ: websocket.MessageText, data: b}
+}
+
+func (e *badEnv) tokenDial(token string) *websocket.DialOptions { return dialOptions(token) }
+
+func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
+	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	e := &badEnv{
+		t: t, ts: ts,
+		phone:  ts.issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{"*"}, Write: []string{"notes", "accounts"}}),
+		globex: ts.member(t, "globex", "intruder"),
+		clock:  syncproto.NewClock("phone", nil),
+	}
+	c, _ := session(t, ts, e.phone, "phone")
+	taken := put(t, e.clock, "notes", "taken", `"v1"`)
+	requireApplied(t, c.push("setup", taken))
+	e.takenOp = taken.OpID
+	g, gClock := session(t, ts, e.globex, "intruder")
+	secret := put(t, gClock, "notes", "secret-of-globex", `"classified"`)
+	res := g.push("setup", secret)
+	requireApplied(t, res)
+	e.globexKey, e.globexHead = secret.Key, res[0].Seq
+
+	bigValue := `"` + strings.Repeat("x", syncproto.MaxPayloadBytes) + `"`
+	tooMany := make([]map[string]any, syncproto.MaxBatch+1)
+	for i := range tooMany {
+		tooMany[i] = e.mutation(map[string]any{"key": fmt.Sprintf("k%d", i)})
+	}
+	helloFrame := func(edit map[string]any) func(*badEnv) []wsFrame {
+		return func(e *badEnv) []wsFrame {
+			h := map[string]any{"type": "hello", "id": "h1", "client_id": "phone", "cursor": 0, "hlc": e.clock.Now().String()}
+			for k, v := range edit {
+				h[k] = v
+			}
+			return []wsFrame{e.frame(h)}
+		}
+	}
+	frames := func(fs ...string) func(*badEnv) []wsFrame {
+		return func(*badEnv) []wsFrame {
+			out := make([]wsFrame, len(fs))
+			for i, f := range fs {
+				out[i] = text(f)
+			}
+			return out
+		}
+	}
+	pushOf := func(edit map[string]any) func(*badEnv) []wsFrame {
+		return func(e *badEnv) []wsFrame { return e.push(e.mutation(edit)) }
+	}
+
+	cases := []badInput{
+		// Refused before the upgrade (PROTOCOL.md section 1).
+		{name: "no subprotocol", status: http.StatusBadRequest, code: syncproto.CodeBadRequest,
+			dial: func(e *badEnv) *websocket.DialOptions {
+				o := e.tokenDial(e.phone)
+				o.Subprotocols = nil
+				return o
+			}},
+		{name: "wrong subprotocol", status: http.StatusBadRequest, code: syncproto.CodeBadRequest,
+			dial: func(e *badEnv) *websocket.DialOptions {
+				o := e.tokenDial(e.phone)
+				o.Subprotocols = []string{"syncproto.v0"}
+				return o
+			}},
+		{name: "no token", status: http.StatusUnauthorized, code: syncproto.CodeUnauthorized,
+			dial: func(*badEnv) *websocket.DialOptions {
+				return &websocket.DialOptions{Subprotocols: []string{syncproto.Subprotocol}}
+			}},
+		{name: "wrong token", status: http.StatusUnauthorized, code: syncproto.CodeUnauthorized,
+			dial: func(e *badEnv) *websocket.DialOptions { return e.tokenDial(e.phone + "x") }},
+		{name: "token not as bearer", status: http.StatusUnauthorized, code: syncproto.CodeUnauthorized,
+			dial: func(e *badEnv) *websocket.DialOptions {
+				o := e.tokenDial(e.phone)
+				o.HTTPHeader.Set("Authorization", "Basic "+e.phone)
+				return o
+			}},
+		{name: "admin token on the sync endpoint", status: http.StatusUnauthorized, code: syncproto.CodeUnauthorized,
+			dial: func(e *badEnv) *websocket.DialOptions { return e.tokenDial(e.ts.adminToken) }},
+		{name: "browser origin not allowed", status: http.StatusForbidden,
+			dial: func(e *badEnv) *websocket.DialOptions {
+				o := e.tokenDial(e.phone)
+				o.HTTPHeader.Set("Origin", "https://evil.example")
+				return o
+			}},
+
+		// The session's first message (PROTOCOL.md section 4).
+		{name: "request before hello", noHello: true, frames: frames(`{"type":"ping","id":"k1"}`),
+			code: syncproto.CodeHelloRequired, id: "k1", close: syncproto.CloseProtocolError},
+		{name: "push before hello", noHello: true, frames: pushOf(nil),
+			code: syncproto.CodeHelloRequired, id: "p1", close: syncproto.CloseProtocolError},
+		{name: "malformed JSON before hello", noHello: true, frames: frames(`{"type":"hello",`),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "hello as another client id", noHello: true, frames: helloFrame(map[string]any{"client_id": "laptop", "hlc": "1733140000000.0.laptop"}),
+			code: syncproto.CodeWrongClientID, id: "h1", close: syncproto.ClosePolicyViolation},
+		{name: "hello with an invalid client id", noHello: true, frames: helloFrame(map[string]any{"client_id": "no spaces"}),
+			code: syncproto.CodeInvalidClientID, id: "h1", close: syncproto.CloseProtocolError},
+		{name: "hello hlc origin not the client id", noHello: true, frames: helloFrame(map[string]any{"hlc": "1733140000000.0.laptop"}),
+			code: syncproto.CodeInvalidHLC, id: "h1", close: syncproto.CloseProtocolError},
+		{name: "hello cursor from the future", noHello: true, frames: helloFrame(map[string]any{"cursor": 1 << 40}),
+			code: syncproto.CodeCursorAhead, id: "h1", close: syncproto.CloseProtocolError},
+		{name: "second hello", frames: helloFrame(map[string]any{"id": "h2"}),
+			code: syncproto.CodeHelloRequired, id: "h2", close: syncproto.CloseProtocolError},
+
+		// Framing (PROTOCOL.md section 2).
+		{name: "malformed JSON", frames: frames(`{"type":"push","mutations":[`),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "not an object", frames: frames(`["push"]`),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "not UTF-8", frames: func(*badEnv) []wsFrame {
+			return []wsFrame{{typ: websocket.MessageText, data: []byte("{\"type\":\"ping\",\"id\":\"\xff\"}")}}
+		}, code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "binary frame", frames: func(*badEnv) []wsFrame {
+			return []wsFrame{{typ: websocket.MessageBinary, data: []byte(`{"type":"ping","id":"k1"}`)}}
+		}, code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "oversize frame", frames: func(*badEnv) []wsFrame {
+			pad := strings.Repeat(" ", syncproto.MaxFrameBytes)
+			return []wsFrame{text(`{"type":"ping","id":"k1"}` + pad)}
+		}, check: func(e *badEnv, c *wsClient) {
+			// The websocket layer refuses the frame unread; an error frame
+			// before the close is allowed, not required.
+			for _, msg := range c.expectClose(syncproto.CloseMessageTooBig) {
+				require.Equal(e.t, syncproto.CodeFrameTooLarge, msg.(*syncproto.Error).Code)
+			}
+		}},
+
+		// Requests the server refuses and keeps the connection.
+		{name: "unknown message type", frames: frames(`{"type":"frobnicate","id":"x1"}`),
+			code: syncproto.CodeUnknownType, id: "x1"},
+		{name: "a server-to-client type", frames: frames(`{"type":"welcome","id":"x1"}`),
+			code: syncproto.CodeUnknownType, id: "x1"},
+		{name: "missing type", frames: frames(`{"id":"x1"}`), code: syncproto.CodeBadRequest, id: "x1"},
+		{name: "type not a string", frames: frames(`{"type":7,"id":"x1"}`), code: syncproto.CodeBadRequest, id: "x1"},
+		{name: "request id too long", frames: frames(`{"type":"ping","id":"` + strings.Repeat("i", syncproto.MaxRequestIDBytes+1) + `"}`),
+			code: syncproto.CodeBadRequest},
+		{name: "push without id", frames: func(e *badEnv) []wsFrame {
+			return []wsFrame{e.frame(map[string]any{"type": "push", "mutations": []any{e.mutation(nil)}})}
+		}, code: syncproto.CodeBadRequest},
+		{name: "mutations of the wrong type", frames: frames(`{"type":"push","id":"p1","mutations":{"op_id":"x"}}`),
+			code: syncproto.CodeBadRequest, id: "p1"},
+		{name: "empty push", frames: frames(`{"type":"push","id":"p1","mutations":[]}`), code: syncproto.CodeBadRequest, id: "p1"},
+		{name: "oversize batch", frames: func(e *badEnv) []wsFrame { return e.push(tooMany...) },
+			code: syncproto.CodeBatchTooLarge, id: "p1"},
+		{name: "pull cursor of the wrong type", frames: frames(`{"type":"pull","id":"q1","cursor":"0"}`),
+			code: syncproto.CodeBadRequest, id: "q1"},
+		{name: "pull cursor above 2^53-1", frames: frames(`{"type":"pull","id":"q1","cursor":9007199254740992}`),
+			code: syncproto.CodeBadRequest, id: "q1"},
+		{name: "pull limit above the maximum", frames: frames(`{"type":"pull","id":"q1","cursor":0,"limit":1001}`),
+			code: syncproto.CodeBadRequest, id: "q1"},
+		{name: "pull with a cursor from the future", frames: frames(`{"type":"pull","id":"q1","cursor":1000000}`),
+			code: syncproto.CodeCursorAhead, id: "q1"},
+		{name: "subscribe with a cursor from the future", frames: frames(`{"type":"subscribe","id":"s1","cursor":1000000}`),
+			code: syncproto.CodeCursorAhead, id: "s1"},
+
+		// Mutations refused alone, as rejected results (PROTOCOL.md 5.3).
+		{name: "empty key", frames: pushOf(map[string]any{"key": ""}), result: true, code: syncproto.CodeInvalidKey},
+		{name: "overlong key", frames: pushOf(map[string]any{"key": strings.Repeat("k", syncproto.MaxKeyBytes+1)}), result: true, code: syncproto.CodeInvalidKey},
+		{name: "key with a control character", frames: pushOf(map[string]any{"key": "a\u0007b"}), result: true, code: syncproto.CodeInvalidKey},
+		{name: "key of the wrong type", frames: pushOf(map[string]any{"key": 42}), result: true, code: syncproto.CodeInvalidKey},
+		{name: "bad model name", frames: pushOf(map[string]any{"model": "Bad-Model"}), result: true, code: syncproto.CodeInvalidModel},
+		{name: "missing op id", frames: pushOf(map[string]any{"op_id": nil}), result: true, code: syncproto.CodeInvalidOpID},
+		{name: "non-canonical op id", frames: pushOf(map[string]any{"op_id": strings.ToUpper(newOpID(t))}), result: true, code: syncproto.CodeInvalidOpID},
+		{name: "op id reused with a different payload", frames: func(e *badEnv) []wsFrame {
+			return e.push(e.mutation(map[string]any{"op_id": e.takenOp, "key": "taken", "value": json.RawMessage(`"v2"`)}))
+		}, result: true, code: syncproto.CodeOpIDReused},
+		{name: "model the token may not write", frames: pushOf(map[string]any{"model": "audit"}), result: true, code: syncproto.CodeForbiddenModel},
+		{name: "hlc origin not the client's", frames: pushOf(map[string]any{"hlc": "1733140000000.0.laptop"}), result: true, code: syncproto.CodeInvalidHLC},
+		{name: "malformed hlc", frames: pushOf(map[string]any{"hlc": "yesterday"}), result: true, code: syncproto.CodeInvalidHLC},
+		{name: "missing hlc", frames: pushOf(map[string]any{"hlc": nil}), result: true, code: syncproto.CodeInvalidHLC},
+		{name: "hlc beyond the skew bound", frames: pushOf(map[string]any{"hlc": "253402300799999.0.phone"}), result: true, code: syncproto.CodeClockSkew},
+		{name: "put without value", frames: pushOf(map[string]any{"value": nil}), result: true, code: syncproto.CodeInvalidOp},
+		{name: "delete with value", frames: pushOf(map[string]any{"op": "delete"}), result: true, code: syncproto.CodeInvalidOp},
+		{name: "unknown op", frames: pushOf(map[string]any{"op": "upsert"}), result: true, code: syncproto.CodeInvalidOp},
+		{name: "missing base_version on an optimistic model", frames: pushOf(map[string]any{"model": "accounts"}), result: true, code: syncproto.CodeMissingBaseVersion},
+		{name: "base_version of the wrong type", frames: pushOf(map[string]any{"base_version": "3"}), result: true, code: syncproto.CodeBadRequest},
+		{name: "value over MaxPayloadBytes", frames: pushOf(map[string]any{"value": json.RawMessage(bigValue)}), result: true, code: syncproto.CodePayloadTooLarge},
+
+		// Another tenant's data is not there to read.
+		{name: "another tenant's key", frames: frames(`{"type":"pull","id":"q1","cursor":0,"limit":1000}`),
+			check: func(e *badEnv, c *wsClient) {
+				ch := expect[*syncproto.Changes](c)
+				require.Greater(e.t, ch.Head, e.globexHead-1, "the head counts every tenant")
+				for _, entry := range ch.Entries {
+					require.NotEqual(e.t, e.globexKey, entry.Key)
+					require.NotEqual(e.t, e.globexHead, entry.Seq)
+				}
+				require.Empty(e.t, c.barrier())
+			}},
+		{name: "another tenant's key in the snapshot", frames: func(*badEnv) []wsFrame { return nil },
+			check: func(e *badEnv, _ *wsClient) {
+				_, recs := e.ts.snapshot(e.t, e.phone)
+				require.NotEmpty(e.t, recs)
+				for _, r := range recs {
+					require.NotEqual(e.t, e.globexKey, r.Key)
+				}
+			}},
+	}
+	require.GreaterOrEqual(t, len(cases), 25)
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e.t = t
+			head := ts.head(t)
+			runBadInput(t, e, tc)
+			require.Equal(t, head, ts.head(t), "nothing applied")
+		})
+	}
+	e.t = t
+
+	// The setup writes are the only ones: nothing the cases sent reached
+	// the oplog.
+	require.Len(t, ts.oplog(t, ""), 2)
+}
+
+func runBadInput(t *testing.T, e *badEnv, tc badInput) {
+	opts := dialOptions(e.phone)
+	if tc.dial != nil {
+		opts = tc.dial(e)
+	}
+	if tc.status != 0 {
+		resp := refusal(t, e.ts, opts, tc.status)
+		defer resp.Body.Close()
+		if tc.code != "" {
+			body := httpErrorBody(t, resp)
+			require.Equal(t, tc.code, body.Code)
+			require.Equal(t, tc.code.Retryable(), body.Retryable)
+		}
+		return
+	}
+	c := dialWith(t, e.ts, opts)
+	if !tc.noHello {
+		c.hello("phone", 0, e.clock)
+	}
+	for _, f := range tc.frames(e) {
+		c.write(f.typ, f.data)
+	}
+	switch {
+	case tc.check != nil:
+		tc.check(e, c)
+		return
+	case tc.result:
+		pr := expect[*syncproto.PushResult](c)
+		require.Equal(t, "p1", pr.ID)
+		for _, r := range pr.Results {
+			require.Equal(t, syncproto.StatusRejected, r.Status, "%+v", r)
+			require.Equal(t, tc.code, r.Code, "%+v", r)
+			if r.OpID != "" && r.OpID != e.takenOp {
+				_, found := e.ts.decided(t, "acme", r.OpID)
+				require.False(t, found, "a rejection is not recorded")
+			}
+		}
+	case tc.code != "":
+		c.recvError(tc.id, tc.code)
+	}
+	if tc.close != 0 {
+		require.Empty(t, c.expectClose(tc.close), "nothing after the error but the close")
+		return
+	}
+	require.Empty(t, c.barrier(), "the connection stays open and quiet")
+}

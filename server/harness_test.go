@@ -1,0 +1,583 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// ioTimeout bounds every single network step of a test (a dial, a frame,
+// an HTTP request), so a broken server fails a test instead of hanging it.
+const ioTimeout = 10 * time.Second
+
+// testServer is a real syncd on a loopback port with its own SQLite file
+// and token file.
+type testServer struct {
+	srv        *server.Server
+	url        string // http://127.0.0.1:port
+	adminURL   string
+	tokenPath  string
+	adminToken string
+	stopOnce   sync.Once
+}
+
+// startServer starts syncd with cfg (DataPath and Authenticator filled in
+// when empty: a database and a token file holding an admin token in a
+// fresh directory) and stops it when the test ends.
+func startServer(t testing.TB, cfg server.Config) *testServer {
+	t.Helper()
+	dir := t.TempDir()
+	ts := &testServer{tokenPath: filepath.Join(dir, "tokens.json")}
+	if cfg.DataPath == "" {
+		cfg.DataPath = filepath.Join(dir, "syncd.db")
+	}
+	if cfg.Authenticator == nil {
+		tok, err := auth.Issue(ts.tokenPath, auth.Principal{Admin: true}, time.Now())
+		require.NoError(t, err)
+		ts.adminToken = tok
+		a, err := auth.NewAuthenticator(ts.tokenPath, nil)
+		require.NoError(t, err)
+		cfg.Authenticator = a
+	}
+	srv, err := server.New(context.Background(), cfg)
+	require.NoError(t, err)
+	ts.srv = srv
+	ts.url = serveOn(t, srv.Handler())
+	ts.adminURL = serveOn(t, srv.AdminHandler())
+	t.Cleanup(func() { ts.stop(t) })
+	return ts
+}
+
+// stop shuts the server down gracefully and closes it; later calls do
+// nothing.
+func (ts *testServer) stop(t testing.TB) {
+	t.Helper()
+	ts.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+		defer cancel()
+		require.NoError(t, ts.srv.Shutdown(ctx))
+		require.NoError(t, ts.srv.Close())
+	})
+}
+
+func serveOn(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: ioTimeout}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hs.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		hs.Close()
+		<-done
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// issue adds a token to the server's token file.
+func (ts *testServer) issue(t testing.TB, p auth.Principal) string {
+	t.Helper()
+	tok, err := auth.Issue(ts.tokenPath, p, time.Now())
+	require.NoError(t, err)
+	return tok
+}
+
+// member issues a token for clientID in tenant that may read and write
+// every model.
+func (ts *testServer) member(t testing.TB, tenant, clientID string) string {
+	t.Helper()
+	return ts.issue(t, auth.Principal{Tenant: tenant, ClientID: clientID, Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}})
+}
+
+func (ts *testServer) syncURL() string {
+	return "ws" + strings.TrimPrefix(ts.url, "http") + syncproto.SyncPath
+}
+
+// dialOptions are the upgrade request of a well-behaved client with token.
+func dialOptions(token string) *websocket.DialOptions {
+	return &websocket.DialOptions{
+		Subprotocols: []string{syncproto.Subprotocol},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + token}},
+	}
+}
+
+// wsClient is a minimal protocol client for tests: frames in and out, with
+// every step bounded by ioTimeout. Its methods use require and so belong
+// to the test goroutine.
+//
+// While a subscription is active (subscribe), frames of its feed that
+// arrive while the client waits for an answer are set aside in live, since
+// the server interleaves them with answers (PROTOCOL.md section 4).
+type wsClient struct {
+	t     testing.TB
+	conn  *websocket.Conn
+	subID string             // the active subscription's id
+	live  []syncproto.Change // entries its feed delivered, in order
+}
+
+func dial(t testing.TB, ts *testServer, token string) *wsClient {
+	t.Helper()
+	return dialWith(t, ts, dialOptions(token))
+}
+
+// dialWith upgrades with opts and requires success.
+func dialWith(t testing.TB, ts *testServer, opts *websocket.DialOptions) *wsClient {
+	t.Helper()
+	c, resp, err := tryDial(ts, opts)
+	require.NoError(t, err, "dial: %s", describeRefusal(resp))
+	t.Cleanup(func() { c.conn.CloseNow() })
+	c.t = t
+	return c
+}
+
+// tryDial attempts an upgrade; on refusal it returns the HTTP response
+// (whose body holds at most its first 1024 bytes).
+func tryDial(ts *testServer, opts *websocket.DialOptions) (*wsClient, *http.Response, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	conn, resp, err := websocket.Dial(ctx, ts.syncURL(), opts)
+	if err != nil {
+		return nil, resp, err
+	}
+	conn.SetReadLimit(syncproto.MaxFrameBytes)
+	return &wsClient{conn: conn}, resp, nil
+}
+
+func describeRefusal(resp *http.Response) string {
+	if resp == nil {
+		return "no response"
+	}
+	return resp.Status
+}
+
+// refusedUpgrade dials with opts, requires the upgrade to be refused with
+// status, and returns the error the body holds.
+func refusedUpgrade(t testing.TB, ts *testServer, opts *websocket.DialOptions, status int) *syncproto.Error {
+	t.Helper()
+	resp := refusal(t, ts, opts, status)
+	defer resp.Body.Close()
+	return httpErrorBody(t, resp)
+}
+
+// refusal dials with opts and requires the upgrade to be refused with
+// status. The caller closes the response body.
+func refusal(t testing.TB, ts *testServer, opts *websocket.DialOptions, status int) *http.Response {
+	t.Helper()
+	c, resp, err := tryDial(ts, opts)
+	if err == nil {
+		c.conn.CloseNow()
+	}
+	require.Error(t, err, "the upgrade must be refused")
+	require.NotNil(t, resp, "a refusal is an HTTP answer: %v", err)
+	require.Equal(t, status, resp.StatusCode)
+	return resp
+}
+
+// httpErrorBody decodes the JSON error body PROTOCOL.md section 1 promises
+// on every refused request.
+func httpErrorBody(t testing.TB, resp *http.Response) *syncproto.Error {
+	t.Helper()
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	require.NoError(t, err)
+	msg, err := syncproto.Decode(body)
+	require.NoError(t, err, "body %s", body)
+	e, ok := msg.(*syncproto.Error)
+	require.True(t, ok, "want an error object, got %s", body)
+	return e
+}
+
+func (c *wsClient) send(msg syncproto.Message) {
+	c.t.Helper()
+	require.NoError(c.t, c.trySend(msg))
+}
+
+func (c *wsClient) write(typ websocket.MessageType, frame []byte) {
+	c.t.Helper()
+	require.NoError(c.t, c.tryWrite(typ, frame))
+}
+
+// trySend sends msg, returning the error of a connection that failed. The
+// try methods are for tests in which the server may die at any moment.
+func (c *wsClient) trySend(msg syncproto.Message) error {
+	frame, err := syncproto.Encode(msg)
+	require.NoError(c.t, err)
+	return c.tryWrite(websocket.MessageText, frame)
+}
+
+func (c *wsClient) tryWrite(typ websocket.MessageType, frame []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	return c.conn.Write(ctx, typ, frame)
+}
+
+// tryRecv reads the next message, returning the error that ended the
+// connection instead.
+func (c *wsClient) tryRecv() (syncproto.Message, error) {
+	frame, err := c.next()
+	if err != nil {
+		return nil, err
+	}
+	msg, err := syncproto.Decode(frame)
+	require.NoError(c.t, err, "frame %s", frame)
+	return msg, nil
+}
+
+// next reads the next frame, or the error that ended the connection.
+func (c *wsClient) next() ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	_, frame, err := c.conn.Read(ctx)
+	return frame, err
+}
+
+// recv reads the next message.
+func (c *wsClient) recv() syncproto.Message {
+	c.t.Helper()
+	msg, err := c.tryRecv()
+	require.NoError(c.t, err)
+	return msg
+}
+
+// expect reads the next message other than a subscription's feed and
+// requires it to be a T.
+func expect[T syncproto.Message](c *wsClient) T {
+	c.t.Helper()
+	msg := c.recvAnswer()
+	m, ok := msg.(T)
+	require.True(c.t, ok, "want %T, got %#v", *new(T), msg)
+	return m
+}
+
+// recvAnswer reads the next message, setting feed frames aside in live.
+func (c *wsClient) recvAnswer() syncproto.Message {
+	c.t.Helper()
+	for range 1000 {
+		msg := c.recv()
+		if ch, ok := msg.(*syncproto.Changes); !ok || c.subID == "" || ch.ID != c.subID {
+			return msg
+		}
+		c.live = append(c.live, msg.(*syncproto.Changes).Entries...)
+	}
+	c.t.Fatalf("no answer after 1000 feed frames")
+	return nil
+}
+
+// subscribe starts the feed from cursor and returns its first frame: the
+// first changes page (its entries also go to live) or a resync.
+func (c *wsClient) subscribe(id string, cursor uint64) syncproto.Message {
+	c.t.Helper()
+	c.send(&syncproto.Subscribe{ID: id, Cursor: cursor})
+	msg := c.recvAnswer()
+	c.subID = id
+	switch m := msg.(type) {
+	case *syncproto.Changes:
+		require.Equal(c.t, id, m.ID)
+		c.live = append(c.live, m.Entries...)
+	case *syncproto.Resync:
+		require.Equal(c.t, id, m.ID)
+		c.subID = ""
+	default:
+		c.t.Fatalf("subscribe answered by %#v", msg)
+	}
+	return msg
+}
+
+// waitLive reads until the feed has delivered n entries in all and returns
+// them.
+func (c *wsClient) waitLive(n int) []syncproto.Change {
+	c.t.Helper()
+	require.NotEmpty(c.t, c.subID, "no active subscription")
+	for range 1000 {
+		if len(c.live) >= n {
+			return c.live
+		}
+		ch := expectFeed(c)
+		c.live = append(c.live, ch.Entries...)
+	}
+	c.t.Fatalf("feed delivered %d entries, want %d", len(c.live), n)
+	return nil
+}
+
+func expectFeed(c *wsClient) *syncproto.Changes {
+	c.t.Helper()
+	msg := c.recv()
+	ch, ok := msg.(*syncproto.Changes)
+	require.True(c.t, ok && ch.ID == c.subID, "want changes of %s, got %#v", c.subID, msg)
+	return ch
+}
+
+// recvError reads the next message and requires it to be an error with
+// code, answering request id.
+func (c *wsClient) recvError(id string, code syncproto.Code) *syncproto.Error {
+	c.t.Helper()
+	e := expect[*syncproto.Error](c)
+	require.Equal(c.t, code, e.Code, "error %+v", e)
+	require.Equal(c.t, id, e.ID)
+	require.Equal(c.t, code.Retryable(), e.Retryable)
+	return e
+}
+
+// expectClose reads until the connection ends and requires it to end with
+// the close code. Frames read on the way are returned.
+func (c *wsClient) expectClose(code syncproto.CloseCode) []syncproto.Message {
+	c.t.Helper()
+	var got []syncproto.Message
+	for range 100 {
+		frame, err := c.next()
+		if err != nil {
+			require.Equal(c.t, websocket.StatusCode(code), websocket.CloseStatus(err), "connection ended with %v", err)
+			return got
+		}
+		msg, err := syncproto.Decode(frame)
+		require.NoError(c.t, err, "frame %s", frame)
+		got = append(got, msg)
+	}
+	c.t.Fatalf("no close after 100 frames")
+	return nil
+}
+
+// barrier sends ping and waits for its pong: every answer to an earlier
+// request precedes it (PROTOCOL.md 5.8). Frames before the pong, other
+// than the active feed's, are returned.
+func (c *wsClient) barrier() []syncproto.Message {
+	c.t.Helper()
+	c.send(&syncproto.Ping{ID: "barrier"})
+	var got []syncproto.Message
+	for range 100 {
+		msg := c.recvAnswer()
+		if p, ok := msg.(*syncproto.Pong); ok && p.ID == "barrier" {
+			return got
+		}
+		got = append(got, msg)
+	}
+	c.t.Fatalf("no pong after 100 frames")
+	return nil
+}
+
+// hello sends hello and returns the welcome.
+func (c *wsClient) hello(clientID string, cursor uint64, clock *syncproto.Clock) *syncproto.Welcome {
+	c.t.Helper()
+	c.send(&syncproto.Hello{ID: "h1", ClientID: clientID, Cursor: cursor, HLC: clock.Now()})
+	w := expect[*syncproto.Welcome](c)
+	require.Equal(c.t, "h1", w.ID)
+	return w
+}
+
+// push sends one push and returns its results.
+func (c *wsClient) push(id string, muts ...syncproto.Mutation) []syncproto.Result {
+	c.t.Helper()
+	c.send(&syncproto.Push{ID: id, Mutations: muts})
+	return c.pushResult(id, len(muts))
+}
+
+// pushResult reads the answer to push id and requires n results.
+func (c *wsClient) pushResult(id string, n int) []syncproto.Result {
+	c.t.Helper()
+	pr := expect[*syncproto.PushResult](c)
+	require.Equal(c.t, id, pr.ID)
+	require.Len(c.t, pr.Results, n)
+	return pr.Results
+}
+
+// pull sends one pull and returns its changes.
+func (c *wsClient) pull(id string, cursor uint64) *syncproto.Changes {
+	c.t.Helper()
+	c.send(&syncproto.Pull{ID: id, Cursor: cursor, Limit: syncproto.MaxPullLimit})
+	ch := expect[*syncproto.Changes](c)
+	require.Equal(c.t, id, ch.ID)
+	return ch
+}
+
+// session dials with token, says hello as clientID and returns the client
+// and its clock.
+func session(t testing.TB, ts *testServer, token, clientID string) (*wsClient, *syncproto.Clock) {
+	t.Helper()
+	c := dial(t, ts, token)
+	clock := syncproto.NewClock(clientID, nil)
+	c.hello(clientID, 0, clock)
+	return c, clock
+}
+
+func newOpID(t testing.TB) string {
+	t.Helper()
+	id, err := syncproto.NewOpID()
+	require.NoError(t, err)
+	return id
+}
+
+func put(t testing.TB, clock *syncproto.Clock, model, key, value string) syncproto.Mutation {
+	t.Helper()
+	return syncproto.Mutation{OpID: newOpID(t), Model: model, Key: key, Op: syncproto.OpPut, Value: []byte(value), HLC: clock.Now()}
+}
+
+// putIf is put with a base version.
+func putIf(t testing.TB, clock *syncproto.Clock, model, key, value string, base uint64) syncproto.Mutation {
+	t.Helper()
+	m := put(t, clock, model, key, value)
+	m.BaseVersion = &base
+	return m
+}
+
+// requireApplied requires every result to be applied.
+func requireApplied(t testing.TB, results []syncproto.Result) {
+	t.Helper()
+	for i, r := range results {
+		require.Equal(t, syncproto.StatusApplied, r.Status, "result %d: %+v", i, r)
+	}
+}
+
+// adminGet GETs an admin path with token ("" for none), decodes a 2xx JSON
+// body into out (when not nil) and returns the status.
+func (ts *testServer) adminGet(t testing.TB, path, token string, out any) int {
+	t.Helper()
+	return getJSON(t, ts.adminURL+path, token, out)
+}
+
+func getJSON(t testing.TB, url, token string, out any) int {
+	t.Helper()
+	resp := get(t, url, token)
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode/100 == 2 {
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	}
+	return resp.StatusCode
+}
+
+func get(t testing.TB, url, token string) *http.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	return resp
+}
+
+// status reads /v1/admin/status.
+func (ts *testServer) status(t testing.TB) server.Status {
+	t.Helper()
+	var st server.Status
+	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/status", ts.adminToken, &st))
+	return st
+}
+
+// head is the oplog head, read through the admin API.
+func (ts *testServer) head(t testing.TB) uint64 { t.Helper(); return ts.status(t).OplogHead }
+
+// decided reports whether the ledger holds a decision for opID in tenant.
+func (ts *testServer) decided(t testing.TB, tenant, opID string) (server.LedgerAnswer, bool) {
+	t.Helper()
+	var ans server.LedgerAnswer
+	code := ts.adminGet(t, "/v1/admin/ledger/"+opID+"?tenant="+tenant, ts.adminToken, &ans)
+	require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code)
+	return ans, code == http.StatusOK
+}
+
+// oplog reads the whole oplog through the admin API, page by page.
+func (ts *testServer) oplog(t testing.TB, query string) []server.OplogEntry {
+	t.Helper()
+	var all []server.OplogEntry
+	from := uint64(0)
+	for range 1000 {
+		var page server.OplogPage
+		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/oplog?limit=1000&from="+strconv.FormatUint(from, 10)+query, ts.adminToken, &page))
+		all = append(all, page.Entries...)
+		if page.Next >= page.Head {
+			return all
+		}
+		from = page.Next
+	}
+	t.Fatalf("oplog longer than 1000 pages")
+	return nil
+}
+
+// snapshot fetches /v1/snapshot with token and returns its head and
+// records.
+func (ts *testServer) snapshot(t testing.TB, token string) (uint64, []syncproto.SnapshotRecord) {
+	t.Helper()
+	resp := get(t, ts.url+syncproto.SnapshotPath, token)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, syncproto.SnapshotContentType, resp.Header.Get("Content-Type"))
+	r, err := syncproto.NewSnapshotReader(resp.Body)
+	require.NoError(t, err)
+	var recs []syncproto.SnapshotRecord
+	for range 100_000 {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return r.Head(), recs
+		}
+		require.NoError(t, err)
+		recs = append(recs, rec)
+	}
+	t.Fatalf("snapshot longer than 100000 records")
+	return 0, nil
+}
+
+// metric returns the value of the sample named exactly series (name and
+// labels, as /metrics writes them), or "" when absent.
+func (ts *testServer) metric(t testing.TB, series string) string {
+	t.Helper()
+	resp := get(t, ts.url+"/metrics", "")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return v
+		}
+	}
+	require.NoError(t, sc.Err())
+	return ""
+}
+
+// readOnly is a principal of tenant acting as clientID that may read the
+// models and write none.
+func readOnly(tenant, clientID string, models ...string) auth.Principal {
+	return auth.Principal{Tenant: tenant, ClientID: clientID, Read: models}
+}
+
+// fakeClock is a settable clock for the server and for clients.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}

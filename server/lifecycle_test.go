@@ -1,0 +1,150 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// gate is a conflict hook that holds every decision until released, so a
+// test can keep a push in flight inside the committer.
+type gate struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}, 1), release: make(chan struct{})} }
+
+func (g *gate) hook(ctx context.Context, _ replication.Record, _ bool, _ replication.Proposal) (replication.HookResult, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.release:
+		return replication.Accept(), nil
+	case <-ctx.Done():
+		return replication.HookResult{}, ctx.Err()
+	}
+}
+
+// waitEntered waits until a decision is held by the gate.
+func (g *gate) waitEntered(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(ioTimeout):
+		t.Fatal("no push reached the committer")
+	}
+}
+
+func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
+	g := newGate()
+	ts := startServer(t, server.Config{
+		Policies: replication.Config{"gated": replication.PolicyHook},
+		Hook:     g.hook, HookTimeout: time.Minute,
+	})
+	token := ts.member(t, "acme", "phone")
+	c, clock := session(t, ts, token, "phone")
+	readyz := func() int { return getJSON(t, ts.url+"/readyz", "", nil) }
+	require.Equal(t, http.StatusOK, readyz())
+
+	m := put(t, clock, "gated", "k", `"in flight"`)
+	c.send(&syncproto.Push{ID: "p1", Mutations: []syncproto.Mutation{m}})
+	g.waitEntered(t)
+
+	shutdown := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+		defer cancel()
+		shutdown <- ts.srv.Shutdown(ctx)
+	}()
+	require.Eventually(t, func() bool { return readyz() == http.StatusServiceUnavailable }, ioTimeout, 5*time.Millisecond)
+	busy := refusedUpgrade(t, ts, dialOptions(token), http.StatusServiceUnavailable)
+	require.Equal(t, syncproto.CodeShuttingDown, busy.Code)
+	require.True(t, busy.Retryable)
+	require.True(t, ts.status(t).Draining)
+
+	close(g.release)
+	res := c.pushResult("p1", 1)[0]
+	require.Equal(t, syncproto.StatusApplied, res.Status, "the push in flight is answered")
+	require.Empty(t, c.expectClose(syncproto.CloseGoingAway))
+	require.NoError(t, <-shutdown)
+
+	ans, found := ts.decided(t, "acme", m.OpID)
+	require.True(t, found, "an answered push is durable")
+	require.Equal(t, res.Seq, ans.Result.Seq)
+}
+
+func TestShutdownDeadlineCutsSessions(t *testing.T) {
+	g := newGate()
+	ts := startServer(t, server.Config{
+		Policies: replication.Config{"gated": replication.PolicyHook},
+		Hook:     g.hook, HookTimeout: time.Minute,
+	})
+	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c.send(&syncproto.Push{ID: "p1", Mutations: []syncproto.Mutation{put(t, clock, "gated", "k", `1`)}})
+	g.waitEntered(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the deadline has passed already
+	require.ErrorIs(t, ts.srv.Shutdown(ctx), context.Canceled)
+	_, err := c.next()
+	require.Error(t, err, "the session was cut")
+	close(g.release) // the committer finishes its group; Close waits for it
+}
+
+func TestConnectionCap(t *testing.T) {
+	ts := startServer(t, server.Config{MaxConnections: 1})
+	token := ts.member(t, "acme", "phone")
+	first := dial(t, ts, token)
+	busy := refusedUpgrade(t, ts, dialOptions(token), http.StatusServiceUnavailable)
+	require.Equal(t, syncproto.CodeServerBusy, busy.Code)
+	require.True(t, busy.Retryable)
+
+	first.conn.CloseNow()
+	require.Eventually(t, func() bool {
+		c, _, err := tryDial(ts, dialOptions(token))
+		if err != nil {
+			return false
+		}
+		c.conn.CloseNow()
+		return true
+	}, ioTimeout, 5*time.Millisecond, "a freed slot takes a new connection")
+}
+
+func TestRateLimitRefusesWithoutApplying(t *testing.T) {
+	// Two requests in the burst (hello and one push), then one per 100 s.
+	ts := startServer(t, server.Config{RequestsPerSecond: 0.01, RequestBurst: 2})
+	c := dial(t, ts, ts.member(t, "acme", "phone"))
+	clock := syncproto.NewClock("phone", nil)
+	w := c.hello("phone", 0, clock)
+	require.Equal(t, 0.01, w.Limits.RequestsPerSecond)
+	require.Equal(t, 2, w.Limits.RequestBurst)
+	requireApplied(t, c.push("p1", put(t, clock, "notes", "a", `1`)))
+	head := ts.head(t)
+
+	m := put(t, clock, "notes", "b", `2`)
+	c.send(&syncproto.Push{ID: "p2", Mutations: []syncproto.Mutation{m}})
+	e := c.recvError("p2", syncproto.CodeRateLimited)
+	require.Equal(t, int64(100_000), e.RetryAfterMS)
+	require.Equal(t, head, ts.head(t), "nothing applied")
+	_, found := ts.decided(t, "acme", m.OpID)
+	require.False(t, found)
+	require.Equal(t, "1", ts.metric(t, "syncd_rate_limited_total"))
+}
+
+func TestIdleSessionIsClosedWith4000(t *testing.T) {
+	// No keepalive pings, so the silent client sends no frame at all, not
+	// even a pong.
+	ts := startServer(t, server.Config{IdleTimeout: 200 * time.Millisecond, PingInterval: time.Hour})
+	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	require.Empty(t, c.expectClose(syncproto.CloseIdleTimeout))
+}
