@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// defaultAdminURL is syncd's default admin listener (syncd --admin-listen).
+const defaultAdminURL = "http://127.0.0.1:8081"
+
+// adminFlags are the flags of every command that calls the admin API.
+type adminFlags struct {
+	server  string
+	token   string
+	timeout time.Duration
+}
+
+func addAdminFlags(cmd *cobra.Command) *adminFlags {
+	o := &adminFlags{}
+	f := cmd.Flags()
+	f.StringVar(&o.server, "server", defaultAdminURL, "syncd admin API base URL (env SYNCCTL_SERVER)")
+	f.StringVar(&o.token, "token", "", "admin bearer token (env SYNCCTL_TOKEN; prefer the environment, flags show in ps)")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on each request to the server")
+	return o
+}
+
+// adminClient calls syncd's admin API with an admin token. Its errors carry
+// exit statuses: unreachable, token refused, not found.
+type adminClient struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// adminClient resolves the admin flags (flag, then environment, then
+// default) into a client.
+func (a *app) adminClient(cmd *cobra.Command, o *adminFlags) (*adminClient, error) {
+	base := strings.TrimRight(a.setting(cmd.Flags(), "server", "SYNCCTL_SERVER"), "/")
+	token := a.setting(cmd.Flags(), "token", "SYNCCTL_TOKEN")
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, failf(exitUsage, "--server %q: want the admin API's base URL, like %s", base, defaultAdminURL)
+	}
+	if token == "" {
+		return nil, failf(exitUsage, "an admin token is required: set SYNCCTL_TOKEN or pass --token (syncctl token issue --admin makes one)")
+	}
+	return &adminClient{base: base, token: token, http: &http.Client{Timeout: o.timeout}}, nil
+}
+
+// adminAnswerLimit bounds an error body read from the server.
+const adminAnswerLimit = 64 << 10
+
+// get fetches path?query and decodes the JSON answer into out. Statuses in
+// answers (besides 200) carry an answer too, like the ledger's 404.
+func (c *adminClient) get(ctx context.Context, path string, query url.Values, out any, answers ...int) error {
+	target := c.base + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return failf(exitUsage, "request %s: %v", target, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return failf(exitUnreachable, "syncd admin API at %s is unreachable: %v", c.base, err)
+	}
+	defer resp.Body.Close()
+	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
+	if isJSON && (resp.StatusCode == http.StatusOK || slices.Contains(answers, resp.StatusCode)) {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return failf(exitFailure, "%s answered %s with something that is not the admin API's JSON: %v", c.base, path, err)
+		}
+		return nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, adminAnswerLimit))
+	var e struct {
+		Error string `json:"error"`
+	}
+	json.Unmarshal(body, &e)
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized:
+		return failf(exitUnauthorized, "syncd at %s refused the admin token (wrong, revoked, or not an admin token)", c.base)
+	case e.Error != "":
+		code := exitFailure
+		if resp.StatusCode == http.StatusBadRequest {
+			code = exitUsage
+		}
+		return &cliError{code: code, err: &refusal{path: path, status: resp.StatusCode, msg: e.Error}}
+	case resp.StatusCode == http.StatusNotFound:
+		return failf(exitUnreachable, "no syncd admin API at %s (%s for %s): --server must name the admin listener (syncd --admin-listen)", c.base, resp.Status, path)
+	}
+	return failf(exitFailure, "syncd answered %s with %s: %s", path, resp.Status, oneLine(string(body)))
+}
+
+// refusal is the admin API's error answer to one request.
+type refusal struct {
+	path   string
+	status int
+	msg    string
+}
+
+func (r *refusal) Error() string {
+	return fmt.Sprintf("syncd refused %s (%d %s): %s", r.path, r.status, http.StatusText(r.status), r.msg)
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+func TestSmallClientPutGetWatch(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := newCLI(t, map[string]string{"SYNCCTL_SYNC_URL": ts.url, "SYNCCTL_CLIENT_TOKEN": ts.member, "SYNCCTL_CLIENT_ID": clientID})
+
+	watched, watchErr, stopWatch := c.background("watch", "--model", "notes")
+	watchedJSON, watchJSONErr, stopWatchJSON := c.background("watch", "--json")
+	for _, w := range []*syncBuffer{watchErr, watchJSONErr} {
+		require.Eventually(t, func() bool { return strings.Contains(w.String(), "watching") }, ioTimeout, 10*time.Millisecond, "watch never started: %s", w)
+	}
+
+	out := c.ok("put", "notes", "a", `{ "title": "hello" }`)
+	require.Regexp(t, `(?m)^outcome  applied as version 1 \(seq 1\)$`, out)
+	var applied outcomeView
+	decodeStrict(t, c.ok("put", "docs", "d", `{"rev":1}`, "--if-version", "0", "--json"), &applied)
+	require.Equal(t, outcomeView{OpID: applied.OpID, Model: "docs", Key: "d", Status: client.StatusApplied, Version: 1, Seq: 2}, applied)
+	require.NoError(t, syncproto.ValidateOpID(applied.OpID))
+	requireKeys(t, object(t, c.ok("put", "notes", "b", `2`, "--json")), "op_id", "model", "key", "status", "version", "seq")
+
+	r := c.run("put", "docs", "d", `{"rev":2}`, "--if-version", "0")
+	require.Equal(t, exitNotApplied, r.code, "a write the server decided against is exit status 7")
+	require.Contains(t, r.stdout, "outcome  conflict with version 1")
+	require.Equal(t, "syncctl: the server did not apply docs/d: conflict with version 1\n", r.stderr)
+
+	out = c.ok("get", "notes", "a")
+	require.Equal(t, "record   notes/a\nversion  1\npending  no\nvalue    {\"title\":\"hello\"}\n", out)
+	var rec recordView
+	decodeStrict(t, c.ok("get", "docs", "d", "--json"), &rec)
+	require.JSONEq(t, `{"rev":1}`, string(rec.Value))
+	require.Equal(t, recordView{Model: "docs", Key: "d", Version: 1, Value: rec.Value}, rec)
+	requireOneLineError(t, c.run("get", "notes", "missing"), exitNotFound, "notes/missing does not exist")
+
+	want := "VERSION  OP      MODEL/KEY                         VALUE\n" +
+		"      1  put     notes/a                           {\"title\":\"hello\"}\n" +
+		"      1  put     notes/b                           2\n"
+	require.Eventually(t, func() bool { return watched.String() == want }, ioTimeout, 10*time.Millisecond, "watch printed %q", watched)
+	require.NoError(t, stopWatch(), "an interrupt is watch's normal end")
+
+	require.Eventually(t, func() bool { return strings.Count(watchedJSON.String(), "\n") == 3 }, ioTimeout, 10*time.Millisecond)
+	require.NoError(t, stopWatchJSON())
+	lines := strings.Split(strings.TrimSpace(watchedJSON.String()), "\n")
+	var change changeView
+	decodeStrict(t, lines[1], &change)
+	require.Equal(t, changeView{Model: "docs", Key: "d", Version: 1, Value: []byte(`{"rev":1}`)}, change)
+	requireKeys(t, object(t, lines[1]), "model", "key", "version", "value")
+}
+
+func TestSmallClientKeepsStateWithStateDir(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := newCLI(t, map[string]string{"SYNCCTL_SYNC_URL": ts.url, "SYNCCTL_CLIENT_TOKEN": ts.member, "SYNCCTL_CLIENT_ID": clientID})
+	state := filepath.Join(t.TempDir(), "device")
+	c.ok("put", "notes", "a", `1`, "--state", state)
+	c.ok("put", "notes", "a", `2`, "--state", state)
+	require.Contains(t, c.ok("get", "notes", "a", "--state", state), "version  2")
+	require.FileExists(t, filepath.Join(state, "queue.db"))
+	require.Contains(t, c.ok("queue", "stats", "--path", filepath.Join(state, "queue.db")), "pending       0")
+}
+
+func TestOplogTailFollow(t *testing.T) {
+	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}})
+	c := newCLI(t, ts.adminEnv())
+	out, outErr, stop := c.background("oplog", "tail", "--follow", "--interval", "5ms")
+	outJSON, _, stopJSON := c.background("oplog", "tail", "--follow", "--interval", "5ms", "--json", "--model", "docs")
+	require.Eventually(t, func() bool { return strings.HasPrefix(out.String(), "     SEQ") }, ioTimeout, 5*time.Millisecond, "stderr: %s", outErr)
+
+	s := ts.dial(t, 0)
+	s.push(write(1, syncproto.OpPut, "notes", "a", `1`, t0.Add(-2*time.Second), nil))
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), opID(1)) }, ioTimeout, 5*time.Millisecond)
+	s.push(write(2, syncproto.OpPut, "docs", "d", `2`, t0.Add(-time.Second), version(0)), write(3, syncproto.OpDelete, "notes", "a", "", t0, nil))
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), opID(3)) }, ioTimeout, 5*time.Millisecond)
+	require.NoError(t, stop(), "an interrupt is --follow's normal end")
+	requireGolden(t, "oplog_tail_follow", out.String())
+
+	require.Eventually(t, func() bool { return strings.Contains(outJSON.String(), opID(2)) }, ioTimeout, 5*time.Millisecond)
+	require.NoError(t, stopJSON())
+	lines := strings.Split(strings.TrimSpace(outJSON.String()), "\n")
+	require.Len(t, lines, 1, "only the docs entry: %s", outJSON)
+	requireKeys(t, object(t, lines[0]), "seq", "op_id", "model", "key", "op", "value", "version", "hlc", "deleted", "tenant", "client_id", "applied_at")
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/syncd-dev/syncd/server"
+)
+
+func (a *app) clientsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "clients",
+		Short: "List connected clients with their cursor, lag and pending pushes",
+		Args:  exactArgs(0, "no arguments"),
+	}
+	o := addAdminFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := a.adminClient(cmd, o)
+		if err != nil {
+			return err
+		}
+		var clients []server.Client
+		if err := c.get(cmd.Context(), "/v1/admin/clients", nil, &clients); err != nil {
+			return err
+		}
+		if a.json {
+			return printJSON(a.stdout, clients)
+		}
+		var st server.Status
+		if err := c.get(cmd.Context(), "/v1/admin/status", nil, &st); err != nil {
+			return err
+		}
+		t := newTable(a.stdout, "CLIENT", "TENANT", "TOKEN", "CONNECTED", "CURSOR", "LAG", "PENDING", "REMOTE")
+		for _, cl := range clients {
+			lag := uint64(0)
+			if st.OplogHead > cl.Cursor {
+				lag = st.OplogHead - cl.Cursor
+			}
+			t.row(cl.ClientID, cl.Tenant, cl.TokenID, stamp(cl.ConnectedAt), strconv.FormatUint(cl.Cursor, 10),
+				strconv.FormatUint(lag, 10), strconv.FormatInt(cl.PendingPushes, 10), cl.Remote)
+		}
+		return t.flush()
+	}
+	return cmd
+}
