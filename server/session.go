@@ -322,15 +322,16 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 		}
 		if len(page.Entries) > 0 || first {
 			out := outbound{msg: changesOf(id, *page)}
-			if len(page.Entries) > 0 {
-				entries, seq := page.Entries, page.Next
-				out.onSent = func() {
-					now := ss.srv.now()
-					for _, e := range entries {
-						ss.srv.metrics.syncLag.Observe(now.Sub(e.AppliedAt).Seconds())
-					}
-					ss.cursor.Store(seq)
+			entries, seq := page.Entries, page.Next
+			// The client's position (admin: cursor, lag) is where the
+			// last page it was sent ends, the first (perhaps empty) one
+			// included: a client subscribing at the head is not behind.
+			out.onSent = func() {
+				now := ss.srv.now()
+				for _, e := range entries {
+					ss.srv.metrics.syncLag.Observe(now.Sub(e.AppliedAt).Seconds())
 				}
+				ss.cursor.Store(seq)
 			}
 			if !ss.sendCtx(ctx, out) {
 				return
