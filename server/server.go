@@ -34,6 +34,10 @@ const (
 	DefaultRetentionInterval = time.Minute
 )
 
+// maxDBConns caps syncd's SQLite connections: one writer, the rest readers.
+// Readers beyond it wait for a free connection rather than open files.
+const maxDBConns = 8
+
 // Config configures a Server. The zero value of every field except DataPath
 // and Authenticator means its default.
 type Config struct {
@@ -192,6 +196,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	// One writer (the committer) and a few readers (feeds, snapshots, the
+	// admin API). Without a cap, a burst opens connections whose files
+	// SQLite keeps open for the life of the process.
+	db.SetMaxOpenConns(maxDBConns)
+	db.SetMaxIdleConns(maxDBConns)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg,
 		metrics:  newMetrics(reg),

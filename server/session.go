@@ -339,6 +339,10 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 			first = false
 		}
 		cursor = page.Next
+		if len(page.Entries) == 0 {
+			// Nothing readable up to page.Next: the client is there too.
+			ss.cursor.Store(cursor)
+		}
 		if page.CaughtUp() {
 			if ss.srv.store.log.Wait(ctx, cursor) != nil {
 				return

@@ -30,6 +30,7 @@ var errStoreClosed = errors.New("store closed")
 // ledger in one database, changed only by its committer goroutine.
 type store struct {
 	db        *sql.DB
+	writer    *sql.Conn // the committer's own connection: readers never starve it
 	ledger    *ledger.SQL
 	records   *replication.Records
 	log       *replication.SQLiteLog
@@ -99,6 +100,9 @@ func openStore(ctx context.Context, c storeConfig) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.writer, err = c.db.Conn(ctx); err != nil {
+		return nil, err
+	}
 	s.metrics.oplogHead.Set(float64(b.Head))
 	s.metrics.oplogOldest.Set(float64(b.Oldest))
 	go s.commitLoop()
@@ -121,8 +125,8 @@ func (s *store) submit(ctx context.Context, p auth.Principal, muts []syncproto.M
 	}
 }
 
-// close stops taking pushes, lets the committer finish the ones queued, and
-// waits for it.
+// close stops taking pushes, lets the committer finish the ones queued,
+// waits for it and returns its connection to the pool.
 func (s *store) close() {
 	select {
 	case <-s.stop:
@@ -130,6 +134,7 @@ func (s *store) close() {
 		close(s.stop)
 	}
 	<-s.done
+	s.writer.Close()
 }
 
 // commitLoop is the only writer. It takes the pushes waiting, applies them
@@ -210,7 +215,7 @@ func (s *store) commitGroup(group []*pushRequest) {
 // applyGroup applies every push of the group in one transaction and
 // returns the newest oplog seq it appended (0 if none).
 func (s *store) applyGroup(ctx context.Context, group []*pushRequest) (head uint64, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
