@@ -7,9 +7,11 @@ export CGO_ENABLED := 1
 BIN       := bin
 FUZZTIME  ?= 20000x
 BENCHTIME ?= 2s
+SOAK_DURATION ?= 10m
+SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build test bench fuzz lint clean
+.PHONY: run build test bench fuzz lint clean soak
 
 ## run: build syncd and start it on 127.0.0.1:8080 with its SQLite database under ./var/
 run: build
@@ -19,10 +21,17 @@ run: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## test: vet and the whole suite with the race detector
+## test: vet and the whole suite with the race detector (./soak holds the short soak, about a minute)
 test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 14m ./...
+
+## soak: the long churn run (SOAK_DURATION, default 10m; SOAK_ARGS for more flags, e.g.
+## --seed N to replay); it stops by itself and writes var/soak/<time>/report.md
+soak:
+	mkdir -p var/soak
+	$(GO) build -o $(BIN)/ ./cmd/syncd ./soak/cmd/soak
+	./$(BIN)/soak --duration $(SOAK_DURATION) --syncd ./$(BIN)/syncd --out var/soak $(SOAK_ARGS)
 
 ## bench: the benchmark suite, each beside its ceiling measured in the same run, as a table
 bench:

@@ -1,0 +1,185 @@
+package checker
+
+import (
+	"slices"
+	"time"
+
+	"github.com/syncd-dev/syncd/soak/journal"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// State is everything the checker judges: what the server, every client and
+// the harness left behind at quiescence. Load reads it from files; tests
+// build or doctor it directly. Check only reads it.
+type State struct {
+	Server  Server
+	Clients []Client
+	Process Process
+}
+
+// Server is syncd's database as the checker reads it.
+type Server struct {
+	// Policies maps a model to its declared policy ("lww" or
+	// "optimistic"); undeclared models are last-writer-wins.
+	Policies map[string]string
+	// Oplog holds every retained entry in seq order.
+	Oplog []OplogEntry
+	// Head is the highest seq the log ever assigned (it survives
+	// compaction); AppliedSeq is how far the records are materialized.
+	Head       uint64
+	AppliedSeq uint64
+	Records    []Record
+	Ledger     []Decision
+	// LedgerFloor is the ledger's coverage floor; zero when it never
+	// evicted a decision. Ops at or before it may have left the ledger.
+	LedgerFloor time.Time
+	Conflicts   []Conflict
+	// Integrity holds the rows of PRAGMA integrity_check: ["ok"] when sound.
+	Integrity []string
+}
+
+// OplogEntry is one applied write.
+type OplogEntry struct {
+	Seq      uint64
+	Tenant   string
+	Model    string
+	Key      string
+	OpID     string
+	Op       string // put or delete
+	Value    []byte
+	Version  uint64
+	HLC      syncproto.Timestamp
+	ClientID string
+}
+
+// Record is the server's current state of one key.
+type Record struct {
+	Tenant  string
+	Model   string
+	Key     string
+	Value   []byte
+	Version uint64
+	HLC     syncproto.Timestamp
+	Deleted bool
+	OpID    string
+	Seq     uint64
+}
+
+// Decision is one replay-ledger row: what was decided for an op, the first
+// time it was heard.
+type Decision struct {
+	Tenant string
+	OpID   string
+	Result syncproto.Result
+}
+
+// Conflict is one conflict-log row.
+type Conflict struct {
+	Tenant, Model, Key string
+	Policy, Reason     string
+	LoserOpID          string
+	LoserVersion       uint64
+	LoserHLC           syncproto.Timestamp
+	WinnerOpID         string
+	WinnerVersion      uint64
+	WinnerHLC          syncproto.Timestamp
+}
+
+// Client is one soak client's files: its journal, queue and replica.
+type Client struct {
+	ID     string
+	Tenant string
+	// Read lists the models its token may read; "*" is every model.
+	Read    []string
+	Journal []journal.Entry
+	Queue   Queue
+	Replica Replica
+}
+
+// CanRead reports whether the client's token may read model.
+func (c *Client) CanRead(model string) bool {
+	return slices.Contains(c.Read, "*") || slices.Contains(c.Read, model)
+}
+
+// Queue is a client's durable queue at quiescence.
+type Queue struct {
+	// Kind is ndjson, sqlite or memory (a memory queue leaves nothing
+	// behind: it reads as empty).
+	Kind        string
+	Pending     []QueueItem
+	DeadLetters []DeadLetter
+	// Integrity is ["ok"] when the queue's file is sound: PRAGMA
+	// integrity_check for SQLite, a clean load for NDJSON.
+	Integrity []string
+}
+
+// QueueItem is one pending item; its idempotency key is the op id.
+type QueueItem struct {
+	ID       uint64
+	OpID     string
+	Attempts uint32
+}
+
+// DeadLetter is one item of the dead-letter store.
+type DeadLetter struct {
+	QueueItem
+	Reason string
+}
+
+// Replica is a client's local replica.
+type Replica struct {
+	Records []ReplicaRecord
+	// Pending holds the op ids of the pending overlay (writes not yet
+	// decided, laid over the records).
+	Pending  []string
+	Outcomes map[string]Outcome
+	Cursor   uint64
+	// Integrity holds the rows of PRAGMA integrity_check.
+	Integrity []string
+}
+
+// ReplicaRecord is one record as the replica holds it.
+type ReplicaRecord struct {
+	Model   string
+	Key     string
+	Value   []byte
+	Version uint64
+	Deleted bool
+}
+
+// Outcome is a write's durable outcome as the client recorded it.
+type Outcome struct {
+	OpID      string
+	Model     string
+	Key       string
+	Status    string // applied, superseded, conflict, dead_lettered
+	Version   uint64
+	Seq       uint64
+	Reason    string
+	RebasedAs string
+	DecidedAt time.Time // by the client's clock
+}
+
+// Process is syncd's goroutine and file-descriptor counts: the baseline
+// taken after its last start (before any client could connect) and the
+// count once every client had disconnected at quiescence. Tolerance says
+// how far above the baseline each count may end.
+type Process struct {
+	// Measured is false when the harness could not take both samples.
+	Measured bool
+	// Error says why not, when it could not.
+	Error     string
+	Baseline  Sample
+	Final     Sample
+	Tolerance Sample
+}
+
+// Sample is one reading of syncd's counts: goroutines and open files from
+// its /metrics, and how many of those files are its SQLite database's own
+// (the database, its WAL and shared-memory files), where the platform lets
+// the harness tell (0 elsewhere).
+type Sample struct {
+	Goroutines  int
+	FDs         int
+	DatabaseFDs int
+}

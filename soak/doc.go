@@ -1,0 +1,82 @@
+// Package soak is syncd's soak harness: it runs syncd and a population of
+// clients as real processes, breaks the network and the processes under
+// them for a while, lets everything settle, and then proves (or disproves)
+// the project's main promise from what they left on disk: nothing a user
+// wrote is lost, nothing is applied twice, everyone converges.
+//
+// # Running it
+//
+//	make soak                          # ten minutes, 20 clients, report under var/soak/
+//	make soak SOAK_DURATION=30m
+//	go run ./soak/cmd/soak --help      # every knob; --seed replays a run's choices
+//
+// A shorter run (TestShortSoak, about a minute) is part of make test.
+// Programs call Run with a Config; a binary that embeds the harness must
+// call Child first thing in main (or TestMain), because the harness
+// re-executes its own binary to get client processes.
+//
+// # The scenario
+//
+// Run builds ./cmd/syncd (or takes Config.SyncdBinary) and starts it as a
+// child process on a fresh database, with the models notes (last writer
+// wins), docs (optimistic) and audit (readable by every token, writable by
+// none). Each client is a child process with its own token, durable queue
+// (NDJSON and SQLite alternate), replica and journal, and its own fault
+// proxy (package faultproxy) between it and syncd, so every client's
+// network fails on its own. The population (see population) mixes a clock
+// beyond syncd's skew bound, one ahead within it, one behind, clients that
+// may not read or write docs, and a client alone in a second tenant.
+//
+// Each client writes a mix on a shared key space with hot keys: LWW puts
+// and deletes, optimistic PutIfVersion at the version its replica shows
+// (its conflict handler rebases three conflicts in four and drops the
+// rest, the same way every time it is asked), and poison writes the server
+// always refuses (a put to audit, a delete in docs without a base
+// version), which must end in the dead-letter store. Every write is
+// journaled before the call and after it returns (package journal).
+//
+// A scheduler with a seeded RNG injects, at random times and with every
+// kind planned at least once: network flaps on one client's proxy
+// (blackhole, outage, reset, delay, throttle, an acknowledgement lost
+// after the commit, connections cut after a few bytes in either
+// direction), client crashes (SIGKILL, while online or after queueing
+// writes offline, and a restart on the same files), and syncd kills
+// (SIGKILL) and graceful restarts (SIGTERM) on the same database and
+// port. Every event goes to events.log with its time.
+//
+// # Quiescence and the check
+//
+// When the churn ends, every fault is lifted, every client is restarted if
+// it was down, told to stop writing, and the harness waits (bounded) until
+// every queue holds only dead letters, every client is connected, and every
+// cursor is past every entry its token may read. Then the clients stop
+// cleanly, the proxies close, syncd's goroutines and open files are read
+// from its /metrics against the baseline taken after its newest start, and
+// syncd stops with SIGTERM. Package checker then loads the files (syncd's
+// database read-only, each queue, replica and journal) and judges the six
+// invariants; package report writes report.md and a queue-depth plot into
+// the run's directory, which keeps all the state for inspection.
+//
+// A run passes when every invariant holds, every enabled fault kind was
+// injected (and at least Config.MinFlaps flaps), the clients quiesced, and
+// the harness found nothing wrong with the processes themselves (an exit
+// it did not cause, a stop that was not clean, a race report or panic in a
+// log).
+//
+// # The checker can fail
+//
+// Config.Break deliberately breaks one component: a queue that forgets
+// attempt counts, a client whose queue lives in memory, a ledger wiped
+// between a commit and the resend of its lost acknowledgement. The tests
+// run short scenarios with each and require the checker to name the
+// invariant that breaks.
+//
+// # Bounds
+//
+// Servers and proxies bind 127.0.0.1 only. Every wait is bounded (syncd's
+// readiness and stop, a client's stop, quiescence, the leak settle); the
+// churn ends at its deadline; cancelling the context stops the run, and
+// whatever it started is killed before Run returns. Children also die with
+// the harness (a parent-death signal on Linux; elsewhere when their stdin
+// closes).
+package soak

@@ -1,0 +1,87 @@
+package soak
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/syncd-dev/syncd/soak/checker"
+)
+
+// The scenario's models and tenants.
+const (
+	// ModelNotes is last-writer-wins; every client puts and deletes in it.
+	ModelNotes = "notes"
+	// ModelDocs is optimistic; clients with full access PutIfVersion in it.
+	ModelDocs = "docs"
+	// ModelAudit may be read by every token and written by none: puts to
+	// it are the poison writes the server always refuses.
+	ModelAudit = "audit"
+
+	tenantMain = "alpha"
+	tenantSide = "beta"
+)
+
+// policies are the models syncd is started with.
+var policies = map[string]string{ModelNotes: "lww", ModelDocs: "optimistic"}
+
+// profile is one client of the population: who it is, what its token may
+// do, which queue it keeps and how wrong its clock is.
+type profile struct {
+	ID     string
+	Tenant string
+	Read   []string
+	Write  []string
+	Queue  string // checker.QueueNDJSON, QueueSQLite or QueueMemory
+	Skew   time.Duration
+}
+
+// writesDocs reports whether the client makes optimistic writes.
+func (p profile) writesDocs() bool {
+	for _, m := range p.Write {
+		if m == ModelDocs {
+			return true
+		}
+	}
+	return false
+}
+
+// population derives the clients from their index, so that even a small
+// run has the interesting kinds: c01 runs a clock beyond syncd's skew
+// bound, c02 one ahead within it, c04 one behind; every fourth client
+// (c03, c07, ...) may not read or write docs; every fifth (c04, c09, ...)
+// is alone in another tenant; even clients keep an NDJSON queue, odd ones
+// SQLite (BreakVolatileQueue gives c00 a memory queue).
+func population(cfg *Config) []profile {
+	out := make([]profile, cfg.Clients)
+	for i := range out {
+		p := profile{
+			ID:     fmt.Sprintf("c%02d", i),
+			Tenant: tenantMain,
+			Read:   []string{ModelNotes, ModelDocs, ModelAudit},
+			Write:  []string{ModelNotes, ModelDocs},
+			Queue:  checker.QueueNDJSON,
+		}
+		if i%2 == 1 {
+			p.Queue = checker.QueueSQLite
+		}
+		if i == 0 && cfg.Break == BreakVolatileQueue {
+			p.Queue = checker.QueueMemory
+		}
+		if i%4 == 3 {
+			p.Read, p.Write = []string{ModelNotes, ModelAudit}, []string{ModelNotes}
+		}
+		if i%5 == 4 {
+			p.Tenant = tenantSide
+		}
+		switch i % 6 {
+		case 1:
+			p.Skew = cfg.MaxClockSkew * 5 / 2
+		case 2:
+			p.Skew = cfg.MaxClockSkew / 3
+		case 4:
+			p.Skew = -cfg.MaxClockSkew / 2
+		}
+		out[i] = p
+	}
+	return out
+}

@@ -1,0 +1,584 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/soak/checker"
+	"github.com/syncd-dev/syncd/soak/faultproxy"
+	"github.com/syncd-dev/syncd/soak/report"
+)
+
+// Bounds and tolerances of the end of a run.
+const (
+	sampleEvery = time.Second
+	// leakSettle bounds the wait for syncd's counts to fall back to
+	// baseline once every client is gone.
+	leakSettle = 20 * time.Second
+)
+
+// leakTolerance is how far above its baseline syncd may end (invariant 6)
+// with clients clients. Both readings include the harness's own scrape (a
+// socket and a goroutine); the rest of the goroutine and file margin is
+// for what the runtime starts lazily. The baseline is taken right after a
+// start, when database/sql holds one SQLite connection; every connection
+// holds the database file and its WAL open (the shared-memory file is
+// opened once per process), and SQLite keeps a closed connection's
+// descriptors while another connection holds a lock, reusing them later.
+// syncd reads with at most one connection per session at a time, plus its
+// committer and its snapshot, admin and retention readers, hence two
+// descriptors per client and four connections more. A leak proportional
+// to work (sessions, requests) outgrows these bounds: a run opens
+// thousands of sessions.
+func leakTolerance(clients int) checker.Sample {
+	return checker.Sample{Goroutines: 3, FDs: 3, DatabaseFDs: 2 * (clients + 4)}
+}
+
+// Result is what a run found.
+type Result struct {
+	// Dir holds the run's state, logs and report; ReportPath the report.
+	Dir        string
+	ReportPath string
+	Seed       int64
+	Check      checker.Result
+	Faults     map[FaultKind]int
+	Coverage   []report.Coverage
+	// Health lists the harness's findings (processes that exited on their
+	// own, unclean stops, race or panic reports).
+	Health []string
+	// Quiesced is false when the clients did not drain and catch up
+	// within QuiesceTimeout; the state was checked anyway.
+	Quiesced bool
+	// Passed: every invariant holds, every coverage requirement is met,
+	// the run quiesced and the harness found nothing.
+	Passed bool
+}
+
+// Run runs one soak: it starts syncd and the clients, injects faults for
+// cfg.Duration, quiesces, checks the invariants and writes the report. It
+// returns an error only when the run could not be carried out (syncd would
+// not build or start, a directory could not be written); a run that found
+// violations returns them in Result. Every process it started is gone when
+// it returns, also when ctx is cancelled.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	start := time.Now()
+	dir := filepath.Join(cfg.Dir, start.UTC().Format("20060102T150405.000Z"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	r := &runner{cfg: cfg, dir: dir, start: start, counts: &counts{faults: map[FaultKind]int{}}}
+	defer r.teardown()
+	res, err := r.run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("soak: %w (state in %s)", err, dir)
+	}
+	return res, nil
+}
+
+// runner is one run in progress.
+type runner struct {
+	cfg     Config
+	dir     string
+	start   time.Time
+	prof    []profile
+	syncd   *syncdProc
+	clients []*clientProc
+	counts  *counts
+	chaos   *chaos
+	events  *os.File
+
+	mu       sync.Mutex // guards samples
+	samples  []report.DepthSample
+	quiesceT time.Duration
+}
+
+func (r *runner) path(name ...string) string {
+	return filepath.Join(append([]string{r.dir}, name...)...)
+}
+
+// teardown kills whatever is still running; after a completed run it finds
+// nothing to do but close the proxies and the event log.
+func (r *runner) teardown() {
+	for _, c := range r.clients {
+		if c.running() {
+			c.kill()
+		}
+		c.proxy.Close()
+	}
+	if r.syncd != nil && r.syncd.running() {
+		r.syncd.kill(context.Background())
+	}
+	if r.events != nil {
+		r.events.Close()
+	}
+}
+
+func (r *runner) run(ctx context.Context) (*Result, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	bin := r.cfg.SyncdBinary
+	if bin == "" {
+		if bin, err = BuildSyncd(ctx, r.dir, r.cfg.BuildRace); err != nil {
+			return nil, err
+		}
+	}
+	r.start = time.Now() // the churn's time starts once syncd is built
+	if r.events, err = os.Create(r.path("events.log")); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(r.events, "soak run, seed %d\n", r.cfg.Seed)
+	r.prof = population(&r.cfg)
+	tokens, adminToken, err := issueTokens(r.path("tokens.json"), r.prof)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	adminAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	r.syncd = newSyncd(bin, r.path("syncd.db"), r.path("tokens.json"), addr, adminAddr, adminToken, r.path("syncd.log"), r.cfg.MaxClockSkew)
+	for i, p := range r.prof {
+		cdir := r.path("clients", p.ID)
+		if err := os.MkdirAll(cdir, 0o755); err != nil {
+			return nil, err
+		}
+		proxy, err := faultproxy.New(addr, faultproxy.Options{})
+		if err != nil {
+			return nil, err
+		}
+		queue := "queue.ndjson"
+		if p.Queue == checker.QueueSQLite {
+			queue = "queue.db"
+		}
+		r.clients = append(r.clients, &clientProc{
+			cfg: childConfig{
+				Profile: p, Token: tokens[i], ServerURL: "http://" + proxy.Addr(),
+				QueuePath: filepath.Join(cdir, queue), ReplicaPath: filepath.Join(cdir, "replica.db"), JournalPath: filepath.Join(cdir, "journal.ndjson"),
+				Seed: r.cfg.Seed + int64(i+1)*1_000_003, WriteEvery: r.cfg.WriteEvery, Keys: r.cfg.Keys, HotKeys: r.cfg.HotKeys,
+				ForgetAttempts: r.cfg.Break == BreakForgetAttempts,
+			},
+			cfgPath: filepath.Join(cdir, "client.json"), logPath: filepath.Join(cdir, "client.log"), self: self, proxy: proxy,
+		})
+	}
+	r.chaos = newChaos(&r.cfg, r.clients, r.syncd, r.counts, r.events, r.start)
+	r.chaos.wipeLedger = r.wipeLedger
+	if err := r.chaos.startSyncd(ctx); err != nil {
+		return nil, err
+	}
+	for _, c := range r.clients {
+		if err := c.start(); err != nil {
+			return nil, err
+		}
+	}
+
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.sample(sampleCtx)
+	}()
+	err = r.chaos.run(ctx, r.start.Add(r.cfg.Duration))
+	if err == nil {
+		err = r.chaos.calm(ctx)
+	}
+	quiesced := false
+	if err == nil {
+		quiesced, err = r.quiesce(ctx)
+	}
+	stopSampling()
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	r.takeSample()
+	return r.finish(ctx, quiesced)
+}
+
+// issueTokens writes the token file: one token per client (its tenant,
+// client id and models) and an admin token.
+func issueTokens(path string, prof []profile) (clients []string, admin string, err error) {
+	now := time.Now()
+	if admin, err = auth.Issue(path, auth.Principal{Admin: true}, now); err != nil {
+		return nil, "", err
+	}
+	for _, p := range prof {
+		tok, err := auth.Issue(path, auth.Principal{Tenant: p.Tenant, ClientID: p.ID, Read: p.Read, Write: p.Write}, now)
+		if err != nil {
+			return nil, "", err
+		}
+		clients = append(clients, tok)
+	}
+	return clients, admin, nil
+}
+
+// wipeLedger deletes every decision of syncd's replay ledger, behind its
+// back (BreakLedgerAmnesia only).
+func (r *runner) wipeLedger(ctx context.Context) error {
+	db, err := sqlitedb.Open(ctx, r.path("syncd.db"), sqlitedb.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, `DELETE FROM ledger_decisions`)
+	return err
+}
+
+// sample records the clients' queue depths every sampleEvery and prints a
+// progress line every ProgressEvery, until ctx ends.
+func (r *runner) sample(ctx context.Context) {
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	lastProgress := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s := r.takeSample()
+		if r.cfg.Progress != nil && time.Since(lastProgress) >= r.cfg.ProgressEvery {
+			lastProgress = time.Now()
+			r.progress(ctx, s)
+		}
+	}
+}
+
+// takeSample records the clients' queue depths as they last reported them.
+func (r *runner) takeSample() report.DepthSample {
+	s := report.DepthSample{At: time.Since(r.start)}
+	for _, c := range r.clients {
+		st := c.status()
+		s.Pending += st.Pending
+		s.MaxPending = max(s.MaxPending, st.Pending)
+		s.DeadLetters += st.DeadLetters
+	}
+	r.mu.Lock()
+	r.samples = append(r.samples, s)
+	r.mu.Unlock()
+	return s
+}
+
+func (r *runner) progress(ctx context.Context, s report.DepthSample) {
+	faults, restarts, health, _ := r.counts.snapshot()
+	head := "-"
+	if st, err := r.syncd.status(ctx); err == nil {
+		head = fmt.Sprint(st.OplogHead)
+	}
+	phase := fmt.Sprintf("%v/%v", s.At.Round(time.Second), r.cfg.Duration)
+	if s.At > r.cfg.Duration {
+		phase = "quiescing " + (s.At - r.cfg.Duration).Round(time.Second).String()
+	}
+	fmt.Fprintf(r.cfg.Progress, "soak %s: oplog head %s, pending %d (max %d), dead letters %d, flaps %d, client crashes %d (restarts %d), syncd kills %d restarts %d, findings %d\n",
+		phase, head, s.Pending, s.MaxPending, s.DeadLetters, flapsOf(faults), faults[FaultClientCrash]+faults[FaultOfflineCrash], restarts,
+		faults[FaultSyncdCrash], faults[FaultSyncdRestart], len(health))
+}
+
+// quiesce tells every client to stop writing and waits, within
+// QuiesceTimeout, until twice in a row every client has settled with the
+// oplog's head unchanged.
+func (r *runner) quiesce(ctx context.Context) (bool, error) {
+	begin := time.Now()
+	for _, c := range r.clients {
+		r.counts.finding(c.send(cmdQuiesce))
+	}
+	deadline := begin.Add(r.cfg.QuiesceTimeout)
+	stable, lastHead := 0, uint64(0)
+	for {
+		st, err := r.syncd.status(ctx)
+		ok := err == nil
+		for _, c := range r.clients {
+			if !ok || !r.settled(ctx, c, st.OplogHead) {
+				ok = false
+				break
+			}
+		}
+		if ok && st.OplogHead == lastHead {
+			stable++
+		} else {
+			stable = 0
+		}
+		lastHead = st.OplogHead
+		if stable >= 2 {
+			r.quiesceT = time.Since(begin)
+			fmt.Fprintf(r.events, "%9.3fs quiescent at oplog head %d after %v\n", time.Since(r.start).Seconds(), lastHead, r.quiesceT.Round(time.Millisecond))
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			r.quiesceT = time.Since(begin)
+			for _, c := range r.clients {
+				s := c.status()
+				fmt.Fprintf(r.events, "%9.3fs not quiescent: %s pending %d connected %t cursor %d (head %d) err %q\n",
+					time.Since(r.start).Seconds(), c.cfg.Profile.ID, s.Pending, s.Connected, s.Cursor, st.OplogHead, s.Err)
+			}
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// settled reports whether client c has quiesced: it stopped writing, its
+// queue holds nothing but dead letters, it is connected, and its cursor is
+// at the head or past every entry it may read.
+func (r *runner) settled(ctx context.Context, c *clientProc, head uint64) bool {
+	s := c.status()
+	if !s.Quiescing || s.Err != "" || s.Pending != 0 || !s.Connected {
+		return false
+	}
+	if s.Cursor == head {
+		return true
+	}
+	p := c.cfg.Profile
+	done, err := r.syncd.caughtUp(ctx, p.Tenant, p.Read, s.Cursor)
+	return err == nil && done
+}
+
+// finish stops everything cleanly, measures syncd against its baseline,
+// checks the state and writes the report.
+func (r *runner) finish(ctx context.Context, quiesced bool) (*Result, error) {
+	var wg sync.WaitGroup
+	for _, c := range r.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.counts.finding(c.stop())
+		}()
+	}
+	wg.Wait()
+	for _, c := range r.clients {
+		c.proxy.Close()
+	}
+	proc := r.measureLeaks(ctx)
+	r.counts.finding(r.syncd.terminate(ctx))
+	r.scanLogs()
+
+	layout := checker.Layout{ServerDB: r.path("syncd.db"), Policies: policies, Process: proc}
+	for _, c := range r.clients {
+		p := c.cfg.Profile
+		layout.Clients = append(layout.Clients, checker.ClientLayout{ID: p.ID, Tenant: p.Tenant, Read: p.Read,
+			QueueKind: p.Queue, QueuePath: c.cfg.QueuePath, ReplicaPath: c.cfg.ReplicaPath, JournalPath: c.cfg.JournalPath})
+	}
+	state, err := checker.Load(ctx, layout)
+	if err != nil {
+		return nil, err
+	}
+	check := checker.Check(state)
+	faults, _, health, _ := r.counts.snapshot()
+	res := &Result{Dir: r.dir, Seed: r.cfg.Seed, Check: check, Faults: faults, Health: health, Quiesced: quiesced}
+	res.Coverage = r.coverage(faults)
+	res.Passed = check.Holds() && quiesced && len(health) == 0
+	for _, c := range res.Coverage {
+		res.Passed = res.Passed && c.OK()
+	}
+	if res.ReportPath, err = report.Write(r.dir, r.reportData(res, state)); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// coverage lists every enabled fault kind (each required once) and the
+// flaps in total (MinFlaps required).
+func (r *runner) coverage(faults map[FaultKind]int) []report.Coverage {
+	var out []report.Coverage
+	for _, k := range r.cfg.Faults {
+		out = append(out, report.Coverage{Kind: string(k), Count: faults[k], Required: 1})
+	}
+	return append(out, report.Coverage{Kind: "network flaps, all kinds", Count: flapsOf(faults), Required: r.cfg.MinFlaps})
+}
+
+// measureLeaks waits (up to leakSettle) for syncd's goroutines and open
+// files to fall back within tolerance of the baseline of its newest start,
+// and returns the last reading.
+func (r *runner) measureLeaks(ctx context.Context) checker.Process {
+	p := checker.Process{Baseline: r.chaos.baseline, Tolerance: leakTolerance(r.cfg.Clients)}
+	deadline := time.Now().Add(leakSettle)
+	for {
+		sample, files, err := r.syncd.sample(ctx)
+		if err != nil {
+			p.Measured, p.Error = false, err.Error()
+			return p
+		}
+		p.Measured, p.Final = true, sample
+		base, tol := p.Baseline, p.Tolerance
+		settled := sample.Goroutines <= base.Goroutines+tol.Goroutines && sample.FDs-sample.DatabaseFDs <= base.FDs-base.DatabaseFDs+tol.FDs &&
+			sample.DatabaseFDs <= base.DatabaseFDs+tol.DatabaseFDs
+		if settled || time.Now().After(deadline) {
+			fmt.Fprintf(r.events, "%9.3fs syncd at quiescence: %d goroutines, %d open files (%d of the database): %s\n", time.Since(r.start).Seconds(),
+				sample.Goroutines, sample.FDs, sample.DatabaseFDs, strings.Join(files, " "))
+			return p
+		}
+		select {
+		case <-ctx.Done():
+			p.Measured, p.Error = false, ctx.Err().Error()
+			return p
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// scanLogs reports race-detector reports and panics in the processes'
+// logs as findings.
+func (r *runner) scanLogs() {
+	logs := []string{r.syncd.logPath}
+	for _, c := range r.clients {
+		logs = append(logs, c.logPath)
+	}
+	for _, path := range logs {
+		f, err := os.Open(path)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				r.counts.finding(err)
+			}
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for n := 1; sc.Scan(); n++ {
+			line := sc.Text()
+			if strings.Contains(line, "WARNING: DATA RACE") || strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
+				r.counts.finding(fmt.Errorf("%s:%d: %s", path, n, line))
+			}
+		}
+		f.Close()
+	}
+}
+
+// reportData assembles the report.
+func (r *runner) reportData(res *Result, state *checker.State) report.Data {
+	st := res.Check.Stats
+	f := res.Faults
+	_, restarts, _, markers := r.counts.snapshot()
+	r.mu.Lock()
+	samples := append([]report.DepthSample(nil), r.samples...)
+	r.mu.Unlock()
+	verdict := "FAIL"
+	if res.Passed {
+		verdict = "PASS"
+	}
+	made := 0
+	var byClass []string
+	for _, c := range sortedClasses(st.Made) {
+		made += st.Made[c]
+		byClass = append(byClass, fmt.Sprintf("%s %d", c, st.Made[c]))
+	}
+	var flapKinds []string
+	for _, k := range NetworkFaults {
+		if f[k] > 0 {
+			flapKinds = append(flapKinds, fmt.Sprintf("%s %d", k, f[k]))
+		}
+	}
+	quiesce := fmt.Sprintf("reached in %v", r.quiesceT.Round(100*time.Millisecond))
+	if !res.Quiesced {
+		quiesce = fmt.Sprintf("**not reached** within %v (see events.log)", r.cfg.QuiesceTimeout)
+	}
+	mutations := []string{}
+	for _, s := range []string{"applied", "duplicate", "superseded", "conflict", "rejected", "expired"} {
+		mutations = append(mutations, fmt.Sprintf("%s %.0f", s, r.syncd.counter(`syncd_mutations_total{status="`+s+`"}`)))
+	}
+	lat := st.Latency
+	summary := []report.Row{
+		{Name: "verdict", Value: verdict},
+		{Name: "seed", Value: fmt.Sprintf("%d (replay with --seed %d)", r.cfg.Seed, r.cfg.Seed)},
+		{Name: "churn", Value: fmt.Sprintf("%v with %d clients", r.cfg.Duration, r.cfg.Clients)},
+		{Name: "quiescence", Value: quiesce},
+		{Name: "writes made", Value: fmt.Sprintf("%d (%s)", made, strings.Join(byClass, ", "))},
+		{Name: "calls that failed / interrupted by a crash", Value: fmt.Sprintf("%d / %d", st.Failed, st.CrashWindow)},
+		{Name: "network flaps", Value: fmt.Sprintf("%d (%s)", flapsOf(f), strings.Join(flapKinds, ", "))},
+		{Name: "client crashes (SIGKILL)", Value: fmt.Sprintf("%d (online %d, while offline %d); restarts %d", f[FaultClientCrash]+f[FaultOfflineCrash], f[FaultClientCrash], f[FaultOfflineCrash], restarts)},
+		{Name: "syncd kills (SIGKILL) / graceful restarts", Value: fmt.Sprintf("%d / %d (%d generations)", f[FaultSyncdCrash], f[FaultSyncdRestart], r.syncd.gen)},
+		{Name: "duplicates absorbed (syncd_ledger_hits_total)", Value: fmt.Sprintf("at least %.0f", r.syncd.counter("syncd_ledger_hits_total"))},
+		{Name: "conflicts", Value: fmt.Sprintf("%.0f conflict-log rows (syncd_conflicts_total); outcomes superseded %d, conflict %d (handler rebased %d, dropped %d)",
+			r.syncd.counter("syncd_conflicts_total"), st.Outcomes["superseded"], st.Outcomes["conflict"], st.Rebased, st.Dropped)},
+		{Name: "dead letters", Value: fmt.Sprint(st.DeadLetters)},
+		{Name: "replay latency (Put returned to outcome recorded)", Value: fmt.Sprintf("p50 %v, p90 %v, p99 %v, max %v over %d writes",
+			lat.P50.Round(time.Millisecond), lat.P90.Round(time.Millisecond), lat.P99.Round(time.Millisecond), lat.Max.Round(time.Millisecond), lat.N)},
+		{Name: "pushed mutations by result (syncd_mutations_total, at least)", Value: strings.Join(mutations, ", ")},
+		{Name: "server at the end", Value: fmt.Sprintf("oplog head %d, %d entries, %d records, %d conflict-log rows", state.Server.Head, st.Oplog, st.Records, st.Conflicts)},
+	}
+	var skews []string
+	for _, p := range r.prof {
+		desc := fmt.Sprintf("%s: %s, %s queue", p.ID, p.Tenant, p.Queue)
+		if p.Skew != 0 {
+			desc += fmt.Sprintf(", clock %+v", p.Skew)
+		}
+		if !p.writesDocs() {
+			desc += ", notes only"
+		}
+		skews = append(skews, desc)
+	}
+	faultsOn := make([]string, len(r.cfg.Faults))
+	for i, k := range r.cfg.Faults {
+		faultsOn[i] = string(k)
+	}
+	cfg := []report.Row{
+		{Name: "duration", Value: r.cfg.Duration.String()},
+		{Name: "clients", Value: fmt.Sprint(r.cfg.Clients)},
+		{Name: "faults on", Value: strings.Join(faultsOn, ", ")},
+		{Name: "mean time between flaps / client crashes / syncd restarts", Value: fmt.Sprintf("%v / %v / %v", r.cfg.FlapEvery, r.cfg.ClientCrashEvery, r.cfg.SyncdCrashEvery)},
+		{Name: "mean time between writes of one client", Value: r.cfg.WriteEvery.String()},
+		{Name: "keys per model (hot)", Value: fmt.Sprintf("%d (%d)", r.cfg.Keys, r.cfg.HotKeys)},
+		{Name: "models", Value: "notes=lww, docs=optimistic, audit (read-only for every token: the poison target)"},
+		{Name: "syncd --max-clock-skew", Value: r.cfg.MaxClockSkew.String()},
+		{Name: "quiesce timeout", Value: r.cfg.QuiesceTimeout.String()},
+		{Name: "leak tolerance", Value: fmt.Sprintf("+%d goroutines, +%d open files besides the database's, +%d of the database's",
+			leakTolerance(r.cfg.Clients).Goroutines, leakTolerance(r.cfg.Clients).FDs, leakTolerance(r.cfg.Clients).DatabaseFDs)},
+		{Name: "deliberately broken", Value: breakName(r.cfg.Break)},
+		{Name: "population", Value: strings.Join(skews, "; ")},
+	}
+	rm := make([]report.Marker, len(markers))
+	for i, m := range markers {
+		rm[i] = report.Marker{At: m.at, Label: m.label}
+	}
+	return report.Data{
+		Title: "syncd soak " + filepath.Base(r.dir), Passed: res.Passed,
+		Hypothesis: "while clients write through network flaps, client and syncd crashes, skewed clocks and poison writes, " +
+			"no write is lost, none is applied twice, and every replica converges on the server's records once the faults stop.",
+		Summary: summary, Verdicts: res.Check.Verdicts, Coverage: res.Coverage, Health: res.Health, Config: cfg,
+		Depth: samples, Markers: rm,
+		Files: []report.Row{
+			{Name: "events.log", Value: "every fault and restart, with its time"},
+			{Name: "syncd.db, syncd.log", Value: "the server's database and every generation's log"},
+			{Name: "clients/cNN/", Value: "journal.ndjson, the queue, replica.db and client.log of each client; client.json, its configuration (token included, mode 0600)"},
+			{Name: "tokens.json", Value: "the token file syncd ran with (hashes only)"},
+		},
+	}
+}
+
+func breakName(b Break) string {
+	if b == BreakNone {
+		return "nothing"
+	}
+	return string(b)
+}
+
+func sortedClasses[K ~string, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
