@@ -329,15 +329,18 @@ func (c *Client) List(ctx context.Context, model string, o ListOptions) ([]Recor
 func (c *Client) Await(ctx context.Context, opID string) (Outcome, error) {
 	for {
 		wake := c.outcomes.waiter()
-		o, found, err := c.replica.outcome(ctx, opID)
-		if err != nil || found {
-			return o, err
-		}
+		// Pending first: a decision removes the pending row and records the
+		// outcome in one transaction, so once the write is seen not pending
+		// its outcome (if it has one) is there to read.
 		pending, err := c.replica.isPending(ctx, opID)
 		if err != nil {
 			return Outcome{}, err
 		}
 		if !pending {
+			o, found, err := c.replica.outcome(ctx, opID)
+			if err != nil || found {
+				return o, err
+			}
 			return Outcome{}, fmt.Errorf("await %s: %w", opID, ErrUnknownOp)
 		}
 		select {
@@ -384,7 +387,7 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 		return Status{}, err
 	}
 	c.mu.Lock()
-	connected := c.active != nil
+	connected := c.active != nil && c.active.bound.Load()
 	c.mu.Unlock()
 	return Status{Online: c.monitor.Current() == netmonitor.Online, Connected: connected,
 		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor}, nil

@@ -37,14 +37,16 @@
 // known to be down. While connected, new writes are replayed as they come.
 //
 // The sync worker pages through the queue (a million queued writes never
-// load at once), keeps several batches in flight, and acts on each result
-// as DESIGN 4.2 says: applied, duplicate and superseded are marked done;
-// a conflict goes to the ConflictHandler (Rebase or Drop); a rejection
-// charges one durable attempt and the attempt that reaches MaxAttempts
-// dead-letters the write with the server's reason (it stays in the queue's
-// dead-letter store); a write the server never answered is left as it was,
-// charged nothing. A refusal for clock skew is not the write's fault: the
-// client corrects its clock from the server's and resends, uncharged.
+// load at once), sends pushes within the server's batch and frame limits,
+// keeps several in flight, and acts on each result as DESIGN 4.2 says
+// (fully, even if the connection drops meanwhile): applied, duplicate and
+// superseded are marked done; a conflict goes to the ConflictHandler
+// (Rebase or Drop); a rejection charges one durable attempt and the attempt
+// that reaches MaxAttempts dead-letters the write with the server's reason
+// (it stays in the queue's dead-letter store); a write the server never
+// answered is left as it was, charged nothing. A refusal for clock skew is
+// not the write's fault: the client corrects its clock from the server's
+// and resends, uncharged.
 //
 // # Crash safety
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncd-dev/syncd/syncproto"
@@ -24,6 +25,7 @@ type link struct {
 	wg      sync.WaitGroup
 	replays chan chan error // replayNow requests
 	stopped sync.Once
+	bound   atomic.Bool // hello was answered and the feed subscribed
 }
 
 func newLink(c *Client, cn *conn) *link {
@@ -52,6 +54,7 @@ func (l *link) bind(ctx context.Context) error {
 	if err := l.conn.subscribe(ctx, cursor); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
+	l.bound.Store(true)
 	c.metrics.connected.Set(1)
 	c.log.Info("connected", "server", l.conn.url, "node", w.NodeID, "cursor", cursor, "head", w.Head)
 	l.wg.Add(4)

@@ -101,7 +101,13 @@ func judge(r *syncproto.Result, attempts offlinequeue.Attempts, maxAttempts int,
 	case syncproto.ActionResend:
 		return verdict{action: leaveQueued}
 	}
-	reason := string(r.Code) + ": " + r.Message
+	// A rejection names its code; a status newer than this client has none,
+	// so the status itself is the reason's head.
+	why := string(r.Code)
+	if why == "" {
+		why = string(r.Status)
+	}
+	reason := why + ": " + r.Message
 	next := attempts + 1
 	if int(next) < maxAttempts {
 		return verdict{action: chargeAttempt, attempts: next, reason: reason}

@@ -127,8 +127,11 @@ func insertPending(ctx context.Context, tx *sql.Tx, queueID offlinequeue.ID, m *
 	if m.BaseVersion != nil {
 		base = int64(*m.BaseVersion)
 	}
+	// A write already decided is not pending: the sync worker can replay
+	// and decide a queued write before its Put gets here.
 	if _, err := tx.ExecContext(ctx, `INSERT INTO pending (queue_id, op_id, model, key, op, value, base_version, wall)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE NOT EXISTS (SELECT 1 FROM outcomes WHERE op_id = ?2)
+		ON CONFLICT DO NOTHING`,
 		int64(queueID), m.OpID, m.Model, m.Key, string(m.Op), []byte(m.Value), base, m.HLC.Wall); err != nil {
 		return fmt.Errorf("add pending: %w", err)
 	}

@@ -152,8 +152,10 @@ func (c *conn) route(msg syncproto.Message) {
 
 func (c *conn) fail(err error) {
 	c.errOnce.Do(func() {
-		c.err = err
+		// err is set under mu with the waiters swapped out, so a request
+		// either sees err or registers a waiter that is closed here.
 		c.mu.Lock()
+		c.err = err
 		waiters := c.waiters
 		c.waiters = map[string]chan syncproto.Message{}
 		c.mu.Unlock()
@@ -256,10 +258,13 @@ func (c *conn) subscribe(ctx context.Context, cursor uint64) error {
 	return c.ws.Write(ctx, websocket.MessageText, frame)
 }
 
-// close ends the connection and waits for its reader.
+// close ends the connection at once, without a websocket close handshake,
+// and waits for its reader. The client closes a connection only to abandon
+// it (the network went offline, the link broke or is replaced, shutdown),
+// and a handshake on a silent path would hold the caller, and with it the
+// next reconnect, for the library's handshake timeouts (seconds).
 func (c *conn) close() {
 	c.closeMu.Do(func() { close(c.closing) })
-	c.ws.Close(websocket.StatusNormalClosure, "")
 	c.ws.CloseNow()
 	<-c.done
 }

@@ -55,24 +55,35 @@ func (w worker) replay(ctx context.Context, c *conn) (replayReport, error) {
 		produceErr <- w.produce(ctx, c, batch, flights)
 	}()
 
+	// Answers that arrived are acted on in full even when the connection
+	// fails or the link is stopped meanwhile: the bookkeeping is local and
+	// short, and a delivered write left half-settled would be resent.
+	settleCtx := context.WithoutCancel(ctx)
 	var retry []pendingWrite // clock-skew refusals to re-stamp
 	var failed error
+	storesFailed := false
 	for f := range flights {
 		<-f.done
-		if failed != nil {
-			continue // after a failure, later flights are resent next run
-		}
 		if f.err != nil {
-			failed = f.err
-			cancel()
+			// Later pushes are cancelled; their writes stay queued, uncharged.
+			if failed == nil {
+				failed = f.err
+				cancel()
+			}
 			continue
 		}
-		r, err := w.settle(ctx, f.items, f.muts, f.results)
+		if storesFailed {
+			continue
+		}
+		r, err := w.settle(settleCtx, f.items, f.muts, f.results)
 		rep.add(r)
 		retry = append(retry, r.retry...)
 		if err != nil {
-			failed = err
-			cancel()
+			storesFailed = true
+			if failed == nil {
+				failed = err
+				cancel()
+			}
 		}
 	}
 	if err := <-produceErr; err != nil && failed == nil && !errors.Is(err, context.Canceled) {
@@ -92,16 +103,19 @@ func (w worker) replay(ctx context.Context, c *conn) (replayReport, error) {
 	return rep, nil
 }
 
-// produce pages through the queue and launches one push per page.
+// produce pages through the queue and launches one push per page. A page
+// ends at the batch limit or where one more write would not fit in a
+// frame; the next page starts after the last write taken.
 func (w worker) produce(ctx context.Context, c *conn, batch int, flights chan<- *flight) error {
+	limit := pushBytes(c.welcome.Limits)
 	var after offlinequeue.ID
 	for {
 		items, err := w.c.queue.Peek(ctx, after, batch)
 		if err != nil || len(items) == 0 {
 			return err
 		}
-		after = items[len(items)-1].ID
 		f := &flight{done: make(chan struct{})}
+		size := 0
 		for _, it := range items {
 			m, err := decodeMutation(it.Payload)
 			if err != nil {
@@ -110,10 +124,16 @@ func (w worker) produce(ctx context.Context, c *conn, batch int, flights chan<- 
 				if err := w.c.queue.MoveToDeadLetters(ctx, it.ID, "undecodable: "+err.Error()); err != nil {
 					return err
 				}
+				after = it.ID
 				continue
 			}
+			if !fitsPush(len(f.items), size, len(it.Payload), batch, limit) {
+				break
+			}
+			size += len(it.Payload) + mutationSlack
 			f.items = append(f.items, it)
 			f.muts = append(f.muts, *m)
+			after = it.ID
 		}
 		if len(f.items) == 0 {
 			continue
@@ -128,6 +148,34 @@ func (w worker) produce(ctx context.Context, c *conn, batch int, flights chan<- 
 			f.results, f.err = c.push(ctx, f.muts)
 		}()
 	}
+}
+
+// pushEnvelope is the room a push frame keeps for everything but its
+// mutations: type, request id, brackets.
+const pushEnvelope = 1 << 10
+
+// mutationSlack is the room each mutation keeps beyond its queued payload:
+// a separating comma, and a longer timestamp when it is re-stamped.
+const mutationSlack = 32
+
+// pushBytes is how many bytes of queued payloads one push may carry: the
+// frame limit the server announced (at most syncproto.MaxFrameBytes), less
+// the envelope. A queued payload is the mutation as encoding/json's Marshal
+// wrote it, never shorter than its encoding in a push frame (which does not
+// escape HTML), so payloads within the budget make a frame within the limit.
+func pushBytes(l syncproto.Limits) int {
+	limit := syncproto.MaxFrameBytes
+	if l.MaxFrameBytes > 0 {
+		limit = min(limit, l.MaxFrameBytes)
+	}
+	return limit - pushEnvelope
+}
+
+// fitsPush reports whether a push holding n mutations whose payloads take
+// size bytes (slack included) has room for one more of payload bytes. An
+// empty push takes any one valid mutation, which always fits a frame.
+func fitsPush(n, size, payload, batch, limit int) bool {
+	return n == 0 || (n < batch && size+payload+mutationSlack <= limit)
 }
 
 // pendingWrite is a queued item and its mutation.
@@ -230,8 +278,15 @@ func (w worker) finish(ctx context.Context, it offlinequeue.Item, m *syncproto.M
 // re-stamps again if it must.
 func (w worker) resendRestamped(ctx context.Context, c *conn, retry []pendingWrite, rep *replayReport) error {
 	w.c.correctClock(c.welcome)
-	for start := 0; start < len(retry); start += c.welcome.Limits.MaxBatch {
-		part := retry[start:min(start+c.welcome.Limits.MaxBatch, len(retry))]
+	batch, limit := min(c.welcome.Limits.MaxBatch, syncproto.MaxBatch), pushBytes(c.welcome.Limits)
+	for len(retry) > 0 {
+		n, size := 0, 0
+		for n < len(retry) && fitsPush(n, size, len(retry[n].item.Payload), batch, limit) {
+			size += len(retry[n].item.Payload) + mutationSlack
+			n++
+		}
+		part := retry[:n]
+		retry = retry[n:]
 		items := make([]offlinequeue.Item, len(part))
 		muts := make([]syncproto.Mutation, len(part))
 		for i, p := range part {
@@ -242,7 +297,7 @@ func (w worker) resendRestamped(ctx context.Context, c *conn, retry []pendingWri
 		if err != nil {
 			return err
 		}
-		s, err := w.settle(ctx, items, muts, results)
+		s, err := w.settle(context.WithoutCancel(ctx), items, muts, results)
 		for range s.retry {
 			s.left++ // still refused after a correction: next run
 		}

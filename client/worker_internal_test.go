@@ -1,0 +1,50 @@
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// A push filled to the budget, with the largest payloads and re-stamped
+// with the longest timestamps, still encodes within the frame limit.
+func TestPushBudgetFitsFrame(t *testing.T) {
+	limits := syncproto.DefaultLimits()
+	budget := pushBytes(limits)
+	require.Equal(t, syncproto.MaxFrameBytes-pushEnvelope, budget)
+	limits.MaxFrameBytes = 1 << 20
+	require.Equal(t, 1<<20-pushEnvelope, pushBytes(limits), "a tighter announced limit is honoured")
+
+	// Plain values, which Marshal (the queue) and Encode (the wire) write
+	// alike, so only the re-stamp can make a mutation longer on the wire.
+	value, err := json.Marshal(strings.Repeat("x", syncproto.MaxPayloadBytes-64))
+	require.NoError(t, err)
+	var muts []syncproto.Mutation
+	size := 0
+	for i := 0; ; i++ {
+		op, err := syncproto.NewOpID()
+		require.NoError(t, err)
+		m := syncproto.Mutation{OpID: op, Model: "notes", Key: fmt.Sprintf("k%d", i), Op: syncproto.OpPut, Value: value,
+			HLC: syncproto.Timestamp{Wall: 1_733_140_000_000, Origin: "phone-1"}}
+		payload, err := json.Marshal(m)
+		require.NoError(t, err)
+		if !fitsPush(len(muts), size, len(payload), syncproto.MaxBatch, budget) {
+			break
+		}
+		size += len(payload) + mutationSlack
+		m.HLC = syncproto.Timestamp{Wall: syncproto.MaxWall, Logical: 1<<32 - 1, Origin: "phone-1"}
+		muts = append(muts, m)
+	}
+	require.Greater(t, len(muts), 1)
+	frame, err := syncproto.Encode(&syncproto.Push{ID: strings.Repeat("r", syncproto.MaxRequestIDBytes), Mutations: muts})
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(frame), syncproto.MaxFrameBytes)
+
+	require.True(t, fitsPush(0, 0, budget*2, syncproto.MaxBatch, budget), "an empty push takes any one write")
+	require.False(t, fitsPush(syncproto.MaxBatch, 0, 1, syncproto.MaxBatch, budget), "the batch limit holds")
+}
