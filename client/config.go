@@ -58,7 +58,8 @@ type Config struct {
 	// OutcomeRetention is how long decided writes' outcomes are kept.
 	OutcomeRetention time.Duration
 	// HTTPClient dials websockets, probes and fetches snapshots; nil means
-	// a client with a 30 s timeout for snapshots and probes.
+	// defaultHTTPClient. Do not give it a whole-request Timeout: that would
+	// also bound reading a snapshot, and a large one would never finish.
 	HTTPClient *http.Client
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -110,7 +111,7 @@ func (c *Config) setDefaults() error {
 		return errors.New("limits and intervals must be positive (MaxRetryInterval >= RetryInterval)")
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+		c.HTTPClient = defaultHTTPClient()
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -119,4 +120,14 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
+}
+
+// defaultHTTPClient bounds connecting and waiting for a response's header,
+// not reading its body: a snapshot of a large tenant takes as long as it
+// takes, and a path that goes silent mid-body is cut by the network
+// monitor (going offline cancels the request's context).
+func defaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = 30 * time.Second
+	return &http.Client{Transport: t}
 }

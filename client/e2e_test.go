@@ -12,6 +12,7 @@ import (
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/soak/faultproxy"
 )
 
 func TestPutAwaitAndFeed(t *testing.T) {
@@ -40,8 +41,8 @@ func TestPutAwaitAndFeed(t *testing.T) {
 func TestStatus(t *testing.T) {
 	s := startSyncd(t, server.Config{})
 	p := s.proxy(t)
+	p.SetMode(faultproxy.Refuse) // offline from the start: never synced
 	d := openDevice(t, s, p, t.TempDir(), "phone-1", deviceOptions{})
-	d.offline()
 	d.waitOffline(t)
 	ops := []string{d.put(t, "notes", "a", `{"n":1}`), d.put(t, "notes", "b", `{"n":2}`)}
 	st := d.status(t)

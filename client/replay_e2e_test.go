@@ -267,7 +267,7 @@ func TestLargeWritesReplayWithinFrameLimit(t *testing.T) {
 	d := openDevice(t, s, p, t.TempDir(), "phone-1", deviceOptions{})
 	d.offline()
 	big := fmt.Sprintf(`{"blob":%q}`, strings.Repeat("x", syncproto.MaxPayloadBytes-64))
-	n := syncproto.MaxFrameBytes/syncproto.MaxPayloadBytes + 4 // more than one frame holds
+	n := syncproto.MaxFrameBytes/syncproto.MaxPayloadBytes + 1 // more than one frame holds
 	var ops []string
 	for i := range n {
 		ops = append(ops, d.put(t, "blobs", fmt.Sprintf("b%02d", i), big))

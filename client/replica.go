@@ -377,13 +377,35 @@ func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotR
 // marks the queue item done only after this committed, so a crash in
 // between resends the write and the ledger answers duplicate.
 func (r *replica) decide(ctx context.Context, m *syncproto.Mutation, o Outcome) error {
+	return r.decideAll(ctx, []decision{{mut: m, outcome: o}})
+}
+
+// decision is one write and its final outcome.
+type decision struct {
+	mut     *syncproto.Mutation
+	outcome Outcome
+}
+
+// decideAll is decide for many writes in one transaction: one commit (one
+// fsync) for a whole push batch instead of one per write.
+func (r *replica) decideAll(ctx context.Context, ds []decision) error {
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
+	for _, d := range ds {
+		if err := decideIn(ctx, tx, d.mut, d.outcome); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+func decideIn(ctx context.Context, tx *sql.Tx, m *syncproto.Mutation, o Outcome) error {
 	var winner []byte
 	if o.Winner != nil {
+		var err error
 		if winner, err = json.Marshal(o.Winner); err != nil {
 			return err
 		}
@@ -407,7 +429,7 @@ func (r *replica) decide(ctx context.Context, m *syncproto.Mutation, o Outcome) 
 			return err
 		}
 	}
-	return tx.Commit()
+	return nil
 }
 
 // outcome returns a decided write's outcome.

@@ -3,6 +3,7 @@ package offlinequeue_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,13 +22,19 @@ import (
 var benchPayload = []byte(`{"op_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","model":"notes","key":"note-0042",` +
 	`"op":"put","value":{"text":"a short note of about sixty bytes, as apps write"},"hlc":"1733140000000.0.phone-1"}`)
 
+// benchChunk is how many operations run before the benchmark switches
+// between the measured queue and what it is compared with. Alternating in
+// small chunks makes a change of machine load during the run weigh on both
+// sides alike: fsync rates on a shared machine drift by 2x within a minute.
+const benchChunk = 100
+
 // durableKind is one durable queue and the ceiling it is measured against.
 type durableKind struct {
 	name string
 	open func(b *testing.B, dir string) offlinequeue.Queue
-	// ceiling performs n of the raw operation the queue's durability costs
-	// and returns its rate per second.
-	ceiling func(b *testing.B, dir string, n int) float64
+	// ceiling opens the raw operation the queue's durability costs; do(n)
+	// performs it n times.
+	ceiling func(b *testing.B, dir string) (do func(n int), done func())
 }
 
 var durableKinds = []durableKind{
@@ -53,61 +60,78 @@ var durableKinds = []durableKind{
 
 // BenchmarkEnqueue measures each durable queue's keyed enqueue rate with 1
 // and with 16 concurrent producers, each beside what bounds it, measured in
-// the same run (the machine's fsync rate is too noisy to compare across runs):
+// the same run in alternating chunks:
 //
 //	producers=1:  enq/s, ceiling/s (file: write+fsync of the exact line the
 //	              queue writes; sqlite: one-row transactions on the queue's
 //	              own table and index, same pragmas), x_ceiling = enq/s over
 //	              ceiling/s (target >= 0.8)
-//	producers=16: enq/s, x_single = enq/s over one producer's rate measured
-//	              just before on a fresh queue (group commit; target >= 8)
+//	producers=16: enq/s, x_single = enq/s over one producer's rate on a
+//	              second queue of the same kind (group commit; target >= 8)
 func BenchmarkEnqueue(b *testing.B) {
 	for _, k := range durableKinds {
 		b.Run(k.name+"/producers=1", func(b *testing.B) {
 			dir := b.TempDir()
 			q := k.open(b, dir)
 			defer q.Close()
-			b.ResetTimer()
-			rate := enqueueRate(b, q, b.N, 1, 0)
-			b.StopTimer()
-			ceiling := k.ceiling(b, dir, b.N)
-			b.ReportMetric(rate, "enq/s")
-			b.ReportMetric(ceiling, "ceiling/s")
-			b.ReportMetric(rate/ceiling, "x_ceiling")
+			ceiling, done := k.ceiling(b, dir)
+			defer done()
+			var queueTime, ceilingTime time.Duration
+			keys := &keySource{}
+			for left := b.N; left > 0; left -= benchChunk {
+				n := min(left, benchChunk)
+				queueTime += timed(func() { enqueue(b, q, n, 1, keys) })
+				ceilingTime += timed(func() { ceiling(n) })
+			}
+			report(b, "enq/s", b.N, queueTime)
+			report(b, "ceiling/s", b.N, ceilingTime)
+			b.ReportMetric(float64(ceilingTime)/float64(queueTime), "x_ceiling")
 		})
 		b.Run(k.name+"/producers=16", func(b *testing.B) {
-			single := func() float64 {
-				q := k.open(b, b.TempDir())
-				defer q.Close()
-				return enqueueRate(b, q, max(100, min(b.N/8, 1000)), 1, 0)
-			}()
-			q := k.open(b, b.TempDir())
-			defer q.Close()
-			b.ResetTimer()
-			rate := enqueueRate(b, q, b.N, 16, 1<<32)
-			b.StopTimer()
-			b.ReportMetric(rate, "enq/s")
-			b.ReportMetric(rate/single, "x_single")
+			many, one := k.open(b, b.TempDir()), k.open(b, b.TempDir())
+			defer many.Close()
+			defer one.Close()
+			var manyTime, oneTime time.Duration
+			manyKeys, oneKeys := &keySource{}, &keySource{}
+			singles := 0
+			for left := b.N; left > 0; left -= 16 * benchChunk {
+				n := min(left, 16*benchChunk)
+				manyTime += timed(func() { enqueue(b, many, n, 16, manyKeys) })
+				oneTime += timed(func() { enqueue(b, one, benchChunk, 1, oneKeys) })
+				singles += benchChunk
+			}
+			report(b, "enq/s", b.N, manyTime)
+			b.ReportMetric((float64(b.N)/manyTime.Seconds())/(float64(singles)/oneTime.Seconds()), "x_single")
 		})
 	}
 }
 
-// enqueueRate enqueues n keyed items from producers goroutines and returns
-// items per second. Keys start at keyBase so runs on one queue never dedup.
-func enqueueRate(b *testing.B, q offlinequeue.Queue, n, producers int, keyBase int64) float64 {
+func timed(f func()) time.Duration {
+	start := time.Now()
+	f()
+	return time.Since(start)
+}
+
+func report(b *testing.B, unit string, n int, d time.Duration) {
+	b.ReportMetric(float64(n)/d.Seconds(), unit)
+}
+
+// keySource hands out keys that never repeat on one queue, so no enqueue
+// of the benchmark is a dedup hit.
+type keySource struct{ next atomic.Int64 }
+
+func (k *keySource) key() string { return fmt.Sprintf("op-%d", k.next.Add(1)) }
+
+// enqueue makes n keyed enqueues from producers goroutines.
+func enqueue(b *testing.B, q offlinequeue.Queue, n, producers int, keys *keySource) {
 	b.Helper()
 	ctx := context.Background()
-	var next atomic.Int64
+	var issued atomic.Int64
 	var wg sync.WaitGroup
-	start := time.Now()
 	for range producers {
 		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(n) {
-					return
-				}
-				if _, err := q.Enqueue(ctx, benchPayload, fmt.Sprintf("op-%d", keyBase+i)); err != nil {
+			for issued.Add(1) <= int64(n) {
+				if _, err := q.Enqueue(ctx, benchPayload, keys.key()); err != nil {
 					b.Error(err)
 					return
 				}
@@ -115,12 +139,11 @@ func enqueueRate(b *testing.B, q offlinequeue.Queue, n, producers int, keyBase i
 		})
 	}
 	wg.Wait()
-	return float64(n) / time.Since(start).Seconds()
 }
 
 // rawAppendFsync appends the exact line the file queue writes for one
-// enqueue, n times, each followed by fsync.
-func rawAppendFsync(b *testing.B, dir string, n int) float64 {
+// enqueue, each time followed by fsync.
+func rawAppendFsync(b *testing.B, dir string) (func(n int), func()) {
 	b.Helper()
 	sample := filepath.Join(dir, "sample.ndjson")
 	q, err := offlinequeue.OpenFile(sample, offlinequeue.FileOptions{})
@@ -135,40 +158,41 @@ func rawAppendFsync(b *testing.B, dir string, n int) float64 {
 
 	f, err := os.OpenFile(filepath.Join(dir, "raw.ndjson"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	require.NoError(b, err)
-	defer f.Close()
-	start := time.Now()
-	for range n {
-		if _, err := f.Write(line); err != nil {
-			b.Fatal(err)
+	return func(n int) {
+		for range n {
+			if _, err := f.Write(line); err != nil {
+				b.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := f.Sync(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return float64(n) / time.Since(start).Seconds()
+	}, func() { f.Close() }
 }
 
-// rawSQLiteInsert runs n one-row transactions on a copy of the SQLite
-// queue's items table and key index, with the queue's pragmas
-// (synchronous=FULL, WAL).
-func rawSQLiteInsert(b *testing.B, dir string, n int) float64 {
+// rawSQLiteInsert runs one-row transactions on a copy of the SQLite queue's
+// items table and key index, with the queue's pragmas (synchronous=FULL, WAL).
+func rawSQLiteInsert(b *testing.B, dir string) (func(n int), func()) {
 	b.Helper()
 	ctx := context.Background()
 	db, err := sqlitedb.Open(ctx, filepath.Join(dir, "raw.db"), sqlitedb.Options{})
 	require.NoError(b, err)
-	defer db.Close()
 	_, err = db.ExecContext(ctx, `CREATE TABLE items (id INTEGER PRIMARY KEY AUTOINCREMENT, payload BLOB NOT NULL,
 		key BLOB NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, enqueued_at INTEGER NOT NULL);
 		CREATE UNIQUE INDEX items_key ON items (key) WHERE length(key) > 0`)
 	require.NoError(b, err)
-	stmt, err := db.PrepareContext(ctx, `INSERT INTO items (payload, key, enqueued_at) VALUES (?, ?, ?)`)
+	var stmt *sql.Stmt
+	stmt, err = db.PrepareContext(ctx, `INSERT INTO items (payload, key, enqueued_at) VALUES (?, ?, ?)`)
 	require.NoError(b, err)
-	defer stmt.Close()
-	start := time.Now()
-	for i := range n {
-		if _, err := stmt.ExecContext(ctx, benchPayload, []byte(fmt.Sprintf("op-%d", i)), time.Now().UnixNano()); err != nil {
-			b.Fatal(err)
+	keys := &keySource{}
+	return func(n int) {
+			for range n {
+				if _, err := stmt.ExecContext(ctx, benchPayload, []byte(keys.key()), time.Now().UnixNano()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}, func() {
+			stmt.Close()
+			db.Close()
 		}
-	}
-	return float64(n) / time.Since(start).Seconds()
 }

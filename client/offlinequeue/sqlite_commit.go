@@ -116,6 +116,10 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 	if s.hooks.batch != nil {
 		s.hooks.batch(len(group))
 	}
+	if len(group) == 1 && s.poisoned == nil && (s.opts.MaxDepth == 0 || s.pending < s.opts.MaxDepth) {
+		s.commitLone(group[0])
+		return
+	}
 	var added, refused int
 	err := s.inTx("enqueue into", func(ctx context.Context, tx *sql.Tx) error {
 		added, refused = 0, 0
@@ -172,6 +176,41 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 // transaction back: ErrNotFound is returned as is, anything else wrapped as a
 // failure of op. A failed commit, or a failed rollback, leaves the outcome
 // unknown and poisons the handle.
+// commitLone commits an enqueue that found no other waiting without an
+// explicit transaction: a key lookup, then one autocommit insert, as cheap
+// as a durable SQLite write gets. The committer is the only writer, so
+// nothing can come between the lookup and the insert; an insert that fails
+// is rolled back by SQLite and leaves nothing, so its error is certain and
+// never poisons the handle. (The caller has checked the depth bound.)
+func (s *SQLite) commitLone(r *writeRequest) {
+	defer close(r.done)
+	ctx := context.Background()
+	r.id, r.err = 0, nil
+	if r.key != "" {
+		var id int64
+		err := s.stmts.findKey.QueryRowContext(ctx, blob(r.key)).Scan(&id)
+		if err == nil {
+			r.id = ID(id) // dedup hit
+			return
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			r.err = fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, err)
+			return
+		}
+	}
+	res, err := s.stmts.insert.ExecContext(ctx, r.payload, blob(r.key), s.opts.now().UnixNano())
+	var id int64
+	if err == nil {
+		id, err = res.LastInsertId()
+	}
+	if err != nil {
+		r.err = fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, err)
+		return
+	}
+	r.id = ID(id)
+	s.addCounts(counts{pending: 1})
+}
+
 func (s *SQLite) inTx(op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if s.poisoned != nil {
 		return s.poisoned

@@ -338,18 +338,29 @@ func TestSQLiteFailedCommitPoisonsHandle(t *testing.T) {
 		_, err := c.Exec("PRAGMA foreign_keys = ON", nil)
 		return err
 	}})
+	kept, err := q.Enqueue(t.Context(), []byte("kept"), "")
+	require.NoError(t, err)
+	doomed, err := q.Enqueue(t.Context(), []byte("commit-fails"), "")
+	require.NoError(t, err)
+	require.NoError(t, q.MoveToDeadLetters(t.Context(), doomed, "parked"))
+
 	// A deferred foreign key is checked at COMMIT, so this trigger makes
-	// the commit itself fail.
-	_, err := q.db.ExecContext(t.Context(), `
+	// the commit of any transaction inserting such an item fail.
+	_, err = q.db.ExecContext(t.Context(), `
 		CREATE TABLE parent (id INTEGER PRIMARY KEY);
 		CREATE TABLE child (parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);
 		CREATE TRIGGER orphan AFTER INSERT ON items WHEN NEW.payload = CAST('commit-fails' AS BLOB)
 		BEGIN INSERT INTO child (parent) VALUES (42); END`)
 	require.NoError(t, err)
-	kept, err := q.Enqueue(t.Context(), []byte("kept"), "")
-	require.NoError(t, err)
 
+	// A lone enqueue is one autocommit statement: SQLite rolled it back,
+	// so the error is certain and the handle stays usable.
 	_, err = q.Enqueue(t.Context(), []byte("commit-fails"), "")
+	require.ErrorContains(t, err, "FOREIGN KEY")
+	require.NotErrorIs(t, err, ErrPoisoned)
+
+	// An explicit transaction whose COMMIT fails poisons the handle.
+	err = q.Requeue(t.Context(), doomed)
 	require.ErrorIs(t, err, ErrPoisoned)
 	require.ErrorContains(t, err, "FOREIGN KEY")
 
