@@ -236,12 +236,16 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 	ss.srv.metrics.pushes.Inc()
 	ss.srv.metrics.batchSize.Observe(float64(len(m.Mutations)))
+	// Pending from before the submit: a draining writer must not close the
+	// connection between the commit taking this push and its entry
+	// reaching the outbox.
+	ss.pending.Add(1)
 	req, err := ss.srv.store.submit(ctx, ss.p, m.Mutations)
 	if err != nil {
+		ss.pending.Add(-1)
 		ss.refuse(m.ID, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down; reconnect and resend"))
 		return
 	}
-	ss.pending.Add(1)
 	ss.enqueue(outbound{push: req, pushID: m.ID})
 }
 
@@ -411,19 +415,30 @@ func (ss *session) writeLoop(ctx context.Context, fail context.CancelFunc) {
 
 func (ss *session) flushThenClose(ctx context.Context, broken *bool) {
 	for {
-		select {
-		case o, ok := <-ss.outbox:
-			if !ok {
-				ss.conn.Close(websocket.StatusGoingAway, "server shutting down")
+		var o outbound
+		var ok bool
+		if ss.pending.Load() > 0 {
+			// A submitted push is in the outbox or on its way there:
+			// wait for it, so its answer goes out before the close.
+			select {
+			case o, ok = <-ss.outbox:
+			case <-ctx.Done():
 				return
 			}
-			ss.handle(ctx, o, broken, func() {})
-		default:
+		} else {
+			select {
+			case o, ok = <-ss.outbox:
+			default:
+				ok = false
+			}
+		}
+		if !ok {
 			if !*broken {
 				ss.conn.Close(websocket.StatusGoingAway, "server shutting down")
 			}
 			return
 		}
+		ss.handle(ctx, o, broken, func() {})
 	}
 }
 
