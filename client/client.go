@@ -266,6 +266,16 @@ func (c *Client) write(ctx context.Context, m syncproto.Mutation) (string, error
 	if err != nil {
 		return "", err
 	}
+	if m.BaseVersion == nil {
+		// An unconditional write says which version it was made over, so a
+		// last-writer-wins race it is part of reaches the conflict log
+		// whichever write arrives first.
+		seen, err := c.replica.serverVersion(ctx, m.Model, m.Key)
+		if err != nil {
+			return "", err
+		}
+		m.SeenVersion = &seen
+	}
 	m.OpID = opID
 	m.HLC = c.stamp()
 	if err := c.enqueue(ctx, &m); err != nil {

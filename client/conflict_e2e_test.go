@@ -99,22 +99,24 @@ func TestOfflineEditsOfSameKeysConverge(t *testing.T) {
 		require.Equal(t, serverState[k].Version, ow.Version)
 		lost := lose.dev.await(t, lose.op)
 		losses[lost.Status]++
+		// Whichever arrived first, the race is in the conflict log with
+		// the loser and the winner named.
+		var row *conflictRow
+		for i := range conflicts {
+			if conflicts[i].Loser.OpID == lose.op {
+				row = &conflicts[i]
+			}
+		}
+		require.NotNil(t, row, "key %s: the losing write %s (%s) is not in the conflict log", k, lose.op, lost.Status)
+		require.Equal(t, k, row.Key)
+		require.Equal(t, string(replication.PolicyLWW), row.Policy)
+		require.Equal(t, win.op, row.Winner.OpID, "key %s: the logged winner", k)
 		switch lost.Status {
-		case client.StatusSuperseded:
+		case client.StatusSuperseded: // arrived second
 			require.NotNil(t, lost.Winner)
 			require.Equal(t, ow.Version, lost.Winner.Version)
 			require.JSONEq(t, string(serverState[k].Value), string(lost.Winner.Value))
-			var row *conflictRow
-			for i := range conflicts {
-				if conflicts[i].Loser.OpID == lose.op {
-					row = &conflicts[i]
-				}
-			}
-			require.NotNil(t, row, "key %s: the superseded write %s is not in the conflict log", k, lose.op)
-			require.Equal(t, k, row.Key)
-			require.Equal(t, string(replication.PolicyLWW), row.Policy)
-			require.Equal(t, win.op, row.Winner.OpID, "key %s: the logged winner", k)
-		case client.StatusApplied:
+		case client.StatusApplied: // arrived first, then overwritten
 			require.Less(t, seqs[lose.op], seqs[win.op], "key %s: the winner follows the overwritten loser in the oplog", k)
 		default:
 			require.Failf(t, "unexpected outcome", "key %s: the losing write ended %+v", k, lost)
@@ -122,6 +124,7 @@ func TestOfflineEditsOfSameKeysConverge(t *testing.T) {
 	}
 	t.Logf("races won: %v; losers ended: %v", wins, losses)
 	require.Positive(t, losses[client.StatusSuperseded], "no loser arrived second")
+	require.Positive(t, losses[client.StatusApplied], "no loser arrived first")
 	for _, d := range []*device{a, b} {
 		require.Eventually(t, func() bool { return d.convergesWithServer(t, s, model) }, waitFor, pollTick, "%s converges", d.id)
 		d.requireMatchesServer(t, s, model)

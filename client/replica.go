@@ -224,6 +224,17 @@ func (r *replica) get(ctx context.Context, model, key string) (rec Record, found
 	return Record{Model: model, Key: key, Value: value, Version: uint64(version)}, true, nil
 }
 
+// serverVersion is the version of model/key as the replica last heard it
+// from the server (a tombstone's included); 0 when it never heard of it.
+func (r *replica) serverVersion(ctx context.Context, model, key string) (uint64, error) {
+	var v int64
+	err := r.db.QueryRowContext(ctx, `SELECT version FROM records WHERE model = ? AND key = ?`, model, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return uint64(v), err
+}
+
 // ListOptions select a key range of one model. Keys compare bytewise.
 type ListOptions struct {
 	// Prefix, when not empty, selects keys starting with it.

@@ -62,6 +62,10 @@ type Proposal struct {
 	// requires it; under every policy a write that carries it is
 	// conditional: a stale base is a conflict.
 	BaseVersion *uint64
+	// SeenVersion is the version the client had seen when it made the write
+	// (information only, never a condition): a LWW write that wins over a
+	// newer version logs the state it overwrote. nil when it did not say.
+	SeenVersion *uint64
 	ClientID    string
 }
 

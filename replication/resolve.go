@@ -29,6 +29,10 @@ const (
 	// ReasonOlderHLC: under LWW the incoming write's HLC was not higher than
 	// the current record's.
 	ReasonOlderHLC = "hlc not newer than current"
+	// ReasonUnseenOverwrite: under LWW the incoming write won over a
+	// version its writer had not seen (Proposal.SeenVersion); the state it
+	// overwrote is the loser.
+	ReasonUnseenOverwrite = "overwrote a version the writer had not seen"
 	// ReasonStaleBase: the incoming write's base version was not the current
 	// version, so the conditional write is refused, under every policy.
 	ReasonStaleBase = "stale base version"
@@ -126,7 +130,14 @@ func resolveLWW(current Record, exists bool, p Proposal) Decision {
 			Conflict: newConflict(p, PolicyLWW, ReasonOlderHLC, p.side(), current.side()),
 		}
 	}
-	return Decision{Outcome: OutcomeApplied, Policy: PolicyLWW, Record: p.record(current.Version)}
+	d := Decision{Outcome: OutcomeApplied, Policy: PolicyLWW, Record: p.record(current.Version)}
+	if exists && p.SeenVersion != nil && *p.SeenVersion < current.Version {
+		// A race the writer was not part of: log the state it overwrote,
+		// so both sides of an LWW race reach the conflict log.
+		d.Reason = ReasonUnseenOverwrite
+		d.Conflict = newConflict(p, PolicyLWW, ReasonUnseenOverwrite, current.side(), d.Record.side())
+	}
+	return d
 }
 
 // staleBase refuses a conditional write whose base version is not the

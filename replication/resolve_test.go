@@ -64,6 +64,12 @@ func supersededBy(winner r.Record, p r.Proposal) r.Decision {
 	}
 }
 
+// seen returns p carrying the version its writer had seen.
+func seen(p r.Proposal, v uint64) r.Proposal {
+	p.SeenVersion = &v
+	return p
+}
+
 func refusedBy(winner r.Record, p r.Proposal) r.Decision {
 	return refusedUnder(r.PolicyOptimistic, winner, p)
 }
@@ -105,6 +111,12 @@ func TestResolve(t *testing.T) {
 		{"lww current base, higher hlc: plain apply", r.PolicyLWW, &current, put(later, ptr(uint64(3))), appliedAs(r.PolicyLWW, applied(put(later, ptr(uint64(3))), 3))},
 		{"lww stale base is a conflict even with a higher hlc", r.PolicyLWW, &current, staleLWW, refusedUnder(r.PolicyLWW, current, staleLWW)},
 		{"lww base on an absent key is a conflict with no winner", r.PolicyLWW, nil, put(later, ptr(uint64(5))), refusedUnder(r.PolicyLWW, r.Record{}, put(later, ptr(uint64(5))))},
+		{"lww win over a version the writer had not seen logs the overwritten state", r.PolicyLWW, &current, seen(put(later, nil), 2), r.Decision{
+			Outcome: r.OutcomeApplied, Policy: r.PolicyLWW, Record: applied(seen(put(later, nil), 2), 3), Reason: r.ReasonUnseenOverwrite,
+			Conflict: conflictRow(r.PolicyLWW, r.ReasonUnseenOverwrite, recordSide(current), recordSide(applied(seen(put(later, nil), 2), 3))),
+		}},
+		{"lww win over the version the writer had seen logs nothing", r.PolicyLWW, &current, seen(put(later, nil), 3), appliedAs(r.PolicyLWW, applied(seen(put(later, nil), 3), 3))},
+		{"lww loss with a stale seen version is plainly superseded", r.PolicyLWW, &current, seen(put(earlier, nil), 1), supersededBy(current, seen(put(earlier, nil), 1))},
 		{"lww base 0 creates an absent key", r.PolicyLWW, nil, put(later, ptr(uint64(0))), appliedAs(r.PolicyLWW, applied(put(later, ptr(uint64(0))), 0))},
 		{"lww delete with higher hlc is a tombstone with the next version", r.PolicyLWW, &current, del(later, nil), appliedAs(r.PolicyLWW, applied(del(later, nil), 3))},
 		{"lww delete with lower hlc is superseded", r.PolicyLWW, &current, del(earlier, nil), supersededBy(current, del(earlier, nil))},

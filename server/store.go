@@ -349,7 +349,7 @@ func proposal(p auth.Principal, m *syncproto.Mutation) replication.Proposal {
 	return replication.Proposal{
 		Tenant: p.Tenant, OpID: m.OpID, Model: m.Model, Key: m.Key,
 		Op: replication.Op(m.Op), Value: m.Value, HLC: m.HLC,
-		BaseVersion: m.BaseVersion, ClientID: p.ClientID,
+		BaseVersion: m.BaseVersion, SeenVersion: m.SeenVersion, ClientID: p.ClientID,
 	}
 }
 

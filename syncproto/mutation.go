@@ -45,6 +45,12 @@ type Mutation struct {
 	// on; 0 means the key must never have been written. Required for
 	// models with PolicyOptimistic; checked under every policy when present.
 	BaseVersion *uint64 `json:"base_version,omitempty"`
+	// SeenVersion, when present, is the record version the device had
+	// seen when it made the write (0: none). It is information, not a
+	// condition: the write is decided as without it, but when it wins over
+	// a version the device had not seen, the overwritten state is logged as
+	// the loser. It is not part of the digest.
+	SeenVersion *uint64 `json:"seen_version,omitempty"`
 
 	// decodeErr is why the mutation's JSON did not fit the fields, set by
 	// UnmarshalJSON and reported by Validate, so that one broken mutation is
@@ -178,6 +184,11 @@ func (m *Mutation) Validate() error {
 	}
 	if m.BaseVersion != nil {
 		if err := validateSeq("base_version", *m.BaseVersion); err != nil {
+			return err
+		}
+	}
+	if m.SeenVersion != nil {
+		if err := validateSeq("seen_version", *m.SeenVersion); err != nil {
 			return err
 		}
 	}
