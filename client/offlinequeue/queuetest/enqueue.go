@@ -50,7 +50,7 @@ var enqueueTests = []subtest{
 		buf := []byte("original")
 		id, err := q.Enqueue(e.ctx(), buf, "")
 		require.NoError(t, err)
-		copy(buf, "XXXXXXXX")
+		copy(buf, "mutated!") // the caller reuses its buffer
 
 		page, err := q.Peek(e.ctx(), 0, 1)
 		require.NoError(t, err)
