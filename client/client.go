@@ -227,7 +227,7 @@ func (c *Client) observe(ts syncproto.Timestamp) {
 // the one place a device clock may step back; writes already applied with
 // the fast clock's stamps may win over later ones for up to the bound.
 func (c *Client) correctClock(w *syncproto.Welcome) {
-	offset := time.Duration(w.ServerHLC.Wall-c.now().UnixMilli()) * time.Millisecond
+	offset := time.Duration(w.ServerTime-c.now().UnixMilli()) * time.Millisecond
 	c.clockMu.Lock()
 	defer c.clockMu.Unlock()
 	now := c.now

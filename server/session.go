@@ -227,7 +227,8 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 	ss.helloDone = true
 	ss.cursor.Store(m.Cursor)
 	ss.send(&syncproto.Welcome{
-		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), Head: bounds.Head,
+		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), ServerTime: ss.srv.now().UnixMilli(),
+		DatabaseID: ss.srv.store.databaseID, Head: bounds.Head,
 		Limits: ss.srv.limits(), Models: ss.srv.modelAccess(ss.p),
 	})
 	return nil

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server/auth"
@@ -37,10 +39,13 @@ type store struct {
 	conflicts *replication.ConflictLog
 	applier   *replication.Applier
 	clock     *syncproto.Clock
-	maxSkew   time.Duration
-	now       func() time.Time
-	metrics   *metrics
-	logger    *slog.Logger
+	// databaseID names this database for clients (welcome.database_id):
+	// created with the database, kept for its life.
+	databaseID string
+	maxSkew    time.Duration
+	now        func() time.Time
+	metrics    *metrics
+	logger     *slog.Logger
 
 	pushes chan *pushRequest
 	stop   chan struct{} // closed by close: no more pushes are taken
@@ -96,6 +101,9 @@ func openStore(ctx context.Context, c storeConfig) (*store, error) {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	if s.databaseID, err = databaseID(ctx, c.db); err != nil {
+		return nil, err
+	}
 	b, err := oplog.Bounds(ctx)
 	if err != nil {
 		return nil, err
@@ -107,6 +115,25 @@ func openStore(ctx context.Context, c storeConfig) (*store, error) {
 	s.metrics.oplogOldest.Set(float64(b.Oldest))
 	go s.commitLoop()
 	return s, nil
+}
+
+// databaseID returns the id of the database behind db, creating it (a
+// random UUID) the first time. A restored backup keeps its id; a fresh
+// database gets a new one, so a client's cursor from another database is
+// never mistaken for a position in this one.
+func databaseID(ctx context.Context, db *sql.DB) (string, error) {
+	const schema = `CREATE TABLE IF NOT EXISTS syncd_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)`
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		return "", fmt.Errorf("create syncd_meta: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT OR IGNORE INTO syncd_meta (name, value) VALUES ('database_id', ?)`, uuid.NewString()); err != nil {
+		return "", fmt.Errorf("store database id: %w", err)
+	}
+	var id string
+	if err := db.QueryRowContext(ctx, `SELECT value FROM syncd_meta WHERE name = 'database_id'`).Scan(&id); err != nil {
+		return "", fmt.Errorf("read database id: %w", err)
+	}
+	return id, nil
 }
 
 // submit queues a push for the committer. The returned request's done

@@ -55,7 +55,7 @@ func TestEncodeShape(t *testing.T) {
 	require.Equal(t, `{"type":"push","id":"p1","mutations":[{"op_id":"`+opA+`","model":"m","key":"k","op":"put","value":{"a":"<&>"},"hlc":"5.0.c"}]}`, string(frame),
 		"values are compacted, HTML is not escaped, absent base_version is omitted")
 
-	frame, err = syncproto.Encode(&syncproto.Welcome{ID: "h", NodeID: "n", ServerHLC: ts(1, 0, "n"), Limits: syncproto.DefaultLimits()})
+	frame, err = syncproto.Encode(&syncproto.Welcome{ID: "h", NodeID: "n", ServerHLC: ts(1, 0, "n"), ServerTime: 1, DatabaseID: "db", Limits: syncproto.DefaultLimits()})
 	require.NoError(t, err)
 	require.Contains(t, string(frame), `"models":{}`)
 }

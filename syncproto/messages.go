@@ -104,7 +104,19 @@ type Welcome struct {
 	// NodeID is the id of the server node, the origin of its timestamps.
 	NodeID string `json:"node_id"`
 	// ServerHLC is the server's clock reading after observing hello's hlc.
+	// It may run ahead of the server's wall time (it has observed the
+	// fastest timestamps within the skew bound), so a client never
+	// estimates its clock offset from it: see ServerTime.
 	ServerHLC Timestamp `json:"server_hlc"`
+	// ServerTime is the server's own wall clock, in milliseconds since the
+	// Unix epoch, read when welcome was sent. A client estimates its clock
+	// offset from it (PROTOCOL.md 9.3).
+	ServerTime int64 `json:"server_time_ms"`
+	// DatabaseID names the database the oplog seqs (head, cursors) belong
+	// to: one id per single-node database or per cluster, kept for its
+	// life. A client whose replica was synced from another database id
+	// resyncs from a snapshot instead of resuming at its cursor.
+	DatabaseID string `json:"database_id"`
 	// Head is the newest oplog seq at the time of the answer.
 	Head uint64 `json:"head"`
 	// Limits are what this server enforces on this connection.
@@ -292,6 +304,12 @@ func (m *Welcome) Validate() error {
 	}
 	if err := validateStamp("server_hlc", m.ServerHLC); err != nil {
 		return err
+	}
+	if m.ServerTime <= 0 || m.ServerTime > MaxSafeInteger {
+		return Errorf(CodeBadRequest, "server_time_ms = %d must be a positive integer", m.ServerTime)
+	}
+	if err := ValidateID(m.DatabaseID); err != nil {
+		return prefixed(err, "database_id")
 	}
 	if err := validateSeq("head", m.Head); err != nil {
 		return err

@@ -23,7 +23,7 @@ func sampleMessages() []syncproto.Message {
 	return []syncproto.Message{
 		&syncproto.Hello{ID: "h1", ClientID: "client-a", Cursor: 41, HLC: hlcA},
 		&syncproto.Welcome{
-			ID: "h1", NodeID: "node-1", ServerHLC: srv, Head: 57,
+			ID: "h1", NodeID: "node-1", ServerHLC: srv, ServerTime: 1733140000090, DatabaseID: "0193a1f0-5c1e-7a4b-9d2e-6f3c8b1a2e4d", Head: 57,
 			Limits: syncproto.DefaultLimits(),
 			Models: map[string]syncproto.ModelAccess{
 				"todos": {Policy: syncproto.PolicyLWW, Read: true, Write: true},

@@ -128,7 +128,7 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 		require.True(t, lineWith(doc, "`"+name+"`", value), "PROTOCOL.md has no line naming `%s` with its value %s", name, value)
 	}
 	// The limits table's wire names match the JSON of Limits.
-	frame, err := syncproto.Encode(&syncproto.Welcome{ID: "h", NodeID: "n", ServerHLC: ts(1, 0, "n"),
+	frame, err := syncproto.Encode(&syncproto.Welcome{ID: "h", NodeID: "n", ServerHLC: ts(1, 0, "n"), ServerTime: 2, DatabaseID: "db",
 		Limits: syncproto.Limits{MaxFrameBytes: 1, MaxBatch: 1, MaxPayloadBytes: 1, MaxKeyBytes: 1, MaxPullLimit: 1,
 			MaxRequestIDBytes: 1, MaxClockSkewMS: 1, IdleTimeoutMS: 1, RequestsPerSecond: 1, RequestBurst: 1}})
 	require.NoError(t, err)
