@@ -121,15 +121,19 @@ const conflictColumns = `tenant, model, key, policy, reason,
 	winner_op_id, winner_version, winner_value, winner_hlc, winner_deleted, decided_at`
 
 // Insert adds c within tx (the transaction applying the decision) and
-// returns its id; c.ID and c.DecidedAt are ignored. On error the caller
-// rolls tx back.
+// returns its id; c.ID is ignored, and a zero c.DecidedAt is stamped from
+// the log's clock. On error the caller rolls tx back.
 func (l *ConflictLog) Insert(ctx context.Context, tx *sql.Tx, c ConflictEntry) (int64, error) {
+	decidedAt := c.DecidedAt
+	if decidedAt.IsZero() {
+		decidedAt = l.now()
+	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO conflicts (`+conflictColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		c.Tenant, c.Model, c.Key, string(c.Policy), c.Reason,
 		c.Loser.OpID, int64(c.Loser.Version), c.Loser.Value, c.Loser.HLC.String(), c.Loser.Deleted,
 		c.Winner.OpID, int64(c.Winner.Version), c.Winner.Value, c.Winner.HLC.String(), c.Winner.Deleted,
-		l.now().UnixMilli())
+		decidedAt.UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("insert conflict %s/%s: %w", c.Model, c.Key, err)
 	}

@@ -15,9 +15,10 @@ import (
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// Example shows the server's duties around one pushed batch: one
-// transaction for the whole batch, the Applier per mutation, commit, then
-// Committed so that change-feed subscribers wake.
+// Example shows the two halves of deciding a push: the edge admits it
+// (Admit: the token, the clock), then the state machine decides the batch
+// in one transaction (Apply over a Store), and only after the commit are
+// the change feed's waiters woken (Committed).
 func Example() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "replication-example")
@@ -30,85 +31,79 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-
+	store, err := replication.OpenStore(ctx, db, replication.StoreOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
 	var policies replication.Config
 	if err := policies.Set("accounts=optimistic"); err != nil {
 		log.Fatal(err)
 	}
-	resolver, err := replication.NewResolver(replication.ResolverOptions{Policies: policies})
-	if err != nil {
-		log.Fatal(err)
-	}
-	oplog, err := replication.NewSQLiteLog(ctx, db, replication.LogOptions{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	records, err := replication.NewRecords(ctx, db)
-	if err != nil {
-		log.Fatal(err)
-	}
-	conflicts, err := replication.NewConflictLog(ctx, db, replication.ConflictLogOptions{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	applier := replication.NewApplier(resolver, oplog, records, conflicts)
-
-	// Two clients write the same note; the second write carries an older
-	// timestamp (its device clock is behind), so it loses under LWW.
-	batch := []replication.Proposal{
-		{Tenant: "acme", OpID: "op-1", Model: "notes", Key: "n1", Op: replication.OpPut,
-			Value: []byte(`{"title":"from phone"}`), HLC: syncproto.Timestamp{Wall: 2000, Origin: "phone"}, ClientID: "phone"},
-		{Tenant: "acme", OpID: "op-2", Model: "notes", Key: "n1", Op: replication.OpPut,
-			Value: []byte(`{"title":"from laptop"}`), HLC: syncproto.Timestamp{Wall: 1000, Origin: "laptop"}, ClientID: "laptop"},
-	}
 	now := time.UnixMilli(2500)
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		log.Fatal(err)
+	everything := func(string) bool { return true }
+	note := func(op, title string, wall int64, origin string) syncproto.Mutation {
+		return syncproto.Mutation{OpID: op, Model: "notes", Key: "n1", Op: syncproto.OpPut,
+			Value: []byte(`{"title":"` + title + `"}`), HLC: syncproto.Timestamp{Wall: wall, Origin: origin}}
 	}
-	var head uint64
-	for _, p := range batch {
-		if err := replication.CheckSkew(p.HLC, now, 0); err != nil {
-			fmt.Println(p.OpID, "refused:", err) // answered as clock_skew
-			continue
+
+	// Two devices write the same note; the laptop's clock is behind, so its
+	// write carries an older timestamp and loses under LWW. The second
+	// laptop write is a minute and more ahead of the server: refused.
+	pushes := []struct {
+		author replication.Author
+		muts   []syncproto.Mutation
+	}{
+		{replication.Author{Tenant: "acme", ClientID: "phone", CanWrite: everything},
+			[]syncproto.Mutation{note("0193a1f0-5c1e-7a4b-9d2e-000000000001", "from phone", 2000, "phone")}},
+		{replication.Author{Tenant: "acme", ClientID: "laptop", CanWrite: everything},
+			[]syncproto.Mutation{note("0193a1f0-5c1e-7a4b-9d2e-000000000002", "from laptop", 1000, "laptop"),
+				note("0193a1f0-5c1e-7a4b-9d2e-000000000003", "from the future", 90_000, "laptop")}},
+	}
+	for _, push := range pushes {
+		b := replication.Admit(push.author, push.muts, policies, now, replication.DefaultMaxClockSkew)
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			log.Fatal(err)
 		}
-		// (The server looks the op id up in its ledger first.)
-		d, err := applier.Apply(ctx, tx, p)
+		fx, err := replication.Apply(ctx, store.In(tx), &b)
 		if err != nil {
 			_ = tx.Rollback()
 			log.Fatal(err)
 		}
-		// (The server records d in its ledger here.)
-		if d.Outcome == replication.OutcomeApplied {
-			head = d.Record.Seq
-			fmt.Printf("%s %s: version %d at seq %d\n", p.OpID, d.Outcome, d.Record.Version, d.Record.Seq)
-		} else {
-			fmt.Printf("%s %s by %s (version %d)\n", p.OpID, d.Outcome, d.Winner.OpID, d.Winner.Version)
+		if err := tx.Commit(); err != nil {
+			log.Fatal(err)
+		}
+		if n := len(fx.Entries); n > 0 {
+			store.Committed(fx.Entries[n-1].Seq) // only after the commit
+		}
+		for _, res := range fx.Results {
+			if res.Code != "" {
+				fmt.Println(res.OpID[len(res.OpID)-1:], res.Status, res.Code)
+				continue
+			}
+			fmt.Println(res.OpID[len(res.OpID)-1:], res.Status)
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		log.Fatal(err)
-	}
-	oplog.Committed(head) // only after the commit
 
-	page, err := oplog.Read(ctx, replication.ReadRequest{Scope: replication.Scope{Tenant: "acme", AllModels: true}})
+	page, err := store.Log.Read(ctx, replication.ReadRequest{Scope: replication.Scope{Tenant: "acme", AllModels: true}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, e := range page.Entries {
 		fmt.Printf("oplog %d: %s %s/%s v%d %s\n", e.Seq, e.Op, e.Model, e.Key, e.Version, e.Value)
 	}
-	lost, err := conflicts.List(ctx, replication.ConflictFilter{Scope: replication.Scope{Tenant: "acme", AllModels: true}})
+	lost, err := store.Conflicts.List(ctx, replication.ConflictFilter{Scope: replication.Scope{Tenant: "acme", AllModels: true}})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("conflict: %s lost to %s (%s)\n", lost[0].Loser.OpID, lost[0].Winner.OpID, lost[0].Reason)
+	fmt.Printf("conflict: a write lost to v%d (%s)\n", lost[0].Winner.Version, lost[0].Reason)
 
 	// Output:
-	// op-1 applied: version 1 at seq 1
-	// op-2 superseded by op-1 (version 1)
+	// 1 applied
+	// 2 superseded
+	// 3 rejected clock_skew
 	// oplog 1: put notes/n1 v1 {"title":"from phone"}
-	// conflict: op-2 lost to op-1 (hlc not newer than current)
+	// conflict: a write lost to v1 (hlc not newer than current)
 }
 
 // ExampleCheckSkew shows the refusal a client with a clock running ahead

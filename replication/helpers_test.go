@@ -3,6 +3,7 @@ package replication_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -90,3 +91,18 @@ func ts(wall int64, logical uint32, origin string) syncproto.Timestamp {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// mutationOf is p as a client sends it.
+func mutationOf(p replication.Proposal) syncproto.Mutation {
+	return syncproto.Mutation{
+		OpID: p.OpID, Model: p.Model, Key: p.Key, Op: syncproto.Op(p.Op), Value: p.Value, HLC: p.HLC,
+		BaseVersion: p.BaseVersion, SeenVersion: p.SeenVersion,
+	}
+}
+
+func mustJSON(tb testing.TB, v any) string {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(tb, err)
+	return string(b)
+}

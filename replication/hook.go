@@ -12,8 +12,8 @@ import (
 )
 
 // DefaultHookTimeout bounds one hook call when ResolverOptions.HookTimeout
-// is zero. It is deliberately short: the hook runs inside the batch's write
-// transaction, so every batch sharing that group commit waits for it.
+// is zero. It is deliberately short: the push waits for its hooks before
+// it is committed or replicated.
 const DefaultHookTimeout = time.Second
 
 // ErrNoHook means a model is declared with PolicyHook but no Hook was given
@@ -30,7 +30,7 @@ var ErrNoHook = errors.New("no conflict hook configured")
 // must be safe for concurrent use, must not retain or modify the byte slices
 // it is given, and should return promptly when ctx is done: a hook that
 // misses its deadline, returns an error, panics or returns an invalid result
-// is overruled by PolicyLWW (Decision.Fallback says which), and a call that
+// is overruled by PolicyLWW (HookAnswer.Fallback says which), and a call that
 // ignores ctx keeps its goroutine until it returns (Resolver.Wait).
 type Hook func(ctx context.Context, current Record, exists bool, p Proposal) (HookResult, error)
 
@@ -52,11 +52,11 @@ const (
 
 // HookResult is a hook's answer. Build it with Accept, Reject or Merge.
 type HookResult struct {
-	Verdict HookVerdict
+	Verdict HookVerdict `json:"verdict"`
 	// Reason explains a rejection to the client and in the conflict log.
-	Reason string
+	Reason string `json:"reason,omitempty"`
 	// Value is the merged JSON value of a HookMerge.
-	Value []byte
+	Value []byte `json:"value,omitempty"`
 }
 
 // Accept applies the proposal as sent.
@@ -78,7 +78,15 @@ const (
 	FallbackError   FallbackReason = "error"
 	FallbackPanic   FallbackReason = "panic"
 	FallbackInvalid FallbackReason = "invalid_result"
+	// FallbackStale: the key changed between the hook's answer and the
+	// decision every time the edge asked (see MaxHookAttempts).
+	FallbackStale FallbackReason = "stale"
 )
+
+// MaxHookAttempts bounds how often an edge asks the hook about one write
+// whose key keeps changing before the answer can be carried out; after
+// that, last-writer-wins decides (FallbackStale).
+const MaxHookAttempts = 3
 
 // ResolverOptions configures a Resolver. The zero value means: every model
 // uses DefaultPolicy, no hook, DefaultHookTimeout, no logging.
@@ -96,10 +104,12 @@ type ResolverOptions struct {
 	Logger *slog.Logger
 }
 
-// Resolver decides proposals by their model's declared policy. It is the
-// entry point the server's apply path calls; the decisions themselves are
-// the pure Resolve plus the pure reading of a hook's answer. A Resolver is
-// safe for concurrent use.
+// Resolver is the edge's side of the conflict policies: it knows each
+// model's declared policy and asks the embedder's hook, under a deadline,
+// before a batch is decided (AskHooks). Hook code may differ between nodes
+// and depends on time, so it never runs where batches are decided: Decide
+// only carries out the answers the batch holds. A Resolver is safe for
+// concurrent use.
 type Resolver struct {
 	policies Config
 	hook     Hook
@@ -147,42 +157,59 @@ func NewResolver(opts ResolverOptions) (*Resolver, error) {
 // Policy returns the policy model is declared with.
 func (r *Resolver) Policy(model string) Policy { return r.policies.For(model) }
 
-// Resolve decides p against the current record by p.Model's policy. exists
-// reports whether the key has a record (a tombstone counts).
-//
-// For PolicyHook it asks the hook and never fails because of the hook: a
-// hook that times out, errs, panics or answers nonsense is overruled by
-// PolicyLWW and the Decision says so in Fallback. Resolve fails only for a
-// malformed proposal (ErrInvalidProposal), a missing base version under
-// PolicyOptimistic (ErrBaseVersionRequired), or when ctx itself ends while
-// the hook runs (ctx.Err()); nothing is to be applied in any of those cases.
-func (r *Resolver) Resolve(ctx context.Context, current Record, exists bool, p Proposal) (Decision, error) {
-	policy := r.policies.For(p.Model)
-	if policy != PolicyHook {
-		return Resolve(policy, current, exists, p)
-	}
-	if err := p.validate(); err != nil {
-		return Decision{}, err
-	}
-	if !exists {
-		current = Record{}
-	}
-	res, err := r.ask(ctx, current, exists, p)
-	if err == nil {
-		err = res.validate()
-	}
-	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return Decision{}, fmt.Errorf("resolve %s/%s op %s: hook: %w", p.Model, p.Key, p.OpID, ctxErr)
+// CurrentFunc reads a key's current record on the edge, as the edge's
+// materialized state has it (exists false for a key never written).
+type CurrentFunc func(ctx context.Context, tenant, model, key string) (rec Record, exists bool, err error)
+
+// AskHooks asks the hook about every write of b that is under PolicyHook
+// and not refused, against the key's current record as current reads it,
+// and stores each answer in the write (Write.Hook). It never fails because
+// of the hook: a hook that times out, errs, panics or answers nonsense
+// leaves a HookAnswer with Fallback set, and last-writer-wins decides. It
+// fails only when current fails or ctx itself ends; then b is unchanged
+// in meaning and must not be decided.
+func (r *Resolver) AskHooks(ctx context.Context, b *Batch, current CurrentFunc) error {
+	ask := func(i int) error {
+		w := &b.Writes[i]
+		if w.Refusal != nil || w.Policy != PolicyHook {
+			return nil
 		}
-		return r.fallback(current, exists, p, err), nil
+		if r.hook == nil {
+			return fmt.Errorf("ask hook: %w", ErrNoHook)
+		}
+		m := &w.Mutation
+		rec, exists, err := current(ctx, b.Tenant, m.Model, m.Key)
+		if err != nil {
+			return fmt.Errorf("ask hook about %s/%s: %w", m.Model, m.Key, err)
+		}
+		if !exists {
+			rec = Record{}
+		}
+		p := b.proposal(m)
+		res, err := r.ask(ctx, rec, exists, p)
+		if err == nil {
+			err = res.validate()
+		}
+		w.Hook = &HookAnswer{Version: rec.Version, Result: res}
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return fmt.Errorf("ask hook about %s/%s op %s: %w", m.Model, m.Key, m.OpID, ctxErr)
+			}
+			w.Hook = &HookAnswer{Version: rec.Version, Fallback: r.failed(p, err)}
+		}
+		return nil
 	}
-	return decideHook(current, p, res), nil
+	for i := range b.Writes {
+		if err := ask(i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Wait blocks until no hook call is running, including calls abandoned at
 // their deadline that are still executing, or until ctx ends. The server
-// calls it at shutdown after its last Resolve.
+// calls it at shutdown after its last AskHooks.
 func (r *Resolver) Wait(ctx context.Context) error {
 	r.mu.Lock()
 	idle := r.idle
@@ -235,19 +262,25 @@ func (r *Resolver) ask(ctx context.Context, current Record, exists bool, p Propo
 	}
 }
 
-// fallback decides p by PolicyLWW because the hook could not.
-func (r *Resolver) fallback(current Record, exists bool, p Proposal, err error) Decision {
+// failed logs why the hook gave no usable answer and returns the reason.
+func (r *Resolver) failed(p Proposal, err error) FallbackReason {
 	failure := &hookFailure{reason: FallbackInvalid, err: err}
 	errors.As(err, &failure)
 	attrs := []any{"model", p.Model, "op_id", p.OpID, "fallback", string(failure.reason), "err", failure.err}
 	if failure.stack != nil {
 		attrs = append(attrs, "stack", string(failure.stack))
 	}
-	r.log.Warn("conflict hook failed; last-writer-wins decided", attrs...)
+	r.log.Warn("conflict hook failed; last-writer-wins decides", attrs...)
+	return failure.reason
+}
+
+// lwwFallback is the decision when the hook could not decide: PolicyLWW's,
+// with the reason in Fallback and in the conflict-log row.
+func lwwFallback(current Record, exists bool, p Proposal, reason FallbackReason) Decision {
 	d := resolveLWW(current, exists, p)
-	d.Fallback = failure.reason
+	d.Fallback = reason
 	if d.Conflict != nil {
-		d.Conflict.Reason = fmt.Sprintf("%s (hook fallback: %s)", d.Conflict.Reason, failure.reason)
+		d.Conflict.Reason = fmt.Sprintf("%s (hook fallback: %s)", d.Conflict.Reason, reason)
 	}
 	return d
 }
@@ -288,7 +321,7 @@ func callHook(ctx context.Context, h Hook, current Record, exists bool, p Propos
 	return hookAnswer{res: res, err: err}
 }
 
-// validate reports whether res is a decision Resolve can carry out.
+// validate reports whether res is a verdict Decide can carry out.
 func (res HookResult) validate() error {
 	switch res.Verdict {
 	case HookAccept, HookReject:

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	r "github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // noDeadline is the hook timeout for tests whose hook answers at once: long
@@ -35,6 +36,21 @@ func hookResolver(t *testing.T, hook r.Hook, timeout time.Duration) (*r.Resolver
 		require.NoError(t, res.Wait(ctx), "a hook call outlived the test")
 	})
 	return res, &logs
+}
+
+// resolve asks res's hook about p against current, as an edge does
+// (AskHooks), then decides the write as Decide does.
+func resolve(ctx context.Context, res *r.Resolver, current r.Record, exists bool, p r.Proposal) (r.Decision, error) {
+	b := r.Batch{Tenant: p.Tenant, ClientID: p.ClientID, Writes: []r.Write{{Mutation: mutationOf(p), Policy: res.Policy(p.Model)}}}
+	current2 := func(context.Context, string, string, string) (r.Record, bool, error) { return current, exists, nil }
+	if err := res.AskHooks(ctx, &b, current2); err != nil {
+		return r.Decision{}, err
+	}
+	d, stale, err := r.DecideWrite(&b.Writes[0], current, exists, p)
+	if stale {
+		return r.Decision{}, errors.New("stale hook answer")
+	}
+	return d, err
 }
 
 func TestHookDecides(t *testing.T) {
@@ -85,7 +101,7 @@ func TestHookDecides(t *testing.T) {
 				gotCurrent, gotExists = cur, exists
 				return tt.answer, nil
 			}, noDeadline)
-			got, err := res.Resolve(context.Background(), current, true, tt.p)
+			got, err := resolve(context.Background(), res, current, true, tt.p)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
 			require.Equal(t, current, gotCurrent)
@@ -101,7 +117,7 @@ func TestHookSeesAbsentKey(t *testing.T) {
 		}
 		return r.Accept(), nil
 	}, noDeadline)
-	got, err := res.Resolve(context.Background(), current, false, put(ts(1, 0, "a"), nil))
+	got, err := resolve(context.Background(), res, current, false, put(ts(1, 0, "a"), nil))
 	require.NoError(t, err)
 	require.Equal(t, appliedAs(r.PolicyHook, applied(put(ts(1, 0, "a"), nil), 0)), got)
 }
@@ -143,7 +159,7 @@ func TestHookFallsBackToLWW(t *testing.T) {
 			res, logs := hookResolver(t, tt.hook, timeout)
 
 			// A newer write: LWW applies it.
-			got, err := res.Resolve(context.Background(), current, true, put(ts(2000, 0, "a"), nil))
+			got, err := resolve(context.Background(), res, current, true, put(ts(2000, 0, "a"), nil))
 			require.NoError(t, err)
 			want := appliedAs(r.PolicyLWW, applied(put(ts(2000, 0, "a"), nil), current.Version))
 			want.Fallback = tt.want
@@ -151,7 +167,7 @@ func TestHookFallsBackToLWW(t *testing.T) {
 
 			// An older write: LWW supersedes it, and the conflict row says
 			// the hook fell back.
-			got, err = res.Resolve(context.Background(), current, true, put(ts(500, 0, "a"), nil))
+			got, err = resolve(context.Background(), res, current, true, put(ts(500, 0, "a"), nil))
 			require.NoError(t, err)
 			want = supersededBy(current, put(ts(500, 0, "a"), nil))
 			want.Fallback = tt.want
@@ -168,14 +184,14 @@ func TestHookPanicLogsStack(t *testing.T) {
 	res, logs := hookResolver(t, func(context.Context, r.Record, bool, r.Proposal) (r.HookResult, error) {
 		panic("hook bug")
 	}, noDeadline)
-	_, err := res.Resolve(context.Background(), current, true, put(ts(2000, 0, "a"), nil))
+	_, err := resolve(context.Background(), res, current, true, put(ts(2000, 0, "a"), nil))
 	require.NoError(t, err)
 	require.Contains(t, logs.String(), "hook bug")
 	require.Contains(t, logs.String(), "hook_test.go")
 }
 
 // TestHookIgnoringDeadline: a hook that ignores its context cannot hold up
-// the apply path; its call is abandoned at the deadline, and Wait reports
+// the push; its call is abandoned at the deadline, and Wait reports
 // when it finally returns.
 func TestHookIgnoringDeadline(t *testing.T) {
 	release := make(chan struct{})
@@ -186,7 +202,7 @@ func TestHookIgnoringDeadline(t *testing.T) {
 		return r.Reject("too late"), nil
 	}, 10*time.Millisecond)
 
-	got, err := res.Resolve(context.Background(), current, true, put(ts(2000, 0, "a"), nil))
+	got, err := resolve(context.Background(), res, current, true, put(ts(2000, 0, "a"), nil))
 	require.NoError(t, err)
 	require.Equal(t, r.FallbackTimeout, got.Fallback)
 	require.Equal(t, r.OutcomeApplied, got.Outcome)
@@ -199,7 +215,7 @@ func TestHookIgnoringDeadline(t *testing.T) {
 	require.NoError(t, res.Wait(context.Background()))
 }
 
-// TestHookCallerGivesUp: when the caller's own context ends, Resolve fails
+// TestHookCallerGivesUp: when the caller's own context ends, AskHooks fails
 // with it instead of deciding by fallback.
 func TestHookCallerGivesUp(t *testing.T) {
 	entered := make(chan struct{})
@@ -213,12 +229,12 @@ func TestHookCallerGivesUp(t *testing.T) {
 		<-entered
 		cancel()
 	}()
-	got, err := res.Resolve(ctx, current, true, put(ts(2000, 0, "a"), nil))
+	got, err := resolve(ctx, res, current, true, put(ts(2000, 0, "a"), nil))
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, r.Decision{}, got)
 }
 
-// TestHookGetsCopies: the hook may outlive Resolve, so it must not share
+// TestHookGetsCopies: the hook may outlive AskHooks, so it must not share
 // the caller's buffers.
 func TestHookGetsCopies(t *testing.T) {
 	res, _ := hookResolver(t, func(_ context.Context, cur r.Record, _ bool, p r.Proposal) (r.HookResult, error) {
@@ -229,20 +245,31 @@ func TestHookGetsCopies(t *testing.T) {
 	cur.Value = []byte(`{"v":"old"}`)
 	p := put(ts(2000, 0, "a"), nil)
 	p.Value = []byte(`{"v":"new"}`)
-	got, err := res.Resolve(context.Background(), cur, true, p)
+	got, err := resolve(context.Background(), res, cur, true, p)
 	require.NoError(t, err)
 	require.Equal(t, `{"v":"old"}`, string(cur.Value))
 	require.Equal(t, `{"v":"new"}`, string(got.Record.Value))
 }
 
-func TestResolverValidatesProposalBeforeHook(t *testing.T) {
+// TestHookNeverSeesRefusedWrites: a write the edge refused (here an
+// invalid one) is never shown to the hook, and deciding an invalid
+// proposal fails before any policy.
+func TestHookNeverSeesRefusedWrites(t *testing.T) {
 	res, _ := hookResolver(t, func(context.Context, r.Record, bool, r.Proposal) (r.HookResult, error) {
 		t.Error("hook called with an invalid proposal")
 		return r.Accept(), nil
 	}, noDeadline)
 	p := put(ts(2000, 0, "a"), nil)
 	p.Key = ""
-	_, err := res.Resolve(context.Background(), current, true, p)
+	b := r.Admit(r.Author{Tenant: "t1", ClientID: "a", CanWrite: func(string) bool { return true }},
+		[]syncproto.Mutation{mutationOf(p)}, r.Config{"notes": r.PolicyHook}, time.UnixMilli(2000), time.Minute)
+	require.NotNil(t, b.Writes[0].Refusal)
+	require.NoError(t, res.AskHooks(context.Background(), &b, func(context.Context, string, string, string) (r.Record, bool, error) {
+		t.Error("current record read for a refused write")
+		return r.Record{}, false, nil
+	}))
+	require.Nil(t, b.Writes[0].Hook)
+	_, _, err := r.DecideWrite(&r.Write{Policy: r.PolicyHook, Hook: &r.HookAnswer{Version: 3, Result: r.Accept()}}, current, true, p)
 	require.ErrorIs(t, err, r.ErrInvalidProposal)
 }
 
@@ -252,12 +279,12 @@ func TestResolverRoutesByModel(t *testing.T) {
 	require.Equal(t, r.PolicyOptimistic, res.Policy("notes"))
 	require.Equal(t, r.PolicyLWW, res.Policy("todos"))
 
-	_, err = res.Resolve(context.Background(), current, true, put(ts(2000, 0, "a"), nil))
+	_, err = resolve(context.Background(), res, current, true, put(ts(2000, 0, "a"), nil))
 	require.ErrorIs(t, err, r.ErrBaseVersionRequired)
 
 	p := put(ts(2000, 0, "a"), nil)
 	p.Model = "todos"
-	got, err := res.Resolve(context.Background(), r.Record{}, false, p)
+	got, err := resolve(context.Background(), res, r.Record{}, false, p)
 	require.NoError(t, err)
 	require.Equal(t, r.PolicyLWW, got.Policy)
 }

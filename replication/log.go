@@ -206,8 +206,9 @@ func (b Bounds) Check(cursor uint64) error {
 }
 
 // Log is the ordered, durable record of applied writes that the change feed
-// serves. SQLiteLog keeps it in the server's database; a replicated
-// implementation can keep it in a stream shared by several nodes.
+// serves. SQLiteLog keeps it in the server's database, beside the records;
+// in a cluster every node keeps its own, identical one (see the package
+// manual: the replicas apply the same batches in the same order).
 //
 // Implementations are safe for concurrent use, and their tests run the
 // conformance suite in package logtest.
@@ -217,9 +218,7 @@ type Log interface {
 	// returns it with Seq and AppliedAt set. Appends within one transaction
 	// get consecutive seqs in call order. The entry becomes visible to
 	// readers when tx commits and, for SQLiteLog, disappears with it on
-	// rollback, leaving no gap. (A replicated log may make an entry durable
-	// before tx commits; its documentation says how a rolled-back apply is
-	// reconciled.)
+	// rollback, leaving no gap.
 	Append(ctx context.Context, tx *sql.Tx, e Entry) (Entry, error)
 	// Committed tells the log that a transaction holding appends up to
 	// head has committed, waking waiters. The caller must call it after

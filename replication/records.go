@@ -73,7 +73,21 @@ const recordColumns = `tenant, model, key, value, version, wall, logical, origin
 // Get returns the record of (tenant, model, key) as seen by tx, and whether
 // it exists (a tombstone exists). A missing key is not an error.
 func (r *Records) Get(ctx context.Context, tx *sql.Tx, tenant, model, key string) (Record, bool, error) {
-	row := tx.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM records
+	return getRecord(ctx, tx, tenant, model, key)
+}
+
+// Current returns the committed record of (tenant, model, key) and whether
+// it exists, outside any write transaction (a CurrentFunc for
+// Resolver.AskHooks).
+func (r *Records) Current(ctx context.Context, tenant, model, key string) (Record, bool, error) {
+	return getRecord(ctx, r.db, tenant, model, key)
+}
+
+// getRecord reads one record through q (a transaction or the handle).
+func getRecord(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, tenant, model, key string) (Record, bool, error) {
+	row := q.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM records
 		WHERE tenant = ? AND model = ? AND key = ?`, tenant, model, key)
 	rec, err := scanRecord(row)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -102,14 +102,19 @@ const appendSQL = `INSERT INTO oplog
 	(tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-// Append adds e as the next entry within tx (see Log.Append). Errors wrap
-// ErrInvalidEntry for a malformed entry, or are SQLite's; either way the
-// caller rolls tx back.
+// Append adds e as the next entry within tx (see Log.Append). An entry
+// whose AppliedAt is set keeps it (the state machine stamps every entry of
+// a batch with the batch's time); a zero AppliedAt is stamped from the
+// log's clock. Errors wrap ErrInvalidEntry for a malformed entry, or are
+// SQLite's; either way the caller rolls tx back.
 func (l *SQLiteLog) Append(ctx context.Context, tx *sql.Tx, e Entry) (Entry, error) {
 	if err := e.validate(); err != nil {
 		return Entry{}, fmt.Errorf("append oplog entry: %w", err)
 	}
-	e.AppliedAt = time.UnixMilli(l.now().UnixMilli()).UTC()
+	if e.AppliedAt.IsZero() {
+		e.AppliedAt = l.now()
+	}
+	e.AppliedAt = time.UnixMilli(e.AppliedAt.UnixMilli()).UTC()
 	res, err := tx.ExecContext(ctx, appendSQL,
 		e.Tenant, e.Model, e.Key, e.OpID, string(e.Op), e.Value, int64(e.Version),
 		e.HLC.Wall, int64(e.HLC.Logical), e.HLC.Origin, e.ClientID, e.AppliedAt.UnixMilli())
@@ -211,6 +216,16 @@ func (l *SQLiteLog) Bounds(ctx context.Context) (Bounds, error) {
 		return Bounds{}, fmt.Errorf("read oplog bounds: %w", err)
 	}
 	return b, nil
+}
+
+// head reads the newest seq ever assigned, as tx sees it.
+func (l *SQLiteLog) head(ctx context.Context, tx *sql.Tx) (uint64, error) {
+	var head int64
+	err := tx.QueryRowContext(ctx, `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'oplog'), 0)`).Scan(&head)
+	if err != nil {
+		return 0, fmt.Errorf("read oplog head: %w", err)
+	}
+	return uint64(head), nil
 }
 
 // bounds reads the head from SQLite's record of the largest seq ever

@@ -78,11 +78,11 @@ type Status struct {
 }
 
 func (s *Server) adminStatus(r *http.Request) (any, int, error) {
-	b, err := s.store.log.Bounds(r.Context())
+	b, err := s.store.Log.Bounds(r.Context())
 	if err != nil {
 		return nil, 0, err
 	}
-	ls, err := s.store.ledger.Stats(r.Context())
+	ls, err := s.store.Ledger.Stats(r.Context())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -147,7 +147,7 @@ func (s *Server) adminOplog(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	page, err := s.store.log.Read(r.Context(), replication.ReadRequest{After: from, Scope: adminScope(r), Limit: int(min(limit, syncproto.MaxPullLimit))})
+	page, err := s.store.Log.Read(r.Context(), replication.ReadRequest{After: from, Scope: adminScope(r), Limit: int(min(limit, syncproto.MaxPullLimit))})
 	if err != nil {
 		var ce *replication.CursorError
 		if errors.As(err, &ce) {
@@ -174,7 +174,7 @@ func (s *Server) adminConflicts(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	rows, err := s.store.conflicts.List(r.Context(), replication.ConflictFilter{Scope: adminScope(r), BeforeID: int64(before), Limit: int(min(limit, 1000))})
+	rows, err := s.store.Conflicts.List(r.Context(), replication.ConflictFilter{Scope: adminScope(r), BeforeID: int64(before), Limit: int(min(limit, 1000))})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -234,12 +234,12 @@ func (s *Server) adminLedger(r *http.Request) (any, int, error) {
 	if tenant == "" {
 		return nil, http.StatusBadRequest, errors.New("tenant is required: op ids are recorded per tenant")
 	}
-	d, found, err := s.store.ledger.Get(r.Context(), tenant, opID)
+	d, found, err := s.store.Ledger.Get(r.Context(), tenant, opID)
 	if err != nil {
 		return nil, 0, err
 	}
 	ans := LedgerAnswer{Tenant: tenant, OpID: opID, Found: found}
-	if st, err := s.store.ledger.Stats(r.Context()); err == nil {
+	if st, err := s.store.Ledger.Stats(r.Context()); err == nil {
 		ans.Floor = st.Floor
 	}
 	if !found {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -158,7 +159,8 @@ type Server struct {
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time
-	store    *store
+	store    *replication.Store // the state: records, oplog, ledger, conflict log
+	commits  committer          // decides admitted batches and makes them durable
 	clock    *syncproto.Clock
 	resolver *replication.Resolver
 	registry *prometheus.Registry
@@ -209,10 +211,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		sessions: map[*session]struct{}{},
 		janitor:  make(chan struct{}),
 	}
-	s.store, err = openStore(ctx, storeConfig{
-		db: db, resolver: resolver, clock: s.clock, maxSkew: cfg.MaxClockSkew, now: cfg.Now,
-		retention: cfg.Retention, metrics: s.metrics, logger: cfg.Logger,
+	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
+		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
+		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now,
 	})
+	if err == nil {
+		err = s.setOplogGauges(ctx)
+	}
+	if err == nil {
+		s.commits, err = newGroupCommitter(ctx, s.store, cfg.Now, s.metrics, cfg.Logger)
+	}
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("server: open store: %w", err)
@@ -251,7 +259,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "draining", http.StatusServiceUnavailable)
 		return
 	}
-	if err := s.store.db.PingContext(r.Context()); err != nil {
+	if err := s.store.DB.PingContext(r.Context()); err != nil {
 		http.Error(w, "database unavailable", http.StatusServiceUnavailable)
 		return
 	}
@@ -425,20 +433,31 @@ func (s *Server) runJanitor() {
 
 // prune runs one retention pass; each store prunes in bounded chunks.
 func (s *Server) prune(ctx context.Context) {
-	if n, err := s.store.ledger.Prune(ctx, s.now()); err != nil {
+	if n, err := s.store.Ledger.Prune(ctx, s.now()); err != nil {
 		s.log.Warn("ledger prune", "err", err)
 	} else {
 		s.metrics.ledgerEvictions.Add(float64(n))
 	}
-	if _, err := s.store.log.Compact(ctx); err != nil {
+	if _, err := s.store.Log.Compact(ctx); err != nil {
 		s.log.Warn("oplog compaction", "err", err)
 	}
-	if _, err := s.store.conflicts.Prune(ctx); err != nil {
+	if _, err := s.store.Conflicts.Prune(ctx); err != nil {
 		s.log.Warn("conflict log prune", "err", err)
 	}
-	if b, err := s.store.log.Bounds(ctx); err == nil {
-		s.metrics.oplogOldest.Set(float64(b.Oldest))
+	if err := s.setOplogGauges(ctx); err != nil {
+		s.log.Warn("oplog bounds", "err", err)
 	}
+}
+
+// setOplogGauges reports the oplog's retained range.
+func (s *Server) setOplogGauges(ctx context.Context) error {
+	b, err := s.store.Log.Bounds(ctx)
+	if err != nil {
+		return err
+	}
+	s.metrics.oplogHead.Set(float64(b.Head))
+	s.metrics.oplogOldest.Set(float64(b.Oldest))
+	return nil
 }
 
 // Shutdown drains the server: /readyz fails, new sessions are refused, every
@@ -484,11 +503,11 @@ func (s *Server) Close() error {
 		close(s.janitor)
 	}
 	s.wg.Wait()
-	s.store.close()
+	s.commits.close()
 	waitCtx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
 	defer cancel()
 	if err := s.resolver.Wait(waitCtx); err != nil {
 		s.log.Warn("conflict hooks still running at close", "err", err)
 	}
-	return s.store.db.Close()
+	return s.store.DB.Close()
 }

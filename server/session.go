@@ -137,7 +137,7 @@ func (ss *session) readLoop(ctx context.Context) *closeOrder {
 		}
 		msg, err := syncproto.DecodeRequest(frame)
 		if err != nil {
-			perr := asProtoError(err)
+			perr := syncproto.AsError(err)
 			if perr.Code == syncproto.CodeMalformed || perr.Code == syncproto.CodeFrameTooLarge || !ss.helloDone {
 				return ss.refuseAndClose(perr.ID, perr)
 			}
@@ -211,7 +211,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		ss.log.Warn("hello names another client id", "hello_client_id", m.ClientID)
 		return ss.refuseAndClose(m.ID, syncproto.Errorf(syncproto.CodeWrongClientID, "this token acts as client %q, not %q", ss.p.ClientID, m.ClientID))
 	}
-	bounds, err := ss.srv.store.log.Bounds(ctx)
+	bounds, err := ss.srv.store.Log.Bounds(ctx)
 	if err != nil {
 		return ss.refuseAndClose(m.ID, internalError(err))
 	}
@@ -228,7 +228,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 	ss.cursor.Store(m.Cursor)
 	ss.send(&syncproto.Welcome{
 		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), ServerTime: ss.srv.now().UnixMilli(),
-		DatabaseID: ss.srv.store.databaseID, Head: bounds.Head,
+		DatabaseID: ss.srv.store.ID, Head: bounds.Head,
 		Limits: ss.srv.limits(), Models: ss.srv.modelAccess(ss.p),
 	})
 	return nil
@@ -241,10 +241,15 @@ func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 	// connection between the commit taking this push and its entry
 	// reaching the outbox.
 	ss.pending.Add(1)
-	req, err := ss.srv.store.submit(ctx, ss.p, m.Mutations)
+	req, err := ss.srv.push(ctx, ss.p, m.Mutations)
 	if err != nil {
 		ss.pending.Add(-1)
-		ss.refuse(m.ID, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down; reconnect and resend"))
+		code := syncproto.CodeShuttingDown
+		if !errors.Is(err, errStoreClosed) && ctx.Err() == nil {
+			ss.log.Error("push not decided", "err", err)
+			code = syncproto.CodeInternal
+		}
+		ss.refuse(m.ID, syncproto.Errorf(code, "push not applied (%s); resend it", code))
 		return
 	}
 	ss.enqueue(outbound{push: req, pushID: m.ID})
@@ -265,7 +270,7 @@ func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
 // the refusal itself and returns nil, nil when the cursor is ahead or the
 // read failed; it returns a resync when the cursor is older than the log.
 func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int) (*replication.Page, *syncproto.Resync) {
-	page, err := ss.srv.store.log.Read(ctx, replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit})
+	page, err := ss.srv.store.Log.Read(ctx, replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit})
 	var ce *replication.CursorError
 	switch {
 	case err == nil:
@@ -349,7 +354,7 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 			ss.cursor.Store(cursor)
 		}
 		if page.CaughtUp() {
-			if ss.srv.store.log.Wait(ctx, cursor) != nil {
+			if ss.srv.store.Log.Wait(ctx, cursor) != nil {
 				return
 			}
 		}
@@ -506,7 +511,7 @@ func pushAnswer(id string, r *pushRequest) syncproto.Message {
 		}
 		return syncproto.Errorf(code, "push not applied (%s); resend it", code).WithID(id)
 	}
-	return &syncproto.PushResult{ID: id, Results: r.results}
+	return &syncproto.PushResult{ID: id, Results: r.fx.Results}
 }
 
 // heard restarts the idle timer.

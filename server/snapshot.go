@@ -32,7 +32,7 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 		sw, err = syncproto.NewSnapshotWriter(w, head)
 		return err
 	}
-	head, err := s.store.records.Snapshot(r.Context(), scopeOf(p), func(head uint64, rec replication.Record) error {
+	head, err := s.store.Records.Snapshot(r.Context(), scopeOf(p), func(head uint64, rec replication.Record) error {
 		if sw == nil {
 			if err := start(head); err != nil {
 				return err

@@ -67,7 +67,7 @@ func decode(frame []byte, requestsOnly bool) (Message, error) {
 		return nil, Errorf(code, "%s: %s", typ, describeJSONError(err)).WithID(id)
 	}
 	if err := msg.Validate(); err != nil {
-		pe := asError(err)
+		pe := AsError(err)
 		if pe.ID == "" {
 			pe = pe.WithID(id)
 		}
@@ -181,9 +181,10 @@ func jsonKind(goType string) string {
 	return "an object"
 }
 
-// asError returns err as an *Error, wrapping a foreign error as
-// CodeBadRequest.
-func asError(err error) *Error {
+// AsError returns err as an *Error, wrapping a foreign error as
+// CodeBadRequest. The validation functions of this package already return
+// *Error; AsError is for callers that hold a plain error.
+func AsError(err error) *Error {
 	var pe *Error
 	if errors.As(err, &pe) {
 		return pe

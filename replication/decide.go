@@ -1,0 +1,254 @@
+package replication
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/syncd-dev/syncd/ledger"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// RecordKey names a record within a batch's tenant.
+type RecordKey struct{ Model, Key string }
+
+// LedgerAnswer is the replay ledger's answer about one op id, as a State
+// read it before the batch.
+type LedgerAnswer struct {
+	Outcome ledger.Outcome
+	// Decision is the stored decision when Outcome is ledger.Hit.
+	Decision ledger.Decision
+}
+
+// View is the state a batch is decided against, read by State.Load: for
+// every write the edge did not refuse, the record of its key (when one
+// exists, tombstones included) and the ledger's answer about its op id;
+// and the oplog head.
+type View struct {
+	Records map[RecordKey]Record
+	Ledger  map[string]LedgerAnswer
+	// Head is the oplog's head: the batch's first applied write is Head+1.
+	Head uint64
+}
+
+// Effects is what deciding a batch produced: the answers, and the rows a
+// State writes to carry it out, all in the order they were decided.
+type Effects struct {
+	// Results holds one answer per write of the batch, at the same index.
+	// The answer of a stale write (see Stale) is the zero Result.
+	Results []syncproto.Result
+	// Entries are the oplog entries to append, with consecutive seqs from
+	// View.Head+1 and AppliedAt set; each one's Record() is its key's new
+	// state.
+	Entries []Entry
+	// Conflicts are the conflict-log rows, DecidedAt set, ID zero.
+	Conflicts []ConflictEntry
+	// Decisions are the ledger rows recording every decided write.
+	Decisions []ledger.Decision
+	// Stale lists the writes (indexes into the batch) whose hook answer was
+	// given about a version of the key that is no longer current: nothing
+	// was decided or recorded for them, and the edge asks the hook again.
+	Stale []int
+}
+
+// ErrMalformedBatch is wrapped by Decide when a batch or its view breaks
+// the contract (a hook write without an answer, a view missing a write's
+// ledger answer, a stored result that does not decode). Nothing of the
+// batch is to be kept: it is a bug in the caller or a corrupt store.
+var ErrMalformedBatch = errors.New("malformed batch")
+
+// Decide decides every write of b against v, in order, and returns the
+// answers and the rows that carry them out. It is the state machine's
+// transition: pure (no clock, no I/O, no randomness), so every replica
+// that decides the same batch against the same view produces the same
+// effects. Later writes of the batch see the effects of earlier ones (a
+// key written twice, an op id sent twice).
+//
+// Per write, in this order: the edge's refusal answers rejected, nothing
+// recorded; the ledger answers a resend duplicate (with the first
+// decision's result) or, when its content differs, rejected op_id_reused;
+// an op the ledger may have forgotten is answered expired and never
+// applied; otherwise the write's policy decides (LWW, optimistic, or the
+// hook's answer while still current) and the decision is recorded in the
+// ledger.
+func Decide(v View, b Batch) (Effects, error) {
+	d := decider{
+		view: v, batch: &b, head: v.Head,
+		records: map[RecordKey]recordState{},
+		decided: map[string]ledger.Decision{},
+		fx:      Effects{Results: make([]syncproto.Result, len(b.Writes))},
+	}
+	for i := range b.Writes {
+		if err := d.decide(i); err != nil {
+			return Effects{}, fmt.Errorf("decide batch of %s: write %d: %w", b.ClientID, i, err)
+		}
+	}
+	return d.fx, nil
+}
+
+// decider holds one Decide call's progress: the view, updated by the
+// batch's own effects.
+type decider struct {
+	view    View
+	batch   *Batch
+	head    uint64
+	records map[RecordKey]recordState // keys this batch wrote
+	decided map[string]ledger.Decision
+	fx      Effects
+}
+
+type recordState struct {
+	rec    Record
+	exists bool
+}
+
+func (d *decider) decide(i int) error {
+	w := &d.batch.Writes[i]
+	m := &w.Mutation
+	if w.Refusal != nil {
+		d.fx.Results[i] = rejected(m.OpID, w.Refusal)
+		return nil
+	}
+	digest := m.Digest()
+	prior, outcome, err := d.lookup(m.OpID)
+	if err != nil {
+		return err
+	}
+	switch outcome {
+	case ledger.Hit:
+		if string(prior.Digest) != digest {
+			d.fx.Results[i] = rejected(m.OpID, syncproto.Errorf(syncproto.CodeOpIDReused,
+				"op_id %s was already decided for a different mutation", m.OpID))
+			return nil
+		}
+		res, err := duplicateOf(prior)
+		d.fx.Results[i] = res
+		return err
+	case ledger.Expired:
+		d.fx.Results[i] = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusExpired,
+			Message: "older than the replay ledger covers; it may or may not have been applied, and is not applied again"}
+		return nil
+	}
+
+	key := RecordKey{m.Model, m.Key}
+	cur := d.record(key)
+	p := d.batch.proposal(m)
+	dec, stale, err := decideWrite(w, cur.rec, cur.exists, p)
+	if errors.Is(err, ErrBaseVersionRequired) {
+		d.fx.Results[i] = rejected(m.OpID, syncproto.Errorf(syncproto.CodeMissingBaseVersion, "model %s uses optimistic concurrency: base_version is required", m.Model))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if stale {
+		d.fx.Stale = append(d.fx.Stale, i)
+		return nil
+	}
+
+	var res syncproto.Result
+	switch dec.Outcome {
+	case OutcomeApplied:
+		d.head++
+		e := NewEntry(dec.Record, d.batch.ClientID)
+		e.Seq, e.AppliedAt = d.head, d.batch.At
+		d.fx.Entries = append(d.fx.Entries, e)
+		d.records[key] = recordState{rec: e.Record(), exists: true}
+		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusApplied, Version: e.Version, Seq: e.Seq, HLC: e.HLC}
+	case OutcomeSuperseded:
+		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusSuperseded, Message: dec.Reason, Winner: winner(dec.Winner)}
+	case OutcomeConflict:
+		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusConflict, Message: dec.Reason, Winner: winner(dec.Winner)}
+	default:
+		return fmt.Errorf("%w: unknown outcome %q", ErrMalformedBatch, dec.Outcome)
+	}
+	if dec.Conflict != nil {
+		c := *dec.Conflict
+		c.DecidedAt = d.batch.At
+		d.fx.Conflicts = append(d.fx.Conflicts, c)
+	}
+	stored, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	ld := ledger.Decision{Scope: d.batch.Tenant, OpID: m.OpID, OpTime: time.UnixMilli(m.HLC.Wall).UTC(),
+		Digest: []byte(digest), Result: stored, DecidedAt: d.batch.At}
+	d.fx.Decisions = append(d.fx.Decisions, ld)
+	d.decided[m.OpID] = ld
+	d.fx.Results[i] = res
+	return nil
+}
+
+// lookup answers whether op was decided: by this batch, or before it.
+func (d *decider) lookup(opID string) (ledger.Decision, ledger.Outcome, error) {
+	if ld, ok := d.decided[opID]; ok {
+		return ld, ledger.Hit, nil
+	}
+	a, ok := d.view.Ledger[opID]
+	if !ok {
+		return ledger.Decision{}, 0, fmt.Errorf("%w: the view has no ledger answer for op %s", ErrMalformedBatch, opID)
+	}
+	return a.Decision, a.Outcome, nil
+}
+
+// record returns key's current state: as this batch left it, or as viewed.
+func (d *decider) record(key RecordKey) recordState {
+	if st, ok := d.records[key]; ok {
+		return st
+	}
+	rec, ok := d.view.Records[key]
+	return recordState{rec: rec, exists: ok}
+}
+
+// decideWrite applies w's policy. stale reports a hook answer about a
+// version that is no longer current.
+func decideWrite(w *Write, current Record, exists bool, p Proposal) (dec Decision, stale bool, err error) {
+	if w.Policy != PolicyHook {
+		dec, err = Resolve(w.Policy, current, exists, p)
+		return dec, false, err
+	}
+	if err := p.validate(); err != nil {
+		return Decision{}, false, err
+	}
+	if !exists {
+		current = Record{}
+	}
+	switch {
+	case w.Hook == nil:
+		return Decision{}, false, fmt.Errorf("%w: op %s of hook model %s has no hook answer", ErrMalformedBatch, p.OpID, p.Model)
+	case w.Hook.Fallback != "":
+		return lwwFallback(current, exists, p, w.Hook.Fallback), false, nil
+	case w.Hook.Version != current.Version:
+		return Decision{}, true, nil
+	case w.Hook.Result.validate() != nil:
+		return lwwFallback(current, exists, p, FallbackInvalid), false, nil
+	}
+	return decideHook(current, p, w.Hook.Result), false, nil
+}
+
+// winner is the wire form of the state that stands. A key that was never
+// written is version 0 and deleted (PROTOCOL.md, push_result).
+func winner(r Record) *syncproto.Winner {
+	return &syncproto.Winner{Version: r.Version, Value: r.Value, HLC: r.HLC, Deleted: r.Deleted || r.Version == 0}
+}
+
+// rejected is the result refusing a mutation. An op id that is not a
+// canonical UUID is not echoed (PROTOCOL.md 5.4): the result would not be
+// valid, and the client matches it by position.
+func rejected(opID string, e *syncproto.Error) syncproto.Result {
+	if syncproto.ValidateOpID(opID) != nil {
+		opID = ""
+	}
+	return syncproto.Result{OpID: opID, Status: syncproto.StatusRejected, Code: e.Code, Message: e.Message}
+}
+
+// duplicateOf answers a resend with the stored result of the first decision.
+func duplicateOf(prior ledger.Decision) (syncproto.Result, error) {
+	var orig syncproto.Result
+	if err := json.Unmarshal(prior.Result, &orig); err != nil {
+		return syncproto.Result{}, fmt.Errorf("%w: stored result of %s: %v", ErrMalformedBatch, prior.OpID, err)
+	}
+	orig.OriginalStatus, orig.Status = orig.Status, syncproto.StatusDuplicate
+	return orig, nil
+}

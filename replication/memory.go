@@ -1,0 +1,241 @@
+package replication
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/syncd-dev/syncd/ledger"
+)
+
+// Memory is the state machine's state held in memory: records, oplog,
+// conflict log and a ledger.Memory. It decides batches with the same code
+// as Store (Apply, Decide) and serves the change feed and snapshots with
+// the same rules (Read, Snapshot), so a deterministic simulation can run
+// the server's decisions without SQLite. Each Save is one atomic commit.
+//
+// A Memory is safe for concurrent use; Apply calls are serialized.
+type Memory struct {
+	mu        sync.Mutex
+	ledger    *ledger.Memory
+	records   map[memRecordKey]Record
+	entries   []Entry // seq order; entries[i].Seq > entries[i-1].Seq
+	head      uint64  // the newest seq ever assigned
+	conflicts []ConflictEntry
+}
+
+type memRecordKey struct{ tenant, model, key string }
+
+// NewMemory returns an empty Memory whose ledger uses opts.
+func NewMemory(opts ledger.Options) (*Memory, error) {
+	l, err := ledger.NewMemory(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Memory{ledger: l, records: map[memRecordKey]Record{}}, nil
+}
+
+// Ledger returns the memory's replay ledger (for pruning and inspection).
+func (m *Memory) Ledger() *ledger.Memory { return m.ledger }
+
+// Apply decides b and commits its effects atomically (see the package
+// function Apply).
+func (m *Memory) Apply(ctx context.Context, b *Batch) (Effects, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	tx, err := m.ledger.Begin(ctx)
+	if err != nil {
+		return Effects{}, err
+	}
+	fx, err := Apply(ctx, memState{m: m, tx: tx}, b)
+	if err != nil {
+		tx.Rollback()
+		return Effects{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return Effects{}, err
+	}
+	m.commit(&fx)
+	return fx, nil
+}
+
+// memState is a Memory inside one Apply: reads see committed state; Save
+// stages the ledger rows in the ledger transaction and checks the rest,
+// which Apply commits once the ledger did.
+type memState struct {
+	m  *Memory
+	tx *ledger.MemoryTx
+}
+
+func (st memState) Load(ctx context.Context, b *Batch) (View, error) {
+	v := View{Records: map[RecordKey]Record{}, Ledger: map[string]LedgerAnswer{}, Head: st.m.head}
+	for i := range b.Writes {
+		w := &b.Writes[i]
+		if w.Refusal != nil {
+			continue
+		}
+		m := &w.Mutation
+		if _, seen := v.Ledger[m.OpID]; !seen {
+			d, outcome, err := st.tx.Lookup(ctx, b.Tenant, m.OpID, time.UnixMilli(m.HLC.Wall))
+			if err != nil {
+				return View{}, fmt.Errorf("load batch: ledger: %w", err)
+			}
+			v.Ledger[m.OpID] = LedgerAnswer{Outcome: outcome, Decision: d}
+		}
+		if rec, ok := st.m.records[memRecordKey{b.Tenant, m.Model, m.Key}]; ok {
+			v.Records[RecordKey{m.Model, m.Key}] = rec
+		}
+	}
+	return v, nil
+}
+
+func (st memState) Save(ctx context.Context, fx *Effects) error {
+	head := st.m.head
+	for _, e := range fx.Entries {
+		unassigned := e
+		unassigned.Seq = 0
+		if err := unassigned.validate(); err != nil {
+			return fmt.Errorf("save batch: %w", err)
+		}
+		if e.Seq != head+1 {
+			return fmt.Errorf("save batch: %w: op %s decided as seq %d after head %d", ErrMalformedBatch, e.OpID, e.Seq, head)
+		}
+		head = e.Seq
+	}
+	for _, d := range fx.Decisions {
+		if err := st.tx.Record(ctx, d); err != nil {
+			return fmt.Errorf("save batch: %w", err)
+		}
+	}
+	return nil
+}
+
+// commit makes fx's entries, records and conflicts visible.
+func (m *Memory) commit(fx *Effects) {
+	for _, e := range fx.Entries {
+		m.entries = append(m.entries, e)
+		m.head = e.Seq
+		m.records[memRecordKey{e.Tenant, e.Model, e.Key}] = e.Record()
+	}
+	for _, c := range fx.Conflicts {
+		c.ID = int64(len(m.conflicts) + 1)
+		m.conflicts = append(m.conflicts, c)
+	}
+}
+
+// Read returns the entries after req.After in req.Scope, with the same
+// paging, cursor checks and errors as SQLiteLog.Read.
+func (m *Memory) Read(ctx context.Context, req ReadRequest) (Page, error) {
+	if err := ctx.Err(); err != nil {
+		return Page{}, err
+	}
+	limit := req.Limit
+	if limit <= 0 {
+		limit = DefaultReadLimit
+	}
+	limit = min(limit, MaxReadLimit)
+	maxBytes := req.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultReadBytes
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.bounds()
+	if err := b.Check(req.After); err != nil {
+		return Page{}, fmt.Errorf("read oplog after %d: %w", req.After, err)
+	}
+	page := Page{Head: b.Head, Next: b.Head}
+	start := sort.Search(len(m.entries), func(i int) bool { return m.entries[i].Seq > req.After })
+	size := 0
+	for _, e := range m.entries[start:] {
+		if !req.Scope.selects(e.Tenant, e.Model) {
+			continue
+		}
+		if len(page.Entries) > 0 && size+len(e.Value) > maxBytes {
+			page.Next = page.Entries[len(page.Entries)-1].Seq
+			return page, nil
+		}
+		size += len(e.Value)
+		page.Entries = append(page.Entries, e)
+		if len(page.Entries) == limit {
+			page.Next = e.Seq
+			return page, nil
+		}
+	}
+	return page, nil
+}
+
+// Bounds returns the retained range of the oplog.
+func (m *Memory) Bounds() Bounds {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bounds()
+}
+
+func (m *Memory) bounds() Bounds {
+	b := Bounds{Head: m.head, Oldest: m.head + 1}
+	if len(m.entries) > 0 {
+		b.Oldest = m.entries[0].Seq
+	}
+	return b
+}
+
+// Compact removes the oldest entries until at most keep remain, and
+// returns how many it removed. Readers whose cursor falls behind get
+// ErrCursorExpired, as with SQLiteLog.Compact.
+func (m *Memory) Compact(keep int) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := max(len(m.entries)-keep, 0)
+	m.entries = slices.Delete(m.entries, 0, n)
+	return n
+}
+
+// Snapshot returns every record in scope, ordered by tenant, model and key
+// (tombstones included), and the head it reflects, like Records.Snapshot.
+func (m *Memory) Snapshot(scope Scope) (uint64, []Record) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Record
+	for k, rec := range m.records {
+		if scope.selects(k.tenant, k.model) {
+			out = append(out, rec)
+		}
+	}
+	slices.SortFunc(out, func(a, b Record) int {
+		switch {
+		case a.Tenant != b.Tenant:
+			return cmp.Compare(a.Tenant, b.Tenant)
+		case a.Model != b.Model:
+			return cmp.Compare(a.Model, b.Model)
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	return m.head, out
+}
+
+// Conflicts returns the conflict-log rows in scope, oldest first.
+func (m *Memory) Conflicts(scope Scope) []ConflictEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []ConflictEntry
+	for _, c := range m.conflicts {
+		if scope.selects(c.Tenant, c.Model) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// selects reports whether s selects a row of tenant and model (the rule
+// scopeWhere writes in SQL).
+func (s Scope) selects(tenant, model string) bool {
+	if !s.AllTenants && tenant != s.Tenant {
+		return false
+	}
+	return s.AllModels || slices.Contains(s.Models, model)
+}

@@ -1,0 +1,188 @@
+package replication
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/syncd-dev/syncd/ledger"
+)
+
+// State is where batches are decided and carried out: one transaction of a
+// store. Load reads the View a batch is decided against; Save writes the
+// Effects of its decision. Apply runs the three steps.
+type State interface {
+	Load(ctx context.Context, b *Batch) (View, error)
+	Save(ctx context.Context, fx *Effects) error
+}
+
+// Apply decides b against st and carries the decision out in st: the
+// state machine's one step. On error nothing of b is to be kept (the
+// caller rolls its transaction back).
+func Apply(ctx context.Context, st State, b *Batch) (Effects, error) {
+	v, err := st.Load(ctx, b)
+	if err != nil {
+		return Effects{}, err
+	}
+	fx, err := Decide(v, *b)
+	if err != nil {
+		return Effects{}, err
+	}
+	if err := st.Save(ctx, &fx); err != nil {
+		return Effects{}, err
+	}
+	return fx, nil
+}
+
+// StoreOptions configures a Store. The zero value means the packages'
+// defaults and time.Now.
+type StoreOptions struct {
+	Ledger    ledger.Options
+	Log       Retention
+	Conflicts Retention
+	// Now is the reference for retention (and stamps rows written outside
+	// a batch, which only tests do); nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is the state machine's SQLite state: the records, the oplog, the
+// conflict log and the replay ledger, in one database, so that a batch's
+// decision commits in one transaction. The handle stays the caller's.
+type Store struct {
+	DB        *sql.DB
+	Records   *Records
+	Log       *SQLiteLog
+	Conflicts *ConflictLog
+	Ledger    *ledger.SQL
+	// ID names this database (see Identity).
+	ID string
+}
+
+// OpenStore creates the state machine's tables in db if missing and
+// returns the store. db is opened as internal/sqlitedb opens it.
+func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Ledger.Now == nil {
+		o.Ledger.Now = o.Now
+	}
+	s := &Store{DB: db}
+	var err error
+	if s.Ledger, err = ledger.NewSQL(ctx, db, o.Ledger); err != nil {
+		return nil, err
+	}
+	if s.Records, err = NewRecords(ctx, db); err != nil {
+		return nil, err
+	}
+	if s.Log, err = NewSQLiteLog(ctx, db, LogOptions{Retention: o.Log, Now: o.Now}); err != nil {
+		return nil, err
+	}
+	if s.Conflicts, err = NewConflictLog(ctx, db, ConflictLogOptions{Retention: o.Conflicts, Now: o.Now}); err != nil {
+		return nil, err
+	}
+	if s.ID, err = identity(ctx, db); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// identity returns the id of the database behind db, creating it (a random
+// UUID) the first time. A restored backup keeps its id; a fresh database
+// gets a new one, so a client's cursor from another database is never
+// mistaken for a position in this one.
+func identity(ctx context.Context, db *sql.DB) (string, error) {
+	const schema = `CREATE TABLE IF NOT EXISTS syncd_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)`
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		return "", fmt.Errorf("create syncd_meta: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT OR IGNORE INTO syncd_meta (name, value) VALUES ('database_id', ?)`, uuid.NewString()); err != nil {
+		return "", fmt.Errorf("store database id: %w", err)
+	}
+	var id string
+	if err := db.QueryRowContext(ctx, `SELECT value FROM syncd_meta WHERE name = 'database_id'`).Scan(&id); err != nil {
+		return "", fmt.Errorf("read database id: %w", err)
+	}
+	return id, nil
+}
+
+// In returns the State of s inside tx, a write transaction of s.DB.
+func (s *Store) In(tx *sql.Tx) State {
+	return &sqlState{s: s, tx: tx, ledger: s.Ledger.In(tx)}
+}
+
+// Committed reports a commit that appended up to head to the change feed's
+// waiters (SQLiteLog.Committed). Call it after every commit that appended.
+func (s *Store) Committed(head uint64) { s.Log.Committed(head) }
+
+// sqlState is a Store inside one write transaction.
+type sqlState struct {
+	s      *Store
+	tx     *sql.Tx
+	ledger ledger.Tx
+}
+
+func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
+	v := View{Records: map[RecordKey]Record{}, Ledger: map[string]LedgerAnswer{}}
+	var err error
+	if v.Head, err = st.s.Log.head(ctx, st.tx); err != nil {
+		return View{}, fmt.Errorf("load batch: %w", err)
+	}
+	for i := range b.Writes {
+		w := &b.Writes[i]
+		if w.Refusal != nil {
+			continue
+		}
+		m := &w.Mutation
+		if _, seen := v.Ledger[m.OpID]; !seen {
+			d, outcome, err := st.ledger.Lookup(ctx, b.Tenant, m.OpID, time.UnixMilli(m.HLC.Wall))
+			if err != nil {
+				return View{}, fmt.Errorf("load batch: ledger: %w", err)
+			}
+			v.Ledger[m.OpID] = LedgerAnswer{Outcome: outcome, Decision: d}
+		}
+		key := RecordKey{m.Model, m.Key}
+		if _, seen := v.Records[key]; seen {
+			continue
+		}
+		rec, exists, err := st.s.Records.Get(ctx, st.tx, b.Tenant, m.Model, m.Key)
+		if err != nil {
+			return View{}, fmt.Errorf("load batch: %w", err)
+		}
+		if exists {
+			v.Records[key] = rec
+		}
+	}
+	return v, nil
+}
+
+func (st *sqlState) Save(ctx context.Context, fx *Effects) error {
+	for _, e := range fx.Entries {
+		appended := e
+		appended.Seq = 0 // the log assigns it; it must agree with Decide
+		got, err := st.s.Log.Append(ctx, st.tx, appended)
+		if err != nil {
+			return fmt.Errorf("save batch: %w", err)
+		}
+		if got.Seq != e.Seq {
+			return fmt.Errorf("save batch: %w: op %s decided as seq %d, appended as %d", ErrMalformedBatch, e.OpID, e.Seq, got.Seq)
+		}
+		if err := st.s.Records.Put(ctx, st.tx, e.Record()); err != nil {
+			return fmt.Errorf("save batch: %w", err)
+		}
+	}
+	for _, c := range fx.Conflicts {
+		if _, err := st.s.Conflicts.Insert(ctx, st.tx, c); err != nil {
+			return fmt.Errorf("save batch: %w", err)
+		}
+	}
+	for _, d := range fx.Decisions {
+		if err := st.ledger.Record(ctx, d); err != nil {
+			return fmt.Errorf("save batch: %w", err)
+		}
+	}
+	return nil
+}
