@@ -31,8 +31,8 @@ type ConflictEntry struct {
 }
 
 // DefaultConflictRetention is the conflict log's retention when
-// ConflictLogOptions.Retention leaves a field zero: the newest 10,000 rows,
-// none older than seven days.
+// ConflictLogOptions.Retention leaves a field zero: each tenant's newest
+// 10,000 rows, none older than seven days.
 var DefaultConflictRetention = Retention{MaxEntries: 10_000, MaxAge: 7 * 24 * time.Hour}
 
 // List limits.
@@ -97,7 +97,8 @@ CREATE TABLE IF NOT EXISTS conflicts (
 	winner_hlc     TEXT    NOT NULL,
 	winner_deleted INTEGER NOT NULL,
 	decided_at     INTEGER NOT NULL
-);`
+);
+CREATE INDEX IF NOT EXISTS conflicts_tenant_id ON conflicts (tenant, id);`
 
 // NewConflictLog creates the conflicts table in db if missing and returns
 // the log. db must be a go-sqlite3 ("sqlite3") handle.
@@ -205,13 +206,68 @@ func scanConflict(rows *sql.Rows) (ConflictEntry, error) {
 	return c, nil
 }
 
-// Prune removes the oldest rows beyond the retention, in bounded chunks
-// each committed on its own, and returns how many it removed (also when
-// ctx ends midway). Run it periodically; Insert never prunes.
+// Prune removes the rows beyond the retention, in bounded chunks each
+// committed on its own, and returns how many it removed (also when ctx
+// ends midway). The count bound is per tenant: one tenant's conflicts never
+// push another's out. Run it periodically; Insert never prunes.
 func (l *ConflictLog) Prune(ctx context.Context) (int64, error) {
-	n, err := pruneOldest(ctx, l.db, pruneTable{table: "conflicts", id: "id", at: "decided_at"}, l.retention, l.now())
+	var total int64
+	now := l.now()
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("prune conflicts: %w", err)
+		}
+		n, err := l.prune(ctx, l.db, now, l.retention.Chunk)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("prune conflicts: %w", err)
+		}
+		if n < int64(l.retention.Chunk) {
+			return total, nil
+		}
+	}
+}
+
+// PruneIn removes, inside tx, at most limit rows beyond the retention as
+// of now, and returns how many it removed. It reads no clock: replicas
+// that run it with the same now on the same rows remove the same rows (a
+// replicated pruning job).
+func (l *ConflictLog) PruneIn(ctx context.Context, tx *sql.Tx, now time.Time, limit int) (int64, error) {
+	n, err := l.prune(ctx, tx, now, limit)
 	if err != nil {
-		return n, fmt.Errorf("prune conflicts: %w", err)
+		return 0, fmt.Errorf("prune conflicts: %w", err)
 	}
 	return n, nil
+}
+
+// prune deletes at most limit rows, oldest first: those older than the age
+// bound, then those beyond the count bound of their tenant.
+func (l *ConflictLog) prune(ctx context.Context, q execer, now time.Time, limit int) (int64, error) {
+	var total int64
+	if l.retention.MaxAge >= 0 {
+		res, err := q.ExecContext(ctx, `DELETE FROM conflicts WHERE id IN
+			(SELECT id FROM conflicts WHERE decided_at < ? ORDER BY id LIMIT ?)`,
+			now.Add(-l.retention.MaxAge).UnixMilli(), limit)
+		if err != nil {
+			return 0, err
+		}
+		if total, err = res.RowsAffected(); err != nil || total >= int64(limit) {
+			return total, err
+		}
+	}
+	if l.retention.MaxEntries >= 0 {
+		res, err := q.ExecContext(ctx, `DELETE FROM conflicts WHERE id IN
+			(SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY tenant ORDER BY id DESC) AS newer FROM conflicts)
+			 WHERE newer > ? ORDER BY id LIMIT ?)`,
+			l.retention.MaxEntries, int64(limit)-total)
+		if err != nil {
+			return total, err
+		}
+		n, err := res.RowsAffected()
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }

@@ -141,6 +141,29 @@ func TestConflictLogPrune(t *testing.T) {
 	require.Equal(t, []int64{9}, insertConflicts(t, s, conflict("t1", "notes", 9)))
 }
 
+// TestConflictLogPruneIsPerTenant: one tenant's flood of conflicts never
+// prunes another tenant's history, and the in-transaction prune of a
+// replicated job removes the same rows.
+func TestConflictLogPruneIsPerTenant(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, r.Retention{}, r.Retention{MaxEntries: 3, Chunk: 4})
+	insertConflicts(t, s, conflict("quiet", "notes", 1), conflict("quiet", "notes", 2)) // ids 1, 2
+	for i := range 10 {
+		insertConflicts(t, s, conflict("noisy", "notes", i)) // ids 3..12
+	}
+	var n int64
+	inTx(t, s.db, func(tx *sql.Tx) (err error) {
+		n, err = s.conflicts.PruneIn(ctx, tx, s.clock.Now(), 4)
+		return err
+	})
+	require.Equal(t, int64(4), n, "one chunk")
+	n, err := s.conflicts.Prune(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n, "the rest")
+	all := r.Scope{AllTenants: true, AllModels: true}
+	require.Equal(t, []int64{12, 11, 10, 2, 1}, ids(list(t, s, r.ConflictFilter{Scope: all})))
+}
+
 func TestConflictLogDefaults(t *testing.T) {
 	s := openStore(t, r.Retention{}, r.Retention{})
 	for i := range 3 {

@@ -106,13 +106,36 @@ type pruneTable struct {
 	table, id, at string
 }
 
-// pruneOldest deletes, chunk by chunk, the oldest rows of t that exceed
-// ret (already defaulted) as of now. A chunk removes the longest prefix of
-// the oldest Chunk rows in which every row is beyond the count bound or
-// older than the age bound, so a row with an out-of-order time stops the
-// prune rather than leaving a hole. It stops at the first chunk that
-// removes less than a full chunk, or when ctx ends.
+// execer runs a statement: the database handle, or a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// pruneOldest deletes, chunk by chunk each in its own statement, the
+// oldest rows of t that exceed ret (already defaulted) as of now (see
+// pruneChunk). It stops at the first chunk that removes less than a full
+// chunk, or when ctx ends.
 func pruneOldest(ctx context.Context, db *sql.DB, t pruneTable, ret Retention, now time.Time) (int64, error) {
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := pruneChunk(ctx, db, t, ret, now, ret.Chunk)
+		total += n
+		if err != nil || n < int64(ret.Chunk) {
+			return total, err
+		}
+	}
+}
+
+// pruneChunk deletes, in one statement through q, the longest prefix of
+// the oldest limit rows of t in which every row is beyond the count bound
+// or older than the age bound of ret as of now, so a row with an
+// out-of-order time stops the prune rather than leaving a hole. It reads
+// nothing but the table, so replicas holding the same rows delete the
+// same rows.
+func pruneChunk(ctx context.Context, q execer, t pruneTable, ret Retention, now time.Time, limit int) (int64, error) {
 	keep := int64(math.MaxInt64)
 	if ret.MaxEntries >= 0 {
 		keep = ret.MaxEntries
@@ -129,22 +152,9 @@ WITH chunk AS (SELECT %[2]s AS id, %[3]s AS at FROM %[1]s ORDER BY %[2]s LIMIT ?
      keeper AS (SELECT min(chunk.id) AS id FROM chunk, bound WHERE chunk.id > bound.last AND chunk.at >= ?3)
 DELETE FROM %[1]s WHERE %[2]s <= coalesce((SELECT id - 1 FROM keeper), (SELECT max(id) FROM chunk))`,
 		t.table, t.id, t.at)
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		res, err := db.ExecContext(ctx, query, ret.Chunk, keep, olderThan)
-		if err != nil {
-			return total, err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < int64(ret.Chunk) {
-			return total, nil
-		}
+	res, err := q.ExecContext(ctx, query, limit, keep, olderThan)
+	if err != nil {
+		return 0, err
 	}
+	return res.RowsAffected()
 }

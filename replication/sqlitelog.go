@@ -254,9 +254,23 @@ func bounds(ctx context.Context, conn *sql.Conn) (Bounds, error) {
 // ErrCursorExpired and resync. It returns the number of entries removed,
 // also when ctx ends midway.
 func (l *SQLiteLog) Compact(ctx context.Context) (int64, error) {
-	n, err := pruneOldest(ctx, l.db, pruneTable{table: "oplog", id: "seq", at: "applied_at"}, l.retention, l.now())
+	n, err := pruneOldest(ctx, l.db, oplogTable, l.retention, l.now())
 	if err != nil {
 		return n, fmt.Errorf("compact oplog: %w", err)
 	}
 	return n, nil
 }
+
+// CompactIn removes, inside tx, at most limit of the oldest entries beyond
+// the retention as of now, and returns how many it removed. It reads no
+// clock: replicas that run it with the same now on the same log remove
+// the same entries (a replicated compaction job).
+func (l *SQLiteLog) CompactIn(ctx context.Context, tx *sql.Tx, now time.Time, limit int) (int64, error) {
+	n, err := pruneChunk(ctx, tx, oplogTable, l.retention, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("compact oplog: %w", err)
+	}
+	return n, nil
+}
+
+var oplogTable = pruneTable{table: "oplog", id: "seq", at: "applied_at"}

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -46,7 +47,17 @@ type StoreOptions struct {
 	// Now is the reference for retention (and stamps rows written outside
 	// a batch, which only tests do); nil means time.Now.
 	Now func() time.Time
+	// ID is the identity the database must have: a cluster's id, which
+	// every node's database takes. "" means the database keeps the id it
+	// has, or gets a random one when new.
+	ID string
 }
+
+// ErrOtherDatabase is wrapped by OpenStore when the database holds another
+// identity than StoreOptions.ID: it belongs to another cluster (or another
+// single node). Nothing was changed; point the node at its own data
+// directory, or start it empty to restore from the cluster's snapshot.
+var ErrOtherDatabase = errors.New("database belongs to another cluster")
 
 // Store is the state machine's SQLite state: the records, the oplog, the
 // conflict log and the replay ledger, in one database, so that a batch's
@@ -84,27 +95,33 @@ func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) 
 	if s.Conflicts, err = NewConflictLog(ctx, db, ConflictLogOptions{Retention: o.Conflicts, Now: o.Now}); err != nil {
 		return nil, err
 	}
-	if s.ID, err = identity(ctx, db); err != nil {
+	if s.ID, err = identity(ctx, db, o.ID); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// identity returns the id of the database behind db, creating it (a random
-// UUID) the first time. A restored backup keeps its id; a fresh database
-// gets a new one, so a client's cursor from another database is never
-// mistaken for a position in this one.
-func identity(ctx context.Context, db *sql.DB) (string, error) {
+// identity returns the id of the database behind db, creating it the first
+// time (want, or a random UUID). A restored backup keeps its id; a fresh
+// database gets a new one, so a client's cursor from another database is
+// never mistaken for a position in this one.
+func identity(ctx context.Context, db *sql.DB, want string) (string, error) {
 	const schema = `CREATE TABLE IF NOT EXISTS syncd_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)`
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		return "", fmt.Errorf("create syncd_meta: %w", err)
 	}
-	if _, err := db.ExecContext(ctx, `INSERT OR IGNORE INTO syncd_meta (name, value) VALUES ('database_id', ?)`, uuid.NewString()); err != nil {
+	id := want
+	if id == "" {
+		id = uuid.NewString()
+	}
+	if _, err := db.ExecContext(ctx, `INSERT OR IGNORE INTO syncd_meta (name, value) VALUES ('database_id', ?)`, id); err != nil {
 		return "", fmt.Errorf("store database id: %w", err)
 	}
-	var id string
 	if err := db.QueryRowContext(ctx, `SELECT value FROM syncd_meta WHERE name = 'database_id'`).Scan(&id); err != nil {
 		return "", fmt.Errorf("read database id: %w", err)
+	}
+	if want != "" && id != want {
+		return "", fmt.Errorf("open store: %w: it is %s, not %s", ErrOtherDatabase, id, want)
 	}
 	return id, nil
 }
