@@ -169,7 +169,7 @@ func open(ctx context.Context, path string, o Options) (*sql.DB, error) {
 		return nil, err
 	}
 	for _, dir := range toSync {
-		if err := syncDir(dir); err != nil {
+		if err := SyncDir(dir); err != nil {
 			_ = db.Close()
 			return nil, err
 		}
@@ -307,10 +307,10 @@ func createDirs(file string) ([]string, error) {
 	return toSync, nil
 }
 
-// syncDir fsyncs a directory, making the entries in it durable. A file
-// system that cannot sync directories (EINVAL, ENOTSUP) is not an error; a
-// failed sync is.
-func syncDir(dir string) error {
+// SyncDir fsyncs a directory, making its entries durable after a create or
+// a rename in it. A file system that cannot sync directories (EINVAL,
+// ENOTSUP) is not an error; a failed sync is.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("open directory for sync: %w", err)

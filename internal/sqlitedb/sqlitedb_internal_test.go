@@ -32,8 +32,8 @@ func TestCreateDirsReturnsTheEntriesToSync(t *testing.T) {
 }
 
 func TestSyncDir(t *testing.T) {
-	require.NoError(t, syncDir(t.TempDir()), "a normal directory syncs")
-	require.ErrorContains(t, syncDir(filepath.Join(t.TempDir(), "missing")), "open directory for sync")
+	require.NoError(t, SyncDir(t.TempDir()), "a normal directory syncs")
+	require.ErrorContains(t, SyncDir(filepath.Join(t.TempDir(), "missing")), "open directory for sync")
 }
 
 // The path is a URI: characters SQLite would read as a query, a fragment

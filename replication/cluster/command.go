@@ -15,16 +15,18 @@ import (
 // stopping says "upgrade this node" loudly.
 const CommandVersion = 1
 
-// Command is one entry of the command stream: a push batch as its edge
-// admitted it, or a singleton job. Exactly one of Batch and Job is set.
+// Command is one entry of the command stream: the push batches one edge
+// admitted while its previous publish was in flight (group publish, as a
+// single node groups commits), or a singleton job. Exactly one of Batches
+// and Job is set.
 type Command struct {
 	Version int `json:"v"`
 	// ID is unique per command: the publish's message id (JetStream drops
 	// a republished duplicate within its window) and what the edge waits
 	// for.
-	ID    string              `json:"id"`
-	Batch *replication.Batch `json:"batch,omitempty"`
-	Job   *Job               `json:"job,omitempty"`
+	ID      string              `json:"id"`
+	Batches []replication.Batch `json:"batches,omitempty"`
+	Job     *Job                `json:"job,omitempty"`
 }
 
 // JobKind names a singleton job.
@@ -66,8 +68,8 @@ func decodeCommand(data []byte) (Command, error) {
 	switch {
 	case c.Version != CommandVersion:
 		return Command{}, fmt.Errorf("%w: version %d, this node applies version %d", ErrBadCommand, c.Version, CommandVersion)
-	case (c.Batch == nil) == (c.Job == nil):
-		return Command{}, fmt.Errorf("%w: %s holds neither or both of a batch and a job", ErrBadCommand, c.ID)
+	case (len(c.Batches) == 0) == (c.Job == nil):
+		return Command{}, fmt.Errorf("%w: %s holds neither or both of batches and a job", ErrBadCommand, c.ID)
 	}
 	return c, nil
 }

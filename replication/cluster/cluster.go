@@ -1,0 +1,475 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// Names of what syncd keeps in JetStream.
+const (
+	// StreamName is the command stream.
+	StreamName = "SYNCD_COMMANDS"
+	// Subject is the one subject of the command stream.
+	Subject = "syncd.commands"
+	// LeaseBucket holds the singleton-job lease and the cluster's identity.
+	LeaseBucket = "syncd_lease"
+	// NodesBucket holds each node's status and digest checkpoints.
+	NodesBucket = "syncd_nodes"
+	// SnapshotBucket is the object store of state snapshots.
+	SnapshotBucket = "syncd_snapshots"
+
+	clusterIDKey = "cluster_id"
+	metaCluster  = "syncd.cluster_id"
+)
+
+// Defaults of Options' zero fields.
+const (
+	DefaultReplicas        = 3
+	DefaultStreamMaxAge    = 7 * 24 * time.Hour
+	DefaultMaxCommandBytes = 2*syncproto.MaxFrameBytes + 1<<20
+	DefaultAPITimeout      = 2 * time.Second
+	DefaultCommitTimeout   = 30 * time.Second
+	DefaultLeaseTTL        = 10 * time.Second
+	DefaultJobInterval     = time.Minute
+	DefaultSnapshotEvery   = time.Hour
+	DefaultCheckpointEvery = 1000
+	DefaultHeartbeat       = time.Second
+)
+
+// Options configure a node's membership in a cluster. The zero value of
+// every field except Node means its default.
+type Options struct {
+	// Node is this node's name, unique in the cluster (syncproto id syntax).
+	Node string
+	// Replicas is how many NATS servers hold each stream, bucket and object
+	// store; 1 is for tests. A stream that exists with another count is a
+	// configuration error (ErrMisconfigured).
+	Replicas int
+	// StreamMaxAge and StreamMaxBytes bound the command stream (0: the
+	// default age, no byte bound). A node whose position falls below the
+	// stream's first message restores from a snapshot, so snapshots must be
+	// taken well within this retention (SnapshotEvery).
+	StreamMaxAge   time.Duration
+	StreamMaxBytes int64
+	// MaxCommandBytes is the largest command published; the stream and
+	// the NATS servers must accept messages of this size.
+	MaxCommandBytes int
+	// APITimeout bounds one attempt of a JetStream API call; calls are
+	// retried until their context ends, since a call made while the
+	// cluster has no leader gets no answer at all.
+	APITimeout time.Duration
+	// CommitTimeout bounds how long Submit waits for this node to apply a
+	// published command before answering that the outcome is unknown.
+	CommitTimeout time.Duration
+	// LeaseTTL is how long the singleton-job lease outlives its holder's
+	// last renewal; JobInterval how often the holder publishes the
+	// retention jobs; SnapshotEvery how often it stores a snapshot.
+	LeaseTTL      time.Duration
+	JobInterval   time.Duration
+	SnapshotEvery time.Duration
+	// Retention of the jobs: JobLimit rows per job command.
+	JobLimit int
+	// SnapshotDir is where a snapshot is written before its upload; ""
+	// means the system's temporary directory.
+	SnapshotDir string
+	// CheckpointEvery is how many stream messages lie between two digest
+	// checkpoints the nodes compare.
+	CheckpointEvery uint64
+	// Heartbeat is the consumer's idle heartbeat: a consumer whose NATS
+	// server died is noticed and recreated after about twice this.
+	Heartbeat time.Duration
+	// Now is the clock of jobs (the retention reference they carry); nil
+	// means time.Now.
+	Now func() time.Time
+	// OnApplied is called on the materializer's goroutine after every
+	// commit, with the oplog head it reached (for gauges). Optional.
+	OnApplied func(oplogHead uint64)
+	Logger    *slog.Logger
+	// Registerer receives the cluster metrics; nil means none.
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) setDefaults() error {
+	if err := syncproto.ValidateID(o.Node); err != nil {
+		return fmt.Errorf("node name: %w", err)
+	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.StreamMaxAge, DefaultStreamMaxAge)
+	def(&o.APITimeout, DefaultAPITimeout)
+	def(&o.CommitTimeout, DefaultCommitTimeout)
+	def(&o.LeaseTTL, DefaultLeaseTTL)
+	def(&o.JobInterval, DefaultJobInterval)
+	def(&o.SnapshotEvery, DefaultSnapshotEvery)
+	def(&o.Heartbeat, DefaultHeartbeat)
+	if o.Replicas == 0 {
+		o.Replicas = DefaultReplicas
+	}
+	if o.MaxCommandBytes == 0 {
+		o.MaxCommandBytes = DefaultMaxCommandBytes
+	}
+	if o.JobLimit == 0 {
+		o.JobLimit = replication.DefaultPruneChunk
+	}
+	if o.CheckpointEvery == 0 {
+		o.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Replicas < 1 || o.Replicas > 5 {
+		return fmt.Errorf("replicas %d: want 1 to 5", o.Replicas)
+	}
+	if o.Heartbeat < 500*time.Millisecond || o.Heartbeat > 30*time.Second {
+		return fmt.Errorf("heartbeat %s: want 500ms to 30s", o.Heartbeat)
+	}
+	return nil
+}
+
+// Errors of Connect. Each names what the operator must fix.
+var (
+	// ErrMisconfigured: the stream, a bucket or the NATS servers exist
+	// with settings syncd cannot run on (replicas, message size limits,
+	// subjects). Nothing was changed.
+	ErrMisconfigured = errors.New("cluster misconfigured")
+	// ErrOtherCluster: the stream belongs to another syncd cluster than
+	// this node's data. Nothing was changed.
+	ErrOtherCluster = errors.New("stream belongs to another cluster")
+)
+
+// Cluster is one node's membership: the command stream it publishes to,
+// the materializer that applies the stream to the node's Store, the lease
+// loop that runs singleton jobs, and the digest checks against its peers.
+// Create it with Connect, then Start it with the node's Store.
+type Cluster struct {
+	opts    Options
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	lease   jetstream.KeyValue
+	nodes   jetstream.KeyValue
+	objects jetstream.ObjectStore
+	id      string
+	log     *slog.Logger
+	metrics *metrics
+
+	store *replication.Store
+	pub   *publisher
+
+	waitingQuorum atomic.Bool
+	failed        atomic.Pointer[error] // set when this node must stop serving
+	appliedSeq    atomic.Uint64         // stream seq applied to the store
+	streamHead    atomic.Uint64         // newest stream seq seen
+	leaseHeld     atomic.Bool
+
+	checkpoints chan checkpoint // from the materializer to the report loop
+
+	waitMu  sync.Mutex
+	waiters map[string]func([]replication.Effects, error) // by command id
+
+	runCtx context.Context // the node's life, from Start to Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Connect joins the cluster through nc: it creates the command stream, the
+// buckets and the object store when missing (the first node of a new
+// cluster also creates its identity) and checks them when present. It
+// retries each JetStream call until ctx ends, reporting "waiting for
+// cluster quorum" while there is no answer.
+func Connect(ctx context.Context, nc *nats.Conn, o Options) (*Cluster, error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c := &Cluster{opts: o, nc: nc, js: js, log: o.Logger.With("node", o.Node),
+		waiters: map[string]func([]replication.Effects, error){}, checkpoints: make(chan checkpoint, 16)}
+	c.metrics = newMetrics(o.Registerer)
+	if max := nc.MaxPayload(); max < int64(o.MaxCommandBytes) {
+		return nil, fmt.Errorf("cluster: %w: the NATS servers accept messages up to %d bytes, syncd publishes up to %d: set max_payload to at least %d on every server",
+			ErrMisconfigured, max, o.MaxCommandBytes, o.MaxCommandBytes)
+	}
+	if err := c.setUp(ctx); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	return c, nil
+}
+
+// ID is the cluster's identity: every node's database takes it
+// (replication.StoreOptions.ID) and clients see it as welcome.database_id.
+func (c *Cluster) ID() string { return c.id }
+
+// setUp creates or checks the stream, the buckets and the identity.
+func (c *Cluster) setUp(ctx context.Context) error {
+	o := c.opts
+	err := c.retry(ctx, "open the lease bucket", func(ctx context.Context) (err error) {
+		c.lease, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: LeaseBucket, Description: "syncd: the singleton-job lease and the cluster identity",
+			TTL: o.LeaseTTL, History: 1, Replicas: o.Replicas, Storage: jetstream.FileStorage,
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// The identity cannot live in the lease bucket (its TTL would expire
+	// it): it lives in the stream's metadata, set by the node that creates
+	// the stream.
+	want := jetstream.StreamConfig{
+		Name: StreamName, Description: "syncd: the command stream every node applies",
+		Subjects: []string{Subject}, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
+		MaxAge: o.StreamMaxAge, MaxBytes: o.StreamMaxBytes, MaxMsgSize: int32(o.MaxCommandBytes),
+		Storage: jetstream.FileStorage, Replicas: o.Replicas, Duplicates: 2 * time.Minute,
+		DenyDelete: true, DenyPurge: true,
+		Metadata: map[string]string{metaCluster: uuid.NewString()},
+	}
+	if want.MaxBytes == 0 {
+		want.MaxBytes = -1
+	}
+	err = c.retry(ctx, "open the command stream", func(ctx context.Context) error {
+		s, err := c.js.Stream(ctx, StreamName)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			s, err = c.js.CreateStream(ctx, want)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				s, err = c.js.Stream(ctx, StreamName) // another node created it first
+			}
+		}
+		c.stream = s
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := checkStream(c.stream.CachedInfo().Config, want); err != nil {
+		return err
+	}
+	c.id = c.stream.CachedInfo().Config.Metadata[metaCluster]
+	if err := c.retry(ctx, "open the nodes bucket", func(ctx context.Context) (err error) {
+		c.nodes, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: NodesBucket, Description: "syncd: node status and digest checkpoints",
+			History: 1, Replicas: o.Replicas, Storage: jetstream.FileStorage,
+		})
+		return err
+	}); err != nil {
+		return err
+	}
+	return c.retry(ctx, "open the snapshot store", func(ctx context.Context) (err error) {
+		c.objects, err = c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: SnapshotBucket, Description: "syncd: state snapshots for new and lagging nodes",
+			Replicas: o.Replicas, Storage: jetstream.FileStorage,
+		})
+		return err
+	})
+}
+
+// checkStream refuses a stream syncd did not create for this use.
+func checkStream(got, want jetstream.StreamConfig) error {
+	var problems []string
+	if got.Metadata[metaCluster] == "" {
+		problems = append(problems, "it carries no syncd cluster id (it was not created by syncd)")
+	}
+	if len(got.Subjects) != 1 || got.Subjects[0] != Subject {
+		problems = append(problems, fmt.Sprintf("subjects %v, want [%s]", got.Subjects, Subject))
+	}
+	if got.Replicas != want.Replicas {
+		problems = append(problems, fmt.Sprintf("%d replicas, this node is configured for %d", got.Replicas, want.Replicas))
+	}
+	if got.MaxMsgSize > 0 && got.MaxMsgSize < want.MaxMsgSize {
+		problems = append(problems, fmt.Sprintf("max message size %d, syncd needs %d", got.MaxMsgSize, want.MaxMsgSize))
+	}
+	if got.Storage != jetstream.FileStorage {
+		problems = append(problems, "memory storage: acknowledged writes would not survive a restart")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: stream %s: %s", ErrMisconfigured, StreamName, joinProblems(problems))
+	}
+	return nil
+}
+
+func joinProblems(p []string) string {
+	s := p[0]
+	for _, q := range p[1:] {
+		s += "; " + q
+	}
+	return s
+}
+
+// retry runs fn with a per-attempt timeout until it succeeds, fails with
+// an answer that retrying cannot change, or ctx ends. While attempts time
+// out (no JetStream leader answers), the node reports that it waits for
+// quorum.
+func (c *Cluster) retry(ctx context.Context, what string, fn func(context.Context) error) error {
+	var logged time.Time
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
+		err := fn(actx)
+		cancel()
+		if err == nil {
+			if c.waitingQuorum.CompareAndSwap(true, false) {
+				c.log.Info("cluster quorum reached", "step", what)
+				c.metrics.waitingQuorum.Set(0)
+			}
+			return nil
+		}
+		if !retryable(err) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: waiting for cluster quorum: %w (last: %v)", what, ctx.Err(), err)
+		}
+		c.waitingQuorum.Store(true)
+		c.metrics.waitingQuorum.Set(1)
+		if time.Since(logged) > 10*time.Second {
+			c.log.Warn("waiting for cluster quorum", "step", what, "attempt", attempt+1, "err", err)
+			logged = time.Now()
+		}
+		select {
+		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// retryable reports whether a JetStream error may go away by itself (no
+// leader yet, a timeout, a lost connection) rather than being an answer.
+func retryable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code >= 500 // JetStream temporarily unavailable, no leader
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrDisconnected)
+}
+
+// Start runs the node on store, opened with replication.StoreOptions.ID
+// set to ID: the materializer from the store's applied position, the
+// publisher, the lease loop and the status reports. Stop it with Close.
+func (c *Cluster) Start(store *replication.Store) error {
+	if store.ID != c.id {
+		return fmt.Errorf("cluster: %w: the store is database %s, the stream is cluster %s", ErrOtherCluster, store.ID, c.id)
+	}
+	pos, err := readPosition(context.Background(), store.DB)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	c.store = store
+	c.appliedSeq.Store(pos.applied)
+	ctx, cancel := context.WithCancel(context.Background())
+	c.runCtx, c.cancel = ctx, cancel
+	c.pub = newPublisher(c)
+	c.wg.Add(4)
+	go func() { defer c.wg.Done(); c.pub.run(ctx) }()
+	go func() { defer c.wg.Done(); c.materialize(ctx) }()
+	go func() { defer c.wg.Done(); c.runLease(ctx) }()
+	go func() { defer c.wg.Done(); c.runReports(ctx) }()
+	return nil
+}
+
+// Close stops the node's goroutines and waits for them. Pending submits
+// are answered with ErrClosed. The NATS connection stays the caller's.
+func (c *Cluster) Close() {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.wg.Wait()
+	c.failWaiters(ErrClosed)
+}
+
+// ErrClosed answers submits of a closing node; nothing of them is known to
+// be applied (resend, the ledger answers duplicates).
+var ErrClosed = errors.New("cluster node closed")
+
+// Ready returns nil when the node may serve: it is not waiting for quorum,
+// has not failed (divergence, a gap it must restore from a snapshot), and
+// its materializer is not far behind the stream.
+func (c *Cluster) Ready() error {
+	if errp := c.failed.Load(); errp != nil {
+		return *errp
+	}
+	if c.waitingQuorum.Load() {
+		return errors.New("waiting for cluster quorum")
+	}
+	return nil
+}
+
+// fail marks the node as unable to serve, loudly.
+func (c *Cluster) fail(err error) {
+	if c.failed.CompareAndSwap(nil, &err) {
+		c.log.Error("this node stops serving", "err", err)
+		c.metrics.failed.Set(1)
+	}
+}
+
+// Status is what a node reports about itself.
+type Status struct {
+	Node       string    `json:"node"`
+	AppliedSeq uint64    `json:"applied_seq"`
+	StreamHead uint64    `json:"stream_head"`
+	Lag        uint64    `json:"lag"`
+	LeaseHeld  bool      `json:"lease_held"`
+	Ready      bool      `json:"ready"`
+	Problem    string    `json:"problem,omitempty"`
+	At         time.Time `json:"at"`
+}
+
+// Status returns this node's status now.
+func (c *Cluster) Status() Status {
+	st := Status{Node: c.opts.Node, AppliedSeq: c.appliedSeq.Load(), StreamHead: c.streamHead.Load(),
+		LeaseHeld: c.leaseHeld.Load(), At: c.opts.Now().UTC()}
+	st.Lag = st.StreamHead - min(st.StreamHead, st.AppliedSeq)
+	if err := c.Ready(); err != nil {
+		st.Problem = err.Error()
+	} else {
+		st.Ready = true
+	}
+	return st
+}
+
+// Nodes returns the last status every node reported (itself included).
+func (c *Cluster) Nodes(ctx context.Context) ([]Status, error) {
+	keys, err := c.nodes.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var out []Status
+	for key := range keys.Keys() {
+		if len(key) < 7 || key[:7] != "status." {
+			continue
+		}
+		e, err := c.nodes.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var st Status
+		if decodeJSON(e.Value(), &st) == nil {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+func formatSeq(seq uint64) string { return strconv.FormatUint(seq, 10) }

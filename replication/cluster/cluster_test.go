@@ -1,0 +1,345 @@
+package cluster_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// waitFor bounds every wait of these tests: generous, since a loaded
+// machine elects JetStream leaders slowly.
+const waitFor = 60 * time.Second
+
+// startNATS starts n embedded NATS servers that form one cluster (n = 1:
+// a server alone) and shuts them down when the test ends.
+func startNATS(t testing.TB, n int) []*server.Server {
+	t.Helper()
+	routePorts := freePorts(t, n)
+	var routes []string
+	for _, p := range routePorts {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	servers := make([]*server.Server, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		o := cluster.EmbeddedOptions{Name: fmt.Sprintf("nats-%d", i+1), Port: -1, StoreDir: t.TempDir()}
+		if n > 1 {
+			o.ClusterPort, o.Routes = routePorts[i], routes
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			servers[i], errs[i] = cluster.StartEmbedded(o)
+		}()
+	}
+	wg.Wait()
+	for i, s := range servers {
+		require.NoError(t, errs[i])
+		t.Cleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+	}
+	return servers
+}
+
+// freePorts returns n ports free on 127.0.0.1 a moment ago.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+// node is one syncd node's replication: its NATS connection, its store
+// and its cluster membership.
+type node struct {
+	name  string
+	path  string
+	nc    *nats.Conn
+	cl    *cluster.Cluster
+	store *replication.Store
+	db    *sql.DB
+}
+
+func connect(t testing.TB, ns *server.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// startNode joins a node named name, with its database at path, through
+// ns, and closes it when the test ends (or earlier with stop).
+func startNode(t testing.TB, ns *server.Server, name, path string, o cluster.Options) *node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	o.Node = name
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	n := &node{name: name, path: path, nc: connect(t, ns)}
+	var err error
+	n.cl, err = cluster.Connect(ctx, n.nc, o)
+	require.NoError(t, err)
+	_, err = n.cl.PrepareData(ctx, path)
+	require.NoError(t, err)
+	n.db, err = sqlitedb.Open(ctx, path, sqlitedb.Options{})
+	require.NoError(t, err)
+	n.store, err = replication.OpenStore(ctx, n.db, replication.StoreOptions{ID: n.cl.ID()})
+	require.NoError(t, err)
+	require.NoError(t, n.cl.Start(n.store))
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *node) stop() {
+	if n.cl == nil {
+		return
+	}
+	n.cl.Close()
+	n.db.Close()
+	n.cl = nil
+}
+
+// commit submits b through n and waits for its decision.
+func (n *node) commit(t testing.TB, b replication.Batch) replication.Effects {
+	t.Helper()
+	fx, err := n.tryCommit(b)
+	require.NoError(t, err)
+	return fx
+}
+
+func (n *node) tryCommit(b replication.Batch) (replication.Effects, error) {
+	type result struct {
+		fx  replication.Effects
+		err error
+	}
+	done := make(chan result, 1)
+	err := n.cl.Submit(context.Background(), &b, func(fx replication.Effects, err error) { done <- result{fx, err} })
+	if err != nil {
+		return replication.Effects{}, err
+	}
+	select {
+	case r := <-done:
+		return r.fx, r.err
+	case <-time.After(waitFor):
+		return replication.Effects{}, fmt.Errorf("no decision within %s", waitFor)
+	}
+}
+
+// dump is a node's whole replicated state, for comparing replicas.
+func (n *node) dump(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	for _, q := range []string{
+		`SELECT tenant, model, key, hex(value), version, hlc, deleted, op_id, seq FROM records ORDER BY tenant, model, key`,
+		`SELECT seq, tenant, model, key, op_id, op, hex(value), version, wall, logical, origin, client_id, applied_at FROM oplog ORDER BY seq`,
+		`SELECT id, tenant, model, key, policy, reason, loser_op_id, winner_op_id, decided_at FROM conflicts ORDER BY id`,
+	} {
+		rows, err := n.db.Query(q)
+		require.NoError(t, err)
+		cols, err := rows.Columns()
+		require.NoError(t, err)
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			require.NoError(t, rows.Scan(ptrs...))
+			out = append(out, fmt.Sprint(vals...))
+		}
+		require.NoError(t, rows.Err())
+		rows.Close()
+	}
+	return out
+}
+
+// waitApplied waits until every node applied up to the newest stream seq
+// any of them knows.
+func waitApplied(t testing.TB, nodes ...*node) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var head uint64
+		for _, n := range nodes {
+			head = max(head, n.cl.Status().StreamHead)
+		}
+		for _, n := range nodes {
+			if n.cl.Status().AppliedSeq < head {
+				return false
+			}
+		}
+		return true
+	}, waitFor, 10*time.Millisecond)
+}
+
+var everything = func(string) bool { return true }
+
+// batchOf admits muts as client sent them at now.
+func batchOf(client string, muts ...syncproto.Mutation) replication.Batch {
+	return replication.Admit(replication.Author{Tenant: "acme", ClientID: client, CanWrite: everything},
+		muts, replication.Config{"docs": replication.PolicyOptimistic}, time.Now(), time.Minute)
+}
+
+func put(clock *syncproto.Clock, model, key, value string) syncproto.Mutation {
+	op, err := syncproto.NewOpID()
+	if err != nil {
+		panic(err)
+	}
+	return syncproto.Mutation{OpID: op, Model: model, Key: key, Op: syncproto.OpPut, Value: []byte(value), HLC: clock.Now()}
+}
+
+// threeNodes starts a 3-server NATS cluster (R3) with a syncd node on each.
+func threeNodes(t *testing.T, o cluster.Options) ([]*server.Server, []*node) {
+	t.Helper()
+	servers := startNATS(t, 3)
+	o.Replicas = 3
+	var nodes []*node
+	for i, ns := range servers {
+		nodes = append(nodes, startNode(t, ns, fmt.Sprintf("node-%d", i+1), filepath.Join(t.TempDir(), "syncd.db"), o))
+	}
+	return servers, nodes
+}
+
+// TestReplicasConverge: writes from several clients through all three
+// nodes at once end with byte-identical records, oplog and conflict log on
+// every node, the same seqs everywhere.
+func TestReplicasConverge(t *testing.T) {
+	_, nodes := threeNodes(t, cluster.Options{CheckpointEvery: 10})
+	var wg sync.WaitGroup
+	for c := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := fmt.Sprintf("c%d", c)
+			clock := syncproto.NewClock(client, nil)
+			n := nodes[c%len(nodes)]
+			for i := range 20 {
+				b := batchOf(client,
+					put(clock, "notes", fmt.Sprintf("k%d", i%5), fmt.Sprintf(`{"c":%d,"i":%d}`, c, i)),
+					put(clock, "notes", fmt.Sprintf("own-%d-%d", c, i), `1`))
+				fx, err := n.tryCommit(b)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, r := range fx.Results {
+					if r.Status != syncproto.StatusApplied && r.Status != syncproto.StatusSuperseded {
+						t.Errorf("unexpected result %+v", r)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	waitApplied(t, nodes...)
+	var records int
+	require.NoError(t, nodes[0].db.QueryRow(`SELECT count(*) FROM records`).Scan(&records))
+	require.Equal(t, 5+6*20, records)
+	requireSameState(t, nodes...)
+	for _, n := range nodes {
+		require.True(t, n.cl.Status().Ready, n.cl.Status().Problem)
+	}
+}
+
+// requireSameState requires every node's replicated state to equal the
+// first's, row for row.
+func requireSameState(t testing.TB, nodes ...*node) {
+	t.Helper()
+	want := nodes[0].dump(t)
+	for _, n := range nodes[1:] {
+		got := n.dump(t)
+		for i := range min(len(want), len(got)) {
+			require.Equal(t, want[i], got[i], "node %s differs from %s at row %d", n.name, nodes[0].name, i)
+		}
+		require.Equal(t, len(want), len(got), "node %s has another number of rows than %s", n.name, nodes[0].name)
+	}
+}
+
+// TestResendToAnotherNodeIsDuplicate: a write whose answer was lost,
+// resent through another node, is answered duplicate with its original
+// seq, version and HLC: the ledger is global.
+func TestResendToAnotherNodeIsDuplicate(t *testing.T) {
+	_, nodes := threeNodes(t, cluster.Options{})
+	clock := syncproto.NewClock("phone", nil)
+	m := put(clock, "notes", "n1", `"hello"`)
+	first := nodes[0].commit(t, batchOf("phone", m)).Results[0]
+	require.Equal(t, syncproto.StatusApplied, first.Status)
+	again := nodes[2].commit(t, batchOf("phone", m)).Results[0]
+	require.Equal(t, syncproto.StatusDuplicate, again.Status)
+	require.Equal(t, syncproto.StatusApplied, again.OriginalStatus)
+	require.Equal(t, first.Seq, again.Seq)
+	require.Equal(t, first.Version, again.Version)
+	require.Equal(t, first.HLC, again.HLC)
+}
+
+// TestOptimisticRaceHasOneWinnerAcrossNodes: two clients on two nodes
+// write the same key from the same base version, round after round:
+// exactly one wins each round.
+func TestOptimisticRaceHasOneWinnerAcrossNodes(t *testing.T) {
+	_, nodes := threeNodes(t, cluster.Options{})
+	clocks := []*syncproto.Clock{syncproto.NewClock("a", nil), syncproto.NewClock("b", nil)}
+	for round := range 100 {
+		base := uint64(round)
+		results := make([]syncproto.Result, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := put(clocks[i], "docs", "contested", fmt.Sprintf(`{"round":%d,"by":%d}`, round, i))
+				m.BaseVersion = &base
+				fx, err := nodes[i].tryCommit(batchOf(clocks[i].Origin(), m))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[i] = fx.Results[0]
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		var won, lost int
+		for _, r := range results {
+			switch r.Status {
+			case syncproto.StatusApplied:
+				won++
+				require.Equal(t, base+1, r.Version)
+			case syncproto.StatusConflict:
+				lost++
+				require.Equal(t, base+1, r.Winner.Version)
+			}
+		}
+		require.Equal(t, 1, won, "round %d: %+v", round, results)
+		require.Equal(t, 1, lost, "round %d: %+v", round, results)
+	}
+}

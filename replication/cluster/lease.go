@@ -1,0 +1,266 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const leaseKey = "jobs"
+
+// runLease competes for the singleton-job lease and, while it holds it,
+// publishes the retention jobs and stores snapshots. Ownership is decided
+// only by a create or an update succeeding, never by reading the key (a
+// read may be served stale by a follower); the key's revision after the
+// create or the last renewal is the fencing token every job carries. The
+// bucket's TTL (not a per-key TTL, which an update would drop) expires a
+// lease whose holder stopped renewing.
+func (c *Cluster) runLease(ctx context.Context) {
+	renewEvery := c.opts.LeaseTTL / 3
+	for ctx.Err() == nil {
+		token, err := c.lease.Create(ctx, leaseKey, []byte(c.opts.Node))
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+				c.log.Debug("lease not acquired", "err", err)
+			}
+			sleep(ctx, renewEvery)
+			continue
+		}
+		c.log.Info("acquired the singleton-job lease", "token", token)
+		c.holdLease(ctx, token, renewEvery)
+		c.log.Info("released the singleton-job lease")
+	}
+}
+
+// holdLease renews the lease and runs the jobs until a renewal fails or
+// ctx ends.
+func (c *Cluster) holdLease(ctx context.Context, token uint64, renewEvery time.Duration) {
+	c.leaseHeld.Store(true)
+	c.metrics.leaseHeld.Set(1)
+	defer func() {
+		c.leaseHeld.Store(false)
+		c.metrics.leaseHeld.Set(0)
+	}()
+	renew := time.NewTicker(renewEvery)
+	defer renew.Stop()
+	jobs := time.NewTicker(c.opts.JobInterval)
+	defer jobs.Stop()
+	snapshots := time.NewTicker(c.opts.SnapshotEvery)
+	defer snapshots.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			// Let a successor take over at once rather than after the TTL.
+			dctx, cancel := context.WithTimeout(context.Background(), c.opts.APITimeout)
+			_ = c.lease.Delete(dctx, leaseKey, jetstream.LastRevision(token))
+			cancel()
+			return
+		case <-renew.C:
+			rctx, cancel := context.WithTimeout(ctx, renewEvery)
+			next, err := c.lease.Update(rctx, leaseKey, []byte(c.opts.Node), token)
+			cancel()
+			if err != nil {
+				c.log.Warn("lease renewal failed; giving the lease up", "err", err)
+				return
+			}
+			token = next
+		case <-jobs.C:
+			c.publishJobs(ctx, token)
+		case <-snapshots.C:
+			c.takeSnapshot(ctx)
+		}
+	}
+}
+
+// publishJobs publishes one round of retention jobs under token.
+func (c *Cluster) publishJobs(ctx context.Context, token uint64) {
+	now := c.opts.Now().UTC()
+	for _, kind := range []JobKind{JobCompactOplog, JobPruneConflicts} {
+		job := &Job{Kind: kind, Token: token, Now: now, Limit: c.opts.JobLimit}
+		if _, err := c.publish(ctx, Command{ID: uuid.NewString(), Job: job}); err != nil {
+			c.log.Warn("job not published", "kind", kind, "err", err)
+			return
+		}
+	}
+}
+
+// checkpoint is one node's digest at one stream seq.
+type checkpoint struct {
+	Node   string `json:"node"`
+	Seq    uint64 `json:"seq"`
+	Digest string `json:"digest"`
+}
+
+// checkpoint hands a checkpoint of this node to the report loop.
+func (c *Cluster) checkpoint(cp checkpoint) {
+	select {
+	case c.checkpoints <- cp:
+	default:
+		c.log.Warn("digest checkpoint dropped: the report loop is behind", "seq", cp.Seq)
+	}
+}
+
+// reportEvery is how often a node publishes its status.
+const reportEvery = 2 * time.Second
+
+// runReports publishes this node's status and digest checkpoints, and
+// compares its digests with its peers': a node that disagrees with its
+// peers at the same seq, and agrees with fewer than disagree, stops
+// serving rather than serve divergent data.
+func (c *Cluster) runReports(ctx context.Context) {
+	watcher, err := c.nodes.Watch(ctx, "digest.*", jetstream.UpdatesOnly())
+	if err != nil {
+		c.log.Warn("cannot watch peer digests", "err", err)
+	}
+	var peerDigests <-chan jetstream.KeyValueEntry
+	if watcher != nil {
+		defer watcher.Stop()
+		peerDigests = watcher.Updates()
+	}
+	seen := newDigestBook(c.opts.Node)
+	tick := time.NewTicker(reportEvery)
+	defer tick.Stop()
+	c.report(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			c.report(ctx)
+		case cp := <-c.checkpoints:
+			c.putJSON(ctx, "digest."+cp.Node, cp)
+			c.judge(seen.add(cp))
+		case e, ok := <-peerDigests:
+			if !ok {
+				peerDigests = nil
+				continue
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var cp checkpoint
+			if json.Unmarshal(e.Value(), &cp) == nil && cp.Node != c.opts.Node {
+				c.judge(seen.add(cp))
+			}
+		}
+	}
+}
+
+func (c *Cluster) report(ctx context.Context) {
+	c.putJSON(ctx, "status."+c.opts.Node, c.Status())
+}
+
+func (c *Cluster) putJSON(ctx context.Context, key string, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
+	defer cancel()
+	if _, err := c.nodes.Put(pctx, key, data); err != nil && ctx.Err() == nil {
+		c.log.Debug("status not published", "key", key, "err", err)
+	}
+}
+
+// verdict is a comparison of this node's digest with its peers' at one seq:
+// the new comparisons a checkpoint made, and the tally of every peer.
+type verdict struct {
+	seq                 uint64
+	matched, mismatched int
+	agree, disagree     []string
+}
+
+func (c *Cluster) judge(v verdict) {
+	c.metrics.digestChecks.WithLabelValues("match").Add(float64(v.matched))
+	c.metrics.digestChecks.WithLabelValues("mismatch").Add(float64(v.mismatched))
+	if len(v.disagree) == 0 {
+		return
+	}
+	if len(v.agree) < len(v.disagree) {
+		c.fail(&DivergedError{Seq: v.seq, Peers: v.disagree})
+		return
+	}
+	c.log.Error("a peer's state digest differs from this node's", "seq", v.seq, "peers", v.disagree, "agreeing", v.agree)
+}
+
+// DivergedError says this node's state differs from its peers' at the same
+// stream seq. The node stops serving; an operator replaces its data (start
+// it empty: it restores the newest snapshot).
+type DivergedError struct {
+	Seq   uint64
+	Peers []string
+}
+
+func (e *DivergedError) Error() string {
+	return "state digest differs from peers " + joinProblems(e.Peers) + " at stream seq " + formatSeq(e.Seq) + ": this node stops serving"
+}
+
+// digestBook remembers the recent checkpoints of every node, to compare
+// this node's with its peers' at the same seq.
+type digestBook struct {
+	self  string
+	bySeq map[uint64]map[string]string
+	order []uint64
+}
+
+const keepCheckpoints = 32
+
+func newDigestBook(self string) *digestBook {
+	return &digestBook{self: self, bySeq: map[uint64]map[string]string{}}
+}
+
+// add records cp and compares this node's digest at cp.Seq with the peers'.
+func (b *digestBook) add(cp checkpoint) verdict {
+	at, ok := b.bySeq[cp.Seq]
+	if !ok {
+		at = map[string]string{}
+		b.bySeq[cp.Seq] = at
+		b.order = append(b.order, cp.Seq)
+		if len(b.order) > keepCheckpoints {
+			delete(b.bySeq, b.order[0])
+			b.order = b.order[1:]
+		}
+	}
+	at[cp.Node] = cp.Digest
+	v := verdict{seq: cp.Seq}
+	mine, ok := at[b.self]
+	if !ok {
+		return v
+	}
+	for node, d := range at {
+		if node == b.self {
+			continue
+		}
+		fresh := cp.Node == b.self || cp.Node == node
+		if d == mine {
+			v.agree = append(v.agree, node)
+			if fresh {
+				v.matched++
+			}
+		} else {
+			v.disagree = append(v.disagree, node)
+			if fresh {
+				v.mismatched++
+			}
+		}
+	}
+	slices.Sort(v.agree)
+	slices.Sort(v.disagree)
+	return v
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func decodeJSON(data []byte, v any) error { return json.Unmarshal(data, v) }

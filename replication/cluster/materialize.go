@@ -1,0 +1,352 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/syncd-dev/syncd/replication"
+)
+
+// maxApplyGroup bounds the stream messages applied in one transaction.
+const maxApplyGroup = 64
+
+// GapError says the stream no longer holds the message after this node's
+// position: the stream's retention removed it, so this node cannot catch
+// up by consuming. It must restore a snapshot (RestoreSnapshot, run at the
+// next start) and consume from there; it never skips.
+type GapError struct {
+	Applied uint64 // this node's position
+	Next    uint64 // the first message the stream delivered
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("stream gap: this node applied up to %d, the stream's next message is %d; restart the node to restore from a snapshot", e.Applied, e.Next)
+}
+
+// position is what the materializer has applied: kept in the store's
+// database, in the same transaction as the state it describes.
+type position struct {
+	applied  uint64 // stream seq
+	digest   []byte // running digest after applied
+	jobToken uint64 // the highest fencing token of an applied job
+}
+
+const (
+	metaApplied  = "cluster_applied_seq"
+	metaDigest   = "cluster_digest"
+	metaJobToken = "cluster_job_token"
+)
+
+// readPosition reads the materializer's position from db (zero when it
+// never applied anything).
+func readPosition(ctx context.Context, db *sql.DB) (position, error) {
+	var p position
+	rows, err := db.QueryContext(ctx, `SELECT name, value FROM syncd_meta WHERE name IN (?, ?, ?)`, metaApplied, metaDigest, metaJobToken)
+	if err != nil {
+		return p, fmt.Errorf("read the applied position: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, value string
+		if err := rows.Scan(&name, &value); err != nil {
+			return p, err
+		}
+		switch name {
+		case metaApplied:
+			p.applied, err = strconv.ParseUint(value, 10, 64)
+		case metaDigest:
+			p.digest, err = hex.DecodeString(value)
+		case metaJobToken:
+			p.jobToken, err = strconv.ParseUint(value, 10, 64)
+		}
+		if err != nil {
+			return p, fmt.Errorf("read the applied position: %s: %w", name, err)
+		}
+	}
+	return p, rows.Err()
+}
+
+func writePosition(ctx context.Context, tx *sql.Tx, p position) error {
+	for name, value := range map[string]string{
+		metaApplied:  strconv.FormatUint(p.applied, 10),
+		metaDigest:   hex.EncodeToString(p.digest),
+		metaJobToken: strconv.FormatUint(p.jobToken, 10),
+	} {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO syncd_meta (name, value) VALUES (?, ?)
+			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, name, value); err != nil {
+			return fmt.Errorf("store the applied position: %w", err)
+		}
+	}
+	return nil
+}
+
+// materialize applies the stream to the store, from the store's position,
+// until the node closes or cannot go on (a gap, a command it cannot apply):
+// then the node fails and stops serving.
+func (c *Cluster) materialize(ctx context.Context) {
+	pos, err := readPosition(ctx, c.store.DB)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	writer, err := c.store.DB.Conn(ctx)
+	if err != nil {
+		c.fail(fmt.Errorf("open the materializer's connection: %w", err))
+		return
+	}
+	defer writer.Close()
+	m := &materializer{c: c, writer: writer, pos: pos}
+	for ctx.Err() == nil {
+		err := m.consume(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		var gap *GapError
+		if errors.As(err, &gap) || errors.Is(err, ErrBadCommand) || errors.Is(err, replication.ErrMalformedBatch) {
+			c.fail(err)
+			return
+		}
+		c.log.Warn("stream consumer ended; recreating it", "applied", m.pos.applied, "err", err)
+		select {
+		case <-time.After(c.opts.Heartbeat):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// materializer is the state of the node's one applier goroutine.
+type materializer struct {
+	c      *Cluster
+	writer *sql.Conn
+	pos    position
+}
+
+// consume reads the stream from the position and applies it, grouping the
+// messages already delivered into one transaction.
+func (m *materializer) consume(ctx context.Context) error {
+	c := m.c
+	var cons jetstream.Consumer
+	err := c.retry(ctx, "create the stream consumer", func(ctx context.Context) (err error) {
+		cons, err = c.js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: m.pos.applied + 1,
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages(jetstream.PullHeartbeat(c.opts.Heartbeat))
+	if err != nil {
+		return fmt.Errorf("consume the stream: %w", err)
+	}
+	msgs := make(chan jetstream.Msg, maxApplyGroup)
+	readErr := make(chan error, 1)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		defer close(msgs)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer func() {
+		it.Stop()
+		<-readerDone
+	}()
+	for {
+		var first jetstream.Msg
+		select {
+		case msg, ok := <-msgs:
+			if !ok {
+				select {
+				case err := <-readErr:
+					return fmt.Errorf("consume the stream: %w", err)
+				default:
+					return ctx.Err()
+				}
+			}
+			first = msg
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		group := []jetstream.Msg{first}
+	gather:
+		for len(group) < maxApplyGroup {
+			select {
+			case msg, ok := <-msgs:
+				if !ok {
+					break gather
+				}
+				group = append(group, msg)
+			default:
+				break gather
+			}
+		}
+		if err := m.apply(ctx, group); err != nil {
+			return err
+		}
+	}
+}
+
+// answer is a command's decision for its edge.
+type answer struct {
+	id  string
+	fxs []replication.Effects
+}
+
+// apply applies group in one transaction with the new position.
+func (m *materializer) apply(ctx context.Context, group []jetstream.Msg) (err error) {
+	c := m.c
+	start := time.Now()
+	pos := m.pos
+	var answers []answer
+	var checkpoints []checkpoint
+	var oplogHead uint64
+	var last *jetstream.MsgMetadata
+	tx, err := m.writer.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		return fmt.Errorf("apply: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	st := c.store.In(tx)
+	for _, msg := range group {
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("apply: %w", err)
+		}
+		seq := meta.Sequence.Stream
+		c.noteHead(seq + meta.NumPending)
+		last = meta
+		if seq <= pos.applied {
+			continue // delivered again after the consumer was recreated
+		}
+		if seq != pos.applied+1 {
+			return &GapError{Applied: pos.applied, Next: seq}
+		}
+		cmd, err := decodeCommand(msg.Data())
+		if err != nil {
+			return fmt.Errorf("apply stream seq %d: %w", seq, err)
+		}
+		var fxs []replication.Effects
+		var jobRows int64
+		if cmd.Job != nil {
+			if jobRows, err = m.applyJob(ctx, tx, &pos, cmd.Job); err != nil {
+				return fmt.Errorf("apply stream seq %d: %w", seq, err)
+			}
+		}
+		for i := range cmd.Batches {
+			fx, err := replication.Apply(ctx, st, &cmd.Batches[i])
+			if err != nil {
+				return fmt.Errorf("apply stream seq %d: %w", seq, err)
+			}
+			if n := len(fx.Entries); n > 0 {
+				oplogHead = fx.Entries[n-1].Seq
+			}
+			fxs = append(fxs, fx)
+		}
+		pos.digest = chain(pos.digest, seq, fxs, jobRows)
+		pos.applied = seq
+		answers = append(answers, answer{id: cmd.ID, fxs: fxs})
+		if seq%c.opts.CheckpointEvery == 0 {
+			checkpoints = append(checkpoints, checkpoint{Node: c.opts.Node, Seq: seq, Digest: hex.EncodeToString(pos.digest)})
+		}
+	}
+	if pos.applied == m.pos.applied {
+		return tx.Rollback()
+	}
+	if err := writePosition(ctx, tx, pos); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("apply: commit: %w", err)
+	}
+	m.pos = pos
+	c.appliedSeq.Store(pos.applied)
+	c.metrics.appliedSeq.Set(float64(pos.applied))
+	c.metrics.applySeconds.Observe(time.Since(start).Seconds())
+	if last.NumPending == 0 {
+		c.metrics.lagSeconds.Set(0)
+	} else {
+		c.metrics.lagSeconds.Set(time.Since(last.Timestamp).Seconds())
+	}
+	if oplogHead > 0 {
+		c.store.Committed(oplogHead)
+		if c.opts.OnApplied != nil {
+			c.opts.OnApplied(oplogHead)
+		}
+	}
+	for _, a := range answers {
+		if w := c.takeWaiter(a.id); w != nil {
+			w(a.fxs, nil)
+		}
+	}
+	for _, cp := range checkpoints {
+		c.checkpoint(cp)
+	}
+	return nil
+}
+
+// applyJob runs a job inside tx, unless its fencing token is older than
+// one already applied. It returns the rows the job removed.
+func (m *materializer) applyJob(ctx context.Context, tx *sql.Tx, pos *position, j *Job) (int64, error) {
+	c := m.c
+	if j.Token < pos.jobToken {
+		c.metrics.jobs.WithLabelValues(string(j.Kind), "stale_token").Inc()
+		c.log.Info("ignored a job of an older lease", "kind", j.Kind, "token", j.Token, "newest", pos.jobToken)
+		return 0, nil
+	}
+	pos.jobToken = j.Token
+	var n int64
+	var err error
+	switch j.Kind {
+	case JobCompactOplog:
+		n, err = c.store.Log.CompactIn(ctx, tx, j.Now, j.Limit)
+	case JobPruneConflicts:
+		n, err = c.store.Conflicts.PruneIn(ctx, tx, j.Now, j.Limit)
+	default:
+		return 0, fmt.Errorf("%w: unknown job %q", ErrBadCommand, j.Kind)
+	}
+	if err != nil {
+		return 0, err
+	}
+	c.metrics.jobs.WithLabelValues(string(j.Kind), "applied").Inc()
+	return n, nil
+}
+
+// chain is the running digest: what this node applied at seq, chained to
+// everything before. Two nodes with the same digest at a seq applied the
+// same decisions in the same order.
+func chain(prev []byte, seq uint64, fxs []replication.Effects, jobRows int64) []byte {
+	h := sha256.New()
+	h.Write(prev)
+	h.Write(binary.BigEndian.AppendUint64(nil, seq))
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(jobRows)))
+	enc := json.NewEncoder(h)
+	for i := range fxs {
+		_ = enc.Encode(&fxs[i]) // writing to a hash cannot fail
+	}
+	return h.Sum(nil)
+}

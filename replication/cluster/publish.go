@@ -1,0 +1,229 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/syncd-dev/syncd/replication"
+)
+
+// Group publish bounds, as the single node's group commit bounds: the
+// publisher puts the batches waiting behind an in-flight publish into one
+// command, within these limits and MaxCommandBytes.
+const maxGroupBatches = 64
+
+// Errors of Submit.
+var (
+	// ErrCommandTooLarge: the batch alone is larger than the stream
+	// accepts. Nothing was published; split the push.
+	ErrCommandTooLarge = errors.New("batch larger than a command may be")
+	// ErrOutcomeUnknown: the command was published (or may have been) but
+	// this node did not apply it within CommitTimeout. It may be applied
+	// later: resend the same ops, and the ledger answers duplicates.
+	ErrOutcomeUnknown = errors.New("command published; outcome not known yet")
+)
+
+// DoneFunc receives a submitted batch's decision once this node has applied
+// it, or the error that means it will not say (nothing of the batch is
+// known to be applied). It runs on one of the node's goroutines and must
+// return quickly.
+type DoneFunc func(replication.Effects, error)
+
+type submission struct {
+	batch *replication.Batch
+	size  int
+	done  DoneFunc
+}
+
+// publisher publishes the node's batches in submission order, one publish
+// in flight: batches submitted in order by one session are applied in that
+// order, and the batches that wait behind a publish share the next one.
+type publisher struct {
+	c     *Cluster
+	queue chan *submission
+}
+
+func newPublisher(c *Cluster) *publisher {
+	return &publisher{c: c, queue: make(chan *submission, maxGroupBatches)}
+}
+
+// Submit publishes b (grouped with other batches waiting) and calls done
+// once this node applied it. It returns an error only when b was not taken:
+// too large, or ctx ended or the node closed while waiting for room.
+func (c *Cluster) Submit(ctx context.Context, b *replication.Batch, done DoneFunc) error {
+	data, err := json.Marshal(b)
+	if err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	if len(data)+commandEnvelope > c.opts.MaxCommandBytes {
+		return fmt.Errorf("submit: %w: %d bytes, at most %d", ErrCommandTooLarge, len(data), c.opts.MaxCommandBytes-commandEnvelope)
+	}
+	s := &submission{batch: b, size: len(data), done: done}
+	select {
+	case c.pub.queue <- s:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.stopped():
+		return ErrClosed
+	}
+}
+
+// commandEnvelope is the room a command keeps beside its batches.
+const commandEnvelope = 256
+
+func (c *Cluster) stopped() <-chan struct{} { return c.runCtx.Done() }
+
+func (p *publisher) run(ctx context.Context) {
+	var next *submission // taken from the queue, did not fit the last command
+	for {
+		first := next
+		if first == nil {
+			select {
+			case first = <-p.queue:
+			case <-ctx.Done():
+				p.refuseQueued()
+				return
+			}
+		}
+		var group []*submission
+		group, next = p.gather(first)
+		p.publishGroup(ctx, group)
+	}
+}
+
+// gather collects the submissions waiting behind first that fit one
+// command; next is one taken that did not fit, to lead the next command.
+func (p *publisher) gather(first *submission) (group []*submission, next *submission) {
+	group = []*submission{first}
+	size := first.size + commandEnvelope
+	for len(group) < maxGroupBatches {
+		select {
+		case s := <-p.queue:
+			if size+s.size > p.c.opts.MaxCommandBytes {
+				return group, s
+			}
+			group = append(group, s)
+			size += s.size
+		default:
+			return group, nil
+		}
+	}
+	return group, nil
+}
+
+// refuseQueued answers the submissions still queued at Close.
+func (p *publisher) refuseQueued() {
+	for {
+		select {
+		case s := <-p.queue:
+			s.done(replication.Effects{}, ErrClosed)
+		default:
+			return
+		}
+	}
+}
+
+// publishGroup publishes group as one command and hands its submissions
+// to the materializer's answer.
+func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
+	c := p.c
+	cmd := Command{ID: uuid.NewString(), Batches: make([]replication.Batch, len(group))}
+	for i, s := range group {
+		cmd.Batches[i] = *s.batch
+	}
+	answer := func(fxs []replication.Effects, err error) {
+		for i, s := range group {
+			if err != nil {
+				s.done(replication.Effects{}, err)
+				continue
+			}
+			s.done(fxs[i], nil)
+		}
+	}
+	c.addWaiter(cmd.ID, answer)
+	start := time.Now()
+	seq, err := c.publish(ctx, cmd)
+	if err != nil {
+		if w := c.takeWaiter(cmd.ID); w != nil {
+			w(nil, err)
+		}
+		return
+	}
+	c.metrics.publishSeconds.Observe(time.Since(start).Seconds())
+	c.metrics.publishedBatches.Add(float64(len(group)))
+	c.noteHead(seq)
+	time.AfterFunc(c.opts.CommitTimeout, func() {
+		if w := c.takeWaiter(cmd.ID); w != nil {
+			w(nil, fmt.Errorf("%w: stream seq %d not applied by this node within %s", ErrOutcomeUnknown, seq, c.opts.CommitTimeout))
+		}
+	})
+}
+
+// publish appends cmd to the stream and returns its stream seq. A publish
+// whose ack is lost is retried with the same message id, which JetStream
+// answers with the original seq (within its duplicate window), so a
+// command is never appended twice. It gives up after CommitTimeout.
+func (c *Cluster) publish(ctx context.Context, cmd Command) (uint64, error) {
+	data, err := encodeCommand(cmd)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.CommitTimeout)
+	defer cancel()
+	var ack *jetstream.PubAck
+	err = c.retry(ctx, "publish a command", func(ctx context.Context) (err error) {
+		msg := &nats.Msg{Subject: Subject, Data: data}
+		ack, err = c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(cmd.ID), jetstream.WithExpectStream(StreamName))
+		return err
+	})
+	if err != nil {
+		c.metrics.publishFailures.Inc()
+		return 0, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	}
+	return ack.Sequence, nil
+}
+
+func (c *Cluster) addWaiter(id string, w func([]replication.Effects, error)) {
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	c.waiters[id] = w
+}
+
+// takeWaiter removes and returns the waiter of command id, or nil: whoever
+// takes it answers it, exactly once.
+func (c *Cluster) takeWaiter(id string) func([]replication.Effects, error) {
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	w := c.waiters[id]
+	delete(c.waiters, id)
+	return w
+}
+
+func (c *Cluster) failWaiters(err error) {
+	c.waitMu.Lock()
+	ws := c.waiters
+	c.waiters = map[string]func([]replication.Effects, error){}
+	c.waitMu.Unlock()
+	for _, w := range ws {
+		w(nil, err)
+	}
+}
+
+// noteHead records a stream seq known to exist.
+func (c *Cluster) noteHead(seq uint64) {
+	for {
+		cur := c.streamHead.Load()
+		if seq <= cur || c.streamHead.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	c.metrics.streamHead.Set(float64(c.streamHead.Load()))
+}

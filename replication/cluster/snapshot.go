@@ -1,0 +1,167 @@
+package cluster
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
+)
+
+// snapshotName is the object holding the newest snapshot; each store
+// replaces it.
+const snapshotName = "state.db"
+
+// takeSnapshot stores a consistent copy of this node's database (VACUUM
+// INTO reads one snapshot of it, position included) in the object store,
+// replacing the previous one. Only the lease holder calls it.
+func (c *Cluster) takeSnapshot(ctx context.Context) {
+	start := time.Now()
+	applied, err := c.storeSnapshot(ctx)
+	if err != nil {
+		c.metrics.snapshots.WithLabelValues("failed").Inc()
+		c.log.Warn("snapshot not stored", "err", err)
+		return
+	}
+	c.metrics.snapshots.WithLabelValues("stored").Inc()
+	c.metrics.snapshotAge.Set(0)
+	c.log.Info("snapshot stored", "applied_seq", applied, "took", time.Since(start))
+}
+
+func (c *Cluster) storeSnapshot(ctx context.Context) (uint64, error) {
+	dir, err := os.MkdirTemp(c.opts.SnapshotDir, "syncd-snapshot-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, snapshotName)
+	if _, err := c.store.DB.ExecContext(ctx, `VACUUM INTO ?`, file); err != nil {
+		return 0, fmt.Errorf("copy the database: %w", err)
+	}
+	pos, err := positionOfFile(ctx, file)
+	if err != nil {
+		return 0, err
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	_, err = c.objects.Put(ctx, jetstream.ObjectMeta{
+		Name:     snapshotName,
+		Metadata: map[string]string{"applied_seq": strconv.FormatUint(pos.applied, 10), "cluster_id": c.id},
+	}, f)
+	if err != nil {
+		return 0, fmt.Errorf("upload: %w", err)
+	}
+	return pos.applied, nil
+}
+
+// positionOfFile reads the materializer's position in a database file.
+func positionOfFile(ctx context.Context, file string) (position, error) {
+	db, err := sql.Open("sqlite3", "file:"+file+"?mode=ro")
+	if err != nil {
+		return position{}, err
+	}
+	defer db.Close()
+	return readPosition(ctx, db)
+}
+
+// ErrNoSnapshot is wrapped by PrepareData when this node must restore a
+// snapshot (its data is missing or behind the stream's retention) and the
+// cluster holds none recent enough. Take one on a healthy node
+// (syncctl cluster snapshot) or widen the stream's retention.
+var ErrNoSnapshot = errors.New("no usable snapshot")
+
+// PrepareData makes the database file at path ready for this node before
+// the store is opened: when the file is missing or empty and the stream
+// no longer starts at its first message, or when the node's position is
+// below the stream's first message (it was down longer than the stream's
+// retention), it fetches the newest snapshot into path. A file that is
+// behind is kept beside it (path + ".behind-<unix time>"), never deleted.
+// It reports whether it restored.
+func (c *Cluster) PrepareData(ctx context.Context, path string) (bool, error) {
+	var info *jetstream.StreamInfo
+	err := c.retry(ctx, "read the stream's bounds", func(ctx context.Context) (err error) {
+		info, err = c.stream.Info(ctx)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	first := info.State.FirstSeq
+	var applied uint64
+	exists := false
+	if st, err := os.Stat(path); err == nil && st.Size() > 0 {
+		exists = true
+		pos, err := positionOfFile(ctx, path)
+		if err != nil {
+			return false, fmt.Errorf("read this node's position: %w", err)
+		}
+		applied = pos.applied
+	}
+	if applied+1 >= first || (!exists && first <= 1) {
+		return false, nil // the stream holds everything this node has not applied
+	}
+	obj, err := c.objects.GetInfo(ctx, snapshotName)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return false, fmt.Errorf("%w: this node is at %d, the stream starts at %d, and the cluster has no snapshot", ErrNoSnapshot, applied, first)
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the snapshot's info: %w", err)
+	}
+	snapAt, _ := strconv.ParseUint(obj.Metadata["applied_seq"], 10, 64)
+	if snapAt+1 < first {
+		return false, fmt.Errorf("%w: the newest snapshot is at %d, the stream starts at %d", ErrNoSnapshot, snapAt, first)
+	}
+	if obj.Metadata["cluster_id"] != c.id {
+		return false, fmt.Errorf("%w: the snapshot is of cluster %s, not %s", ErrNoSnapshot, obj.Metadata["cluster_id"], c.id)
+	}
+	tmp := path + ".restoring"
+	if err := c.objects.GetFile(ctx, snapshotName, tmp); err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("download the snapshot: %w", err)
+	}
+	if err := syncFile(tmp); err != nil {
+		return false, err
+	}
+	if exists {
+		aside := fmt.Sprintf("%s.behind-%d", path, time.Now().Unix())
+		if err := os.Rename(path, aside); err != nil {
+			return false, err
+		}
+		c.log.Warn("this node was behind the stream's retention; its data was moved aside", "kept", aside, "applied", applied, "stream_first", first)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := os.Remove(path + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, err
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return false, err
+	}
+	if err := sqlitedb.SyncDir(filepath.Dir(path)); err != nil {
+		return false, err
+	}
+	c.log.Info("restored the newest snapshot", "applied_seq", snapAt)
+	return true, nil
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
