@@ -31,6 +31,7 @@ var allowed = map[string][]string{
 	"server/auth":                   {"syncproto"},
 	"server":                        {"syncproto", "replication", "ledger", "server/auth", "internal/sqlitedb"},
 	"replication/logtest":           {"replication", "syncproto", "ledger"},
+	"replication/cluster":           {"replication", "syncproto", "ledger", "internal/sqlitedb"},
 	"ledger/ledgertest":             {"ledger"},
 	"client/offlinequeue/queuetest": {"client/offlinequeue", "internal/sqlitedb"},
 }

@@ -225,19 +225,9 @@ func (c *Cluster) ID() string { return c.id }
 // setUp creates or checks the stream, the buckets and the identity.
 func (c *Cluster) setUp(ctx context.Context) error {
 	o := c.opts
-	err := c.retry(ctx, "open the lease bucket", func(ctx context.Context) (err error) {
-		c.lease, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: LeaseBucket, Description: "syncd: the singleton-job lease and the cluster identity",
-			TTL: o.LeaseTTL, History: 1, Replicas: o.Replicas, Storage: jetstream.FileStorage,
-		})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	// The identity cannot live in the lease bucket (its TTL would expire
-	// it): it lives in the stream's metadata, set by the node that creates
-	// the stream.
+	// The stream first: a node configured unlike it is refused before it
+	// creates or changes anything. The cluster's identity lives in the
+	// stream's metadata, set by the node that creates the stream.
 	want := jetstream.StreamConfig{
 		Name: StreamName, Description: "syncd: the command stream every node applies",
 		Subjects: []string{Subject}, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
@@ -249,7 +239,7 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	if want.MaxBytes == 0 {
 		want.MaxBytes = -1
 	}
-	err = c.retry(ctx, "open the command stream", func(ctx context.Context) error {
+	err := c.retry(ctx, "open the command stream", func(ctx context.Context) error {
 		s, err := c.js.Stream(ctx, StreamName)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			s, err = c.js.CreateStream(ctx, want)
@@ -267,6 +257,16 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		return err
 	}
 	c.id = c.stream.CachedInfo().Config.Metadata[metaCluster]
+	err = c.retry(ctx, "open the lease bucket", func(ctx context.Context) (err error) {
+		c.lease, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: LeaseBucket, Description: "syncd: the singleton-job lease and the cluster identity",
+			TTL: o.LeaseTTL, History: 1, Replicas: o.Replicas, Storage: jetstream.FileStorage,
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	if err := c.retry(ctx, "open the nodes bucket", func(ctx context.Context) (err error) {
 		c.nodes, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: NodesBucket, Description: "syncd: node status and digest checkpoints",

@@ -126,15 +126,17 @@ func (c *Cluster) runReports(ctx context.Context) {
 	tick := time.NewTicker(reportEvery)
 	defer tick.Stop()
 	c.report(ctx)
+	peers := c.livePeers(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 			c.report(ctx)
+			peers = c.livePeers(ctx)
 		case cp := <-c.checkpoints:
 			c.putJSON(ctx, "digest."+cp.Node, cp)
-			c.judge(seen.add(cp))
+			c.judge(ctx, seen.add(cp), &peers)
 		case e, ok := <-peerDigests:
 			if !ok {
 				peerDigests = nil
@@ -145,10 +147,27 @@ func (c *Cluster) runReports(ctx context.Context) {
 			}
 			var cp checkpoint
 			if json.Unmarshal(e.Value(), &cp) == nil && cp.Node != c.opts.Node {
-				c.judge(seen.add(cp))
+				c.judge(ctx, seen.add(cp), &peers)
 			}
 		}
 	}
+}
+
+// livePeers counts the other nodes that reported their status recently.
+func (c *Cluster) livePeers(ctx context.Context) int {
+	lctx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
+	defer cancel()
+	nodes, err := c.Nodes(lctx)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, st := range nodes {
+		if st.Node != c.opts.Node && c.opts.Now().Sub(st.At) < 5*reportEvery {
+			n++
+		}
+	}
+	return n
 }
 
 func (c *Cluster) report(ctx context.Context) {
@@ -175,10 +194,19 @@ type verdict struct {
 	agree, disagree     []string
 }
 
-func (c *Cluster) judge(v verdict) {
+// judge counts v's comparisons and, once every live peer has reported at
+// v.seq, stops this node when more peers disagree with it than agree (with
+// one peer, a disagreement stops both: neither can tell which is right).
+func (c *Cluster) judge(ctx context.Context, v verdict, livePeers *int) {
 	c.metrics.digestChecks.WithLabelValues("match").Add(float64(v.matched))
 	c.metrics.digestChecks.WithLabelValues("mismatch").Add(float64(v.mismatched))
 	if len(v.disagree) == 0 {
+		return
+	}
+	// A mismatch: count the live peers afresh, so that a peer whose report
+	// is late is waited for rather than overruled.
+	*livePeers = max(*livePeers, c.livePeers(ctx))
+	if len(v.agree)+len(v.disagree) < max(*livePeers, 1) {
 		return
 	}
 	if len(v.agree) < len(v.disagree) {

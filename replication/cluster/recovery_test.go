@@ -1,0 +1,219 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// writeMany commits n batches of one new key each through n.
+func writeMany(t testing.TB, n *node, client string, count int) {
+	t.Helper()
+	clock := syncproto.NewClock(client, nil)
+	for i := range count {
+		fx := n.commit(t, batchOf(client, put(clock, "notes", fmt.Sprintf("%s-%d", client, i), fmt.Sprintf(`{"pad":"%0200d"}`, i))))
+		require.Equal(t, syncproto.StatusApplied, fx.Results[0].Status)
+	}
+}
+
+// publishJob publishes a job command as a lease holder would, with token.
+func publishJob(t testing.TB, nc *nats.Conn, job cluster.Job) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	data, err := json.Marshal(cluster.Command{Version: cluster.CommandVersion, ID: uuid.NewString(), Job: &job})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	_, err = js.Publish(ctx, cluster.Subject, data)
+	require.NoError(t, err)
+}
+
+func oplogCount(t testing.TB, n *node) int {
+	t.Helper()
+	var c int
+	require.NoError(t, n.db.QueryRow(`SELECT count(*) FROM oplog`).Scan(&c))
+	return c
+}
+
+// TestStaleTokenJobIsIgnored: a job is applied by every replica at the same
+// point of the stream, unless its fencing token is older than one already
+// applied: a lease holder that lost its lease cannot act after its
+// successor.
+func TestStaleTokenJobIsIgnored(t *testing.T) {
+	servers := startNATS(t, 1)
+	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
+	writeMany(t, n, "phone", 5)
+	farFuture := time.Now().Add(365 * 24 * time.Hour) // every entry is beyond the retention then
+
+	publishJob(t, n.nc, cluster.Job{Kind: cluster.JobCompactOplog, Token: 1_000_000, Now: time.Now(), Limit: 1000})
+	writeMany(t, n, "phone-2", 1) // a barrier: the job before it was applied
+	require.Equal(t, 6, oplogCount(t, n), "a job within the retention removes nothing")
+
+	publishJob(t, n.nc, cluster.Job{Kind: cluster.JobCompactOplog, Token: 999_999, Now: farFuture, Limit: 1000})
+	writeMany(t, n, "phone-3", 1)
+	require.Equal(t, 7, oplogCount(t, n), "the stale job was ignored")
+
+	publishJob(t, n.nc, cluster.Job{Kind: cluster.JobCompactOplog, Token: 1_000_000, Now: farFuture, Limit: 1000})
+	writeMany(t, n, "phone-4", 1)
+	require.Equal(t, 1, oplogCount(t, n), "a current job compacts")
+}
+
+// TestLeaseHasOneHolderAndMovesOn: one node holds the singleton-job lease;
+// when it closes, another takes it over.
+func TestLeaseHasOneHolderAndMovesOn(t *testing.T) {
+	_, nodes := threeNodes(t, cluster.Options{LeaseTTL: 3 * time.Second})
+	holder := func() *node {
+		var held []*node
+		for _, n := range nodes {
+			if n.cl != nil && n.cl.Status().LeaseHeld {
+				held = append(held, n)
+			}
+		}
+		if len(held) != 1 {
+			return nil
+		}
+		return held[0]
+	}
+	var first *node
+	require.Eventually(t, func() bool { first = holder(); return first != nil }, waitFor, 20*time.Millisecond)
+	first.stop()
+	require.Eventually(t, func() bool {
+		h := holder()
+		return h != nil && h != first
+	}, waitFor, 20*time.Millisecond)
+}
+
+// TestEmptyNodeRestoresFromSnapshot: a node whose disk is empty, or whose
+// position fell below the stream's retention, restores the newest
+// snapshot and catches up from the stream, ending with the same state.
+func TestEmptyNodeRestoresFromSnapshot(t *testing.T) {
+	servers := startNATS(t, 1)
+	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: 200 * time.Millisecond, LeaseTTL: time.Second, JobInterval: time.Hour}
+	a := startNode(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o)
+	bPath := filepath.Join(t.TempDir(), "syncd.db")
+	b := startNode(t, servers[0], "node-b", bPath, o)
+	writeMany(t, a, "phone", 20)
+	waitApplied(t, a, b)
+	b.stop()
+
+	// Enough writes that the stream drops the messages b has not applied,
+	// and a snapshot taken after them.
+	writeMany(t, a, "laptop", 400)
+	time.Sleep(time.Second) // let a snapshot be taken of the newest state
+	writeMany(t, a, "tablet", 5)
+
+	b = startNode(t, servers[0], "node-b", bPath, o)
+	waitApplied(t, a, b)
+	requireSameState(t, a, b)
+	matches, err := filepath.Glob(bPath + ".behind-*")
+	require.NoError(t, err)
+	require.Len(t, matches, 1, "the data that was behind is kept aside")
+
+	c := startNode(t, servers[0], "node-c", filepath.Join(t.TempDir(), "syncd.db"), o)
+	waitApplied(t, a, c)
+	requireSameState(t, a, c)
+}
+
+// TestNoSnapshotIsAClearError: a node that must restore, in a cluster that
+// has no snapshot, says so and changes nothing.
+func TestNoSnapshotIsAClearError(t *testing.T) {
+	servers := startNATS(t, 1)
+	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: time.Hour}
+	a := startNode(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o)
+	writeMany(t, a, "laptop", 400)
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	o.Node, o.Replicas = "node-b", 1
+	cl, err := cluster.Connect(ctx, connect(t, servers[0]), o)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "syncd.db")
+	_, err = cl.PrepareData(ctx, path)
+	require.ErrorIs(t, err, cluster.ErrNoSnapshot)
+	_, statErr := os.Stat(path)
+	require.True(t, errors.Is(statErr, os.ErrNotExist), "nothing was created")
+}
+
+// TestMisconfigurationIsRefused: a stream with other settings, a stream
+// syncd did not create, a node whose data belongs to another cluster, and
+// servers whose message limit is too small are each refused with an error
+// naming the fix, before anything changes.
+func TestMisconfigurationIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	servers := startNATS(t, 1)
+	nc := connect(t, servers[0])
+	path := filepath.Join(t.TempDir(), "syncd.db")
+	startNode(t, servers[0], "node-a", path, cluster.Options{}).stop()
+
+	_, err := cluster.Connect(ctx, nc, cluster.Options{Node: "node-b", Replicas: 3, APITimeout: time.Second})
+	require.ErrorIs(t, err, cluster.ErrMisconfigured)
+	require.ErrorContains(t, err, "1 replicas, this node is configured for 3")
+
+	// The data of node-a opened for another cluster.
+	other := startNATS(t, 1)
+	cl, err := cluster.Connect(ctx, connect(t, other[0]), cluster.Options{Node: "node-a", Replicas: 1})
+	require.NoError(t, err)
+	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = replication.OpenStore(ctx, db, replication.StoreOptions{ID: cl.ID()})
+	require.ErrorIs(t, err, replication.ErrOtherDatabase)
+
+	// A stream of the same name that syncd did not create.
+	foreign := startNATS(t, 1)
+	fnc := connect(t, foreign[0])
+	js, err := jetstream.New(fnc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cluster.StreamName, Subjects: []string{"orders.>"}})
+	require.NoError(t, err)
+	_, err = cluster.Connect(ctx, fnc, cluster.Options{Node: "node-a", Replicas: 1})
+	require.ErrorIs(t, err, cluster.ErrMisconfigured)
+	require.ErrorContains(t, err, "not created by syncd")
+
+	// Servers that refuse messages as large as a command.
+	small, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "small", Port: -1, StoreDir: t.TempDir(), MaxPayload: 1 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { small.Shutdown(); small.WaitForShutdown() })
+	_, err = cluster.Connect(ctx, connect(t, small), cluster.Options{Node: "node-a", Replicas: 1})
+	require.ErrorIs(t, err, cluster.ErrMisconfigured)
+	require.ErrorContains(t, err, "max_payload")
+}
+
+// TestDivergentNodeStopsServing: a node whose state digest differs from
+// its peers' at a checkpoint stops serving; the peers go on.
+func TestDivergentNodeStopsServing(t *testing.T) {
+	_, nodes := threeNodes(t, cluster.Options{CheckpointEvery: 4})
+	clock := syncproto.NewClock("phone", nil)
+	nodes[0].commit(t, batchOf("phone", put(clock, "notes", "k", `1`)))
+	waitApplied(t, nodes...)
+	// Corrupt node-3's copy of the record behind the cluster's back.
+	_, err := nodes[2].db.Exec(`UPDATE records SET version = 41 WHERE key = 'k'`)
+	require.NoError(t, err)
+	for i := range 8 {
+		nodes[i%2].commit(t, batchOf("phone", put(clock, "notes", "k", fmt.Sprintf(`%d`, i+2))))
+	}
+	require.Eventually(t, func() bool { return !nodes[2].cl.Status().Ready }, waitFor, 20*time.Millisecond)
+	var diverged *cluster.DivergedError
+	require.ErrorAs(t, nodes[2].cl.Ready(), &diverged)
+	require.Equal(t, []string{"node-1", "node-2"}, diverged.Peers, "judged once both peers reported")
+	for _, n := range nodes[:2] {
+		require.True(t, n.cl.Status().Ready, n.cl.Status().Problem)
+	}
+}
