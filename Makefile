@@ -11,7 +11,7 @@ SOAK_DURATION ?= 10m
 SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build test bench fuzz lint clean soak
+.PHONY: run build test bench fuzz lint clean soak cluster
 
 ## run: build syncd and start it on 127.0.0.1:8080 with its SQLite database under ./var/
 run: build
@@ -20,6 +20,25 @@ run: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+## cluster: three syncd nodes on loopback, each with an embedded NATS server and its own
+## data directory under var/cluster/; they share one token file. Ctrl-C stops all three.
+cluster: build
+	@mkdir -p var/cluster
+	@set -e; trap 'kill $$(jobs -p) 2>/dev/null; wait' INT TERM EXIT; \
+	node() { \
+	  routes=""; for j in 1 2 3; do [ $$j = $$1 ] || routes="$$routes --nats-route nats-route://127.0.0.1:622$$j"; done; \
+	  ./$(BIN)/syncd --cluster --node-id node-$$1 --data var/cluster/node-$$1/syncd.db --tokens var/cluster/tokens.json \
+	    --listen 127.0.0.1:818$$1 --admin-listen 127.0.0.1:828$$1 \
+	    --nats-listen 127.0.0.1:422$$1 --nats-cluster-listen 127.0.0.1:622$$1 $$routes $(ARGS) \
+	    > var/cluster/node-$$1.log 2>&1 & \
+	}; \
+	node 1; while [ ! -s var/cluster/tokens.json ]; do sleep 0.1; done; node 2; node 3; \
+	for i in 1 2 3; do until curl -fs 127.0.0.1:818$$i/readyz >/dev/null 2>&1; do sleep 0.5; done; done; \
+	echo "cluster ready (logs: var/cluster/node-N.log):"; \
+	for i in 1 2 3; do echo "  node-$$i  http://127.0.0.1:818$$i  admin http://127.0.0.1:828$$i"; done; \
+	grep -h -o 'client_token=[^ ]*\|admin_token=[^ ]*' var/cluster/node-1.log || true; \
+	wait
 
 ## test: vet and the whole suite with the race detector (./soak holds the short soak, about a minute)
 test:

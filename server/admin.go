@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -75,6 +78,17 @@ type Status struct {
 	// MaxClientLagEntries is the largest head-minus-cursor among live
 	// subscribers: how far the slowest connected client is behind.
 	MaxClientLagEntries uint64 `json:"max_client_lag_entries"`
+	// Cluster is set on a cluster node: every node as it last reported.
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
+}
+
+// ClusterStatus is the cluster as one node sees it.
+type ClusterStatus struct {
+	ID string `json:"id"`
+	// LeaseHolder is the node holding the singleton-job lease, as the nodes
+	// report it ("" when none reports it).
+	LeaseHolder string           `json:"lease_holder"`
+	Nodes       []cluster.Status `json:"nodes"`
 }
 
 func (s *Server) adminStatus(r *http.Request) (any, int, error) {
@@ -96,6 +110,26 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 		if c := ss.cursor.Load(); b.Head > c {
 			st.MaxClientLagEntries = max(st.MaxClientLagEntries, b.Head-c)
 		}
+	}
+	if c := s.cfg.Cluster; c != nil {
+		nodes, err := c.Nodes(r.Context())
+		if err != nil {
+			return nil, 0, err
+		}
+		self := c.Status()
+		cs := &ClusterStatus{ID: c.ID(), Nodes: []cluster.Status{self}}
+		for _, n := range nodes {
+			if n.Node != self.Node {
+				cs.Nodes = append(cs.Nodes, n)
+			}
+		}
+		slices.SortFunc(cs.Nodes, func(a, b cluster.Status) int { return strings.Compare(a.Node, b.Node) })
+		for _, n := range cs.Nodes {
+			if n.LeaseHeld {
+				cs.LeaseHolder = n.Node
+			}
+		}
+		st.Cluster = cs
 	}
 	return st, 0, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -95,6 +96,13 @@ type Config struct {
 	// Registry receives the server's metrics and is served at /metrics;
 	// nil means a fresh registry with the Go and process collectors.
 	Registry *prometheus.Registry
+	// Cluster, when set, makes this server one node of a cluster: a
+	// connected (not started) membership whose command stream decides every
+	// push. New prepares DataPath from the cluster (restoring a snapshot
+	// when the node is new or behind), opens it with the cluster's identity
+	// and starts the membership; Close closes it. Retention then runs as
+	// the cluster's replicated jobs, not on this node's timer.
+	Cluster *cluster.Cluster
 }
 
 // Retention bounds what syncd keeps. Resends of an op older than the
@@ -194,6 +202,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	var clusterID string
+	if cfg.Cluster != nil {
+		if _, err := cfg.Cluster.PrepareData(ctx, cfg.DataPath); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		clusterID = cfg.Cluster.ID()
+	}
 	db, err := sqlitedb.Open(ctx, cfg.DataPath, sqlitedb.Options{Synchronous: cfg.Synchronous})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -213,12 +228,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
 		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
-		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now,
+		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now, ID: clusterID,
 	})
 	if err == nil {
 		err = s.setOplogGauges(ctx)
 	}
-	if err == nil {
+	if err == nil && cfg.Cluster != nil {
+		err = cfg.Cluster.Start(s.store, func(head uint64) { s.metrics.oplogHead.Set(float64(head)) })
+		s.commits = clusterCommitter{cluster: cfg.Cluster, metrics: s.metrics, now: cfg.Now}
+	} else if err == nil {
 		s.commits, err = newGroupCommitter(ctx, s.store, cfg.Now, s.metrics, cfg.Logger)
 	}
 	if err != nil {
@@ -226,7 +244,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: open store: %w", err)
 	}
 	s.hardStop, s.cancel = context.WithCancel(context.Background())
-	if cfg.RetentionInterval > 0 {
+	if cfg.RetentionInterval > 0 && cfg.Cluster == nil {
 		s.wg.Add(1)
 		go s.runJanitor()
 	}
@@ -262,6 +280,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if err := s.store.DB.PingContext(r.Context()); err != nil {
 		http.Error(w, "database unavailable", http.StatusServiceUnavailable)
 		return
+	}
+	if s.cfg.Cluster != nil {
+		if err := s.cfg.Cluster.Ready(); err != nil {
+			http.Error(w, "cluster: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ready\n")

@@ -211,6 +211,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		ss.log.Warn("hello names another client id", "hello_client_id", m.ClientID)
 		return ss.refuseAndClose(m.ID, syncproto.Errorf(syncproto.CodeWrongClientID, "this token acts as client %q, not %q", ss.p.ClientID, m.ClientID))
 	}
+	ss.srv.catchUp(ctx, m.Cursor)
 	bounds, err := ss.srv.store.Log.Bounds(ctx)
 	if err != nil {
 		return ss.refuseAndClose(m.ID, internalError(err))
@@ -270,6 +271,7 @@ func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
 // the refusal itself and returns nil, nil when the cursor is ahead or the
 // read failed; it returns a resync when the cursor is older than the log.
 func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int) (*replication.Page, *syncproto.Resync) {
+	ss.srv.catchUp(ctx, cursor)
 	page, err := ss.srv.store.Log.Read(ctx, replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit})
 	var ce *replication.CursorError
 	switch {

@@ -76,7 +76,7 @@ func (a *app) printStatus(v statusView) error {
 	if v.LatestConflictID > 0 {
 		conflicts = fmt.Sprintf("newest #%d at %s (syncctl conflicts ls)", v.LatestConflictID, stamp(v.LatestConflictAt))
 	}
-	return fields(a.stdout,
+	err := fields(a.stdout,
 		[2]string{"node", st.NodeID},
 		[2]string{"started", fmt.Sprintf("%s (up %s)", stamp(st.StartedAt), (time.Duration(st.UptimeSeconds * float64(time.Second))).Round(time.Second))},
 		[2]string{"draining", yesNo(st.Draining)},
@@ -87,4 +87,31 @@ func (a *app) printStatus(v statusView) error {
 		[2]string{"conflicts", conflicts},
 		[2]string{"sync lag", fmt.Sprintf("%s behind the head (slowest connected client)", count(int(st.MaxClientLagEntries), "entry", "entries"))},
 	)
+	if err != nil || st.Cluster == nil {
+		return err
+	}
+	return a.printCluster(st.Cluster)
+}
+
+// printCluster lists every node of the cluster as the answering node last
+// heard of it: applied stream seq, lag, the lease, and readiness.
+func (a *app) printCluster(c *server.ClusterStatus) error {
+	lease := c.LeaseHolder
+	if lease == "" {
+		lease = "none reported"
+	}
+	if err := fields(a.stdout, [2]string{"cluster", c.ID}, [2]string{"lease holder", lease}); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout)
+	t := newTable(a.stdout, "NODE", "APPLIED", "STREAM HEAD", "LAG", "LEASE", "READY", "REPORTED")
+	for _, n := range c.Nodes {
+		ready := "yes"
+		if !n.Ready {
+			ready = "no: " + n.Problem
+		}
+		t.row(n.Node, strconv.FormatUint(n.AppliedSeq, 10), strconv.FormatUint(n.StreamHead, 10),
+			strconv.FormatUint(n.Lag, 10), yesNo(n.LeaseHeld), ready, stamp(n.At))
+	}
+	return t.flush()
 }

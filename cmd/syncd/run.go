@@ -13,6 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
@@ -40,6 +43,7 @@ type options struct {
 	logFormat       string
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
+	cluster         clusterOptions
 }
 
 // stringList is a repeatable string flag.
@@ -49,7 +53,7 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // listFlags take several values from one environment variable.
-var listFlags = map[string]bool{"model": true, "allowed-origin": true}
+var listFlags = map[string]bool{"model": true, "allowed-origin": true, "nats-route": true}
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
@@ -70,6 +74,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take before sessions are cut")
+	o.cluster.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -87,6 +92,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	if o.models.Uses(replication.PolicyHook) {
 		return o, errors.New("--model NAME=hook needs a Go hook: embed the server package to use it")
+	}
+	if err := o.cluster.validate(); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -176,7 +184,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 
-	srv, err := server.New(ctx, server.Config{
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var member *membership
+	if o.cluster.enabled {
+		if member, err = joinCluster(ctx, o, log, reg); err != nil {
+			return err
+		}
+		defer member.close()
+		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
+	}
+	cfg := server.Config{
 		DataPath:       o.data,
 		Synchronous:    sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
 		Authenticator:  authn,
@@ -186,8 +204,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		AllowedOrigins: o.origins,
 		MaxConnections: o.maxConnections,
 		Logger:         log,
-	})
+		Registry:       reg,
+	}
+	if member != nil {
+		cfg.Cluster = member.cluster
+	}
+	srv, err := server.New(ctx, cfg)
 	if err != nil {
+		if member != nil {
+			member.cluster.Close()
+		}
 		return err
 	}
 	defer srv.Close()

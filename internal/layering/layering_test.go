@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	"client/reconnect":              {},
 	"client":                        {"syncproto", "client/offlinequeue", "client/netmonitor", "client/reconnect", "internal/sqlitedb"},
 	"server/auth":                   {"syncproto"},
-	"server":                        {"syncproto", "replication", "ledger", "server/auth", "internal/sqlitedb"},
+	"server":                        {"syncproto", "replication", "replication/cluster", "ledger", "server/auth", "internal/sqlitedb"},
 	"replication/logtest":           {"replication", "syncproto", "ledger"},
 	"replication/cluster":           {"replication", "syncproto", "ledger", "internal/sqlitedb"},
 	"ledger/ledgertest":             {"ledger"},

@@ -94,11 +94,8 @@ type Options struct {
 	Heartbeat time.Duration
 	// Now is the clock of jobs (the retention reference they carry); nil
 	// means time.Now.
-	Now func() time.Time
-	// OnApplied is called on the materializer's goroutine after every
-	// commit, with the oplog head it reached (for gauges). Optional.
-	OnApplied func(oplogHead uint64)
-	Logger    *slog.Logger
+	Now    func() time.Time
+	Logger *slog.Logger
 	// Registerer receives the cluster metrics; nil means none.
 	Registerer prometheus.Registerer
 }
@@ -173,8 +170,9 @@ type Cluster struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	store *replication.Store
-	pub   *publisher
+	store     *replication.Store
+	onApplied func(uint64)
+	pub       *publisher
 
 	waitingQuorum atomic.Bool
 	failed        atomic.Pointer[error] // set when this node must stop serving
@@ -367,8 +365,11 @@ func retryable(err error) bool {
 
 // Start runs the node on store, opened with replication.StoreOptions.ID
 // set to ID: the materializer from the store's applied position, the
-// publisher, the lease loop and the status reports. Stop it with Close.
-func (c *Cluster) Start(store *replication.Store) error {
+// publisher, the lease loop and the status reports. onApplied, when not
+// nil, is called on the materializer's goroutine after every commit that
+// appended to the oplog, with the oplog's new head; it must return quickly.
+// Stop the node with Close.
+func (c *Cluster) Start(store *replication.Store, onApplied func(oplogHead uint64)) error {
 	if store.ID != c.id {
 		return fmt.Errorf("cluster: %w: the store is database %s, the stream is cluster %s", ErrOtherCluster, store.ID, c.id)
 	}
@@ -377,6 +378,7 @@ func (c *Cluster) Start(store *replication.Store) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	c.store = store
+	c.onApplied = onApplied
 	c.appliedSeq.Store(pos.applied)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.runCtx, c.cancel = ctx, cancel

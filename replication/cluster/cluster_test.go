@@ -114,7 +114,7 @@ func startNode(t testing.TB, ns *server.Server, name, path string, o cluster.Opt
 	require.NoError(t, err)
 	n.store, err = replication.OpenStore(ctx, n.db, replication.StoreOptions{ID: n.cl.ID()})
 	require.NoError(t, err)
-	require.NoError(t, n.cl.Start(n.store))
+	require.NoError(t, n.cl.Start(n.store, nil))
 	t.Cleanup(n.stop)
 	return n
 }

@@ -294,8 +294,8 @@ func (m *materializer) apply(ctx context.Context, group []jetstream.Msg) (err er
 	}
 	if oplogHead > 0 {
 		c.store.Committed(oplogHead)
-		if c.opts.OnApplied != nil {
-			c.opts.OnApplied(oplogHead)
+		if c.onApplied != nil {
+			c.onApplied(oplogHead)
 		}
 	}
 	for _, a := range answers {
