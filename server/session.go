@@ -245,8 +245,11 @@ func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 	req, err := ss.srv.push(ctx, ss.p, m.Mutations)
 	if err != nil {
 		ss.pending.Add(-1)
+		if ctx.Err() != nil {
+			return // the session is being cut: nothing more is sent on it
+		}
 		code := syncproto.CodeShuttingDown
-		if !errors.Is(err, errStoreClosed) && ctx.Err() == nil {
+		if !errors.Is(err, errStoreClosed) {
 			ss.log.Error("push not decided", "err", err)
 			code = syncproto.CodeInternal
 		}
