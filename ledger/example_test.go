@@ -29,7 +29,9 @@ func ExampleSQL() {
 		panic(err)
 	}
 	defer db.Close()
-	l, err := ledger.NewSQL(ctx, db, ledger.Options{MaxAge: 24 * time.Hour})
+	day := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := day // the server's clock, which decides
+	l, err := ledger.NewSQL(ctx, db, ledger.Options{MaxAge: 24 * time.Hour, Now: func() time.Time { return clock }})
 	if err != nil {
 		panic(err)
 	}
@@ -71,7 +73,6 @@ func ExampleSQL() {
 		return tx.Commit()
 	}
 
-	day := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	if err := apply("tenant-a", op{"op-1", day, "x=1"}, op{"op-2", day.Add(time.Hour), "y=2"}); err != nil {
 		panic(err)
 	}
@@ -79,20 +80,31 @@ func ExampleSQL() {
 	if err := apply("tenant-a", op{"op-1", day, "x=1"}); err != nil {
 		panic(err)
 	}
-	// Two days later retention has evicted both; a late op-3 from the first
-	// day cannot be told from an evicted one, so it is refused.
-	evicted, err := l.Prune(ctx, day.Add(48*time.Hour))
+	// Two days later retention has evicted both, and tenant-a's floor is
+	// op-2's time. A late op-3 stamped before it cannot be told from an
+	// evicted op, so it is refused; tenant-b's floor is its own, so the same
+	// stamp is new there.
+	clock = day.Add(48 * time.Hour)
+	evicted, err := l.Prune(ctx, clock)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("evicted", evicted)
-	if err := apply("tenant-a", op{"op-3", day.Add(2 * time.Hour), "z=3"}); err != nil {
+	floor, err := l.Floor(ctx, "tenant-a")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("evicted", evicted, "floor of tenant-a", floor.Format(time.Kitchen))
+	if err := apply("tenant-a", op{"op-3", day.Add(30 * time.Minute), "z=3"}); err != nil {
+		panic(err)
+	}
+	if err := apply("tenant-b", op{"op-3", day.Add(30 * time.Minute), "z=3"}); err != nil {
 		panic(err)
 	}
 	// Output:
 	// op-1: applied x=1
 	// op-2: applied y=2
 	// op-1: replayed "applied x=1"
-	// evicted 2
+	// evicted 2 floor of tenant-a 1:00AM
 	// op-3: refused, expired
+	// op-3: applied z=3
 }

@@ -21,15 +21,17 @@ type Decision struct {
 	// OpID is the op's idempotency key. Never empty in a stored decision.
 	OpID string
 	// OpTime is the op's own time: the wall part of the mutation's HLC. It
-	// orders eviction and is compared with the coverage floor.
+	// is compared with the scope's floor, and an eviction raises the floor
+	// to it; it never orders eviction.
 	OpTime time.Time
 	// Digest identifies the op's content, so a caller can tell a resend of
 	// the same op from a different op reusing its id.
 	Digest []byte
 	// Result is the answer the caller gave for the op, replayed on a hit.
 	Result []byte
-	// DecidedAt is when the op was decided. Record fills a zero DecidedAt
-	// from Options.Now.
+	// DecidedAt is when the op was decided, by the server's clock. It orders
+	// eviction. Record fills a zero DecidedAt from Options.Now; a replicated
+	// caller passes it explicitly, so every replica stores the same value.
 	DecidedAt time.Time
 }
 
@@ -45,7 +47,7 @@ const (
 	// stored Result (response replay) or just skips the op (skip-only).
 	Hit
 	// Expired: the op is not in the ledger and its op time is at or before
-	// the coverage floor, so it may have been decided and then evicted. The
+	// its scope's floor, so it may have been decided and then evicted. The
 	// caller must refuse the op as expired and never apply it.
 	Expired
 )
@@ -65,8 +67,9 @@ func (o Outcome) String() string {
 }
 
 // Tx is the ledger inside one transaction of the caller. Lookups see the
-// transaction's own records; records become visible to others when the
-// caller's transaction commits and vanish if it rolls back.
+// transaction's own records and evictions; what it records and evicts
+// becomes visible to others when the caller's transaction commits and
+// vanishes if it rolls back.
 //
 // A Tx is not safe for concurrent use, and it is valid only until its
 // transaction ends; after that, every call that needs the transaction fails.
@@ -78,19 +81,34 @@ type Tx interface {
 	Lookup(ctx context.Context, scope, opID string, opTime time.Time) (Decision, Outcome, error)
 	// Record stores d as the decision for (d.Scope, d.OpID). It refuses an
 	// empty op id (ErrEmptyOpID), a zero op time (ErrMissingOpTime), an op
-	// at or before the coverage floor (ErrExpired) and an op already
+	// at or before its scope's floor (ErrExpired) and an op already
 	// recorded in the scope (ErrAlreadyDecided); a refused Record stores
 	// nothing and leaves the transaction usable.
 	Record(ctx context.Context, d Decision) error
+	// Prune applies retention as of now inside the transaction, evicting
+	// at most limit decisions, and reports how many it evicted and whether
+	// evictable decisions remain (call it again, in this transaction or a
+	// later one, until more is false). What it evicts depends only on the
+	// ledger's state as this transaction sees it, now and limit: two
+	// ledgers holding the same decisions and floors evict the same ones,
+	// whatever order the decisions were recorded in. See the package
+	// documentation for the order. It refuses a limit below 1 and a zero
+	// now; a failed Prune leaves the transaction in an unknown state, so
+	// roll it back.
+	Prune(ctx context.Context, now time.Time, limit int) (evicted int, more bool, err error)
 }
 
 // Stats is a snapshot of a ledger's committed state.
 type Stats struct {
-	// Entries is the number of decisions held.
+	// Entries is the number of decisions held, over every scope.
 	Entries int
-	// Floor is the coverage floor: an op not in the ledger whose op time is
-	// at or before Floor is Expired. Zero until the first Prune.
-	Floor time.Time
+	// Scopes is the number of scopes the ledger keeps state for: those
+	// holding a decision or a floor.
+	Scopes int
+	// MaxFloor is the highest floor of any scope: an op time after it is
+	// above every scope's floor, so no op stamped later is Expired. Zero
+	// while nothing was ever evicted.
+	MaxFloor time.Time
 }
 
 // Errors returned by the ledger. Each says what the caller may do next.
@@ -105,10 +123,13 @@ var (
 	// earlier transaction or this one). It must not be applied again: look
 	// it up and answer with the stored decision. Nothing was stored.
 	ErrAlreadyDecided = errors.New("ledger: op already decided")
-	// ErrExpired: the op's time is at or before the coverage floor, so the
+	// ErrExpired: the op's time is at or before its scope's floor, so the
 	// ledger can no longer tell whether it was applied. Refuse it as
 	// expired, never apply it. Nothing was stored.
 	ErrExpired = errors.New("ledger: op older than the ledger's coverage")
+	// ErrInvalidPrune: Tx.Prune was called with a limit below 1 or a zero
+	// now, a wiring error. Nothing was evicted.
+	ErrInvalidPrune = errors.New("ledger: invalid prune arguments")
 )
 
 // Defaults for the zero fields of Options.
@@ -119,23 +140,27 @@ const (
 )
 
 // Options configure a ledger. The zero value means the defaults; a negative
-// value is refused by NewSQL and NewMemory.
+// value is refused by NewSQL and NewMemory. The bounds apply to each scope
+// on its own: one scope's volume never evicts another scope's decisions.
 type Options struct {
-	// MaxAge bounds retention by op time: Prune(now) evicts every decision
-	// whose op time is at or before now-MaxAge and raises the floor to
-	// now-MaxAge. Default DefaultMaxAge.
+	// MaxAge bounds retention by decision time: pruning as of now evicts
+	// every decision decided at or before now-MaxAge. Default
+	// DefaultMaxAge.
 	MaxAge time.Duration
-	// MaxEntries bounds retention by count: Prune evicts the oldest
-	// decisions (by op time) beyond this many. Default DefaultMaxEntries.
+	// MaxEntries bounds retention by count: pruning evicts a scope's
+	// oldest decisions (by decision time) beyond this many. Default
+	// DefaultMaxEntries.
 	MaxEntries int
-	// PruneChunk is the most decisions one eviction transaction removes, so
-	// Prune never holds the write lock for long. Default DefaultPruneChunk.
+	// PruneChunk is the most decisions one transaction of the ledger's own
+	// Prune evicts, so it never holds the write lock for long. Default
+	// DefaultPruneChunk.
 	PruneChunk int
 	// Now stamps DecidedAt when Record gets a zero one. Default time.Now.
 	Now func() time.Time
-	// OnPruneChunk, when set, is called after each committed eviction chunk
-	// with the number of decisions it removed, on the goroutine running
-	// Prune (for progress logs and metrics). It must not call Prune.
+	// OnPruneChunk, when set, is called after each committed chunk of the
+	// ledger's own Prune with the number of decisions it removed, on the
+	// goroutine running Prune (for progress logs and metrics). It must not
+	// call Prune.
 	OnPruneChunk func(evicted int)
 }
 
@@ -167,6 +192,17 @@ func (o Options) withDefaults() (Options, error) {
 // noFloor is the stored form of "nothing evicted yet": no op time is at or
 // before it.
 const noFloor = math.MinInt64
+
+// checkPrune validates Tx.Prune's arguments.
+func checkPrune(now time.Time, limit int) error {
+	switch {
+	case limit < 1:
+		return fmt.Errorf("ledger: prune: limit %d: %w", limit, ErrInvalidPrune)
+	case now.IsZero():
+		return fmt.Errorf("ledger: prune: zero now: %w", ErrInvalidPrune)
+	}
+	return nil
+}
 
 // classifyAbsent is the outcome for an op that is not in the ledger.
 func classifyAbsent(opMs, floor int64) Outcome {
@@ -209,15 +245,16 @@ func checkRecord(d Decision) error {
 	return nil
 }
 
-// newRow returns d, already checked by checkRecord, in its stored form, or
-// ErrExpired when its op time is at or before floor.
+// newRow returns d, already checked by checkRecord, in its stored form
+// (sharing d's byte slices), or ErrExpired when its op time is at or before
+// floor.
 func newRow(d Decision, floor int64, now func() time.Time) (row, error) {
 	r := row{
 		scope:  d.Scope,
 		opID:   d.OpID,
 		opMs:   d.OpTime.UnixMilli(),
-		digest: cloneBytes(d.Digest),
-		result: cloneBytes(d.Result),
+		digest: nilIfEmpty(d.Digest),
+		result: nilIfEmpty(d.Result),
 	}
 	if r.opMs <= floor {
 		return row{}, fmt.Errorf("ledger: record %s at %s: %w", opRef(d.Scope, d.OpID),
@@ -251,12 +288,19 @@ func opRef(scope, opID string) string { return fmt.Sprintf("scope %q op %q", sco
 
 func fromMs(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 
-// floorTime is the Stats form of a stored floor.
+// floorTime is the exported form of a stored floor: zero for noFloor.
 func floorTime(floor int64) time.Time {
 	if floor == noFloor {
 		return time.Time{}
 	}
 	return fromMs(floor)
+}
+
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // cloneBytes copies b; an empty b becomes nil.

@@ -3,74 +3,108 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 )
 
-// evictor is what Prune needs from an implementation: one atomic eviction
-// step and a count.
-type evictor interface {
-	// evictOldest removes, in one atomic step that no reader sees half
-	// done, up to limit decisions whose op time is at or before cutoff,
-	// oldest op time first, and raises the floor to the newest op time it
-	// removed or to raise, whichever is later (raise is noFloor when the
-	// step sets no floor of its own). It returns how many it removed.
-	evictOldest(ctx context.Context, cutoff int64, limit int, raise int64) (int, error)
-	// count returns the number of committed decisions.
-	count(ctx context.Context) (int, error)
+// scopeEvictor is what one bounded eviction pass needs from a transaction
+// of an implementation. Both methods see the transaction's own records and
+// evictions.
+type scopeEvictor interface {
+	// nextCandidate returns the first scope, in byte order, at or after
+	// from (strictly after it unless inclusive) that holds a decision
+	// decided at or before cutoff or more than maxEntries decisions. ok is
+	// false when there is none.
+	nextCandidate(ctx context.Context, from string, inclusive bool, cutoff int64, maxEntries int) (scope string, ok bool, err error)
+	// evictScope evicts, of scope's decisions in eviction order, the
+	// longest prefix made of decisions decided at or before cutoff or
+	// beyond the newest maxEntries, but at most limit of them, and raises
+	// scope's floor to the highest op time it evicted. It returns how many
+	// it evicted.
+	evictScope(ctx context.Context, scope string, cutoff int64, maxEntries, limit int) (int, error)
 }
 
-// prune runs retention over e: first by age, then by count, each in chunks
-// of at most o.PruneChunk decisions, every chunk its own atomic step. It
-// stops between chunks when ctx is done and returns what it evicted so far;
-// the evicted chunks stay evicted and the floor covers them.
-//
-// Both loops are bounded. The age loop ends because its first step raises
-// the floor to cutoff, after which Record refuses any op at or before cutoff,
-// so every later step finds fewer candidates. The count loop removes at most
-// the excess it measured up front, so records arriving meanwhile are never
-// over-evicted on their account (they are left to the next Prune).
-func prune(ctx context.Context, e evictor, o Options, now time.Time) (int, error) {
-	evicted := 0
-	step := func(cutoff int64, limit int, raise int64) (int, error) {
+// pruneTx is Tx.Prune over e: it visits the scopes that have something to
+// evict in byte order and evicts each one's evictable prefix until limit
+// decisions are gone. Visiting scopes in a fixed order and each scope's
+// decisions in (decided at, op id) order makes the evicted set a function
+// of the state, now and limit alone.
+func pruneTx(ctx context.Context, e scopeEvictor, o Options, now time.Time, limit int) (evicted int, more bool, err error) {
+	if err := checkPrune(now, limit); err != nil {
+		return 0, false, err
+	}
+	cutoff := now.Add(-o.MaxAge).UnixMilli()
+	from, inclusive := "", true
+	for {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return evicted, false, fmt.Errorf("ledger: prune: %w", err)
 		}
-		n, err := e.evictOldest(ctx, cutoff, limit, raise)
+		scope, ok, err := e.nextCandidate(ctx, from, inclusive, cutoff, o.MaxEntries)
 		if err != nil {
-			return 0, err
+			return evicted, false, fmt.Errorf("ledger: prune: %w", err)
+		}
+		if !ok {
+			return evicted, false, nil
+		}
+		if evicted == limit {
+			return evicted, true, nil
+		}
+		n, err := e.evictScope(ctx, scope, cutoff, o.MaxEntries, limit-evicted)
+		if err != nil {
+			return evicted, false, fmt.Errorf("ledger: prune scope %q: %w", scope, err)
+		}
+		evicted += n
+		// A scope left with budget to spare has nothing evictable left; one
+		// that used up the budget is looked at again to answer more.
+		from, inclusive = scope, evicted == limit
+	}
+}
+
+// chunkTx is a transaction the ledger's own Prune opens for one chunk.
+type chunkTx interface {
+	Tx
+	Commit() error
+	Rollback() error
+}
+
+// pruneChunks is the ledgers' own Prune: it runs Tx.Prune with
+// o.PruneChunk in transactions of its own, committed one by one, until
+// nothing evictable remains. It stops between chunks when ctx is done and
+// returns what it evicted so far, which stays evicted with its floors
+// raised. So that a scope recording faster than Prune evicts cannot keep it
+// running, it also stops once it has evicted more decisions than the ledger
+// held when it began (entries), leaving the rest to the next call.
+func pruneChunks(ctx context.Context, begin func(context.Context) (chunkTx, error), entries int, o Options, now time.Time) (int, error) {
+	evicted := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return evicted, fmt.Errorf("ledger: prune: %w", err)
+		}
+		n, more, err := pruneChunk(ctx, begin, o, now)
+		if err != nil {
+			return evicted, err
 		}
 		evicted += n
 		if n > 0 && o.OnPruneChunk != nil {
 			o.OnPruneChunk(n)
 		}
-		return n, nil
-	}
-
-	cutoff := now.Add(-o.MaxAge).UnixMilli()
-	for {
-		n, err := step(cutoff, o.PruneChunk, cutoff)
-		if err != nil {
-			return evicted, fmt.Errorf("ledger: prune by age: %w", err)
-		}
-		if n < o.PruneChunk {
-			break
+		if !more || evicted > entries {
+			return evicted, nil
 		}
 	}
+}
 
-	entries, err := e.count(ctx)
+func pruneChunk(ctx context.Context, begin func(context.Context) (chunkTx, error), o Options, now time.Time) (int, bool, error) {
+	tx, err := begin(ctx)
 	if err != nil {
-		return evicted, fmt.Errorf("ledger: prune by count: %w", err)
+		return 0, false, fmt.Errorf("ledger: prune: %w", err)
 	}
-	for excess := entries - o.MaxEntries; excess > 0; {
-		n, err := step(math.MaxInt64, min(o.PruneChunk, excess), noFloor)
-		if err != nil {
-			return evicted, fmt.Errorf("ledger: prune by count: %w", err)
-		}
-		if n == 0 {
-			break
-		}
-		excess -= n
+	defer tx.Rollback() // a no-op after Commit
+	n, more, err := tx.Prune(ctx, now, o.PruneChunk)
+	if err != nil {
+		return 0, false, err
 	}
-	return evicted, nil
+	if err := tx.Commit(); err != nil {
+		return 0, false, fmt.Errorf("ledger: prune: %w", err)
+	}
+	return n, more, nil
 }

@@ -5,16 +5,45 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
 // schemaVersion is the version of the ledger_ tables this code reads and
-// writes, kept in ledger_meta.
-const schemaVersion = 1
+// writes, kept in ledger_meta. Version 1 had one floor for the whole ledger
+// and evicted by op time; NewSQL migrates it.
+const schemaVersion = 2
 
-// schema creates the ledger's tables. Times are unix milliseconds; digest
-// and result are BLOBs, stored as zero-length blobs when empty.
+// uncounted is ledger_meta.counted_ms before anything was counted.
+const uncounted = noFloor
+
+// metaSchema creates ledger_meta, stamped with schemaVersion when new.
+//
+// floor_ms is, at version 1, the ledger-wide floor; at version 2, the floor
+// every scope has at least: the version-1 floor carried over by the
+// migration, NULL for a ledger created at version 2. It never changes after
+// the migration.
+//
+// counted_ms keeps ledger_scopes.entries exact without a write per Record:
+// a scope's entries counts its decisions decided at or before counted_ms,
+// and the decisions decided after it (the tail) are counted when needed.
+// Record adds to entries only for a decision decided at or before
+// counted_ms (after a clock went back; rare). Pruning as of now first folds
+// the tail up to now into entries and raises counted_ms to now, so the tail
+// is what was recorded since the last prune.
+var metaSchema = []string{
+	`CREATE TABLE IF NOT EXISTS ledger_meta (
+		id             INTEGER PRIMARY KEY CHECK (id = 1),
+		schema_version INTEGER NOT NULL,
+		floor_ms       INTEGER,
+		counted_ms     INTEGER NOT NULL DEFAULT -9223372036854775808
+	)`,
+	`INSERT INTO ledger_meta (id, schema_version, floor_ms) VALUES (1, 2, NULL)
+		ON CONFLICT (id) DO NOTHING`,
+}
+
+// schema creates the version-2 tables where missing. Times are unix
+// milliseconds; digest and result are BLOBs, stored as zero-length blobs
+// when empty.
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS ledger_decisions (
 		scope      TEXT    NOT NULL,
@@ -25,23 +54,86 @@ var schema = []string{
 		decided_at INTEGER NOT NULL,
 		PRIMARY KEY (scope, op_id)
 	)`,
-	`CREATE INDEX IF NOT EXISTS ledger_decisions_by_op_time ON ledger_decisions (op_time)`,
-	// floor_ms is NULL until the first eviction.
-	`CREATE TABLE IF NOT EXISTS ledger_meta (
-		id             INTEGER PRIMARY KEY CHECK (id = 1),
-		schema_version INTEGER NOT NULL,
-		floor_ms       INTEGER
-	)`,
-	`INSERT INTO ledger_meta (id, schema_version, floor_ms) VALUES (1, 1, NULL)
-		ON CONFLICT (id) DO NOTHING`,
+	// A scope's decisions by decision time: eviction order (ties, rare,
+	// are sorted by op id as they are read) and the tail count.
+	`CREATE INDEX IF NOT EXISTS ledger_decisions_by_decided_at
+		ON ledger_decisions (scope, decided_at)`,
+	// One row per scope that ever held a committed decision, written by
+	// the transaction that records its first: how many decisions it holds
+	// up to ledger_meta.counted_ms, and its floor, NULL until its first
+	// eviction.
+	`CREATE TABLE IF NOT EXISTS ledger_scopes (
+		scope    TEXT    NOT NULL PRIMARY KEY,
+		entries  INTEGER NOT NULL,
+		floor_ms INTEGER
+	) WITHOUT ROWID`,
 }
+
+// migrateV1 turns version-1 tables into version 2, after schema has run:
+// it drops the op-time index, counts every scope's decisions, and keeps the
+// version-1 floor in ledger_meta as the floor of every scope, known or not
+// (a scope whose decisions were all evicted left no trace but that floor).
+var migrateV1 = []string{
+	`DROP INDEX IF EXISTS ledger_decisions_by_op_time`,
+	`ALTER TABLE ledger_meta ADD COLUMN counted_ms INTEGER NOT NULL DEFAULT -9223372036854775808`,
+	`INSERT INTO ledger_scopes (scope, entries, floor_ms)
+		SELECT scope, COUNT(*), NULL FROM ledger_decisions GROUP BY scope`,
+	`UPDATE ledger_meta SET schema_version = 2,
+		counted_ms = coalesce((SELECT MAX(decided_at) FROM ledger_decisions), counted_ms)
+		WHERE id = 1`,
+}
+
+// tailSQL counts the decisions of scope s decided after :W.
+const tailSQL = `(SELECT COUNT(*) FROM ledger_decisions AS d WHERE d.scope = s.scope AND d.decided_at > :W)`
 
 const (
 	lookupSQL = `SELECT op_time, digest, result, decided_at FROM ledger_decisions
 		WHERE scope = ? AND op_id = ?`
 	insertSQL = `INSERT INTO ledger_decisions (scope, op_id, op_time, digest, result, decided_at)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (scope, op_id) DO NOTHING`
-	floorSQL = `SELECT floor_ms FROM ledger_meta WHERE id = 1`
+	// scopeSQL reads what Lookup and Record need of a scope, and
+	// counted_ms.
+	scopeSQL = `SELECT m.counted_ms, s.scope IS NOT NULL, s.floor_ms
+		FROM ledger_meta AS m LEFT JOIN ledger_scopes AS s ON s.scope = ? WHERE m.id = 1`
+	floorSQL    = `SELECT floor_ms FROM ledger_scopes WHERE scope = ?`
+	newScopeSQL = `INSERT INTO ledger_scopes (scope, entries) VALUES (?, ?)`
+	countOneSQL = `UPDATE ledger_scopes SET entries = entries + 1 WHERE scope = ?`
+
+	countedSQL = `SELECT counted_ms FROM ledger_meta WHERE id = 1`
+	foldSQL    = `UPDATE ledger_scopes AS s SET entries = entries + (
+			SELECT COUNT(*) FROM ledger_decisions AS d WHERE d.scope = s.scope AND d.decided_at > :W AND d.decided_at <= :to)
+		WHERE EXISTS (SELECT 1 FROM ledger_decisions AS d WHERE d.scope = s.scope AND d.decided_at > :W AND d.decided_at <= :to)`
+	setCountedSQL = `UPDATE ledger_meta SET counted_ms = ? WHERE id = 1`
+
+	// candidateSQL finds the first scope at or after (>=) or after (>)
+	// :from with a decision decided at or before :cutoff or more than :max
+	// decisions.
+	candidateSQL = `SELECT scope FROM ledger_scopes AS s WHERE scope %s :from AND (
+			entries + ` + tailSQL + ` > :max
+			OR EXISTS (SELECT 1 FROM ledger_decisions AS d WHERE d.scope = s.scope AND d.decided_at <= :cutoff))
+		ORDER BY scope LIMIT 1`
+	totalSQL     = `SELECT entries + ` + tailSQL + ` FROM ledger_scopes AS s WHERE scope = :scope`
+	evictAgedSQL = `DELETE FROM ledger_decisions WHERE rowid IN (
+			SELECT rowid FROM ledger_decisions WHERE scope = ?1 AND decided_at <= ?2
+			ORDER BY decided_at, op_id LIMIT ?3)
+		RETURNING op_time, decided_at`
+	evictOldestSQL = `DELETE FROM ledger_decisions WHERE rowid IN (
+			SELECT rowid FROM ledger_decisions WHERE scope = ?1
+			ORDER BY decided_at, op_id LIMIT ?2)
+		RETURNING op_time, decided_at`
+	// evictedSQL uncounts ?2 evicted decisions of scope ?1 and raises its
+	// floor to ?3.
+	evictedSQL = `UPDATE ledger_scopes SET entries = entries - ?2, floor_ms = max(coalesce(floor_ms, ?3), ?3)
+		WHERE scope = ?1`
+
+	statsSQL = `SELECT COALESCE(SUM(s.entries + (SELECT COUNT(*) FROM ledger_decisions AS d
+			WHERE d.scope = s.scope AND d.decided_at > m.counted_ms)), 0), COUNT(s.scope), MAX(s.floor_ms)
+		FROM ledger_meta AS m LEFT JOIN ledger_scopes AS s ON 1 WHERE m.id = 1`
+)
+
+var (
+	candidateFromSQL  = fmt.Sprintf(candidateSQL, ">=")
+	candidateAfterSQL = fmt.Sprintf(candidateSQL, ">")
 )
 
 // SQL is a ledger kept in tables of the caller's SQLite database (tables
@@ -51,45 +143,72 @@ const (
 type SQL struct {
 	db   *sql.DB
 	opts Options
-	// pruneMu serializes Prune calls on this value, so two of them never
-	// both evict the same measured excess.
-	pruneMu sync.Mutex
+	// baseFloor is the floor every scope has at least (ledger_meta.floor_ms,
+	// noFloor when NULL), fixed since the migration from version 1.
+	baseFloor int64
 }
 
 // NewSQL returns the ledger kept in db, creating its tables if they are
-// missing. It refuses invalid options and tables written by a newer schema.
-// db must be a SQLite database (driver "sqlite3", github.com/mattn/go-sqlite3)
-// opened as the package documentation describes; the ledger never closes it.
+// missing and migrating tables of schema version 1 (decisions are kept; the
+// old ledger-wide floor becomes the floor of every scope). It refuses
+// invalid options and tables written by a newer schema. db must be a SQLite
+// database (driver "sqlite3", github.com/mattn/go-sqlite3) opened as the
+// package documentation describes; the ledger never closes it.
 func NewSQL(ctx context.Context, db *sql.DB, opts Options) (*SQL, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if err := createSchema(ctx, db); err != nil {
+	base, err := createSchema(ctx, db)
+	if err != nil {
 		return nil, fmt.Errorf("ledger: open: %w", err)
 	}
-	return &SQL{db: db, opts: o}, nil
+	return &SQL{db: db, opts: o, baseFloor: base}, nil
 }
 
-func createSchema(ctx context.Context, db *sql.DB) error {
+// createSchema creates or migrates the tables in one transaction and
+// returns the base floor.
+func createSchema(ctx context.Context, db *sql.DB) (baseFloor int64, err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback() // a no-op after Commit
-	for _, stmt := range schema {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return err
+	exec := func(stmts []string) error {
+		for _, stmt := range stmts {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return err
+			}
 		}
+		return nil
+	}
+	if err := exec(metaSchema); err != nil {
+		return 0, err
 	}
 	var version int
-	if err := tx.QueryRowContext(ctx, `SELECT schema_version FROM ledger_meta WHERE id = 1`).Scan(&version); err != nil {
-		return err
+	var base sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT schema_version, floor_ms FROM ledger_meta WHERE id = 1`).Scan(&version, &base); err != nil {
+		return 0, err
 	}
-	if version != schemaVersion {
-		return fmt.Errorf("ledger tables have schema version %d, this build reads version %d", version, schemaVersion)
+	switch version {
+	case 1:
+		if err := exec(schema); err != nil {
+			return 0, err
+		}
+		if err := exec(migrateV1); err != nil {
+			return 0, fmt.Errorf("migrate from schema version 1: %w", err)
+		}
+	case schemaVersion:
+		if err := exec(schema); err != nil {
+			return 0, err
+		}
+	default:
+		return 0, fmt.Errorf("ledger tables have schema version %d, this build reads version %d", version, schemaVersion)
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return storedFloor(base), nil
 }
 
 // In binds the ledger to the caller's transaction tx, which must be a
@@ -111,104 +230,95 @@ func (l *SQL) Get(ctx context.Context, scope, opID string) (d Decision, ok bool,
 	return r.decision(), true, nil
 }
 
-// Stats returns the number of committed decisions and the coverage floor,
-// read in one statement. Counting scans the op-time index, so on a big
-// ledger call it at a metrics-scrape pace, not per request.
+// Stats returns the number of committed decisions, of scopes and the
+// highest floor, read in one statement: it costs one row per scope plus
+// the decisions recorded since the last prune, so call it at a
+// metrics-scrape pace, not per request.
 func (l *SQL) Stats(ctx context.Context) (Stats, error) {
-	var entries int
-	var floor sql.NullInt64
-	err := l.db.QueryRowContext(ctx,
-		`SELECT (SELECT COUNT(*) FROM ledger_decisions), floor_ms FROM ledger_meta WHERE id = 1`,
-	).Scan(&entries, &floor)
-	if err != nil {
+	var st Stats
+	var maxFloor sql.NullInt64
+	if err := l.db.QueryRowContext(ctx, statsSQL).Scan(&st.Entries, &st.Scopes, &maxFloor); err != nil {
 		return Stats{}, fmt.Errorf("ledger: stats: %w", err)
 	}
-	return Stats{Entries: entries, Floor: floorTime(storedFloor(floor))}, nil
+	st.MaxFloor = floorTime(max(storedFloor(maxFloor), l.baseFloor))
+	return st, nil
+}
+
+// Floor returns scope's committed floor: an op of scope that is not held
+// and whose op time is at or before it is Expired. It is zero while the
+// scope never had a decision evicted (and the ledger was not migrated from
+// a version-1 floor). It reads one row.
+func (l *SQL) Floor(ctx context.Context, scope string) (time.Time, error) {
+	var f sql.NullInt64
+	err := l.db.QueryRowContext(ctx, floorSQL, scope).Scan(&f)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, fmt.Errorf("ledger: floor of scope %q: %w", scope, err)
+	}
+	return floorTime(max(storedFloor(f), l.baseFloor)), nil
 }
 
 // Prune applies retention as of now and returns how many decisions it
-// evicted. It evicts every decision whose op time is at or before
-// now-MaxAge, then the oldest decisions beyond MaxEntries, in transactions
-// of its own of at most PruneChunk decisions each; every chunk raises the
-// persisted floor in the same transaction that evicts. When ctx is done it
-// stops between chunks and returns the count so far with ctx's error; what
-// it evicted stays evicted and covered by the floor.
+// evicted: Tx.Prune with Options.PruneChunk, in transactions of its own
+// committed one by one, until nothing evictable remains. Each chunk raises
+// the floors of the scopes it evicts from in the same transaction. When ctx
+// is done it stops between chunks and returns the count so far with ctx's
+// error; what it evicted stays evicted and covered by the floors. It also
+// returns once it has evicted more decisions than the ledger held when it
+// began, leaving what a busy scope recorded meanwhile to the next call.
 //
-// Prune calls on one *SQL run one at a time. Run Prune from one place per
-// database: concurrent Prunes from different processes are safe but may
-// evict more than the excess.
+// Prune may run beside other Prunes, on this *SQL or in another process:
+// every chunk evicts what the state it sees calls for, never more. Its
+// transactions follow the database's settings: with BEGIN deferred, a
+// chunk may fail with SQLITE_BUSY when another writer commits between its
+// first read and its first write (that chunk evicts nothing; call Prune
+// again).
 func (l *SQL) Prune(ctx context.Context, now time.Time) (evicted int, err error) {
-	l.pruneMu.Lock()
-	defer l.pruneMu.Unlock()
-	return prune(ctx, sqlEvictor{l}, l.opts, now)
-}
-
-// sqlEvictor keeps evictOldest and count off SQL's method set.
-type sqlEvictor struct{ l *SQL }
-
-func (e sqlEvictor) evictOldest(ctx context.Context, cutoff int64, limit int, raise int64) (int, error) {
-	tx, err := e.l.db.BeginTx(ctx, nil)
+	st, err := l.Stats(ctx)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("ledger: prune: %w", err)
 	}
-	defer tx.Rollback() // a no-op after Commit
-	// The DELETE is the transaction's first statement, so even a deferred
-	// BEGIN takes the write lock at once, waiting under busy_timeout,
-	// rather than failing on a stale read snapshot.
-	rows, err := tx.QueryContext(ctx, `DELETE FROM ledger_decisions WHERE rowid IN (
-		SELECT rowid FROM ledger_decisions WHERE op_time <= ? ORDER BY op_time LIMIT ?
-	) RETURNING op_time`, cutoff, limit)
-	if err != nil {
-		return 0, err
-	}
-	n, newest := 0, raise
-	for rows.Next() {
-		var t int64
-		if err := rows.Scan(&t); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		n++
-		newest = max(newest, t)
-	}
-	if err := rows.Close(); err != nil {
-		return 0, err
-	}
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	if newest != noFloor {
-		if _, err := tx.ExecContext(ctx,
-			`UPDATE ledger_meta SET floor_ms = ? WHERE id = 1 AND (floor_ms IS NULL OR floor_ms < ?)`,
-			newest, newest); err != nil {
-			return 0, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	return n, nil
+	return pruneChunks(ctx, l.beginChunk, st.Entries, l.opts, now)
 }
 
-func (e sqlEvictor) count(ctx context.Context) (int, error) {
-	var n int
-	err := e.l.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM ledger_decisions`).Scan(&n)
-	return n, err
+func (l *SQL) beginChunk(ctx context.Context) (chunkTx, error) {
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sqlChunk{Tx: l.In(tx), tx: tx}, nil
 }
+
+// sqlChunk is one transaction of (*SQL).Prune.
+type sqlChunk struct {
+	Tx
+	tx *sql.Tx
+}
+
+func (c sqlChunk) Commit() error   { return c.tx.Commit() }
+func (c sqlChunk) Rollback() error { return c.tx.Rollback() }
 
 // sqlTx is the ledger bound to one caller transaction. It prepares its
-// statements on first use (they close with the transaction) and reads the
-// floor at most once: under SQLite's snapshot isolation the floor cannot
-// change within a transaction that goes on to write. A deferred transaction
-// that read the floor before a Prune committed fails its first write with
+// lookup and record statements on first use (they close with the
+// transaction) and reads each scope's row at most once between its own
+// prunes: under SQLite's snapshot isolation the row cannot change within a
+// transaction that goes on to write. A deferred transaction that read a
+// floor before a Prune elsewhere committed fails its first write with
 // SQLITE_BUSY (snapshot) instead of recording under the stale floor.
 type sqlTx struct {
-	l      *SQL
-	tx     *sql.Tx
-	lookup *sql.Stmt
-	insert *sql.Stmt
-	floor  int64
-	read   bool // floor holds the floor
+	l        *SQL
+	tx       *sql.Tx
+	lookup   *sql.Stmt
+	insert   *sql.Stmt
+	scopeRow *sql.Stmt
+	scopes   map[string]scopeRow // rows read or written by this transaction
+	counted  int64               // ledger_meta.counted_ms, once read
+	read     bool                // counted holds counted_ms
+}
+
+// scopeRow is what a transaction knows of a scope's ledger_scopes row.
+type scopeRow struct {
+	exists bool
+	floor  int64 // with the base floor applied
 }
 
 func (s *sqlTx) Lookup(ctx context.Context, scope, opID string, opTime time.Time) (Decision, Outcome, error) {
@@ -235,26 +345,26 @@ func (s *sqlTx) lookupRow(ctx context.Context, scope, opID string, opTime time.T
 	if ok {
 		return r.decision(), Hit, nil
 	}
-	floor, err := s.readFloor(ctx)
+	sc, err := s.scope(ctx, scope)
 	if err != nil {
 		return Decision{}, Miss, err
 	}
-	return Decision{}, classifyAbsent(opTime.UnixMilli(), floor), nil
+	return Decision{}, classifyAbsent(opTime.UnixMilli(), sc.floor), nil
 }
 
 func (s *sqlTx) Record(ctx context.Context, d Decision) error {
 	if err := checkRecord(d); err != nil {
 		return err
 	}
-	floor, err := s.readFloor(ctx)
+	sc, err := s.scope(ctx, d.Scope)
 	if err != nil {
 		return fmt.Errorf("ledger: record %s: %w", opRef(d.Scope, d.OpID), err)
 	}
-	r, err := newRow(d, floor, s.l.opts.Now)
+	r, err := newRow(d, sc.floor, s.l.opts.Now)
 	if err != nil {
 		return err
 	}
-	inserted, err := s.insertRow(ctx, r)
+	inserted, err := s.insertRow(ctx, r, sc)
 	if err != nil {
 		return fmt.Errorf("ledger: record %s: %w", opRef(d.Scope, d.OpID), err)
 	}
@@ -264,7 +374,19 @@ func (s *sqlTx) Record(ctx context.Context, d Decision) error {
 	return nil
 }
 
-func (s *sqlTx) insertRow(ctx context.Context, r row) (inserted bool, err error) {
+func (s *sqlTx) Prune(ctx context.Context, now time.Time, limit int) (int, bool, error) {
+	if err := checkPrune(now, limit); err != nil {
+		return 0, false, err
+	}
+	clear(s.scopes) // evictions raise floors
+	if err := s.fold(ctx, now.UnixMilli()); err != nil {
+		return 0, false, fmt.Errorf("ledger: prune: %w", err)
+	}
+	return pruneTx(ctx, sqlEvictor{s}, s.l.opts, now, limit)
+}
+
+// insertRow inserts r, whose scope's row is sc, and counts it.
+func (s *sqlTx) insertRow(ctx context.Context, r row, sc scopeRow) (inserted bool, err error) {
 	stmt, err := s.stmt(ctx, &s.insert, insertSQL)
 	if err != nil {
 		return false, err
@@ -273,20 +395,144 @@ func (s *sqlTx) insertRow(ctx context.Context, r row) (inserted bool, err error)
 	if err != nil {
 		return false, err
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return false, err
+	}
+	counted := r.decidedMs <= s.counted // read by s.scope
+	switch {
+	case !sc.exists:
+		_, err = s.tx.ExecContext(ctx, newScopeSQL, r.scope, btoi(counted))
+		sc.exists = true
+		s.scopes[r.scope] = sc
+	case counted:
+		_, err = s.tx.ExecContext(ctx, countOneSQL, r.scope)
+	}
+	return err == nil, err
 }
 
-func (s *sqlTx) readFloor(ctx context.Context) (int64, error) {
-	if s.read {
-		return s.floor, nil
+// scope returns scope's row as this transaction sees it, and reads
+// counted_ms with the first.
+func (s *sqlTx) scope(ctx context.Context, scope string) (scopeRow, error) {
+	if sc, ok := s.scopes[scope]; ok {
+		return sc, nil
 	}
-	var f sql.NullInt64
-	if err := s.tx.QueryRowContext(ctx, floorSQL).Scan(&f); err != nil {
+	stmt, err := s.stmt(ctx, &s.scopeRow, scopeSQL)
+	if err != nil {
+		return scopeRow{}, err
+	}
+	var sc scopeRow
+	var floor sql.NullInt64
+	if err := stmt.QueryRowContext(ctx, scope).Scan(&s.counted, &sc.exists, &floor); err != nil {
+		return scopeRow{}, err
+	}
+	s.read = true
+	sc.floor = max(storedFloor(floor), s.l.baseFloor)
+	if s.scopes == nil {
+		s.scopes = make(map[string]scopeRow, 1)
+	}
+	s.scopes[scope] = sc
+	return sc, nil
+}
+
+// fold counts the tail up to to into entries and raises counted_ms to it.
+func (s *sqlTx) fold(ctx context.Context, to int64) error {
+	if !s.read {
+		if err := s.tx.QueryRowContext(ctx, countedSQL).Scan(&s.counted); err != nil {
+			return err
+		}
+		s.read = true
+	}
+	if to <= s.counted {
+		return nil
+	}
+	if _, err := s.tx.ExecContext(ctx, foldSQL, sql.Named("W", s.counted), sql.Named("to", to)); err != nil {
+		return err
+	}
+	if _, err := s.tx.ExecContext(ctx, setCountedSQL, to); err != nil {
+		return err
+	}
+	s.counted = to
+	return nil
+}
+
+// sqlEvictor keeps the scopeEvictor methods off sqlTx's method set. It
+// runs after sqlTx.fold, so counted_ms is read.
+type sqlEvictor struct{ s *sqlTx }
+
+func (e sqlEvictor) nextCandidate(ctx context.Context, from string, inclusive bool, cutoff int64, maxEntries int) (string, bool, error) {
+	query := candidateAfterSQL
+	if inclusive {
+		query = candidateFromSQL
+	}
+	var scope string
+	err := e.s.tx.QueryRowContext(ctx, query, sql.Named("from", from), sql.Named("max", maxEntries),
+		sql.Named("cutoff", cutoff), sql.Named("W", e.s.counted)).Scan(&scope)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return scope, err == nil, err
+}
+
+func (e sqlEvictor) evictScope(ctx context.Context, scope string, cutoff int64, maxEntries, limit int) (int, error) {
+	var total int
+	err := e.s.tx.QueryRowContext(ctx, totalSQL, sql.Named("scope", scope), sql.Named("W", e.s.counted)).Scan(&total)
+	if err != nil {
 		return 0, err
 	}
-	s.floor, s.read = storedFloor(f), true
-	return s.floor, nil
+	aged, err := e.evict(ctx, evictAgedSQL, scope, cutoff, limit)
+	if err != nil {
+		return 0, err
+	}
+	gone := aged
+	if excess := total - aged.n - maxEntries; excess > 0 && aged.n < limit {
+		oldest, err := e.evict(ctx, evictOldestSQL, scope, min(excess, limit-aged.n))
+		if err != nil {
+			return 0, err
+		}
+		gone = eviction{n: aged.n + oldest.n, counted: aged.counted + oldest.counted, newest: max(aged.newest, oldest.newest)}
+	}
+	if gone.n > 0 {
+		if _, err := e.s.tx.ExecContext(ctx, evictedSQL, scope, gone.counted, gone.newest); err != nil {
+			return 0, err
+		}
+	}
+	return gone.n, nil
+}
+
+// eviction is what one eviction DELETE removed: n decisions, counted of
+// them decided at or before counted_ms, the highest op time newest.
+type eviction struct {
+	n, counted int
+	newest     int64
+}
+
+func (e sqlEvictor) evict(ctx context.Context, query string, args ...any) (eviction, error) {
+	rows, err := e.s.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return eviction{}, err
+	}
+	defer rows.Close()
+	ev := eviction{newest: noFloor}
+	for rows.Next() {
+		var opMs, decidedMs int64
+		if err := rows.Scan(&opMs, &decidedMs); err != nil {
+			return eviction{}, err
+		}
+		ev.n++
+		ev.counted += btoi(decidedMs <= e.s.counted)
+		ev.newest = max(ev.newest, opMs)
+	}
+	if err := rows.Close(); err != nil {
+		return eviction{}, err
+	}
+	return ev, rows.Err()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // stmt returns *slot, preparing query in the transaction on first use.
@@ -313,13 +559,6 @@ func scanRow(sc *sql.Row, scope, opID string) (r row, ok bool, err error) {
 	}
 	r.digest, r.result = nilIfEmpty(r.digest), nilIfEmpty(r.result)
 	return r, true, nil
-}
-
-func nilIfEmpty(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
 }
 
 func storedFloor(f sql.NullInt64) int64 {

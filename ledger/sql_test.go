@@ -72,7 +72,48 @@ func TestSQLConformance(t *testing.T) {
 			db := openDB(t, dir, immediate)
 			return sqlStore{SQL: openSQL(t, db, opts), db: db}
 		},
+		Legacy: writeSchema1,
 	})
+}
+
+// schema1 is the ledger's tables as schema version 1 created them: one
+// ledger-wide floor, eviction by op time.
+var schema1 = []string{
+	`CREATE TABLE ledger_decisions (
+		scope      TEXT    NOT NULL,
+		op_id      TEXT    NOT NULL,
+		op_time    INTEGER NOT NULL,
+		digest     BLOB    NOT NULL,
+		result     BLOB    NOT NULL,
+		decided_at INTEGER NOT NULL,
+		PRIMARY KEY (scope, op_id)
+	)`,
+	`CREATE INDEX ledger_decisions_by_op_time ON ledger_decisions (op_time)`,
+	`CREATE TABLE ledger_meta (
+		id             INTEGER PRIMARY KEY CHECK (id = 1),
+		schema_version INTEGER NOT NULL,
+		floor_ms       INTEGER
+	)`,
+	`INSERT INTO ledger_meta (id, schema_version, floor_ms) VALUES (1, 1, NULL)`,
+}
+
+// writeSchema1 writes ds and floor into dir in schema version 1.
+func writeSchema1(t *testing.T, dir string, ds []ledger.Decision, floor time.Time) {
+	db := openDB(t, dir, immediate)
+	for _, stmt := range schema1 {
+		_, err := db.Exec(stmt)
+		require.NoError(t, err)
+	}
+	for _, d := range ds {
+		_, err := db.Exec(`INSERT INTO ledger_decisions (scope, op_id, op_time, digest, result, decided_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			d.Scope, d.OpID, d.OpTime.UnixMilli(), d.Digest, d.Result, d.DecidedAt.UnixMilli())
+		require.NoError(t, err)
+	}
+	if !floor.IsZero() {
+		_, err := db.Exec(`UPDATE ledger_meta SET floor_ms = ? WHERE id = 1`, floor.UnixMilli())
+		require.NoError(t, err)
+	}
+	require.NoError(t, db.Close())
 }
 
 func TestSQLTablesArePrefixed(t *testing.T) {
@@ -89,16 +130,16 @@ func TestSQLTablesArePrefixed(t *testing.T) {
 		names = append(names, n)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"ledger_decisions", "ledger_decisions_by_op_time", "ledger_meta"}, names)
+	require.Equal(t, []string{"ledger_decisions", "ledger_decisions_by_decided_at", "ledger_meta", "ledger_scopes"}, names)
 }
 
 func TestSQLRefusesNewerSchema(t *testing.T) {
 	db := openDB(t, t.TempDir(), immediate)
 	openSQL(t, db, ledger.Options{})
-	_, err := db.Exec(`UPDATE ledger_meta SET schema_version = 2`)
+	_, err := db.Exec(`UPDATE ledger_meta SET schema_version = 3`)
 	require.NoError(t, err)
 	_, err = ledger.NewSQL(t.Context(), db, ledger.Options{})
-	require.ErrorContains(t, err, "schema version 2")
+	require.ErrorContains(t, err, "schema version 3")
 }
 
 // The decision commits and rolls back together with the caller's own
@@ -140,28 +181,35 @@ func TestSQLDecisionSharesCallerTransaction(t *testing.T) {
 	require.True(t, decided)
 }
 
-// A deferred transaction reads the floor on its first lookup. If a Prune
-// raises the floor before that transaction writes, SQLite refuses the write
-// (the read snapshot is stale), so no op is recorded under an outdated floor.
+// A deferred transaction reads its scope's floor on its first lookup. If a
+// Prune raises that floor before the transaction writes, SQLite refuses the
+// write (the read snapshot is stale), so no op is recorded under an
+// outdated floor.
 func TestSQLStaleFloorCannotRecord(t *testing.T) {
 	ctx := t.Context()
 	db := openDB(t, t.TempDir(), deferred)
 	l := openSQL(t, db, ledger.Options{MaxAge: time.Hour})
 	opTime := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	d := ledger.Decision{Scope: "tenant-a", OpID: "late", OpTime: opTime}
-
+	decided := ledger.Decision{Scope: "tenant-a", OpID: "decided", OpTime: opTime, DecidedAt: opTime}
 	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, l.In(tx).Record(ctx, decided))
+	require.NoError(t, tx.Commit())
+	late := ledger.Decision{Scope: "tenant-a", OpID: "late", OpTime: opTime.Add(-time.Minute)}
+
+	tx, err = db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer tx.Rollback() // a no-op after Commit
 	lt := l.In(tx)
-	_, o, err := lt.Lookup(ctx, d.Scope, d.OpID, d.OpTime)
+	_, o, err := lt.Lookup(ctx, late.Scope, late.OpID, late.OpTime)
 	require.NoError(t, err)
 	require.Equal(t, ledger.Miss, o)
 
-	_, err = l.Prune(ctx, opTime.Add(2*time.Hour)) // floor: opTime+1h, committed on another connection
+	n, err := l.Prune(ctx, opTime.Add(2*time.Hour)) // floor: opTime, committed on another connection
 	require.NoError(t, err)
+	require.Equal(t, 1, n)
 
-	err = lt.Record(ctx, d)
+	err = lt.Record(ctx, late)
 	var serr sqlite3.Error
 	require.True(t, errors.As(err, &serr), "want a SQLite error, got %v", err)
 	require.Equal(t, sqlite3.ErrBusySnapshot, serr.ExtendedCode)
@@ -170,7 +218,7 @@ func TestSQLStaleFloorCannotRecord(t *testing.T) {
 	check, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer check.Rollback() // read-only
-	_, o, err = l.In(check).Lookup(ctx, d.Scope, d.OpID, d.OpTime)
+	_, o, err = l.In(check).Lookup(ctx, late.Scope, late.OpID, late.OpTime)
 	require.NoError(t, err)
 	require.Equal(t, ledger.Expired, o)
 }
@@ -190,7 +238,7 @@ func BenchmarkSQLRecord(b *testing.B) {
 		digest BLOB NOT NULL, result BLOB NOT NULL, decided_at INTEGER NOT NULL,
 		PRIMARY KEY (scope, op_id))`)
 	require.NoError(b, err)
-	_, err = raw.Exec(`CREATE INDEX raw_by_op_time ON raw (op_time)`)
+	_, err = raw.Exec(`CREATE INDEX raw_by_decided_at ON raw (scope, decided_at)`)
 	require.NoError(b, err)
 
 	ds := make([]ledger.Decision, b.N)
@@ -262,6 +310,8 @@ func TestSQLReportsDatabaseErrors(t *testing.T) {
 	require.ErrorContains(t, err, "ledger: get")
 	_, err = l.Stats(ctx)
 	require.ErrorContains(t, err, "ledger: stats")
+	_, err = l.Floor(ctx, "tenant-a")
+	require.ErrorContains(t, err, "ledger: floor")
 	_, err = ledger.NewSQL(ctx, db, ledger.Options{})
 	require.ErrorContains(t, err, "ledger: open")
 }

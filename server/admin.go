@@ -72,8 +72,9 @@ type Status struct {
 	OplogHead     uint64    `json:"oplog_head"`
 	OplogOldest   uint64    `json:"oplog_oldest"`
 	LedgerEntries int       `json:"ledger_entries"`
-	// LedgerFloor is the ledger's coverage floor: resends of ops older
-	// than it are answered "expired". Zero before the first prune.
+	// LedgerFloor is the highest of the tenants' ledger floors: no resend
+	// stamped after it is answered "expired", whatever its tenant. Zero
+	// while retention never evicted a decision.
 	LedgerFloor time.Time `json:"ledger_floor,omitzero"`
 	// MaxClientLagEntries is the largest head-minus-cursor among live
 	// subscribers: how far the slowest connected client is behind.
@@ -104,7 +105,7 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 	st := Status{
 		NodeID: s.cfg.NodeID, StartedAt: s.started, UptimeSeconds: s.now().Sub(s.started).Seconds(),
 		Connections: len(sessions), Draining: s.draining.Load(), OplogHead: b.Head, OplogOldest: b.Oldest,
-		LedgerEntries: ls.Entries, LedgerFloor: ls.Floor,
+		LedgerEntries: ls.Entries, LedgerFloor: ls.MaxFloor,
 	}
 	for _, ss := range sessions {
 		if c := ss.cursor.Load(); b.Head > c {
@@ -258,8 +259,8 @@ type LedgerAnswer struct {
 	OpTime    time.Time         `json:"op_time,omitzero"`
 	DecidedAt time.Time         `json:"decided_at,omitzero"`
 	Result    *syncproto.Result `json:"result,omitempty"`
-	// Floor is the ledger's coverage floor: an op that is not held and is
-	// at or before it would be answered "expired" if resent.
+	// Floor is the tenant's ledger floor: an op of the tenant that is not
+	// held and is at or before it would be answered "expired" if resent.
 	Floor time.Time `json:"floor,omitzero"`
 }
 
@@ -273,8 +274,8 @@ func (s *Server) adminLedger(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	ans := LedgerAnswer{Tenant: tenant, OpID: opID, Found: found}
-	if st, err := s.store.Ledger.Stats(r.Context()); err == nil {
-		ans.Floor = st.Floor
+	if floor, err := s.store.Ledger.Floor(r.Context(), tenant); err == nil {
+		ans.Floor = floor
 	}
 	if !found {
 		return ans, http.StatusNotFound, nil
