@@ -20,37 +20,51 @@
 //     ledger does not care which); different means the op id was reused for
 //     different content, refuse it.
 //   - Expired: the op is not in the ledger and its op time is at or before
-//     the coverage floor. Refuse it as expired; never apply it.
+//     its scope's floor. Refuse it as expired; never apply it.
 //
 // An empty op id is not an identity, so it is never decided: Lookup returns
 // Miss for it and Record refuses it with ErrEmptyOpID. The caller should
 // refuse such ops before they reach the ledger.
 //
-// # Retention and the coverage floor
+// # Retention, per scope
 //
-// The ledger is bounded by age (Options.MaxAge, default 7 days) and count
-// (Options.MaxEntries, default 1,000,000). Prune(now) evicts every decision
-// whose op time is at or before now-MaxAge, then the oldest decisions by op
-// time beyond MaxEntries. Each eviction raises the coverage floor, in the
-// same atomic step, to now-MaxAge or to the newest op time it evicted,
-// whichever is later; the floor never goes down and, for SQL, is persisted
-// with the decisions.
+// Each scope is bounded on its own, by age (Options.MaxAge, default 7 days)
+// and count (Options.MaxEntries, default 1,000,000): one tenant's volume
+// never evicts another tenant's decisions. Retention goes by decision time,
+// the server's clock (Decision.DecidedAt), never by op time, which is the
+// client's: pruning as of now evicts, in each scope, every decision decided
+// at or before now-MaxAge, then the oldest decided beyond MaxEntries.
 //
-// Why eviction never reopens the door to a double apply: the ledger keeps
-// one invariant, "every decision recorded with an op time after the floor
-// is still held". Eviction only removes decisions at or before the floor it
-// sets, and Record refuses an op at or before the floor (ErrExpired). So
-// for an op that is not held, an op time after the floor proves it was never
+// Eviction follows one total order, so that two ledgers holding the same
+// decisions evict the same ones whatever order they were recorded in:
+// scopes in byte order of their names, and within a scope decisions by
+// decision time (milliseconds), then op id in byte order. Tx.Prune(now,
+// limit) evicts the first limit decisions of that order that are due, inside
+// the caller's transaction, and says whether more are due. Its result
+// depends on nothing but the ledger's state, now and limit.
+//
+// # The floor: what a scope may have forgotten
+//
+// A scope's floor is the highest op time among the decisions ever evicted
+// from it; a scope that never had a decision evicted has no floor. Each
+// eviction raises the floor in the transaction that evicts; the floor never
+// goes down and, for SQL, is persisted with the decisions.
+//
+// Why eviction never reopens the door to a double apply: Record refuses an
+// op at or before its scope's floor (ErrExpired), and every evicted op's
+// time is at or before the floor it raised. So for an op that is not held,
+// an op time after the floor proves it was never evicted, hence never
 // decided (Miss, safe to apply), and an op time at or before the floor
 // leaves it unknowable (Expired, refuse). A held decision is a Hit wherever
-// it lies; an evicted op is never a Miss.
+// it lies; an evicted op is never a Miss; and a ledger, or a scope, that
+// never evicted anything never answers Expired, however old the op time.
 //
-// The price is availability, never safety: an op that reaches the server
-// with an op time older than the floor is refused although it was perhaps
-// never applied, e.g. from a device offline for longer than MaxAge, or one
-// whose clock ran far behind. A server clock that jumps forward by more than
-// MaxAge raises the floor past current ops, and the floor does not come back
-// down; pass Prune a sane clock.
+// The price is availability, never safety: an op at or before its scope's
+// floor is refused although it was perhaps never applied, e.g. from a device
+// offline for longer than MaxAge, or one whose clock ran far behind the
+// scope's other devices. A device stamping far ahead raises the floor of its
+// own scope when its decisions are evicted, never another scope's.
+// Floor(scope) is the horizon a server can announce to a client.
 //
 // # What the caller must do
 //
@@ -63,10 +77,17 @@
 //     client may re-stamp an op only after the server refused it outright
 //     (never applied); re-stamping an op that may have been applied could
 //     carry it past the floor.
-//  3. Schedule Prune (for example once a minute, on one node at a time) and
-//     export its evicted count; it works in chunks of Options.PruneChunk, so
-//     it never holds the write lock for long, and stops between chunks when
-//     its context is done.
+//  3. Apply retention regularly (for example once a minute). Either call
+//     Prune(ctx, now), which runs Tx.Prune in chunks of Options.PruneChunk,
+//     each in a transaction of its own, so it never holds the write lock
+//     for long, and stops between chunks when its context is done; or, where
+//     every replica must evict the same decisions, run Tx.Prune(now, limit)
+//     in the transaction that applies a replicated "prune as of now" command,
+//     with now and limit carried in the command, repeating while it reports
+//     more. Export the evicted count.
+//  4. Where replicas must agree, decide DecidedAt before replicating and
+//     pass it in the Decision: a zero DecidedAt is filled from Options.Now,
+//     the local clock, which differs between replicas.
 //
 // # SQLite
 //
@@ -76,7 +97,10 @@
 //
 //	file:/path/syncd.db?_busy_timeout=5000&_synchronous=FULL&_journal_mode=WAL&_txlock=immediate
 //
-// WAL lets Get, Stats and other readers run beside the one writer.
+// Adding &_stmt_cache_size=64 (as syncd does) keeps the statements the
+// ledger prepares in every transaction prepared per connection.
+//
+// WAL lets Get, Floor, Stats and other readers run beside the one writer.
 // synchronous=FULL makes a committed decision survive a power cut, not only a
 // crash. busy_timeout makes a writer wait for the lock instead of failing at
 // once. _txlock=immediate makes every transaction take the write lock at
@@ -87,6 +111,13 @@
 // SQLITE_BUSY (snapshot), and must be retried whole. Limiting the pool to one
 // connection (SetMaxOpenConns(1)) is the other way to have a single writer,
 // but then Get and Stats wait for every open transaction.
+//
+// The ledger's tables are at schema version 2. NewSQL migrates a database
+// of version 1 (one floor for the whole ledger, eviction by op time) in one
+// transaction: its decisions are kept and its floor becomes the floor of
+// every scope, those it holds decisions for and any other, since a scope
+// whose decisions were all evicted left no other trace. It refuses a newer
+// version.
 //
 // Memory has the same semantics without a database, for tests.
 //

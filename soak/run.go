@@ -232,15 +232,25 @@ func issueTokens(path string, prof []profile) (clients []string, admin string, e
 }
 
 // wipeLedger deletes every decision of syncd's replay ledger, behind its
-// back (BreakLedgerAmnesia only).
+// back, keeping its per-tenant counts in step and its floors as they were
+// (BreakLedgerAmnesia only).
 func (r *runner) wipeLedger(ctx context.Context) error {
 	db, err := sqlitedb.Open(ctx, r.path("syncd.db"), sqlitedb.Options{})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	_, err = db.ExecContext(ctx, `DELETE FROM ledger_decisions`)
-	return err
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // a no-op after Commit
+	for _, stmt := range []string{`DELETE FROM ledger_decisions`, `UPDATE ledger_scopes SET entries = 0`} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // sample records the clients' queue depths every sampleEvery and prints a

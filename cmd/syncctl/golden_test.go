@@ -14,16 +14,17 @@ import (
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// seed pushes the golden scenario's writes as dev-a: two notes, an
-// optimistic docs record with a stale second write (a conflict), an LWW
+// seed pushes the golden scenario's writes as dev-a, after the aged write
+// startServer made (seq 1, notes/aged, evicted from the ledger): two notes,
+// an optimistic docs record with a stale second write (a conflict), an LWW
 // write older than the record it targets (superseded) and a delete.
 //
-//	seq 1  put    notes/a  v1
-//	seq 2  put    notes/b  v1
-//	seq 3  put    docs/d   v1
+//	seq 2  put    notes/a  v1
+//	seq 3  put    notes/b  v1
+//	seq 4  put    docs/d   v1
 //	       put    docs/d   base 0: conflict with v1
 //	       put    notes/a  older hlc: superseded by v1
-//	seq 4  delete notes/b  v2
+//	seq 5  delete notes/b  v2
 func seed(t testing.TB, ts *testServer) {
 	t.Helper()
 	s := ts.dial(t, 0)
@@ -49,7 +50,7 @@ func TestAdminCommandsGolden(t *testing.T) {
 	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}, retention: true})
 	seed(t, ts)
 	ts.waitForStatus(t, "a ledger floor", func(st statusView) bool { return !st.LedgerFloor.IsZero() })
-	ts.dial(t, 2) // a connected client two entries behind the head
+	ts.dial(t, 3) // a connected client two entries behind the head
 	ts.waitForStatus(t, "one session", func(st statusView) bool { return st.Connections == 1 })
 	memberID := strings.SplitN(ts.member, "_", 3)[1]
 	c := newCLI(t, ts.adminEnv())
@@ -62,7 +63,7 @@ func TestAdminCommandsGolden(t *testing.T) {
 		{"clients", []string{"clients"}},
 		{"oplog_tail", []string{"oplog", "tail"}},
 		{"oplog_tail_model", []string{"oplog", "tail", "--model", "docs"}},
-		{"oplog_tail_from", []string{"oplog", "tail", "--from", "2"}},
+		{"oplog_tail_from", []string{"oplog", "tail", "--from", "3"}},
 		{"conflicts_ls", []string{"conflicts", "ls"}},
 		{"ledger_get_applied", []string{"ledger", "get", opID(1), "--tenant", tenant}},
 		{"ledger_get_conflict", []string{"ledger", "get", opID(4), "--tenant", tenant}},

@@ -196,6 +196,12 @@ func (c *fakeClock) Now() time.Time {
 	return c.t
 }
 
+func (c *fakeClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
 // Test identities: tenant acme, client dev-a (reads everything, writes the
 // notes and docs models: a write to any other model is rejected).
 const (
@@ -219,7 +225,9 @@ type serverOptions struct {
 	// clock, when set, is the server's clock (golden tests fix it at t0).
 	clock *fakeClock
 	// retention runs the janitor every few milliseconds with a one-hour
-	// ledger, so the ledger floor is now-1h.
+	// ledger, after dev-a wrote notes/aged (op 12, seq 1) an hour before
+	// clock's time: the janitor evicts that decision, so tenant acme's
+	// ledger floor is its op time, clock's time minus an hour.
 	retention bool
 }
 
@@ -257,6 +265,16 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 		require.NoError(t, ts.srv.Shutdown(ctx))
 		require.NoError(t, ts.srv.Close())
 	})
+	if o.retention {
+		require.NotNil(t, o.clock, "retention needs a clock to age a decision")
+		now := o.clock.Now()
+		o.clock.set(now.Add(-time.Hour))
+		s := ts.dial(t, 0)
+		res := s.push(write(12, syncproto.OpPut, "notes", "aged", `{"v":12}`, now.Add(-time.Hour), nil))
+		s.close()
+		require.Equal(t, syncproto.StatusApplied, res[0].Status)
+		o.clock.set(now)
+	}
 	return ts
 }
 

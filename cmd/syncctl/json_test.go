@@ -19,7 +19,7 @@ func TestAdminCommandsJSON(t *testing.T) {
 	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}, retention: true})
 	seed(t, ts)
 	ts.waitForStatus(t, "a ledger floor", func(st statusView) bool { return !st.LedgerFloor.IsZero() })
-	ts.dial(t, 2)
+	ts.dial(t, 3)
 	ts.waitForStatus(t, "one session", func(st statusView) bool { return st.Connections == 1 })
 	c := newCLI(t, ts.adminEnv())
 
@@ -27,7 +27,7 @@ func TestAdminCommandsJSON(t *testing.T) {
 		out := c.ok("status", "--json")
 		var v statusView
 		decodeStrict(t, out, &v)
-		require.Equal(t, uint64(4), v.OplogHead)
+		require.Equal(t, uint64(5), v.OplogHead)
 		require.Equal(t, int64(2), v.LatestConflictID)
 		requireKeys(t, object(t, out), "node_id", "started_at", "uptime_seconds", "connections", "draining", "oplog_head", "oplog_oldest",
 			"ledger_entries", "ledger_floor", "max_client_lag_entries", "latest_conflict_id", "latest_conflict_at")
@@ -43,13 +43,13 @@ func TestAdminCommandsJSON(t *testing.T) {
 	t.Run("oplog tail", func(t *testing.T) {
 		out := c.ok("oplog", "tail", "--json")
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		require.Len(t, lines, 4, "one JSON object per entry")
+		require.Len(t, lines, 5, "one JSON object per entry")
 		for _, line := range lines {
 			var e server.OplogEntry
 			decodeStrict(t, line, &e)
 		}
 		requireKeys(t, object(t, lines[0]), "seq", "op_id", "model", "key", "op", "value", "version", "hlc", "deleted", "tenant", "client_id", "applied_at")
-		requireKeys(t, object(t, lines[3]), "seq", "op_id", "model", "key", "op", "version", "hlc", "deleted", "tenant", "client_id", "applied_at")
+		requireKeys(t, object(t, lines[4]), "seq", "op_id", "model", "key", "op", "version", "hlc", "deleted", "tenant", "client_id", "applied_at")
 	})
 	t.Run("conflicts ls", func(t *testing.T) {
 		out := c.ok("conflicts", "ls", "--json")

@@ -20,8 +20,8 @@ func (a *app) ledgerGetCommand() *cobra.Command {
 		Long: `Show the replay ledger's decision for one op id in one tenant: applied,
 superseded or conflict, with the version it produced or lost to, the op's time
 and when it was decided. Refusals (rejected) are not recorded, so an op that was
-only ever refused is not found. An op not found whose time is at or before the
-ledger floor would be answered "expired" if resent.
+only ever refused is not found. An op not found whose time is at or before its
+tenant's ledger floor would be answered "expired" if resent.
 
 Exit status 5 when the ledger holds no decision for the op.`,
 		Args: exactArgs(1, "one op id"),

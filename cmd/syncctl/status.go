@@ -70,7 +70,7 @@ func (a *app) printStatus(v statusView) error {
 	}
 	floor := "none yet (no retention pass has evicted anything)"
 	if !st.LedgerFloor.IsZero() {
-		floor = stamp(st.LedgerFloor) + " (older resends are answered expired)"
+		floor = stamp(st.LedgerFloor) + " (the newest tenant floor: no resend stamped later is answered expired)"
 	}
 	conflicts := "none recorded"
 	if v.LatestConflictID > 0 {

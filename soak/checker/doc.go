@@ -46,10 +46,11 @@
 //
 // The schemas it reads are those of the replication, ledger and client
 // packages (tables oplog, records, records_state, ledger_decisions,
-// ledger_meta, conflicts; and the replica's records, pending, outcomes and
-// meta): a change there breaks Load loudly, not silently. Retention is
-// honoured where it can hide evidence: a ledger that evicted decisions
-// (ledger_meta.floor_ms set) exempts ops at or before its floor, and an
-// oplog compacted from the front is replayed from its first retained
-// entry. The journal survives process crashes, not power loss.
+// ledger_meta, ledger_scopes, conflicts; and the replica's records, pending,
+// outcomes and meta): a change there breaks Load loudly, not silently.
+// Retention is honoured where it can hide evidence: a ledger that evicted
+// decisions (a floor set in ledger_scopes or ledger_meta) exempts ops at or
+// before the highest floor, and an oplog compacted from the front is
+// replayed from its first retained entry. The journal survives process
+// crashes, not power loss.
 package checker

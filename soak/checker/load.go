@@ -175,8 +175,10 @@ func loadServer(ctx context.Context, path string) (Server, error) {
 		return s, fmt.Errorf("ledger: %w", err)
 	}
 	var floor sql.NullInt64
-	if err := db.QueryRowContext(ctx, `SELECT floor_ms FROM ledger_meta WHERE id = 1`).Scan(&floor); err != nil {
-		return s, fmt.Errorf("ledger_meta: %w", err)
+	err = db.QueryRowContext(ctx, `SELECT MAX(floor_ms) FROM (
+		SELECT floor_ms FROM ledger_meta WHERE id = 1 UNION ALL SELECT floor_ms FROM ledger_scopes)`).Scan(&floor)
+	if err != nil {
+		return s, fmt.Errorf("ledger floors: %w", err)
 	}
 	if floor.Valid {
 		s.LedgerFloor = time.UnixMilli(floor.Int64)

@@ -30,8 +30,9 @@ type Server struct {
 	AppliedSeq uint64
 	Records    []Record
 	Ledger     []Decision
-	// LedgerFloor is the ledger's coverage floor; zero when it never
-	// evicted a decision. Ops at or before it may have left the ledger.
+	// LedgerFloor is the highest of the ledger's per-tenant floors; zero
+	// when it never evicted a decision. Ops at or before it may have left
+	// the ledger (for some tenants: the check exempts them all).
 	LedgerFloor time.Time
 	Conflicts   []Conflict
 	// Integrity holds the rows of PRAGMA integrity_check: ["ok"] when sound.
