@@ -105,9 +105,10 @@ type Config struct {
 	Cluster *cluster.Cluster
 }
 
-// Retention bounds what syncd keeps. Resends of an op older than the
-// ledger's horizon are answered "expired"; a cursor older than the oplog's
-// oldest entry gets a resync.
+// Retention bounds what syncd keeps. The ledger bounds apply to each
+// tenant on its own, by decision time; a resend not held and at or before
+// its tenant's ledger floor is answered "expired". A cursor older than the
+// oplog's oldest entry gets a resync.
 type Retention struct {
 	LedgerMaxAge     time.Duration
 	LedgerMaxEntries int
