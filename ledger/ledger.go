@@ -92,9 +92,10 @@ type Tx interface {
 	// ledger's state as this transaction sees it, now and limit: two
 	// ledgers holding the same decisions and floors evict the same ones,
 	// whatever order the decisions were recorded in. See the package
-	// documentation for the order. It refuses a limit below 1 and a zero
-	// now; a failed Prune leaves the transaction in an unknown state, so
-	// roll it back.
+	// documentation for the order. It refuses a limit below 1 or a zero now
+	// with ErrInvalidPrune, evicting nothing; after any other error the
+	// transaction may hold an eviction without its floor, so roll it back,
+	// never commit it.
 	Prune(ctx context.Context, now time.Time, limit int) (evicted int, more bool, err error)
 }
 
@@ -102,8 +103,9 @@ type Tx interface {
 type Stats struct {
 	// Entries is the number of decisions held, over every scope.
 	Entries int
-	// Scopes is the number of scopes the ledger keeps state for: those
-	// holding a decision or a floor.
+	// Scopes is the number of scopes the ledger keeps state for: every
+	// scope that ever held a committed decision (a scope keeps its floor
+	// after its last decision is evicted).
 	Scopes int
 	// MaxFloor is the highest floor of any scope: an op time after it is
 	// above every scope's floor, so no op stamped later is Expired. Zero

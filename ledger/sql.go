@@ -91,10 +91,6 @@ const (
 		WHERE scope = ? AND op_id = ?`
 	insertSQL = `INSERT INTO ledger_decisions (scope, op_id, op_time, digest, result, decided_at)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (scope, op_id) DO NOTHING`
-	// scopeSQL reads what Lookup and Record need of a scope, and
-	// counted_ms.
-	scopeSQL = `SELECT m.counted_ms, s.scope IS NOT NULL, s.floor_ms
-		FROM ledger_meta AS m LEFT JOIN ledger_scopes AS s ON s.scope = ? WHERE m.id = 1`
 	floorSQL    = `SELECT floor_ms FROM ledger_scopes WHERE scope = ?`
 	newScopeSQL = `INSERT INTO ledger_scopes (scope, entries) VALUES (?, ?)`
 	countOneSQL = `UPDATE ledger_scopes SET entries = entries + 1 WHERE scope = ?`
@@ -299,20 +295,20 @@ func (c sqlChunk) Rollback() error { return c.tx.Rollback() }
 
 // sqlTx is the ledger bound to one caller transaction. It prepares its
 // lookup and record statements on first use (they close with the
-// transaction) and reads each scope's row at most once between its own
-// prunes: under SQLite's snapshot isolation the row cannot change within a
-// transaction that goes on to write. A deferred transaction that read a
-// floor before a Prune elsewhere committed fails its first write with
-// SQLITE_BUSY (snapshot) instead of recording under the stale floor.
+// transaction) and reads each scope's row, and counted_ms, at most once
+// between its own prunes: under SQLite's snapshot isolation they cannot
+// change within a transaction that goes on to write. A deferred transaction
+// that read a floor before a Prune elsewhere committed fails its first
+// write with SQLITE_BUSY (snapshot) instead of recording under the stale
+// floor.
 type sqlTx struct {
-	l        *SQL
-	tx       *sql.Tx
-	lookup   *sql.Stmt
-	insert   *sql.Stmt
-	scopeRow *sql.Stmt
-	scopes   map[string]scopeRow // rows read or written by this transaction
-	counted  int64               // ledger_meta.counted_ms, once read
-	read     bool                // counted holds counted_ms
+	l       *SQL
+	tx      *sql.Tx
+	lookup  *sql.Stmt
+	insert  *sql.Stmt
+	scopes  map[string]scopeRow // rows read or written by this transaction
+	counted int64               // ledger_meta.counted_ms, once read
+	read    bool                // counted holds counted_ms
 }
 
 // scopeRow is what a transaction knows of a scope's ledger_scopes row.
@@ -398,7 +394,10 @@ func (s *sqlTx) insertRow(ctx context.Context, r row, sc scopeRow) (inserted boo
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return false, err
 	}
-	counted := r.decidedMs <= s.counted // read by s.scope
+	if err := s.readCounted(ctx); err != nil {
+		return false, err
+	}
+	counted := r.decidedMs <= s.counted
 	switch {
 	case !sc.exists:
 		_, err = s.tx.ExecContext(ctx, newScopeSQL, r.scope, btoi(counted))
@@ -410,23 +409,17 @@ func (s *sqlTx) insertRow(ctx context.Context, r row, sc scopeRow) (inserted boo
 	return err == nil, err
 }
 
-// scope returns scope's row as this transaction sees it, and reads
-// counted_ms with the first.
+// scope returns scope's row as this transaction sees it.
 func (s *sqlTx) scope(ctx context.Context, scope string) (scopeRow, error) {
 	if sc, ok := s.scopes[scope]; ok {
 		return sc, nil
 	}
-	stmt, err := s.stmt(ctx, &s.scopeRow, scopeSQL)
-	if err != nil {
-		return scopeRow{}, err
-	}
-	var sc scopeRow
 	var floor sql.NullInt64
-	if err := stmt.QueryRowContext(ctx, scope).Scan(&s.counted, &sc.exists, &floor); err != nil {
+	err := s.tx.QueryRowContext(ctx, floorSQL, scope).Scan(&floor)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return scopeRow{}, err
 	}
-	s.read = true
-	sc.floor = max(storedFloor(floor), s.l.baseFloor)
+	sc := scopeRow{exists: err == nil, floor: max(storedFloor(floor), s.l.baseFloor)}
 	if s.scopes == nil {
 		s.scopes = make(map[string]scopeRow, 1)
 	}
@@ -434,13 +427,22 @@ func (s *sqlTx) scope(ctx context.Context, scope string) (scopeRow, error) {
 	return sc, nil
 }
 
+// readCounted reads counted_ms, once per transaction.
+func (s *sqlTx) readCounted(ctx context.Context) error {
+	if s.read {
+		return nil
+	}
+	if err := s.tx.QueryRowContext(ctx, countedSQL).Scan(&s.counted); err != nil {
+		return err
+	}
+	s.read = true
+	return nil
+}
+
 // fold counts the tail up to to into entries and raises counted_ms to it.
 func (s *sqlTx) fold(ctx context.Context, to int64) error {
-	if !s.read {
-		if err := s.tx.QueryRowContext(ctx, countedSQL).Scan(&s.counted); err != nil {
-			return err
-		}
-		s.read = true
+	if err := s.readCounted(ctx); err != nil {
+		return err
 	}
 	if to <= s.counted {
 		return nil

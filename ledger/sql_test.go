@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -295,6 +296,49 @@ func BenchmarkSQLRecord(b *testing.B) {
 	rawTook := time.Since(began)
 	b.ReportMetric(float64(rawTook.Nanoseconds())/float64(b.N), "raw-ns/op")
 	b.ReportMetric(float64(ledgerTook)/float64(rawTook), "ledger/raw")
+}
+
+// BenchmarkSQLPrune measures eviction per decision: Tx.Prune in chunks of
+// 1000, each in its own transaction, over b.N aged decisions spread over 10
+// scopes, decided 100 to the millisecond (as a busy group commit decides
+// them), beside as many decisions of 10 other scopes that stay.
+func BenchmarkSQLPrune(b *testing.B) {
+	const chunk = 1000
+	ctx := context.Background()
+	db := openDB(b, b.TempDir(), immediate)
+	l := openSQL(b, db, ledger.Options{MaxAge: time.Hour})
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	recordAll := func(from time.Time, prefix string) {
+		for i := 0; i < b.N; i += chunk {
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(b, err)
+			lt := l.In(tx)
+			for j := i; j < min(i+chunk, b.N); j++ {
+				require.NoError(b, lt.Record(ctx, ledger.Decision{
+					Scope: fmt.Sprintf("%s-%d", prefix, j%10), OpID: uuid.Must(uuid.NewV7()).String(),
+					OpTime: from.Add(time.Duration(j) * time.Millisecond), DecidedAt: from.Add(time.Duration(j/100) * time.Millisecond),
+					Digest: make([]byte, 32), Result: []byte(`{"status":"applied","version":1}`),
+				}))
+			}
+			require.NoError(b, tx.Commit())
+		}
+	}
+	recordAll(start, "aged")
+	recordAll(start.Add(2*time.Hour), "kept")
+
+	b.ResetTimer()
+	evicted := 0
+	for more := true; more; {
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(b, err)
+		var n int
+		n, more, err = l.In(tx).Prune(ctx, start.Add(2*time.Hour), chunk)
+		require.NoError(b, err)
+		require.NoError(b, tx.Commit())
+		evicted += n
+	}
+	b.StopTimer()
+	require.Equal(b, b.N, evicted)
 }
 
 // Database failures surface as errors, never as outcomes.
