@@ -19,7 +19,7 @@ import (
 // while another transaction is open, and so does each chunk of Prune, so
 // transactions are serializable. Get, Floor and Stats never wait for a
 // transaction; they see committed state only. Pruning sorts the decisions
-// of every scope it looks at, which is fine for tests and small ledgers.
+// of every scope it evicts from, which is fine for tests and small ledgers.
 type Memory struct {
 	opts Options
 	// writer is a one-slot semaphore held by an open MemoryTx.
@@ -279,6 +279,15 @@ func (tx *MemoryTx) floor(scope string) int64 {
 // rows returns scope's decisions as the transaction sees them, in eviction
 // order: by decision time, then op id.
 func (tx *MemoryTx) rows(scope string) []row {
+	rs := tx.unordered(scope)
+	slices.SortFunc(rs, func(a, b row) int {
+		return cmp.Or(cmp.Compare(a.decidedMs, b.decidedMs), cmp.Compare(a.opID, b.opID))
+	})
+	return rs
+}
+
+// unordered returns scope's decisions as the transaction sees them.
+func (tx *MemoryTx) unordered(scope string) []row {
 	var rs []row
 	tx.m.mu.Lock()
 	if sc := tx.m.scopes[scope]; sc != nil {
@@ -292,9 +301,6 @@ func (tx *MemoryTx) rows(scope string) []row {
 	for _, r := range tx.added[scope] {
 		rs = append(rs, r)
 	}
-	slices.SortFunc(rs, func(a, b row) int {
-		return cmp.Or(cmp.Compare(a.decidedMs, b.decidedMs), cmp.Compare(a.opID, b.opID))
-	})
 	return rs
 }
 
@@ -321,7 +327,8 @@ func (e memEvictor) nextCandidate(_ context.Context, from string, inclusive bool
 		if name < from || (name == from && !inclusive) {
 			continue
 		}
-		if evictable(e.tx.rows(name), cutoff, maxEntries) > 0 {
+		rs := e.tx.unordered(name)
+		if len(rs) > maxEntries || slices.ContainsFunc(rs, func(r row) bool { return r.decidedMs <= cutoff }) {
 			return name, true, nil
 		}
 	}

@@ -13,9 +13,6 @@ import (
 // and evicted by op time; NewSQL migrates it.
 const schemaVersion = 2
 
-// uncounted is ledger_meta.counted_ms before anything was counted.
-const uncounted = noFloor
-
 // metaSchema creates ledger_meta, stamped with schemaVersion when new.
 //
 // floor_ms is, at version 1, the ledger-wide floor; at version 2, the floor
@@ -24,12 +21,12 @@ const uncounted = noFloor
 // the migration.
 //
 // counted_ms keeps ledger_scopes.entries exact without a write per Record:
-// a scope's entries counts its decisions decided at or before counted_ms,
-// and the decisions decided after it (the tail) are counted when needed.
-// Record adds to entries only for a decision decided at or before
-// counted_ms (after a clock went back; rare). Pruning as of now first folds
-// the tail up to now into entries and raises counted_ms to now, so the tail
-// is what was recorded since the last prune.
+// a scope's entries counts its decisions decided at or before counted_ms
+// (-2^63 until the first prune), and the decisions decided after it (the
+// tail) are counted when needed. Record adds to entries only for a decision
+// decided at or before counted_ms (after a clock went back; rare). Pruning
+// as of now first folds the tail up to now into entries and raises
+// counted_ms to now, so the tail is what was recorded since the last prune.
 var metaSchema = []string{
 	`CREATE TABLE IF NOT EXISTS ledger_meta (
 		id             INTEGER PRIMARY KEY CHECK (id = 1),
