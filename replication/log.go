@@ -71,9 +71,10 @@ func (e Entry) Record() Record {
 	}
 }
 
-// ErrInvalidEntry is wrapped by Append when an entry is malformed (a seq
-// already set, an empty model, key or op id, version 0, a zero HLC, an op
-// that disagrees with Deleted). Nothing was appended; it is a bug in the
+// ErrInvalidEntry is wrapped by Append and AppendAll when an entry is
+// malformed (a seq Append should assign, or AppendAll seqs that do not
+// follow the head one by one, an empty model, key or op id, version 0, a
+// zero HLC, an op that disagrees with Deleted). Nothing was appended; it is a bug in the
 // caller.
 var ErrInvalidEntry = errors.New("invalid oplog entry")
 
@@ -81,8 +82,6 @@ var ErrInvalidEntry = errors.New("invalid oplog entry")
 func (e Entry) validate() error {
 	var problem string
 	switch {
-	case e.Seq != 0:
-		problem = "seq is assigned by the log"
 	case e.Model == "" || e.Key == "" || e.OpID == "":
 		problem = "empty model, key or op id"
 	case e.Version == 0:

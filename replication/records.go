@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Errors of Records.Put and Records.Apply. Both mean the caller's
@@ -100,35 +101,51 @@ func getRecord(ctx context.Context, q interface {
 }
 
 // Put stores rec as the key's state within tx and advances the store's
-// applied seq to rec.Seq. rec.Seq must be beyond every seq applied before
-// (ErrSeqNotNewer) and rec.Version the stored version plus one
-// (ErrVersionGap). On any error the caller rolls tx back.
+// applied seq to rec.Seq (see PutAll).
 func (r *Records) Put(ctx context.Context, tx *sql.Tx, rec Record) error {
-	advanced, err := r.write(ctx, tx, rec)
-	if err == nil && !advanced {
-		err = fmt.Errorf("%w: seq %d", ErrSeqNotNewer, rec.Seq)
+	return r.PutAll(ctx, tx, []Record{rec})
+}
+
+// PutAll stores recs, in order, as their keys' states within tx, and
+// advances the store's applied seq to the last one's seq. Their seqs must
+// increase and all be beyond every seq applied before (ErrSeqNotNewer);
+// each version must be its key's stored version plus one, a key written
+// twice in recs counting its first write (ErrVersionGap). On any error the
+// caller rolls tx back.
+func (r *Records) PutAll(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	if len(recs) == 0 {
+		return nil
 	}
+	for i, rec := range recs {
+		if err := rec.validate(); err != nil {
+			return fmt.Errorf("put record %s/%s v%d: %w", rec.Model, rec.Key, rec.Version, err)
+		}
+		if i > 0 && rec.Seq <= recs[i-1].Seq {
+			return fmt.Errorf("put record %s/%s v%d: %w: seq %d after %d", rec.Model, rec.Key, rec.Version, ErrSeqNotNewer, rec.Seq, recs[i-1].Seq)
+		}
+	}
+	first, last := recs[0], recs[len(recs)-1]
+	res, err := tx.ExecContext(ctx, advanceSQL, int64(last.Seq), int64(first.Seq))
 	if err != nil {
-		return fmt.Errorf("put record %s/%s v%d: %w", rec.Model, rec.Key, rec.Version, err)
+		return fmt.Errorf("put records: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if err == nil {
+			err = fmt.Errorf("%w: seq %d", ErrSeqNotNewer, first.Seq)
+		}
+		return fmt.Errorf("put record %s/%s v%d: %w", first.Model, first.Key, first.Version, err)
+	}
+	for _, rec := range recs {
+		if err := store(ctx, tx, rec); err != nil {
+			return fmt.Errorf("put record %s/%s v%d: %w", rec.Model, rec.Key, rec.Version, err)
+		}
 	}
 	return nil
 }
 
-// Apply is the materializer: it applies an oplog entry to the records
-// within tx. It is idempotent by seq: an entry at or below the store's
-// applied seq was already applied and is skipped (false, nil), so a
-// consumer replaying a stream after a crash can apply from any earlier
-// point. Errors are Put's; on any error the caller rolls tx back.
-func (r *Records) Apply(ctx context.Context, tx *sql.Tx, e Entry) (bool, error) {
-	applied, err := r.write(ctx, tx, e.Record())
-	if err != nil {
-		return false, fmt.Errorf("apply oplog entry %d: %w", e.Seq, err)
-	}
-	return applied, nil
-}
-
 const (
-	advanceSQL = `UPDATE records_state SET applied_seq = ?1 WHERE id = 1 AND applied_seq < ?1`
+	// advanceSQL moves the applied seq to ?1 when it is below ?2.
+	advanceSQL = `UPDATE records_state SET applied_seq = ?1 WHERE id = 1 AND applied_seq < ?2`
 	// insertSQL creates version 1 of an absent key; an existing key changes
 	// nothing (a version gap). updateSQL replaces only the version just
 	// below. Two plain statements rather than one upsert reading its own
@@ -140,37 +157,62 @@ const (
 	WHERE tenant = ?1 AND model = ?2 AND key = ?3 AND version + 1 = ?5`
 )
 
-// write advances the applied seq to rec.Seq and, if it advanced, stores rec.
-func (r *Records) write(ctx context.Context, tx *sql.Tx, rec Record) (bool, error) {
-	if err := rec.validate(); err != nil {
-		return false, err
-	}
-	res, err := tx.ExecContext(ctx, advanceSQL, int64(rec.Seq))
-	if err != nil {
-		return false, err
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return false, err
-	}
-	store := updateSQL
+// store writes rec, guarding its version.
+func store(ctx context.Context, tx *sql.Tx, rec Record) error {
+	query := updateSQL
 	if rec.Version == 1 {
-		store = insertSQL
+		query = insertSQL
 	}
-	res, err = tx.ExecContext(ctx, store,
+	res, err := tx.ExecContext(ctx, query,
 		rec.Tenant, rec.Model, rec.Key, rec.Value, int64(rec.Version),
 		rec.HLC.Wall, int64(rec.HLC.Logical), rec.HLC.Origin, rec.Deleted, rec.OpID, int64(rec.Seq),
 		rec.HLC.String())
 	if err != nil {
-		return false, err
+		return err
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, err
+		return err
 	}
 	if n == 0 {
-		return false, fmt.Errorf("%w: %s/%s v%d", ErrVersionGap, rec.Model, rec.Key, rec.Version)
+		return ErrVersionGap
 	}
-	return true, nil
+	return nil
+}
+
+// GetAll returns the records of keys in tenant, as seen by tx, for those
+// that exist (tombstones included), in one query per few hundred keys.
+func (r *Records) GetAll(ctx context.Context, tx *sql.Tx, tenant string, keys []RecordKey) (map[RecordKey]Record, error) {
+	out := make(map[RecordKey]Record, len(keys))
+	const perQuery = 400
+	for start := 0; start < len(keys); start += perQuery {
+		chunk := keys[start:min(start+perQuery, len(keys))]
+		args := make([]any, 0, 1+2*len(chunk))
+		args = append(args, tenant)
+		for _, k := range chunk {
+			args = append(args, k.Model, k.Key)
+		}
+		query := `SELECT ` + recordColumns + ` FROM records WHERE tenant = ? AND (model, key) IN (VALUES (?, ?)` +
+			strings.Repeat(", (?, ?)", len(chunk)-1) + `)`
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return nil, fmt.Errorf("get records: %w", err)
+		}
+		for rows.Next() {
+			rec, err := scanRecord(rows)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("get records: %w", err)
+			}
+			out[RecordKey{rec.Model, rec.Key}] = rec
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("get records: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // validate checks a record about to be stored.

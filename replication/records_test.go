@@ -98,31 +98,29 @@ func TestRecordsGuardVersions(t *testing.T) {
 	require.NoError(t, tryPut(t, s, rec("t1", "notes", "a", 3, 3)))
 }
 
-// TestRecordsApplyIsIdempotent: the materializer skips entries at or below
-// the applied seq, so a consumer may replay a stream from any earlier point.
-func TestRecordsApplyIsIdempotent(t *testing.T) {
+// TestRecordsPutAll: a batch of records is stored in order, a key written
+// twice counting its first write, with the applied seq advanced once; a
+// gap anywhere in the batch fails it whole.
+func TestRecordsPutAll(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, r.Retention{}, r.Retention{})
-	var es []r.Entry
-	for v := uint64(1); v <= 3; v++ {
-		e := r.NewEntry(rec("t1", "notes", "a", v, 0), "c1")
-		e.Seq = v
-		es = append(es, e)
-	}
-	for round := range 2 {
-		inTx(t, s.db, func(tx *sql.Tx) error {
-			for _, e := range es {
-				applied, err := s.records.Apply(ctx, tx, e)
-				if err != nil {
-					return err
-				}
-				require.Equal(t, round == 0, applied, "round %d seq %d", round, e.Seq)
-			}
-			return nil
-		})
-	}
+	batch := []r.Record{rec("t1", "notes", "a", 1, 1), rec("t1", "notes", "b", 1, 2), rec("t1", "notes", "a", 2, 3)}
+	inTx(t, s.db, func(tx *sql.Tx) error { return s.records.PutAll(ctx, tx, batch) })
 	got, _ := get(t, s, "t1", "notes", "a")
-	require.Equal(t, es[2].Record(), got)
+	require.Equal(t, batch[2], got)
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, s.records.PutAll(ctx, tx, []r.Record{rec("t1", "notes", "c", 1, 4), rec("t1", "notes", "a", 4, 5)}), r.ErrVersionGap)
+	require.ErrorIs(t, s.records.PutAll(ctx, tx, []r.Record{rec("t1", "notes", "c", 1, 5), rec("t1", "notes", "d", 1, 5)}), r.ErrSeqNotNewer, "seqs must increase")
+	require.NoError(t, tx.Rollback())
+
+	keys := []r.RecordKey{{Model: "notes", Key: "a"}, {Model: "notes", Key: "b"}, {Model: "notes", Key: "absent"}}
+	inTx(t, s.db, func(tx *sql.Tx) error {
+		all, err := s.records.GetAll(ctx, tx, "t1", keys)
+		require.Equal(t, map[r.RecordKey]r.Record{keys[0]: batch[2], keys[1]: batch[1]}, all)
+		return err
+	})
 }
 
 func TestRecordsSnapshot(t *testing.T) {

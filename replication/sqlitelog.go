@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -98,35 +99,71 @@ func (l *SQLiteLog) Notify(after uint64) <-chan struct{} { return l.notifier.Not
 // Log.Wait).
 func (l *SQLiteLog) Wait(ctx context.Context, after uint64) error { return l.notifier.Wait(ctx, after) }
 
-const appendSQL = `INSERT INTO oplog
-	(tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const appendColumns = `(seq, tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at)`
 
-// Append adds e as the next entry within tx (see Log.Append). An entry
-// whose AppliedAt is set keeps it (the state machine stamps every entry of
-// a batch with the batch's time); a zero AppliedAt is stamped from the
-// log's clock. Errors wrap ErrInvalidEntry for a malformed entry, or are
-// SQLite's; either way the caller rolls tx back.
+// Append adds e as the next entry within tx (see Log.Append); e.Seq must
+// be 0: the log assigns it. An entry whose AppliedAt is set keeps it; a
+// zero AppliedAt is stamped from the log's clock. Errors wrap
+// ErrInvalidEntry for a malformed entry, or are SQLite's; either way the
+// caller rolls tx back.
 func (l *SQLiteLog) Append(ctx context.Context, tx *sql.Tx, e Entry) (Entry, error) {
-	if err := e.validate(); err != nil {
-		return Entry{}, fmt.Errorf("append oplog entry: %w", err)
+	if e.Seq != 0 {
+		return Entry{}, fmt.Errorf("append oplog entry: %w: op %s: seq is assigned by the log", ErrInvalidEntry, e.OpID)
 	}
-	if e.AppliedAt.IsZero() {
-		e.AppliedAt = l.now()
-	}
-	e.AppliedAt = time.UnixMilli(e.AppliedAt.UnixMilli()).UTC()
-	res, err := tx.ExecContext(ctx, appendSQL,
-		e.Tenant, e.Model, e.Key, e.OpID, string(e.Op), e.Value, int64(e.Version),
-		e.HLC.Wall, int64(e.HLC.Logical), e.HLC.Origin, e.ClientID, e.AppliedAt.UnixMilli())
+	head, err := l.head(ctx, tx)
 	if err != nil {
 		return Entry{}, fmt.Errorf("append oplog entry: %w", err)
 	}
-	seq, err := res.LastInsertId()
+	e.Seq = head + 1
+	out, err := l.AppendAll(ctx, tx, []Entry{e})
 	if err != nil {
-		return Entry{}, fmt.Errorf("append oplog entry: %w", err)
+		return Entry{}, err
 	}
-	e.Seq = uint64(seq)
-	return e, nil
+	return out[0], nil
+}
+
+// AppendAll adds es within tx in one statement per few hundred entries.
+// Their seqs are the caller's (the state machine assigns them when it
+// decides): consecutive, the first one more than the head. It returns es
+// with AppliedAt stamped where it was zero. Errors wrap ErrInvalidEntry,
+// or are SQLite's; either way the caller rolls tx back.
+func (l *SQLiteLog) AppendAll(ctx context.Context, tx *sql.Tx, es []Entry) ([]Entry, error) {
+	if len(es) == 0 {
+		return nil, nil
+	}
+	head, err := l.head(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("append oplog entries: %w", err)
+	}
+	out := make([]Entry, len(es))
+	for i, e := range es {
+		if err := e.validate(); err != nil {
+			return nil, fmt.Errorf("append oplog entry: %w", err)
+		}
+		if e.Seq != head+1+uint64(i) {
+			return nil, fmt.Errorf("append oplog entry: %w: op %s has seq %d, the next is %d", ErrInvalidEntry, e.OpID, e.Seq, head+1+uint64(i))
+		}
+		if e.AppliedAt.IsZero() {
+			e.AppliedAt = l.now()
+		}
+		e.AppliedAt = time.UnixMilli(e.AppliedAt.UnixMilli()).UTC()
+		out[i] = e
+	}
+	const perStatement = 500
+	for start := 0; start < len(out); start += perStatement {
+		chunk := out[start:min(start+perStatement, len(out))]
+		args := make([]any, 0, 13*len(chunk))
+		for _, e := range chunk {
+			args = append(args, int64(e.Seq), e.Tenant, e.Model, e.Key, e.OpID, string(e.Op), e.Value, int64(e.Version),
+				e.HLC.Wall, int64(e.HLC.Logical), e.HLC.Origin, e.ClientID, e.AppliedAt.UnixMilli())
+		}
+		query := `INSERT INTO oplog ` + appendColumns + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)` +
+			strings.Repeat(`, (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, len(chunk)-1)
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+			return nil, fmt.Errorf("append oplog entries: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // Read returns the committed entries after req.After in req.Scope (see

@@ -143,11 +143,13 @@ type sqlState struct {
 }
 
 func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
-	v := View{Records: map[RecordKey]Record{}, Ledger: map[string]LedgerAnswer{}}
+	v := View{Ledger: map[string]LedgerAnswer{}}
 	var err error
 	if v.Head, err = st.s.Log.head(ctx, st.tx); err != nil {
 		return View{}, fmt.Errorf("load batch: %w", err)
 	}
+	var keys []RecordKey
+	seen := map[RecordKey]bool{}
 	for i := range b.Writes {
 		w := &b.Writes[i]
 		if w.Refusal != nil {
@@ -161,35 +163,27 @@ func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
 			}
 			v.Ledger[m.OpID] = LedgerAnswer{Outcome: outcome, Decision: d}
 		}
-		key := RecordKey{m.Model, m.Key}
-		if _, seen := v.Records[key]; seen {
-			continue
+		if key := (RecordKey{m.Model, m.Key}); !seen[key] {
+			seen[key] = true
+			keys = append(keys, key)
 		}
-		rec, exists, err := st.s.Records.Get(ctx, st.tx, b.Tenant, m.Model, m.Key)
-		if err != nil {
-			return View{}, fmt.Errorf("load batch: %w", err)
-		}
-		if exists {
-			v.Records[key] = rec
-		}
+	}
+	if v.Records, err = st.s.Records.GetAll(ctx, st.tx, b.Tenant, keys); err != nil {
+		return View{}, fmt.Errorf("load batch: %w", err)
 	}
 	return v, nil
 }
 
 func (st *sqlState) Save(ctx context.Context, fx *Effects) error {
-	for _, e := range fx.Entries {
-		appended := e
-		appended.Seq = 0 // the log assigns it; it must agree with Decide
-		got, err := st.s.Log.Append(ctx, st.tx, appended)
-		if err != nil {
-			return fmt.Errorf("save batch: %w", err)
-		}
-		if got.Seq != e.Seq {
-			return fmt.Errorf("save batch: %w: op %s decided as seq %d, appended as %d", ErrMalformedBatch, e.OpID, e.Seq, got.Seq)
-		}
-		if err := st.s.Records.Put(ctx, st.tx, e.Record()); err != nil {
-			return fmt.Errorf("save batch: %w", err)
-		}
+	if _, err := st.s.Log.AppendAll(ctx, st.tx, fx.Entries); err != nil {
+		return fmt.Errorf("save batch: %w", err)
+	}
+	recs := make([]Record, len(fx.Entries))
+	for i, e := range fx.Entries {
+		recs[i] = e.Record()
+	}
+	if err := st.s.Records.PutAll(ctx, st.tx, recs); err != nil {
+		return fmt.Errorf("save batch: %w", err)
 	}
 	for _, c := range fx.Conflicts {
 		if _, err := st.s.Conflicts.Insert(ctx, st.tx, c); err != nil {

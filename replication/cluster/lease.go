@@ -134,6 +134,7 @@ func (c *Cluster) runReports(ctx context.Context) {
 		case <-tick.C:
 			c.report(ctx)
 			peers = c.livePeers(ctx)
+			c.observeSnapshotAge(ctx)
 		case cp := <-c.checkpoints:
 			c.putJSON(ctx, "digest."+cp.Node, cp)
 			c.judge(ctx, seen.add(cp), &peers)
@@ -168,6 +169,18 @@ func (c *Cluster) livePeers(ctx context.Context) int {
 		}
 	}
 	return n
+}
+
+// observeSnapshotAge sets the snapshot-age gauge from the newest
+// snapshot's modification time.
+func (c *Cluster) observeSnapshotAge(ctx context.Context) {
+	ictx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
+	defer cancel()
+	info, err := c.objects.GetInfo(ictx, snapshotName)
+	if err != nil {
+		return // none yet, or no answer: the gauge keeps its last value
+	}
+	c.metrics.snapshotAge.Set(c.opts.Now().Sub(info.ModTime).Seconds())
 }
 
 func (c *Cluster) report(ctx context.Context) {

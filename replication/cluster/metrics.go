@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "syncd_cluster_jobs_total", Help: "Singleton job commands applied by this node, by kind and result (applied, stale_token).",
 		}, []string{"kind", "result"}),
 		snapshotAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "syncd_cluster_snapshot_age_seconds", Help: "Age of the newest snapshot in the object store, as this node last saw it.",
+			Name: "syncd_cluster_snapshot_age_seconds", Help: "Age of the newest snapshot in the object store, read every few seconds (unset until the first snapshot).",
 		}),
 		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncd_cluster_snapshots_total", Help: "Snapshots this node took as the lease holder, by result (stored, failed).",

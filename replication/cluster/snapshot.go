@@ -31,7 +31,6 @@ func (c *Cluster) takeSnapshot(ctx context.Context) {
 		return
 	}
 	c.metrics.snapshots.WithLabelValues("stored").Inc()
-	c.metrics.snapshotAge.Set(0)
 	c.log.Info("snapshot stored", "applied_seq", applied, "took", time.Since(start))
 }
 
