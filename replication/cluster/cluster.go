@@ -183,7 +183,7 @@ type Cluster struct {
 	checkpoints chan checkpoint // from the materializer to the report loop
 
 	waitMu  sync.Mutex
-	waiters map[string]func([]replication.Effects, error) // by command id
+	waiters map[string]waiter // by command id
 
 	runCtx context.Context // the node's life, from Start to Close
 	cancel context.CancelFunc
@@ -204,7 +204,7 @@ func Connect(ctx context.Context, nc *nats.Conn, o Options) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	c := &Cluster{opts: o, nc: nc, js: js, log: o.Logger.With("node", o.Node),
-		waiters: map[string]func([]replication.Effects, error){}, checkpoints: make(chan checkpoint, 16)}
+		waiters: map[string]waiter{}, checkpoints: make(chan checkpoint, 16)}
 	c.metrics = newMetrics(o.Registerer)
 	if max := nc.MaxPayload(); max < int64(o.MaxCommandBytes) {
 		return nil, fmt.Errorf("cluster: %w: the NATS servers accept messages up to %d bytes, syncd publishes up to %d: set max_payload to at least %d on every server",

@@ -98,6 +98,13 @@ func connect(t testing.TB, ns *server.Server) *nats.Conn {
 // ns, and closes it when the test ends (or earlier with stop).
 func startNode(t testing.TB, ns *server.Server, name, path string, o cluster.Options) *node {
 	t.Helper()
+	return startNodeWith(t, ns, name, path, o, replication.StoreOptions{})
+}
+
+// startNodeWith is startNode with the store's options (its ID is the
+// cluster's).
+func startNodeWith(t testing.TB, ns *server.Server, name, path string, o cluster.Options, so replication.StoreOptions) *node {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	o.Node = name
@@ -112,7 +119,8 @@ func startNode(t testing.TB, ns *server.Server, name, path string, o cluster.Opt
 	require.NoError(t, err)
 	n.db, err = sqlitedb.Open(ctx, path, sqlitedb.Options{})
 	require.NoError(t, err)
-	n.store, err = replication.OpenStore(ctx, n.db, replication.StoreOptions{ID: n.cl.ID()})
+	so.ID = n.cl.ID()
+	n.store, err = replication.OpenStore(ctx, n.db, so)
 	require.NoError(t, err)
 	require.NoError(t, n.cl.Start(n.store, nil))
 	t.Cleanup(n.stop)

@@ -77,15 +77,56 @@ func (c *Cluster) holdLease(ctx context.Context, token uint64, renewEvery time.D
 	}
 }
 
-// publishJobs publishes one round of retention jobs under token.
+// maxJobChunks bounds the chunks of one kind a retention round publishes.
+const maxJobChunks = 100
+
+// publishJobs publishes one round of retention jobs under token: for each
+// kind, chunks of JobLimit rows, the next one once this node applied the
+// previous one and it removed a full chunk, so that retention keeps up with
+// the write rate without one long transaction on every node.
 func (c *Cluster) publishJobs(ctx context.Context, token uint64) {
 	now := c.opts.Now().UTC()
-	for _, kind := range []JobKind{JobCompactOplog, JobPruneConflicts} {
-		job := &Job{Kind: kind, Token: token, Now: now, Limit: c.opts.JobLimit}
-		if _, err := c.publish(ctx, Command{ID: uuid.NewString(), Job: job}); err != nil {
-			c.log.Warn("job not published", "kind", kind, "err", err)
-			return
+	for _, kind := range []JobKind{JobCompactOplog, JobPruneConflicts, JobPruneLedger} {
+		for range maxJobChunks {
+			rows, err := c.runJob(ctx, &Job{Kind: kind, Token: token, Now: now, Limit: c.opts.JobLimit})
+			if err != nil {
+				c.log.Warn("job not run", "kind", kind, "err", err)
+				return
+			}
+			if rows < int64(c.opts.JobLimit) {
+				break
+			}
 		}
+	}
+}
+
+// runJob publishes job and waits until this node applied it, returning the
+// rows it removed.
+func (c *Cluster) runJob(ctx context.Context, job *Job) (int64, error) {
+	cmd := Command{ID: uuid.NewString(), Job: job}
+	done := make(chan applied, 1)
+	c.addWaiter(cmd.ID, func(a applied, err error) {
+		if err == nil {
+			done <- a
+		}
+		close(done)
+	})
+	if _, err := c.publish(ctx, cmd); err != nil {
+		c.takeWaiter(cmd.ID)
+		return 0, err
+	}
+	select {
+	case a, ok := <-done:
+		if !ok {
+			return 0, ErrOutcomeUnknown
+		}
+		return a.jobRows, nil
+	case <-ctx.Done():
+		c.takeWaiter(cmd.ID)
+		return 0, ctx.Err()
+	case <-time.After(c.opts.CommitTimeout):
+		c.takeWaiter(cmd.ID)
+		return 0, ErrOutcomeUnknown
 	}
 }
 

@@ -207,10 +207,10 @@ func (m *materializer) consume(ctx context.Context) error {
 	}
 }
 
-// answer is a command's decision for its edge.
+// answer is a command's outcome for its edge.
 type answer struct {
-	id  string
-	fxs []replication.Effects
+	id string
+	applied
 }
 
 // apply applies group in one transaction with the new position.
@@ -269,7 +269,7 @@ func (m *materializer) apply(ctx context.Context, group []jetstream.Msg) (err er
 		}
 		pos.digest = chain(pos.digest, seq, fxs, jobRows)
 		pos.applied = seq
-		answers = append(answers, answer{id: cmd.ID, fxs: fxs})
+		answers = append(answers, answer{id: cmd.ID, applied: applied{fxs: fxs, jobRows: jobRows}})
 		if seq%c.opts.CheckpointEvery == 0 {
 			checkpoints = append(checkpoints, checkpoint{Node: c.opts.Node, Seq: seq, Digest: hex.EncodeToString(pos.digest)})
 		}
@@ -300,7 +300,7 @@ func (m *materializer) apply(ctx context.Context, group []jetstream.Msg) (err er
 	}
 	for _, a := range answers {
 		if w := c.takeWaiter(a.id); w != nil {
-			w(a.fxs, nil)
+			w(a.applied, nil)
 		}
 	}
 	for _, cp := range checkpoints {
@@ -326,6 +326,10 @@ func (m *materializer) applyJob(ctx context.Context, tx *sql.Tx, pos *position, 
 		n, err = c.store.Log.CompactIn(ctx, tx, j.Now, j.Limit)
 	case JobPruneConflicts:
 		n, err = c.store.Conflicts.PruneIn(ctx, tx, j.Now, j.Limit)
+	case JobPruneLedger:
+		var evicted int
+		evicted, _, err = c.store.Ledger.In(tx).Prune(ctx, j.Now, j.Limit)
+		n = int64(evicted)
 	default:
 		return 0, fmt.Errorf("%w: unknown job %q", ErrBadCommand, j.Kind)
 	}

@@ -139,13 +139,13 @@ func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
 	for i, s := range group {
 		cmd.Batches[i] = *s.batch
 	}
-	answer := func(fxs []replication.Effects, err error) {
+	answer := func(a applied, err error) {
 		for i, s := range group {
 			if err != nil {
 				s.done(replication.Effects{}, err)
 				continue
 			}
-			s.done(fxs[i], nil)
+			s.done(a.fxs[i], nil)
 		}
 	}
 	c.addWaiter(cmd.ID, answer)
@@ -153,7 +153,7 @@ func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
 	seq, err := c.publish(ctx, cmd)
 	if err != nil {
 		if w := c.takeWaiter(cmd.ID); w != nil {
-			w(nil, err)
+			w(applied{}, err)
 		}
 		return
 	}
@@ -162,7 +162,7 @@ func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
 	c.noteHead(seq)
 	time.AfterFunc(c.opts.CommitTimeout, func() {
 		if w := c.takeWaiter(cmd.ID); w != nil {
-			w(nil, fmt.Errorf("%w: stream seq %d not applied by this node within %s", ErrOutcomeUnknown, seq, c.opts.CommitTimeout))
+			w(applied{}, fmt.Errorf("%w: stream seq %d not applied by this node within %s", ErrOutcomeUnknown, seq, c.opts.CommitTimeout))
 		}
 	})
 }
@@ -191,7 +191,18 @@ func (c *Cluster) publish(ctx context.Context, cmd Command) (uint64, error) {
 	return ack.Sequence, nil
 }
 
-func (c *Cluster) addWaiter(id string, w func([]replication.Effects, error)) {
+// applied is what this node's materializer did with one command: the
+// effects of each batch, or the rows a job removed.
+type applied struct {
+	fxs     []replication.Effects
+	jobRows int64
+}
+
+// waiter receives a command's outcome on this node, or the error that
+// means it will not say.
+type waiter func(applied, error)
+
+func (c *Cluster) addWaiter(id string, w waiter) {
 	c.waitMu.Lock()
 	defer c.waitMu.Unlock()
 	c.waiters[id] = w
@@ -199,7 +210,7 @@ func (c *Cluster) addWaiter(id string, w func([]replication.Effects, error)) {
 
 // takeWaiter removes and returns the waiter of command id, or nil: whoever
 // takes it answers it, exactly once.
-func (c *Cluster) takeWaiter(id string) func([]replication.Effects, error) {
+func (c *Cluster) takeWaiter(id string) waiter {
 	c.waitMu.Lock()
 	defer c.waitMu.Unlock()
 	w := c.waiters[id]
@@ -210,10 +221,10 @@ func (c *Cluster) takeWaiter(id string) func([]replication.Effects, error) {
 func (c *Cluster) failWaiters(err error) {
 	c.waitMu.Lock()
 	ws := c.waiters
-	c.waiters = map[string]func([]replication.Effects, error){}
+	c.waiters = map[string]waiter{}
 	c.waitMu.Unlock()
 	for _, w := range ws {
-		w(nil, err)
+		w(applied{}, err)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -72,6 +73,27 @@ func TestStaleTokenJobIsIgnored(t *testing.T) {
 	publishJob(t, n.nc, cluster.Job{Kind: cluster.JobCompactOplog, Token: 1_000_000, Now: farFuture, Limit: 1000})
 	writeMany(t, n, "phone-4", 1)
 	require.Equal(t, 1, oplogCount(t, n), "a current job compacts")
+}
+
+// TestRetentionJobsKeepUp: the lease holder publishes retention in chunks
+// until a chunk comes back short, so every store is trimmed to its
+// retention however far behind it was, identically on every node.
+func TestRetentionJobsKeepUp(t *testing.T) {
+	servers := startNATS(t, 1)
+	o := cluster.Options{JobInterval: 200 * time.Millisecond, JobLimit: 4, LeaseTTL: time.Second}
+	so := replication.StoreOptions{Log: replication.Retention{MaxEntries: 3}, Ledger: ledger.Options{MaxEntries: 2}}
+	a := startNodeWith(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o, so)
+	b := startNodeWith(t, servers[0], "node-b", filepath.Join(t.TempDir(), "syncd.db"), o, so)
+	writeMany(t, a, "phone", 25)
+	for _, n := range []*node{a, b} {
+		require.Eventually(t, func() bool {
+			var decisions int
+			require.NoError(t, n.db.QueryRow(`SELECT count(*) FROM ledger_decisions`).Scan(&decisions))
+			return oplogCount(t, n) == 3 && decisions == 2
+		}, waitFor, 20*time.Millisecond, "node %s trimmed to its retention", n.name)
+	}
+	waitApplied(t, a, b)
+	requireSameState(t, a, b)
 }
 
 // TestLeaseHasOneHolderAndMovesOn: one node holds the singleton-job lease;
