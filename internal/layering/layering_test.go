@@ -36,6 +36,11 @@ var allowed = map[string][]string{
 	"client/offlinequeue/queuetest": {"client/offlinequeue", "internal/sqlitedb"},
 }
 
+// testOnly is the package that starts real syncd servers for tests: only
+// _test.go files may import it (go list's Deps leave test files out, so any
+// import it sees is a non-test one).
+const testOnly = "internal/syncdtest"
+
 // thirdParty lists, for the packages that promise to stay small, the only
 // modules outside the standard library they may depend on: syncproto is
 // what a client in any language mirrors, so it stays plain.
@@ -57,6 +62,9 @@ func TestPackagesRespectTheDependencyDirection(t *testing.T) {
 		var p pkg
 		require.NoError(t, dec.Decode(&p))
 		name := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		if slices.Contains(p.Deps, module+"/"+testOnly) {
+			t.Errorf("%s depends on %s, which only tests may import", name, testOnly)
+		}
 		rules, ruled := allowed[name]
 		if !ruled {
 			continue

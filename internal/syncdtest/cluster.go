@@ -1,0 +1,109 @@
+package syncdtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/auth"
+)
+
+// StartCluster starts n syncd nodes as one cluster and stops them when t
+// ends. Each node has its own database and an embedded NATS server; the
+// NATS servers form one cluster (the stream has 3 replicas when n >= 3,
+// else 1); the nodes share one token file, holding an admin token. cfg is
+// every node's configuration (DataPath, Authenticator, NodeID, Registry and
+// Cluster are set per node). Each returned Server is a node: Stop and
+// Restart act on it alone.
+func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
+	t.Helper()
+	require.True(t, n == 1 || n >= 3, "a cluster of %d: want 1, or 3 and more", n)
+	replicas := 1
+	if n >= 3 {
+		replicas = 3
+	}
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	admin := issue(t, tokens, auth.Principal{Admin: true})
+	a, err := auth.NewAuthenticator(tokens, nil)
+	require.NoError(t, err)
+
+	nats := startNATS(t, n)
+	nodes := make([]*Server, n)
+	for i := range n {
+		node := &Server{TokenPath: tokens, AdminToken: admin}
+		node.join = func(t testing.TB, reg prometheus.Registerer) *cluster.Cluster {
+			return joinNATS(t, nats[i], fmt.Sprintf("node-%d", i+1), replicas, reg)
+		}
+		c := cfg
+		c.DataPath = filepath.Join(t.TempDir(), "syncd.db")
+		c.Authenticator = a
+		c.NodeID = fmt.Sprintf("node-%d", i+1)
+		c.Registry = nil
+		nodes[i] = node
+		node.start(t, c)
+	}
+	return nodes
+}
+
+// startNATS starts n embedded NATS servers routed to each other.
+func startNATS(t testing.TB, n int) []*natsserver.Server {
+	t.Helper()
+	var routes []string
+	ports := make([]int, n)
+	if n > 1 {
+		for i := range n {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			ports[i] = ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
+			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
+		}
+	}
+	servers := make([]*natsserver.Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			servers[i], errs[i] = cluster.StartEmbedded(cluster.EmbeddedOptions{
+				Name: fmt.Sprintf("node-%d", i+1), Port: -1, StoreDir: t.TempDir(),
+				ClusterPort: ports[i], Routes: routes,
+			})
+		}()
+	}
+	wg.Wait()
+	for i, s := range servers {
+		require.NoError(t, errs[i])
+		t.Cleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+	}
+	return servers
+}
+
+// joinNATS connects a node named name through ns and joins the cluster.
+// The connection closes when t ends.
+func joinNATS(t testing.TB, ns *natsserver.Server, name string, replicas int, reg prometheus.Registerer) *cluster.Cluster {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*Timeout)
+	defer cancel()
+	c, err := cluster.Connect(ctx, nc, cluster.Options{Node: name, Replicas: replicas, Registerer: reg})
+	require.NoError(t, err)
+	return c
+}

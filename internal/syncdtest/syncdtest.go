@@ -1,0 +1,274 @@
+package syncdtest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// Timeout bounds every network step of the helpers (a request, a start, a
+// graceful stop).
+const Timeout = 20 * time.Second
+
+// Server is a real syncd on loopback listeners.
+type Server struct {
+	*server.Server
+	// URL is the public listener (http://127.0.0.1:port): sync websocket,
+	// snapshot, /healthz, /readyz, /metrics. AdminURL is the admin API.
+	URL      string
+	AdminURL string
+	// AdminToken is an admin token in TokenPath, the server's token file.
+	AdminToken string
+	TokenPath  string
+	// DataPath is the SQLite file.
+	DataPath string
+	// Registry is the server's metrics registry.
+	Registry *prometheus.Registry
+
+	cfg       server.Config
+	listeners []*http.Server
+	stopOnce  sync.Once
+	// join, on a cluster node, makes a new membership for each start.
+	join func(testing.TB, prometheus.Registerer) *cluster.Cluster
+}
+
+// Start starts syncd with cfg and stops it when t ends. Empty DataPath,
+// Authenticator and Registry are filled in: a database and a token file
+// (holding an admin token) in a fresh temporary directory, and a fresh
+// registry.
+func Start(t testing.TB, cfg server.Config) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	s := &Server{TokenPath: filepath.Join(dir, "tokens.json")}
+	if cfg.DataPath == "" {
+		cfg.DataPath = filepath.Join(dir, "syncd.db")
+	}
+	if cfg.Authenticator == nil {
+		s.AdminToken = issue(t, s.TokenPath, auth.Principal{Admin: true})
+		a, err := auth.NewAuthenticator(s.TokenPath, nil)
+		require.NoError(t, err)
+		cfg.Authenticator = a
+	}
+	s.start(t, cfg)
+	return s
+}
+
+// start opens the server over cfg and serves it on fresh listeners.
+func (s *Server) start(t testing.TB, cfg server.Config) {
+	t.Helper()
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if s.join != nil {
+		cfg.Cluster = s.join(t, cfg.Registry)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	srv, err := server.New(ctx, cfg)
+	require.NoError(t, err)
+	s.Server, s.cfg, s.DataPath, s.Registry = srv, cfg, cfg.DataPath, cfg.Registry
+	s.stopOnce = sync.Once{}
+	s.listeners = nil
+	s.URL = s.serve(t, srv.Handler())
+	s.AdminURL = s.serve(t, srv.AdminHandler())
+	t.Cleanup(func() { s.Stop(t) })
+}
+
+// serve serves h on a fresh loopback port until the server stops.
+func (s *Server) serve(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: Timeout}
+	go hs.Serve(ln)
+	s.listeners = append(s.listeners, hs)
+	return "http://" + ln.Addr().String()
+}
+
+// Stop shuts the server down gracefully (drain, then close) and stops its
+// listeners; later calls do nothing.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	s.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+		defer cancel()
+		require.NoError(t, s.Shutdown(ctx))
+		require.NoError(t, s.Close())
+		for _, hs := range s.listeners {
+			hs.Close()
+		}
+	})
+}
+
+// Restart stops the server and starts it again over the same database,
+// token file and configuration, on new ports (URL and AdminURL change),
+// with a new metrics registry. A cluster node rejoins its cluster through
+// the same NATS server.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop(t)
+	cfg := s.cfg
+	cfg.Registry = nil // a new server registers its metrics anew
+	s.start(t, cfg)
+}
+
+// SyncURL is the websocket endpoint (ws://.../v1/sync).
+func (s *Server) SyncURL() string {
+	return "ws" + strings.TrimPrefix(s.URL, "http") + syncproto.SyncPath
+}
+
+// Issue adds a token for p to the server's token file and returns it.
+func (s *Server) Issue(t testing.TB, p auth.Principal) string {
+	t.Helper()
+	return issue(t, s.TokenPath, p)
+}
+
+func issue(t testing.TB, path string, p auth.Principal) string {
+	t.Helper()
+	tok, err := auth.Issue(path, p, time.Now())
+	require.NoError(t, err)
+	return tok
+}
+
+// Member issues a token for clientID in tenant that may read and write
+// every model.
+func (s *Server) Member(t testing.TB, tenant, clientID string) string {
+	t.Helper()
+	return s.Issue(t, auth.Principal{Tenant: tenant, ClientID: clientID, Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}})
+}
+
+// Get GETs url with token ("" for none) and returns the response, whose
+// body the caller closes.
+func Get(t testing.TB, url, token string) *http.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	return resp
+}
+
+// GetJSON GETs url with token, decodes a 2xx JSON body into out (when not
+// nil) and returns the status.
+func GetJSON(t testing.TB, url, token string, out any) int {
+	t.Helper()
+	resp := Get(t, url, token)
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode/100 == 2 {
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	}
+	return resp.StatusCode
+}
+
+// Admin GETs an admin API path with the admin token, requires 200 and
+// decodes the body into out.
+func (s *Server) Admin(t testing.TB, path string, out any) {
+	t.Helper()
+	resp := Get(t, s.AdminURL+path, s.AdminToken)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s: %s", path, body)
+	require.NoError(t, json.Unmarshal(body, out), "GET %s", path)
+}
+
+// Status reads /v1/admin/status.
+func (s *Server) Status(t testing.TB) server.Status {
+	t.Helper()
+	var st server.Status
+	s.Admin(t, "/v1/admin/status", &st)
+	return st
+}
+
+// Oplog reads the whole oplog through the admin API, page by page; query
+// adds filters ("&tenant=acme").
+func (s *Server) Oplog(t testing.TB, query string) []server.OplogEntry {
+	t.Helper()
+	var all []server.OplogEntry
+	for from, pages := uint64(0), 0; ; pages++ {
+		require.Less(t, pages, 10_000, "oplog paging does not end")
+		var page server.OplogPage
+		s.Admin(t, fmt.Sprintf("/v1/admin/oplog?limit=%d&from=%d%s", syncproto.MaxPullLimit, from, query), &page)
+		all = append(all, page.Entries...)
+		if len(page.Entries) == 0 || page.Next >= page.Head {
+			return all
+		}
+		from = page.Next
+	}
+}
+
+// Snapshot fetches /v1/snapshot with token and returns its head and
+// records.
+func (s *Server) Snapshot(t testing.TB, token string) (uint64, []syncproto.SnapshotRecord) {
+	t.Helper()
+	resp := Get(t, s.URL+syncproto.SnapshotPath, token)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	r, err := syncproto.NewSnapshotReader(resp.Body)
+	require.NoError(t, err)
+	var recs []syncproto.SnapshotRecord
+	for range 1_000_000 {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return r.Head(), recs
+		}
+		require.NoError(t, err)
+		recs = append(recs, rec)
+	}
+	t.Fatalf("snapshot longer than 1000000 records")
+	return 0, nil
+}
+
+// Metric returns the value of the sample named exactly series (name and
+// labels as /metrics writes them, `name{label="v"}`), or "" when absent.
+func (s *Server) Metric(t testing.TB, series string) string {
+	t.Helper()
+	resp := Get(t, s.URL+"/metrics", "")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return v
+		}
+	}
+	require.NoError(t, sc.Err())
+	return ""
+}
+
+// MetricValue is Metric as a number; 0 when absent.
+func (s *Server) MetricValue(t testing.TB, series string) float64 {
+	t.Helper()
+	v := s.Metric(t, series)
+	if v == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	require.NoError(t, err)
+	return f
+}
