@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -28,70 +27,54 @@ import (
 const ioTimeout = 10 * time.Second
 
 // testServer is a real syncd on a loopback port with its own SQLite file
-// and token file.
+// and token file (internal/syncdtest), or, in cluster mode, one node of a
+// 3-node cluster.
 type testServer struct {
+	*syncdtest.Server
 	srv        *server.Server
 	url        string // http://127.0.0.1:port
 	adminURL   string
 	tokenPath  string
 	adminToken string
-	stopOnce   sync.Once
+	// nodes are every node of the cluster in cluster mode (the first is
+	// this one), else this server alone.
+	nodes []*syncdtest.Server
 }
 
 // startServer starts syncd with cfg (DataPath and Authenticator filled in
 // when empty: a database and a token file holding an admin token in a
-// fresh directory) and stops it when the test ends.
+// fresh directory) and stops it when the test ends. Under a test that
+// runs in cluster mode (inClusterMode), it starts a 3-node cluster and
+// returns its first node.
 func startServer(t testing.TB, cfg server.Config) *testServer {
 	t.Helper()
-	dir := t.TempDir()
-	ts := &testServer{tokenPath: filepath.Join(dir, "tokens.json")}
-	if cfg.DataPath == "" {
-		cfg.DataPath = filepath.Join(dir, "syncd.db")
+	var nodes []*syncdtest.Server
+	if clusterMode(t) {
+		nodes = syncdtest.StartCluster(t, 3, cfg)
+	} else {
+		nodes = []*syncdtest.Server{syncdtest.Start(t, cfg)}
 	}
-	if cfg.Authenticator == nil {
-		tok, err := auth.Issue(ts.tokenPath, auth.Principal{Admin: true}, time.Now())
-		require.NoError(t, err)
-		ts.adminToken = tok
-		a, err := auth.NewAuthenticator(ts.tokenPath, nil)
-		require.NoError(t, err)
-		cfg.Authenticator = a
-	}
-	srv, err := server.New(context.Background(), cfg)
-	require.NoError(t, err)
-	ts.srv = srv
-	ts.url = serveOn(t, srv.Handler())
-	ts.adminURL = serveOn(t, srv.AdminHandler())
-	t.Cleanup(func() { ts.stop(t) })
-	return ts
+	s := nodes[0]
+	return &testServer{Server: s, srv: s.Server, url: s.URL, adminURL: s.AdminURL, tokenPath: s.TokenPath, adminToken: s.AdminToken, nodes: nodes}
 }
 
 // stop shuts the server down gracefully and closes it; later calls do
 // nothing.
-func (ts *testServer) stop(t testing.TB) {
-	t.Helper()
-	ts.stopOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
-		defer cancel()
-		require.NoError(t, ts.srv.Shutdown(ctx))
-		require.NoError(t, ts.srv.Close())
-	})
-}
+func (ts *testServer) stop(t testing.TB) { ts.Stop(t) }
 
-func serveOn(t testing.TB, h http.Handler) string {
+// runRetention runs one retention pass now: on a single node, directly; in
+// a cluster, on the node holding the job lease, whose jobs every node
+// applies.
+func (ts *testServer) runRetention(t testing.TB) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: ioTimeout}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		hs.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		hs.Close()
-		<-done
-	})
-	return "http://" + ln.Addr().String()
+	require.Eventually(t, func() bool {
+		for _, n := range ts.nodes {
+			if n.RunRetention(t.Context()) == nil {
+				return true
+			}
+		}
+		return false
+	}, ioTimeout, 20*time.Millisecond, "no node holds the job lease")
 }
 
 // issue adds a token to the server's token file.

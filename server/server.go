@@ -456,8 +456,17 @@ func (s *Server) runJanitor() {
 	}
 }
 
-// prune runs one retention pass; each store prunes in bounded chunks.
-func (s *Server) prune(ctx context.Context) {
+// prune runs one retention pass; each store prunes in bounded chunks. On a
+// cluster node retention is the lease holder's replicated jobs: prune asks
+// the cluster to run them now, and fails on a node without the lease.
+func (s *Server) prune(ctx context.Context) error {
+	if c := s.cfg.Cluster; c != nil {
+		err := c.RunRetention(ctx)
+		if err == nil {
+			err = s.setOplogGauges(ctx)
+		}
+		return err
+	}
 	if n, err := s.store.Ledger.Prune(ctx, s.now()); err != nil {
 		s.log.Warn("ledger prune", "err", err)
 	} else {
@@ -472,6 +481,7 @@ func (s *Server) prune(ctx context.Context) {
 	if err := s.setOplogGauges(ctx); err != nil {
 		s.log.Warn("oplog bounds", "err", err)
 	}
+	return nil
 }
 
 // setOplogGauges reports the oplog's retained range.

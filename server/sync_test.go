@@ -326,7 +326,7 @@ func TestSnapshotAndResyncAfterCompaction(t *testing.T) {
 	for i := range 5 {
 		requireApplied(t, c.push(fmt.Sprintf("p%d", i), put(t, clock, "notes", fmt.Sprintf("n%d", i%3), fmt.Sprintf(`%d`, i))))
 	}
-	ts.srv.RunRetention(t.Context())
+	ts.runRetention(t)
 	st := ts.status(t)
 	require.Equal(t, uint64(5), st.OplogHead)
 	require.Equal(t, uint64(4), st.OplogOldest, "two entries retained")
@@ -380,7 +380,7 @@ func TestResendOlderThanTheLedgerIsExpired(t *testing.T) {
 	first := put(t, clock, "notes", "a", `1`)
 	requireApplied(t, c.push("p1", first))
 	requireApplied(t, c.push("p2", put(t, clock, "notes", "b", `2`)))
-	ts.srv.RunRetention(t.Context())
+	ts.runRetention(t)
 	_, found := ts.decided(t, "acme", first.OpID)
 	require.False(t, found, "evicted")
 

@@ -11,7 +11,6 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/replication/cluster"
@@ -42,8 +41,9 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	nodes := make([]*Server, n)
 	for i := range n {
 		node := &Server{TokenPath: tokens, AdminToken: admin}
-		node.join = func(t testing.TB, reg prometheus.Registerer) *cluster.Cluster {
-			return joinNATS(t, nats[i], fmt.Sprintf("node-%d", i+1), replicas, reg)
+		node.join = func(t testing.TB, cfg server.Config) *cluster.Cluster {
+			return joinNATS(t, nats[i], cluster.Options{Node: fmt.Sprintf("node-%d", i+1), Replicas: replicas,
+				Now: cfg.Now, Registerer: cfg.Registry})
 		}
 		c := cfg
 		c.DataPath = filepath.Join(t.TempDir(), "syncd.db")
@@ -94,16 +94,16 @@ func startNATS(t testing.TB, n int) []*natsserver.Server {
 	return servers
 }
 
-// joinNATS connects a node named name through ns and joins the cluster.
-// The connection closes when t ends.
-func joinNATS(t testing.TB, ns *natsserver.Server, name string, replicas int, reg prometheus.Registerer) *cluster.Cluster {
+// joinNATS connects a node through ns and joins the cluster with o. The
+// connection closes when t ends.
+func joinNATS(t testing.TB, ns *natsserver.Server, o cluster.Options) *cluster.Cluster {
 	t.Helper()
 	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*Timeout)
 	defer cancel()
-	c, err := cluster.Connect(ctx, nc, cluster.Options{Node: name, Replicas: replicas, Registerer: reg})
+	c, err := cluster.Connect(ctx, nc, o)
 	require.NoError(t, err)
 	return c
 }

@@ -48,7 +48,7 @@ type Server struct {
 	listeners []*http.Server
 	stopOnce  sync.Once
 	// join, on a cluster node, makes a new membership for each start.
-	join func(testing.TB, prometheus.Registerer) *cluster.Cluster
+	join func(testing.TB, server.Config) *cluster.Cluster
 }
 
 // Start starts syncd with cfg and stops it when t ends. Empty DataPath,
@@ -79,7 +79,7 @@ func (s *Server) start(t testing.TB, cfg server.Config) {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	if s.join != nil {
-		cfg.Cluster = s.join(t, cfg.Registry)
+		cfg.Cluster = s.join(t, cfg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()

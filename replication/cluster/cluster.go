@@ -179,6 +179,7 @@ type Cluster struct {
 	appliedSeq    atomic.Uint64         // stream seq applied to the store
 	streamHead    atomic.Uint64         // newest stream seq seen
 	leaseHeld     atomic.Bool
+	leaseToken    atomic.Uint64 // the lease's revision while held
 
 	checkpoints chan checkpoint // from the materializer to the report loop
 

@@ -40,6 +40,7 @@ func (c *Cluster) runLease(ctx context.Context) {
 // holdLease renews the lease and runs the jobs until a renewal fails or
 // ctx ends.
 func (c *Cluster) holdLease(ctx context.Context, token uint64, renewEvery time.Duration) {
+	c.leaseToken.Store(token)
 	c.leaseHeld.Store(true)
 	c.metrics.leaseHeld.Set(1)
 	defer func() {
@@ -69,12 +70,28 @@ func (c *Cluster) holdLease(ctx context.Context, token uint64, renewEvery time.D
 				return
 			}
 			token = next
+			c.leaseToken.Store(token)
 		case <-jobs.C:
 			c.publishJobs(ctx, token)
 		case <-snapshots.C:
 			c.takeSnapshot(ctx)
 		}
 	}
+}
+
+// ErrNotLeaseHolder is returned by RunRetention on a node that does not
+// hold the singleton-job lease: ask the holder (syncctl status names it).
+var ErrNotLeaseHolder = errors.New("this node does not hold the singleton-job lease")
+
+// RunRetention runs a round of retention jobs now, as the lease holder does
+// every JobInterval, and returns once this node applied them. Only the
+// lease holder may (ErrNotLeaseHolder).
+func (c *Cluster) RunRetention(ctx context.Context) error {
+	if !c.leaseHeld.Load() {
+		return ErrNotLeaseHolder
+	}
+	c.publishJobs(ctx, c.leaseToken.Load())
+	return nil
 }
 
 // maxJobChunks bounds the chunks of one kind a retention round publishes.
