@@ -27,6 +27,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
@@ -120,6 +121,7 @@ const valueMarker = "marker-7f3a-value"
 // token and a protocol error.
 type scenario struct {
 	publicURL, adminURL string
+	clusterNodeURL      string // a cluster node, for the syncd_cluster_* metrics
 	clientRegistry      *prometheus.Registry
 	serverLogs          *logBuffer
 	clientLogs          *logBuffer
@@ -165,6 +167,7 @@ func runScenario(t *testing.T) *scenario {
 		require.NoError(t, srv.Close())
 	})
 	sc.publicURL, sc.adminURL = public.URL, adminSrv.URL
+	sc.clusterNodeURL = syncdtest.StartCluster(t, 1, server.Config{RetentionInterval: -1})[0].URL
 
 	qm, err := offlinequeue.NewMetrics(sc.clientRegistry)
 	require.NoError(t, err)
@@ -261,6 +264,20 @@ func (sc *scenario) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	_, err = body.ReadFrom(resp.Body)
 	require.NoError(t, err)
 	all := parse(t, body.Bytes())
+
+	// The cluster metrics, from a cluster node (its other metrics are the
+	// single server's, checked above).
+	resp, err = http.Get(sc.clusterNodeURL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body.Reset()
+	_, err = body.ReadFrom(resp.Body)
+	require.NoError(t, err)
+	for name, f := range parse(t, body.Bytes()) {
+		if strings.HasPrefix(name, "syncd_cluster_") {
+			all[name] = f
+		}
+	}
 
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(sc.clientRegistry, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

@@ -68,6 +68,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "syncd_cluster_node_failed", Help: "1 when this node stopped serving (divergence, a stream gap, a command it cannot apply).",
 		}),
 	}
+	// Every known label value exists from the start, at zero, so a rate
+	// or an alert on it has a series before the first event.
+	for _, kind := range []JobKind{JobCompactOplog, JobPruneConflicts, JobPruneLedger} {
+		for _, result := range []string{"applied", "stale_token"} {
+			m.jobs.WithLabelValues(string(kind), result)
+		}
+	}
+	for _, result := range []string{"stored", "failed"} {
+		m.snapshots.WithLabelValues(result)
+	}
+	for _, result := range []string{"match", "mismatch"} {
+		m.digestChecks.WithLabelValues(result)
+	}
 	if reg != nil {
 		reg.MustRegister(m.appliedSeq, m.streamHead, m.lagSeconds, m.applySeconds, m.publishSeconds,
 			m.publishedBatches, m.publishFailures, m.waitingQuorum, m.leaseHeld, m.jobs,
