@@ -114,3 +114,15 @@ func (b *Batch) proposal(m *syncproto.Mutation) Proposal {
 		BaseVersion: m.BaseVersion, SeenVersion: m.SeenVersion, ClientID: b.ClientID,
 	}
 }
+
+// admitted returns the mutations of b's writes that Admit did not refuse,
+// in order.
+func (b *Batch) admitted() []*syncproto.Mutation {
+	ms := make([]*syncproto.Mutation, 0, len(b.Writes))
+	for i := range b.Writes {
+		if b.Writes[i].Refusal == nil {
+			ms = append(ms, &b.Writes[i].Mutation)
+		}
+	}
+	return ms
+}
