@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
 )
@@ -43,17 +43,7 @@ func TestOfflineThenSync(t *testing.T) {
 
 	authn, err := auth.NewAuthenticator(tokens, nil)
 	require.NoError(t, err)
-	srv, err := server.New(ctx, server.Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: authn})
-	require.NoError(t, err)
-	ln, err = net.Listen("tcp", addr)
-	require.NoError(t, err)
-	hs := &http.Server{Handler: srv.Handler()}
-	go hs.Serve(ln)
-	defer func() {
-		srv.Shutdown(ctx)
-		hs.Close()
-		srv.Close()
-	}()
+	syncdtest.StartAt(t, addr, server.Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: authn})
 
 	require.Contains(t, notes("sync"), "pending 0, dead letters 0")
 	out := notes("ls")
