@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -204,13 +205,7 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		{name: "oversize frame", frames: func(*badEnv) []wsFrame {
 			pad := strings.Repeat(" ", syncproto.MaxFrameBytes)
 			return []wsFrame{text(`{"type":"ping","id":"k1"}` + pad)}
-		}, check: func(e *badEnv, c *wsClient) {
-			// The websocket layer refuses the frame unread; an error frame
-			// before the close is allowed, not required.
-			for _, msg := range c.expectClose(syncproto.CloseMessageTooBig) {
-				require.Equal(e.t, syncproto.CodeFrameTooLarge, msg.(*syncproto.Error).Code)
-			}
-		}},
+		}, code: syncproto.CodeFrameTooLarge, close: syncproto.CloseMessageTooBig},
 
 		// Requests the server refuses and keeps the connection.
 		{name: "unknown message type", frames: frames(`{"type":"frobnicate","id":"x1"}`),
@@ -345,4 +340,26 @@ func runBadInput(t *testing.T, e *badEnv, tc badInput) {
 		return
 	}
 	require.Empty(t, c.barrier(), "the connection stays open and quiet")
+}
+
+// A message over the frame limit sent as fragments is refused like one
+// frame (PROTOCOL.md section 2): error frame_too_large, then close 1009,
+// and the session applied nothing.
+func TestOversizeFragmentedMessageIsRefused(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	head := ts.head(t)
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	w, err := c.conn.Writer(ctx, websocket.MessageText)
+	require.NoError(t, err)
+	chunk := []byte(strings.Repeat(" ", 1<<20))
+	for range syncproto.MaxFrameBytes/len(chunk) + 1 {
+		if _, err := w.Write(chunk); err != nil {
+			break // the server closed after the limit: expected
+		}
+	}
+	w.Close()
+	c.expectRefusalClose(syncproto.CodeFrameTooLarge)
+	require.Equal(t, head, ts.head(t))
 }

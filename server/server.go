@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,8 +63,9 @@ type Config struct {
 	// MaxClockSkew is how far ahead of the server's clock a mutation's
 	// timestamp may be; 0 means syncproto.DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
-	// AllowedOrigins are host patterns of browser origins allowed to open
-	// a websocket (see websocket.AcceptOptions.OriginPatterns); requests
+	// AllowedOrigins are host[:port] patterns (path.Match syntax, without
+	// case; with "://", matched against scheme://host) of browser origins
+	// allowed to open a websocket besides the server's own host; requests
 	// without an Origin header (native clients) are always allowed.
 	AllowedOrigins []string
 	// MaxConnections caps open websocket sessions; 0 means DefaultMaxConnections.
@@ -256,11 +256,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // /healthz, /readyz and /metrics.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+syncproto.SyncPath, s.serveSync)
+	mux.HandleFunc(syncproto.SyncPath, s.serveSync)
 	mux.HandleFunc("GET "+syncproto.SnapshotPath, s.serveSnapshot)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpError(w, http.StatusNotFound, syncproto.Errorf(syncproto.CodeBadRequest, "no endpoint at %s", r.URL.Path))
+	})
 	return mux
 }
 
@@ -295,11 +298,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // principal authenticates the request's bearer token. On failure it has
 // answered 401 and returns false. Admin tokens are accepted only when admin.
 func (s *Server) principal(w http.ResponseWriter, r *http.Request, admin bool) (auth.Principal, bool) {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	var p auth.Principal
 	err := auth.ErrUnauthorized
-	if ok {
-		p, err = s.cfg.Authenticator.Authenticate(strings.TrimSpace(token))
+	if token := bearerToken(r); token != "" {
+		p, err = s.cfg.Authenticator.Authenticate(token)
 	}
 	if err == nil && p.Admin != admin {
 		err = auth.ErrUnauthorized
@@ -315,53 +317,40 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request, admin bool) (
 }
 
 func (s *Server) serveSync(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() {
-		s.refuseUpgrade(w, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down"))
-		return
-	}
-	p, ok := s.principal(w, r, false)
+	p, ok := s.admitUpgrade(w, r)
 	if !ok {
-		return
-	}
-	if !offersSubprotocol(r) {
-		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
-		httpError(w, http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "the websocket subprotocol %s is required", syncproto.Subprotocol))
-		return
-	}
-	if s.conns.Add(1) > int64(s.cfg.MaxConnections) {
-		s.conns.Add(-1)
-		s.refuseUpgrade(w, syncproto.Errorf(syncproto.CodeServerBusy, "too many connections"))
 		return
 	}
 	defer s.conns.Add(-1)
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		Subprotocols:   []string{syncproto.Subprotocol},
-		OriginPatterns: s.cfg.AllowedOrigins,
+		Subprotocols: []string{syncproto.Subprotocol},
+		// admitUpgrade applied the origin allow-list already.
+		InsecureSkipVerify: true,
 	})
 	if err != nil {
-		// Accept has answered (403 for a refused origin, 400 for a bad upgrade).
+		// Accept has answered; admitUpgrade checked everything it checks.
 		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
 		s.log.Warn("websocket upgrade refused", "remote", r.RemoteAddr, "err", err)
 		return
 	}
-	conn.SetReadLimit(syncproto.MaxFrameBytes)
+	// The session enforces MaxFrameBytes itself, so it can answer
+	// frame_too_large before closing (readFrame).
+	conn.SetReadLimit(-1)
 	s.metrics.connectionsTotal.WithLabelValues("accepted").Inc()
 
 	ss := newSession(s, conn, p, r.RemoteAddr)
 	if !s.track(ss) {
-		conn.Close(websocket.StatusGoingAway, "server shutting down")
+		e := syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down")
+		if frame, err := syncproto.Encode(e); err == nil {
+			conn.Write(r.Context(), websocket.MessageText, frame)
+		}
+		conn.Close(websocket.StatusGoingAway, string(e.Code))
 		return
 	}
 	defer s.untrack(ss)
 	s.metrics.connections.Inc()
 	defer s.metrics.connections.Dec()
 	ss.run(s.hardStop)
-}
-
-func (s *Server) refuseUpgrade(w http.ResponseWriter, e *syncproto.Error) {
-	s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
-	w.Header().Set("Retry-After", "5")
-	httpError(w, http.StatusServiceUnavailable, e)
 }
 
 // httpError answers a refused HTTP request with the JSON error object
@@ -375,17 +364,6 @@ func httpError(w http.ResponseWriter, status int, e *syncproto.Error) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	w.Write(body)
-}
-
-func offersSubprotocol(r *http.Request) bool {
-	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
-		for _, p := range strings.Split(h, ",") {
-			if strings.TrimSpace(p) == syncproto.Subprotocol {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // track registers a session unless the server is draining.

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -91,7 +93,7 @@ func (ss *session) run(ctx context.Context) {
 	// pong answering a keepalive ping (PROTOCOL.md, keepalive).
 	ss.idle = time.AfterFunc(ss.srv.cfg.IdleTimeout, func() {
 		ss.log.Info("closing idle session")
-		ss.conn.Close(websocket.StatusCode(syncproto.CloseIdleTimeout), "idle timeout")
+		ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeIdleTimeout, "nothing arrived for %s", ss.srv.cfg.IdleTimeout))
 	})
 	writerDone := make(chan struct{})
 	go func() {
@@ -101,7 +103,7 @@ func (ss *session) run(ctx context.Context) {
 	pingDone := make(chan struct{})
 	go func() {
 		defer close(pingDone)
-		ss.keepalive(ctx, cancel)
+		ss.keepalive(ctx)
 	}()
 
 	closing := ss.readLoop(ctx)
@@ -125,7 +127,11 @@ func (ss *session) run(ctx context.Context) {
 // must perform after flushing, or nil when the connection is already gone.
 func (ss *session) readLoop(ctx context.Context) *closeOrder {
 	for {
-		typ, frame, err := ss.conn.Read(ctx)
+		typ, frame, err := ss.readFrame(ctx)
+		if errors.Is(err, errFrameTooLarge) {
+			ss.heard()
+			return ss.refuseAndClose("", syncproto.Errorf(syncproto.CodeFrameTooLarge, "a frame over %d bytes", syncproto.MaxFrameBytes))
+		}
 		if err != nil {
 			ss.logReadEnd(err)
 			return nil
@@ -155,6 +161,41 @@ func (ss *session) readLoop(ctx context.Context) *closeOrder {
 			return closing
 		}
 	}
+}
+
+// errFrameTooLarge: a frame exceeded syncproto.MaxFrameBytes.
+var errFrameTooLarge = errors.New("frame over the size limit")
+
+// readFrame reads one message, whole frame or reassembled fragments,
+// holding at most MaxFrameBytes+1 of it: a larger one is errFrameTooLarge
+// (the rest is left unread; the connection is closing).
+func (ss *session) readFrame(ctx context.Context) (websocket.MessageType, []byte, error) {
+	typ, r, err := ss.conn.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(r, syncproto.MaxFrameBytes+1))
+	if err != nil {
+		return 0, nil, err
+	}
+	if n > syncproto.MaxFrameBytes {
+		return typ, nil, errFrameTooLarge
+	}
+	return typ, buf.Bytes(), nil
+}
+
+// closeWith sends e, then closes the connection with e's close code and
+// the code as the reason (PROTOCOL.md section 13). It may run beside the
+// writer: the websocket serializes writes.
+func (ss *session) closeWith(ctx context.Context, e *syncproto.Error) {
+	ss.srv.metrics.protocolErrors.WithLabelValues(string(e.Code)).Inc()
+	if frame, err := syncproto.Encode(e); err == nil {
+		wctx, cancel := context.WithTimeout(ctx, ss.srv.cfg.WriteTimeout)
+		ss.conn.Write(wctx, websocket.MessageText, frame)
+		cancel()
+	}
+	ss.conn.Close(websocket.StatusCode(syncproto.CloseFor(e.Code)), string(e.Code))
 }
 
 func (ss *session) logReadEnd(err error) {
@@ -275,6 +316,9 @@ func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
 // read failed; it returns a resync when the cursor is older than the log.
 func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int) (*replication.Page, *syncproto.Resync) {
 	ss.srv.catchUp(ctx, cursor)
+	if limit == 0 {
+		limit = syncproto.DefaultPullLimit
+	}
 	page, err := ss.srv.store.Log.Read(ctx, replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit})
 	var ce *replication.CursorError
 	switch {
@@ -445,7 +489,7 @@ func (ss *session) flushThenClose(ctx context.Context, broken *bool) {
 		}
 		if !ok {
 			if !*broken {
-				ss.conn.Close(websocket.StatusGoingAway, "server shutting down")
+				ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down; reconnect and resend unanswered pushes"))
 			}
 			return
 		}
@@ -526,9 +570,11 @@ func (ss *session) heard() {
 	ss.idle.Reset(ss.srv.cfg.IdleTimeout)
 }
 
-// keepalive pings the client; a client that does not answer within the
-// write timeout is gone and its session ends.
-func (ss *session) keepalive(ctx context.Context, fail context.CancelFunc) {
+// keepalive pings the client; a pong counts as hearing from it. A ping
+// without a pong ends nothing by itself: a client whose stack does not
+// answer pings keeps its session with ping messages, and a silent one is
+// closed by the idle timer (4000), as PROTOCOL.md section 14 says.
+func (ss *session) keepalive(ctx context.Context) {
 	t := time.NewTicker(ss.srv.cfg.PingInterval)
 	defer t.Stop()
 	for {
@@ -541,14 +587,7 @@ func (ss *session) keepalive(ctx context.Context, fail context.CancelFunc) {
 			cancel()
 			if err == nil {
 				ss.heard()
-				continue
 			}
-			if ctx.Err() == nil {
-				ss.log.Info("keepalive ping failed; closing", "err", err)
-				fail()
-				ss.conn.CloseNow()
-			}
-			return
 		}
 	}
 }
