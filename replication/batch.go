@@ -91,6 +91,9 @@ func refusal(a Author, m *syncproto.Mutation, policy Policy, now time.Time, maxS
 	if err := m.Validate(); err != nil {
 		return syncproto.AsError(err)
 	}
+	if policy == PolicyNone {
+		return syncproto.Errorf(syncproto.CodeInvalidModel, "model %s is not declared on this server", m.Model)
+	}
 	if a.CanWrite == nil || !a.CanWrite(m.Model) {
 		return syncproto.Errorf(syncproto.CodeForbiddenModel, "this token may not write model %s", m.Model)
 	}

@@ -3,7 +3,9 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"github.com/syncd-dev/syncd/server/auth"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,4 +168,20 @@ func TestPingMessagesKeepASessionWithoutPongs(t *testing.T) {
 		pong := expect[*syncproto.Pong](c)
 		require.Equal(t, fmt.Sprintf("k%d", i), pong.ID, "the session outlived its unanswered pings")
 	}
+}
+
+// A revoked token's open sessions end (PROTOCOL.md sections 12 and 13):
+// error unauthorized, then close 1008, within about the token file's
+// reload interval.
+func TestRevokedTokenClosesItsSessions(t *testing.T) {
+	ts := startServer(t, server.Config{TokenRecheck: 20 * time.Millisecond})
+	token := ts.member(t, "acme", "phone")
+	c, clock := session(t, ts, token, "phone")
+	other, _ := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	requireApplied(t, c.push("p1", put(t, clock, "notes", "n", `1`)))
+
+	id := strings.SplitN(token, "_", 3)[1]
+	require.NoError(t, auth.Revoke(ts.tokenPath, id))
+	c.expectRefusalClose(syncproto.CodeUnauthorized)
+	require.Empty(t, other.barrier(), "another token's session goes on")
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ const (
 	DefaultRequestsPerSecond = 200
 	DefaultRequestBurst      = 400
 	DefaultWriteTimeout      = 10 * time.Second
+	DefaultTokenRecheck      = time.Second
 	DefaultRetentionInterval = time.Minute
 )
 
@@ -54,7 +56,8 @@ type Config struct {
 	// NodeID names this server in welcome and as the origin of its clock.
 	NodeID string
 	// Policies declares each model's conflict policy; undeclared models
-	// use last-writer-wins.
+	// use its replication.AnyModel entry (PolicyNone refuses them with
+	// invalid_model), else last-writer-wins.
 	Policies replication.Config
 	// Hook decides models declared with the hook policy, within
 	// HookTimeout (0: replication.DefaultHookTimeout), else LWW decides.
@@ -80,6 +83,10 @@ type Config struct {
 	// WriteTimeout bounds one frame write and one keepalive ping; 0 means
 	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
+	// TokenRecheck is how often an open session checks that its token was
+	// not revoked; a revoked token's sessions get unauthorized and close
+	// 1008. 0 means DefaultTokenRecheck.
+	TokenRecheck time.Duration
 	// PingInterval is how often the server pings each client; 0 means a
 	// third of IdleTimeout.
 	PingInterval time.Duration
@@ -137,6 +144,7 @@ func (c *Config) setDefaults() error {
 	def(&c.MaxClockSkew, syncproto.DefaultMaxClockSkew)
 	def(&c.IdleTimeout, syncproto.DefaultIdleTimeout)
 	def(&c.WriteTimeout, DefaultWriteTimeout)
+	def(&c.TokenRecheck, DefaultTokenRecheck)
 	def(&c.PingInterval, c.IdleTimeout/3)
 	def(&c.RetentionInterval, DefaultRetentionInterval)
 	if c.MaxConnections == 0 {
@@ -154,7 +162,7 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
+	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.TokenRecheck < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
 		return errors.New("durations, limits and rates must not be negative")
 	}
 	return nil
@@ -403,6 +411,7 @@ func (s *Server) limits() syncproto.Limits {
 	l.IdleTimeoutMS = s.cfg.IdleTimeout.Milliseconds()
 	l.RequestsPerSecond = s.cfg.RequestsPerSecond
 	l.RequestBurst = s.cfg.RequestBurst
+	l.LedgerRetentionMS = cmp.Or(s.cfg.Retention.LedgerMaxAge, ledger.DefaultMaxAge).Milliseconds()
 	return l
 }
 
@@ -411,6 +420,9 @@ func (s *Server) limits() syncproto.Limits {
 func (s *Server) modelAccess(p auth.Principal) map[string]syncproto.ModelAccess {
 	out := map[string]syncproto.ModelAccess{}
 	for model, policy := range s.cfg.Policies {
+		if !s.cfg.Policies.Declared(model) {
+			continue
+		}
 		r, w := p.CanRead(model), p.CanWrite(model)
 		if r || w {
 			out[model] = syncproto.ModelAccess{Policy: syncproto.Policy(policy), Read: r, Write: w}

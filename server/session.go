@@ -266,14 +266,28 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 	if replication.CheckSkew(m.HLC, ss.srv.now(), ss.srv.cfg.MaxClockSkew) == nil {
 		ss.srv.clock.Observe(m.HLC)
 	}
+	floor, err := ss.srv.store.Ledger.Floor(ctx, ss.p.Tenant)
+	if err != nil {
+		return ss.refuseAndClose(m.ID, internalError(err))
+	}
 	ss.helloDone = true
 	ss.cursor.Store(m.Cursor)
 	ss.send(&syncproto.Welcome{
 		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), ServerTime: ss.srv.now().UnixMilli(),
 		DatabaseID: ss.srv.store.ID, Head: bounds.Head,
 		Limits: ss.srv.limits(), Models: ss.srv.modelAccess(ss.p),
+		DefaultPolicy: syncproto.Policy(ss.srv.cfg.Policies.Default()),
+		LedgerFloorMS: floorMS(floor),
 	})
 	return nil
+}
+
+// floorMS is a ledger floor as welcome carries it: 0 for none.
+func floorMS(floor time.Time) int64 {
+	if floor.IsZero() {
+		return 0
+	}
+	return floor.UnixMilli()
 }
 
 func (ss *session) push(ctx context.Context, m *syncproto.Push) {
@@ -573,15 +587,25 @@ func (ss *session) heard() {
 // keepalive pings the client; a pong counts as hearing from it. A ping
 // without a pong ends nothing by itself: a client whose stack does not
 // answer pings keeps its session with ping messages, and a silent one is
-// closed by the idle timer (4000), as PROTOCOL.md section 14 says.
+// closed by the idle timer (4000), as PROTOCOL.md section 14 says. It also
+// rechecks the session's token: once revoked, the session gets
+// unauthorized and closes 1008.
 func (ss *session) keepalive(ctx context.Context) {
-	t := time.NewTicker(ss.srv.cfg.PingInterval)
-	defer t.Stop()
+	ping := time.NewTicker(ss.srv.cfg.PingInterval)
+	defer ping.Stop()
+	recheck := time.NewTicker(ss.srv.cfg.TokenRecheck)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-recheck.C:
+			if !ss.srv.cfg.Authenticator.Active(ss.p.TokenID) {
+				ss.log.Info("token revoked; closing its session", "token_id", ss.p.TokenID)
+				ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeUnauthorized, "the token was revoked"))
+				return
+			}
+		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, ss.srv.cfg.WriteTimeout)
 			err := ss.conn.Ping(pctx)
 			cancel()

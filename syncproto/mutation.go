@@ -179,6 +179,9 @@ func (m *Mutation) Validate() error {
 	if len(m.Value) != 0 && !json.Valid(m.Value) {
 		return Errorf(CodeBadRequest, "value is not JSON")
 	}
+	if d := valueDepth(m.Value); d > MaxValueDepth {
+		return Errorf(CodeBadRequest, "value nests %d levels deep, more than %d", d, MaxValueDepth)
+	}
 	if err := validateStamp("hlc", m.HLC); err != nil {
 		return err
 	}
@@ -227,4 +230,32 @@ func (m *Mutation) Digest() string {
 		h.Write(binary.BigEndian.AppendUint64([]byte{1}, *m.BaseVersion))
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// valueDepth returns how deeply the JSON text v nests arrays and objects (0
+// for a scalar). v is valid JSON.
+func valueDepth(v []byte) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for _, c := range v {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }

@@ -132,3 +132,32 @@ func TestValidateIDs(t *testing.T) {
 		require.NoError(t, syncproto.ValidateModel(name), name)
 	}
 }
+
+func TestValueDepthLimit(t *testing.T) {
+	nested := func(n int, open, close string) string {
+		return strings.Repeat(open, n) + "1" + strings.Repeat(close, n)
+	}
+	id, err := syncproto.NewOpID()
+	require.NoError(t, err)
+	m := syncproto.Mutation{OpID: id, Model: "notes", Key: "k", Op: syncproto.OpPut, HLC: syncproto.NewClock("phone", nil).Now()}
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{
+		{nested(syncproto.MaxValueDepth, "[", "]"), true},
+		{nested(syncproto.MaxValueDepth+1, "[", "]"), false},
+		{strings.Repeat(`{"a":`, syncproto.MaxValueDepth+1) + "1" + strings.Repeat("}", syncproto.MaxValueDepth+1), false},
+		{`"` + strings.Repeat("[", 100) + `"`, true},   // brackets inside a string do not nest
+		{`"\"` + strings.Repeat("{", 100) + `"`, true}, // nor after an escaped quote
+		{nested(9997, "[", "]"), false},                // the poisoned value of the attack review
+	} {
+		m.Value = []byte(tc.value)
+		err := m.Validate()
+		if tc.ok {
+			require.NoError(t, err, "%.40s", tc.value)
+			continue
+		}
+		require.Error(t, err, "%.40s", tc.value)
+		require.Equal(t, syncproto.CodeBadRequest, syncproto.AsError(err).Code)
+	}
+}

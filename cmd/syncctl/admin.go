@@ -86,7 +86,7 @@ func (c *adminClient) get(ctx context.Context, path string, query url.Values, ou
 	}
 	defer resp.Body.Close()
 	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
-	if isJSON && (resp.StatusCode == http.StatusOK || slices.Contains(answers, resp.StatusCode)) {
+	if isJSON && resp.StatusCode == http.StatusOK {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 			return failf(exitFailure, "%s answered %s with something that is not the admin API's JSON: %v", c.base, path, err)
 		}
@@ -95,8 +95,15 @@ func (c *adminClient) get(ctx context.Context, path string, query url.Values, ou
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, adminAnswerLimit))
 	var e struct {
 		Error string `json:"error"`
+		Type  string `json:"type"` // "error" in a sync-protocol refusal: not the admin API
 	}
 	json.Unmarshal(body, &e)
+	if isJSON && e.Type == "" && slices.Contains(answers, resp.StatusCode) {
+		if err := json.Unmarshal(body, out); err != nil {
+			return failf(exitFailure, "%s answered %s with something that is not the admin API's JSON: %v", c.base, path, err)
+		}
+		return nil
+	}
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized:
 		return failf(exitUnauthorized, "syncd at %s refused the admin token (wrong, revoked, or not an admin token)", c.base)

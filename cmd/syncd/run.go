@@ -43,6 +43,8 @@ type options struct {
 	logFormat       string
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
+	retention       server.Retention
+	retentionEvery  time.Duration
 	cluster         clusterOptions
 }
 
@@ -65,7 +67,17 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token); when missing, a development token file is generated and its tokens logged once")
 	fs.StringVar(&o.nodeID, "node-id", server.DefaultNodeID, "this server's name (welcome, and the origin of its clock)")
 	fs.StringVar(&o.synchronous, "synchronous", "FULL", "SQLite synchronous level: FULL (acknowledged writes survive a power cut) or NORMAL (survive a crash only)")
-	fs.Var(&o.models, "model", "a model's conflict policy as NAME=POLICY (lww, optimistic or hook); repeatable; undeclared models are lww")
+	fs.Var(&o.models, "model", "a model's conflict policy as NAME=POLICY (lww, optimistic or hook); repeatable; undeclared models get --default-policy")
+	fs.DurationVar(&o.retention.LedgerMaxAge, "ledger-max-age", 0, "keep each tenant's replay-ledger decisions at least this long after they were decided (default 168h)")
+	fs.IntVar(&o.retention.LedgerMaxEntries, "ledger-max-entries", 0, "keep at most this many replay-ledger decisions per tenant (default 1000000)")
+	fs.DurationVar(&o.retention.Oplog.MaxAge, "oplog-max-age", 0, "compact oplog entries older than this; a client behind them resyncs from a snapshot (default 168h; negative: no age bound)")
+	fs.Int64Var(&o.retention.Oplog.MaxEntries, "oplog-max-entries", 0, "keep at most this many oplog entries (default 1000000; negative: no count bound)")
+	fs.DurationVar(&o.retention.Conflicts.MaxAge, "conflicts-max-age", 0, "prune conflict-log rows older than this (default 168h; negative: no age bound)")
+	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
+	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
+	fs.Func("default-policy", "policy of models no --model declares: lww, optimistic, or none to refuse writes to them (invalid_model) (default lww)", func(v string) error {
+		return o.models.Set(replication.AnyModel + "=" + v)
+	})
 	fs.Var(&o.origins, "allowed-origin", "host pattern of a browser origin allowed to connect; repeatable (native clients send no origin and are always allowed)")
 	fs.DurationVar(&o.maxClockSkew, "max-clock-skew", time.Minute, "how far ahead of the server's clock a mutation's timestamp may be")
 	fs.IntVar(&o.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on open websocket sessions")
@@ -195,16 +207,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
 	}
 	cfg := server.Config{
-		DataPath:       o.data,
-		Synchronous:    sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
-		Authenticator:  authn,
-		NodeID:         o.nodeID,
-		Policies:       o.models,
-		MaxClockSkew:   o.maxClockSkew,
-		AllowedOrigins: o.origins,
-		MaxConnections: o.maxConnections,
-		Logger:         log,
-		Registry:       reg,
+		DataPath:          o.data,
+		Synchronous:       sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
+		Authenticator:     authn,
+		NodeID:            o.nodeID,
+		Policies:          o.models,
+		MaxClockSkew:      o.maxClockSkew,
+		AllowedOrigins:    o.origins,
+		MaxConnections:    o.maxConnections,
+		Retention:         o.retention,
+		RetentionInterval: o.retentionEvery,
+		Logger:            log,
+		Registry:          reg,
 	}
 	if member != nil {
 		cfg.Cluster = member.cluster

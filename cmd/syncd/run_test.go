@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/replication"
 )
 
 func TestFlagsFallBackToEnvironment(t *testing.T) {
@@ -92,4 +94,28 @@ func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 		t.Fatal("syncd did not stop after cancellation")
 	}
 	require.Contains(t, logs.String(), "syncd stopped")
+}
+
+func TestDefaultPolicyFlag(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	o, err := parseFlags([]string{"--model", "notes=lww", "--default-policy", "none"}, noEnv, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, replication.PolicyNone, o.models.For("todos"))
+	require.Equal(t, replication.PolicyLWW, o.models.For("notes"))
+	for _, bad := range []string{"crdt", ""} {
+		_, err := parseFlags([]string{"--default-policy", bad}, noEnv, io.Discard)
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+func TestRetentionFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--oplog-max-entries", "10", "--oplog-max-age", "1h", "--ledger-max-age", "48h",
+		"--ledger-max-entries", "5000", "--conflicts-max-entries", "-1", "--retention-interval", "5s"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), o.retention.Oplog.MaxEntries)
+	require.Equal(t, time.Hour, o.retention.Oplog.MaxAge)
+	require.Equal(t, 48*time.Hour, o.retention.LedgerMaxAge)
+	require.Equal(t, 5000, o.retention.LedgerMaxEntries)
+	require.Equal(t, int64(-1), o.retention.Conflicts.MaxEntries)
+	require.Equal(t, 5*time.Second, o.retentionEvery)
 }
