@@ -11,7 +11,10 @@ SOAK_DURATION ?= 10m
 SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build test bench fuzz lint clean soak cluster
+.PHONY: run build deps test bench fuzz lint clean soak cluster
+
+# Root installs packages directly; anyone else through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ## run: build syncd and start it on 127.0.0.1:8080 with its SQLite database under ./var/
 run: build
@@ -40,8 +43,15 @@ cluster: build
 	grep -h -o 'client_token=[^ ]*\|admin_token=[^ ]*' var/cluster/node-1.log || true; \
 	wait
 
+## deps: what the suite needs beyond Go and gcc: Debian's chromium, for the test
+## that connects a real browser to syncd (server/browser_test.go)
+deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the browser test"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
 ## test: vet and the whole suite with the race detector (./soak holds the short soak, about a minute)
-test:
+test: deps
 	$(GO) vet ./...
 	$(GO) test -race -timeout 14m ./...
 
