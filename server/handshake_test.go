@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -37,6 +39,10 @@ func upgradeRequest(t *testing.T, ts *testServer, method, path string, header ma
 // the checks run in PROTOCOL.md section 1's order: each case breaks two
 // rules and must get the answer of the earlier one.
 func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
+	// The order the cases below prove is the order section 1's table
+	// states: path, method and upgrade headers, capacity, token, origin,
+	// subprotocol.
+	require.Equal(t, []string{"404", "405", "503", "401", "403", "400"}, documentedCheckOrder(t))
 	ts := startServer(t, server.Config{AllowedOrigins: []string{"app.example.com"}, MaxConnections: 1})
 	good := "Bearer " + ts.member(t, "acme", "phone")
 	cases := []struct {
@@ -103,4 +109,24 @@ func TestTokenInSubprotocolEntry(t *testing.T) {
 	wrong := browser("https://app.example.com")
 	wrong.Subprotocols[1] = server.BearerSubprotocolPrefix + token + "x"
 	require.Equal(t, syncproto.CodeUnauthorized, refusedUpgrade(t, ts, wrong, http.StatusUnauthorized).Code)
+}
+
+// documentedCheckOrder returns the HTTP statuses of PROTOCOL.md section 1's
+// check table, in its order (the first status of each row).
+func documentedCheckOrder(t *testing.T) []string {
+	t.Helper()
+	doc, err := os.ReadFile("../PROTOCOL.md")
+	require.NoError(t, err)
+	_, table, ok := strings.Cut(string(doc), "| check | HTTP status |")
+	require.True(t, ok, "section 1's check table is missing")
+	table, _, _ = strings.Cut(table, "\n\n")
+	var statuses []string
+	for _, line := range strings.Split(table, "\n")[2:] { // past the header and its rule
+		cells := strings.Split(line, "|")
+		require.Greater(t, len(cells), 3, "row %q", line)
+		fields := strings.Fields(cells[2])
+		require.NotEmpty(t, fields, "row %q has no status", line)
+		statuses = append(statuses, strings.TrimSuffix(fields[0], ","))
+	}
+	return statuses
 }
