@@ -3,6 +3,7 @@ package client_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -18,11 +19,16 @@ import (
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // envAwaitN is how many sequential Put+Await writes BenchmarkAwaitedPut
-// times per synchronous level (default 2000).
-const envAwaitN = "SYNCD_BENCH_AWAIT_N"
+// times per synchronous level (default 2000); envOfflineN how many offline
+// Puts BenchmarkOfflinePut times (default 2000).
+const (
+	envAwaitN   = "SYNCD_BENCH_AWAIT_N"
+	envOfflineN = "SYNCD_BENCH_OFFLINE_N"
+)
 
 // BenchmarkAwaitedPut is issue 10's latency benchmark: an app that writes
 // one record and waits until syncd applied it before the next, over
@@ -171,4 +177,63 @@ func medianRoundTrip(b *testing.B, n int) time.Duration {
 	require.NoError(b, <-echoed)
 	slices.Sort(times)
 	return times[n/2]
+}
+
+// BenchmarkOfflinePut is issue 10's offline write cost: one goroutine calls
+// Put on a client that cannot reach its server, with the SQLite queue and
+// the replica at synchronous=FULL (their defaults). It reports:
+//
+//	puts/s          offline Puts per second
+//	ceiling_puts/s  single-producer Enqueue rate of a SQLite queue of its own
+//	                (FULL), the same payloads, measured in the same run
+//	ratio           puts/s over ceiling_puts/s (target >= 0.8)
+//
+// A Put makes the write durable in the queue and then in the replica's
+// pending overlay, two commits; the target needs both in one.
+func BenchmarkOfflinePut(b *testing.B) {
+	n := benchEnvInt(b, envOfflineN, 2000)
+	ctx := benchContext(b)
+	dir := b.TempDir()
+	clientID := "bench-offline"
+	muts := benchMutations(b, clientID, n)
+	payloads := make([][]byte, n)
+	for i := range muts {
+		p, err := json.Marshal(&muts[i])
+		require.NoError(b, err)
+		payloads[i] = p
+	}
+	c := openBenchClient(b, unreachableURL(b), "token", clientID, filepath.Join(dir, "queue.db"), filepath.Join(dir, "replica.db"))
+	b.Cleanup(func() { c.Close() })
+
+	b.ResetTimer()
+	var rate, ceiling float64
+	for iter := range b.N {
+		start := time.Now()
+		for i := range n {
+			_, err := c.Put(ctx, benchModel, fmt.Sprintf("%s-%d", benchKey(i), iter), benchValue(i))
+			require.NoError(b, err)
+		}
+		rate = float64(n) / time.Since(start).Seconds()
+		ceiling = enqueueCeiling(ctx, b, filepath.Join(dir, fmt.Sprintf("ceiling-%d.db", iter)), payloads, muts)
+	}
+	b.StopTimer()
+	b.ReportMetric(rate, "puts/s")
+	b.ReportMetric(ceiling, "ceiling_puts/s")
+	b.ReportMetric(rate/ceiling, "ratio")
+}
+
+// enqueueCeiling is the rate at which one producer enqueues payloads (keyed
+// by their op ids, as Put enqueues them) into a fresh SQLite queue at path
+// with its defaults.
+func enqueueCeiling(ctx context.Context, b *testing.B, path string, payloads [][]byte, muts []syncproto.Mutation) float64 {
+	b.Helper()
+	q, err := offlinequeue.OpenSQLite(path, offlinequeue.SQLiteOptions{})
+	require.NoError(b, err)
+	defer q.Close()
+	start := time.Now()
+	for i, p := range payloads {
+		_, err := q.Enqueue(ctx, p, muts[i].OpID)
+		require.NoError(b, err)
+	}
+	return float64(len(payloads)) / time.Since(start).Seconds()
 }
