@@ -88,8 +88,12 @@ var _ Queue = (*File)(nil)
 
 // OpenFile opens the queue file at path, creating it (and nothing else: the
 // directory must exist) if it does not exist. See File for what opening does.
+// Before anything is opened, path and the files kept beside it (path.lock,
+// path.compact) must each be absent or a regular file: a symbolic link,
+// FIFO, device, socket or directory is refused with *PathError. Every file
+// it creates gets FileMode (0600).
 //
-// Errors: ErrLocked, *CorruptError, ErrUnsupportedVersion, an invalid option,
+// Errors: *PathError, ErrLocked, *CorruptError, ErrUnsupportedVersion, an invalid option,
 // or an I/O error. On any of them the file at path is byte-for-byte unchanged,
 // with one exception: when the directory cannot be synced after the compacted
 // file was renamed into place, path holds the same queue, compacted, and the
@@ -109,6 +113,9 @@ func openFile(path string, opts FileOptions) (*File, error) {
 	fsys := opts.FS
 	if fsys == nil {
 		fsys = osFS{}
+	}
+	if err := checkRegular(path, path+".lock", path+".compact"); err != nil {
+		return nil, err
 	}
 	lock, err := fsys.Lock(path + ".lock")
 	if err != nil {
