@@ -129,7 +129,7 @@ func openFile(path string, opts FileOptions) (*File, error) {
 	if err != nil {
 		return nil, errors.Join(err, lock.Close())
 	}
-	q.opts, q.rec, q.lock = opts.Options, opts.Metrics.recorder(path), lock
+	q.opts, q.rec, q.lock = opts.Options.withDefaults(), opts.Metrics.recorder(path), lock
 	q.rec.setCounts(len(st.pending), len(st.dead))
 	return q, nil
 }
@@ -274,7 +274,7 @@ func (q *File) writeBatchLocked(b *enqueueBatch) error {
 				continue
 			}
 		}
-		if q.opts.MaxDepth > 0 && depth >= q.opts.MaxDepth {
+		if depth >= q.opts.MaxDepth {
 			r.err = &FullError{Depth: depth, Capacity: q.opts.MaxDepth}
 			full++
 			continue

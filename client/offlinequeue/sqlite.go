@@ -152,6 +152,10 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 // newSQLite opens, checks and prepares the database. On error it has closed
 // everything it opened.
 func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, err error) {
+	if opts.MaxDepth < 0 || opts.MaxPayloadBytes < 0 {
+		return nil, fmt.Errorf("negative limit (MaxDepth %d, MaxPayloadBytes %d)", opts.MaxDepth, opts.MaxPayloadBytes)
+	}
+	opts.Options = opts.Options.withDefaults()
 	synchronous, err := opts.Synchronous.sqlitedb()
 	if err != nil {
 		return nil, err
