@@ -431,17 +431,22 @@ func (s *SQLite) Peek(ctx context.Context, after ID, limit int) ([]Item, error) 
 // MarkDone implements Queue.
 func (s *SQLite) MarkDone(ctx context.Context, ids ...ID) error {
 	return s.apply(ctx, "mark done in", func(ctx context.Context, tx *sql.Tx) (counts, error) {
-		del := tx.StmtContext(ctx, s.stmts.deleteItem)
-		var removed int64
-		for _, id := range ids {
-			n, err := execCount(ctx, del, id)
-			if err != nil {
-				return counts{}, err
-			}
-			removed += n
-		}
-		return counts{pending: -int(removed)}, nil
+		return s.markDone(ctx, tx, ids)
 	})
+}
+
+// markDone deletes the items ids in tx.
+func (s *SQLite) markDone(ctx context.Context, tx *sql.Tx, ids []ID) (counts, error) {
+	del := tx.StmtContext(ctx, s.stmts.deleteItem)
+	var removed int64
+	for _, id := range ids {
+		n, err := execCount(ctx, del, id)
+		if err != nil {
+			return counts{}, err
+		}
+		removed += n
+	}
+	return counts{pending: -int(removed)}, nil
 }
 
 // SetAttempts implements Queue.
