@@ -209,6 +209,13 @@ func (q *Memory) MoveToDeadLetters(ctx context.Context, id ID, reason string) er
 	q.removeLocked(i)
 	at, _ := slices.BinarySearchFunc(q.letters, id, compareLetter)
 	q.letters = slices.Insert(q.letters, at, d)
+	if over := len(q.letters) - q.opts.MaxDeadLetters; over > 0 {
+		for _, gone := range longestDead(q.letters, over) {
+			at, _ := slices.BinarySearchFunc(q.letters, gone, compareLetter)
+			q.letters = slices.Delete(q.letters, at, at+1)
+		}
+		q.rec.evicted(over)
+	}
 	q.publishLocked()
 	return nil
 }

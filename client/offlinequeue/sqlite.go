@@ -152,8 +152,8 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 // newSQLite opens, checks and prepares the database. On error it has closed
 // everything it opened.
 func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, err error) {
-	if opts.MaxDepth < 0 || opts.MaxPayloadBytes < 0 {
-		return nil, fmt.Errorf("negative limit (MaxDepth %d, MaxPayloadBytes %d)", opts.MaxDepth, opts.MaxPayloadBytes)
+	if err := opts.checkLimits(); err != nil {
+		return nil, err
 	}
 	opts.Options = opts.Options.withDefaults()
 	synchronous, err := opts.Synchronous.sqlitedb()
@@ -328,6 +328,10 @@ const (
 	sqlRevive = `INSERT OR IGNORE INTO items (payload, key, attempts, enqueued_at)
 		SELECT payload, key, 0, ? FROM dead_letters WHERE id = ?`
 	sqlDeleteDead = `DELETE FROM dead_letters WHERE id = ?`
+	// The store is small (MaxDeadLetters) and this runs only beyond it, so
+	// a scan ordered by dead_at needs no index.
+	sqlEvictDead = `DELETE FROM dead_letters WHERE id IN
+		(SELECT id FROM dead_letters ORDER BY dead_at, id LIMIT ?)`
 )
 
 // sqliteStmts are the queue's prepared statements. Each is prepared on the
@@ -335,7 +339,7 @@ const (
 // reuses the connection's prepared copy.
 type sqliteStmts struct {
 	findKey, insert, peek, deleteItem, setAttempts *sql.Stmt
-	kill, listDead, revive, deleteDead             *sql.Stmt
+	kill, listDead, revive, deleteDead, evictDead  *sql.Stmt
 }
 
 func prepareStmts(ctx context.Context, db *sql.DB) (sqliteStmts, error) {
@@ -353,6 +357,7 @@ func prepareStmts(ctx context.Context, db *sql.DB) (sqliteStmts, error) {
 		{&s.listDead, sqlListDead},
 		{&s.revive, sqlRevive},
 		{&s.deleteDead, sqlDeleteDead},
+		{&s.evictDead, sqlEvictDead},
 	} {
 		stmt, err := db.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -365,7 +370,7 @@ func prepareStmts(ctx context.Context, db *sql.DB) (sqliteStmts, error) {
 }
 
 func (s sqliteStmts) close() {
-	for _, stmt := range []*sql.Stmt{s.findKey, s.insert, s.peek, s.deleteItem, s.setAttempts, s.kill, s.listDead, s.revive, s.deleteDead} {
+	for _, stmt := range []*sql.Stmt{s.findKey, s.insert, s.peek, s.deleteItem, s.setAttempts, s.kill, s.listDead, s.revive, s.deleteDead, s.evictDead} {
 		if stmt != nil {
 			_ = stmt.Close()
 		}
@@ -497,7 +502,14 @@ func (s *SQLite) MoveToDeadLetters(ctx context.Context, id ID, reason string) er
 		if _, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.deleteItem), id); err != nil {
 			return counts{}, err
 		}
-		return counts{pending: -1, dead: 1}, nil
+		// s.dead is written only by the committer, which runs this.
+		var evicted int64
+		if over := s.dead + 1 - s.opts.MaxDeadLetters; over > 0 {
+			if evicted, err = execCount(ctx, tx.StmtContext(ctx, s.stmts.evictDead), over); err != nil {
+				return counts{}, err
+			}
+		}
+		return counts{pending: -1, dead: 1 - int(evicted), evicted: int(evicted)}, nil
 	})
 }
 

@@ -27,8 +27,9 @@ type writeRequest struct {
 	done chan struct{}
 }
 
-// counts is a change of the pending and dead-letter counts.
-type counts struct{ pending, dead int }
+// counts is a change of the pending and dead-letter counts, and the dead
+// letters evicted by it.
+type counts struct{ pending, dead, evicted int }
 
 // submit hands r to the committer and waits for its outcome. Once r has been
 // handed over it runs to completion whatever happens to ctx, so an error
@@ -295,6 +296,7 @@ func (s *SQLite) addCounts(c counts) {
 	s.pending += c.pending
 	s.dead += c.dead
 	s.rec.setCounts(s.pending, s.dead)
+	s.rec.evicted(c.evicted)
 }
 
 // blob returns b's bytes as a non-nil slice: the driver stores a nil slice as
