@@ -11,7 +11,7 @@ SOAK_DURATION ?= 10m
 SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build deps test bench fuzz lint clean soak cluster
+.PHONY: run build deps test abuse bench fuzz lint clean soak cluster
 
 # Root installs packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -54,6 +54,12 @@ deps:
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -timeout 14m ./...
+
+## abuse: the abuse suite (server/abuse_test.go) with ABUSE_SCALE (default 10) times the
+## counts `make test` runs it with
+ABUSE_SCALE ?= 10
+abuse:
+	SYNCD_ABUSE_SCALE=$(ABUSE_SCALE) $(GO) test -race -count=1 -run 'Abuse' -timeout 20m -v ./server/
 
 ## soak: the long churn run (SOAK_DURATION, default 10m; SOAK_ARGS for more flags, e.g.
 ## --seed N to replay); it stops by itself and writes var/soak/<time>/report.md

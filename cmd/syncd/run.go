@@ -38,6 +38,7 @@ type options struct {
 	origins         stringList
 	maxClockSkew    time.Duration
 	maxConnections  int
+	maxConnsPerAddr int
 	tlsCert         string
 	tlsKey          string
 	logFormat       string
@@ -75,6 +76,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.DurationVar(&o.retention.Conflicts.MaxAge, "conflicts-max-age", 0, "prune conflict-log rows older than this (default 168h; negative: no age bound)")
 	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
 	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
+	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on the public listener; negative: no cap (behind a load balancer every peer has its address)")
 	fs.Func("default-policy", "policy of models no --model declares: lww, optimistic, or none to refuse writes to them (invalid_model) (default lww)", func(v string) error {
 		return o.models.Set(replication.AnyModel + "=" + v)
 	})
@@ -232,10 +234,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer srv.Close()
 
-	listeners := []*listener{{name: "public", srv: newHTTPServer(srv.Handler(), log), tls: o.tlsCert != ""}}
+	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	listeners := []*listener{{name: "public", srv: server.NewHTTPServer(srv.Handler(), errorLog), tls: o.tlsCert != ""}}
 	addrs := []string{o.listen}
 	if o.adminListen != "" {
-		listeners = append(listeners, &listener{name: "admin", srv: newHTTPServer(srv.AdminHandler(), log)})
+		listeners = append(listeners, &listener{name: "admin", srv: server.NewHTTPServer(srv.AdminHandler(), errorLog)})
 		addrs = append(addrs, o.adminListen)
 	}
 	for i, l := range listeners {
@@ -246,6 +249,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return fmt.Errorf("listen %s: %w", l.name, err)
 		}
 	}
+	listeners[0].ln = srv.LimitListener(listeners[0].ln)
 	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
 		go func() {
@@ -283,14 +287,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return failed
 	}
 	return nil
-}
-
-func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
 }
 
 func adminAddr(ls []*listener) string {
