@@ -19,7 +19,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ## run: build syncd and start it on 127.0.0.1:8080 with its SQLite database under ./var/
 run: build
 	mkdir -p var
-	./$(BIN)/syncd --data var/syncd.db $(ARGS)
+	./$(BIN)/syncd --data var/syncd.db --dev-tokens $(ARGS)
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -31,7 +31,7 @@ cluster: build
 	@set -e; trap 'kill $$(jobs -p) 2>/dev/null; wait' INT TERM EXIT; \
 	node() { \
 	  routes=""; for j in 1 2 3; do [ $$j = $$1 ] || routes="$$routes --nats-route nats-route://127.0.0.1:622$$j"; done; \
-	  ./$(BIN)/syncd --cluster --node-id node-$$1 --data var/cluster/node-$$1/syncd.db --tokens var/cluster/tokens.json \
+	  ./$(BIN)/syncd --cluster --node-id node-$$1 --data var/cluster/node-$$1/syncd.db --tokens var/cluster/tokens.json --dev-tokens \
 	    --listen 127.0.0.1:818$$1 --admin-listen 127.0.0.1:828$$1 \
 	    --nats-listen 127.0.0.1:422$$1 --nats-cluster-listen 127.0.0.1:622$$1 $$routes $(ARGS) \
 	    > var/cluster/node-$$1.log 2>&1 & \
