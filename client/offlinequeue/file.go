@@ -109,6 +109,10 @@ func openFile(path string, opts FileOptions) (*File, error) {
 	fsys := opts.FS
 	if fsys == nil {
 		fsys = osFS{}
+		var err error
+		if path, err = resolvePath(path); err != nil {
+			return nil, err
+		}
 	}
 	lock, err := fsys.Lock(path + ".lock")
 	if err != nil {

@@ -146,6 +146,9 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 	if err != nil {
 		return nil, err
 	}
+	if path, err = resolvePath(path); err != nil {
+		return nil, err
+	}
 	ctx := context.Background()
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{
 		Synchronous: synchronous,
