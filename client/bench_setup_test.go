@@ -137,7 +137,7 @@ const fillProducers = 512
 // order follows the producers' interleaving, not i.
 func benchFillQueue(ctx context.Context, b *testing.B, path string, n int, mutation func(i int) syncproto.Mutation) {
 	b.Helper()
-	q, err := offlinequeue.OpenSQLite(path, offlinequeue.SQLiteOptions{})
+	q, err := offlinequeue.OpenSQLite(path, offlinequeue.SQLiteOptions{Options: offlinequeue.Options{MaxDepth: max(n, offlinequeue.DefaultMaxDepth)}})
 	require.NoError(b, err)
 	defer q.Close()
 	var next atomic.Int64
