@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"github.com/syncd-dev/syncd/server/auth"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ const (
 	DefaultRequestBurst      = 400
 	DefaultWriteTimeout      = 10 * time.Second
 	DefaultTokenRecheck      = time.Second
+	DefaultHelloTimeout      = 10 * time.Second
 	DefaultRetentionInterval = time.Minute
 )
 
@@ -73,6 +75,21 @@ type Config struct {
 	AllowedOrigins []string
 	// MaxConnections caps open websocket sessions; 0 means DefaultMaxConnections.
 	MaxConnections int
+	// MaxConnectionsPerAddress caps the TCP connections one IP address
+	// holds open on a listener wrapped by LimitListener; 0 means
+	// DefaultMaxConnectionsPerAddress, negative means no cap.
+	MaxConnectionsPerAddress int
+	// HelloTimeout is how long a session may take to send hello; 0 means
+	// DefaultHelloTimeout.
+	HelloTimeout time.Duration
+	// MaxConcurrentSnapshots caps snapshots served at once (and the
+	// snapshot pool's connections); 0 means DefaultMaxConcurrentSnapshots.
+	MaxConcurrentSnapshots int
+	// SnapshotTimeout bounds one snapshot download; 0 means
+	// DefaultSnapshotTimeout. SnapshotWriteTimeout bounds each write of
+	// one; 0 means DefaultSnapshotWriteTimeout.
+	SnapshotTimeout      time.Duration
+	SnapshotWriteTimeout time.Duration
 	// RequestsPerSecond and RequestBurst rate-limit each session's
 	// requests; 0 means the defaults.
 	RequestsPerSecond float64
@@ -145,10 +162,19 @@ func (c *Config) setDefaults() error {
 	def(&c.IdleTimeout, syncproto.DefaultIdleTimeout)
 	def(&c.WriteTimeout, DefaultWriteTimeout)
 	def(&c.TokenRecheck, DefaultTokenRecheck)
+	def(&c.HelloTimeout, DefaultHelloTimeout)
+	def(&c.SnapshotTimeout, DefaultSnapshotTimeout)
+	def(&c.SnapshotWriteTimeout, DefaultSnapshotWriteTimeout)
 	def(&c.PingInterval, c.IdleTimeout/3)
 	def(&c.RetentionInterval, DefaultRetentionInterval)
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxConcurrentSnapshots <= 0 {
+		c.MaxConcurrentSnapshots = DefaultMaxConcurrentSnapshots
+	}
+	if c.MaxConnectionsPerAddress == 0 {
+		c.MaxConnectionsPerAddress = DefaultMaxConnectionsPerAddress
 	}
 	if c.RequestsPerSecond == 0 {
 		c.RequestsPerSecond = DefaultRequestsPerSecond
@@ -162,7 +188,7 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.TokenRecheck < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
+	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.TokenRecheck < 0 || c.HelloTimeout < 0 || c.SnapshotTimeout < 0 || c.SnapshotWriteTimeout < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
 		return errors.New("durations, limits and rates must not be negative")
 	}
 	return nil
@@ -173,16 +199,19 @@ func (c *Config) setDefaults() error {
 // Create it with New, serve Handler (and AdminHandler on a loopback
 // listener), then call Shutdown and Close.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	now      func() time.Time
-	store    *replication.Store // the state: records, oplog, ledger, conflict log
-	commits  committer          // decides admitted batches and makes them durable
-	clock    *syncproto.Clock
-	resolver *replication.Resolver
-	registry *prometheus.Registry
-	metrics  *metrics
-	started  time.Time
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
+	store *replication.Store // the state: records, oplog, ledger, conflict log
+	// snapshotDB is the snapshots' own pool; snapshots admits them.
+	snapshotDB *sql.DB
+	snapshots  *snapshotGate
+	commits    committer // decides admitted batches and makes them durable
+	clock      *syncproto.Clock
+	resolver   *replication.Resolver
+	registry   *prometheus.Registry
+	metrics    *metrics
+	started    time.Time
 
 	// hardStop ends every session at once; Shutdown cancels it when its
 	// deadline passes.
@@ -229,11 +258,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	db.SetMaxIdleConns(maxDBConns)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg,
-		metrics:  newMetrics(reg),
-		clock:    syncproto.NewClock(cfg.NodeID, cfg.Now),
-		started:  cfg.Now(),
-		sessions: map[*session]struct{}{},
-		janitor:  make(chan struct{}),
+		metrics:   newMetrics(reg),
+		clock:     syncproto.NewClock(cfg.NodeID, cfg.Now),
+		started:   cfg.Now(),
+		sessions:  map[*session]struct{}{},
+		janitor:   make(chan struct{}),
+		snapshots: &snapshotGate{max: cfg.MaxConcurrentSnapshots, byToken: map[string]int{}},
 	}
 	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
 		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
@@ -242,6 +272,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err == nil {
 		err = s.setOplogGauges(ctx)
 	}
+	if err == nil {
+		s.snapshotDB, err = openSnapshotPool(ctx, cfg)
+	}
 	if err == nil && cfg.Cluster != nil {
 		err = cfg.Cluster.Start(s.store, func(head uint64) { s.metrics.oplogHead.Set(float64(head)) })
 		s.commits = clusterCommitter{cluster: cfg.Cluster, metrics: s.metrics, now: cfg.Now}
@@ -249,6 +282,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.commits, err = newGroupCommitter(ctx, s.store, cfg.Now, s.metrics, cfg.Logger)
 	}
 	if err != nil {
+		if s.snapshotDB != nil {
+			s.snapshotDB.Close()
+		}
 		db.Close()
 		return nil, fmt.Errorf("server: open store: %w", err)
 	}
@@ -534,5 +570,17 @@ func (s *Server) Close() error {
 	if err := s.resolver.Wait(waitCtx); err != nil {
 		s.log.Warn("conflict hooks still running at close", "err", err)
 	}
-	return s.store.DB.Close()
+	return errors.Join(s.snapshotDB.Close(), s.store.DB.Close())
+}
+
+// openSnapshotPool opens the snapshots' own read-only handle on the
+// database, MaxConcurrentSnapshots connections at most.
+func openSnapshotPool(ctx context.Context, cfg Config) (*sql.DB, error) {
+	db, err := sqlitedb.Open(ctx, cfg.DataPath, sqlitedb.Options{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot pool: %w", err)
+	}
+	db.SetMaxOpenConns(cfg.MaxConcurrentSnapshots)
+	db.SetMaxIdleConns(cfg.MaxConcurrentSnapshots)
+	return db, nil
 }

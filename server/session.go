@@ -48,8 +48,9 @@ type session struct {
 	idleMu sync.Mutex
 	idle   *time.Timer // closes the session with 4000 when nothing was heard for IdleTimeout
 
-	cursor  atomic.Uint64 // the newest seq delivered on the live feed
-	pending atomic.Int64  // pushes submitted and not yet answered
+	helloSeen atomic.Bool   // hello was answered; the hello deadline is off
+	cursor    atomic.Uint64 // the newest seq delivered on the live feed
+	pending   atomic.Int64  // pushes submitted and not yet answered
 }
 
 // outbound is one entry of the outbox: a message ready to send, a push whose
@@ -95,6 +96,15 @@ func (ss *session) run(ctx context.Context) {
 		ss.log.Info("closing idle session")
 		ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeIdleTimeout, "nothing arrived for %s", ss.srv.cfg.IdleTimeout))
 	})
+	// A session must say hello within HelloTimeout, whatever else it sends
+	// (pongs keep the idle timer, not this one).
+	helloDeadline := time.AfterFunc(ss.srv.cfg.HelloTimeout, func() {
+		if !ss.helloSeen.Load() {
+			ss.log.Info("no hello in time; closing")
+			ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeHelloRequired, "no hello within %s", ss.srv.cfg.HelloTimeout))
+		}
+	})
+	defer helloDeadline.Stop()
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -271,6 +281,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		return ss.refuseAndClose(m.ID, internalError(err))
 	}
 	ss.helloDone = true
+	ss.helloSeen.Store(true)
 	ss.cursor.Store(m.Cursor)
 	ss.send(&syncproto.Welcome{
 		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), ServerTime: ss.srv.now().UnixMilli(),

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -68,6 +70,9 @@ func (m *Mutation) UnmarshalJSON(b []byte) error {
 	err := json.Unmarshal(b, &p)
 	*m = Mutation(p)
 	if err == nil {
+		if strings.ContainsRune(m.Key, utf8.RuneError) && keyHasLoneSurrogate(b) {
+			m.decodeErr = Errorf(CodeInvalidKey, "key holds an ill-formed UTF-16 escape (a lone surrogate); keys are compared as exact UTF-8 bytes")
+		}
 		return nil
 	}
 	var id struct {
@@ -258,4 +263,47 @@ func valueDepth(v []byte) int {
 		}
 	}
 	return deepest
+}
+
+// keyHasLoneSurrogate reports whether the "key" member of the JSON object
+// mut writes a surrogate half without its pair (\ud800 alone): the JSON
+// decoder turns it into U+FFFD, so two different keys would collapse into
+// one.
+func keyHasLoneSurrogate(mut []byte) bool {
+	var raw struct {
+		Key json.RawMessage `json:"key"`
+	}
+	if json.Unmarshal(mut, &raw) != nil {
+		return false
+	}
+	k := raw.Key
+	hex4 := func(i int) (uint64, bool) {
+		if i+6 > len(k) || k[i] != '\\' || k[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(k[i+2:i+6]), 16, 16)
+		return v, err == nil
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] != '\\' {
+			continue
+		}
+		v, ok := hex4(i)
+		if !ok {
+			i++ // an escaped character: skip it
+			continue
+		}
+		switch {
+		case v >= 0xD800 && v <= 0xDBFF:
+			if w, ok := hex4(i + 6); ok && w >= 0xDC00 && w <= 0xDFFF {
+				i += 11
+				continue
+			}
+			return true
+		case v >= 0xDC00 && v <= 0xDFFF:
+			return true
+		}
+		i += 5
+	}
+	return false
 }

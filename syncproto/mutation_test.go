@@ -161,3 +161,35 @@ func TestValueDepthLimit(t *testing.T) {
 		require.Equal(t, syncproto.CodeBadRequest, syncproto.AsError(err).Code)
 	}
 }
+
+// Keys are exact UTF-8 bytes: a key written with a lone surrogate escape is
+// refused rather than collapsed into U+FFFD with every other such key; a
+// surrogate pair, a raw U+FFFD and NFC/NFD spellings are ordinary,
+// distinct keys.
+func TestKeysWithLoneSurrogatesAreRefused(t *testing.T) {
+	id, err := syncproto.NewOpID()
+	require.NoError(t, err)
+	frame := func(key string) []byte {
+		return []byte(`{"op_id":"` + id + `","model":"notes","key":"` + key + `","op":"put","value":1,"hlc":"1733140000000.0.phone"}`)
+	}
+	for key, ok := range map[string]bool{
+		`\ud800`:       false,
+		`a\udc00b`:     false,
+		`\ud800\u0041`: false,
+		`\ud83d\ude00`: true, // a pair: U+1F600
+		`\\ud800`:      true, // an escaped backslash, then text
+		"\uFFFD":       true,
+		"e\u0301":      true, // NFD
+		"\u00e9":       true, // NFC, another key
+	} {
+		var m syncproto.Mutation
+		require.NoError(t, json.Unmarshal(frame(key), &m))
+		err := m.Validate()
+		if ok {
+			require.NoError(t, err, "%s", key)
+			continue
+		}
+		require.Error(t, err, "%s", key)
+		require.Equal(t, syncproto.CodeInvalidKey, syncproto.AsError(err).Code, "%s", key)
+	}
+}

@@ -38,8 +38,13 @@ func TestOfflineThenSync(t *testing.T) {
 	}
 
 	require.Contains(t, notes("add", "shopping", "milk, eggs"), "saved shopping")
-	require.Contains(t, notes("ls"), "(not synced)")
-	require.Contains(t, notes("status"), "pending 1")
+	hostile := notes("add", "trap", "\x1b]0;pwned\x07\x1b[2J")
+	require.NotContains(t, hostile, "\x1b", "a note's text never reaches the terminal raw")
+	listed := notes("ls")
+	require.Contains(t, listed, "(not synced)")
+	require.NotContains(t, listed, "\x1b")
+	require.Contains(t, listed, `\x1b]0;pwned\x07`)
+	require.Contains(t, notes("status"), "pending 2")
 
 	authn, err := auth.NewAuthenticator(tokens, nil)
 	require.NoError(t, err)

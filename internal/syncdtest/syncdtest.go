@@ -98,21 +98,25 @@ func (s *Server) start(t testing.TB, cfg server.Config) {
 	s.Server, s.cfg, s.DataPath, s.Registry = srv, cfg, cfg.DataPath, cfg.Registry
 	s.stopOnce = sync.Once{}
 	s.listeners = nil
-	s.URL = s.serve(t, s.addr, srv.Handler())
-	s.AdminURL = s.serve(t, "", srv.AdminHandler())
+	s.URL = s.serve(t, s.addr, srv.Handler(), srv.LimitListener)
+	s.AdminURL = s.serve(t, "", srv.AdminHandler(), nil)
 	t.Cleanup(func() { s.Stop(t) })
 }
 
 // serve serves h on addr (a fresh loopback port when "") until the
-// server stops.
-func (s *Server) serve(t testing.TB, addr string, h http.Handler) string {
+// server stops, through wrap when it is not nil, with the timeouts syncd
+// uses.
+func (s *Server) serve(t testing.TB, addr string, h http.Handler, wrap func(net.Listener) net.Listener) string {
 	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
 	ln, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: Timeout}
+	if wrap != nil {
+		ln = wrap(ln)
+	}
+	hs := server.NewHTTPServer(h, nil)
 	go hs.Serve(ln)
 	s.listeners = append(s.listeners, hs)
 	return "http://" + ln.Addr().String()
