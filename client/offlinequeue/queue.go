@@ -191,7 +191,8 @@ type Options struct {
 	MaxDepth int
 	// MaxDeadLetters bounds the dead-letter store. A MoveToDeadLetters that
 	// would exceed it evicts, in the same durable write, the dead letters
-	// that have been dead longest (oldest DeadAt, then lowest ID), counted
+	// that have been dead longest (oldest DeadAt, then lowest ID; never the
+	// one it adds, whatever the clock did), counted
 	// by syncd_client_queue_dead_letters_evicted_total. 0 means
 	// DefaultMaxDeadLetters; a negative value is refused by the durable
 	// queues. Requeue and Purge are how an operator keeps below it.

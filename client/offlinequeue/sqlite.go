@@ -330,8 +330,9 @@ const (
 	sqlDeleteDead = `DELETE FROM dead_letters WHERE id = ?`
 	// The store is small (MaxDeadLetters) and this runs only beyond it, so
 	// a scan ordered by dead_at needs no index.
+	// The newest dead letter (the one just moved) is never evicted.
 	sqlEvictDead = `DELETE FROM dead_letters WHERE id IN
-		(SELECT id FROM dead_letters ORDER BY dead_at, id LIMIT ?)`
+		(SELECT id FROM dead_letters WHERE id != ? ORDER BY dead_at, id LIMIT ?)`
 )
 
 // sqliteStmts are the queue's prepared statements. Each is prepared on the
@@ -505,7 +506,7 @@ func (s *SQLite) MoveToDeadLetters(ctx context.Context, id ID, reason string) er
 		// s.dead is written only by the committer, which runs this.
 		var evicted int64
 		if over := s.dead + 1 - s.opts.MaxDeadLetters; over > 0 {
-			if evicted, err = execCount(ctx, tx.StmtContext(ctx, s.stmts.evictDead), over); err != nil {
+			if evicted, err = execCount(ctx, tx.StmtContext(ctx, s.stmts.evictDead), id, over); err != nil {
 				return counts{}, err
 			}
 		}

@@ -61,6 +61,13 @@ var deadLetterTests = []subtest{
 			q = e.reopen(q, opts)
 			require.Equal(t, s, takeSnapshot(t, e, q), "after reopen")
 		}
+
+		// A clock set back: the letter just moved is the "oldest", yet it
+		// stays; the longest dead of the others goes.
+		late := enqueue(t, e, q, "late", "key-late")
+		e.clock.Advance(-24 * time.Hour)
+		require.NoError(t, q.MoveToDeadLetters(e.ctx(), late, "refused"))
+		require.Equal(t, []offlinequeue.ID{items[0], items[2], late}, deadIDs(takeSnapshot(t, e, q).Dead), "item 4 (dead longest of the others) was evicted")
 	}},
 	{name: "DeadLetters/MoveUnknownIsNotFound", run: func(t *testing.T, e *env) {
 		q := e.openQueue(e.opts())
