@@ -396,7 +396,8 @@ type writer struct {
 
 	mu    sync.Mutex
 	acked []ackRecord
-	acks  []time.Time // when each push was acknowledged
+	acks  []time.Time     // when each push was acknowledged
+	lat   []time.Duration // each push's first send to its acknowledgement
 	moves int
 }
 
@@ -422,6 +423,7 @@ func (w *writer) run(ctx context.Context, pc *procCluster) error {
 			push.Mutations = append(push.Mutations, syncproto.Mutation{OpID: op, Model: "notes", Key: fmt.Sprintf("%s-%d-%d", w.id, round, i),
 				Op: syncproto.OpPut, Value: []byte(fmt.Sprintf(`{"round":%d}`, round)), HLC: clock.Now()})
 		}
+		sent := time.Now()
 		for ctx.Err() == nil { // until acknowledged: resend, moving between nodes
 			if conn == nil {
 				dctx, cancel := context.WithTimeout(ctx, pushTimeout)
@@ -444,7 +446,7 @@ func (w *writer) run(ctx context.Context, pc *procCluster) error {
 				at = w.move(at, len(pc.nodes))
 				continue
 			}
-			if err := w.record(push, res); err != nil {
+			if err := w.record(push, res, sent); err != nil {
 				return err
 			}
 			break
@@ -462,7 +464,7 @@ func (w *writer) move(at, n int) int {
 
 // record keeps the acknowledged results of push; a result other than
 // applied (or a duplicate of an applied write) is a failure.
-func (w *writer) record(push *syncproto.Push, res *syncproto.PushResult) error {
+func (w *writer) record(push *syncproto.Push, res *syncproto.PushResult, sent time.Time) error {
 	if len(res.Results) != len(push.Mutations) {
 		return fmt.Errorf("%s: %d results for %d mutations", w.id, len(res.Results), len(push.Mutations))
 	}
@@ -476,7 +478,9 @@ func (w *writer) record(push *syncproto.Push, res *syncproto.PushResult) error {
 		}
 		w.acked = append(w.acked, ackRecord{opID: r.OpID, seq: r.Seq, version: r.Version, hlc: r.HLC})
 	}
-	w.acks = append(w.acks, time.Now())
+	now := time.Now()
+	w.acks = append(w.acks, now)
+	w.lat = append(w.lat, now.Sub(sent))
 	return nil
 }
 

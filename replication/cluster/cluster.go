@@ -245,6 +245,11 @@ func (c *Cluster) setUp(ctx context.Context) error {
 			s, err = c.js.CreateStream(ctx, want)
 			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				s, err = c.js.Stream(ctx, StreamName) // another node created it first
+				if errors.Is(err, jetstream.ErrStreamNotFound) {
+					// The create said it exists; the server that answered
+					// the lookup has not learned of it yet.
+					err = errNotSettled
+				}
 			}
 		}
 		c.stream = s
@@ -353,6 +358,11 @@ func (c *Cluster) retry(ctx context.Context, what string, fn func(context.Contex
 	}
 }
 
+// errNotSettled: the JetStream servers do not agree yet (one said the
+// stream exists, another that it does not), as while three nodes start
+// together and the metadata leader is being elected. Retried.
+var errNotSettled = errors.New("JetStream metadata not settled")
+
 // retryable reports whether a JetStream error may go away by itself (no
 // leader yet, a timeout, a lost connection) rather than being an answer.
 func retryable(err error) bool {
@@ -360,7 +370,7 @@ func retryable(err error) bool {
 	if errors.As(err, &apiErr) {
 		return apiErr.Code >= 500 // JetStream temporarily unavailable, no leader
 	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+	return errors.Is(err, errNotSettled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrDisconnected)
 }
