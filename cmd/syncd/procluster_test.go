@@ -86,6 +86,14 @@ func freeAddr(t testing.TB) string {
 // when t ends.
 func startProcCluster(t testing.TB, extra ...string) *procCluster {
 	t.Helper()
+	return startProcClusterVia(t, func(_, _ int, addr string) string { return addr }, extra...)
+}
+
+// startProcClusterVia is startProcCluster with node from's NATS route to
+// node to dialed at via(from, to, addr), addr being to's route listener:
+// a test puts a fault proxy there to cut routes.
+func startProcClusterVia(t testing.TB, via func(from, to int, addr string) string, extra ...string) *procCluster {
+	t.Helper()
 	dir := t.TempDir()
 	pc := &procCluster{tokens: filepath.Join(dir, "tokens.json")}
 	var err error
@@ -105,7 +113,7 @@ func startProcCluster(t testing.TB, extra ...string) *procCluster {
 			"--cluster-start-timeout", procStartTimeout.String()}
 		for j, r := range routes {
 			if j != i {
-				n.args = append(n.args, "--nats-route", "nats-route://"+r)
+				n.args = append(n.args, "--nats-route", "nats-route://"+via(i, j, r))
 			}
 		}
 		n.args = append(n.args, extra...)
