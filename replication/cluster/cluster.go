@@ -383,7 +383,7 @@ func retryable(err error) bool {
 // Stop the node with Close.
 func (c *Cluster) Start(store *replication.Store, onApplied func(oplogHead uint64)) error {
 	if store.ID != c.id {
-		return fmt.Errorf("cluster: %w: the store is database %s, the stream is cluster %s", ErrOtherCluster, store.ID, c.id)
+		return fmt.Errorf("cluster: %w: the store is database %s, the stream is cluster %s: point the node at its own cluster's NATS (--nats-url, --nats-route), or move its data file aside to join this cluster as a new node", ErrOtherCluster, store.ID, c.id)
 	}
 	pos, err := readPosition(context.Background(), store.DB)
 	if err != nil {
