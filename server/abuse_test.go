@@ -252,7 +252,9 @@ func TestAbuseLargeWinnersStillGetAnAnswer(t *testing.T) {
 	const keys, perPush = 18, 6 // 18 winners of ~256 KiB: about 4.5 MiB together
 	ts := startServer(t, server.Config{})
 	c, clock := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
-	big := func(i int) string { return `"` + strings.Repeat(string(rune('a'+i%26)), syncproto.MaxPayloadBytes-64) + `"` }
+	big := func(i int) string {
+		return `"` + strings.Repeat(string(rune('a'+i%26)), syncproto.MaxPayloadBytes-64) + `"`
+	}
 	older := syncproto.NewClock("laptop", func() time.Time { return time.Now().Add(-time.Hour) })
 	var losers []syncproto.Mutation
 	for i := 0; i < keys; i += perPush {
