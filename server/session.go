@@ -275,7 +275,11 @@ func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
 // read failed; it returns a resync when the cursor is older than the log.
 func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int) (*replication.Page, *syncproto.Resync) {
 	ss.srv.catchUp(ctx, cursor)
-	page, err := ss.srv.store.Log.Read(ctx, replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit})
+	req := replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit, MaxBytes: feedPageBytes}
+	if page, ok := ss.srv.tail.read(ctx, req); ok {
+		return &page, nil
+	}
+	page, err := ss.srv.store.Log.Read(ctx, req)
 	var ce *replication.CursorError
 	switch {
 	case err == nil:
@@ -341,14 +345,27 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 			// The client's position (admin: cursor, lag) is where the
 			// last page it was sent ends, the first (perhaps empty) one
 			// included: a client subscribing at the head is not behind.
+			// One page in flight: the next is read once this one is
+			// written, so a session holds at most one page of the feed
+			// (feedPageBytes of values) and a subscriber that fell
+			// behind gets everything new in one page, not one per
+			// commit. A subscriber that stops reading is cut by the
+			// write timeout and resumes from its cursor.
+			written := make(chan struct{})
 			out.onSent = func() {
 				now := ss.srv.now()
 				for _, e := range entries {
 					ss.srv.metrics.syncLag.Observe(now.Sub(e.AppliedAt).Seconds())
 				}
 				ss.cursor.Store(seq)
+				close(written)
 			}
 			if !ss.sendCtx(ctx, out) {
+				return
+			}
+			select {
+			case <-written:
+			case <-ctx.Done():
 				return
 			}
 			first = false

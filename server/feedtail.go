@@ -1,0 +1,160 @@
+package server
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"github.com/syncd-dev/syncd/replication"
+)
+
+// feedTailBytes bounds the value bytes of the newest oplog entries kept in
+// memory for the change feed (feedTail). A subscriber further behind than
+// the tail reads SQLite, as a pull does.
+const feedTailBytes = 8 << 20
+
+// feedPageBytes bounds the value bytes of one page of the change feed; with
+// one page in flight per subscription it is what a slow subscriber can hold
+// of the feed in server memory.
+const feedPageBytes = replication.DefaultReadBytes
+
+// feedTail is the newest stretch of the oplog, read from the database once
+// and shared by every subscription of this node: after a commit, one
+// subscription refills it with one read, and every other subscription
+// filters its own scope from memory. Without it, one write read by a
+// thousand subscribers is a thousand SQLite queries.
+//
+// It holds every committed entry with start < seq <= head, in seq order,
+// at most feedTailBytes of values (the oldest are dropped first). It is
+// safe for concurrent use; a reader never waits for a refill other than
+// the one it needs.
+type feedTail struct {
+	log replication.Log
+
+	fill sync.Mutex // one refill at a time
+
+	mu      sync.RWMutex
+	ready   bool
+	start   uint64
+	head    uint64
+	entries []replication.Entry
+	bytes   int
+}
+
+func newFeedTail(log replication.Log) *feedTail { return &feedTail{log: log} }
+
+// read answers req from memory, refilling the tail first when the log has
+// committed beyond it. ok is false when the tail cannot answer (req.After
+// is older than the tail, or beyond what it holds): read the log instead.
+func (t *feedTail) read(ctx context.Context, req replication.ReadRequest) (page replication.Page, ok bool) {
+	if err := t.refill(ctx); err != nil {
+		return replication.Page{}, false
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if req.After < t.start || req.After > t.head {
+		return replication.Page{}, false
+	}
+	limit := req.Limit
+	if limit <= 0 {
+		limit = replication.DefaultReadLimit
+	}
+	limit = min(limit, replication.MaxReadLimit)
+	maxBytes := req.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = replication.DefaultReadBytes
+	}
+	page = replication.Page{Head: t.head, Next: t.head}
+	size := 0
+	first := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].Seq > req.After })
+	for _, e := range t.entries[first:] {
+		if !req.Scope.Selects(e.Tenant, e.Model) {
+			continue
+		}
+		if len(page.Entries) > 0 && size+len(e.Value) > maxBytes {
+			page.Next = page.Entries[len(page.Entries)-1].Seq
+			return page, true
+		}
+		size += len(e.Value)
+		page.Entries = append(page.Entries, e)
+		if len(page.Entries) == limit {
+			page.Next = e.Seq
+			return page, true
+		}
+	}
+	return page, true
+}
+
+// refill reads what the log committed beyond the tail, unless another
+// subscription is doing it (then it waits for that read).
+func (t *feedTail) refill(ctx context.Context) error {
+	t.mu.RLock()
+	ready, head := t.ready, t.head
+	t.mu.RUnlock()
+	if ready && !t.behind(head) {
+		return nil
+	}
+	t.fill.Lock()
+	defer t.fill.Unlock()
+	t.mu.RLock()
+	ready, head = t.ready, t.head
+	t.mu.RUnlock()
+	if !ready {
+		b, err := t.log.Bounds(ctx)
+		if err != nil {
+			return err
+		}
+		t.mu.Lock()
+		t.ready, t.start, t.head = true, b.Head, b.Head
+		t.mu.Unlock()
+		head = b.Head
+	}
+	for t.behind(head) {
+		page, err := t.log.Read(ctx, replication.ReadRequest{
+			After: head, Scope: replication.Scope{AllTenants: true, AllModels: true}, Limit: replication.MaxReadLimit,
+		})
+		if err != nil {
+			return err
+		}
+		t.append(page)
+		head = page.Next
+		if page.CaughtUp() {
+			return nil
+		}
+	}
+	return nil
+}
+
+// behind reports whether the log has committed beyond head.
+func (t *feedTail) behind(head uint64) bool {
+	select {
+	case <-t.log.Notify(head):
+		return true
+	default:
+		return false
+	}
+}
+
+// append adds a page read after the tail's head and drops the oldest
+// entries beyond feedTailBytes.
+func (t *feedTail) append(page replication.Page) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range page.Entries {
+		t.bytes += len(e.Value)
+	}
+	t.entries = append(t.entries, page.Entries...)
+	t.head = max(t.head, page.Next)
+	if t.bytes <= feedTailBytes {
+		return
+	}
+	// Trim to three quarters of the budget, so the copy below happens once
+	// per quarter of the budget written, not on every commit.
+	drop := 0
+	for drop < len(t.entries) && t.bytes > feedTailBytes/4*3 {
+		t.bytes -= len(t.entries[drop].Value)
+		t.start = t.entries[drop].Seq
+		drop++
+	}
+	t.entries = append([]replication.Entry(nil), t.entries[drop:]...)
+}
