@@ -1,11 +1,15 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"sort"
+	"strconv"
 	"sync"
 
 	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // feedTailBytes bounds the value bytes of the newest oplog entries kept in
@@ -38,6 +42,7 @@ type feedTail struct {
 	start   uint64
 	head    uint64
 	entries []replication.Entry
+	encoded [][]byte // entries[i] as a changes entry in JSON, encoded once for every subscriber
 	bytes   int
 }
 
@@ -142,6 +147,7 @@ func (t *feedTail) append(page replication.Page) {
 	defer t.mu.Unlock()
 	for _, e := range page.Entries {
 		t.bytes += len(e.Value)
+		t.encoded = append(t.encoded, encodeChange(e))
 	}
 	t.entries = append(t.entries, page.Entries...)
 	t.head = max(t.head, page.Next)
@@ -157,4 +163,66 @@ func (t *feedTail) append(page replication.Page) {
 		drop++
 	}
 	t.entries = append([]replication.Entry(nil), t.entries[drop:]...)
+	t.encoded = append([][]byte(nil), t.encoded[drop:]...)
+}
+
+// encodeChange returns e as a changes entry in JSON, as syncproto.Encode
+// writes it; nil if it cannot be encoded (the frame is then encoded the
+// ordinary way, which reports the error).
+func encodeChange(e replication.Entry) []byte {
+	c := changesOf("", replication.Page{Entries: []replication.Entry{e}}).Entries[0]
+	if c.Validate() != nil {
+		return nil
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(c) != nil {
+		return nil
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n")
+}
+
+// frame returns the changes frame answering request id with page, built
+// from entries encoded once in the tail, or nil when an entry of the page
+// is not in the tail (the writer then encodes the message itself). It is
+// byte for byte what syncproto.Encode writes for changesOf(id, page).
+func (t *feedTail) frame(id string, page replication.Page) []byte {
+	if len(page.Entries) > syncproto.MaxPullLimit {
+		return nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	size := 0
+	parts := make([][]byte, len(page.Entries))
+	for i, e := range page.Entries {
+		j := sort.Search(len(t.entries), func(k int) bool { return t.entries[k].Seq >= e.Seq })
+		if j == len(t.entries) || t.entries[j].Seq != e.Seq || t.encoded[j] == nil {
+			return nil
+		}
+		parts[i] = t.encoded[j]
+		size += len(parts[i]) + 1
+	}
+	idJSON, _ := json.Marshal(id)
+	b := make([]byte, 0, size+len(idJSON)+96)
+	b = append(b, `{"type":"changes","id":`...)
+	b = append(b, idJSON...)
+	b = append(b, `,"entries":[`...)
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, p...)
+	}
+	b = append(b, `],"cursor":`...)
+	b = strconv.AppendUint(b, page.Next, 10)
+	b = append(b, `,"head":`...)
+	b = strconv.AppendUint(b, page.Head, 10)
+	b = append(b, `,"more":`...)
+	b = strconv.AppendBool(b, !page.CaughtUp())
+	b = append(b, '}')
+	if len(b) > syncproto.MaxFrameBytes {
+		return nil
+	}
+	return b
 }

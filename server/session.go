@@ -58,6 +58,7 @@ type outbound struct {
 	pushID string
 	close  *closeOrder
 	onSent func() // runs after msg was written (sync lag accounting)
+	frame  []byte // msg already encoded (a feed page built from the feed tail), or nil
 }
 
 type closeOrder struct {
@@ -340,7 +341,7 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 			return
 		}
 		if len(page.Entries) > 0 || first {
-			out := outbound{msg: changesOf(id, *page)}
+			out := outbound{msg: changesOf(id, *page), frame: ss.srv.tail.frame(id, *page)}
 			entries, seq := page.Entries, page.Next
 			// The client's position (admin: cursor, lag) is where the
 			// last page it was sent ends, the first (perhaps empty) one
@@ -504,7 +505,10 @@ func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail co
 	if *broken {
 		return
 	}
-	frame, err := syncproto.Encode(o.msg)
+	frame, err := o.frame, error(nil)
+	if frame == nil {
+		frame, err = syncproto.Encode(o.msg)
+	}
 	if err != nil {
 		ss.log.Error("encode answer", "type", o.msg.Type(), "err", err)
 		frame, _ = syncproto.Encode(internalError(err).WithID(o.msg.RequestID()))

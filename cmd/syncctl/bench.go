@@ -187,6 +187,11 @@ func (a *app) bench(ctx context.Context, cfg benchConfig, clients []benchClient)
 		stop()
 		r.closeAll()
 	}()
+	if cfg.preload > 0 {
+		if err := r.preload(runCtx, clients[0], func() { line.show("preloading %d/%d records", r.preloaded.Load(), cfg.preload) }); err != nil {
+			return nil, err
+		}
+	}
 	connected := 0
 	var mu sync.Mutex
 	start := time.Now()
@@ -204,11 +209,6 @@ func (a *app) bench(ctx context.Context, cfg benchConfig, clients []benchClient)
 	}
 	if conns, _ := r.live(); conns == 0 {
 		return nil, failf(exitUnreachable, "no device connected (%s)", describeCounts(r.errors.snapshot()))
-	}
-	if cfg.preload > 0 {
-		if err := r.preload(runCtx, func() { line.show("preloading %d/%d records", r.preloaded.Load(), cfg.preload) }); err != nil {
-			return nil, err
-		}
 	}
 
 	// Push, subscribe and storm for the duration.
@@ -247,12 +247,12 @@ func (a *app) bench(ctx context.Context, cfg benchConfig, clients []benchClient)
 	elapsed := time.Since(runStart)
 	line.show("settling: waiting for answers and subscribers (at most %s)", cfg.drain)
 	r.settle(runCtx, cfg.drain)
+	conns, subs := r.live()
 	stop() // ends the storm's fetches that outlive the drain
 	workers.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	conns, subs := r.live()
 	for i := range rep.Servers {
 		rep.Servers[i].Loaded = scrape(ctx, rep.Servers[i].URL)
 	}

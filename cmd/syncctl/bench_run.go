@@ -18,17 +18,18 @@ import (
 
 // Bounds of syncctl bench. Each is checked before anything connects.
 const (
-	benchMaxConnections = 50_000          // --connections
-	benchMaxDuration    = time.Hour       // --duration
-	benchMaxRate        = 10_000.0        // --rate, pushes per second per pusher
-	benchMaxInflight    = 64              // --inflight, pushes per connection
-	benchMaxPreload     = 10_000_000      // --preload, records
-	benchMaxKeys        = 100_000_000     // --keys
-	benchMaxDrain       = 5 * time.Minute // --drain
-	benchDialParallel   = 64              // connections opened at once
-	benchPreloadBatch   = syncproto.MaxBatch
-	benchScrapeTimeout  = 5 * time.Second  // each /metrics scrape
-	benchSettle         = 10 * time.Second // bound on waiting for the server's goroutines to fall after disconnect
+	benchMaxConnections  = 50_000          // --connections
+	benchMaxDuration     = time.Hour       // --duration
+	benchMaxRate         = 10_000.0        // --rate, pushes per second per pusher
+	benchMaxInflight     = 64              // --inflight, pushes per connection
+	benchMaxPreload      = 10_000_000      // --preload, records
+	benchMaxKeys         = 100_000_000     // --keys
+	benchMaxDrain        = 5 * time.Minute // --drain
+	benchDialParallel    = 64              // connections opened at once
+	benchPreloadBatch    = syncproto.MaxBatch
+	benchPreloadInflight = 4                // preload pushes in flight
+	benchScrapeTimeout   = 5 * time.Second  // each /metrics scrape
+	benchSettle          = 10 * time.Second // bound on waiting for the server's goroutines to fall after disconnect
 )
 
 // benchRun is one run of syncctl bench: its connections and what they
@@ -166,13 +167,21 @@ func (r *benchRun) closeAll() {
 	r.readers.Wait()
 }
 
-// preload writes n records on distinct keys through the first connection,
-// before anything is measured, so snapshots have something to carry.
-func (r *benchRun) preload(ctx context.Context, tick func()) error {
-	c := r.conns[0]
-	if !c.live.Load() {
-		return failf(exitFailure, "preload: the first connection is not open")
+// preload writes n records on distinct keys through a session of its own
+// (the first client's), before the devices connect and subscribe, so
+// snapshots have something to carry and the feed measures only the run.
+func (r *benchRun) preload(ctx context.Context, client benchClient, tick func()) error {
+	c := &benchConn{run: r, id: client.id, token: client.token, base: r.cfg.urls[0],
+		slots: make(chan struct{}, benchPreloadInflight), pending: map[string]sentPush{}, dead: make(chan struct{})}
+	if err := c.dial(ctx, r.cfg.connectTimeout); err != nil {
+		return failf(exitFailure, "preload: %v", err)
 	}
+	go c.read(ctx)
+	defer func() {
+		c.leaving.Store(true)
+		c.conn.CloseNow()
+		<-c.dead
+	}()
 	n := r.cfg.preload
 	for sent := 0; sent < n; sent += benchPreloadBatch {
 		muts := make([]syncproto.Mutation, min(benchPreloadBatch, n-sent))
@@ -197,9 +206,6 @@ func (r *benchRun) preload(ctx context.Context, tick func()) error {
 		case <-c.dead:
 			return failf(exitFailure, "preload: the session ended after %d records", r.preloaded.Load())
 		}
-	}
-	for range cap(c.slots) {
-		<-c.slots
 	}
 	return nil
 }

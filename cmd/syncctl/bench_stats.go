@@ -108,7 +108,9 @@ const seqShards = 256
 // deliveries is the feed-delivery ledger: for every oplog seq the
 // generator's pushes were acknowledged with, when the ack arrived and how
 // many subscribers saw it. A subscriber may see a write before its pusher
-// has read the ack; that delivery counts with latency 0.
+// has read the ack; such a delivery counts with latency 0 once the ack
+// arrives. Entries never acknowledged to the generator (other writers')
+// are not measured.
 type deliveries struct {
 	start  time.Time
 	shards [seqShards]struct {
@@ -120,7 +122,8 @@ type deliveries struct {
 
 type delivery struct {
 	acked int64 // nanoseconds since start; 0 = not acknowledged to this generator
-	seen  int64
+	seen  int64 // subscribers that saw it
+	early int64 // of which before the ack arrived
 }
 
 func newDeliveries(start time.Time) *deliveries {
@@ -146,7 +149,11 @@ func (d *deliveries) entry(seq uint64) (*sync.Mutex, *delivery) {
 func (d *deliveries) acked(seq uint64, now time.Time) {
 	mu, e := d.entry(seq)
 	e.acked = max(1, int64(now.Sub(d.start)))
+	early := e.early
 	mu.Unlock()
+	for range early {
+		d.latency.observe(0)
+	}
 }
 
 // seen records that one subscriber received seq now.
@@ -154,11 +161,12 @@ func (d *deliveries) seen(seq uint64, now time.Time) {
 	mu, e := d.entry(seq)
 	e.seen++
 	acked := e.acked
+	if acked == 0 {
+		e.early++
+	}
 	mu.Unlock()
 	if acked > 0 {
 		d.latency.observe(time.Duration(int64(now.Sub(d.start)) - acked))
-	} else {
-		d.latency.observe(0)
 	}
 }
 
