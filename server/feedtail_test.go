@@ -60,7 +60,7 @@ func TestFeedFramesFromTheSharedTailAreTheEncodersFrames(t *testing.T) {
 // server, is cut by the write timeout, and resumes from its cursor; the
 // others and the pushes go on meanwhile.
 func TestSlowSubscriberIsCutAndResumesWithoutSlowingOthers(t *testing.T) {
-	ts := startServer(t, server.Config{WriteTimeout: 300 * time.Millisecond})
+	ts := startServer(t, server.Config{WriteTimeout: time.Second, PingInterval: time.Hour, IdleTimeout: time.Hour})
 	writer, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
 	slowToken := ts.member(t, "acme", "slow")
 	slow, _ := session(t, ts, slowToken, "slow")
@@ -68,18 +68,19 @@ func TestSlowSubscriberIsCutAndResumesWithoutSlowingOthers(t *testing.T) {
 	slow.subscribe("feed", 0)
 	fast.subscribe("feed", 0)
 
-	// 40 values of 200 KiB: far more than the socket buffers hold, so the
-	// slow subscriber's writes block.
+	// 48 values of 200 KiB: far more than the socket buffers hold, so the
+	// slow subscriber's writes block; the fast one reads as they come.
 	big := `"` + strings.Repeat("x", 200<<10) + `"`
-	const pushes, perPush = 10, 4
+	const pushes, perPush = 12, 4
 	for i := range pushes {
 		muts := make([]syncproto.Mutation, perPush)
 		for j := range muts {
 			muts[j] = put(t, clock, "notes", fmt.Sprintf("k%d-%d", i, j), big)
 		}
 		requireApplied(t, writer.push(fmt.Sprintf("p%d", i), muts...))
+		fast.waitLive((i + 1) * perPush)
 	}
-	require.Len(t, fast.waitLive(pushes*perPush), pushes*perPush)
+	require.Len(t, fast.live, pushes*perPush)
 
 	// The slow one was cut: reading it now ends in a closed connection
 	// after what was in flight.
