@@ -229,7 +229,8 @@ func (a *app) bench(ctx context.Context, cfg benchConfig, clients []benchClient)
 			r.pushLoop(pushCtx, c, uint64(i))
 		}()
 	}
-	r.storm(runCtx, &workers)
+	var storm sync.WaitGroup
+	r.storm(runCtx, &storm)
 	runStart := time.Now()
 	ticker := time.NewTicker(time.Second)
 	for pushCtx.Err() == nil {
@@ -246,10 +247,22 @@ func (a *app) bench(ctx context.Context, cfg benchConfig, clients []benchClient)
 	ticker.Stop()
 	elapsed := time.Since(runStart)
 	line.show("settling: waiting for answers and subscribers (at most %s)", cfg.drain)
+	drainEnd := time.Now().Add(cfg.drain)
 	r.settle(runCtx, cfg.drain)
 	conns, subs := r.live()
-	stop() // ends the storm's fetches that outlive the drain
 	workers.Wait()
+	// Snapshots still being read get what is left of the drain.
+	stormDone := make(chan struct{})
+	go func() {
+		storm.Wait()
+		close(stormDone)
+	}()
+	select {
+	case <-stormDone:
+	case <-time.After(time.Until(drainEnd)):
+	}
+	stop() // ends the fetches that outlive the drain
+	<-stormDone
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
