@@ -11,12 +11,15 @@ SOAK_DURATION ?= 10m
 SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build test bench fuzz lint clean soak cluster
+.PHONY: run build deps test abuse bench fuzz lint clean soak cluster
+
+# Root installs packages directly; anyone else through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ## run: build syncd and start it on 127.0.0.1:8080 with its SQLite database under ./var/
 run: build
 	mkdir -p var
-	./$(BIN)/syncd --data var/syncd.db $(ARGS)
+	./$(BIN)/syncd --data var/syncd.db --dev-tokens $(ARGS)
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -28,7 +31,7 @@ cluster: build
 	@set -e; trap 'kill $$(jobs -p) 2>/dev/null; wait' INT TERM EXIT; \
 	node() { \
 	  routes=""; for j in 1 2 3; do [ $$j = $$1 ] || routes="$$routes --nats-route nats-route://127.0.0.1:622$$j"; done; \
-	  ./$(BIN)/syncd --cluster --node-id node-$$1 --data var/cluster/node-$$1/syncd.db --tokens var/cluster/tokens.json \
+	  ./$(BIN)/syncd --cluster --node-id node-$$1 --data var/cluster/node-$$1/syncd.db --tokens var/cluster/tokens.json --dev-tokens \
 	    --listen 127.0.0.1:818$$1 --admin-listen 127.0.0.1:828$$1 \
 	    --nats-listen 127.0.0.1:422$$1 --nats-cluster-listen 127.0.0.1:622$$1 $$routes $(ARGS) \
 	    > var/cluster/node-$$1.log 2>&1 & \
@@ -40,10 +43,23 @@ cluster: build
 	grep -h -o 'client_token=[^ ]*\|admin_token=[^ ]*' var/cluster/node-1.log || true; \
 	wait
 
+## deps: what the suite needs beyond Go and gcc: Debian's chromium, for the test
+## that connects a real browser to syncd (server/browser_test.go)
+deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the browser test"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
 ## test: vet and the whole suite with the race detector (./soak holds the short soak, about a minute)
-test:
+test: deps
 	$(GO) vet ./...
 	$(GO) test -race -timeout 14m ./...
+
+## abuse: the abuse suite (server/abuse_test.go) with ABUSE_SCALE (default 10) times the
+## counts `make test` runs it with
+ABUSE_SCALE ?= 10
+abuse:
+	SYNCD_ABUSE_SCALE=$(ABUSE_SCALE) $(GO) test -race -count=1 -run 'Abuse' -timeout 20m -v ./server/
 
 ## soak: the long churn run (SOAK_DURATION, default 10m; SOAK_ARGS for more flags, e.g.
 ## --seed N to replay); it stops by itself and writes var/soak/<time>/report.md

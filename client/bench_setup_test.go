@@ -7,9 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,10 +18,10 @@ import (
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
-	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -76,35 +74,10 @@ type benchSyncd struct {
 
 // startBenchSyncd serves the syncd database at dataPath (created if missing,
 // or seeded before) on a loopback port until the benchmark ends.
-func startBenchSyncd(ctx context.Context, b *testing.B, dataPath, clientID string) *benchSyncd {
+func startBenchSyncd(b *testing.B, dataPath, clientID string) *benchSyncd {
 	b.Helper()
-	tokens := filepath.Join(filepath.Dir(dataPath), "tokens.json")
-	token, err := auth.Issue(tokens, auth.Principal{Tenant: benchTenant, ClientID: clientID, Read: []string{"*"}, Write: []string{"*"}}, time.Now())
-	require.NoError(b, err)
-	authn, err := auth.NewAuthenticator(tokens, nil)
-	require.NoError(b, err)
-	srv, err := server.New(ctx, server.Config{DataPath: dataPath, Authenticator: authn})
-	require.NoError(b, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		srv.Close()
-		b.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv.Handler()}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		hs.Serve(ln)
-	}()
-	b.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-		hs.Close()
-		<-served
-		srv.Close()
-	})
-	return &benchSyncd{url: "http://" + ln.Addr().String(), token: token}
+	srv := syncdtest.Start(b, server.Config{DataPath: dataPath})
+	return &benchSyncd{url: srv.URL, token: srv.Member(b, benchTenant, clientID)}
 }
 
 // unreachableURL is the URL of a loopback port nothing listens on (it was
@@ -164,7 +137,7 @@ const fillProducers = 512
 // order follows the producers' interleaving, not i.
 func benchFillQueue(ctx context.Context, b *testing.B, path string, n int, mutation func(i int) syncproto.Mutation) {
 	b.Helper()
-	q, err := offlinequeue.OpenSQLite(path, offlinequeue.SQLiteOptions{})
+	q, err := offlinequeue.OpenSQLite(path, offlinequeue.SQLiteOptions{Options: offlinequeue.Options{MaxDepth: max(n, offlinequeue.DefaultMaxDepth)}})
 	require.NoError(b, err)
 	defer q.Close()
 	var next atomic.Int64

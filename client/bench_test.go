@@ -81,7 +81,7 @@ func BenchmarkReplay(b *testing.B) {
 		muts := benchMutations(b, clientID, n)
 		ceilingSecs += replayCeiling(ctx, b, filepath.Join(dir, "ceiling.db"), muts)
 
-		srv := startBenchSyncd(ctx, b, filepath.Join(dir, "syncd.db"), clientID)
+		srv := startBenchSyncd(b, filepath.Join(dir, "syncd.db"), clientID)
 		queuePath, replicaPath := filepath.Join(dir, "queue.db"), filepath.Join(dir, "replica.db")
 		benchFillQueue(ctx, b, queuePath, n, func(i int) syncproto.Mutation { return muts[i] })
 		benchBuildOverlay(b, srv.token, clientID, queuePath, replicaPath)
@@ -133,7 +133,7 @@ func BenchmarkInitialSync(b *testing.B) {
 		dataPath := filepath.Join(dir, "syncd.db")
 		head := seedSyncd(ctx, b, dataPath, n)
 		const clientID = "fresh-device"
-		srv := startBenchSyncd(ctx, b, dataPath, clientID)
+		srv := startBenchSyncd(b, dataPath, clientID)
 		replicaPath := filepath.Join(dir, "replica.db")
 
 		b.StartTimer()
@@ -186,7 +186,7 @@ func BenchmarkReplayRSS(b *testing.B) {
 		b.StopTimer()
 		dir := b.TempDir()
 		const clientID = "deep-device"
-		srv := startBenchSyncd(ctx, b, filepath.Join(dir, "syncd.db"), clientID)
+		srv := startBenchSyncd(b, filepath.Join(dir, "syncd.db"), clientID)
 		queuePath, replicaPath := filepath.Join(dir, "queue.db"), filepath.Join(dir, "replica.db")
 		w := newBenchWorkload(clientID)
 		sample := make([]string, (n+rssSampleEvery-1)/rssSampleEvery)

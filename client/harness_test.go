@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/soak/faultproxy"
@@ -58,49 +58,8 @@ type syncd struct {
 // filled in when empty) and stops it when the test ends.
 func startSyncd(t testing.TB, cfg server.Config) *syncd {
 	t.Helper()
-	dir := t.TempDir()
-	s := &syncd{tokenPath: filepath.Join(dir, "tokens.json")}
-	var err error
-	s.adminToken, err = auth.Issue(s.tokenPath, auth.Principal{Admin: true}, time.Now())
-	require.NoError(t, err)
-	cfg.Authenticator, err = auth.NewAuthenticator(s.tokenPath, nil)
-	require.NoError(t, err)
-	if cfg.DataPath == "" {
-		cfg.DataPath = filepath.Join(dir, "syncd.db")
-	}
-	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
-	}
-	s.registry = cfg.Registry
-	srv, err := server.New(context.Background(), cfg)
-	require.NoError(t, err)
-	s.url = serve(t, srv.Handler())
-	s.adminURL = serve(t, srv.AdminHandler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, srv.Shutdown(ctx))
-		assert.NoError(t, srv.Close())
-	})
-	return s
-}
-
-// serve serves h on a fresh loopback port until the test ends.
-func serve(t testing.TB, h http.Handler) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: h}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		hs.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		hs.Close()
-		<-done
-	})
-	return "http://" + ln.Addr().String()
+	srv := syncdtest.Start(t, cfg)
+	return &syncd{url: srv.URL, adminURL: srv.AdminURL, tokenPath: srv.TokenPath, adminToken: srv.AdminToken, registry: srv.Registry}
 }
 
 // token issues a token for clientID in the test tenant that may read and

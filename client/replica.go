@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
@@ -341,14 +342,20 @@ const upsertRecord = `INSERT INTO records (model, key, value, version, hlc, wall
 		hlc = excluded.hlc, wall = excluded.wall, deleted = excluded.deleted
 	WHERE excluded.version > records.version`
 
-// upsertArgs are upsertRecord's arguments.
+// insertRecord stores a snapshot's record into the emptied records table.
+const insertRecord = `INSERT INTO records (model, key, value, version, hlc, wall, deleted) VALUES (?, ?, ?, ?, ?, ?, ?)`
+
+// upsertArgs are upsertRecord's (and insertRecord's) arguments.
 func upsertArgs(model, key string, value []byte, version uint64, hlc syncproto.Timestamp, deleted bool) []any {
 	return []any{model, key, value, int64(version), hlc.String(), hlc.Wall, deleted}
 }
 
 // resetFromSnapshot replaces every record with a snapshot and sets the
 // cursor to its head, in one transaction: a reader sees the old state or
-// the new one. The pending overlay and outcomes are kept.
+// the new one. The pending overlay and outcomes are kept. Reading and
+// decoding the snapshot runs beside the inserts (one goroutine, stopped
+// before it returns), so a large snapshot loads at the pace of the slower
+// of the two rather than their sum.
 func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotReader) (uint64, error) {
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -358,28 +365,73 @@ func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotR
 	if _, err := tx.ExecContext(ctx, `DELETE FROM records`); err != nil {
 		return 0, err
 	}
-	stmt, err := tx.PrepareContext(ctx, upsertRecord)
+	stmt, err := tx.PrepareContext(ctx, insertRecord)
 	if err != nil {
 		return 0, err
 	}
 	defer stmt.Close()
-	for {
-		rec, err := sr.Next()
-		if errors.Is(err, io.EOF) {
-			break
+
+	ctx, cancel := context.WithCancel(ctx)
+	pages := make(chan []syncproto.SnapshotRecord, 4)
+	var readErr error
+	var reading sync.WaitGroup
+	reading.Go(func() {
+		defer close(pages)
+		readErr = readSnapshotPages(ctx, sr, pages)
+	})
+	defer func() {
+		cancel()
+		for range pages { // unblock the reader, then wait for it
 		}
-		if err != nil {
-			return 0, fmt.Errorf("snapshot: %w", err)
+		reading.Wait()
+	}()
+	for page := range pages {
+		for _, rec := range page {
+			if _, err := stmt.ExecContext(ctx, upsertArgs(rec.Model, rec.Key, rec.Value, rec.Version, rec.HLC, false)...); err != nil {
+				return 0, fmt.Errorf("snapshot: store %s/%s: %w", rec.Model, rec.Key, err)
+			}
 		}
-		if _, err := stmt.ExecContext(ctx, upsertArgs(rec.Model, rec.Key, rec.Value, rec.Version, rec.HLC, false)...); err != nil {
-			return 0, err
-		}
+	}
+	reading.Wait()
+	if readErr != nil {
+		return 0, fmt.Errorf("snapshot: %w", readErr)
 	}
 	head := sr.Head()
 	if err := setMeta(ctx, tx, metaCursor, head); err != nil {
 		return 0, err
 	}
 	return head, tx.Commit()
+}
+
+// snapshotPage is how many records resetFromSnapshot's reader hands over at
+// a time.
+const snapshotPage = 256
+
+// readSnapshotPages reads sr to its end in pages sent on pages; it returns
+// nil after the trailer, sr's error, or ctx's when the consumer gave up.
+func readSnapshotPages(ctx context.Context, sr *syncproto.SnapshotReader, pages chan<- []syncproto.SnapshotRecord) error {
+	page := make([]syncproto.SnapshotRecord, 0, snapshotPage)
+	for {
+		rec, err := sr.Next()
+		eof := errors.Is(err, io.EOF)
+		if err != nil && !eof {
+			return err
+		}
+		if !eof {
+			page = append(page, rec)
+		}
+		if len(page) == snapshotPage || (eof && len(page) > 0) {
+			select {
+			case pages <- page:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			page = make([]syncproto.SnapshotRecord, 0, snapshotPage)
+		}
+		if eof {
+			return nil
+		}
+	}
 }
 
 // decide records a write's final outcome, removes it from the pending

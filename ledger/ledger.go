@@ -79,12 +79,22 @@ type Tx interface {
 	// An empty opID is never decided: Lookup returns Miss for it. A zero
 	// opTime is refused with ErrMissingOpTime (the Expired rule needs it).
 	Lookup(ctx context.Context, scope, opID string, opTime time.Time) (Decision, Outcome, error)
+	// LookupAll answers Lookup for every op of scope at once: answers[i] is
+	// what Lookup(ctx, scope, ops[i].ID, ops[i].Time) returns. It is how a
+	// caller deciding a batch reads the ledger in one round trip. On error
+	// it returns no answers.
+	LookupAll(ctx context.Context, scope string, ops []Op) ([]Answer, error)
 	// Record stores d as the decision for (d.Scope, d.OpID). It refuses an
 	// empty op id (ErrEmptyOpID), a zero op time (ErrMissingOpTime), an op
 	// at or before its scope's floor (ErrExpired) and an op already
 	// recorded in the scope (ErrAlreadyDecided); a refused Record stores
 	// nothing and leaves the transaction usable.
 	Record(ctx context.Context, d Decision) error
+	// RecordAll stores every decision of ds, all or none: it refuses ds
+	// for any reason Record would refuse one of them (or for two decisions
+	// with the same scope and op id) and then stores nothing, leaving the
+	// transaction usable. It is Record for a batch, in fewer statements.
+	RecordAll(ctx context.Context, ds []Decision) error
 	// Prune applies retention as of now inside the transaction, evicting
 	// at most limit decisions, and reports how many it evicted and whether
 	// evictable decisions remain (call it again, in this transaction or a
@@ -97,6 +107,19 @@ type Tx interface {
 	// transaction may hold an eviction without its floor, so roll it back,
 	// never commit it.
 	Prune(ctx context.Context, now time.Time, limit int) (evicted int, more bool, err error)
+}
+
+// Op names an op to look up: its idempotency key and its op time (the wall
+// part of its HLC), as Lookup takes them.
+type Op struct {
+	ID   string
+	Time time.Time
+}
+
+// Answer is what Lookup returns for one op.
+type Answer struct {
+	Decision Decision // the stored decision on Hit, zero otherwise
+	Outcome  Outcome
 }
 
 // Stats is a snapshot of a ledger's committed state.
@@ -224,6 +247,23 @@ func checkLookup(scope, opID string, opTime time.Time) (skip bool, err error) {
 		return false, fmt.Errorf("ledger: lookup %s: %w", opRef(scope, opID), ErrMissingOpTime)
 	}
 	return false, nil
+}
+
+// checkRecordAll validates what RecordAll can check without the ledger's
+// state: each decision, and no (scope, op id) twice.
+func checkRecordAll(ds []Decision) error {
+	seen := make(map[[2]string]bool, len(ds))
+	for _, d := range ds {
+		if err := checkRecord(d); err != nil {
+			return err
+		}
+		id := [2]string{d.Scope, d.OpID}
+		if seen[id] {
+			return alreadyDecided(d.Scope, d.OpID)
+		}
+		seen[id] = true
+	}
+	return nil
 }
 
 // row is a decision in its stored form: times in unix milliseconds, empty

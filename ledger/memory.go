@@ -159,6 +159,43 @@ func (tx *MemoryTx) Lookup(ctx context.Context, scope, opID string, opTime time.
 	return Decision{}, classifyAbsent(opTime.UnixMilli(), tx.floor(scope)), nil
 }
 
+// LookupAll implements Tx.
+func (tx *MemoryTx) LookupAll(ctx context.Context, scope string, ops []Op) ([]Answer, error) {
+	answers := make([]Answer, len(ops))
+	for i, op := range ops {
+		d, o, err := tx.Lookup(ctx, scope, op.ID, op.Time)
+		if err != nil {
+			return nil, err
+		}
+		answers[i] = Answer{Decision: d, Outcome: o}
+	}
+	return answers, nil
+}
+
+// RecordAll implements Tx.
+func (tx *MemoryTx) RecordAll(ctx context.Context, ds []Decision) error {
+	if err := checkRecordAll(ds); err != nil {
+		return err
+	}
+	if err := tx.usable(ctx); err != nil {
+		return fmt.Errorf("ledger: record: %w", err)
+	}
+	for _, d := range ds {
+		if _, err := newRow(d, tx.floor(d.Scope), tx.m.opts.Now); err != nil {
+			return err
+		}
+		if _, held := tx.get(d.Scope, d.OpID); held {
+			return alreadyDecided(d.Scope, d.OpID)
+		}
+	}
+	for _, d := range ds {
+		if err := tx.Record(ctx, d); err != nil {
+			return err // unreachable: every check above passed
+		}
+	}
+	return nil
+}
+
 // Record implements Tx.
 func (tx *MemoryTx) Record(ctx context.Context, d Decision) error {
 	if err := checkRecord(d); err != nil {

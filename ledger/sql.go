@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -88,9 +89,10 @@ const (
 		WHERE scope = ? AND op_id = ?`
 	insertSQL = `INSERT INTO ledger_decisions (scope, op_id, op_time, digest, result, decided_at)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (scope, op_id) DO NOTHING`
-	floorSQL    = `SELECT floor_ms FROM ledger_scopes WHERE scope = ?`
-	newScopeSQL = `INSERT INTO ledger_scopes (scope, entries) VALUES (?, ?)`
-	countOneSQL = `UPDATE ledger_scopes SET entries = entries + 1 WHERE scope = ?`
+	floorSQL     = `SELECT floor_ms FROM ledger_scopes WHERE scope = ?`
+	newScopeSQL  = `INSERT INTO ledger_scopes (scope, entries) VALUES (?, ?)`
+	countOneSQL  = `UPDATE ledger_scopes SET entries = entries + 1 WHERE scope = ?`
+	countSomeSQL = `UPDATE ledger_scopes SET entries = entries + ? WHERE scope = ?`
 
 	countedSQL = `SELECT counted_ms FROM ledger_meta WHERE id = 1`
 	foldSQL    = `UPDATE ledger_scopes AS s SET entries = entries + (
@@ -324,6 +326,168 @@ func (s *sqlTx) Lookup(ctx context.Context, scope, opID string, opTime time.Time
 		return Decision{}, Miss, fmt.Errorf("ledger: lookup %s: %w", opRef(scope, opID), err)
 	}
 	return d, o, nil
+}
+
+// lookupChunk is how many op ids one LookupAll query names, and
+// recordChunk how many rows one RecordAll INSERT holds: both well under
+// SQLite's bound on bind variables.
+const (
+	lookupChunk = 500
+	recordChunk = 100
+)
+
+func (s *sqlTx) LookupAll(ctx context.Context, scope string, ops []Op) ([]Answer, error) {
+	answers := make([]Answer, len(ops))
+	found := make(map[string]row, len(ops))
+	ids := make([]any, 0, 1+min(len(ops), lookupChunk))
+	for start := 0; start < len(ops); start += lookupChunk {
+		ids = append(ids[:0], scope)
+		for _, op := range ops[start:min(start+lookupChunk, len(ops))] {
+			if skip, err := checkLookup(scope, op.ID, op.Time); err != nil {
+				return nil, err
+			} else if !skip {
+				ids = append(ids, op.ID)
+			}
+		}
+		if len(ids) == 1 {
+			continue
+		}
+		if err := s.lookupRows(ctx, scope, ids, found); err != nil {
+			return nil, fmt.Errorf("ledger: lookup %d ops in scope %q: %w", len(ops), scope, err)
+		}
+	}
+	for i, op := range ops {
+		if op.ID == "" {
+			continue // Miss
+		}
+		if r, ok := found[op.ID]; ok {
+			answers[i] = Answer{Decision: r.decision(), Outcome: Hit}
+			continue
+		}
+		sc, err := s.scope(ctx, scope)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: lookup %s: %w", opRef(scope, op.ID), err)
+		}
+		answers[i].Outcome = classifyAbsent(op.Time.UnixMilli(), sc.floor)
+	}
+	return answers, nil
+}
+
+// lookupRows adds to found the stored rows of args[0]'s scope among the
+// op ids args[1:].
+func (s *sqlTx) lookupRows(ctx context.Context, scope string, args []any, found map[string]row) error {
+	query := `SELECT op_id, op_time, digest, result, decided_at FROM ledger_decisions
+		WHERE scope = ? AND op_id IN (?` + strings.Repeat(", ?", len(args)-2) + `)`
+	rows, err := s.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r := row{scope: scope}
+		if err := rows.Scan(&r.opID, &r.opMs, &r.digest, &r.result, &r.decidedMs); err != nil {
+			return err
+		}
+		r.digest, r.result = nilIfEmpty(r.digest), nilIfEmpty(r.result)
+		found[r.opID] = r
+	}
+	return rows.Err()
+}
+
+func (s *sqlTx) RecordAll(ctx context.Context, ds []Decision) error {
+	if err := checkRecordAll(ds); err != nil {
+		return err
+	}
+	rows := make([]row, len(ds))
+	for i, d := range ds {
+		sc, err := s.scope(ctx, d.Scope)
+		if err != nil {
+			return fmt.Errorf("ledger: record %s: %w", opRef(d.Scope, d.OpID), err)
+		}
+		if rows[i], err = newRow(d, sc.floor, s.l.opts.Now); err != nil {
+			return err
+		}
+	}
+	if err := s.readCounted(ctx); err != nil {
+		return fmt.Errorf("ledger: record: %w", err)
+	}
+	// One savepoint makes the chunks and the scope counts all or none.
+	if _, err := s.tx.ExecContext(ctx, `SAVEPOINT ledger_record_all`); err != nil {
+		return fmt.Errorf("ledger: record: %w", err)
+	}
+	err := s.insertAll(ctx, rows)
+	if err != nil {
+		if _, rbErr := s.tx.ExecContext(ctx, `ROLLBACK TO ledger_record_all`); rbErr != nil {
+			return fmt.Errorf("ledger: record: %w (and rolling back: %v)", err, rbErr)
+		}
+		clear(s.scopes) // forget scope rows the rolled-back part created
+		err = s.explainRefusal(ctx, rows, err)
+	}
+	if _, relErr := s.tx.ExecContext(ctx, `RELEASE ledger_record_all`); relErr != nil && err == nil {
+		err = fmt.Errorf("ledger: record: %w", relErr)
+	}
+	return err
+}
+
+// insertAll inserts rows in chunks, then counts them per scope. A row whose
+// op is already held fails its whole INSERT.
+func (s *sqlTx) insertAll(ctx context.Context, rows []row) error {
+	args := make([]any, 0, 6*min(len(rows), recordChunk))
+	for start := 0; start < len(rows); start += recordChunk {
+		chunk := rows[start:min(start+recordChunk, len(rows))]
+		args = args[:0]
+		for _, r := range chunk {
+			args = append(args, r.scope, r.opID, r.opMs, blob(r.digest), blob(r.result), r.decidedMs)
+		}
+		query := `INSERT INTO ledger_decisions (scope, op_id, op_time, digest, result, decided_at)
+			VALUES (?, ?, ?, ?, ?, ?)` + strings.Repeat(", (?, ?, ?, ?, ?, ?)", len(chunk)-1)
+		if _, err := s.tx.ExecContext(ctx, query, args...); err != nil {
+			return err
+		}
+	}
+	counted := map[string]int{} // per scope: rows decided at or before counted_ms
+	var order []string
+	for _, r := range rows {
+		if _, ok := counted[r.scope]; !ok {
+			order = append(order, r.scope)
+		}
+		counted[r.scope] += btoi(r.decidedMs <= s.counted)
+	}
+	for _, scope := range order {
+		sc, err := s.scope(ctx, scope)
+		if err != nil {
+			return err
+		}
+		if !sc.exists {
+			_, err = s.tx.ExecContext(ctx, newScopeSQL, scope, counted[scope])
+			sc.exists = true
+			s.scopes[scope] = sc
+		} else if n := counted[scope]; n > 0 {
+			_, err = s.tx.ExecContext(ctx, countSomeSQL, n, scope)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// explainRefusal turns insertAll's failure into ErrAlreadyDecided naming
+// the first of rows the ledger already holds, or wraps err when it holds
+// none of them.
+func (s *sqlTx) explainRefusal(ctx context.Context, rows []row, err error) error {
+	for _, r := range rows {
+		var held int
+		qerr := s.tx.QueryRowContext(ctx, `SELECT count(*) FROM ledger_decisions WHERE scope = ? AND op_id = ?`,
+			r.scope, r.opID).Scan(&held)
+		if qerr != nil {
+			return fmt.Errorf("ledger: record: %w", err)
+		}
+		if held > 0 {
+			return alreadyDecided(r.scope, r.opID)
+		}
+	}
+	return fmt.Errorf("ledger: record: %w", err)
 }
 
 func (s *sqlTx) lookupRow(ctx context.Context, scope, opID string, opTime time.Time) (Decision, Outcome, error) {

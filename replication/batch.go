@@ -91,6 +91,9 @@ func refusal(a Author, m *syncproto.Mutation, policy Policy, now time.Time, maxS
 	if err := m.Validate(); err != nil {
 		return syncproto.AsError(err)
 	}
+	if policy == PolicyNone {
+		return syncproto.Errorf(syncproto.CodeInvalidModel, "model %s is not declared on this server", m.Model)
+	}
 	if a.CanWrite == nil || !a.CanWrite(m.Model) {
 		return syncproto.Errorf(syncproto.CodeForbiddenModel, "this token may not write model %s", m.Model)
 	}
@@ -113,4 +116,16 @@ func (b *Batch) proposal(m *syncproto.Mutation) Proposal {
 		Op: Op(m.Op), Value: m.Value, HLC: m.HLC,
 		BaseVersion: m.BaseVersion, SeenVersion: m.SeenVersion, ClientID: b.ClientID,
 	}
+}
+
+// admitted returns the mutations of b's writes that Admit did not refuse,
+// in order.
+func (b *Batch) admitted() []*syncproto.Mutation {
+	ms := make([]*syncproto.Mutation, 0, len(b.Writes))
+	for i := range b.Writes {
+		if b.Writes[i].Refusal == nil {
+			ms = append(ms, &b.Writes[i].Mutation)
+		}
+	}
+	return ms
 }

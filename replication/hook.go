@@ -127,6 +127,9 @@ type Resolver struct {
 // on a negative HookTimeout.
 func NewResolver(opts ResolverOptions) (*Resolver, error) {
 	for model, p := range opts.Policies {
+		if model == AnyModel && p == PolicyNone {
+			continue
+		}
 		if _, err := ParsePolicy(string(p)); err != nil {
 			return nil, fmt.Errorf("new resolver: model %s: %w", model, err)
 		}

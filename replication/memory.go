@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/syncd-dev/syncd/ledger"
 )
@@ -72,20 +71,12 @@ type memState struct {
 }
 
 func (st memState) Load(ctx context.Context, b *Batch) (View, error) {
-	v := View{Records: map[RecordKey]Record{}, Ledger: map[string]LedgerAnswer{}, Head: st.m.head}
-	for i := range b.Writes {
-		w := &b.Writes[i]
-		if w.Refusal != nil {
-			continue
-		}
-		m := &w.Mutation
-		if _, seen := v.Ledger[m.OpID]; !seen {
-			d, outcome, err := st.tx.Lookup(ctx, b.Tenant, m.OpID, time.UnixMilli(m.HLC.Wall))
-			if err != nil {
-				return View{}, fmt.Errorf("load batch: ledger: %w", err)
-			}
-			v.Ledger[m.OpID] = LedgerAnswer{Outcome: outcome, Decision: d}
-		}
+	v := View{Records: map[RecordKey]Record{}, Head: st.m.head}
+	var err error
+	if v.Ledger, err = lookupBatch(ctx, st.tx, b); err != nil {
+		return View{}, err
+	}
+	for _, m := range b.admitted() {
 		if rec, ok := st.m.records[memRecordKey{b.Tenant, m.Model, m.Key}]; ok {
 			v.Records[RecordKey{m.Model, m.Key}] = rec
 		}
@@ -106,10 +97,8 @@ func (st memState) Save(ctx context.Context, fx *Effects) error {
 		}
 		head = e.Seq
 	}
-	for _, d := range fx.Decisions {
-		if err := st.tx.Record(ctx, d); err != nil {
-			return fmt.Errorf("save batch: %w", err)
-		}
+	if err := st.tx.RecordAll(ctx, fx.Decisions); err != nil {
+		return fmt.Errorf("save batch: %w", err)
 	}
 	return nil
 }

@@ -27,9 +27,17 @@ const (
 	// PolicyHook: an embedder's Hook decides, bounded by a deadline, with
 	// PolicyLWW as the fallback when it cannot.
 	PolicyHook Policy = "hook"
+	// PolicyNone is only a default (Config's AnyModel entry): a write to a
+	// model the configuration does not declare is refused invalid_model.
+	PolicyNone Policy = "none"
 
 	DefaultPolicy = PolicyLWW
 )
+
+// AnyModel is the Config key of the policy for models the configuration
+// does not declare; without it they get DefaultPolicy. It is no model
+// name ("*" breaks the model name rule).
+const AnyModel = "*"
 
 // ErrUnknownPolicy is wrapped by ParsePolicy and Config.Set when a policy
 // name is not one of lww, optimistic, hook. It is a configuration error:
@@ -54,12 +62,27 @@ func ParsePolicy(s string) (Policy, error) {
 // error, because a model's policy is declared once.
 type Config map[string]Policy
 
-// For returns the policy declared for model, or DefaultPolicy.
+// For returns the policy declared for model, or Default.
 func (c Config) For(model string) Policy {
 	if p, ok := c[model]; ok {
 		return p
 	}
+	return c.Default()
+}
+
+// Default returns the policy of undeclared models: the AnyModel entry, or
+// DefaultPolicy.
+func (c Config) Default() Policy {
+	if p, ok := c[AnyModel]; ok {
+		return p
+	}
 	return DefaultPolicy
+}
+
+// Declared reports whether model has a declaration of its own.
+func (c Config) Declared(model string) bool {
+	_, ok := c[model]
+	return ok && model != AnyModel
 }
 
 // Uses reports whether any model is declared with policy p.
@@ -73,16 +96,24 @@ func (c Config) Uses(p Policy) bool {
 }
 
 // Set parses one "NAME=POLICY" declaration and adds it. NAME must be a valid
-// model name (syncproto.ValidateModel); POLICY as in ParsePolicy.
+// model name (syncproto.ValidateModel) and POLICY as in ParsePolicy, or
+// NAME is AnyModel and POLICY may also be "none" (undeclared models are
+// refused).
 func (c *Config) Set(decl string) error {
 	name, policy, ok := strings.Cut(decl, "=")
 	if !ok {
 		return fmt.Errorf("parse model policy %q: want NAME=POLICY", decl)
 	}
-	if err := syncproto.ValidateModel(name); err != nil {
-		return fmt.Errorf("parse model policy %q: %w", decl, err)
+	var p Policy
+	var err error
+	if name == AnyModel && Policy(policy) == PolicyNone {
+		p = PolicyNone
+	} else if name != AnyModel {
+		err = syncproto.ValidateModel(name)
 	}
-	p, err := ParsePolicy(policy)
+	if err == nil && p == "" {
+		p, err = ParsePolicy(policy)
+	}
 	if err != nil {
 		return fmt.Errorf("parse model policy %q: %w", decl, err)
 	}

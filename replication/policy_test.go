@@ -102,3 +102,28 @@ func TestCheckSkew(t *testing.T) {
 		})
 	}
 }
+
+func TestDefaultPolicyForUndeclaredModels(t *testing.T) {
+	var cfg r.Config
+	require.NoError(t, cfg.Set("notes=lww"))
+	require.NoError(t, cfg.Set(r.AnyModel+"=none"))
+	require.Equal(t, r.PolicyNone, cfg.Default())
+	require.Equal(t, r.PolicyNone, cfg.For("todos"))
+	require.Equal(t, r.PolicyLWW, cfg.For("notes"))
+	require.True(t, cfg.Declared("notes"))
+	require.False(t, cfg.Declared(r.AnyModel))
+	require.Error(t, cfg.Set("todos=none"), "none is only a default")
+	require.Error(t, cfg.Set(r.AnyModel+"=optimistic"), "the default is declared once")
+
+	author := r.Author{Tenant: "acme", ClientID: "phone", CanWrite: func(string) bool { return true }}
+	clock := syncproto.NewClock("phone", nil)
+	mut := func(model string) syncproto.Mutation {
+		id, err := syncproto.NewOpID()
+		require.NoError(t, err)
+		return syncproto.Mutation{OpID: id, Model: model, Key: "k", Op: syncproto.OpPut, Value: []byte(`1`), HLC: clock.Now()}
+	}
+	b := r.Admit(author, []syncproto.Mutation{mut("notes"), mut("todos")}, cfg, time.Now(), time.Minute)
+	require.Nil(t, b.Writes[0].Refusal)
+	require.NotNil(t, b.Writes[1].Refusal)
+	require.Equal(t, syncproto.CodeInvalidModel, b.Writes[1].Refusal.Code)
+}

@@ -248,10 +248,17 @@ func (rec Record) validate() error {
 // writers, but a slow fn holds back WAL checkpoints, so fn should not wait
 // on anything unbounded.
 func (r *Records) Snapshot(ctx context.Context, scope Scope, fn func(head uint64, rec Record) error) (uint64, error) {
+	return r.SnapshotFrom(ctx, r.db, scope, fn)
+}
+
+// SnapshotFrom is Snapshot read through db, another handle on the same
+// database file (a pool of its own, so that slow snapshot readers never
+// hold the connections everything else needs).
+func (r *Records) SnapshotFrom(ctx context.Context, db *sql.DB, scope Scope, fn func(head uint64, rec Record) error) (uint64, error) {
 	where, args := scopeWhere(scope)
 	query := `SELECT ` + recordColumns + ` FROM records WHERE 1 = 1` + where + ` ORDER BY tenant, model, key`
 	var head uint64
-	err := readTx(ctx, r.db, func(conn *sql.Conn) error {
+	err := readTx(ctx, db, func(conn *sql.Conn) error {
 		if err := conn.QueryRowContext(ctx, `SELECT applied_seq FROM records_state WHERE id = 1`).Scan(&head); err != nil {
 			return err
 		}

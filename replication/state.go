@@ -143,26 +143,17 @@ type sqlState struct {
 }
 
 func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
-	v := View{Ledger: map[string]LedgerAnswer{}}
+	v := View{}
 	var err error
 	if v.Head, err = st.s.Log.head(ctx, st.tx); err != nil {
 		return View{}, fmt.Errorf("load batch: %w", err)
 	}
+	if v.Ledger, err = lookupBatch(ctx, st.ledger, b); err != nil {
+		return View{}, err
+	}
 	var keys []RecordKey
 	seen := map[RecordKey]bool{}
-	for i := range b.Writes {
-		w := &b.Writes[i]
-		if w.Refusal != nil {
-			continue
-		}
-		m := &w.Mutation
-		if _, seen := v.Ledger[m.OpID]; !seen {
-			d, outcome, err := st.ledger.Lookup(ctx, b.Tenant, m.OpID, time.UnixMilli(m.HLC.Wall))
-			if err != nil {
-				return View{}, fmt.Errorf("load batch: ledger: %w", err)
-			}
-			v.Ledger[m.OpID] = LedgerAnswer{Outcome: outcome, Decision: d}
-		}
+	for _, m := range b.admitted() {
 		if key := (RecordKey{m.Model, m.Key}); !seen[key] {
 			seen[key] = true
 			keys = append(keys, key)
@@ -172,6 +163,27 @@ func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
 		return View{}, fmt.Errorf("load batch: %w", err)
 	}
 	return v, nil
+}
+
+// lookupBatch reads the ledger's answer for every admitted op of b in one
+// LookupAll.
+func lookupBatch(ctx context.Context, tx ledger.Tx, b *Batch) (map[string]LedgerAnswer, error) {
+	answers := map[string]LedgerAnswer{}
+	var ops []ledger.Op
+	for _, m := range b.admitted() {
+		if _, seen := answers[m.OpID]; !seen {
+			answers[m.OpID] = LedgerAnswer{}
+			ops = append(ops, ledger.Op{ID: m.OpID, Time: time.UnixMilli(m.HLC.Wall)})
+		}
+	}
+	got, err := tx.LookupAll(ctx, b.Tenant, ops)
+	if err != nil {
+		return nil, fmt.Errorf("load batch: ledger: %w", err)
+	}
+	for i, op := range ops {
+		answers[op.ID] = LedgerAnswer{Outcome: got[i].Outcome, Decision: got[i].Decision}
+	}
+	return answers, nil
 }
 
 func (st *sqlState) Save(ctx context.Context, fx *Effects) error {
@@ -190,10 +202,8 @@ func (st *sqlState) Save(ctx context.Context, fx *Effects) error {
 			return fmt.Errorf("save batch: %w", err)
 		}
 	}
-	for _, d := range fx.Decisions {
-		if err := st.ledger.Record(ctx, d); err != nil {
-			return fmt.Errorf("save batch: %w", err)
-		}
+	if err := st.ledger.RecordAll(ctx, fx.Decisions); err != nil {
+		return fmt.Errorf("save batch: %w", err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,9 @@ import (
 //	GET /v1/admin/oplog?from=SEQ&limit=N&tenant=T&model=M
 //	GET /v1/admin/conflicts?tenant=T&model=M&before=ID&limit=N
 //	GET /v1/admin/ledger/{op_id}?tenant=T     what was decided for an op, and when
+//	GET /debug/pprof/...                      Go's profiles (net/http/pprof)
+//
+// Every path but /healthz needs an admin token, /debug/pprof included.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
@@ -32,7 +36,21 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.Handle("GET /v1/admin/oplog", s.admin(s.adminOplog))
 	mux.Handle("GET /v1/admin/conflicts", s.admin(s.adminConflicts))
 	mux.Handle("GET /v1/admin/ledger/{op_id}", s.admin(s.adminLedger))
+	mux.Handle("/debug/pprof/", s.adminOnly(http.HandlerFunc(pprof.Index)))
+	mux.Handle("/debug/pprof/cmdline", s.adminOnly(http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("/debug/pprof/profile", s.adminOnly(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("/debug/pprof/symbol", s.adminOnly(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("/debug/pprof/trace", s.adminOnly(http.HandlerFunc(pprof.Trace)))
 	return mux
+}
+
+// adminOnly serves h to admin tokens only.
+func (s *Server) adminOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := s.principal(w, r, true); ok {
+			h.ServeHTTP(w, r)
+		}
+	})
 }
 
 // adminError is the body of every admin error answer.

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -30,7 +31,8 @@ func TestAdminAPI(t *testing.T) {
 	c.waitLive(2)
 
 	t.Run("refuses without an admin token", func(t *testing.T) {
-		for _, path := range []string{"/v1/admin/status", "/v1/admin/clients", "/v1/admin/oplog", "/v1/admin/conflicts", "/v1/admin/ledger/" + m1.OpID + "?tenant=acme"} {
+		for _, path := range []string{"/v1/admin/status", "/v1/admin/clients", "/v1/admin/oplog", "/v1/admin/conflicts", "/v1/admin/ledger/" + m1.OpID + "?tenant=acme",
+			"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline"} {
 			require.Equal(t, http.StatusUnauthorized, ts.adminGet(t, path, "", nil), path)
 			require.Equal(t, http.StatusUnauthorized, ts.adminGet(t, path, token, nil), "a client token is not an admin token: %s", path)
 			require.Equal(t, http.StatusUnauthorized, ts.adminGet(t, path, ts.adminToken+"x", nil), path)
@@ -180,4 +182,14 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+func TestProfilesNeedTheAdminToken(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	resp := get(t, ts.adminURL+"/debug/pprof/goroutine?debug=1", ts.adminToken)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(body), "goroutine profile")
 }

@@ -1,9 +1,13 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -111,6 +115,7 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 	e.globexKey, e.globexHead = secret.Key, res[0].Seq
 
 	bigValue := `"` + strings.Repeat("x", syncproto.MaxPayloadBytes) + `"`
+	deepValue := strings.Repeat("[", syncproto.MaxValueDepth+1) + strings.Repeat("]", syncproto.MaxValueDepth+1)
 	tooMany := make([]map[string]any, syncproto.MaxBatch+1)
 	for i := range tooMany {
 		tooMany[i] = e.mutation(map[string]any{"key": fmt.Sprintf("k%d", i)})
@@ -204,13 +209,7 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		{name: "oversize frame", frames: func(*badEnv) []wsFrame {
 			pad := strings.Repeat(" ", syncproto.MaxFrameBytes)
 			return []wsFrame{text(`{"type":"ping","id":"k1"}` + pad)}
-		}, check: func(e *badEnv, c *wsClient) {
-			// The websocket layer refuses the frame unread; an error frame
-			// before the close is allowed, not required.
-			for _, msg := range c.expectClose(syncproto.CloseMessageTooBig) {
-				require.Equal(e.t, syncproto.CodeFrameTooLarge, msg.(*syncproto.Error).Code)
-			}
-		}},
+		}, code: syncproto.CodeFrameTooLarge, close: syncproto.CloseMessageTooBig},
 
 		// Requests the server refuses and keeps the connection.
 		{name: "unknown message type", frames: frames(`{"type":"frobnicate","id":"x1"}`),
@@ -262,6 +261,7 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		{name: "missing base_version on an optimistic model", frames: pushOf(map[string]any{"model": "accounts"}), result: true, code: syncproto.CodeMissingBaseVersion},
 		{name: "base_version of the wrong type", frames: pushOf(map[string]any{"base_version": "3"}), result: true, code: syncproto.CodeBadRequest},
 		{name: "value over MaxPayloadBytes", frames: pushOf(map[string]any{"value": json.RawMessage(bigValue)}), result: true, code: syncproto.CodePayloadTooLarge},
+		{name: "value nested deeper than MaxValueDepth", frames: pushOf(map[string]any{"value": json.RawMessage(deepValue)}), result: true, code: syncproto.CodeBadRequest},
 
 		// Another tenant's data is not there to read.
 		{name: "another tenant's key", frames: frames(`{"type":"pull","id":"q1","cursor":0,"limit":1000}`),
@@ -284,6 +284,11 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 			}},
 	}
 	require.GreaterOrEqual(t, len(cases), 25)
+	names := make([]string, len(cases))
+	for i, tc := range cases {
+		names[i] = tc.name
+	}
+	requireConformanceChecklist(t, names)
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -345,4 +350,75 @@ func runBadInput(t *testing.T, e *badEnv, tc badInput) {
 		return
 	}
 	require.Empty(t, c.barrier(), "the connection stays open and quiet")
+}
+
+// A message over the frame limit sent as fragments is refused like one
+// frame (PROTOCOL.md section 2): error frame_too_large, then close 1009,
+// and the session applied nothing.
+func TestOversizeFragmentedMessageIsRefused(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	head := ts.head(t)
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	w, err := c.conn.Writer(ctx, websocket.MessageText)
+	require.NoError(t, err)
+	chunk := []byte(strings.Repeat(" ", 1<<20))
+	for range syncproto.MaxFrameBytes/len(chunk) + 1 {
+		if _, err := w.Write(chunk); err != nil {
+			break // the server closed after the limit: expected
+		}
+	}
+	w.Close()
+	c.expectRefusalClose(syncproto.CodeFrameTooLarge)
+	require.Equal(t, head, ts.head(t))
+}
+
+// requireConformanceChecklist requires PROTOCOL.md section 17 to list
+// exactly the cases tested: every bad-input case by name, and every other
+// row a test function of this package.
+func requireConformanceChecklist(t *testing.T, cases []string) {
+	t.Helper()
+	doc, err := os.ReadFile("../PROTOCOL.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(doc), "\n## 17. Conformance checklist\n")
+	require.True(t, ok, "PROTOCOL.md has no section 17")
+	var rows []string
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| case |") || strings.HasPrefix(line, "| --- |") {
+			continue
+		}
+		rows = append(rows, strings.TrimSpace(strings.Split(line, "|")[1]))
+	}
+	tests := testFunctions(t)
+	documented := map[string]bool{}
+	for _, row := range rows {
+		documented[row] = true
+		if name, ok := strings.CutPrefix(row, "`"); ok {
+			name = strings.TrimSuffix(name, "`")
+			require.True(t, tests[name], "section 17 names %s, which is no test of package server", name)
+			continue
+		}
+		require.Contains(t, cases, row, "section 17 lists %q, which is no bad-input case", row)
+	}
+	for _, c := range cases {
+		require.True(t, documented[c], "bad-input case %q is missing from PROTOCOL.md section 17", c)
+	}
+}
+
+// testFunctions returns the names of this package's test functions.
+func testFunctions(t *testing.T) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob("*_test.go")
+	require.NoError(t, err)
+	names := map[string]bool{}
+	re := regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\)`)
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+			names[m[1]] = true
+		}
+	}
+	return names
 }

@@ -330,6 +330,11 @@ func (c *wsClient) expectClose(code syncproto.CloseCode) []syncproto.Message {
 		frame, err := c.next()
 		if err != nil {
 			require.Equal(c.t, websocket.StatusCode(code), websocket.CloseStatus(err), "connection ended with %v", err)
+			// PROTOCOL.md section 13: the reason is the code of the error
+			// frame sent before the close.
+			var ce websocket.CloseError
+			require.ErrorAs(c.t, err, &ce)
+			require.Equal(c.t, code, syncproto.CloseFor(syncproto.Code(ce.Reason)), "close reason %q names a code of close %d", ce.Reason, code)
 			return got
 		}
 		msg, err := syncproto.Decode(frame)
@@ -338,6 +343,18 @@ func (c *wsClient) expectClose(code syncproto.CloseCode) []syncproto.Message {
 	}
 	c.t.Fatalf("no close after 100 frames")
 	return nil
+}
+
+// expectRefusalClose expects an error frame with code, then the close
+// PROTOCOL.md section 13 assigns to it with the code as the reason.
+func (c *wsClient) expectRefusalClose(code syncproto.Code) *syncproto.Error {
+	c.t.Helper()
+	got := c.expectClose(syncproto.CloseFor(code))
+	require.Len(c.t, got, 1, "one error frame before the close")
+	e, ok := got[0].(*syncproto.Error)
+	require.True(c.t, ok, "%T before the close", got[0])
+	require.Equal(c.t, code, e.Code)
+	return e
 }
 
 // barrier sends ping and waits for its pong: every answer to an earlier

@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -75,7 +78,7 @@ func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 	close(g.release)
 	res := c.pushResult("p1", 1)[0]
 	require.Equal(t, syncproto.StatusApplied, res.Status, "the push in flight is answered")
-	require.Empty(t, c.expectClose(syncproto.CloseGoingAway))
+	require.True(t, c.expectRefusalClose(syncproto.CodeShuttingDown).Retryable)
 	require.NoError(t, <-shutdown)
 
 	ans, found := ts.decided(t, "acme", m.OpID)
@@ -146,5 +149,39 @@ func TestIdleSessionIsClosedWith4000(t *testing.T) {
 	// even a pong.
 	ts := startServer(t, server.Config{IdleTimeout: 200 * time.Millisecond, PingInterval: time.Hour})
 	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
-	require.Empty(t, c.expectClose(syncproto.CloseIdleTimeout))
+	c.expectRefusalClose(syncproto.CodeIdleTimeout)
+}
+
+// A client whose websocket stack does not answer pings (here: one that
+// does not read) keeps its session with ping messages (PROTOCOL.md
+// section 14): unanswered keepalive pings end nothing by themselves.
+func TestPingMessagesKeepASessionWithoutPongs(t *testing.T) {
+	const idle = 600 * time.Millisecond
+	ts := startServer(t, server.Config{IdleTimeout: idle, PingInterval: 20 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
+	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	const pings = 12 // three idle timeouts' worth, a ping every quarter
+	for i := range pings {
+		c.send(&syncproto.Ping{ID: fmt.Sprintf("k%d", i)})
+		time.Sleep(idle / 4)
+	}
+	for i := range pings {
+		pong := expect[*syncproto.Pong](c)
+		require.Equal(t, fmt.Sprintf("k%d", i), pong.ID, "the session outlived its unanswered pings")
+	}
+}
+
+// A revoked token's open sessions end (PROTOCOL.md sections 12 and 13):
+// error unauthorized, then close 1008, within about the token file's
+// reload interval.
+func TestRevokedTokenClosesItsSessions(t *testing.T) {
+	ts := startServer(t, server.Config{TokenRecheck: 20 * time.Millisecond})
+	token := ts.member(t, "acme", "phone")
+	c, clock := session(t, ts, token, "phone")
+	other, _ := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	requireApplied(t, c.push("p1", put(t, clock, "notes", "n", `1`)))
+
+	id := strings.SplitN(token, "_", 3)[1]
+	require.NoError(t, auth.Revoke(ts.tokenPath, id))
+	c.expectRefusalClose(syncproto.CodeUnauthorized)
+	require.Empty(t, other.barrier(), "another token's session goes on")
 }

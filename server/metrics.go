@@ -26,10 +26,27 @@ type metrics struct {
 	protocolErrors     *prometheus.CounterVec // code
 	rateLimited        prometheus.Counter
 	subscribers        prometheus.Gauge
+	refusedPerAddress  prometheus.Counter
+	snapshotsActive    prometheus.Gauge
+	snapshotsRefused   prometheus.Counter
+	snapshotsCut       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		snapshotsActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_snapshots_active", Help: "Snapshot downloads being served.",
+		}),
+		snapshotsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_snapshots_refused_total", Help: "Snapshot requests refused server_busy by the concurrency limits.",
+		}),
+		snapshotsCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_snapshots_cut_total", Help: "Snapshots that ended before their trailer (a stalled reader, the time bound, an error).",
+		}),
+		refusedPerAddress: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_connections_refused_per_address_total",
+			Help: "TCP connections closed at accept because their IP address had Config.MaxConnectionsPerAddress open.",
+		}),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncd_connections", Help: "Open websocket sessions.",
 		}),
@@ -95,7 +112,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "syncd_subscribers", Help: "Live change-feed subscriptions.",
 		}),
 	}
-	reg.MustRegister(m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
+	reg.MustRegister(m.snapshotsActive, m.snapshotsRefused, m.snapshotsCut, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)

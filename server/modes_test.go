@@ -37,6 +37,9 @@ func TestBehaviourInACluster(t *testing.T) {
 		{"ConditionalWriteOnLWWModelIsRefusedWhenStale", TestConditionalWriteOnLWWModelIsRefusedWhenStale},
 		{"BadInputsGetTheirDocumentedAnswerAndApplyNothing", TestBadInputsGetTheirDocumentedAnswerAndApplyNothing},
 		{"HookAnswerIsReaskedWhenTheKeyChanged", TestHookAnswerIsReaskedWhenTheKeyChanged},
+		{"UndeclaredModelsFollowTheAnnouncedDefault", TestUndeclaredModelsFollowTheAnnouncedDefault},
+		{"OldWritesAreNotExpiredWithoutEviction", TestOldWritesAreNotExpiredWithoutEviction},
+		{"RevokedTokenClosesItsSessions", TestRevokedTokenClosesItsSessions},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clusterTests.Store(t, struct{}{})

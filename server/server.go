@@ -1,14 +1,15 @@
 package server
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,8 @@ const (
 	DefaultRequestsPerSecond = 200
 	DefaultRequestBurst      = 400
 	DefaultWriteTimeout      = 10 * time.Second
+	DefaultTokenRecheck      = time.Second
+	DefaultHelloTimeout      = 10 * time.Second
 	DefaultRetentionInterval = time.Minute
 )
 
@@ -55,7 +58,8 @@ type Config struct {
 	// NodeID names this server in welcome and as the origin of its clock.
 	NodeID string
 	// Policies declares each model's conflict policy; undeclared models
-	// use last-writer-wins.
+	// use its replication.AnyModel entry (PolicyNone refuses them with
+	// invalid_model), else last-writer-wins.
 	Policies replication.Config
 	// Hook decides models declared with the hook policy, within
 	// HookTimeout (0: replication.DefaultHookTimeout), else LWW decides.
@@ -64,12 +68,28 @@ type Config struct {
 	// MaxClockSkew is how far ahead of the server's clock a mutation's
 	// timestamp may be; 0 means syncproto.DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
-	// AllowedOrigins are host patterns of browser origins allowed to open
-	// a websocket (see websocket.AcceptOptions.OriginPatterns); requests
+	// AllowedOrigins are host[:port] patterns (path.Match syntax, without
+	// case; with "://", matched against scheme://host) of browser origins
+	// allowed to open a websocket besides the server's own host; requests
 	// without an Origin header (native clients) are always allowed.
 	AllowedOrigins []string
 	// MaxConnections caps open websocket sessions; 0 means DefaultMaxConnections.
 	MaxConnections int
+	// MaxConnectionsPerAddress caps the TCP connections one IP address
+	// holds open on a listener wrapped by LimitListener; 0 means
+	// DefaultMaxConnectionsPerAddress, negative means no cap.
+	MaxConnectionsPerAddress int
+	// HelloTimeout is how long a session may take to send hello; 0 means
+	// DefaultHelloTimeout.
+	HelloTimeout time.Duration
+	// MaxConcurrentSnapshots caps snapshots served at once (and the
+	// snapshot pool's connections); 0 means DefaultMaxConcurrentSnapshots.
+	MaxConcurrentSnapshots int
+	// SnapshotTimeout bounds one snapshot download; 0 means
+	// DefaultSnapshotTimeout. SnapshotWriteTimeout bounds each write of
+	// one; 0 means DefaultSnapshotWriteTimeout.
+	SnapshotTimeout      time.Duration
+	SnapshotWriteTimeout time.Duration
 	// RequestsPerSecond and RequestBurst rate-limit each session's
 	// requests; 0 means the defaults.
 	RequestsPerSecond float64
@@ -80,6 +100,10 @@ type Config struct {
 	// WriteTimeout bounds one frame write and one keepalive ping; 0 means
 	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
+	// TokenRecheck is how often an open session checks that its token was
+	// not revoked; a revoked token's sessions get unauthorized and close
+	// 1008. 0 means DefaultTokenRecheck.
+	TokenRecheck time.Duration
 	// PingInterval is how often the server pings each client; 0 means a
 	// third of IdleTimeout.
 	PingInterval time.Duration
@@ -137,10 +161,20 @@ func (c *Config) setDefaults() error {
 	def(&c.MaxClockSkew, syncproto.DefaultMaxClockSkew)
 	def(&c.IdleTimeout, syncproto.DefaultIdleTimeout)
 	def(&c.WriteTimeout, DefaultWriteTimeout)
+	def(&c.TokenRecheck, DefaultTokenRecheck)
+	def(&c.HelloTimeout, DefaultHelloTimeout)
+	def(&c.SnapshotTimeout, DefaultSnapshotTimeout)
+	def(&c.SnapshotWriteTimeout, DefaultSnapshotWriteTimeout)
 	def(&c.PingInterval, c.IdleTimeout/3)
 	def(&c.RetentionInterval, DefaultRetentionInterval)
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxConcurrentSnapshots <= 0 {
+		c.MaxConcurrentSnapshots = DefaultMaxConcurrentSnapshots
+	}
+	if c.MaxConnectionsPerAddress == 0 {
+		c.MaxConnectionsPerAddress = DefaultMaxConnectionsPerAddress
 	}
 	if c.RequestsPerSecond == 0 {
 		c.RequestsPerSecond = DefaultRequestsPerSecond
@@ -154,7 +188,7 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
+	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.TokenRecheck < 0 || c.HelloTimeout < 0 || c.SnapshotTimeout < 0 || c.SnapshotWriteTimeout < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
 		return errors.New("durations, limits and rates must not be negative")
 	}
 	return nil
@@ -165,17 +199,20 @@ func (c *Config) setDefaults() error {
 // Create it with New, serve Handler (and AdminHandler on a loopback
 // listener), then call Shutdown and Close.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	now      func() time.Time
-	store    *replication.Store // the state: records, oplog, ledger, conflict log
-	tail     *feedTail          // the newest oplog entries, shared by every subscription
-	commits  committer          // decides admitted batches and makes them durable
-	clock    *syncproto.Clock
-	resolver *replication.Resolver
-	registry *prometheus.Registry
-	metrics  *metrics
-	started  time.Time
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
+	store *replication.Store // the state: records, oplog, ledger, conflict log
+	tail  *feedTail          // the newest oplog entries, shared by every subscription
+	// snapshotDB is the snapshots' own pool; snapshots admits them.
+	snapshotDB *sql.DB
+	snapshots  *snapshotGate
+	commits    committer // decides admitted batches and makes them durable
+	clock      *syncproto.Clock
+	resolver   *replication.Resolver
+	registry   *prometheus.Registry
+	metrics    *metrics
+	started    time.Time
 
 	// hardStop ends every session at once; Shutdown cancels it when its
 	// deadline passes.
@@ -222,11 +259,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	db.SetMaxIdleConns(maxDBConns)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg,
-		metrics:  newMetrics(reg),
-		clock:    syncproto.NewClock(cfg.NodeID, cfg.Now),
-		started:  cfg.Now(),
-		sessions: map[*session]struct{}{},
-		janitor:  make(chan struct{}),
+		metrics:   newMetrics(reg),
+		clock:     syncproto.NewClock(cfg.NodeID, cfg.Now),
+		started:   cfg.Now(),
+		sessions:  map[*session]struct{}{},
+		janitor:   make(chan struct{}),
+		snapshots: &snapshotGate{max: cfg.MaxConcurrentSnapshots, byToken: map[string]int{}},
 	}
 	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
 		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
@@ -236,6 +274,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.tail = newFeedTail(s.store.Log)
 		err = s.setOplogGauges(ctx)
 	}
+	if err == nil {
+		s.snapshotDB, err = openSnapshotPool(ctx, cfg)
+	}
 	if err == nil && cfg.Cluster != nil {
 		err = cfg.Cluster.Start(s.store, func(head uint64) { s.metrics.oplogHead.Set(float64(head)) })
 		s.commits = clusterCommitter{cluster: cfg.Cluster, metrics: s.metrics, now: cfg.Now}
@@ -243,6 +284,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.commits, err = newGroupCommitter(ctx, s.store, cfg.Now, s.metrics, cfg.Logger)
 	}
 	if err != nil {
+		if s.snapshotDB != nil {
+			s.snapshotDB.Close()
+		}
 		db.Close()
 		return nil, fmt.Errorf("server: open store: %w", err)
 	}
@@ -258,11 +302,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // /healthz, /readyz and /metrics.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+syncproto.SyncPath, s.serveSync)
+	mux.HandleFunc(syncproto.SyncPath, s.serveSync)
 	mux.HandleFunc("GET "+syncproto.SnapshotPath, s.serveSnapshot)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpError(w, http.StatusNotFound, syncproto.Errorf(syncproto.CodeBadRequest, "no endpoint at %s", r.URL.Path))
+	})
 	return mux
 }
 
@@ -297,11 +344,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // principal authenticates the request's bearer token. On failure it has
 // answered 401 and returns false. Admin tokens are accepted only when admin.
 func (s *Server) principal(w http.ResponseWriter, r *http.Request, admin bool) (auth.Principal, bool) {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	var p auth.Principal
 	err := auth.ErrUnauthorized
-	if ok {
-		p, err = s.cfg.Authenticator.Authenticate(strings.TrimSpace(token))
+	if token := bearerToken(r); token != "" {
+		p, err = s.cfg.Authenticator.Authenticate(token)
 	}
 	if err == nil && p.Admin != admin {
 		err = auth.ErrUnauthorized
@@ -317,53 +363,40 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request, admin bool) (
 }
 
 func (s *Server) serveSync(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() {
-		s.refuseUpgrade(w, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down"))
-		return
-	}
-	p, ok := s.principal(w, r, false)
+	p, ok := s.admitUpgrade(w, r)
 	if !ok {
-		return
-	}
-	if !offersSubprotocol(r) {
-		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
-		httpError(w, http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "the websocket subprotocol %s is required", syncproto.Subprotocol))
-		return
-	}
-	if s.conns.Add(1) > int64(s.cfg.MaxConnections) {
-		s.conns.Add(-1)
-		s.refuseUpgrade(w, syncproto.Errorf(syncproto.CodeServerBusy, "too many connections"))
 		return
 	}
 	defer s.conns.Add(-1)
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		Subprotocols:   []string{syncproto.Subprotocol},
-		OriginPatterns: s.cfg.AllowedOrigins,
+		Subprotocols: []string{syncproto.Subprotocol},
+		// admitUpgrade applied the origin allow-list already.
+		InsecureSkipVerify: true,
 	})
 	if err != nil {
-		// Accept has answered (403 for a refused origin, 400 for a bad upgrade).
+		// Accept has answered; admitUpgrade checked everything it checks.
 		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
 		s.log.Warn("websocket upgrade refused", "remote", r.RemoteAddr, "err", err)
 		return
 	}
-	conn.SetReadLimit(syncproto.MaxFrameBytes)
+	// The session enforces MaxFrameBytes itself, so it can answer
+	// frame_too_large before closing (readFrame).
+	conn.SetReadLimit(-1)
 	s.metrics.connectionsTotal.WithLabelValues("accepted").Inc()
 
 	ss := newSession(s, conn, p, r.RemoteAddr)
 	if !s.track(ss) {
-		conn.Close(websocket.StatusGoingAway, "server shutting down")
+		e := syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down")
+		if frame, err := syncproto.Encode(e); err == nil {
+			conn.Write(r.Context(), websocket.MessageText, frame)
+		}
+		conn.Close(websocket.StatusGoingAway, string(e.Code))
 		return
 	}
 	defer s.untrack(ss)
 	s.metrics.connections.Inc()
 	defer s.metrics.connections.Dec()
 	ss.run(s.hardStop)
-}
-
-func (s *Server) refuseUpgrade(w http.ResponseWriter, e *syncproto.Error) {
-	s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
-	w.Header().Set("Retry-After", "5")
-	httpError(w, http.StatusServiceUnavailable, e)
 }
 
 // httpError answers a refused HTTP request with the JSON error object
@@ -377,17 +410,6 @@ func httpError(w http.ResponseWriter, status int, e *syncproto.Error) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	w.Write(body)
-}
-
-func offersSubprotocol(r *http.Request) bool {
-	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
-		for _, p := range strings.Split(h, ",") {
-			if strings.TrimSpace(p) == syncproto.Subprotocol {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // track registers a session unless the server is draining.
@@ -427,6 +449,7 @@ func (s *Server) limits() syncproto.Limits {
 	l.IdleTimeoutMS = s.cfg.IdleTimeout.Milliseconds()
 	l.RequestsPerSecond = s.cfg.RequestsPerSecond
 	l.RequestBurst = s.cfg.RequestBurst
+	l.LedgerRetentionMS = cmp.Or(s.cfg.Retention.LedgerMaxAge, ledger.DefaultMaxAge).Milliseconds()
 	return l
 }
 
@@ -435,6 +458,9 @@ func (s *Server) limits() syncproto.Limits {
 func (s *Server) modelAccess(p auth.Principal) map[string]syncproto.ModelAccess {
 	out := map[string]syncproto.ModelAccess{}
 	for model, policy := range s.cfg.Policies {
+		if !s.cfg.Policies.Declared(model) {
+			continue
+		}
 		r, w := p.CanRead(model), p.CanWrite(model)
 		if r || w {
 			out[model] = syncproto.ModelAccess{Policy: syncproto.Policy(policy), Read: r, Write: w}
@@ -546,5 +572,17 @@ func (s *Server) Close() error {
 	if err := s.resolver.Wait(waitCtx); err != nil {
 		s.log.Warn("conflict hooks still running at close", "err", err)
 	}
-	return s.store.DB.Close()
+	return errors.Join(s.snapshotDB.Close(), s.store.DB.Close())
+}
+
+// openSnapshotPool opens the snapshots' own read-only handle on the
+// database, MaxConcurrentSnapshots connections at most.
+func openSnapshotPool(ctx context.Context, cfg Config) (*sql.DB, error) {
+	db, err := sqlitedb.Open(ctx, cfg.DataPath, sqlitedb.Options{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot pool: %w", err)
+	}
+	db.SetMaxOpenConns(cfg.MaxConcurrentSnapshots)
+	db.SetMaxIdleConns(cfg.MaxConcurrentSnapshots)
+	return db, nil
 }

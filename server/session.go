@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -46,8 +48,9 @@ type session struct {
 	idleMu sync.Mutex
 	idle   *time.Timer // closes the session with 4000 when nothing was heard for IdleTimeout
 
-	cursor  atomic.Uint64 // the newest seq delivered on the live feed
-	pending atomic.Int64  // pushes submitted and not yet answered
+	helloSeen atomic.Bool   // hello was answered; the hello deadline is off
+	cursor    atomic.Uint64 // the newest seq delivered on the live feed
+	pending   atomic.Int64  // pushes submitted and not yet answered
 }
 
 // outbound is one entry of the outbox: a message ready to send, a push whose
@@ -92,8 +95,17 @@ func (ss *session) run(ctx context.Context) {
 	// pong answering a keepalive ping (PROTOCOL.md, keepalive).
 	ss.idle = time.AfterFunc(ss.srv.cfg.IdleTimeout, func() {
 		ss.log.Info("closing idle session")
-		ss.conn.Close(websocket.StatusCode(syncproto.CloseIdleTimeout), "idle timeout")
+		ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeIdleTimeout, "nothing arrived for %s", ss.srv.cfg.IdleTimeout))
 	})
+	// A session must say hello within HelloTimeout, whatever else it sends
+	// (pongs keep the idle timer, not this one).
+	helloDeadline := time.AfterFunc(ss.srv.cfg.HelloTimeout, func() {
+		if !ss.helloSeen.Load() {
+			ss.log.Info("no hello in time; closing")
+			ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeHelloRequired, "no hello within %s", ss.srv.cfg.HelloTimeout))
+		}
+	})
+	defer helloDeadline.Stop()
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -102,7 +114,7 @@ func (ss *session) run(ctx context.Context) {
 	pingDone := make(chan struct{})
 	go func() {
 		defer close(pingDone)
-		ss.keepalive(ctx, cancel)
+		ss.keepalive(ctx)
 	}()
 
 	closing := ss.readLoop(ctx)
@@ -126,7 +138,11 @@ func (ss *session) run(ctx context.Context) {
 // must perform after flushing, or nil when the connection is already gone.
 func (ss *session) readLoop(ctx context.Context) *closeOrder {
 	for {
-		typ, frame, err := ss.conn.Read(ctx)
+		typ, frame, err := ss.readFrame(ctx)
+		if errors.Is(err, errFrameTooLarge) {
+			ss.heard()
+			return ss.refuseAndClose("", syncproto.Errorf(syncproto.CodeFrameTooLarge, "a frame over %d bytes", syncproto.MaxFrameBytes))
+		}
 		if err != nil {
 			ss.logReadEnd(err)
 			return nil
@@ -156,6 +172,41 @@ func (ss *session) readLoop(ctx context.Context) *closeOrder {
 			return closing
 		}
 	}
+}
+
+// errFrameTooLarge: a frame exceeded syncproto.MaxFrameBytes.
+var errFrameTooLarge = errors.New("frame over the size limit")
+
+// readFrame reads one message, whole frame or reassembled fragments,
+// holding at most MaxFrameBytes+1 of it: a larger one is errFrameTooLarge
+// (the rest is left unread; the connection is closing).
+func (ss *session) readFrame(ctx context.Context) (websocket.MessageType, []byte, error) {
+	typ, r, err := ss.conn.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(r, syncproto.MaxFrameBytes+1))
+	if err != nil {
+		return 0, nil, err
+	}
+	if n > syncproto.MaxFrameBytes {
+		return typ, nil, errFrameTooLarge
+	}
+	return typ, buf.Bytes(), nil
+}
+
+// closeWith sends e, then closes the connection with e's close code and
+// the code as the reason (PROTOCOL.md section 13). It may run beside the
+// writer: the websocket serializes writes.
+func (ss *session) closeWith(ctx context.Context, e *syncproto.Error) {
+	ss.srv.metrics.protocolErrors.WithLabelValues(string(e.Code)).Inc()
+	if frame, err := syncproto.Encode(e); err == nil {
+		wctx, cancel := context.WithTimeout(ctx, ss.srv.cfg.WriteTimeout)
+		ss.conn.Write(wctx, websocket.MessageText, frame)
+		cancel()
+	}
+	ss.conn.Close(websocket.StatusCode(syncproto.CloseFor(e.Code)), string(e.Code))
 }
 
 func (ss *session) logReadEnd(err error) {
@@ -226,14 +277,29 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 	if replication.CheckSkew(m.HLC, ss.srv.now(), ss.srv.cfg.MaxClockSkew) == nil {
 		ss.srv.clock.Observe(m.HLC)
 	}
+	floor, err := ss.srv.store.Ledger.Floor(ctx, ss.p.Tenant)
+	if err != nil {
+		return ss.refuseAndClose(m.ID, internalError(err))
+	}
 	ss.helloDone = true
+	ss.helloSeen.Store(true)
 	ss.cursor.Store(m.Cursor)
 	ss.send(&syncproto.Welcome{
 		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), ServerTime: ss.srv.now().UnixMilli(),
 		DatabaseID: ss.srv.store.ID, Head: bounds.Head,
 		Limits: ss.srv.limits(), Models: ss.srv.modelAccess(ss.p),
+		DefaultPolicy: syncproto.Policy(ss.srv.cfg.Policies.Default()),
+		LedgerFloorMS: floorMS(floor),
 	})
 	return nil
+}
+
+// floorMS is a ledger floor as welcome carries it: 0 for none.
+func floorMS(floor time.Time) int64 {
+	if floor.IsZero() {
+		return 0
+	}
+	return floor.UnixMilli()
 }
 
 func (ss *session) push(ctx context.Context, m *syncproto.Push) {
@@ -276,6 +342,9 @@ func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
 // read failed; it returns a resync when the cursor is older than the log.
 func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int) (*replication.Page, *syncproto.Resync) {
 	ss.srv.catchUp(ctx, cursor)
+	if limit == 0 {
+		limit = syncproto.DefaultPullLimit
+	}
 	req := replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit, MaxBytes: feedPageBytes}
 	if page, ok := ss.srv.tail.read(ctx, req); ok {
 		return &page, nil
@@ -463,7 +532,7 @@ func (ss *session) flushThenClose(ctx context.Context, broken *bool) {
 		}
 		if !ok {
 			if !*broken {
-				ss.conn.Close(websocket.StatusGoingAway, "server shutting down")
+				ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down; reconnect and resend unanswered pushes"))
 			}
 			return
 		}
@@ -547,29 +616,34 @@ func (ss *session) heard() {
 	ss.idle.Reset(ss.srv.cfg.IdleTimeout)
 }
 
-// keepalive pings the client; a client that does not answer within the
-// write timeout is gone and its session ends.
-func (ss *session) keepalive(ctx context.Context, fail context.CancelFunc) {
-	t := time.NewTicker(ss.srv.cfg.PingInterval)
-	defer t.Stop()
+// keepalive pings the client; a pong counts as hearing from it. A ping
+// without a pong ends nothing by itself: a client whose stack does not
+// answer pings keeps its session with ping messages, and a silent one is
+// closed by the idle timer (4000), as PROTOCOL.md section 14 says. It also
+// rechecks the session's token: once revoked, the session gets
+// unauthorized and closes 1008.
+func (ss *session) keepalive(ctx context.Context) {
+	ping := time.NewTicker(ss.srv.cfg.PingInterval)
+	defer ping.Stop()
+	recheck := time.NewTicker(ss.srv.cfg.TokenRecheck)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-recheck.C:
+			if !ss.srv.cfg.Authenticator.Active(ss.p.TokenID) {
+				ss.log.Info("token revoked; closing its session", "token_id", ss.p.TokenID)
+				ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeUnauthorized, "the token was revoked"))
+				return
+			}
+		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, ss.srv.cfg.WriteTimeout)
 			err := ss.conn.Ping(pctx)
 			cancel()
 			if err == nil {
 				ss.heard()
-				continue
 			}
-			if ctx.Err() == nil {
-				ss.log.Info("keepalive ping failed; closing", "err", err)
-				fail()
-				ss.conn.CloseNow()
-			}
-			return
 		}
 	}
 }

@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -388,6 +390,29 @@ func TestResendOlderThanTheLedgerIsExpired(t *testing.T) {
 	res := c.push("p3", first)[0]
 	require.Equal(t, syncproto.StatusExpired, res.Status, "%+v", res)
 	require.Equal(t, head, ts.head(t), "never applied a second time")
+
+	// welcome announces the floor the expiry was judged by.
+	again := dial(t, ts, ts.member(t, "acme", "phone"))
+	w := again.hello("phone", 0, clock)
+	require.Equal(t, first.HLC.Wall, w.LedgerFloorMS)
+	other := dial(t, ts, ts.member(t, "other", "phone"))
+	require.Zero(t, other.hello("phone", 0, clock).LedgerFloorMS, "another tenant's floor is its own")
+}
+
+// Expiry means "the ledger may have forgotten this op", not "the op is
+// old": a server that never evicted anything applies a write stamped long
+// ago, and announces its retention and that it has no floor.
+func TestOldWritesAreNotExpiredWithoutEviction(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	c := dial(t, ts, ts.member(t, "acme", "phone"))
+	w := c.hello("phone", 0, syncproto.NewClock("phone", nil))
+	require.Zero(t, w.LedgerFloorMS)
+	require.Equal(t, (7 * 24 * time.Hour).Milliseconds(), w.Limits.LedgerRetentionMS)
+
+	eightDaysAgo := syncproto.NewClock("phone", func() time.Time { return time.Now().Add(-8 * 24 * time.Hour) })
+	requireApplied(t, c.push("p1", put(t, eightDaysAgo, "notes", "old", `1`)))
+	epoch := syncproto.NewClock("phone", func() time.Time { return time.UnixMilli(1) })
+	requireApplied(t, c.push("p2", put(t, epoch, "notes", "older", `1`)))
 }
 
 // TestConditionalWriteOnLWWModelIsRefusedWhenStale is evidence for a
@@ -407,4 +432,27 @@ func TestConditionalWriteOnLWWModelIsRefusedWhenStale(t *testing.T) {
 	res := c.push("p3", stale)[0]
 	require.Equal(t, syncproto.StatusConflict, res.Status, "a put-if-version on an lww model: %+v", res)
 	require.Equal(t, uint64(2), res.Winner.Version)
+}
+
+// Undeclared models: welcome says what happens to them (default_policy),
+// lists only declared models, and a server started with default policy
+// "none" refuses them invalid_model, as section 12 says.
+func TestUndeclaredModelsFollowTheAnnouncedDefault(t *testing.T) {
+	open := startServer(t, server.Config{Policies: replication.Config{"docs": replication.PolicyOptimistic}})
+	c := dial(t, open, open.member(t, "acme", "phone"))
+	clock := syncproto.NewClock("phone", nil)
+	w := c.hello("phone", 0, clock)
+	require.Equal(t, syncproto.PolicyLWW, w.DefaultPolicy)
+	require.Equal(t, []string{"docs"}, slices.Sorted(maps.Keys(w.Models)))
+	requireApplied(t, c.push("p1", put(t, clock, "anything", "k", `1`)))
+
+	strict := startServer(t, server.Config{Policies: replication.Config{"notes": replication.PolicyLWW, replication.AnyModel: replication.PolicyNone}})
+	c = dial(t, strict, strict.member(t, "acme", "phone"))
+	w = c.hello("phone", 0, clock)
+	require.Equal(t, syncproto.PolicyNone, w.DefaultPolicy)
+	require.Equal(t, []string{"notes"}, slices.Sorted(maps.Keys(w.Models)))
+	res := c.push("p1", put(t, clock, "notes", "k", `1`), put(t, clock, "anything", "k", `1`))
+	require.Equal(t, syncproto.StatusApplied, res[0].Status)
+	require.Equal(t, syncproto.StatusRejected, res[1].Status)
+	require.Equal(t, syncproto.CodeInvalidModel, res[1].Code)
 }

@@ -60,6 +60,8 @@ func CloseFor(c Code) CloseCode {
 		return CloseTryAgainLater
 	case CodeInternal:
 		return CloseInternalError
+	case CodeIdleTimeout:
+		return CloseIdleTimeout
 	}
 	return CloseProtocolError
 }

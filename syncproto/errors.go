@@ -85,6 +85,10 @@ const (
 	// CodeInternal: the server failed before committing anything of the
 	// request. Retryable.
 	CodeInternal Code = "internal"
+	// CodeIdleTimeout: nothing arrived on the connection for
+	// Limits.IdleTimeoutMS; it closes with CloseIdleTimeout. Reconnect when
+	// there is something to do.
+	CodeIdleTimeout Code = "idle_timeout"
 )
 
 // Codes lists every code this version defines, in PROTOCOL.md's order.
@@ -95,7 +99,7 @@ var Codes = []Code{
 	CodeMissingBaseVersion, CodeOpIDReused, CodeClockSkew, CodeUnauthorized,
 	CodeForbiddenOrigin, CodeForbiddenModel, CodeWrongClientID,
 	CodeHelloRequired, CodeCursorAhead, CodeRateLimited, CodeServerBusy,
-	CodeShuttingDown, CodeInternal,
+	CodeShuttingDown, CodeInternal, CodeIdleTimeout,
 }
 
 // Retryable reports whether a request refused with c was not processed at
@@ -105,7 +109,7 @@ var Codes = []Code{
 // attempt). An unknown code is not retryable: "I don't know" is rejected.
 func (c Code) Retryable() bool {
 	switch c {
-	case CodeRateLimited, CodeServerBusy, CodeShuttingDown, CodeInternal:
+	case CodeRateLimited, CodeServerBusy, CodeShuttingDown, CodeInternal, CodeIdleTimeout:
 		return true
 	}
 	return false

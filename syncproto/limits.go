@@ -48,6 +48,10 @@ const (
 	// MaxMessageBytes bounds the human-readable message of an error or
 	// result; longer text is cut by the sender.
 	MaxMessageBytes = 1024
+	// MaxValueDepth bounds how deeply a mutation's value nests arrays and
+	// objects (CodeBadRequest), so that every stored value, and every
+	// answer carrying one, decodes in every JSON implementation.
+	MaxValueDepth = 32
 	// MaxSafeInteger bounds every integer field (cursor, seq, version,
 	// base_version): 2^53-1, so that a client whose JSON numbers are IEEE
 	// doubles reads them exactly.
@@ -85,6 +89,11 @@ type Limits struct {
 	RequestsPerSecond float64 `json:"requests_per_second,omitempty"`
 	// RequestBurst is how many requests may arrive at once above the rate.
 	RequestBurst int `json:"request_burst,omitempty"`
+	// LedgerRetentionMS is how long, in milliseconds after the server
+	// decided an op, its replay ledger keeps the decision at least while
+	// the tenant's decision count stays under the server's bound; 0
+	// (absent) means the server did not say.
+	LedgerRetentionMS int64 `json:"ledger_retention_ms,omitempty"`
 }
 
 // DefaultLimits returns the protocol maxima with the default skew and idle

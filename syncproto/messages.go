@@ -121,8 +121,17 @@ type Welcome struct {
 	Head uint64 `json:"head"`
 	// Limits are what this server enforces on this connection.
 	Limits Limits `json:"limits"`
-	// Models are the models the token may use, by name.
+	// Models are the declared models the token may use, by name.
 	Models map[string]ModelAccess `json:"models"`
+	// LedgerFloorMS is the tenant's ledger floor, in milliseconds since
+	// the Unix epoch: an op not yet decided whose hlc wall is at or before
+	// it is answered expired. 0 (absent): nothing was ever evicted, so no
+	// op of the tenant is expired.
+	LedgerFloorMS int64 `json:"ledger_floor_ms,omitempty"`
+	// DefaultPolicy is the policy of a model Models does not list: a
+	// policy, or PolicyNone when the server refuses undeclared models
+	// (invalid_model). Absent (from an older server) means PolicyLWW.
+	DefaultPolicy Policy `json:"default_policy,omitempty"`
 }
 
 // Policy is a model's conflict policy, as a client sees it.
@@ -139,6 +148,9 @@ const (
 	// PolicyHook: a server-side resolver decides (falling back to LWW); a
 	// client sees lww's answers.
 	PolicyHook Policy = "hook"
+	// PolicyNone, only as Welcome.DefaultPolicy: the server refuses writes
+	// to models it does not declare (invalid_model).
+	PolicyNone Policy = "none"
 )
 
 // Valid reports whether p is one of the defined policies.
@@ -324,6 +336,9 @@ func (m *Welcome) Validate() error {
 		if !access.Policy.Valid() {
 			return Errorf(CodeBadRequest, "model %q: policy %q is not lww, optimistic or hook", name, access.Policy)
 		}
+	}
+	if p := m.DefaultPolicy; p != "" && p != PolicyNone && !p.Valid() {
+		return Errorf(CodeBadRequest, "default_policy %q is not lww, optimistic, hook or none", p)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -68,6 +70,9 @@ func (m *Mutation) UnmarshalJSON(b []byte) error {
 	err := json.Unmarshal(b, &p)
 	*m = Mutation(p)
 	if err == nil {
+		if strings.ContainsRune(m.Key, utf8.RuneError) && keyHasLoneSurrogate(b) {
+			m.decodeErr = Errorf(CodeInvalidKey, "key holds an ill-formed UTF-16 escape (a lone surrogate); keys are compared as exact UTF-8 bytes")
+		}
 		return nil
 	}
 	var id struct {
@@ -179,6 +184,9 @@ func (m *Mutation) Validate() error {
 	if len(m.Value) != 0 && !json.Valid(m.Value) {
 		return Errorf(CodeBadRequest, "value is not JSON")
 	}
+	if d := valueDepth(m.Value); d > MaxValueDepth {
+		return Errorf(CodeBadRequest, "value nests %d levels deep, more than %d", d, MaxValueDepth)
+	}
 	if err := validateStamp("hlc", m.HLC); err != nil {
 		return err
 	}
@@ -227,4 +235,75 @@ func (m *Mutation) Digest() string {
 		h.Write(binary.BigEndian.AppendUint64([]byte{1}, *m.BaseVersion))
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// valueDepth returns how deeply the JSON text v nests arrays and objects (0
+// for a scalar). v is valid JSON.
+func valueDepth(v []byte) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for _, c := range v {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+// keyHasLoneSurrogate reports whether the "key" member of the JSON object
+// mut writes a surrogate half without its pair (\ud800 alone): the JSON
+// decoder turns it into U+FFFD, so two different keys would collapse into
+// one.
+func keyHasLoneSurrogate(mut []byte) bool {
+	var raw struct {
+		Key json.RawMessage `json:"key"`
+	}
+	if json.Unmarshal(mut, &raw) != nil {
+		return false
+	}
+	k := raw.Key
+	hex4 := func(i int) (uint64, bool) {
+		if i+6 > len(k) || k[i] != '\\' || k[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(k[i+2:i+6]), 16, 16)
+		return v, err == nil
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] != '\\' {
+			continue
+		}
+		v, ok := hex4(i)
+		if !ok {
+			i++ // an escaped character: skip it
+			continue
+		}
+		switch {
+		case v >= 0xD800 && v <= 0xDBFF:
+			if w, ok := hex4(i + 6); ok && w >= 0xDC00 && w <= 0xDFFF {
+				i += 11
+				continue
+			}
+			return true
+		case v >= 0xDC00 && v <= 0xDFFF:
+			return true
+		}
+		i += 5
+	}
+	return false
 }

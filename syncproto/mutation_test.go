@@ -132,3 +132,64 @@ func TestValidateIDs(t *testing.T) {
 		require.NoError(t, syncproto.ValidateModel(name), name)
 	}
 }
+
+func TestValueDepthLimit(t *testing.T) {
+	nested := func(n int, open, close string) string {
+		return strings.Repeat(open, n) + "1" + strings.Repeat(close, n)
+	}
+	id, err := syncproto.NewOpID()
+	require.NoError(t, err)
+	m := syncproto.Mutation{OpID: id, Model: "notes", Key: "k", Op: syncproto.OpPut, HLC: syncproto.NewClock("phone", nil).Now()}
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{
+		{nested(syncproto.MaxValueDepth, "[", "]"), true},
+		{nested(syncproto.MaxValueDepth+1, "[", "]"), false},
+		{strings.Repeat(`{"a":`, syncproto.MaxValueDepth+1) + "1" + strings.Repeat("}", syncproto.MaxValueDepth+1), false},
+		{`"` + strings.Repeat("[", 100) + `"`, true},   // brackets inside a string do not nest
+		{`"\"` + strings.Repeat("{", 100) + `"`, true}, // nor after an escaped quote
+		{nested(9997, "[", "]"), false},                // the poisoned value of the attack review
+	} {
+		m.Value = []byte(tc.value)
+		err := m.Validate()
+		if tc.ok {
+			require.NoError(t, err, "%.40s", tc.value)
+			continue
+		}
+		require.Error(t, err, "%.40s", tc.value)
+		require.Equal(t, syncproto.CodeBadRequest, syncproto.AsError(err).Code)
+	}
+}
+
+// Keys are exact UTF-8 bytes: a key written with a lone surrogate escape is
+// refused rather than collapsed into U+FFFD with every other such key; a
+// surrogate pair, a raw U+FFFD and NFC/NFD spellings are ordinary,
+// distinct keys.
+func TestKeysWithLoneSurrogatesAreRefused(t *testing.T) {
+	id, err := syncproto.NewOpID()
+	require.NoError(t, err)
+	frame := func(key string) []byte {
+		return []byte(`{"op_id":"` + id + `","model":"notes","key":"` + key + `","op":"put","value":1,"hlc":"1733140000000.0.phone"}`)
+	}
+	for key, ok := range map[string]bool{
+		`\ud800`:       false,
+		`a\udc00b`:     false,
+		`\ud800\u0041`: false,
+		`\ud83d\ude00`: true, // a pair: U+1F600
+		`\\ud800`:      true, // an escaped backslash, then text
+		"\uFFFD":       true,
+		"e\u0301":      true, // NFD
+		"\u00e9":       true, // NFC, another key
+	} {
+		var m syncproto.Mutation
+		require.NoError(t, json.Unmarshal(frame(key), &m))
+		err := m.Validate()
+		if ok {
+			require.NoError(t, err, "%s", key)
+			continue
+		}
+		require.Error(t, err, "%s", key)
+		require.Equal(t, syncproto.CodeInvalidKey, syncproto.AsError(err).Code, "%s", key)
+	}
+}

@@ -97,6 +97,7 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 		"MaxPullLimit":        fmt.Sprint(syncproto.MaxPullLimit),
 		"DefaultPullLimit":    fmt.Sprint(syncproto.DefaultPullLimit),
 		"MaxMessageBytes":     fmt.Sprint(syncproto.MaxMessageBytes),
+		"MaxValueDepth":       fmt.Sprint(syncproto.MaxValueDepth),
 		"MaxSafeInteger":      fmt.Sprint(syncproto.MaxSafeInteger),
 		"MaxWall":             fmt.Sprint(syncproto.MaxWall),
 		"DefaultMaxClockSkew": fmt.Sprint(syncproto.DefaultMaxClockSkew.Milliseconds()),

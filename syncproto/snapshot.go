@@ -118,18 +118,22 @@ func (r *SnapshotReader) Next() (SnapshotRecord, error) {
 	if err != nil {
 		return SnapshotRecord{}, fmt.Errorf("read snapshot record %d: %w", r.count+1, err)
 	}
-	var end snapshotEnd
-	if json.Unmarshal(line, &end) == nil && end.End {
-		if end.Records != r.count {
-			return SnapshotRecord{}, fmt.Errorf("read snapshot: %w: trailer counts %d records, read %d", ErrSnapshotTruncated, end.Records, r.count)
+	// One decode serves both kinds of line: a record, or the trailer.
+	var l struct {
+		SnapshotRecord
+		snapshotEnd
+	}
+	if err := json.Unmarshal(line, &l); err != nil {
+		return SnapshotRecord{}, fmt.Errorf("read snapshot record %d: %w", r.count+1, Errorf(CodeMalformed, "%s", describeJSONError(err)))
+	}
+	if l.End {
+		if l.Records != r.count {
+			return SnapshotRecord{}, fmt.Errorf("read snapshot: %w: trailer counts %d records, read %d", ErrSnapshotTruncated, l.Records, r.count)
 		}
 		r.done = true
 		return SnapshotRecord{}, io.EOF
 	}
-	var rec SnapshotRecord
-	if err := json.Unmarshal(line, &rec); err != nil {
-		return SnapshotRecord{}, fmt.Errorf("read snapshot record %d: %w", r.count+1, Errorf(CodeMalformed, "%s", describeJSONError(err)))
-	}
+	rec := l.SnapshotRecord
 	if err := rec.Validate(); err != nil {
 		return SnapshotRecord{}, fmt.Errorf("read snapshot record %d: %w", r.count+1, err)
 	}

@@ -88,8 +88,12 @@ var _ Queue = (*File)(nil)
 
 // OpenFile opens the queue file at path, creating it (and nothing else: the
 // directory must exist) if it does not exist. See File for what opening does.
+// Before anything is opened, path and the files kept beside it (path.lock,
+// path.compact) must each be absent or a regular file: a symbolic link,
+// FIFO, device, socket or directory is refused with *PathError. Every file
+// it creates gets FileMode (0600).
 //
-// Errors: ErrLocked, *CorruptError, ErrUnsupportedVersion, an invalid option,
+// Errors: *PathError, ErrLocked, *CorruptError, ErrUnsupportedVersion, an invalid option,
 // or an I/O error. On any of them the file at path is byte-for-byte unchanged,
 // with one exception: when the directory cannot be synced after the compacted
 // file was renamed into place, path holds the same queue, compacted, and the
@@ -110,6 +114,9 @@ func openFile(path string, opts FileOptions) (*File, error) {
 	if fsys == nil {
 		fsys = osFS{}
 	}
+	if err := checkRegular(path, path+".lock", path+".compact"); err != nil {
+		return nil, err
+	}
 	lock, err := fsys.Lock(path + ".lock")
 	if err != nil {
 		return nil, err
@@ -122,7 +129,7 @@ func openFile(path string, opts FileOptions) (*File, error) {
 	if err != nil {
 		return nil, errors.Join(err, lock.Close())
 	}
-	q.opts, q.rec, q.lock = opts.Options, opts.Metrics.recorder(path), lock
+	q.opts, q.rec, q.lock = opts.Options.withDefaults(), opts.Metrics.recorder(path), lock
 	q.rec.setCounts(len(st.pending), len(st.dead))
 	return q, nil
 }
@@ -267,7 +274,7 @@ func (q *File) writeBatchLocked(b *enqueueBatch) error {
 				continue
 			}
 		}
-		if q.opts.MaxDepth > 0 && depth >= q.opts.MaxDepth {
+		if depth >= q.opts.MaxDepth {
 			r.err = &FullError{Depth: depth, Capacity: q.opts.MaxDepth}
 			full++
 			continue

@@ -40,7 +40,7 @@ type memItem struct {
 // NewMemory returns an empty in-memory queue. Its metrics carry the queue
 // label "memory".
 func NewMemory(opts Options) *Memory {
-	q := &Memory{opts: opts, rec: opts.Metrics.recorder("memory"), keys: map[string]ID{}}
+	q := &Memory{opts: opts.withDefaults(), rec: opts.Metrics.recorder("memory"), keys: map[string]ID{}}
 	q.rec.setCounts(0, 0)
 	return q
 }
@@ -73,7 +73,7 @@ func (q *Memory) Enqueue(ctx context.Context, payload []byte, key string) (ID, e
 	if id, ok := q.keys[key]; ok && key != "" {
 		return id, nil
 	}
-	if q.opts.MaxDepth > 0 && q.live >= q.opts.MaxDepth {
+	if q.live >= q.opts.MaxDepth {
 		q.rec.overflowed()
 		return 0, &FullError{Depth: q.live, Capacity: q.opts.MaxDepth}
 	}

@@ -39,7 +39,7 @@ type DeadLetter struct {
 type Stats struct {
 	Pending     int // items waiting to be delivered
 	DeadLetters int // items in the dead-letter store
-	MaxDepth    int // configured capacity of the pending queue; 0 means unbounded
+	MaxDepth    int // capacity of the pending queue in force (DefaultMaxDepth unless configured)
 }
 
 // Queue is a durable FIFO of mutations waiting for delivery, with a
@@ -80,7 +80,8 @@ type Queue interface {
 	// Len returns the number of pending items.
 	Len(ctx context.Context) (int, error)
 
-	// MaxDepth returns the configured capacity; 0 means unbounded.
+	// MaxDepth returns the capacity in force: the configured one, or
+	// DefaultMaxDepth.
 	MaxDepth() int
 
 	// Stats returns pending and dead-letter counts.
@@ -113,6 +114,10 @@ type Queue interface {
 
 // Named limits. Options may lower them; a zero Options field means the default.
 const (
+	// DefaultMaxDepth is the pending items a queue holds when
+	// Options.MaxDepth is 0. At about 200 bytes a write it is some 20 MB of
+	// queue, and several minutes of replay once the device is online.
+	DefaultMaxDepth = 100_000
 	// DefaultMaxPayloadBytes is the largest payload Enqueue accepts by default.
 	DefaultMaxPayloadBytes = 1 << 20
 	// MaxKeyBytes is the longest idempotency key Enqueue accepts.
@@ -171,8 +176,11 @@ func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
 // Options configure a queue. The zero value means the defaults.
 type Options struct {
-	// MaxDepth bounds the pending queue; 0 means unbounded. It is not stored
-	// on disk: pass the same value on every open.
+	// MaxDepth bounds the pending queue: an Enqueue that would make it
+	// deeper is refused with *FullError. 0 means DefaultMaxDepth; a negative
+	// value is refused by the durable queues. There is no unbounded queue:
+	// a device that stays offline long enough fills any disk. It is not
+	// stored on disk: pass the same value on every open.
 	MaxDepth int
 	// MaxPayloadBytes bounds one payload; 0 means DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
@@ -194,6 +202,15 @@ func (o Options) validateEnqueue(payload []byte, key string) error {
 		return ErrKeyTooLong
 	}
 	return nil
+}
+
+// withDefaults returns o with its zero limits replaced by their defaults,
+// so that every implementation reads the limits in force from one place.
+func (o Options) withDefaults() Options {
+	if o.MaxDepth <= 0 {
+		o.MaxDepth = DefaultMaxDepth
+	}
+	return o
 }
 
 func (o Options) maxPayload() int {

@@ -3,8 +3,11 @@ package offlinequeue
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -126,6 +129,13 @@ type sqliteHooks struct {
 // and a file it refused (not a database, not a queue, a newer schema) is left
 // byte-for-byte as it was. A queue file it creates, and its directory entry,
 // are durable when it returns.
+//
+// Before anything is opened, path and the files SQLite keeps beside it
+// (path-wal, path-shm, path-journal) must each be absent or a regular file:
+// a symbolic link, FIFO, device, socket or directory is refused with
+// *PathError (see there why links are refused rather than followed). A queue
+// file it creates, and its write-ahead log, get FileMode (0600) before it
+// returns.
 func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	return openSQLite(path, opts, sqliteHooks{})
 }
@@ -142,10 +152,20 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 // newSQLite opens, checks and prepares the database. On error it has closed
 // everything it opened.
 func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, err error) {
+	if opts.MaxDepth < 0 || opts.MaxPayloadBytes < 0 {
+		return nil, fmt.Errorf("negative limit (MaxDepth %d, MaxPayloadBytes %d)", opts.MaxDepth, opts.MaxPayloadBytes)
+	}
+	opts.Options = opts.Options.withDefaults()
 	synchronous, err := opts.Synchronous.sqlitedb()
 	if err != nil {
 		return nil, err
 	}
+	files := sqliteFiles(path)
+	if err := checkRegular(files...); err != nil {
+		return nil, err
+	}
+	_, statErr := os.Lstat(path)
+	created := errors.Is(statErr, fs.ErrNotExist)
 	ctx := context.Background()
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{
 		Synchronous: synchronous,
@@ -168,6 +188,11 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 	if err := migrate(ctx, db); err != nil {
 		return nil, err
 	}
+	if created {
+		if err := restrict(files...); err != nil {
+			return nil, err
+		}
+	}
 	q = &SQLite{
 		path:     path,
 		opts:     opts,
@@ -186,6 +211,13 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 	}
 	q.rec.setCounts(q.pending, q.dead)
 	return q, nil
+}
+
+// sqliteFiles are the files SQLite keeps for the database at path: the
+// database, its write-ahead log, its shared-memory index and its rollback
+// journal.
+func sqliteFiles(path string) []string {
+	return []string{path, path + "-wal", path + "-shm", path + "-journal"}
 }
 
 // refuseForeign is the queue's sqlitedb Options.Inspect: it fails unless the

@@ -116,7 +116,7 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 	if s.hooks.batch != nil {
 		s.hooks.batch(len(group))
 	}
-	if len(group) == 1 && s.poisoned == nil && (s.opts.MaxDepth == 0 || s.pending < s.opts.MaxDepth) {
+	if len(group) == 1 && s.poisoned == nil && s.pending < s.opts.MaxDepth {
 		s.commitLone(group[0])
 		return
 	}
@@ -139,7 +139,7 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 				}
 			}
 			// s.pending is written only by this goroutine.
-			if depth := s.pending + added; s.opts.MaxDepth > 0 && depth >= s.opts.MaxDepth {
+			if depth := s.pending + added; depth >= s.opts.MaxDepth {
 				r.err = &FullError{Depth: depth, Capacity: s.opts.MaxDepth}
 				refused++
 				continue

@@ -109,7 +109,7 @@ func TestSQLitePeekPagesDeepQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, q.Close())
 
-	q = openTestSQLite(t, path, SQLiteOptions{}, sqliteHooks{})
+	q = openTestSQLite(t, path, SQLiteOptions{Options: Options{MaxDepth: n + 1}}, sqliteHooks{})
 	got, err := q.Len(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, n, got, "counts are read on open")

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +26,7 @@ type adminFlags struct {
 	server  string
 	token   string
 	timeout time.Duration
+	ca      string
 }
 
 func addAdminFlags(cmd *cobra.Command) *adminFlags {
@@ -31,6 +35,7 @@ func addAdminFlags(cmd *cobra.Command) *adminFlags {
 	f.StringVar(&o.server, "server", defaultAdminURL, "syncd admin API base URL (env SYNCCTL_SERVER)")
 	f.StringVar(&o.token, "token", "", "admin bearer token (env SYNCCTL_TOKEN; prefer the environment, flags show in ps)")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on each request to the server")
+	f.StringVar(&o.ca, "ca", "", "PEM file of the CA that signed the admin listener's certificate, for an https --server with a private CA (env SYNCCTL_CA)")
 	return o
 }
 
@@ -54,7 +59,19 @@ func (a *app) adminClient(cmd *cobra.Command, o *adminFlags) (*adminClient, erro
 	if token == "" {
 		return nil, failf(exitUsage, "an admin token is required: set SYNCCTL_TOKEN or pass --token (syncctl token issue --admin makes one)")
 	}
-	return &adminClient{base: base, token: token, http: &http.Client{Timeout: o.timeout}}, nil
+	hc := &http.Client{Timeout: o.timeout}
+	if ca := a.setting(cmd.Flags(), "ca", "SYNCCTL_CA"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, failf(exitUsage, "--ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, failf(exitUsage, "--ca %s holds no PEM certificate", ca)
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	}
+	return &adminClient{base: base, token: token, http: hc}, nil
 }
 
 // adminAnswerLimit bounds an error body read from the server.
@@ -86,7 +103,7 @@ func (c *adminClient) get(ctx context.Context, path string, query url.Values, ou
 	}
 	defer resp.Body.Close()
 	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
-	if isJSON && (resp.StatusCode == http.StatusOK || slices.Contains(answers, resp.StatusCode)) {
+	if isJSON && resp.StatusCode == http.StatusOK {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 			return failf(exitFailure, "%s answered %s with something that is not the admin API's JSON: %v", c.base, path, err)
 		}
@@ -95,8 +112,15 @@ func (c *adminClient) get(ctx context.Context, path string, query url.Values, ou
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, adminAnswerLimit))
 	var e struct {
 		Error string `json:"error"`
+		Type  string `json:"type"` // "error" in a sync-protocol refusal: not the admin API
 	}
 	json.Unmarshal(body, &e)
+	if isJSON && e.Type == "" && slices.Contains(answers, resp.StatusCode) {
+		if err := json.Unmarshal(body, out); err != nil {
+			return failf(exitFailure, "%s answered %s with something that is not the admin API's JSON: %v", c.base, path, err)
+		}
+		return nil
+	}
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized:
 		return failf(exitUnauthorized, "syncd at %s refused the admin token (wrong, revoked, or not an admin token)", c.base)

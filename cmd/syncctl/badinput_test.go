@@ -2,6 +2,7 @@ package main
 
 import (
 	"database/sql"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -213,4 +214,23 @@ func TestUsageErrors(t *testing.T) {
 	}
 	require.Equal(t, exitOK, c.run("--help").code)
 	require.Equal(t, exitOK, c.run("queue", "requeue", "--help").code)
+}
+
+// Human output never passes data through raw: a key holding a
+// bidirectional override is printed escaped, so a row cannot pretend to be
+// another (JSON output keeps the exact key).
+func TestHumanOutputEscapesData(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	hostile := "invoice\u202efdp.exe"
+	s := ts.dial(t, 0)
+	res := s.push(write(1, syncproto.OpPut, "notes", hostile, `"\u202e\u001b[2J"`, t0, nil))
+	require.Equal(t, syncproto.StatusApplied, res[0].Status)
+
+	c := newCLI(t, ts.adminEnv())
+	out := c.ok("oplog", "tail")
+	require.NotContains(t, out, "\u202e", "no raw bidi override")
+	require.Contains(t, out, `notes/invoice\u202efdp.exe`)
+	var entry struct{ Key string }
+	require.NoError(t, json.Unmarshal([]byte(c.ok("oplog", "tail", "--json")), &entry))
+	require.Equal(t, hostile, entry.Key, "JSON keeps the key exactly")
 }

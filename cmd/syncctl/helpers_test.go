@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
@@ -255,16 +256,8 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 		cfg.RetentionInterval = 20 * time.Millisecond
 		cfg.Retention.LedgerMaxAge = time.Hour
 	}
-	ts.srv, err = server.New(context.Background(), cfg)
-	require.NoError(t, err)
-	ts.url = serve(t, ts.srv.Handler())
-	ts.adminURL = serve(t, ts.srv.AdminHandler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
-		defer cancel()
-		require.NoError(t, ts.srv.Shutdown(ctx))
-		require.NoError(t, ts.srv.Close())
-	})
+	srv := syncdtest.Start(t, cfg)
+	ts.srv, ts.url, ts.adminURL = srv.Server, srv.URL, srv.AdminURL
 	if o.retention {
 		require.NotNil(t, o.clock, "retention needs a clock to age a decision")
 		now := o.clock.Now()
@@ -276,23 +269,6 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 		o.clock.set(now)
 	}
 	return ts
-}
-
-func serve(t testing.TB, h http.Handler) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: ioTimeout}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		hs.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		hs.Close()
-		<-done
-	})
-	return "http://" + ln.Addr().String()
 }
 
 // adminEnv is the environment of admin commands against ts.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/syncd-dev/syncd/internal/textsafe"
 )
 
 // printJSON writes v as indented JSON: the --json output of one answer.
@@ -46,18 +48,14 @@ func (t *table) row(cells ...string) {
 
 func (t *table) flush() error { return t.tw.Flush() }
 
-// cell makes s safe for one table cell: no tabs or line breaks, "-" for
-// empty.
+// cell makes s safe for one table cell and for the terminal: control
+// and bidirectional characters (tabs and line breaks included) escaped
+// (textsafe), "-" for empty.
 func cell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return strings.Map(func(r rune) rune {
-		if r == '\t' || r == '\n' || r == '\r' {
-			return ' '
-		}
-		return r
-	}, s)
+	return textsafe.Escape(s)
 }
 
 // fields writes name/value pairs, one per line, names aligned: the human

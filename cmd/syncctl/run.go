@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/syncd-dev/syncd/internal/textsafe"
 )
 
 // Exit statuses. Scripts may rely on them; docs/operations.md lists them.
@@ -97,7 +99,7 @@ func (a *app) run(ctx context.Context, args []string) error {
 
 // oneLine folds a multi-line message onto one line.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+	return textsafe.Escape(strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " "))
 }
 
 func (a *app) rootCommand() *cobra.Command {

@@ -19,8 +19,9 @@ func (a *app) tokenRevokeCommand() *cobra.Command {
 		Use:   "revoke TOKEN_ID",
 		Short: "Remove a token; syncd refuses it within a second",
 		Long: `Remove a token from the token file by its id (syncctl token ls). syncd stops
-accepting it for new connections and admin requests within a second; sessions
-already open keep running until they reconnect.`,
+accepting it for new connections and admin requests within a second, and
+closes the sessions already open with it (unauthorized, close 1008) within
+about two seconds.`,
 		Args: exactArgs(1, "one token id"),
 	}
 	addTokenFileFlag(cmd)

@@ -109,7 +109,7 @@ func (a *app) printChange(ctx context.Context, d *device, ev client.ChangeEvent)
 		if len(v.Value) > 0 && json.Compact(&compact, v.Value) == nil {
 			value = compact.String()
 		}
-		_, err = fmt.Fprintf(a.stdout, watchRowFormat, strconv.FormatUint(ev.Version, 10), op, cell(ev.Model+"/"+ev.Key), value)
+		_, err = fmt.Fprintf(a.stdout, watchRowFormat, strconv.FormatUint(ev.Version, 10), op, cell(ev.Model+"/"+ev.Key), cell(value))
 	}
 	return err
 }

@@ -32,17 +32,24 @@ type options struct {
 	adminListen     string
 	data            string
 	tokens          string
+	devTokens       bool
 	nodeID          string
 	synchronous     string
 	models          replication.Config
 	origins         stringList
 	maxClockSkew    time.Duration
 	maxConnections  int
+	maxConnsPerAddr int
 	tlsCert         string
 	tlsKey          string
+	adminTLSCert    string
+	adminTLSKey     string
+	adminPlaintext  bool
 	logFormat       string
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
+	retention       server.Retention
+	retentionEvery  time.Duration
 	cluster         clusterOptions
 }
 
@@ -62,10 +69,25 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the sync, snapshot, health and metrics listener")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "address of the admin API listener (keep it on loopback); empty disables it")
 	fs.StringVar(&o.data, "data", "var/syncd.db", "SQLite database file (created with its directory if missing)")
-	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token); when missing, a development token file is generated and its tokens logged once")
+	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token issue); syncd refuses to start without one unless --dev-tokens")
+	fs.BoolVar(&o.devTokens, "dev-tokens", false, "development only: when the token file is missing, generate one with a client token for every model and an admin token, and log both once")
 	fs.StringVar(&o.nodeID, "node-id", server.DefaultNodeID, "this server's name (welcome, and the origin of its clock)")
 	fs.StringVar(&o.synchronous, "synchronous", "FULL", "SQLite synchronous level: FULL (acknowledged writes survive a power cut) or NORMAL (survive a crash only)")
-	fs.Var(&o.models, "model", "a model's conflict policy as NAME=POLICY (lww, optimistic or hook); repeatable; undeclared models are lww")
+	fs.Var(&o.models, "model", "a model's conflict policy as NAME=POLICY (lww, optimistic or hook); repeatable; undeclared models get --default-policy")
+	fs.DurationVar(&o.retention.LedgerMaxAge, "ledger-max-age", 0, "keep each tenant's replay-ledger decisions at least this long after they were decided (default 168h)")
+	fs.IntVar(&o.retention.LedgerMaxEntries, "ledger-max-entries", 0, "keep at most this many replay-ledger decisions per tenant (default 1000000)")
+	fs.DurationVar(&o.retention.Oplog.MaxAge, "oplog-max-age", 0, "compact oplog entries older than this; a client behind them resyncs from a snapshot (default 168h; negative: no age bound)")
+	fs.Int64Var(&o.retention.Oplog.MaxEntries, "oplog-max-entries", 0, "keep at most this many oplog entries (default 1000000; negative: no count bound)")
+	fs.DurationVar(&o.retention.Conflicts.MaxAge, "conflicts-max-age", 0, "prune conflict-log rows older than this (default 168h; negative: no age bound)")
+	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
+	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
+	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on the public listener; negative: no cap (behind a load balancer every peer has its address)")
+	fs.StringVar(&o.adminTLSCert, "admin-tls-cert", "", "PEM certificate for the admin listener (with --admin-tls-key it serves HTTPS)")
+	fs.StringVar(&o.adminTLSKey, "admin-tls-key", "", "PEM private key for --admin-tls-cert")
+	fs.BoolVar(&o.adminPlaintext, "admin-allow-plaintext", false, "serve the admin API without TLS on a non-loopback --admin-listen (only on a network that protects it: an admin token reads every tenant's data)")
+	fs.Func("default-policy", "policy of models no --model declares: lww, optimistic, or none to refuse writes to them (invalid_model) (default lww)", func(v string) error {
+		return o.models.Set(replication.AnyModel + "=" + v)
+	})
 	fs.Var(&o.origins, "allowed-origin", "host pattern of a browser origin allowed to connect; repeatable (native clients send no origin and are always allowed)")
 	fs.DurationVar(&o.maxClockSkew, "max-clock-skew", time.Minute, "how far ahead of the server's clock a mutation's timestamp may be")
 	fs.IntVar(&o.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on open websocket sessions")
@@ -89,6 +111,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return o, errors.New("--tls-cert and --tls-key go together")
+	}
+	if (o.adminTLSCert == "") != (o.adminTLSKey == "") {
+		return o, errors.New("--admin-tls-cert and --admin-tls-key go together")
+	}
+	if err := checkAdminListen(o); err != nil {
+		return o, err
 	}
 	if o.models.Uses(replication.PolicyHook) {
 		return o, errors.New("--model NAME=hook needs a Go hook: embed the server package to use it")
@@ -136,12 +164,21 @@ func newLogger(o options, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, ho))
 }
 
-// ensureTokens creates a development token file when none exists: one
-// client token (tenant "dev", client "dev-client", every model) and one
-// admin token. They are logged once, here; the file keeps only hashes.
-func ensureTokens(path string, log *slog.Logger) error {
+// errNoTokenFile: syncd was started without a token file and without
+// --dev-tokens.
+var errNoTokenFile = errors.New("no token file")
+
+// ensureTokens checks that the token file exists. When it does not, it
+// refuses (errNoTokenFile, naming the fix) unless dev is set; then it
+// creates a development token file: one client token (tenant "dev", client
+// "dev-client", every model) and one admin token, logged once, here (the
+// file keeps only hashes).
+func ensureTokens(path string, dev bool, log *slog.Logger) error {
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		return err
+	}
+	if !dev {
+		return fmt.Errorf("%w at %s: issue tokens with `syncctl token issue --tokens %s --admin` (and one per device), or start with --dev-tokens on a development machine", errNoTokenFile, path, path)
 	}
 	now := time.Now()
 	client, err := auth.Issue(path, auth.Principal{Tenant: "dev", ClientID: "dev-client", Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}}, now)
@@ -159,10 +196,31 @@ func ensureTokens(path string, log *slog.Logger) error {
 
 // listener is one HTTP server of syncd and how it ends.
 type listener struct {
-	name string
-	srv  *http.Server
-	ln   net.Listener
-	tls  bool
+	name      string
+	srv       *http.Server
+	ln        net.Listener
+	cert, key string // PEM files: serve TLS; "" serves plain HTTP
+}
+
+// errPlaintextAdmin: the admin API would be served without TLS on an
+// address other machines can reach.
+var errPlaintextAdmin = errors.New("plaintext admin API on a non-loopback address")
+
+// checkAdminListen refuses a non-loopback admin address without TLS unless
+// the operator allowed it explicitly: an admin token reads every tenant's
+// values, and plain HTTP shows it to the network.
+func checkAdminListen(o options) error {
+	if o.adminListen == "" || o.adminTLSCert != "" || o.adminPlaintext {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(o.adminListen)
+	if err != nil {
+		return fmt.Errorf("--admin-listen %q: %w", o.adminListen, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("%w: --admin-listen %s; serve it with --admin-tls-cert and --admin-tls-key, keep it on 127.0.0.1, or pass --admin-allow-plaintext when a private network protects it", errPlaintextAdmin, o.adminListen)
 }
 
 // run starts syncd and blocks until ctx is cancelled (SIGINT or SIGTERM),
@@ -176,7 +234,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := newLogger(o, stderr)
-	if err := ensureTokens(o.tokens, log); err != nil {
+	if err := ensureTokens(o.tokens, o.devTokens, log); err != nil {
 		return fmt.Errorf("token file: %w", err)
 	}
 	authn, err := auth.NewAuthenticator(o.tokens, nil)
@@ -195,16 +253,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
 	}
 	cfg := server.Config{
-		DataPath:       o.data,
-		Synchronous:    sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
-		Authenticator:  authn,
-		NodeID:         o.nodeID,
-		Policies:       o.models,
-		MaxClockSkew:   o.maxClockSkew,
-		AllowedOrigins: o.origins,
-		MaxConnections: o.maxConnections,
-		Logger:         log,
-		Registry:       reg,
+		DataPath:          o.data,
+		Synchronous:       sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
+		Authenticator:     authn,
+		NodeID:            o.nodeID,
+		Policies:          o.models,
+		MaxClockSkew:      o.maxClockSkew,
+		AllowedOrigins:    o.origins,
+		MaxConnections:    o.maxConnections,
+		Retention:         o.retention,
+		RetentionInterval: o.retentionEvery,
+		Logger:            log,
+		Registry:          reg,
 	}
 	if member != nil {
 		cfg.Cluster = member.cluster
@@ -218,10 +278,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer srv.Close()
 
-	listeners := []*listener{{name: "public", srv: newHTTPServer(srv.Handler(), log), tls: o.tlsCert != ""}}
+	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	listeners := []*listener{{name: "public", srv: server.NewHTTPServer(srv.Handler(), errorLog), cert: o.tlsCert, key: o.tlsKey}}
 	addrs := []string{o.listen}
 	if o.adminListen != "" {
-		listeners = append(listeners, &listener{name: "admin", srv: newHTTPServer(srv.AdminHandler(), log)})
+		listeners = append(listeners, &listener{name: "admin", srv: server.NewHTTPServer(srv.AdminHandler(), errorLog), cert: o.adminTLSCert, key: o.adminTLSKey})
 		addrs = append(addrs, o.adminListen)
 	}
 	for i, l := range listeners {
@@ -232,12 +293,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return fmt.Errorf("listen %s: %w", l.name, err)
 		}
 	}
+	listeners[0].ln = srv.LimitListener(listeners[0].ln)
 	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
 		go func() {
 			var err error
-			if l.tls {
-				err = l.srv.ServeTLS(l.ln, o.tlsCert, o.tlsKey)
+			if l.cert != "" {
+				err = l.srv.ServeTLS(l.ln, l.cert, l.key)
 			} else {
 				err = l.srv.Serve(l.ln)
 			}
@@ -269,14 +331,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return failed
 	}
 	return nil
-}
-
-func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
 }
 
 func adminAddr(ls []*listener) string {

@@ -3,8 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
@@ -12,6 +22,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/replication"
 )
 
 func TestFlagsFallBackToEnvironment(t *testing.T) {
@@ -63,7 +75,7 @@ func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "nested", "syncd.db")
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", data, "--tokens", filepath.Join(t.TempDir(), "tokens.json")}, func(string) string { return "" }, logs)
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", data, "--tokens", filepath.Join(t.TempDir(), "tokens.json"), "--dev-tokens"}, func(string) string { return "" }, logs)
 	}()
 
 	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
@@ -92,4 +104,136 @@ func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 		t.Fatal("syncd did not stop after cancellation")
 	}
 	require.Contains(t, logs.String(), "syncd stopped")
+}
+
+func TestDefaultPolicyFlag(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	o, err := parseFlags([]string{"--model", "notes=lww", "--default-policy", "none"}, noEnv, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, replication.PolicyNone, o.models.For("todos"))
+	require.Equal(t, replication.PolicyLWW, o.models.For("notes"))
+	for _, bad := range []string{"crdt", ""} {
+		_, err := parseFlags([]string{"--default-policy", bad}, noEnv, io.Discard)
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+func TestRetentionFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--oplog-max-entries", "10", "--oplog-max-age", "1h", "--ledger-max-age", "48h",
+		"--ledger-max-entries", "5000", "--conflicts-max-entries", "-1", "--retention-interval", "5s"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), o.retention.Oplog.MaxEntries)
+	require.Equal(t, time.Hour, o.retention.Oplog.MaxAge)
+	require.Equal(t, 48*time.Hour, o.retention.LedgerMaxAge)
+	require.Equal(t, 5000, o.retention.LedgerMaxEntries)
+	require.Equal(t, int64(-1), o.retention.Conflicts.MaxEntries)
+	require.Equal(t, 5*time.Second, o.retentionEvery)
+}
+
+// Without a token file syncd starts only with --dev-tokens: it never makes
+// up credentials in production, and never logs any without being asked.
+func TestMissingTokenFileNeedsDevTokens(t *testing.T) {
+	logs := &syncWriter{}
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	err := run(t.Context(), []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", filepath.Join(t.TempDir(), "syncd.db"), "--tokens", tokens}, func(string) string { return "" }, logs)
+	require.ErrorIs(t, err, errNoTokenFile)
+	require.ErrorContains(t, err, "syncctl token issue")
+	require.ErrorContains(t, err, "--dev-tokens")
+	require.NoFileExists(t, tokens)
+	require.NotContains(t, logs.String(), "sdk_", "no token logged")
+}
+
+func TestAdminListenerOffLoopbackNeedsTLS(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	for _, args := range [][]string{
+		{"--admin-listen", "0.0.0.0:8081"},
+		{"--admin-listen", ":8081"},
+		{"--admin-listen", "10.1.2.3:8081"},
+	} {
+		_, err := parseFlags(args, noEnv, io.Discard)
+		require.ErrorIs(t, err, errPlaintextAdmin, "%q", args)
+		require.ErrorContains(t, err, "--admin-tls-cert")
+	}
+	for _, args := range [][]string{
+		{"--admin-listen", "127.0.0.1:8081"},
+		{"--admin-listen", "[::1]:8081"},
+		{"--admin-listen", "localhost:8081"},
+		{"--admin-listen", ""},
+		{"--admin-listen", "0.0.0.0:8081", "--admin-allow-plaintext"},
+		{"--admin-listen", "0.0.0.0:8081", "--admin-tls-cert", "c.pem", "--admin-tls-key", "k.pem"},
+	} {
+		_, err := parseFlags(args, noEnv, io.Discard)
+		require.NoError(t, err, "%q", args)
+	}
+	_, err := parseFlags([]string{"--admin-tls-cert", "c.pem"}, noEnv, io.Discard)
+	require.ErrorContains(t, err, "go together")
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key as PEM files
+// and returns their paths and a pool trusting the certificate.
+func selfSigned(t *testing.T) (certPath, keyPath string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "syncd admin"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	certPath, keyPath = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certPath, keyPath, pool
+}
+
+// With a certificate the admin listener serves HTTPS only.
+func TestAdminListenerServesTLS(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	certPath, keyPath, pool := selfSigned(t)
+	logs := &syncWriter{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--dev-tokens",
+			"--data", filepath.Join(t.TempDir(), "syncd.db"), "--tokens", filepath.Join(t.TempDir(), "tokens.json"),
+			"--admin-tls-cert", certPath, "--admin-tls-key", keyPath}, func(string) string { return "" }, logs)
+	}()
+	addrRE := regexp.MustCompile(`admin_addr=(127\.0\.0\.1:\d+)`)
+	tokenRE := regexp.MustCompile(`admin_token=(sdk_\S+)`)
+	var addr, token string
+	require.Eventually(t, func() bool {
+		a, tk := addrRE.FindStringSubmatch(logs.String()), tokenRE.FindStringSubmatch(logs.String())
+		if a == nil || tk == nil {
+			return false
+		}
+		addr, token = a[1], tk[1]
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "syncd never logged its admin address: %s", logs)
+
+	tlsClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/v1/admin/status", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := tlsClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	resp, err = (&http.Client{Timeout: 10 * time.Second}).Get("http://" + addr + "/healthz")
+	if err == nil {
+		resp.Body.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP to the TLS listener is refused")
+	}
+	cancel()
+	require.NoError(t, <-done)
 }

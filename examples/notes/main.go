@@ -29,6 +29,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/textsafe"
 )
 
 const model = "notes"
@@ -85,12 +86,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "saved %s (op %s); it syncs when the server is reachable\n", rest[0], op)
+		fmt.Fprintf(stdout, "saved %s (op %s); it syncs when the server is reachable\n", textsafe.Escape(rest[0]), op)
 	case cmd == "rm" && len(rest) == 1:
 		if _, err := c.Delete(ctx, model, rest[0]); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "deleted %s\n", rest[0])
+		fmt.Fprintf(stdout, "deleted %s\n", textsafe.Escape(rest[0]))
 	case cmd == "ls" && len(rest) == 0:
 		recs, err := c.List(ctx, model, client.ListOptions{})
 		if err != nil {
@@ -104,7 +105,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			if r.Pending {
 				mark = "(not synced)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Key, n.Text, mark)
+			// Notes synced from other devices are untrusted text.
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", textsafe.Escape(r.Key), textsafe.Escape(n.Text), mark)
 		}
 		tw.Flush()
 	case cmd == "sync" && len(rest) == 0:

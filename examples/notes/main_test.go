@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
 )
@@ -38,22 +38,17 @@ func TestOfflineThenSync(t *testing.T) {
 	}
 
 	require.Contains(t, notes("add", "shopping", "milk, eggs"), "saved shopping")
-	require.Contains(t, notes("ls"), "(not synced)")
-	require.Contains(t, notes("status"), "pending 1")
+	hostile := notes("add", "trap", "\x1b]0;pwned\x07\x1b[2J")
+	require.NotContains(t, hostile, "\x1b", "a note's text never reaches the terminal raw")
+	listed := notes("ls")
+	require.Contains(t, listed, "(not synced)")
+	require.NotContains(t, listed, "\x1b")
+	require.Contains(t, listed, `\x1b]0;pwned\x07`)
+	require.Contains(t, notes("status"), "pending 2")
 
 	authn, err := auth.NewAuthenticator(tokens, nil)
 	require.NoError(t, err)
-	srv, err := server.New(ctx, server.Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: authn})
-	require.NoError(t, err)
-	ln, err = net.Listen("tcp", addr)
-	require.NoError(t, err)
-	hs := &http.Server{Handler: srv.Handler()}
-	go hs.Serve(ln)
-	defer func() {
-		srv.Shutdown(ctx)
-		hs.Close()
-		srv.Close()
-	}()
+	syncdtest.StartAt(t, addr, server.Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: authn})
 
 	require.Contains(t, notes("sync"), "pending 0, dead letters 0")
 	out := notes("ls")

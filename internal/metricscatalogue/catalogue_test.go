@@ -134,39 +134,23 @@ func runScenario(t *testing.T) *scenario {
 	dir := t.TempDir()
 	sc := &scenario{serverLogs: &logBuffer{}, clientLogs: &logBuffer{}, clientRegistry: prometheus.NewRegistry()}
 
-	tokens := filepath.Join(dir, "tokens.json")
-	issue := func(p auth.Principal) string {
-		tok, err := auth.Issue(tokens, p, time.Now())
-		require.NoError(t, err)
-		sc.tokens = append(sc.tokens, tok)
-		return tok
-	}
-	admin := issue(auth.Principal{Admin: true})
-	member := issue(auth.Principal{Tenant: "acme", ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes", "docs"}})
-	prober := issue(auth.Principal{Tenant: "acme", ClientID: "probe-1", Read: []string{auth.Wildcard}})
-	wrong := "sdk_000000000000_" + strings.Repeat("x", 43)
-	sc.tokens = append(sc.tokens, wrong)
-	authn, err := auth.NewAuthenticator(tokens, nil)
-	require.NoError(t, err)
-
-	srv, err := server.New(ctx, server.Config{
-		DataPath: filepath.Join(dir, "syncd.db"), Authenticator: authn,
+	srv := syncdtest.Start(t, server.Config{
 		Policies:          replication.Config{"docs": replication.PolicyOptimistic},
 		RetentionInterval: -1,
 		Logger:            debugLogger(sc.serverLogs),
 	})
-	require.NoError(t, err)
-	public := httptest.NewServer(srv.Handler())
-	adminSrv := httptest.NewServer(srv.AdminHandler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		require.NoError(t, srv.Shutdown(ctx))
-		public.Close()
-		adminSrv.Close()
-		require.NoError(t, srv.Close())
-	})
-	sc.publicURL, sc.adminURL = public.URL, adminSrv.URL
+	issue := func(p auth.Principal) string {
+		tok := srv.Issue(t, p)
+		sc.tokens = append(sc.tokens, tok)
+		return tok
+	}
+	admin := srv.AdminToken
+	sc.tokens = append(sc.tokens, admin)
+	member := issue(auth.Principal{Tenant: "acme", ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes", "docs"}})
+	prober := issue(auth.Principal{Tenant: "acme", ClientID: "probe-1", Read: []string{auth.Wildcard}})
+	wrong := "sdk_000000000000_" + strings.Repeat("x", 43)
+	sc.tokens = append(sc.tokens, wrong)
+	sc.publicURL, sc.adminURL = srv.URL, srv.AdminURL
 	sc.clusterNodeURL = syncdtest.StartCluster(t, 1, server.Config{RetentionInterval: -1})[0].URL
 
 	qm, err := offlinequeue.NewMetrics(sc.clientRegistry)
@@ -174,7 +158,7 @@ func runScenario(t *testing.T) *scenario {
 	q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{Options: offlinequeue.Options{Metrics: qm}})
 	require.NoError(t, err)
 	c, err := client.Open(ctx, client.Config{
-		ServerURLs: []string{public.URL}, Token: member, ClientID: "phone-1", Queue: q,
+		ServerURLs: []string{srv.URL}, Token: member, ClientID: "phone-1", Queue: q,
 		ReplicaPath: filepath.Join(dir, "replica.db"), MaxAttempts: 1,
 		Registerer: sc.clientRegistry, Logger: debugLogger(sc.clientLogs),
 	})
@@ -206,7 +190,7 @@ func runScenario(t *testing.T) *scenario {
 	require.Contains(t, dead.Reason, string(syncproto.CodeForbiddenModel))
 
 	// A refused token, on the snapshot endpoint.
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, public.URL+syncproto.SnapshotPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+syncproto.SnapshotPath, nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+wrong)
 	resp, err := http.DefaultClient.Do(req)
@@ -217,7 +201,7 @@ func runScenario(t *testing.T) *scenario {
 	// A protocol error: a request of an unknown type after hello.
 	wsctx, cancel := context.WithTimeout(ctx, waitFor)
 	defer cancel()
-	ws, _, err := websocket.Dial(wsctx, "ws"+strings.TrimPrefix(public.URL, "http")+syncproto.SyncPath, &websocket.DialOptions{
+	ws, _, err := websocket.Dial(wsctx, "ws"+strings.TrimPrefix(srv.URL, "http")+syncproto.SyncPath, &websocket.DialOptions{
 		Subprotocols: []string{syncproto.Subprotocol},
 		HTTPHeader:   http.Header{"Authorization": {"Bearer " + prober}},
 	})
@@ -235,7 +219,7 @@ func runScenario(t *testing.T) *scenario {
 	ws.Close(websocket.StatusNormalClosure, "")
 
 	// An admin call, so the admin token passes through the server too.
-	req, err = http.NewRequestWithContext(ctx, http.MethodGet, adminSrv.URL+"/v1/admin/status", nil)
+	req, err = http.NewRequestWithContext(ctx, http.MethodGet, srv.AdminURL+"/v1/admin/status", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+admin)
 	resp, err = http.DefaultClient.Do(req)

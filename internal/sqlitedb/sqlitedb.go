@@ -159,6 +159,13 @@ func open(ctx context.Context, path string, o Options) (*sql.DB, error) {
 		if toSync, err = createDirs(abs); err != nil {
 			return nil, err
 		}
+		created, err := createPrivate(abs)
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			toSync = append(toSync, filepath.Dir(abs))
+		}
 	}
 	db := sql.OpenDB(connector{
 		dsn: dsn(abs, s.ReadOnly),
@@ -175,6 +182,25 @@ func open(ctx context.Context, path string, o Options) (*sql.DB, error) {
 		}
 	}
 	return db, nil
+}
+
+// FileMode is the mode of database files Open creates: readable by their
+// owner only (the data holds every tenant's values). SQLite gives the -wal
+// and -shm files it creates the main file's mode.
+const FileMode = 0o600
+
+// createPrivate creates an empty database file at path with FileMode when
+// none exists, so that SQLite never creates it with the process umask's
+// wider mode, and reports whether it did.
+func createPrivate(path string) (bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, FileMode)
+	if errors.Is(err, os.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, f.Close()
 }
 
 // dsn is the driver's data source name for the file at absPath: a SQLite URI

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -334,4 +335,22 @@ func TestQueryValue(t *testing.T) {
 		require.ErrorContains(t, err, "no such table")
 		return nil
 	}))
+}
+
+// Database files are private to their owner, whatever the umask: the main
+// file, and the -wal and -shm files SQLite creates beside it.
+func TestOpenCreatesFilesOwnerOnly(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	path := filepath.Join(t.TempDir(), "private.db")
+	db, err := sqlitedb.Open(t.Context(), path, sqlitedb.Options{})
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.ExecContext(t.Context(), `CREATE TABLE t (x)`)
+	require.NoError(t, err)
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(f)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(sqlitedb.FileMode), st.Mode().Perm(), f)
+	}
 }

@@ -45,6 +45,7 @@ type Server struct {
 	Registry *prometheus.Registry
 
 	cfg       server.Config
+	addr      string // the public listener's fixed address; "" for a fresh port
 	listeners []*http.Server
 	stopOnce  sync.Once
 	// join, on a cluster node, makes a new membership for each start.
@@ -57,8 +58,17 @@ type Server struct {
 // registry.
 func Start(t testing.TB, cfg server.Config) *Server {
 	t.Helper()
+	return StartAt(t, "", cfg)
+}
+
+// StartAt is Start with the public listener on addr (host:port on
+// loopback), for a test whose device was configured, and ran offline,
+// before its server existed. Restart keeps addr. An empty addr is a fresh
+// port.
+func StartAt(t testing.TB, addr string, cfg server.Config) *Server {
+	t.Helper()
 	dir := t.TempDir()
-	s := &Server{TokenPath: filepath.Join(dir, "tokens.json")}
+	s := &Server{TokenPath: filepath.Join(dir, "tokens.json"), addr: addr}
 	if cfg.DataPath == "" {
 		cfg.DataPath = filepath.Join(dir, "syncd.db")
 	}
@@ -88,17 +98,25 @@ func (s *Server) start(t testing.TB, cfg server.Config) {
 	s.Server, s.cfg, s.DataPath, s.Registry = srv, cfg, cfg.DataPath, cfg.Registry
 	s.stopOnce = sync.Once{}
 	s.listeners = nil
-	s.URL = s.serve(t, srv.Handler())
-	s.AdminURL = s.serve(t, srv.AdminHandler())
+	s.URL = s.serve(t, s.addr, srv.Handler(), srv.LimitListener)
+	s.AdminURL = s.serve(t, "", srv.AdminHandler(), nil)
 	t.Cleanup(func() { s.Stop(t) })
 }
 
-// serve serves h on a fresh loopback port until the server stops.
-func (s *Server) serve(t testing.TB, h http.Handler) string {
+// serve serves h on addr (a fresh loopback port when "") until the
+// server stops, through wrap when it is not nil, with the timeouts syncd
+// uses.
+func (s *Server) serve(t testing.TB, addr string, h http.Handler, wrap func(net.Listener) net.Listener) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: Timeout}
+	if wrap != nil {
+		ln = wrap(ln)
+	}
+	hs := server.NewHTTPServer(h, nil)
 	go hs.Serve(ln)
 	s.listeners = append(s.listeners, hs)
 	return "http://" + ln.Addr().String()
@@ -120,7 +138,8 @@ func (s *Server) Stop(t testing.TB) {
 }
 
 // Restart stops the server and starts it again over the same database,
-// token file and configuration, on new ports (URL and AdminURL change),
+// token file and configuration, on new ports (URL and AdminURL change, but
+// for StartAt's address),
 // with a new metrics registry. A cluster node rejoins its cluster through
 // the same NATS server.
 func (s *Server) Restart(t testing.TB) {

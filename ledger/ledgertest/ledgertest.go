@@ -83,6 +83,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("EmptyOpIDNeverDecided", s.emptyOpIDNeverDecided)
 	t.Run("ZeroOpTimeRefused", s.zeroOpTimeRefused)
 	t.Run("DuplicateRecordRefused", s.duplicateRecordRefused)
+	t.Run("LookupAllAnswersLikeLookup", s.lookupAllAnswersLikeLookup)
+	t.Run("LookupAllInChunks", s.lookupAllInChunks)
+	t.Run("RecordAllAllOrNone", s.recordAllAllOrNone)
 	t.Run("RollbackDiscards", s.rollbackDiscards)
 	t.Run("VisibleOnlyAfterCommit", s.visibleOnlyAfterCommit)
 	t.Run("EndedTxRefuses", s.endedTxRefuses)
@@ -195,6 +198,20 @@ func requireOutcomes(t *testing.T, st Store, ds []ledger.Decision, want func(i i
 		}
 	}
 	require.NoError(t, tx.Rollback())
+	// LookupAll must agree, scope by scope.
+	byScope := map[string][]int{}
+	for i, d := range ds {
+		byScope[d.Scope] = append(byScope[d.Scope], i)
+	}
+	for scope, idx := range byScope {
+		sds := make([]ledger.Decision, len(idx))
+		for j, i := range idx {
+			sds[j] = ds[i]
+		}
+		for j, ans := range lookupAll(t, st, scope, sds) {
+			require.Equal(t, want(idx[j]), ans.Outcome, "LookupAll of op %q", sds[j].OpID)
+		}
+	}
 }
 
 // stored is d as the ledger gives it back: times truncated to the

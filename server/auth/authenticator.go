@@ -65,6 +65,21 @@ func (a *Authenticator) Authenticate(token string) (Principal, error) {
 	return t.Principal, nil
 }
 
+// Active reports whether the token with id tokenID is still in the token
+// file (not revoked), re-reading a changed file at most once per
+// reloadInterval. Sessions opened with a token ask it periodically and end
+// when it turns false.
+func (a *Authenticator) Active(tokenID string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if now := a.now(); now.Sub(a.checkedAt) >= reloadInterval {
+		a.checkedAt = now
+		a.reloadErr = a.reloadIfChangedLocked()
+	}
+	_, found := a.byID[tokenID]
+	return found
+}
+
 // ReloadError reports why the last reload of a changed file failed, or nil.
 func (a *Authenticator) ReloadError() error {
 	a.mu.Lock()

@@ -29,7 +29,7 @@ var deadLetterTests = []subtest{
 			DeadAt: deadAt.UTC(),
 		}}
 		require.Equal(t, want, s.Dead)
-		require.Equal(t, offlinequeue.Stats{Pending: 1, DeadLetters: 1}, s.Stats)
+		require.Equal(t, offlinequeue.Stats{Pending: 1, DeadLetters: 1, MaxDepth: offlinequeue.DefaultMaxDepth}, s.Stats)
 		if e.durable {
 			q = e.reopen(q, e.opts())
 			require.Equal(t, s, takeSnapshot(t, e, q), "after reopen")

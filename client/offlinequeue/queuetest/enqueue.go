@@ -26,7 +26,7 @@ var enqueueTests = []subtest{
 			{ID: b, Payload: []byte("keyed"), Key: "op-1", EnqueuedAt: at.UTC()},
 		}
 		require.Equal(t, want, got.Pending)
-		require.Equal(t, offlinequeue.Stats{Pending: 2}, got.Stats)
+		require.Equal(t, offlinequeue.Stats{Pending: 2, MaxDepth: offlinequeue.DefaultMaxDepth}, got.Stats)
 	}},
 	{name: "Enqueue/EnqueuedAtUsesOptionsNow", run: func(t *testing.T, e *env) {
 		q := e.openQueue(e.opts())

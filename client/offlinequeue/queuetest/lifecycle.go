@@ -40,9 +40,12 @@ var depthTests = []subtest{
 			require.ErrorIs(t, err, offlinequeue.ErrFull, "a reopened full queue is still full")
 		}
 	}},
-	{name: "MaxDepth/ZeroIsUnbounded", run: func(t *testing.T, e *env) {
+	{name: "MaxDepth/ZeroIsTheDefault", run: func(t *testing.T, e *env) {
 		q := e.openQueue(e.opts())
-		require.Zero(t, q.MaxDepth())
+		require.Equal(t, offlinequeue.DefaultMaxDepth, q.MaxDepth())
+		st, err := q.Stats(e.ctx())
+		require.NoError(t, err)
+		require.Equal(t, offlinequeue.DefaultMaxDepth, st.MaxDepth)
 		enqueueN(t, e, q, "item", 40)
 		requireLen(t, e, q, 40)
 		require.Zero(t, metricValue(t, e.reg, overflowMetric))

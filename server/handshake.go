@@ -1,0 +1,153 @@
+package server
+
+import (
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// BearerSubprotocolPrefix starts the Sec-WebSocket-Protocol entry that
+// carries a token for clients that cannot set an Authorization header on
+// the upgrade (a browser's WebSocket): "syncproto.bearer.<token>", offered
+// beside syncproto.v1. The server never selects it, so it is not echoed.
+const BearerSubprotocolPrefix = "syncproto.bearer."
+
+// admitUpgrade runs PROTOCOL.md section 1's checks, in the table's order,
+// on a request for the sync endpoint. On a refusal it has answered with the
+// JSON error body and returns false; otherwise it returns the principal
+// and has counted the connection (release it with s.conns.Add(-1)).
+func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
+	refuse := func(status int, e *syncproto.Error) (auth.Principal, bool) {
+		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
+		httpError(w, status, e)
+		return auth.Principal{}, false
+	}
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		return refuse(http.StatusMethodNotAllowed, syncproto.Errorf(syncproto.CodeBadRequest, "%s needs GET with the websocket upgrade headers", syncproto.SyncPath))
+	}
+	if problem := upgradeProblem(r); problem != "" {
+		return refuse(http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "not a websocket upgrade: %s", problem))
+	}
+	if s.draining.Load() {
+		w.Header().Set("Retry-After", "5")
+		return refuse(http.StatusServiceUnavailable, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down"))
+	}
+	if s.conns.Add(1) > int64(s.cfg.MaxConnections) {
+		s.conns.Add(-1)
+		w.Header().Set("Retry-After", "5")
+		return refuse(http.StatusServiceUnavailable, syncproto.Errorf(syncproto.CodeServerBusy, "too many connections"))
+	}
+	p, ok := s.principal(w, r, false)
+	if !ok {
+		s.conns.Add(-1)
+		return auth.Principal{}, false
+	}
+	if !originAllowed(r, s.cfg.AllowedOrigins) {
+		s.conns.Add(-1)
+		s.log.Warn("websocket origin refused", "remote", r.RemoteAddr, "origin", r.Header.Get("Origin"))
+		return refuse(http.StatusForbidden, syncproto.Errorf(syncproto.CodeForbiddenOrigin, "origin %q is not allowed", r.Header.Get("Origin")))
+	}
+	if !offersSubprotocol(r) {
+		s.conns.Add(-1)
+		return refuse(http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "the websocket subprotocol %s is required", syncproto.Subprotocol))
+	}
+	return p, true
+}
+
+// upgradeProblem names what makes r not a websocket upgrade request, or
+// returns "".
+func upgradeProblem(r *http.Request) string {
+	switch {
+	case !headerHasToken(r.Header, "Connection", "upgrade"):
+		return "Connection: Upgrade is missing"
+	case !headerHasToken(r.Header, "Upgrade", "websocket"):
+		return "Upgrade: websocket is missing"
+	case r.Header.Get("Sec-WebSocket-Version") != "13":
+		return "Sec-WebSocket-Version must be 13"
+	case r.Header.Get("Sec-WebSocket-Key") == "":
+		return "Sec-WebSocket-Key is missing"
+	}
+	return ""
+}
+
+// headerHasToken reports whether the comma-separated header name holds
+// token, compared without case.
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// originAllowed applies the origin allow-list (Config.AllowedOrigins): a
+// request without Origin (a native client) passes; an Origin whose host is
+// the request's Host passes; otherwise its host[:port] must match one of
+// patterns (path.Match syntax, without case: "app.example.com",
+// "*.example.com", "localhost:*"). A pattern holding "://" is matched
+// against the whole origin, scheme included.
+func originAllowed(r *http.Request, patterns []string) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, p := range patterns {
+		target := u.Host
+		if strings.Contains(p, "://") {
+			target = u.Scheme + "://" + u.Host
+		}
+		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// offersSubprotocol reports whether r offers syncproto.v1.
+func offersSubprotocol(r *http.Request) bool {
+	for _, p := range offeredSubprotocols(r) {
+		if p == syncproto.Subprotocol {
+			return true
+		}
+	}
+	return false
+}
+
+// bearerToken is the token r presents: the Authorization header's, else
+// the one carried by a BearerSubprotocolPrefix entry, else "".
+func bearerToken(r *http.Request) string {
+	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return strings.TrimSpace(token)
+	}
+	for _, p := range offeredSubprotocols(r) {
+		if token, ok := strings.CutPrefix(p, BearerSubprotocolPrefix); ok {
+			return token
+		}
+	}
+	return ""
+}
+
+func offeredSubprotocols(r *http.Request) []string {
+	var out []string
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			out = append(out, strings.TrimSpace(p))
+		}
+	}
+	return out
+}
