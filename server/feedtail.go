@@ -17,10 +17,14 @@ import (
 // the tail reads SQLite, as a pull does.
 const feedTailBytes = 8 << 20
 
-// feedPageBytes bounds the value bytes of one page of the change feed; with
-// one page in flight per subscription it is what a slow subscriber can hold
-// of the feed in server memory.
-const feedPageBytes = replication.DefaultReadBytes
+// feedPageBytes bounds the value bytes of one page of the change feed, and
+// feedPagesInFlight the pages a subscription may have queued or being
+// written: a slow subscriber holds at most feedPagesInFlight*feedPageBytes
+// of values in server memory.
+const (
+	feedPageBytes     = replication.DefaultReadBytes
+	feedPagesInFlight = 4
+)
 
 // feedTail is the newest stretch of the oplog, read from the database once
 // and shared by every subscription of this node: after a commit, one

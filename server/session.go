@@ -400,6 +400,7 @@ func (ss *session) stopSubscription() {
 
 func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 	first := true
+	inFlight := make(chan struct{}, feedPagesInFlight)
 	for ctx.Err() == nil {
 		page, resync := ss.read(ctx, id, cursor, 0)
 		if resync != nil {
@@ -415,27 +416,26 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 			// The client's position (admin: cursor, lag) is where the
 			// last page it was sent ends, the first (perhaps empty) one
 			// included: a client subscribing at the head is not behind.
-			// One page in flight: the next is read once this one is
-			// written, so a session holds at most one page of the feed
-			// (feedPageBytes of values) and a subscriber that fell
-			// behind gets everything new in one page, not one per
-			// commit. A subscriber that stops reading is cut by the
-			// write timeout and resumes from its cursor.
-			written := make(chan struct{})
+			// At most feedPagesInFlight pages queued or being written:
+			// a session holds at most that many pages of the feed
+			// (feedPageBytes of values each), and a subscriber that
+			// fell behind gets what is new in full pages rather than
+			// one page per commit. A subscriber that stops reading is
+			// cut by the write timeout and resumes from its cursor.
+			select {
+			case inFlight <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 			out.onSent = func() {
 				now := ss.srv.now()
 				for _, e := range entries {
 					ss.srv.metrics.syncLag.Observe(now.Sub(e.AppliedAt).Seconds())
 				}
 				ss.cursor.Store(seq)
-				close(written)
+				<-inFlight
 			}
 			if !ss.sendCtx(ctx, out) {
-				return
-			}
-			select {
-			case <-written:
-			case <-ctx.Done():
 				return
 			}
 			first = false
