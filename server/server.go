@@ -203,6 +203,7 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 	store *replication.Store // the state: records, oplog, ledger, conflict log
+	tail  *feedTail          // the newest oplog entries, shared by every subscription
 	// snapshotDB is the snapshots' own pool; snapshots admits them.
 	snapshotDB *sql.DB
 	snapshots  *snapshotGate
@@ -270,6 +271,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now, ID: clusterID,
 	})
 	if err == nil {
+		s.tail = newFeedTail(s.store.Log)
 		err = s.setOplogGauges(ctx)
 	}
 	if err == nil {

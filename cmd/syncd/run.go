@@ -253,18 +253,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
 	}
 	cfg := server.Config{
-		DataPath:          o.data,
-		Synchronous:       sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
-		Authenticator:     authn,
-		NodeID:            o.nodeID,
-		Policies:          o.models,
-		MaxClockSkew:      o.maxClockSkew,
-		AllowedOrigins:    o.origins,
-		MaxConnections:    o.maxConnections,
-		Retention:         o.retention,
-		RetentionInterval: o.retentionEvery,
-		Logger:            log,
-		Registry:          reg,
+		DataPath:                 o.data,
+		Synchronous:              sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
+		Authenticator:            authn,
+		NodeID:                   o.nodeID,
+		Policies:                 o.models,
+		MaxClockSkew:             o.maxClockSkew,
+		AllowedOrigins:           o.origins,
+		MaxConnections:           o.maxConnections,
+		MaxConnectionsPerAddress: o.maxConnsPerAddr,
+		Retention:                o.retention,
+		RetentionInterval:        o.retentionEvery,
+		Logger:                   log,
+		Registry:                 reg,
 	}
 	if member != nil {
 		cfg.Cluster = member.cluster
