@@ -170,6 +170,26 @@ func (t *feedTail) append(page replication.Page) {
 	t.encoded = append([][]byte(nil), t.encoded[drop:]...)
 }
 
+// forget drops the entries the oplog no longer retains (seq < oldest), so
+// that a subscriber behind the compacted oplog gets resync from the log, as
+// PROTOCOL.md section 7 says, not entries only this node's memory still
+// holds. Call it after every compaction.
+func (t *feedTail) forget(oldest uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if oldest == 0 || oldest <= t.start+1 {
+		return
+	}
+	drop := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].Seq >= oldest })
+	for _, e := range t.entries[:drop] {
+		t.bytes -= len(e.Value)
+	}
+	t.entries = append([]replication.Entry(nil), t.entries[drop:]...)
+	t.encoded = append([][]byte(nil), t.encoded[drop:]...)
+	t.start = max(t.start, oldest-1)
+	t.head = max(t.head, t.start)
+}
+
 // encodeChange returns e as a changes entry in JSON, as syncproto.Encode
 // writes it; nil if it cannot be encoded (the frame is then encoded the
 // ordinary way, which reports the error).
