@@ -18,9 +18,12 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -486,4 +489,99 @@ func TestAbuseFramesShareOneByteBudget(t *testing.T) {
 		c, clock := session(t, ts, ts.member(t, "acme", "patient"), "patient")
 		requireApplied(t, c.push("p1", put(t, clock, "notes", "k", `1`)))
 	})
+}
+
+// rssBytes is the process's resident set size (Linux /proc).
+func rssBytes(tb testing.TB) int64 {
+	tb.Helper()
+	statm, err := os.ReadFile("/proc/self/statm")
+	require.NoError(tb, err)
+	fields := strings.Fields(string(statm))
+	require.GreaterOrEqual(tb, len(fields), 2)
+	pages, err := strconv.ParseInt(fields[1], 10, 64)
+	require.NoError(tb, err)
+	return pages * int64(os.Getpagesize())
+}
+
+// BenchmarkAbuseParallelLargePushes is finding 7's flood: 60 sessions,
+// each in its own tenant, push a ~4 MiB frame at the same moment, round
+// after round. It reports the peak growth of the process's RSS (server
+// and the 60 clients, which share one frame buffer) with the default
+// frame budget and with the budget off.
+func BenchmarkAbuseParallelLargePushes(b *testing.B) {
+	const sessions, values = 60, 16
+	for _, bc := range []struct {
+		name   string
+		budget int64
+	}{{"budget=default", 0}, {"budget=off", 1 << 40}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ts := startServer(b, server.Config{FrameBudgetBytes: bc.budget, Quotas: noQuotas, RequestsPerSecond: 1e9, RequestBurst: 1 << 30, RetentionInterval: -1})
+			clients := make([]*wsClient, sessions)
+			var clock *syncproto.Clock
+			for i := range clients {
+				clients[i], clock = session(b, ts, ts.member(b, fmt.Sprintf("t%d", i), "bench"), "bench")
+			}
+			big := `"` + strings.Repeat("x", syncproto.MaxPayloadBytes-4<<10) + `"`
+			muts := make([]syncproto.Mutation, values)
+			for i := range muts {
+				muts[i] = put(b, clock, "notes", fmt.Sprintf("k%d", i), big)
+			}
+			frame, err := syncproto.Encode(&syncproto.Push{ID: "big", Mutations: muts})
+			require.NoError(b, err)
+			require.LessOrEqual(b, len(frame), syncproto.MaxFrameBytes)
+
+			runtime.GC()
+			debug.FreeOSMemory()
+			base := rssBytes(b)
+			var peak atomic.Int64
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				tick := time.NewTicker(2 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					if r := rssBytes(b); r > peak.Load() {
+						peak.Store(r)
+					}
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+				}
+			}()
+			b.SetBytes(int64(sessions * len(frame)))
+			b.ResetTimer()
+			for range b.N {
+				errs := make(chan error, sessions)
+				var wg sync.WaitGroup
+				for _, c := range clients {
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						defer cancel()
+						if err := c.conn.Write(ctx, websocket.MessageText, frame); err != nil {
+							errs <- err
+							return
+						}
+						_, answer, err := c.conn.Read(ctx)
+						if err == nil && !bytes.Contains(answer, []byte(`"push_result"`)) {
+							err = fmt.Errorf("answer %.200s", answer)
+						}
+						errs <- err
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					require.NoError(b, err)
+				}
+			}
+			b.StopTimer()
+			close(stop)
+			<-sampled
+			b.ReportMetric(float64(peak.Load()-base)/(1<<20), "peak-rss-growth-MiB")
+			b.ReportMetric(float64(peak.Load())/(1<<20), "peak-rss-MiB")
+		})
+	}
 }
