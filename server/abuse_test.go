@@ -31,6 +31,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -515,7 +516,9 @@ func BenchmarkAbuseParallelLargePushes(b *testing.B) {
 		budget int64
 	}{{"budget=default", 0}, {"budget=off", 1 << 40}} {
 		b.Run(bc.name, func(b *testing.B) {
-			ts := startServer(b, server.Config{FrameBudgetBytes: bc.budget, Quotas: noQuotas, RequestsPerSecond: 1e9, RequestBurst: 1 << 30, RetentionInterval: -1})
+			// Synchronous NORMAL: each round writes ~500 MiB to SQLite (values
+			// and oplog), which the benchmark is not about.
+			ts := startServer(b, server.Config{FrameBudgetBytes: bc.budget, Quotas: noQuotas, RequestsPerSecond: 1e9, RequestBurst: 1 << 30, RetentionInterval: -1, Synchronous: sqlitedb.Normal})
 			clients := make([]*wsClient, sessions)
 			var clock *syncproto.Clock
 			for i := range clients {
@@ -558,7 +561,8 @@ func BenchmarkAbuseParallelLargePushes(b *testing.B) {
 				var wg sync.WaitGroup
 				for _, c := range clients {
 					wg.Go(func() {
-						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						// A round is disk-bound: tens of seconds on a slow disk.
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 						defer cancel()
 						if err := c.conn.Write(ctx, websocket.MessageText, frame); err != nil {
 							errs <- err
