@@ -21,22 +21,34 @@ type eventLog struct {
 	interval time.Duration
 
 	mu     sync.Mutex
-	counts map[eventKind]int
+	counts map[eventKind]*eventCount
 	timer  *time.Timer // pending flush; nil when nothing is counted
 	closed bool
 }
 
 type eventKind struct{ msg, code string }
 
-func newEventLog(log *slog.Logger, interval time.Duration) *eventLog {
-	return &eventLog{log: log, interval: interval, counts: map[eventKind]int{}}
+type eventCount struct {
+	n          int
+	lastRemote string
 }
 
-// add counts one event; msg is the line's message, code its kind.
-func (l *eventLog) add(msg, code string) {
+func newEventLog(log *slog.Logger, interval time.Duration) *eventLog {
+	return &eventLog{log: log, interval: interval, counts: map[eventKind]*eventCount{}}
+}
+
+// add counts one event from remote; msg is the line's message, code its
+// kind.
+func (l *eventLog) add(msg, code, remote string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.counts[eventKind{msg, code}]++
+	c := l.counts[eventKind{msg, code}]
+	if c == nil {
+		c = &eventCount{}
+		l.counts[eventKind{msg, code}] = c
+	}
+	c.n++
+	c.lastRemote = remote
 	if l.timer == nil && !l.closed {
 		l.timer = time.AfterFunc(l.interval, l.flush)
 	}
@@ -46,7 +58,7 @@ func (l *eventLog) add(msg, code string) {
 func (l *eventLog) flush() {
 	l.mu.Lock()
 	counts := l.counts
-	l.counts, l.timer = map[eventKind]int{}, nil
+	l.counts, l.timer = map[eventKind]*eventCount{}, nil
 	l.mu.Unlock()
 	kinds := make([]eventKind, 0, len(counts))
 	for k := range counts {
@@ -56,7 +68,8 @@ func (l *eventLog) flush() {
 		return strings.Compare(a.msg+"\x00"+a.code, b.msg+"\x00"+b.code)
 	})
 	for _, k := range kinds {
-		l.log.Warn(k.msg, "code", k.code, "count", counts[k], "interval", l.interval)
+		c := counts[k]
+		l.log.Warn(k.msg, "code", k.code, "count", c.n, "last_remote", c.lastRemote, "interval", l.interval)
 	}
 }
 

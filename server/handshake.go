@@ -23,7 +23,7 @@ const BearerSubprotocolPrefix = "syncproto.bearer."
 func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
 	refuse := func(status int, e *syncproto.Error) (auth.Principal, bool) {
 		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
-		s.events.add("upgrade refused", string(e.Code))
+		s.events.add("upgrade refused", string(e.Code), r.RemoteAddr)
 		httpError(w, status, e)
 		return auth.Principal{}, false
 	}
@@ -59,7 +59,7 @@ func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Prin
 	if !s.quotas.openConn(p.TokenID) {
 		s.conns.Add(-1)
 		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
-		s.events.add("upgrade refused", string(syncproto.CodeRateLimited))
+		s.events.add("upgrade refused", string(syncproto.CodeRateLimited), r.RemoteAddr)
 		s.quotas.refuseTokenConns(w)
 		return auth.Principal{}, false
 	}

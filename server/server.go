@@ -381,7 +381,7 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request, admin bool) (
 	}
 	if err != nil {
 		s.metrics.connectionsTotal.WithLabelValues("unauthorized").Inc()
-		s.events.add("authentication failed", string(syncproto.CodeUnauthorized))
+		s.events.add("authentication failed", string(syncproto.CodeUnauthorized), r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="syncd"`)
 		httpError(w, http.StatusUnauthorized, syncproto.Errorf(syncproto.CodeUnauthorized, "a valid bearer token is required"))
 		return auth.Principal{}, false

@@ -528,7 +528,7 @@ func (ss *session) sendCtx(ctx context.Context, o outbound) bool {
 // refuse answers a request with an error and keeps the connection.
 func (ss *session) refuse(id string, e *syncproto.Error) {
 	ss.srv.metrics.protocolErrors.WithLabelValues(string(e.Code)).Inc()
-	ss.srv.events.add("request refused", string(e.Code))
+	ss.srv.events.add("request refused", string(e.Code), ss.remote)
 	ss.send(e.WithID(id))
 }
 
