@@ -33,6 +33,7 @@ type metrics struct {
 	quotaRefusals      *prometheus.CounterVec // quota: token_mutations|tenant_mutations|token_connections
 	frameBudgetInUse   prometheus.Gauge
 	frameBudgetWaits   prometheus.Counter
+	valuesOmitted      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -54,6 +55,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		snapshotsCut: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_snapshots_cut_total", Help: "Snapshots that ended before their trailer (a stalled reader, the time bound, an error).",
+		}),
+		valuesOmitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_winner_values_omitted_total",
+			Help: "Winner values left out of push_result answers (value_omitted) to keep them within max_frame_bytes.",
 		}),
 		refusedPerAddress: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_connections_refused_per_address_total",
@@ -127,7 +132,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, q := range []string{quotaTokenMutations, quotaTenantMutations, quotaTokenConns} {
 		m.quotaRefusals.WithLabelValues(q)
 	}
-	reg.MustRegister(m.quotaRefusals, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsRefused, m.snapshotsCut, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
+	reg.MustRegister(m.quotaRefusals, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)

@@ -50,7 +50,7 @@ func queueCounts(t testing.TB, path string) offlinequeue.Stats {
 	defer q.Close()
 	st, err := q.Stats(context.Background())
 	require.NoError(t, err)
-	return st
+	return offlinequeue.Stats{Pending: st.Pending, DeadLetters: st.DeadLetters} // the counts; MaxDepth is configuration
 }
 
 // interruptAt is a stderr that cancels the run (as SIGINT does) once the
@@ -75,7 +75,7 @@ func TestRequeue100000DeadLettersSurvivesAnInterrupt(t *testing.T) {
 	const n = 100_000
 	path := filepath.Join(t.TempDir(), "device.db")
 	fillDeadLetters(t, path, n)
-	require.Equal(t, offlinequeue.Stats{DeadLetters: n}, queueCounts(t, path))
+	require.Equal(t, offlinequeue.Stats{DeadLetters: n, MaxDepth: offlinequeue.DefaultMaxDepth}, queueCounts(t, path))
 	c := newCLI(t, nil)
 
 	// Interrupted once the bar shows 30000: the batch in hand finishes
@@ -90,14 +90,14 @@ func TestRequeue100000DeadLettersSurvivesAnInterrupt(t *testing.T) {
 	require.True(t, strings.HasSuffix(stderr.buf.String(),
 		"\nsyncctl: interrupted after 30000 of 100000 dead letters; each batch of 1000 is atomic, so the queue is consistent: run the command again to finish\n"), stderr.buf.String())
 	require.Equal(t, "requeued 30000 dead letters, dropped 0 (key pending again); "+path+" now has 30000 pending and 70000 dead letters\n", stdout.String())
-	require.Equal(t, offlinequeue.Stats{Pending: 30000, DeadLetters: 70000}, queueCounts(t, path), "every item is either requeued or dead")
+	require.Equal(t, offlinequeue.Stats{Pending: 30000, DeadLetters: 70000, MaxDepth: offlinequeue.DefaultMaxDepth}, queueCounts(t, path), "every item is either requeued or dead")
 
 	// Run again: the rest is requeued, with progress, and nothing is lost
 	// or doubled.
 	r := c.run("queue", "requeue", "--path", path, "--all", "--progress", "always")
 	require.NoError(t, r.err, r.stderr)
 	require.Contains(t, r.stderr, "\rrequeue [##############################] 70000/70000 100%\n")
-	require.Equal(t, offlinequeue.Stats{Pending: n}, queueCounts(t, path))
+	require.Equal(t, offlinequeue.Stats{Pending: n, MaxDepth: offlinequeue.DefaultMaxDepth}, queueCounts(t, path))
 
 	db, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
