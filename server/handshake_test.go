@@ -41,8 +41,8 @@ func upgradeRequest(t *testing.T, ts *testServer, method, path string, header ma
 func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 	// The order the cases below prove is the order section 1's table
 	// states: path, method and upgrade headers, capacity, token, origin,
-	// subprotocol.
-	require.Equal(t, []string{"404", "405", "503", "401", "403", "400"}, documentedCheckOrder(t))
+	// subprotocol, the token's connection cap.
+	require.Equal(t, []string{"404", "405", "503", "401", "403", "400", "429"}, documentedCheckOrder(t))
 	ts := startServer(t, server.Config{AllowedOrigins: []string{"app.example.com"}, MaxConnections: 1})
 	good := "Bearer " + ts.member(t, "acme", "phone")
 	cases := []struct {
@@ -78,6 +78,24 @@ func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 		require.Equal(t, syncproto.CodeServerBusy, httpErrorBody(t, resp).Code)
 		require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	})
+
+	t.Run("subprotocol before the token's connection cap", func(t *testing.T) {
+		ts := startServer(t, server.Config{Quotas: server.Quotas{MaxConnectionsPerToken: 1}})
+		tok := ts.member(t, "acme", "phone")
+		first := dial(t, ts, tok)
+		defer first.conn.CloseNow()
+		for _, tc := range []struct {
+			protocol string
+			status   int
+			code     syncproto.Code
+		}{{"chat", http.StatusBadRequest, syncproto.CodeBadRequest}, {syncproto.Subprotocol, http.StatusTooManyRequests, syncproto.CodeRateLimited}} {
+			resp, err := http.DefaultClient.Do(upgradeRequest(t, ts, http.MethodGet, syncproto.SyncPath, map[string]string{"Authorization": "Bearer " + tok, "Sec-WebSocket-Protocol": tc.protocol}))
+			require.NoError(t, err)
+			require.Equal(t, tc.status, resp.StatusCode)
+			require.Equal(t, tc.code, httpErrorBody(t, resp).Code)
+			resp.Body.Close()
+		}
 	})
 }
 
