@@ -226,6 +226,7 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 	store *replication.Store // the state: records, oplog, ledger, conflict log
+	tail  *feedTail          // the newest oplog entries, shared by every subscription
 	// snapshotDB is the snapshots' own pool; snapshots admits them.
 	snapshotDB *sql.DB
 	snapshots  *snapshotGate
@@ -299,13 +300,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now, ID: clusterID,
 	})
 	if err == nil {
+		s.tail = newFeedTail(s.store.Log)
 		err = s.setOplogGauges(ctx)
 	}
 	if err == nil {
 		s.snapshotDB, err = openSnapshotPool(ctx, cfg)
 	}
 	if err == nil && cfg.Cluster != nil {
-		err = cfg.Cluster.Start(s.store, func(head uint64) { s.metrics.oplogHead.Set(float64(head)) })
+		// A group the materializer applied may hold a compaction job: the
+		// feed tail must forget what the oplog no longer retains.
+		err = cfg.Cluster.Start(s.store, func(uint64) {
+			if err := s.setOplogGauges(context.Background()); err != nil {
+				s.log.Warn("oplog bounds", "err", err)
+			}
+		})
 		s.commits = clusterCommitter{cluster: cfg.Cluster, metrics: s.metrics, now: cfg.Now}
 	} else if err == nil {
 		s.commits, err = newGroupCommitter(ctx, s.store, cfg.Now, s.metrics, cfg.Logger)
@@ -539,7 +547,8 @@ func (s *Server) prune(ctx context.Context) error {
 	return nil
 }
 
-// setOplogGauges reports the oplog's retained range.
+// setOplogGauges reports the oplog's retained range, and has the feed tail
+// forget entries compacted away.
 func (s *Server) setOplogGauges(ctx context.Context) error {
 	b, err := s.store.Log.Bounds(ctx)
 	if err != nil {
@@ -547,6 +556,7 @@ func (s *Server) setOplogGauges(ctx context.Context) error {
 	}
 	s.metrics.oplogHead.Set(float64(b.Head))
 	s.metrics.oplogOldest.Set(float64(b.Oldest))
+	s.tail.forget(b.Oldest)
 	return nil
 }
 

@@ -62,6 +62,7 @@ type outbound struct {
 	pushID string
 	close  *closeOrder
 	onSent func() // runs after msg was written (sync lag accounting)
+	frame  []byte // msg already encoded (a feed page built from the feed tail), or nil
 	held   int64  // frame budget the push holds until its commit ends
 }
 
@@ -419,7 +420,11 @@ func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int
 	if limit == 0 {
 		limit = syncproto.DefaultPullLimit
 	}
-	page, err := ss.srv.store.Log.Read(ctx, replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit})
+	req := replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit, MaxBytes: feedPageBytes}
+	if page, ok := ss.srv.tail.read(ctx, req); ok {
+		return &page, nil
+	}
+	page, err := ss.srv.store.Log.Read(ctx, req)
 	var ce *replication.CursorError
 	switch {
 	case err == nil:
@@ -470,6 +475,7 @@ func (ss *session) stopSubscription() {
 
 func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 	first := true
+	inFlight := make(chan struct{}, feedPagesInFlight)
 	for ctx.Err() == nil {
 		page, resync := ss.read(ctx, id, cursor, 0)
 		if resync != nil {
@@ -480,17 +486,29 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 			return
 		}
 		if len(page.Entries) > 0 || first {
-			out := outbound{msg: changesOf(id, *page)}
+			out := outbound{msg: changesOf(id, *page), frame: ss.srv.tail.frame(id, *page)}
 			entries, seq := page.Entries, page.Next
 			// The client's position (admin: cursor, lag) is where the
 			// last page it was sent ends, the first (perhaps empty) one
 			// included: a client subscribing at the head is not behind.
+			// At most feedPagesInFlight pages queued or being written:
+			// a session holds at most that many pages of the feed
+			// (feedPageBytes of values each), and a subscriber that
+			// fell behind gets what is new in full pages rather than
+			// one page per commit. A subscriber that stops reading is
+			// cut by the write timeout and resumes from its cursor.
+			select {
+			case inFlight <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 			out.onSent = func() {
 				now := ss.srv.now()
 				for _, e := range entries {
 					ss.srv.metrics.syncLag.Observe(now.Sub(e.AppliedAt).Seconds())
 				}
 				ss.cursor.Store(seq)
+				<-inFlight
 			}
 			if !ss.sendCtx(ctx, out) {
 				return
@@ -633,7 +651,10 @@ func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail co
 	if *broken {
 		return
 	}
-	frame, err := ss.encode(o.msg)
+	frame, err := o.frame, error(nil) // a feed page arrives encoded
+	if frame == nil {
+		frame, err = ss.encode(o.msg)
+	}
 	if err != nil {
 		ss.log.Error("encode answer", "type", o.msg.Type(), "err", err)
 		frame, _ = syncproto.Encode(internalError(err).WithID(o.msg.RequestID()))

@@ -50,7 +50,7 @@ func queueCounts(t testing.TB, path string) offlinequeue.Stats {
 	defer q.Close()
 	st, err := q.Stats(context.Background())
 	require.NoError(t, err)
-	return offlinequeue.Stats{Pending: st.Pending, DeadLetters: st.DeadLetters} // the counts; MaxDepth is configuration
+	return st
 }
 
 // interruptAt is a stderr that cancels the run (as SIGINT does) once the

@@ -242,26 +242,36 @@ func (pc *procCluster) streamLeader(t testing.TB) string {
 }
 
 func askLeader(url string) string {
+	info := askStream(url)
+	if info == nil || info.Cluster == nil {
+		return ""
+	}
+	return info.Cluster.Leader
+}
+
+// askStream reads the command stream's info through the NATS server at
+// url; nil when it does not answer.
+func askStream(url string) *jetstream.StreamInfo {
 	nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
 	if err != nil {
-		return ""
+		return nil
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return ""
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, cluster.StreamName)
 	if err != nil {
-		return ""
+		return nil
 	}
 	info, err := s.Info(ctx)
-	if err != nil || info.Cluster == nil {
-		return ""
+	if err != nil {
+		return nil
 	}
-	return info.Cluster.Leader
+	return info
 }
 
 // node returns the node named name.
