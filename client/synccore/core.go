@@ -88,9 +88,10 @@ type (
 	Welcomed struct {
 		// MaxBatch is the server's batch limit (0: no limit announced).
 		MaxBatch int
-		// CursorAhead reports that the server does not know the replica's
-		// cursor (restored from a backup, another database): resync.
-		CursorAhead bool
+		// Resync reports that the server cannot serve the feed from the
+		// replica's cursor (cursor_ahead after a restore from a backup,
+		// another database, a compacted oplog): resync from a snapshot.
+		Resync bool
 	}
 	// Disconnected: the connection is gone. Unanswered pushes stay queued,
 	// charged nothing.
@@ -124,6 +125,9 @@ type (
 		From, Next uint64
 		Entries    []syncproto.Change
 	}
+	// FeedLost: the server can no longer serve the feed from the cursor
+	// (its oplog was compacted past it): resync from a snapshot.
+	FeedLost struct{}
 	// Snapshot answers Resync: every record at Head.
 	Snapshot struct {
 		Head    uint64
@@ -144,6 +148,7 @@ func (Answered) input()     {}
 func (PushRefused) input()  {}
 func (Changes) input()      {}
 func (Snapshot) input()     {}
+func (FeedLost) input()     {}
 func (TimerFired) input()   {}
 func (Close) input()        {}
 
@@ -230,6 +235,7 @@ type Core struct {
 	exhausted bool   // the pass reached the queue's end
 	woken     bool   // Enqueued arrived while a read was outstanding
 	left      int    // items of this pass left queued
+	rerun     bool   // the retry timer fired during this pass: run another
 	retryHint time.Duration
 	failures  int // consecutive passes that left items queued
 
@@ -270,7 +276,7 @@ func (c *Core) Step(in Input) []Action {
 			c.maxBatch = min(c.maxBatch, in.MaxBatch)
 		}
 		c.status = Status{State: StateSyncing}
-		if in.CursorAhead {
+		if in.Resync {
 			c.resyncing = true
 			out = append(out, Resync{})
 		} else {
@@ -300,6 +306,11 @@ func (c *Core) Step(in Input) []Action {
 		out = c.pushRefused(in, out)
 	case Changes:
 		out = c.changes(in, out)
+	case FeedLost:
+		if c.welcomed && !c.resyncing {
+			c.resyncing = true
+			out = append(out, Resync{})
+		}
 	case Snapshot:
 		if c.welcomed && c.resyncing {
 			c.resyncing = false
@@ -307,9 +318,15 @@ func (c *Core) Step(in Input) []Action {
 			out = append(out, Replace{Cursor: in.Head, Records: in.Records}, Subscribe{After: in.Head})
 		}
 	case TimerFired:
-		if in.Timer == c.timer && c.welcomed {
+		// A pass in progress (started by a reconnect) covers the retry;
+		// restarting it would send its in-flight writes twice.
+		switch {
+		case in.Timer != c.timer || !c.welcomed:
+		case c.passOver():
 			c.startPass()
 			out = c.pull(out)
+		default:
+			c.rerun = true // once this pass is over
 		}
 	case Close:
 		c.drop()
@@ -328,6 +345,7 @@ func (c *Core) Step(in Input) []Action {
 // drop forgets everything that belonged to the connection.
 func (c *Core) drop() {
 	c.welcomed = false
+	c.rerun = false
 	c.read = 0
 	c.woken = false
 	c.resyncing = false
@@ -420,10 +438,21 @@ func (c *Core) pushRefused(in PushRefused, out []Action) []Action {
 	return c.passEnd(out)
 }
 
+// passOver reports whether the current pass read the whole queue and
+// every push of it was answered.
+func (c *Core) passOver() bool {
+	return c.exhausted && c.read == 0 && len(c.inFlight) == 0
+}
+
 // passEnd arms the retry timer once a pass is over and left items queued.
 func (c *Core) passEnd(out []Action) []Action {
-	if !c.exhausted || c.read != 0 || len(c.inFlight) > 0 || !c.welcomed {
+	if !c.passOver() || !c.welcomed {
 		return out
+	}
+	if c.rerun {
+		c.rerun = false
+		c.startPass()
+		return c.pull(out)
 	}
 	if c.left == 0 {
 		c.failures = 0

@@ -51,7 +51,7 @@ func TestWelcomeSubscribesAndReads(t *testing.T) {
 
 func TestCursorAheadResyncs(t *testing.T) {
 	c := New(Config{}, 50)
-	acts := c.Step(Welcomed{CursorAhead: true})
+	acts := c.Step(Welcomed{Resync: true})
 	if len(only[Resync](acts)) != 1 || len(only[Subscribe](acts)) != 0 {
 		t.Fatalf("actions = %#v, want a resync and no subscribe", acts)
 	}
@@ -60,6 +60,19 @@ func TestCursorAheadResyncs(t *testing.T) {
 	want := []Action{Replace{Cursor: 3, Records: recs}, Subscribe{After: 3}}
 	if !reflect.DeepEqual(acts[:2], want) || c.Cursor() != 3 {
 		t.Fatalf("actions = %#v cursor %d, want %#v and cursor 3", acts, c.Cursor(), want)
+	}
+}
+
+func TestFeedLostResyncsOnce(t *testing.T) {
+	c := welcomed(t)
+	if acts := c.Step(FeedLost{}); len(only[Resync](acts)) != 1 {
+		t.Fatalf("actions = %#v, want a resync", acts)
+	}
+	if acts := c.Step(FeedLost{}); len(only[Resync](acts)) != 0 {
+		t.Fatalf("a second FeedLost during a resync caused %#v", acts)
+	}
+	if acts := c.Step(Changes{From: 7, Next: 9}); len(acts) != 0 {
+		t.Fatalf("feed frame during a resync caused %#v, want nothing", acts)
 	}
 }
 
