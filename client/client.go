@@ -70,17 +70,27 @@ type Client struct {
 // Open opens the local replica, repairs its pending overlay from the queue
 // and starts the background link (network monitor, reconnect, replay,
 // change feed). It returns without waiting for the network.
+//
+// Open owns cfg.Queue from the call on: when it fails, it has closed it.
 func Open(ctx context.Context, cfg Config) (*Client, error) {
+	closeQueue := func() {
+		if cfg.Queue != nil {
+			cfg.Queue.Close()
+		}
+	}
 	if err := cfg.setDefaults(); err != nil {
+		closeQueue()
 		return nil, fmt.Errorf("client: config: %w", err)
 	}
 	rep, err := openReplica(ctx, cfg.ReplicaPath, cfg.Now)
 	if err != nil {
+		closeQueue()
 		return nil, fmt.Errorf("client: open replica: %w", err)
 	}
 	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1)}
 	fail := func(err error) (*Client, error) {
 		rep.close()
+		closeQueue()
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	if c.metrics, err = newMetrics(cfg.Registerer); err != nil {
