@@ -56,11 +56,12 @@ type Client struct {
 	active    *link // the bound connection
 	closed    bool
 
-	kick      chan struct{} // new writes wait for replay
-	outcomes  broadcast     // woken whenever an outcome is recorded
-	changes   changeHub
-	reconcile atomic.Bool                  // the overlay missed a queued write
-	refusal   atomic.Pointer[RefusedError] // the server's last refusal of the session; nil once bound
+	kick       chan struct{} // new writes wait for replay
+	outcomes   broadcast     // woken whenever an outcome is recorded
+	changes    changeHub
+	reconcile  atomic.Bool                  // the overlay missed a queued write
+	refusal    atomic.Pointer[RefusedError] // the server's last refusal of the session; nil once bound
+	resyncNext atomic.Bool                  // the server answered cursor_ahead: the next bind resyncs
 
 	ctx    context.Context // the client's lifetime
 	cancel context.CancelFunc
