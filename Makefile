@@ -11,7 +11,7 @@ SOAK_DURATION ?= 10m
 SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build deps test abuse bench fuzz lint clean soak cluster simulate
+.PHONY: run build deps test abuse bench fuzz lint clean soak cluster cluster-chaos simulate
 
 # Root installs packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -73,6 +73,12 @@ soak:
 	mkdir -p var/soak
 	$(GO) build -o $(BIN)/ ./cmd/syncd ./soak/cmd/soak
 	./$(BIN)/soak --duration $(SOAK_DURATION) --syncd ./$(BIN)/syncd --out var/soak $(SOAK_ARGS)
+
+## cluster-chaos: three syncd processes (R3) under writers, CLUSTER_KILLS (default 20) kill -9s
+## of the stream leader and of followers; prints the writers' resume-time distribution
+CLUSTER_KILLS ?= 20
+cluster-chaos:
+	SYNCD_CLUSTER_KILLS=$(CLUSTER_KILLS) $(GO) test -race -count=1 -run 'TestClusterProcess' -timeout 40m -v ./cmd/syncd/
 
 ## bench: the benchmark suite, each beside its ceiling measured in the same run, as a table
 bench:

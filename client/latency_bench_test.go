@@ -3,6 +3,7 @@ package client_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,7 +20,6 @@ import (
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
-	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // envAwaitN is how many sequential Put+Await writes BenchmarkAwaitedPut
@@ -40,7 +40,8 @@ const (
 //	writes/s          awaited writes per second (targets: NORMAL >= 1300)
 //	ceiling_writes/s  what the hardware allows one awaited write in the same
 //	                  run: one durable single-row SQLite commit on each side
-//	                  plus one loopback TCP round trip (awaitCeiling)
+//	                  plus one loopback TCP round trip (ceilingProbe, sampled
+//	                  between chunks of awaitChunk writes)
 //	ratio             writes/s over ceiling_writes/s
 //
 // Targets (issue 10 item 5): p50 <= 1.5 ms at NORMAL, <= 3 ms at FULL.
@@ -81,22 +82,27 @@ func BenchmarkAwaitedPut(b *testing.B) {
 				return time.Since(start)
 			}
 			put(-1) // the first write waits for the connection; not timed
-			ceiling := awaitCeiling(b, filepath.Join(dir, "ceiling"), level.server)
+			probe := newCeilingProbe(b, filepath.Join(dir, "ceiling.db"), level.server)
 
 			b.ResetTimer()
 			var lat []time.Duration
 			var elapsed time.Duration
 			for range b.N {
 				lat = make([]time.Duration, n)
-				start := time.Now()
 				for i := range n {
+					if i%awaitChunk == 0 {
+						// Between chunks, outside the writes' time: load
+						// drift weighs on the writes and the ceiling alike.
+						probe.sample(awaitChunk / 10)
+					}
 					lat[i] = put(i)
+					elapsed += lat[i]
 				}
-				elapsed = time.Since(start)
 			}
 			b.StopTimer()
+			ceiling := probe.writesPerSecond()
 			slices.Sort(lat)
-			rate := float64(n) / elapsed.Seconds()
+			rate := float64(b.N*n) / elapsed.Seconds()
 			b.ReportMetric(ms(lat[len(lat)/2]), "p50_ms")
 			b.ReportMetric(ms(lat[len(lat)*99/100]), "p99_ms")
 			b.ReportMetric(rate, "writes/s")
@@ -108,47 +114,38 @@ func BenchmarkAwaitedPut(b *testing.B) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// awaitCeiling measures, at level, the least an awaited write can cost: a
-// durable single-row commit on the device, one on the server, and one
-// loopback TCP round trip carrying a frame out and its answer back. It
-// returns that as writes per second. Each part is the median of ceilingN
-// sequential tries in files under dir.
-func awaitCeiling(b *testing.B, dir string, level sqlitedb.Synchronous) float64 {
-	b.Helper()
-	const ceilingN = 500
-	commit := medianCommit(b, filepath.Join(dir, "commit.db"), level, ceilingN)
-	rtt := medianRoundTrip(b, ceilingN)
-	return 1 / (2*commit + rtt).Seconds()
+// awaitChunk is how many writes BenchmarkAwaitedPut times between two
+// samplings of its ceiling.
+const awaitChunk = 100
+
+// ceilingProbe measures, at one synchronous level, the least an awaited
+// write can cost: a durable single-row commit on the device, one on the
+// server, and one loopback TCP round trip carrying a frame out and its
+// answer back. It samples between chunks of the measured writes.
+type ceilingProbe struct {
+	b        *testing.B
+	db       *sql.DB
+	conn     net.Conn
+	r        *bufio.Reader
+	commits  []time.Duration
+	trips    []time.Duration
+	inserted int
 }
 
-// medianCommit is the median time of an autocommit single-row insert into a
-// SQLite database opened as syncd opens its own (WAL, level).
-func medianCommit(b *testing.B, path string, level sqlitedb.Synchronous, n int) time.Duration {
+// newCeilingProbe opens a SQLite database at path as syncd opens its own
+// (WAL, level) and a loopback TCP connection to an echo server; both are
+// closed when the benchmark ends.
+func newCeilingProbe(b *testing.B, path string, level sqlitedb.Synchronous) *ceilingProbe {
 	b.Helper()
 	ctx := context.Background()
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Synchronous: level})
 	require.NoError(b, err)
-	defer db.Close()
+	b.Cleanup(func() { db.Close() })
 	_, err = db.ExecContext(ctx, `CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB NOT NULL)`)
 	require.NoError(b, err)
-	times := make([]time.Duration, n)
-	for i := range times {
-		start := time.Now()
-		_, err := db.ExecContext(ctx, `INSERT INTO t (v) VALUES (?)`, benchValue(i))
-		require.NoError(b, err)
-		times[i] = time.Since(start)
-	}
-	slices.Sort(times)
-	return times[n/2]
-}
 
-// medianRoundTrip is the median time of a 100-byte line sent over loopback
-// TCP and echoed back.
-func medianRoundTrip(b *testing.B, n int) time.Duration {
-	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(b, err)
-	defer ln.Close()
 	echoed := make(chan error, 1)
 	go func() {
 		conn, err := ln.Accept()
@@ -162,26 +159,49 @@ func medianRoundTrip(b *testing.B, n int) time.Duration {
 	}()
 	conn, err := net.Dial("tcp", ln.Addr().String())
 	require.NoError(b, err)
-	r := bufio.NewReader(conn)
+	b.Cleanup(func() {
+		conn.Close()
+		ln.Close()
+		<-echoed
+	})
+	return &ceilingProbe{b: b, db: db, conn: conn, r: bufio.NewReader(conn)}
+}
+
+// sample times k commits and k round trips of a 100-byte line.
+func (p *ceilingProbe) sample(k int) {
+	ctx := context.Background()
 	line := fmt.Appendf(nil, "%099d\n", 0)
-	times := make([]time.Duration, n)
-	for i := range times {
+	for range k {
 		start := time.Now()
-		_, err := conn.Write(line)
-		require.NoError(b, err)
-		_, err = r.ReadBytes('\n')
-		require.NoError(b, err)
-		times[i] = time.Since(start)
+		_, err := p.db.ExecContext(ctx, `INSERT INTO t (v) VALUES (?)`, benchValue(p.inserted))
+		require.NoError(p.b, err)
+		p.commits = append(p.commits, time.Since(start))
+		p.inserted++
+
+		start = time.Now()
+		_, err = p.conn.Write(line)
+		require.NoError(p.b, err)
+		_, err = p.r.ReadBytes('\n')
+		require.NoError(p.b, err)
+		p.trips = append(p.trips, time.Since(start))
 	}
-	require.NoError(b, conn.Close())
-	require.NoError(b, <-echoed)
-	slices.Sort(times)
-	return times[n/2]
+}
+
+// writesPerSecond is the ceiling from the medians of the samples: two
+// commits and one round trip per write.
+func (p *ceilingProbe) writesPerSecond() float64 {
+	median := func(d []time.Duration) time.Duration {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	return 1 / (2*median(p.commits) + median(p.trips)).Seconds()
 }
 
 // BenchmarkOfflinePut is issue 10's offline write cost: one goroutine calls
 // Put on a client that cannot reach its server, with the SQLite queue and
-// the replica at synchronous=FULL (their defaults). It reports:
+// the replica at synchronous=FULL (their defaults), in alternating chunks
+// with the ceiling. It reports:
 //
 //	puts/s          offline Puts per second
 //	ceiling_puts/s  single-producer Enqueue rate of a SQLite queue of its own
@@ -206,34 +226,38 @@ func BenchmarkOfflinePut(b *testing.B) {
 	b.Cleanup(func() { c.Close() })
 
 	b.ResetTimer()
-	var rate, ceiling float64
+	var putTime, enqueueTime time.Duration
 	for iter := range b.N {
-		start := time.Now()
-		for i := range n {
-			_, err := c.Put(ctx, benchModel, fmt.Sprintf("%s-%d", benchKey(i), iter), benchValue(i))
-			require.NoError(b, err)
+		q, err := offlinequeue.OpenSQLite(filepath.Join(dir, fmt.Sprintf("ceiling-%d.db", iter)), offlinequeue.SQLiteOptions{})
+		require.NoError(b, err)
+		// Alternating chunks: a change of machine load during the run
+		// (fsync rates on a shared machine drift by 2x within a minute)
+		// weighs on both sides alike.
+		for lo := 0; lo < n; lo += offlineChunk {
+			hi := min(n, lo+offlineChunk)
+			start := time.Now()
+			for i := lo; i < hi; i++ {
+				_, err := c.Put(ctx, benchModel, fmt.Sprintf("%s-%d", benchKey(i), iter), benchValue(i))
+				require.NoError(b, err)
+			}
+			putTime += time.Since(start)
+			start = time.Now()
+			for i := lo; i < hi; i++ {
+				_, err := q.Enqueue(ctx, payloads[i], muts[i].OpID)
+				require.NoError(b, err)
+			}
+			enqueueTime += time.Since(start)
 		}
-		rate = float64(n) / time.Since(start).Seconds()
-		ceiling = enqueueCeiling(ctx, b, filepath.Join(dir, fmt.Sprintf("ceiling-%d.db", iter)), payloads, muts)
+		require.NoError(b, q.Close())
 	}
 	b.StopTimer()
+	rate := float64(b.N*n) / putTime.Seconds()
+	ceiling := float64(b.N*n) / enqueueTime.Seconds()
 	b.ReportMetric(rate, "puts/s")
 	b.ReportMetric(ceiling, "ceiling_puts/s")
 	b.ReportMetric(rate/ceiling, "ratio")
 }
 
-// enqueueCeiling is the rate at which one producer enqueues payloads (keyed
-// by their op ids, as Put enqueues them) into a fresh SQLite queue at path
-// with its defaults.
-func enqueueCeiling(ctx context.Context, b *testing.B, path string, payloads [][]byte, muts []syncproto.Mutation) float64 {
-	b.Helper()
-	q, err := offlinequeue.OpenSQLite(path, offlinequeue.SQLiteOptions{})
-	require.NoError(b, err)
-	defer q.Close()
-	start := time.Now()
-	for i, p := range payloads {
-		_, err := q.Enqueue(ctx, p, muts[i].OpID)
-		require.NoError(b, err)
-	}
-	return float64(len(payloads)) / time.Since(start).Seconds()
-}
+// offlineChunk is how many writes BenchmarkOfflinePut times on one side
+// before it switches to the other.
+const offlineChunk = 100

@@ -486,7 +486,9 @@ func decideIn(ctx context.Context, tx *sql.Tx, m *syncproto.Mutation, o Outcome)
 		if _, err := tx.ExecContext(ctx, upsertRecord, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete)...); err != nil {
 			return err
 		}
-	case o.Winner != nil && o.Winner.Version > 0:
+	case o.Winner != nil && o.Winner.Version > 0 && !o.Winner.ValueOmitted:
+		// A winner without its value (PROTOCOL.md 5.4) reaches the
+		// replica through the change feed instead.
 		w := o.Winner
 		if _, err := tx.ExecContext(ctx, upsertRecord, upsertArgs(m.Model, m.Key, w.Value, w.Version, w.HLC, w.Deleted)...); err != nil {
 			return err

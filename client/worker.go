@@ -64,6 +64,9 @@ func (w worker) replay(ctx context.Context, c *conn) (replayReport, error) {
 	storesFailed := false
 	for f := range flights {
 		<-f.done
+		if f.err == nil {
+			f.err = w.fetchOmitted(ctx, c, f.muts, f.results)
+		}
 		if f.err != nil {
 			// Later pushes are cancelled; their writes stay queued, uncharged.
 			if failed == nil {
@@ -318,6 +321,9 @@ func (w worker) resendRestamped(ctx context.Context, c *conn, retry []pendingWri
 			muts[i].HLC = w.c.stamp()
 		}
 		results, err := c.push(ctx, muts)
+		if err == nil {
+			err = w.fetchOmitted(ctx, c, muts, results)
+		}
 		if err != nil {
 			return err
 		}
@@ -329,6 +335,27 @@ func (w worker) resendRestamped(ctx context.Context, c *conn, retry []pendingWri
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// fetchOmitted replaces each conflict answer whose winner value the server
+// left out to fit its frame (winner.value_omitted, PROTOCOL.md 5.4) by the
+// answer to that op resent alone: the replay ledger repeats the decision,
+// duplicate of conflict, with the whole winner, which fits any frame. The
+// conflict handler thus always sees the winner's value. A superseded write
+// needs no value: the change feed brings the winner to the replica.
+func (w worker) fetchOmitted(ctx context.Context, c *conn, muts []syncproto.Mutation, results []syncproto.Result) error {
+	for i := range results {
+		r := &results[i]
+		if r.Winner == nil || !r.Winner.ValueOmitted || r.Action() != syncproto.ActionConflict {
+			continue
+		}
+		again, err := c.push(ctx, muts[i:i+1])
+		if err != nil {
+			return fmt.Errorf("fetch the winner of %s: %w", muts[i].OpID, err)
+		}
+		results[i] = again[0]
 	}
 	return nil
 }

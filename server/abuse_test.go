@@ -243,3 +243,54 @@ func TestAbuseIdleConnectionsAreBounded(t *testing.T) {
 	}, ioTimeout, 20*time.Millisecond)
 	require.Positive(t, v)
 }
+
+// Finding 5: losing writes with large winners, in one batch, make an
+// answer larger than a frame. The server leaves the largest winner values
+// out (value_omitted) instead of answering internal forever, and the op
+// resent alone reads its whole winner from the replay ledger.
+func TestAbuseLargeWinnersStillGetAnAnswer(t *testing.T) {
+	const keys, perPush = 18, 6 // 18 winners of ~256 KiB: about 4.5 MiB together
+	ts := startServer(t, server.Config{})
+	c, clock := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	big := func(i int) string {
+		return `"` + strings.Repeat(string(rune('a'+i%26)), syncproto.MaxPayloadBytes-64) + `"`
+	}
+	older := syncproto.NewClock("laptop", func() time.Time { return time.Now().Add(-time.Hour) })
+	var losers []syncproto.Mutation
+	for i := 0; i < keys; i += perPush {
+		var muts []syncproto.Mutation
+		for k := i; k < i+perPush; k++ {
+			key := fmt.Sprintf("k%d", k)
+			muts = append(muts, put(t, clock, "notes", key, big(k)))
+			losers = append(losers, put(t, older, "notes", key, `"older"`))
+		}
+		requireApplied(t, c.push(fmt.Sprintf("w%d", i), muts...))
+	}
+
+	results := c.push("losers", losers...)
+	omitted := 0
+	for i, r := range results {
+		require.Equal(t, syncproto.StatusSuperseded, r.Status, "result %d: %s %s", i, r.Code, r.Message)
+		require.Equal(t, uint64(1), r.Winner.Version)
+		if r.Winner.ValueOmitted {
+			omitted++
+			continue
+		}
+		require.Equal(t, big(i), string(r.Winner.Value))
+	}
+	require.Positive(t, omitted, "the answer held every winner value")
+	require.Less(t, omitted, keys, "more values were left out than needed")
+	require.Equal(t, strconv.Itoa(omitted), ts.metric(t, "syncd_winner_values_omitted_total"))
+
+	// Each op resent alone: the ledger repeats the decision, whole.
+	for i, r := range results {
+		if !r.Winner.ValueOmitted {
+			continue
+		}
+		again := c.push(fmt.Sprintf("again%d", i), losers[i])
+		require.Equal(t, syncproto.StatusDuplicate, again[0].Status)
+		require.Equal(t, syncproto.StatusSuperseded, again[0].OriginalStatus)
+		require.False(t, again[0].Winner.ValueOmitted)
+		require.Equal(t, big(i), string(again[0].Winner.Value))
+	}
+}

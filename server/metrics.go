@@ -30,6 +30,7 @@ type metrics struct {
 	snapshotsActive    prometheus.Gauge
 	snapshotsRefused   prometheus.Counter
 	snapshotsCut       prometheus.Counter
+	valuesOmitted      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,6 +43,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		snapshotsCut: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_snapshots_cut_total", Help: "Snapshots that ended before their trailer (a stalled reader, the time bound, an error).",
+		}),
+		valuesOmitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_winner_values_omitted_total",
+			Help: "Winner values left out of push_result answers (value_omitted) to keep them within max_frame_bytes.",
 		}),
 		refusedPerAddress: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_connections_refused_per_address_total",
@@ -112,7 +117,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "syncd_subscribers", Help: "Live change-feed subscriptions.",
 		}),
 	}
-	reg.MustRegister(m.snapshotsActive, m.snapshotsRefused, m.snapshotsCut, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
+	reg.MustRegister(m.snapshotsActive, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)

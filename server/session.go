@@ -556,7 +556,7 @@ func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail co
 	if *broken {
 		return
 	}
-	frame, err := syncproto.Encode(o.msg)
+	frame, err := ss.encode(o.msg)
 	if err != nil {
 		ss.log.Error("encode answer", "type", o.msg.Type(), "err", err)
 		frame, _ = syncproto.Encode(internalError(err).WithID(o.msg.RequestID()))
@@ -573,6 +573,21 @@ func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail co
 	if o.onSent != nil {
 		o.onSent()
 	}
+}
+
+// encode returns msg's frame. A push_result whose winners' values would
+// make it larger than the announced max_frame_bytes leaves the largest out
+// (PROTOCOL.md 5.4), so that no write is stuck by another's size.
+func (ss *session) encode(msg syncproto.Message) ([]byte, error) {
+	pr, ok := msg.(*syncproto.PushResult)
+	if !ok {
+		return syncproto.Encode(msg)
+	}
+	frame, omitted, err := syncproto.EncodePushResult(pr, ss.srv.limits().MaxFrameBytes)
+	if omitted > 0 {
+		ss.srv.metrics.valuesOmitted.Add(float64(omitted))
+	}
+	return frame, err
 }
 
 // pushAnswer is the answer to a push once its commit ended: the results, or

@@ -197,6 +197,23 @@ func AsError(err error) *Error {
 // a frame over MaxFrameBytes, is an error wrapping an *Error, and nothing is
 // returned to send.
 func Encode(msg Message) ([]byte, error) {
+	frame, err := encodeUnbounded(msg)
+	if err != nil {
+		return nil, err
+	}
+	if len(frame) > MaxFrameBytes {
+		return nil, frameTooLarge(msg.Type(), len(frame), MaxFrameBytes)
+	}
+	return frame, nil
+}
+
+// frameTooLarge is Encode's error for a frame of n bytes over limit.
+func frameTooLarge(typ Type, n, limit int) error {
+	return fmt.Errorf("encode %s: %w", typ, Errorf(CodeFrameTooLarge, "frame would hold %d bytes, more than %d", n, limit))
+}
+
+// encodeUnbounded is Encode without the frame size check.
+func encodeUnbounded(msg Message) ([]byte, error) {
 	if msg == nil {
 		return nil, errors.New("encode message: nil message")
 	}
@@ -219,9 +236,6 @@ func Encode(msg Message) ([]byte, error) {
 		frame = append(frame, ',')
 	}
 	frame = append(frame, obj[1:]...)
-	if len(frame) > MaxFrameBytes {
-		return nil, fmt.Errorf("encode %s: %w", typ, Errorf(CodeFrameTooLarge, "frame would hold %d bytes, more than %d", len(frame), MaxFrameBytes))
-	}
 	return frame, nil
 }
 

@@ -59,6 +59,12 @@ type Winner struct {
 	Value   json.RawMessage `json:"value,omitempty"`
 	HLC     Timestamp       `json:"hlc"`
 	Deleted bool            `json:"deleted"`
+	// ValueOmitted reports that the server left Value out so that the
+	// push_result fits max_frame_bytes (EncodePushResult); Version, HLC
+	// and Deleted are exact, and the winner is not deleted. A client that
+	// needs the value resends the op alone: the replay ledger answers
+	// duplicate with the whole winner, which always fits a frame.
+	ValueOmitted bool `json:"value_omitted,omitempty"`
 }
 
 // statusPattern is the shape of every Status, including ones newer than
@@ -130,7 +136,11 @@ func (w *Winner) validate() error {
 	if err := w.HLC.Validate(); err != nil {
 		return err
 	}
-	if w.Deleted == (len(w.Value) != 0) {
+	if w.ValueOmitted {
+		if w.Deleted || len(w.Value) != 0 {
+			return Errorf(CodeBadRequest, "value_omitted is for a winner that is not deleted, without its value")
+		}
+	} else if w.Deleted == (len(w.Value) != 0) {
 		return Errorf(CodeBadRequest, "value must be present unless deleted")
 	}
 	if len(w.Value) > MaxPayloadBytes {

@@ -286,7 +286,10 @@ func TestStuckProbeDoesNotStallTheLoop(t *testing.T) {
 	// exactly that happens is up to the scheduler, so allow a bounded number
 	// of rounds that fail because it has not been noticed yet.
 	for rounds := 0; ; rounds++ {
-		require.Less(t, rounds, 100, "the loop never started a new probe")
+		// Bounded in count; each round yields a millisecond so that the
+		// probe goroutine's return is noticed even on a loaded machine.
+		require.Less(t, rounds, 5000, "the loop never started a new probe")
+		time.Sleep(time.Millisecond)
 		tm.fire()
 		tm = <-h.timers
 		if tm.d == timeout {

@@ -11,9 +11,14 @@
 //   - An idempotency key dedups only against pending items, and only when
 //     non-empty.
 //   - Attempts are durable, so a retry budget survives restarts.
-//   - A bounded queue refuses the newest item with *FullError; it never evicts.
-//   - A dead letter is moved, never dropped: it stays in the dead-letter store
-//     with its reason until requeued or purged.
+//   - Every queue is bounded (MaxDepth, DefaultMaxDepth 100,000): a full
+//     queue refuses the newest item with *FullError; it never evicts.
+//   - A dead letter is moved, never dropped on its way: it stays in the
+//     dead-letter store with its reason until requeued or purged, or until
+//     MaxDeadLetters (DefaultMaxDeadLetters 10,000) newer dead letters
+//     push it out, which syncd_client_queue_dead_letters_evicted_total counts.
+//   - Queue paths must be regular files or absent (see PathError); files a
+//     queue creates are 0600.
 //   - For the durable queues, a call that returned nil survives a crash and,
 //     by default, a power cut; a call that returned an error left no trace.
 //     Concurrent Enqueue calls share one fsync or one transaction (group

@@ -107,8 +107,8 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 }
 
 func openFile(path string, opts FileOptions) (*File, error) {
-	if opts.MaxDepth < 0 || opts.MaxPayloadBytes < 0 {
-		return nil, fmt.Errorf("offlinequeue: negative limit (MaxDepth %d, MaxPayloadBytes %d)", opts.MaxDepth, opts.MaxPayloadBytes)
+	if err := opts.checkLimits(); err != nil {
+		return nil, err
 	}
 	fsys := opts.FS
 	if fsys == nil {
@@ -311,6 +311,18 @@ func (q *File) writeBatchLocked(b *enqueueBatch) error {
 // the state (nil when there is nothing to write); the record is made durable
 // before the state changes.
 func (q *File) mutate(ctx context.Context, verb string, plan func(st *fileState) (*record, error)) error {
+	return q.mutateMany(ctx, verb, func(st *fileState) ([]*record, error) {
+		r, err := plan(st)
+		if r == nil {
+			return nil, err
+		}
+		return []*record{r}, err
+	})
+}
+
+// mutateMany is mutate for a plan of several records, written with one
+// append and one fsync, applied in order.
+func (q *File) mutateMany(ctx context.Context, verb string, plan func(st *fileState) ([]*record, error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -320,18 +332,25 @@ func (q *File) mutate(ctx context.Context, verb string, plan func(st *fileState)
 		return err
 	}
 	defer q.releaseLocked()
-	r, err := plan(q.st)
-	if err != nil || r == nil {
+	rs, err := plan(q.st)
+	if err != nil || len(rs) == 0 {
 		return err
 	}
-	buf, err := appendRecord(nil, r)
+	var buf []byte
+	for _, r := range rs {
+		if buf, err = appendRecord(buf, r); err != nil {
+			break
+		}
+	}
 	if err == nil {
 		err = q.writeLocked(buf)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", verb, err)
 	}
-	q.st.apply(r)
+	for _, r := range rs {
+		q.st.apply(r)
+	}
 	q.rec.setCounts(len(q.st.pending), len(q.st.dead))
 	return nil
 }
@@ -502,12 +521,28 @@ func (q *File) SetAttempts(ctx context.Context, id ID, n Attempts) error {
 
 // MoveToDeadLetters implements Queue.
 func (q *File) MoveToDeadLetters(ctx context.Context, id ID, reason string) error {
-	return q.mutate(ctx, "move to dead letters", func(st *fileState) (*record, error) {
+	var evicted int
+	err := q.mutateMany(ctx, "move to dead letters", func(st *fileState) ([]*record, error) {
 		if _, ok := st.pending[id]; !ok {
 			return nil, ErrNotFound
 		}
-		return &record{Op: opDead, ID: id, Reason: []byte(truncateReason(reason)), At: q.opts.now().UnixNano()}, nil
+		dead := &record{Op: opDead, ID: id, Reason: []byte(truncateReason(reason)), At: q.opts.now().UnixNano()}
+		over := len(st.dead) + 1 - q.opts.MaxDeadLetters
+		if over <= 0 {
+			return []*record{dead}, nil
+		}
+		letters := make([]DeadLetter, 0, len(st.dead))
+		for _, d := range st.dead {
+			letters = append(letters, *d)
+		}
+		evict := longestDead(letters, over)
+		evicted = len(evict)
+		return []*record{dead, {Op: opPurge, IDs: evict}}, nil
 	})
+	if err == nil {
+		q.rec.evicted(evicted)
+	}
+	return err
 }
 
 // Requeue implements Queue. Dead letters are requeued in ID order; of two

@@ -207,6 +207,14 @@ func (q *Memory) MoveToDeadLetters(ctx context.Context, id ID, reason string) er
 	}
 	d := DeadLetter{Item: q.items[i].Item, Reason: truncateReason(reason), DeadAt: q.opts.now()}
 	q.removeLocked(i)
+	// Evicted from the letters already there: the newest is never evicted.
+	if over := len(q.letters) + 1 - q.opts.MaxDeadLetters; over > 0 {
+		for _, gone := range longestDead(q.letters, over) {
+			at, _ := slices.BinarySearchFunc(q.letters, gone, compareLetter)
+			q.letters = slices.Delete(q.letters, at, at+1)
+		}
+		q.rec.evicted(over)
+	}
 	at, _ := slices.BinarySearchFunc(q.letters, id, compareLetter)
 	q.letters = slices.Insert(q.letters, at, d)
 	q.publishLocked()

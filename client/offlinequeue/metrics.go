@@ -9,6 +9,7 @@ type Metrics struct {
 	depth       *prometheus.GaugeVec
 	deadLetters *prometheus.GaugeVec
 	overflow    *prometheus.CounterVec
+	evictions   *prometheus.CounterVec
 }
 
 // NewMetrics registers the queue metrics on reg (never on the global registry):
@@ -16,6 +17,8 @@ type Metrics struct {
 //	syncd_client_queue_depth{queue}           gauge   pending items
 //	syncd_client_queue_dead_letters{queue}    gauge   items in the dead-letter store
 //	syncd_client_queue_overflow_total{queue}  counter enqueues refused by MaxDepth
+//	syncd_client_queue_dead_letters_evicted_total{queue}
+//	                                          counter dead letters evicted beyond MaxDeadLetters
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -30,8 +33,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "syncd_client_queue_overflow_total",
 			Help: "Enqueues refused because the queue was at its maximum depth.",
 		}, []string{"queue"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_client_queue_dead_letters_evicted_total",
+			Help: "Dead letters deleted because the dead-letter store was beyond its maximum (MaxDeadLetters).",
+		}, []string{"queue"}),
 	}
-	for _, c := range []prometheus.Collector{m.depth, m.deadLetters, m.overflow} {
+	for _, c := range []prometheus.Collector{m.depth, m.deadLetters, m.overflow, m.evictions} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -49,6 +56,7 @@ func (m *Metrics) recorder(queue string) recorder {
 		depth:       m.depth.WithLabelValues(queue),
 		deadLetters: m.deadLetters.WithLabelValues(queue),
 		overflow:    m.overflow.WithLabelValues(queue),
+		evictions:   m.evictions.WithLabelValues(queue),
 	}
 }
 
@@ -57,6 +65,7 @@ type recorder struct {
 	depth       prometheus.Gauge
 	deadLetters prometheus.Gauge
 	overflow    prometheus.Counter
+	evictions   prometheus.Counter
 }
 
 func (r recorder) setCounts(pending, dead int) {
@@ -70,5 +79,11 @@ func (r recorder) setCounts(pending, dead int) {
 func (r recorder) overflowed() {
 	if r.overflow != nil {
 		r.overflow.Inc()
+	}
+}
+
+func (r recorder) evicted(n int) {
+	if r.evictions != nil && n > 0 {
+		r.evictions.Add(float64(n))
 	}
 }

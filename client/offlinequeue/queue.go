@@ -1,9 +1,11 @@
 package offlinequeue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -89,7 +91,9 @@ type Queue interface {
 
 	// MoveToDeadLetters moves a pending item to the dead-letter store with a
 	// reason, atomically: the item is either pending or dead, never both or
-	// neither. An unknown ID is ErrNotFound.
+	// neither. An unknown ID is ErrNotFound. If the store then holds more
+	// than MaxDeadLetters, the longest-dead letters are evicted in the same
+	// write (see Options.MaxDeadLetters).
 	MoveToDeadLetters(ctx context.Context, id ID, reason string) error
 
 	// DeadLetters returns up to limit dead letters with ID greater than
@@ -118,6 +122,9 @@ const (
 	// Options.MaxDepth is 0. At about 200 bytes a write it is some 20 MB of
 	// queue, and several minutes of replay once the device is online.
 	DefaultMaxDepth = 100_000
+	// DefaultMaxDeadLetters is the dead letters a queue keeps when
+	// Options.MaxDeadLetters is 0.
+	DefaultMaxDeadLetters = 10_000
 	// DefaultMaxPayloadBytes is the largest payload Enqueue accepts by default.
 	DefaultMaxPayloadBytes = 1 << 20
 	// MaxKeyBytes is the longest idempotency key Enqueue accepts.
@@ -182,6 +189,14 @@ type Options struct {
 	// a device that stays offline long enough fills any disk. It is not
 	// stored on disk: pass the same value on every open.
 	MaxDepth int
+	// MaxDeadLetters bounds the dead-letter store. A MoveToDeadLetters that
+	// would exceed it evicts, in the same durable write, the dead letters
+	// that have been dead longest (oldest DeadAt, then lowest ID; never the
+	// one it adds, whatever the clock did), counted
+	// by syncd_client_queue_dead_letters_evicted_total. 0 means
+	// DefaultMaxDeadLetters; a negative value is refused by the durable
+	// queues. Requeue and Purge are how an operator keeps below it.
+	MaxDeadLetters int
 	// MaxPayloadBytes bounds one payload; 0 means DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// Now is the clock for EnqueuedAt and DeadAt; nil means time.Now.
@@ -210,7 +225,35 @@ func (o Options) withDefaults() Options {
 	if o.MaxDepth <= 0 {
 		o.MaxDepth = DefaultMaxDepth
 	}
+	if o.MaxDeadLetters <= 0 {
+		o.MaxDeadLetters = DefaultMaxDeadLetters
+	}
 	return o
+}
+
+// longestDead returns the IDs of the n letters dead longest: oldest DeadAt
+// first, then lowest ID. letters is not modified.
+func longestDead(letters []DeadLetter, n int) []ID {
+	order := slices.Clone(letters)
+	slices.SortFunc(order, func(a, b DeadLetter) int {
+		if c := a.DeadAt.Compare(b.DeadAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	ids := make([]ID, 0, n)
+	for _, d := range order[:min(n, len(order))] {
+		ids = append(ids, d.ID)
+	}
+	return ids
+}
+
+// checkLimits refuses negative limits, for the durable queues' open.
+func (o Options) checkLimits() error {
+	if o.MaxDepth < 0 || o.MaxDeadLetters < 0 || o.MaxPayloadBytes < 0 {
+		return fmt.Errorf("offlinequeue: negative limit (MaxDepth %d, MaxDeadLetters %d, MaxPayloadBytes %d)", o.MaxDepth, o.MaxDeadLetters, o.MaxPayloadBytes)
+	}
+	return nil
 }
 
 func (o Options) maxPayload() int {

@@ -152,8 +152,8 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 // newSQLite opens, checks and prepares the database. On error it has closed
 // everything it opened.
 func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, err error) {
-	if opts.MaxDepth < 0 || opts.MaxPayloadBytes < 0 {
-		return nil, fmt.Errorf("negative limit (MaxDepth %d, MaxPayloadBytes %d)", opts.MaxDepth, opts.MaxPayloadBytes)
+	if err := opts.checkLimits(); err != nil {
+		return nil, err
 	}
 	opts.Options = opts.Options.withDefaults()
 	synchronous, err := opts.Synchronous.sqlitedb()
@@ -328,6 +328,11 @@ const (
 	sqlRevive = `INSERT OR IGNORE INTO items (payload, key, attempts, enqueued_at)
 		SELECT payload, key, 0, ? FROM dead_letters WHERE id = ?`
 	sqlDeleteDead = `DELETE FROM dead_letters WHERE id = ?`
+	// The store is small (MaxDeadLetters) and this runs only beyond it, so
+	// a scan ordered by dead_at needs no index.
+	// The newest dead letter (the one just moved) is never evicted.
+	sqlEvictDead = `DELETE FROM dead_letters WHERE id IN
+		(SELECT id FROM dead_letters WHERE id != ? ORDER BY dead_at, id LIMIT ?)`
 )
 
 // sqliteStmts are the queue's prepared statements. Each is prepared on the
@@ -335,7 +340,7 @@ const (
 // reuses the connection's prepared copy.
 type sqliteStmts struct {
 	findKey, insert, peek, deleteItem, setAttempts *sql.Stmt
-	kill, listDead, revive, deleteDead             *sql.Stmt
+	kill, listDead, revive, deleteDead, evictDead  *sql.Stmt
 }
 
 func prepareStmts(ctx context.Context, db *sql.DB) (sqliteStmts, error) {
@@ -353,6 +358,7 @@ func prepareStmts(ctx context.Context, db *sql.DB) (sqliteStmts, error) {
 		{&s.listDead, sqlListDead},
 		{&s.revive, sqlRevive},
 		{&s.deleteDead, sqlDeleteDead},
+		{&s.evictDead, sqlEvictDead},
 	} {
 		stmt, err := db.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -365,7 +371,7 @@ func prepareStmts(ctx context.Context, db *sql.DB) (sqliteStmts, error) {
 }
 
 func (s sqliteStmts) close() {
-	for _, stmt := range []*sql.Stmt{s.findKey, s.insert, s.peek, s.deleteItem, s.setAttempts, s.kill, s.listDead, s.revive, s.deleteDead} {
+	for _, stmt := range []*sql.Stmt{s.findKey, s.insert, s.peek, s.deleteItem, s.setAttempts, s.kill, s.listDead, s.revive, s.deleteDead, s.evictDead} {
 		if stmt != nil {
 			_ = stmt.Close()
 		}
@@ -431,17 +437,22 @@ func (s *SQLite) Peek(ctx context.Context, after ID, limit int) ([]Item, error) 
 // MarkDone implements Queue.
 func (s *SQLite) MarkDone(ctx context.Context, ids ...ID) error {
 	return s.apply(ctx, "mark done in", func(ctx context.Context, tx *sql.Tx) (counts, error) {
-		del := tx.StmtContext(ctx, s.stmts.deleteItem)
-		var removed int64
-		for _, id := range ids {
-			n, err := execCount(ctx, del, id)
-			if err != nil {
-				return counts{}, err
-			}
-			removed += n
-		}
-		return counts{pending: -int(removed)}, nil
+		return s.markDone(ctx, tx, ids)
 	})
+}
+
+// markDone deletes the items ids in tx.
+func (s *SQLite) markDone(ctx context.Context, tx *sql.Tx, ids []ID) (counts, error) {
+	del := tx.StmtContext(ctx, s.stmts.deleteItem)
+	var removed int64
+	for _, id := range ids {
+		n, err := execCount(ctx, del, id)
+		if err != nil {
+			return counts{}, err
+		}
+		removed += n
+	}
+	return counts{pending: -int(removed)}, nil
 }
 
 // SetAttempts implements Queue.
@@ -492,7 +503,14 @@ func (s *SQLite) MoveToDeadLetters(ctx context.Context, id ID, reason string) er
 		if _, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.deleteItem), id); err != nil {
 			return counts{}, err
 		}
-		return counts{pending: -1, dead: 1}, nil
+		// s.dead is written only by the committer, which runs this.
+		var evicted int64
+		if over := s.dead + 1 - s.opts.MaxDeadLetters; over > 0 {
+			if evicted, err = execCount(ctx, tx.StmtContext(ctx, s.stmts.evictDead), id, over); err != nil {
+				return counts{}, err
+			}
+		}
+		return counts{pending: -1, dead: 1 - int(evicted), evicted: int(evicted)}, nil
 	})
 }
 

@@ -16,6 +16,7 @@ const maxBatch = 256
 type writeRequest struct {
 	payload []byte
 	key     string
+	with    func(ctx context.Context, tx *sql.Tx, id ID) error // EnqueueWith's hook, or nil
 
 	op    string // names the operation in errors
 	apply func(ctx context.Context, tx *sql.Tx) (counts, error)
@@ -26,8 +27,9 @@ type writeRequest struct {
 	done chan struct{}
 }
 
-// counts is a change of the pending and dead-letter counts.
-type counts struct{ pending, dead int }
+// counts is a change of the pending and dead-letter counts, and the dead
+// letters evicted by it.
+type counts struct{ pending, dead, evicted int }
 
 // submit hands r to the committer and waits for its outcome. Once r has been
 // handed over it runs to completion whatever happens to ctx, so an error
@@ -116,7 +118,7 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 	if s.hooks.batch != nil {
 		s.hooks.batch(len(group))
 	}
-	if len(group) == 1 && s.poisoned == nil && s.pending < s.opts.MaxDepth {
+	if len(group) == 1 && group[0].with == nil && s.poisoned == nil && s.pending < s.opts.MaxDepth {
 		s.commitLone(group[0])
 		return
 	}
@@ -144,15 +146,21 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 				refused++
 				continue
 			}
-			res, err := insert.ExecContext(ctx, r.payload, blob(r.key), s.opts.now().UnixNano())
+			if r.with != nil {
+				ok, err := s.insertWith(ctx, tx, insert, r)
+				if err != nil {
+					return err
+				}
+				if ok {
+					added++
+				}
+				continue
+			}
+			id, err := s.insertItem(ctx, insert, r)
 			if err != nil {
 				return err
 			}
-			id, err := res.LastInsertId()
-			if err != nil {
-				return err
-			}
-			r.id = ID(id)
+			r.id = id
 			added++
 		}
 		return nil
@@ -170,6 +178,45 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 	for _, r := range group {
 		close(r.done)
 	}
+}
+
+// insertItem inserts r's item with the group's insert statement.
+func (s *SQLite) insertItem(ctx context.Context, insert *sql.Stmt, r *writeRequest) (ID, error) {
+	res, err := insert.ExecContext(ctx, r.payload, blob(r.key), s.opts.now().UnixNano())
+	if err != nil {
+		return 0, err
+	}
+	id, err := res.LastInsertId()
+	return ID(id), err
+}
+
+// insertWith inserts r's item and runs its hook under a savepoint of the
+// group's transaction. A failing hook rolls back to the savepoint, so the
+// item and the hook's rows are gone and the rest of the group commits; it
+// is r's error (ok false), not the group's. An error of the savepoint
+// statements themselves fails the group.
+func (s *SQLite) insertWith(ctx context.Context, tx *sql.Tx, insert *sql.Stmt, r *writeRequest) (ok bool, err error) {
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT enqueue_with`); err != nil {
+		return false, err
+	}
+	id, err := s.insertItem(ctx, insert, r)
+	if err == nil {
+		if err = r.with(ctx, tx, id); err != nil {
+			err = fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, err)
+		}
+	}
+	if err != nil {
+		if _, rbErr := tx.ExecContext(ctx, `ROLLBACK TO enqueue_with; RELEASE enqueue_with`); rbErr != nil {
+			return false, errors.Join(err, rbErr)
+		}
+		r.err = err
+		return false, nil
+	}
+	if _, err := tx.ExecContext(ctx, `RELEASE enqueue_with`); err != nil {
+		return false, err
+	}
+	r.id = id
+	return true, nil
 }
 
 // inTx runs fn in a transaction and commits it. An error from fn rolls the
@@ -249,6 +296,7 @@ func (s *SQLite) addCounts(c counts) {
 	s.pending += c.pending
 	s.dead += c.dead
 	s.rec.setCounts(s.pending, s.dead)
+	s.rec.evicted(c.evicted)
 }
 
 // blob returns b's bytes as a non-nil slice: the driver stores a nil slice as

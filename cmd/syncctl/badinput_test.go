@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -54,6 +55,15 @@ func badQueueFiles(t testing.TB, dir string) map[string]int {
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
 	files[foreign] = exitBadFile
+
+	// Issue 11: a FIFO must not hang syncctl, and a link must not be
+	// followed (requeue would replace it with a regular file).
+	fifo := filepath.Join(dir, "queue.fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	files[fifo] = exitBadFile
+	link := filepath.Join(dir, "link.ndjson")
+	require.NoError(t, os.Symlink("future.ndjson", link))
+	files[link] = exitBadFile
 
 	sub := filepath.Join(dir, "a-directory")
 	require.NoError(t, os.Mkdir(sub, 0o700))

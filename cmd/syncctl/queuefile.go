@@ -33,6 +33,14 @@ const ndjsonHeaderLimit = 4096
 // from its first bytes, without changing anything. A missing file is a
 // not-found error; anything else that is not a queue is a bad-file error.
 func detectQueue(path string) (queueFormat, error) {
+	// Before anything opens it: a FIFO would block the open, and a link
+	// would have requeue replace the link with a regular file.
+	if err := offlinequeue.CheckPath(path); err != nil {
+		if errors.Is(err, offlinequeue.ErrNotRegularFile) {
+			return "", failf(exitBadFile, "%v", err)
+		}
+		return "", failf(exitFailure, "check queue file: %v", err)
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", failf(exitNotFound, "queue file %s does not exist", path)

@@ -36,6 +36,7 @@ type clusterOptions struct {
 	replicas       int
 	streamMaxAge   time.Duration
 	streamMaxBytes int64
+	snapshotEvery  time.Duration
 	startTimeout   time.Duration
 }
 
@@ -53,6 +54,7 @@ func (c *clusterOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.replicas, "replicas", cluster.DefaultReplicas, "NATS servers holding each copy of the command stream (3 survives one loss; 1 for tests)")
 	fs.DurationVar(&c.streamMaxAge, "stream-max-age", cluster.DefaultStreamMaxAge, "how long the command stream keeps commands (a node down longer restores from a snapshot)")
 	fs.Int64Var(&c.streamMaxBytes, "stream-max-bytes", 0, "cap on the command stream's size in bytes (0: no cap)")
+	fs.DurationVar(&c.snapshotEvery, "snapshot-every", cluster.DefaultSnapshotEvery, "how often the lease holder stores a snapshot that new and lagging nodes restore (keep it well within --stream-max-age)")
 	fs.DurationVar(&c.startTimeout, "cluster-start-timeout", 2*time.Minute, "how long to wait at start for the cluster's quorum before giving up")
 }
 
@@ -143,7 +145,7 @@ func joinCluster(ctx context.Context, o options, log *slog.Logger, reg prometheu
 	jctx, cancel := context.WithTimeout(ctx, c.startTimeout)
 	defer cancel()
 	m.cluster, err = cluster.Connect(jctx, m.nc, cluster.Options{
-		Node: o.nodeID, Replicas: c.replicas, StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes,
+		Node: o.nodeID, Replicas: c.replicas, StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes, SnapshotEvery: c.snapshotEvery,
 		SnapshotDir: filepath.Dir(o.data), Logger: log, Registerer: reg,
 	})
 	if err != nil {

@@ -273,6 +273,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		if member != nil {
 			member.cluster.Close()
+			if errors.Is(err, replication.ErrOtherDatabase) {
+				err = fmt.Errorf("%w: --data %s holds another cluster's state; point the node at its own cluster's NATS (--nats-url, --nats-route), or move the data file aside to join this cluster as a new node", err, o.data)
+			}
 		}
 		return err
 	}

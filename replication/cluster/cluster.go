@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -175,9 +176,9 @@ type Cluster struct {
 	pub       *publisher
 
 	waitingQuorum atomic.Bool
-	failed        atomic.Pointer[error] // set when this node must stop serving
-	appliedSeq    atomic.Uint64         // stream seq applied to the store
-	streamHead    atomic.Uint64         // newest stream seq seen
+	failed        atomic.Pointer[error]        // set when this node must stop serving
+	applied       atomic.Pointer[appliedState] // what the store holds, for Status
+	streamHead    atomic.Uint64                // newest stream seq seen
 	leaseHeld     atomic.Bool
 	leaseToken    atomic.Uint64 // the lease's revision while held
 
@@ -244,6 +245,11 @@ func (c *Cluster) setUp(ctx context.Context) error {
 			s, err = c.js.CreateStream(ctx, want)
 			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				s, err = c.js.Stream(ctx, StreamName) // another node created it first
+				if errors.Is(err, jetstream.ErrStreamNotFound) {
+					// The create said it exists; the server that answered
+					// the lookup has not learned of it yet.
+					err = errNotSettled
+				}
 			}
 		}
 		c.stream = s
@@ -352,6 +358,11 @@ func (c *Cluster) retry(ctx context.Context, what string, fn func(context.Contex
 	}
 }
 
+// errNotSettled: the JetStream servers do not agree yet (one said the
+// stream exists, another that it does not), as while three nodes start
+// together and the metadata leader is being elected. Retried.
+var errNotSettled = errors.New("JetStream metadata not settled")
+
 // retryable reports whether a JetStream error may go away by itself (no
 // leader yet, a timeout, a lost connection) rather than being an answer.
 func retryable(err error) bool {
@@ -359,7 +370,7 @@ func retryable(err error) bool {
 	if errors.As(err, &apiErr) {
 		return apiErr.Code >= 500 // JetStream temporarily unavailable, no leader
 	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+	return errors.Is(err, errNotSettled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrDisconnected)
 }
@@ -372,7 +383,7 @@ func retryable(err error) bool {
 // Stop the node with Close.
 func (c *Cluster) Start(store *replication.Store, onApplied func(oplogHead uint64)) error {
 	if store.ID != c.id {
-		return fmt.Errorf("cluster: %w: the store is database %s, the stream is cluster %s", ErrOtherCluster, store.ID, c.id)
+		return fmt.Errorf("cluster: %w: the store is database %s, the stream is cluster %s: point the node at its own cluster's NATS (--nats-url, --nats-route), or move its data file aside to join this cluster as a new node", ErrOtherCluster, store.ID, c.id)
 	}
 	pos, err := readPosition(context.Background(), store.DB)
 	if err != nil {
@@ -380,7 +391,7 @@ func (c *Cluster) Start(store *replication.Store, onApplied func(oplogHead uint6
 	}
 	c.store = store
 	c.onApplied = onApplied
-	c.appliedSeq.Store(pos.applied)
+	c.setApplied(pos)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.runCtx, c.cancel = ctx, cancel
 	c.pub = newPublisher(c)
@@ -429,8 +440,11 @@ func (c *Cluster) fail(err error) {
 
 // Status is what a node reports about itself.
 type Status struct {
-	Node       string    `json:"node"`
-	AppliedSeq uint64    `json:"applied_seq"`
+	Node       string `json:"node"`
+	AppliedSeq uint64 `json:"applied_seq"`
+	// Digest is the node's running state digest (hex) after AppliedSeq:
+	// two nodes at the same AppliedSeq with different digests diverged.
+	Digest     string    `json:"digest"`
 	StreamHead uint64    `json:"stream_head"`
 	Lag        uint64    `json:"lag"`
 	LeaseHeld  bool      `json:"lease_held"`
@@ -441,8 +455,10 @@ type Status struct {
 
 // Status returns this node's status now.
 func (c *Cluster) Status() Status {
-	st := Status{Node: c.opts.Node, AppliedSeq: c.appliedSeq.Load(), StreamHead: c.streamHead.Load(),
-		LeaseHeld: c.leaseHeld.Load(), At: c.opts.Now().UTC()}
+	st := Status{Node: c.opts.Node, StreamHead: c.streamHead.Load(), LeaseHeld: c.leaseHeld.Load(), At: c.opts.Now().UTC()}
+	if a := c.applied.Load(); a != nil { // nil before Start
+		st.AppliedSeq, st.Digest = a.seq, a.digest
+	}
 	st.Lag = st.StreamHead - min(st.StreamHead, st.AppliedSeq)
 	if err := c.Ready(); err != nil {
 		st.Problem = err.Error()
@@ -450,6 +466,18 @@ func (c *Cluster) Status() Status {
 		st.Ready = true
 	}
 	return st
+}
+
+// appliedState is the materializer's committed position as Status shows
+// it: the seq and the digest after it, read together.
+type appliedState struct {
+	seq    uint64
+	digest string
+}
+
+// setApplied publishes pos, just committed, to Status.
+func (c *Cluster) setApplied(pos position) {
+	c.applied.Store(&appliedState{seq: pos.applied, digest: hex.EncodeToString(pos.digest)})
 }
 
 // Nodes returns the last status every node reported (itself included).

@@ -272,8 +272,13 @@ func TestReplicasConverge(t *testing.T) {
 	require.NoError(t, nodes[0].db.QueryRow(`SELECT count(*) FROM records`).Scan(&records))
 	require.Equal(t, 5+6*20, records)
 	requireSameState(t, nodes...)
+	want := nodes[0].cl.Status()
+	require.NotEmpty(t, want.Digest)
 	for _, n := range nodes {
-		require.True(t, n.cl.Status().Ready, n.cl.Status().Problem)
+		st := n.cl.Status()
+		require.True(t, st.Ready, st.Problem)
+		require.Equal(t, want.AppliedSeq, st.AppliedSeq, "%s: Status reports the applied seq", st.Node)
+		require.Equal(t, want.Digest, st.Digest, "%s: Status reports the same digest at the same seq", st.Node)
 	}
 }
 

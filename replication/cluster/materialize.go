@@ -284,7 +284,7 @@ func (m *materializer) apply(ctx context.Context, group []jetstream.Msg) (err er
 		return fmt.Errorf("apply: commit: %w", err)
 	}
 	m.pos = pos
-	c.appliedSeq.Store(pos.applied)
+	c.setApplied(pos)
 	c.metrics.appliedSeq.Set(float64(pos.applied))
 	c.metrics.applySeconds.Observe(time.Since(start).Seconds())
 	if last.NumPending == 0 {

@@ -1,6 +1,7 @@
 package queuetest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,39 @@ var deadLetterTests = []subtest{
 			q = e.reopen(q, e.opts())
 			require.Equal(t, s, takeSnapshot(t, e, q), "after reopen")
 		}
+	}},
+	{name: "DeadLetters/CapEvictsTheLongestDead", run: func(t *testing.T, e *env) {
+		opts := e.opts()
+		opts.MaxDeadLetters = 3
+		q := e.openQueue(opts)
+		// Items dead-lettered out of ID order: the oldest dead, not the
+		// lowest ID, is evicted first, so a write that has just been
+		// dead-lettered is never the one that goes.
+		var items []offlinequeue.ID
+		for i := range 5 {
+			items = append(items, enqueue(t, e, q, fmt.Sprintf("item-%d", i), fmt.Sprintf("key-%d", i)))
+		}
+		for _, i := range []int{3, 1, 4, 0, 2} {
+			e.clock.Advance(time.Minute)
+			require.NoError(t, q.MoveToDeadLetters(e.ctx(), items[i], "refused"))
+		}
+		s := takeSnapshot(t, e, q)
+		require.Empty(t, s.Pending)
+		require.Equal(t, []offlinequeue.ID{items[0], items[2], items[4]}, deadIDs(s.Dead), "the two dead longest (3, then 1) were evicted")
+		require.Equal(t, 3, s.Stats.DeadLetters)
+		require.Equal(t, float64(2), metricValue(t, e.reg, evictedMetric))
+		requireGauges(t, e, 0, 3)
+		if e.durable {
+			q = e.reopen(q, opts)
+			require.Equal(t, s, takeSnapshot(t, e, q), "after reopen")
+		}
+
+		// A clock set back: the letter just moved is the "oldest", yet it
+		// stays; the longest dead of the others goes.
+		late := enqueue(t, e, q, "late", "key-late")
+		e.clock.Advance(-24 * time.Hour)
+		require.NoError(t, q.MoveToDeadLetters(e.ctx(), late, "refused"))
+		require.Equal(t, []offlinequeue.ID{items[0], items[2], late}, deadIDs(takeSnapshot(t, e, q).Dead), "item 4 (dead longest of the others) was evicted")
 	}},
 	{name: "DeadLetters/MoveUnknownIsNotFound", run: func(t *testing.T, e *env) {
 		q := e.openQueue(e.opts())

@@ -194,6 +194,7 @@ const (
 	depthMetric    = "syncd_client_queue_depth"
 	deadMetric     = "syncd_client_queue_dead_letters"
 	overflowMetric = "syncd_client_queue_overflow_total"
+	evictedMetric  = "syncd_client_queue_dead_letters_evicted_total"
 )
 
 // requireGauges requires the depth and dead-letter gauges to equal the counts.

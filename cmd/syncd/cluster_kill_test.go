@@ -1,0 +1,155 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/server"
+)
+
+// killsEnv sets how many nodes TestClusterProcessKills kills (default
+// defaultKills; `make cluster-chaos` runs 20).
+const (
+	killsEnv     = "SYNCD_CLUSTER_KILLS"
+	defaultKills = 4
+)
+
+// TestClusterProcessKills runs three syncd processes with embedded NATS
+// (R3) under writers spread across them, and kills a node with SIGKILL
+// again and again: the command stream's leader, then a follower, each
+// restarted on its own disk before the next kill. Every acknowledged
+// write must be in every node's oplog exactly once, nothing twice, and
+// every node must end at the same stream seq with the same digest. How
+// long writers took to resume after each kill is printed, not asserted.
+func TestClusterProcessKills(t *testing.T) {
+	kills := defaultKills
+	if v := os.Getenv(killsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, killsEnv)
+		require.True(t, n > 0 && n <= 100, "%s=%d: want 1 to 100", killsEnv, n)
+		kills = n
+	}
+	pc := startProcCluster(t)
+	l := startLoad(t, pc, 6, 10)
+	defer l.stop()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+
+	var resumes []time.Duration
+	for k := range kills {
+		time.Sleep(1500 * time.Millisecond) // load between kills
+		leader := pc.streamLeader(t)
+		victim := pc.node(leader)
+		require.NotNil(t, victim, "leader %q is not a node", leader)
+		role := "leader"
+		if k%2 == 1 {
+			role = "follower"
+			var followers []*procNode
+			for _, n := range pc.nodes {
+				if n.name != leader {
+					followers = append(followers, n)
+				}
+			}
+			victim = followers[rng.IntN(len(followers))]
+		}
+		killedAt := time.Now()
+		victim.kill(t)
+		t.Logf("kill %d: SIGKILL %s (%s)", k+1, victim.name, role)
+		time.Sleep(time.Second)
+		victim.start(t)
+		victim.waitReady(t)
+		pc.waitCaughtUp(t, victim)
+		for i := 0; i < 100; i++ { // bounded: 10 s after the node is back
+			if d, ok := l.resumeAfter(killedAt); ok {
+				resumes = append(resumes, d)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		require.Len(t, resumes, k+1, "kill %d: some writer had no push acknowledged within 10 s of %s's return", k+1, victim.name)
+	}
+	require.NoError(t, l.stop())
+
+	pc.requireOnceEverywhere(t, l)
+	t.Logf("writers resumed after %d kills: %s", kills, distribution(resumes))
+	var moves int
+	for _, w := range l.writers {
+		moves += w.moves
+	}
+	t.Logf("%d writers moved node %d times", len(l.writers), moves)
+}
+
+// waitCaughtUp waits until n applied at least what the other nodes had
+// applied when it came back, so that the next kill leaves a quorum of
+// current replicas.
+func (pc *procCluster) waitCaughtUp(t testing.TB, n *procNode) {
+	t.Helper()
+	var target uint64
+	for _, o := range pc.nodes {
+		if st, ok := pc.selfStatus(o); ok && o != n {
+			target = max(target, st.AppliedSeq)
+		}
+	}
+	deadline := time.Now().Add(procStartTimeout)
+	for time.Now().Before(deadline) {
+		if st, ok := pc.selfStatus(n); ok && st.AppliedSeq >= target {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s did not catch up to stream seq %d", n.name, target)
+}
+
+// requireOnceEverywhere waits for the nodes to converge (same applied seq,
+// same digest) and requires every node's oplog to be the same, with every
+// write the writers saw acknowledged in it exactly once, at the seq,
+// version and hlc they were told, and no op id twice.
+func (pc *procCluster) requireOnceEverywhere(t testing.TB, l *load) {
+	t.Helper()
+	st := pc.waitConverged(t)
+	t.Logf("converged at stream seq %d, digest %.16s", st.AppliedSeq, st.Digest)
+	first := pc.admin(pc.nodes[0]).Oplog(t, "")
+	count := make(map[string]int, len(first))
+	bySeq := make(map[string]uint64, len(first))
+	for _, e := range first {
+		count[e.OpID]++
+		bySeq[e.OpID] = e.Seq
+	}
+	for op, n := range count {
+		require.Equal(t, 1, n, "op %s applied %d times", op, n)
+	}
+	var acked int
+	for _, w := range l.writers {
+		for _, a := range w.acked {
+			acked++
+			require.Equal(t, 1, count[a.opID], "%s: acknowledged op %s is in the oplog %d times", w.id, a.opID, count[a.opID])
+			require.Equal(t, a.seq, bySeq[a.opID], "%s: op %s acknowledged at seq %d", w.id, a.opID, a.seq)
+		}
+	}
+	require.NotZero(t, acked)
+	for _, n := range pc.nodes[1:] {
+		other := pc.admin(n).Oplog(t, "")
+		require.Equal(t, len(first), len(other), "%s's oplog length", n.name)
+		require.True(t, slices.EqualFunc(first, other, func(a, b server.OplogEntry) bool {
+			return a.Seq == b.Seq && a.OpID == b.OpID && a.Version == b.Version && a.HLC == b.HLC && string(a.Value) == string(b.Value)
+		}), "%s's oplog differs from %s's", n.name, pc.nodes[0].name)
+	}
+	t.Logf("%d acknowledged writes, %d oplog entries, identical on %d nodes", acked, len(first), len(pc.nodes))
+}
+
+// distribution formats p50, p90 and max of ds.
+func distribution(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return fmt.Sprintf("n=%d p50=%s p90=%s max=%s", len(s), q(0.5).Round(time.Millisecond), q(0.9).Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
+}
