@@ -21,6 +21,8 @@ func TestDeadLettersThroughTheClient(t *testing.T) {
 	b := d.put(t, "secret", "b", `{"n":2}`)
 	require.Equal(t, client.StatusDeadLettered, d.await(t, a).Status)
 	require.Equal(t, client.StatusDeadLettered, d.await(t, b).Status)
+	// The outcome is recorded before the item moves to the dead-letter store.
+	d.waitStatus(t, "two dead letters", func(st client.Status) bool { return st.DeadLetters == 2 })
 
 	dead, err := d.DeadLetters(ctx, 0, 10)
 	require.NoError(t, err)
@@ -36,6 +38,7 @@ func TestDeadLettersThroughTheClient(t *testing.T) {
 	// Still forbidden: decided anew, dead-lettered again with a fresh budget.
 	o := d.await(t, a)
 	require.Equal(t, client.StatusDeadLettered, o.Status)
+	d.waitStatus(t, "dead-lettered again", func(st client.Status) bool { return st.DeadLetters == 1 && st.Pending == 0 })
 	dead, err = d.DeadLetters(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, dead, 1, "the purged one is gone")
