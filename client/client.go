@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -45,8 +46,12 @@ type Client struct {
 	now     func() time.Time
 	metrics *metrics
 
-	clockMu sync.Mutex
-	clock   *syncproto.Clock
+	quickLosses int // consecutive links lost soon after they were made; under mu
+	clockMu     sync.Mutex
+	clock       *syncproto.Clock
+	// serverOffset is the server's wall clock minus this device's, in ms,
+	// as the last welcome measured it (welcome.server_time_ms).
+	serverOffset int64
 
 	monitor *netmonitor.Monitor
 	coord   *reconnect.Coordinator
@@ -227,11 +232,62 @@ func (c *Client) stamp() syncproto.Timestamp {
 	return c.clock.Now()
 }
 
-// observe advances the device clock past a server timestamp.
+// ErrSnapshotTooLarge: a snapshot exceeded Config.MaxSnapshotBytes. The
+// replica was left as it was.
+var ErrSnapshotTooLarge = errors.New("client: snapshot larger than MaxSnapshotBytes")
+
+// boundedReader reads at most left bytes of r, then fails with
+// ErrSnapshotTooLarge and remembers it (exceeded): a line reader above it
+// may report the cut as a malformed last line instead.
+type boundedReader struct {
+	r        io.Reader
+	left     int64
+	exceeded bool
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		b.exceeded = true
+		return 0, ErrSnapshotTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+// MaxObservedClockAhead bounds how far ahead of the server's wall clock (as
+// the last welcome measured it) a timestamp the client observes may be: the
+// server accepts writes up to its skew bound ahead, so a legitimate one is
+// within twice the default bound. One further ahead (a broken or hostile
+// peer's, say year 9999) is not adopted, so it cannot drag every later
+// write of the device to the end of time; it is logged and counted.
+const MaxObservedClockAhead = 2 * syncproto.DefaultMaxClockSkew
+
+// observe advances the device clock past a server timestamp, unless the
+// timestamp is more than MaxObservedClockAhead ahead of the server's clock.
 func (c *Client) observe(ts syncproto.Timestamp) {
 	c.clockMu.Lock()
 	defer c.clockMu.Unlock()
+	serverNow := c.now().UnixMilli() + c.serverOffset
+	if ts.Wall > serverNow+MaxObservedClockAhead.Milliseconds() {
+		c.metrics.clockRefused.Inc()
+		c.log.Warn("not adopting a timestamp far ahead of the server's clock", "hlc", ts.String(), "ahead_ms", ts.Wall-serverNow)
+		return
+	}
 	c.clock.Observe(ts)
+}
+
+// measureOffset records the server's clock offset from a welcome.
+func (c *Client) measureOffset(w *syncproto.Welcome) {
+	if w.ServerTime == 0 {
+		return // an older server: assume the clocks agree
+	}
+	c.clockMu.Lock()
+	defer c.clockMu.Unlock()
+	c.serverOffset = w.ServerTime - c.now().UnixMilli()
 }
 
 // correctClock runs after the server refused writes for clock skew: this
@@ -591,9 +647,47 @@ func (c *Client) linkLost(l *link, err error) {
 		return
 	}
 	c.coord.OnOffline()
-	if c.monitor.Current() == netmonitor.Online {
-		c.coord.OnOnline()
+	delay := c.relinkDelay(c.now().Sub(l.since))
+	if delay == 0 {
+		if c.monitor.Current() == netmonitor.Online {
+			c.coord.OnOnline()
+		}
+		return
 	}
+	// A link lost soon after it was made (a server that accepts and then
+	// drops, or refuses after the bind) is retried after a jittered,
+	// growing wait, never in a tight loop.
+	c.log.Info("link lost soon after it was made; waiting before reconnecting", "wait", delay)
+	c.wg.Go(func() {
+		select {
+		case <-c.ctx.Done():
+		case <-time.After(delay):
+			if !c.isClosed() && c.monitor.Current() == netmonitor.Online {
+				c.coord.OnOnline()
+			}
+		}
+	})
+}
+
+// healthyLinkLife is how long a link must last for its loss to count as
+// an ordinary disconnection, reconnected at once, rather than a quick loss.
+const healthyLinkLife = 30 * time.Second
+
+// relinkDelay returns how long to wait before reconnecting after a link
+// that lived for lived was lost: 0 after a healthy link (which also resets
+// the count), else RetryInterval doubled per consecutive quick loss, capped
+// at MaxRetryInterval, with jitter in [1/2, 1).
+func (c *Client) relinkDelay(lived time.Duration) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lived >= healthyLinkLife {
+		c.quickLosses = 0
+		return 0
+	}
+	c.quickLosses++
+	d := c.cfg.RetryInterval << min(c.quickLosses-1, 16)
+	d = min(d, c.cfg.MaxRetryInterval)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
 // refused records the refusal err carries, if any, and wakes Await so it
@@ -619,6 +713,8 @@ func (c *Client) permanentRefusal() error {
 
 // loadSnapshot replaces the replica's records with the server's snapshot.
 func (c *Client) loadSnapshot(ctx context.Context, baseURL string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, httpURL(baseURL, syncproto.SnapshotPath), nil)
 	if err != nil {
 		return 0, err
@@ -633,15 +729,19 @@ func (c *Client) loadSnapshot(ctx context.Context, baseURL string) (uint64, erro
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return 0, fmt.Errorf("snapshot: %s", resp.Status)
 	}
-	sr, err := syncproto.NewSnapshotReader(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("snapshot: %w", err)
+	body := &boundedReader{r: resp.Body, left: c.cfg.MaxSnapshotBytes}
+	sr, err := syncproto.NewSnapshotReader(body)
+	if err == nil {
+		var head uint64
+		head, err = c.replica.resetFromSnapshot(ctx, sr)
+		if err == nil {
+			c.metrics.resyncs.Inc()
+			c.changes.publish(ChangeEvent{Resync: true})
+			return head, nil
+		}
 	}
-	head, err := c.replica.resetFromSnapshot(ctx, sr)
-	if err != nil {
-		return 0, err
+	if body.exceeded {
+		return 0, fmt.Errorf("snapshot: %w (%d bytes)", ErrSnapshotTooLarge, c.cfg.MaxSnapshotBytes)
 	}
-	c.metrics.resyncs.Inc()
-	c.changes.publish(ChangeEvent{Resync: true})
-	return head, nil
+	return 0, fmt.Errorf("snapshot: %w", err)
 }

@@ -20,6 +20,10 @@ const (
 	DefaultMaxRetryInterval = time.Minute
 	DefaultOutcomeRetention = 30 * 24 * time.Hour
 	DefaultProbeInterval    = 5 * time.Second
+	// DefaultMaxSnapshotBytes bounds the bytes of one snapshot the client
+	// reads, and DefaultSnapshotTimeout how long it may take.
+	DefaultMaxSnapshotBytes = 4 << 30
+	DefaultSnapshotTimeout  = 30 * time.Minute
 )
 
 // Config configures a Client. Every field not marked required has a
@@ -58,6 +62,12 @@ type Config struct {
 	Backoff reconnect.Backoff
 	// OutcomeRetention is how long decided writes' outcomes are kept.
 	OutcomeRetention time.Duration
+	// MaxSnapshotBytes and SnapshotTimeout bound one snapshot download: a
+	// larger or slower one is abandoned with ErrSnapshotTooLarge or a
+	// deadline error and the replica is left as it was; 0 means the
+	// defaults (DefaultMaxSnapshotBytes, DefaultSnapshotTimeout).
+	MaxSnapshotBytes int64
+	SnapshotTimeout  time.Duration
 	// HTTPClient dials websockets, probes and fetches snapshots; nil means
 	// defaultHTTPClient. Do not give it a whole-request Timeout: that would
 	// also bound reading a snapshot, and a large one would never finish.
@@ -102,13 +112,17 @@ func (c *Config) setDefaults() error {
 	def(&c.MaxRetryInterval, DefaultMaxRetryInterval)
 	def(&c.ProbeInterval, DefaultProbeInterval)
 	def(&c.OutcomeRetention, DefaultOutcomeRetention)
+	def(&c.SnapshotTimeout, DefaultSnapshotTimeout)
+	if c.MaxSnapshotBytes == 0 {
+		c.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.InFlight == 0 {
 		c.InFlight = DefaultInFlight
 	}
-	if c.MaxAttempts < 0 || c.InFlight < 0 || c.RetryInterval < 0 || c.MaxRetryInterval < c.RetryInterval || c.ProbeInterval < 0 || c.OutcomeRetention < 0 {
+	if c.MaxAttempts < 0 || c.InFlight < 0 || c.RetryInterval < 0 || c.MaxRetryInterval < c.RetryInterval || c.ProbeInterval < 0 || c.OutcomeRetention < 0 || c.MaxSnapshotBytes < 0 || c.SnapshotTimeout < 0 {
 		return errors.New("limits and intervals must be positive (MaxRetryInterval >= RetryInterval)")
 	}
 	if c.HTTPClient == nil {

@@ -26,11 +26,12 @@ type link struct {
 	replays chan chan error // replayNow requests
 	stopped sync.Once
 	bound   atomic.Bool // hello was answered and the feed subscribed
+	since   time.Time   // when the link was made
 }
 
 func newLink(c *Client, cn *conn) *link {
 	ctx, cancel := context.WithCancel(c.ctx)
-	return &link{c: c, conn: cn, ctx: ctx, cancel: cancel, replays: make(chan chan error)}
+	return &link{c: c, conn: cn, ctx: ctx, cancel: cancel, replays: make(chan chan error), since: c.now()}
 }
 
 // bind sends hello, loads a snapshot when the replica has never synced and
@@ -56,6 +57,7 @@ func (l *link) bind(ctx context.Context) error {
 		}
 		return err
 	}
+	c.measureOffset(w)
 	c.observe(w.ServerHLC)
 	if (cursor == 0 && w.Head > 0) || resync {
 		if cursor, err = c.loadSnapshot(ctx, l.conn.url); err != nil {

@@ -12,6 +12,7 @@ type metrics struct {
 	deadLetters   prometheus.Counter
 	feedEntries   prometheus.Counter
 	resyncs       prometheus.Counter
+	clockRefused  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -38,11 +39,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_client_resyncs_total", Help: "Snapshots loaded into the local replica (bootstrap or resync).",
 		}),
+		clockRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_client_clock_refused_total", Help: "Observed timestamps not adopted: more than MaxObservedClockAhead ahead of the server's clock.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs} {
+	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.clockRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
