@@ -61,7 +61,7 @@ func TestBenchRunsBoundedAndCountsEveryDelivery(t *testing.T) {
 	require.LessOrEqual(t, rep.Ack.P50, rep.Ack.P99)
 	require.LessOrEqual(t, rep.Ack.P99, rep.Ack.Max)
 
-	out := c.ok("bench", "--clients", clients, "--connections", "4", "--duration", "200ms", "--push-share", "0.5")
+	out := c.ok("bench", "--clients", clients, "--connections", "4", "--duration", "200ms", "--push-share", "0.5", "--drain", "10s")
 	for _, want := range []string{"connections  4 requested, 4 open at end (4 subscribed), 2 pushing", "throughput", "errors       no errors",
 		"LATENCY (ms)", "push ack", "feed delivery", "snapshot", "SERVER", s.URL} {
 		require.Contains(t, out, want)
