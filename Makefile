@@ -61,12 +61,14 @@ ABUSE_SCALE ?= 10
 abuse:
 	SYNCD_ABUSE_SCALE=$(ABUSE_SCALE) $(GO) test -race -count=1 -run 'Abuse' -timeout 20m -v ./server/
 
-## soak: the long churn run (SOAK_DURATION, default 10m; SOAK_ARGS for more flags, e.g.
-## --seed N to replay); it stops by itself and writes var/soak/<time>/report.md
+## soak: the long churn run (SOAK_DURATION, default 10m; SOAK_NODES, default 1: with 3, a
+## syncd cluster with node kills and route cuts; SOAK_ARGS for more flags, e.g. --seed N to
+## replay); it stops by itself and writes var/soak/<time>/report.md
+SOAK_NODES ?= 1
 soak:
 	mkdir -p var/soak
 	$(GO) build -o $(BIN)/ ./cmd/syncd ./soak/cmd/soak
-	./$(BIN)/soak --duration $(SOAK_DURATION) --syncd ./$(BIN)/syncd --out var/soak $(SOAK_ARGS)
+	./$(BIN)/soak --duration $(SOAK_DURATION) --syncd ./$(BIN)/syncd --out var/soak --nodes $(SOAK_NODES) $(SOAK_ARGS)
 
 ## cluster-chaos: three syncd processes (R3) under writers, CLUSTER_KILLS (default 20) kill -9s
 ## of the stream leader and of followers; prints the writers' resume-time distribution
