@@ -11,7 +11,7 @@ SOAK_DURATION ?= 10m
 SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build deps test abuse bench fuzz lint clean soak cluster cluster-chaos
+.PHONY: run build deps test abuse bench fuzz lint clean soak cluster cluster-chaos simulate
 
 # Root installs packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -50,10 +50,17 @@ deps:
 	  echo "installing Debian's chromium for the browser test"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
-## test: vet and the whole suite with the race detector (./soak holds the short soak, about a minute)
+## test: vet and the whole suite with the race detector (./soak holds the short soaks, single
+## node and three-node cluster, about a minute each)
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -timeout 14m ./...
+
+## simulate: the client's seeded simulation (client/synccore) over SEEDS schedules
+## (default 100000), without the race detector; a failing seed prints its replay command
+SEEDS ?= 100000
+simulate:
+	$(GO) test -count=1 -run 'TestSimulation$$' -timeout 60m ./client/synccore -sim.seeds=$(SEEDS)
 
 ## abuse: the abuse suite (server/abuse_test.go) with ABUSE_SCALE (default 10) times the
 ## counts `make test` runs it with

@@ -33,11 +33,13 @@ type Subscription struct {
 	once sync.Once
 }
 
-// Close ends the subscription and closes C.
+// Close ends the subscription and closes C. Closing the Client closes
+// every subscription's C too, so `for ev := range sub.C` ends.
 func (s *Subscription) Close() { s.once.Do(func() { s.hub.remove(s.sub) }) }
 
 // Changes subscribes to changes of the local replica: this device's writes
-// as they are made, and the server's as the feed applies them.
+// as they are made, and the server's as the feed applies them. On a closed
+// Client, C is closed at once.
 func (c *Client) Changes() *Subscription {
 	sub := &subscriber{ch: make(chan ChangeEvent, changeBuffer)}
 	c.changes.add(sub)
@@ -51,13 +53,18 @@ type subscriber struct {
 
 // changeHub fans events out to subscribers without ever blocking.
 type changeHub struct {
-	mu   sync.Mutex
-	subs map[*subscriber]struct{}
+	mu     sync.Mutex
+	subs   map[*subscriber]struct{}
+	closed bool
 }
 
 func (h *changeHub) add(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		close(s.ch)
+		return
+	}
 	if h.subs == nil {
 		h.subs = map[*subscriber]struct{}{}
 	}
@@ -68,6 +75,17 @@ func (h *changeHub) remove(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.subs[s]; ok {
+		delete(h.subs, s)
+		close(s.ch)
+	}
+}
+
+// close closes every subscriber's channel and every later one's at once.
+func (h *changeHub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for s := range h.subs {
 		delete(h.subs, s)
 		close(s.ch)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/client/netmonitor"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/client/reconnect"
+	"github.com/syncd-dev/syncd/client/synccore"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -55,10 +56,12 @@ type Client struct {
 	active    *link // the bound connection
 	closed    bool
 
-	kick      chan struct{} // new writes wait for replay
-	outcomes  broadcast     // woken whenever an outcome is recorded
-	changes   changeHub
-	reconcile atomic.Bool // the overlay missed a queued write
+	kick       chan struct{} // new writes wait for replay
+	outcomes   broadcast     // woken whenever an outcome is recorded
+	changes    changeHub
+	reconcile  atomic.Bool                  // the overlay missed a queued write
+	refusal    atomic.Pointer[RefusedError] // the server's last refusal of the session; nil once bound
+	resyncNext atomic.Bool                  // the server answered cursor_ahead: the next bind resyncs
 
 	ctx    context.Context // the client's lifetime
 	cancel context.CancelFunc
@@ -68,17 +71,27 @@ type Client struct {
 // Open opens the local replica, repairs its pending overlay from the queue
 // and starts the background link (network monitor, reconnect, replay,
 // change feed). It returns without waiting for the network.
+//
+// Open owns cfg.Queue from the call on: when it fails, it has closed it.
 func Open(ctx context.Context, cfg Config) (*Client, error) {
+	closeQueue := func() {
+		if cfg.Queue != nil {
+			cfg.Queue.Close()
+		}
+	}
 	if err := cfg.setDefaults(); err != nil {
+		closeQueue()
 		return nil, fmt.Errorf("client: config: %w", err)
 	}
 	rep, err := openReplica(ctx, cfg.ReplicaPath, cfg.Now)
 	if err != nil {
+		closeQueue()
 		return nil, fmt.Errorf("client: open replica: %w", err)
 	}
 	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1)}
 	fail := func(err error) (*Client, error) {
 		rep.close()
+		closeQueue()
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	if c.metrics, err = newMetrics(cfg.Registerer); err != nil {
@@ -197,6 +210,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.wg.Wait()
 	c.outcomes.wake()
+	c.changes.close()
 	return errors.Join(c.replica.close(), c.queue.Close())
 }
 
@@ -256,6 +270,13 @@ func (c *Client) Delete(ctx context.Context, model, key string) (string, error) 
 // ConflictHandler.
 func (c *Client) PutIfVersion(ctx context.Context, model, key string, value json.RawMessage, version uint64) (string, error) {
 	return c.write(ctx, syncproto.Mutation{Model: model, Key: key, Op: syncproto.OpPut, Value: value, BaseVersion: &version})
+}
+
+// DeleteIfVersion deletes model/key only if the server's record is still at
+// version. Models with the optimistic policy require it for deletes; a
+// stale version ends as a conflict handed to the ConflictHandler.
+func (c *Client) DeleteIfVersion(ctx context.Context, model, key string, version uint64) (string, error) {
+	return c.write(ctx, syncproto.Mutation{Model: model, Key: key, Op: syncproto.OpDelete, BaseVersion: &version})
 }
 
 func (c *Client) write(ctx context.Context, m syncproto.Mutation) (string, error) {
@@ -335,9 +356,15 @@ func (c *Client) List(ctx context.Context, model string, o ListOptions) ([]Recor
 }
 
 // Await waits for the final outcome of a write (by the op id Put
-// returned). Outcomes are durable: Await works across restarts.
+// returned). Outcomes are durable: Await works across restarts. While the
+// server refuses the session for a reason only the app can fix (a bad or
+// revoked token, a wrong client id), Await returns that *RefusedError
+// instead of waiting for an outcome that cannot come.
 func (c *Client) Await(ctx context.Context, opID string) (Outcome, error) {
 	for {
+		if c.isClosed() {
+			return Outcome{}, ErrClosed
+		}
 		wake := c.outcomes.waiter()
 		// Pending first: a decision removes the pending row and records the
 		// outcome in one transaction, so once the write is seen not pending
@@ -353,6 +380,9 @@ func (c *Client) Await(ctx context.Context, opID string) (Outcome, error) {
 			}
 			return Outcome{}, fmt.Errorf("await %s: %w", opID, ErrUnknownOp)
 		}
+		if err := c.permanentRefusal(); err != nil {
+			return Outcome{}, fmt.Errorf("await %s: %w", opID, err)
+		}
 		select {
 		case <-wake:
 			if c.isClosed() {
@@ -366,6 +396,9 @@ func (c *Client) Await(ctx context.Context, opID string) (Outcome, error) {
 
 // Lookup returns a write's outcome if it has one.
 func (c *Client) Lookup(ctx context.Context, opID string) (Outcome, bool, error) {
+	if c.isClosed() {
+		return Outcome{}, false, ErrClosed
+	}
 	return c.replica.outcome(ctx, opID)
 }
 
@@ -380,10 +413,31 @@ type Status struct {
 	DeadLetters int       // writes in the dead-letter store
 	LastSync    time.Time // end of the last replay that left nothing behind
 	Cursor      uint64    // oplog seq the local replica reflects
+	// State sums the above up: offline, connecting, syncing, idle, or
+	// refused (LastError says why).
+	State State
+	// LastError is the server's last refusal of the session, nil once a
+	// connection is bound.
+	LastError error
 }
+
+// State is what the client is doing; see Status.
+type State = synccore.State
+
+// States (Status.State).
+const (
+	StateOffline    = synccore.StateOffline
+	StateConnecting = synccore.StateConnecting
+	StateSyncing    = synccore.StateSyncing
+	StateIdle       = synccore.StateIdle
+	StateRefused    = synccore.StateRefused
+)
 
 // Status reports the client's state.
 func (c *Client) Status(ctx context.Context) (Status, error) {
+	if c.isClosed() {
+		return Status{}, ErrClosed
+	}
 	st, err := c.queue.Stats(ctx)
 	if err != nil {
 		return Status{}, err
@@ -399,17 +453,43 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	c.mu.Lock()
 	connected := c.active != nil && c.active.bound.Load()
 	c.mu.Unlock()
-	return Status{Online: c.monitor.Current() == netmonitor.Online, Connected: connected,
-		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor}, nil
+	out := Status{Online: c.monitor.Current() == netmonitor.Online, Connected: connected,
+		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor}
+	re := c.refusal.Load()
+	if re != nil {
+		out.LastError = re
+	}
+	switch {
+	case connected && out.Pending > 0:
+		out.State = StateSyncing
+	case connected:
+		out.State = StateIdle
+	case re != nil && !re.Transient():
+		out.State = StateRefused
+	case out.Online:
+		out.State = StateConnecting
+	default:
+		out.State = StateOffline
+	}
+	return out, nil
 }
 
 // Sync replays the queue now through the bound connection and waits for
-// that pass to end. It returns ErrOffline when no connection is bound.
+// that pass to end. When no connection is bound it returns the server's
+// refusal of the session (a *RefusedError: errors.Is ErrUnauthorized,
+// ErrWrongClientID, ErrServerBusy, ErrIncompatible) if there was one, else
+// ErrOffline.
 func (c *Client) Sync(ctx context.Context) error {
 	c.mu.Lock()
-	l := c.active
+	l, closed := c.active, c.closed
 	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
 	if l == nil {
+		if re := c.refusal.Load(); re != nil {
+			return re
+		}
 		return ErrOffline
 	}
 	return l.replayNow(ctx)
@@ -437,7 +517,9 @@ func (c *Client) stepReconnect(ctx context.Context) error {
 		c.mu.Unlock()
 		return nil
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	c.refused(err)
+	return err
 }
 
 // stepActivate makes the dialled connection the active one, replacing any
@@ -467,9 +549,11 @@ func (c *Client) stepBind(ctx context.Context) error {
 		return errors.New("bind: no active connection")
 	}
 	if err := l.bind(ctx); err != nil {
+		c.refused(err)
 		c.dropLink(l)
 		return err
 	}
+	c.refusal.Store(nil)
 	return nil
 }
 
@@ -501,6 +585,7 @@ func (c *Client) dropLink(l *link) {
 // network is still up.
 func (c *Client) linkLost(l *link, err error) {
 	c.log.Info("connection lost", "server", l.conn.url, "err", err)
+	c.refused(err)
 	c.dropLink(l)
 	if c.isClosed() {
 		return
@@ -509,6 +594,27 @@ func (c *Client) linkLost(l *link, err error) {
 	if c.monitor.Current() == netmonitor.Online {
 		c.coord.OnOnline()
 	}
+}
+
+// refused records the refusal err carries, if any, and wakes Await so it
+// can report it.
+func (c *Client) refused(err error) {
+	re := sessionRefusal(err)
+	if re == nil {
+		return
+	}
+	c.log.Warn("the server refused the session", "code", re.Code, "message", re.Message, "retry_after", re.RetryAfter)
+	c.refusal.Store(re)
+	c.outcomes.wake()
+}
+
+// permanentRefusal returns the server's refusal of the session when only
+// the app can end it (a bad or revoked token, a wrong client id), else nil.
+func (c *Client) permanentRefusal() error {
+	if re := c.refusal.Load(); re != nil && !re.Transient() {
+		return re
+	}
+	return nil
 }
 
 // loadSnapshot replaces the replica's records with the server's snapshot.

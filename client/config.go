@@ -34,7 +34,8 @@ type Config struct {
 	// ClientID is the client id the token acts as. Required.
 	ClientID string
 	// Queue is the durable outbox (offlinequeue.OpenFile or OpenSQLite).
-	// Required. The client owns it from Open on and closes it on Close.
+	// Required. The client owns it from Open on: it closes it on Close, and
+	// Open closes it when it fails.
 	Queue offlinequeue.Queue
 	// ReplicaPath is the local replica's SQLite file. Required.
 	ReplicaPath string

@@ -46,7 +46,7 @@ func TestStatus(t *testing.T) {
 	d.waitOffline(t)
 	ops := []string{d.put(t, "notes", "a", `{"n":1}`), d.put(t, "notes", "b", `{"n":2}`)}
 	st := d.status(t)
-	require.Equal(t, client.Status{Pending: 2}, st, "offline, two writes pending, never synced")
+	require.Equal(t, client.Status{Pending: 2, State: client.StateOffline}, st, "offline, two writes pending, never synced")
 
 	d.online()
 	d.requireApplied(t, ops)
@@ -56,7 +56,7 @@ func TestStatus(t *testing.T) {
 	s.adminGet(t, "/v1/admin/status", &head)
 	require.Equal(t, uint64(2), head.OplogHead)
 	d.waitStatus(t, "synced to the head", func(st client.Status) bool {
-		return st.Online && st.Connected && st.Pending == 0 && st.DeadLetters == 0 && st.Cursor == head.OplogHead && !st.LastSync.IsZero()
+		return st.Online && st.Connected && st.Pending == 0 && st.DeadLetters == 0 && st.Cursor == head.OplogHead && !st.LastSync.IsZero() && st.State == client.StateIdle
 	})
 
 	d.offline()

@@ -41,15 +41,27 @@ func (l *link) bind(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// After cursor_ahead the replica's cursor means nothing to the
+	// server: say hello from zero and replace the replica by a snapshot.
+	resync := c.resyncNext.Load()
+	if resync {
+		cursor = 0
+	}
 	w, err := l.conn.hello(ctx, c.cfg.ClientID, cursor, c.stamp())
 	if err != nil {
+		var pe *syncproto.Error
+		if errors.As(err, &pe) && pe.Code == syncproto.CodeCursorAhead {
+			c.log.Warn("the server does not know this replica's cursor (restored from a backup, or another database); resyncing from a snapshot", "err", pe)
+			c.resyncNext.Store(true)
+		}
 		return err
 	}
 	c.observe(w.ServerHLC)
-	if cursor == 0 && w.Head > 0 {
+	if (cursor == 0 && w.Head > 0) || resync {
 		if cursor, err = c.loadSnapshot(ctx, l.conn.url); err != nil {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
+		c.resyncNext.Store(false)
 	}
 	if err := l.conn.subscribe(ctx, cursor); err != nil {
 		return fmt.Errorf("subscribe: %w", err)

@@ -563,3 +563,14 @@ func (r *replica) newestWall(ctx context.Context) (int64, error) {
 		coalesce((SELECT max(wall) FROM pending), 0))`).Scan(&wall)
 	return wall, err
 }
+
+// forgetDeadLettered removes the dead-letter outcomes of ops, so the
+// requeued writes' next decisions are recorded.
+func (r *replica) forgetDeadLettered(ctx context.Context, ops []string) error {
+	for _, op := range ops {
+		if _, err := r.db.ExecContext(ctx, `DELETE FROM outcomes WHERE op_id = ? AND status = ?`, op, string(StatusDeadLettered)); err != nil {
+			return fmt.Errorf("forget dead-letter outcome: %w", err)
+		}
+	}
+	return nil
+}

@@ -69,14 +69,14 @@ func dial(ctx context.Context, baseURL, token string, hc *http.Client) (*conn, e
 		HTTPHeader:   http.Header{"Authorization": {"Bearer " + token}},
 	})
 	if err != nil {
-		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
-			return nil, fmt.Errorf("dial %s: %w", u, ErrUnauthorized)
+		if re := upgradeRefusal(resp); re != nil {
+			return nil, fmt.Errorf("dial %s: %w", u, re)
 		}
 		return nil, fmt.Errorf("dial %s: %w", u, err)
 	}
 	if ws.Subprotocol() != syncproto.Subprotocol {
 		ws.Close(websocket.StatusProtocolError, "subprotocol not negotiated")
-		return nil, fmt.Errorf("dial %s: server did not accept %s", u, syncproto.Subprotocol)
+		return nil, fmt.Errorf("dial %s: %w", u, &RefusedError{Code: codeIncompatible, Message: "server did not accept " + syncproto.Subprotocol})
 	}
 	ws.SetReadLimit(syncproto.MaxFrameBytes)
 	c := &conn{ws: ws, url: baseURL, waiters: map[string]chan syncproto.Message{}, feed: make(chan syncproto.Message, feedBuffer), closing: make(chan struct{}), done: make(chan struct{})}

@@ -141,7 +141,7 @@ func (m *Memory) Read(ctx context.Context, req ReadRequest) (Page, error) {
 	start := sort.Search(len(m.entries), func(i int) bool { return m.entries[i].Seq > req.After })
 	size := 0
 	for _, e := range m.entries[start:] {
-		if !req.Scope.selects(e.Tenant, e.Model) {
+		if !req.Scope.Selects(e.Tenant, e.Model) {
 			continue
 		}
 		if len(page.Entries) > 0 && size+len(e.Value) > maxBytes {
@@ -191,7 +191,7 @@ func (m *Memory) Snapshot(scope Scope) (uint64, []Record) {
 	defer m.mu.Unlock()
 	var out []Record
 	for k, rec := range m.records {
-		if scope.selects(k.tenant, k.model) {
+		if scope.Selects(k.tenant, k.model) {
 			out = append(out, rec)
 		}
 	}
@@ -213,16 +213,16 @@ func (m *Memory) Conflicts(scope Scope) []ConflictEntry {
 	defer m.mu.Unlock()
 	var out []ConflictEntry
 	for _, c := range m.conflicts {
-		if scope.selects(c.Tenant, c.Model) {
+		if scope.Selects(c.Tenant, c.Model) {
 			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// selects reports whether s selects a row of tenant and model (the rule
+// Selects reports whether s selects a row of tenant and model (the rule
 // scopeWhere writes in SQL).
-func (s Scope) selects(tenant, model string) bool {
+func (s Scope) Selects(tenant, model string) bool {
 	if !s.AllTenants && tenant != s.Tenant {
 		return false
 	}

@@ -8,18 +8,30 @@ package server_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"reflect"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -292,5 +304,339 @@ func TestAbuseLargeWinnersStillGetAnAnswer(t *testing.T) {
 		require.Equal(t, syncproto.StatusSuperseded, again[0].OriginalStatus)
 		require.False(t, again[0].Winner.ValueOmitted)
 		require.Equal(t, big(i), string(again[0].Winner.Value))
+	}
+}
+
+// noQuotas turns every per-token and per-tenant quota off, for the
+// benchmarks that measure the server rather than its limits.
+var noQuotas = server.Quotas{TokenMutationsPerSecond: -1, TenantMutationsPerSecond: -1, MaxConnectionsPerToken: -1}
+
+// metricValue is metric's value as a number (/metrics writes large ones
+// with an exponent).
+func (ts *testServer) metricValue(t *testing.T, series string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(ts.metric(t, series), 64)
+	require.NoError(t, err, series)
+	return v
+}
+
+// quotaRefusals reads syncd_quota_refusals_total{quota=quota}.
+func (ts *testServer) quotaRefusals(t *testing.T, quota string) int {
+	t.Helper()
+	v, err := strconv.Atoi(ts.metric(t, `syncd_quota_refusals_total{quota="`+quota+`"}`))
+	require.NoError(t, err)
+	return v
+}
+
+// Finding 7: rate limits are counted in mutations, per token over all its
+// sessions and per tenant over all its tokens, and meter every frame,
+// undecodable ones too; another tenant pushes on.
+func TestAbuseMutationQuotasPerTokenAndTenant(t *testing.T) {
+	// Buckets that do not refill during the test: only the bursts count.
+	// Every frame costs one, a push one per mutation: a token's burst is
+	// two hellos and a full push.
+	const tokenBurst = 2 + syncproto.MaxBatch
+	ts := startServer(t, server.Config{
+		RequestsPerSecond: 1e6, RequestBurst: 1 << 20,
+		Quotas: server.Quotas{
+			TokenMutationsPerSecond: 0.001, TokenMutationBurst: tokenBurst,
+			TenantMutationsPerSecond: 0.001, TenantMutationBurst: 2*tokenBurst + 1,
+		},
+	})
+	full := func(c *wsClient, clock *syncproto.Clock, id string) {
+		muts := make([]syncproto.Mutation, syncproto.MaxBatch)
+		for i := range muts {
+			muts[i] = put(t, clock, "notes", fmt.Sprintf("%s-%d", id, i), `1`)
+		}
+		requireApplied(t, c.push(id, muts...))
+	}
+	limited := func(c *wsClient, id string) *syncproto.Error {
+		e := c.recvError(id, syncproto.CodeRateLimited)
+		require.Positive(t, e.RetryAfterMS, "a quota refusal says when to retry")
+		return e
+	}
+
+	// One token, two sessions: the first push of max_batch mutations
+	// spends the token's burst, so the other session's one-mutation push is
+	// refused: the bucket is the token's, and counts mutations.
+	tok := ts.member(t, "acme", "bot")
+	a1, clock := session(t, ts, tok, "bot")
+	a2, _ := session(t, ts, tok, "bot")
+	full(a1, clock, "p1")
+	a2.send(&syncproto.Push{ID: "p2", Mutations: []syncproto.Mutation{put(t, clock, "notes", "one-more", `1`)}})
+	limited(a2, "p2")
+	require.Equal(t, 1, ts.quotaRefusals(t, "token_mutations"))
+
+	// A second token of the tenant spends the rest of the tenant's burst
+	// with a hello, a full push and a frame the server cannot decode:
+	// that one is metered like any other, so the next is refused.
+	b, bClock := session(t, ts, ts.member(t, "acme", "bot-2"), "bot-2")
+	full(b, bClock, "q1")
+	b.write(websocket.MessageText, []byte(`{"type":"frobnicate","id":"q2"}`))
+	b.recvError("q2", syncproto.CodeUnknownType)
+	b.write(websocket.MessageText, []byte(`{"type":"frobnicate","id":"q3"}`))
+	limited(b, "q3")
+	require.Equal(t, 2, ts.quotaRefusals(t, "token_mutations"))
+
+	// A third token of the tenant has its own burst left, the tenant only
+	// its hello.
+	c, cClock := session(t, ts, ts.member(t, "acme", "bot-3"), "bot-3")
+	c.send(&syncproto.Push{ID: "r1", Mutations: []syncproto.Mutation{put(t, cClock, "notes", "r1", `1`)}})
+	limited(c, "r1")
+	require.Equal(t, 1, ts.quotaRefusals(t, "tenant_mutations"))
+	require.Equal(t, uint64(2*syncproto.MaxBatch), ts.head(t), "refused frames applied nothing")
+
+	// Another tenant is untouched.
+	other, oClock := session(t, ts, ts.member(t, "other", "phone"), "phone")
+	requireApplied(t, other.push("o1", put(t, oClock, "notes", "mine", `1`)))
+}
+
+// Finding 6: one token cannot hold every connection slot; other tokens of
+// the same tenant still connect, and the token's freed slot serves again.
+func TestAbuseOneTokenCannotHoldEveryConnection(t *testing.T) {
+	const perToken = 2
+	ts := startServer(t, server.Config{Quotas: server.Quotas{MaxConnectionsPerToken: perToken}})
+	tok := ts.member(t, "acme", "bot")
+	var held []*wsClient
+	for range perToken {
+		held = append(held, dial(t, ts, tok))
+	}
+	for range 3 * abuseScale(t) {
+		resp := refusal(t, ts, dialOptions(tok), http.StatusTooManyRequests)
+		require.Equal(t, "5", resp.Header.Get("Retry-After"))
+		e := httpErrorBody(t, resp)
+		resp.Body.Close()
+		require.Equal(t, syncproto.CodeRateLimited, e.Code)
+		require.Positive(t, e.RetryAfterMS)
+	}
+	require.Equal(t, 3*abuseScale(t), ts.quotaRefusals(t, "token_connections"))
+	session(t, ts, ts.member(t, "acme", "phone"), "phone")
+
+	held[0].conn.Close(websocket.StatusNormalClosure, "")
+	require.Eventually(t, func() bool {
+		c, _, err := tryDial(ts, dialOptions(tok))
+		if err != nil {
+			return false
+		}
+		c.conn.CloseNow()
+		return true
+	}, ioTimeout, 20*time.Millisecond, "the token's freed slot serves again")
+}
+
+// Finding 7: refusals and authentication failures are logged as counts
+// per interval, not one line per event, so a peer cannot flood the log.
+func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
+	logs := &lockedBuffer{}
+	ts := startServer(t, server.Config{
+		Logger:           slog.New(slog.NewJSONHandler(logs, nil)),
+		EventLogInterval: 200 * time.Millisecond,
+	})
+	n := 50 * abuseScale(t)
+	for range n {
+		refusedUpgrade(t, ts, dialOptions("sdk_nope_nope"), http.StatusUnauthorized)
+	}
+	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	for i := range n {
+		c.write(websocket.MessageText, []byte(fmt.Sprintf(`{"type":"frobnicate","id":"u%d"}`, i)))
+		c.recvError(fmt.Sprintf("u%d", i), syncproto.CodeUnknownType)
+	}
+
+	// Counts per message and code, once every event has been flushed.
+	var lines map[string]int
+	counts := func() map[string]int {
+		lines = map[string]int{}
+		out := map[string]int{}
+		sc := bufio.NewScanner(strings.NewReader(logs.String()))
+		for sc.Scan() {
+			var rec struct {
+				Msg   string
+				Code  string
+				Count int
+			}
+			require.NoError(t, json.Unmarshal(sc.Bytes(), &rec))
+			if rec.Count > 0 {
+				out[rec.Msg+" "+rec.Code] += rec.Count
+				lines[rec.Msg+" "+rec.Code]++
+			}
+		}
+		return out
+	}
+	want := map[string]int{"authentication failed unauthorized": n, "request refused unknown_type": n}
+	require.Eventually(t, func() bool { return reflect.DeepEqual(counts(), want) }, ioTimeout, 50*time.Millisecond)
+	t.Logf("%d events of each kind took %v log lines", n, lines)
+	for kind, l := range lines {
+		require.Less(t, l, n/2, "%s: one line per interval, not per event", kind)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the server's log handler and the
+// test to share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startFrame sends the first part of a large push frame and stalls: the
+// server has admitted a frame it cannot finish reading.
+func startFrame(t *testing.T, c *wsClient) io.WriteCloser {
+	t.Helper()
+	// The writer lives as long as the test: its context bounds every
+	// later write of the frame.
+	w, err := c.conn.Writer(t.Context(), websocket.MessageText)
+	require.NoError(t, err)
+	_, err = w.Write([]byte(`{"type":"push","id":"stalled","mutations":[` + strings.Repeat(" ", 64<<10)))
+	require.NoError(t, err)
+	return w
+}
+
+// Finding 7: frames being read, decoded or applied share one byte budget:
+// beyond it a session's frame waits (unread) until other frames are done,
+// and a frame that stalls midway is cut after FrameReadTimeout, its budget
+// given back.
+func TestAbuseFramesShareOneByteBudget(t *testing.T) {
+	t.Run("waits", func(t *testing.T) {
+		// A budget of one largest frame: while a frame is in flight,
+		// every other waits.
+		ts := startServer(t, server.Config{FrameBudgetBytes: 1, FrameReadTimeout: time.Minute})
+		a, _ := session(t, ts, ts.member(t, "acme", "a"), "a")
+		b, bClock := session(t, ts, ts.member(t, "other", "b"), "b")
+		w := startFrame(t, a)
+		require.Eventually(t, func() bool {
+			return ts.metricValue(t, "syncd_frame_budget_bytes") == syncproto.MaxFrameBytes+1
+		}, ioTimeout, 10*time.Millisecond, "the stalled frame holds the budget")
+		b.send(&syncproto.Push{ID: "b1", Mutations: []syncproto.Mutation{put(t, bClock, "notes", "k", `1`)}})
+		require.Eventually(t, func() bool { return ts.metricValue(t, "syncd_frame_budget_waits_total") == 1 },
+			ioTimeout, 10*time.Millisecond, "the second frame waits for the budget")
+
+		// The first frame ends (an empty push is refused bad_request, not
+		// applied); then the second is read and applied.
+		_, err := w.Write([]byte(`]}`))
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+		a.recvError("stalled", syncproto.CodeBadRequest)
+		requireApplied(t, b.pushResult("b1", 1))
+		require.Eventually(t, func() bool { return ts.metricValue(t, "syncd_frame_budget_bytes") == 0 }, ioTimeout, 10*time.Millisecond)
+	})
+	t.Run("stalled frame is cut", func(t *testing.T) {
+		ts := startServer(t, server.Config{FrameReadTimeout: 200 * time.Millisecond})
+		for i := range 3 * abuseScale(t) {
+			c, _ := session(t, ts, ts.member(t, "acme", fmt.Sprintf("c%d", i)), fmt.Sprintf("c%d", i))
+			startFrame(t, c)
+			_, err := c.next()
+			require.Error(t, err, "the connection is cut")
+		}
+		require.Eventually(t, func() bool { return ts.metricValue(t, "syncd_frame_budget_bytes") == 0 }, ioTimeout, 10*time.Millisecond)
+		c, clock := session(t, ts, ts.member(t, "acme", "patient"), "patient")
+		requireApplied(t, c.push("p1", put(t, clock, "notes", "k", `1`)))
+	})
+}
+
+// rssBytes is the process's resident set size (Linux /proc).
+func rssBytes(tb testing.TB) int64 {
+	tb.Helper()
+	statm, err := os.ReadFile("/proc/self/statm")
+	require.NoError(tb, err)
+	fields := strings.Fields(string(statm))
+	require.GreaterOrEqual(tb, len(fields), 2)
+	pages, err := strconv.ParseInt(fields[1], 10, 64)
+	require.NoError(tb, err)
+	return pages * int64(os.Getpagesize())
+}
+
+// BenchmarkAbuseParallelLargePushes is finding 7's flood: 60 sessions,
+// each in its own tenant, push a ~4 MiB frame at the same moment, round
+// after round. It reports the peak growth of the process's RSS (server
+// and the 60 clients, which share one frame buffer) with the default
+// frame budget and with the budget off.
+func BenchmarkAbuseParallelLargePushes(b *testing.B) {
+	const sessions, values = 60, 16
+	for _, bc := range []struct {
+		name   string
+		budget int64
+	}{{"budget=default", 0}, {"budget=off", 1 << 40}} {
+		b.Run(bc.name, func(b *testing.B) {
+			// Synchronous NORMAL: each round writes ~500 MiB to SQLite (values
+			// and oplog), which the benchmark is not about.
+			ts := startServer(b, server.Config{FrameBudgetBytes: bc.budget, Quotas: noQuotas, RequestsPerSecond: 1e9, RequestBurst: 1 << 30, RetentionInterval: -1, Synchronous: sqlitedb.Normal})
+			clients := make([]*wsClient, sessions)
+			var clock *syncproto.Clock
+			for i := range clients {
+				clients[i], clock = session(b, ts, ts.member(b, fmt.Sprintf("t%d", i), "bench"), "bench")
+			}
+			big := `"` + strings.Repeat("x", syncproto.MaxPayloadBytes-4<<10) + `"`
+			muts := make([]syncproto.Mutation, values)
+			for i := range muts {
+				muts[i] = put(b, clock, "notes", fmt.Sprintf("k%d", i), big)
+			}
+			frame, err := syncproto.Encode(&syncproto.Push{ID: "big", Mutations: muts})
+			require.NoError(b, err)
+			require.LessOrEqual(b, len(frame), syncproto.MaxFrameBytes)
+
+			runtime.GC()
+			debug.FreeOSMemory()
+			base := rssBytes(b)
+			var peak atomic.Int64
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				tick := time.NewTicker(2 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					if r := rssBytes(b); r > peak.Load() {
+						peak.Store(r)
+					}
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+				}
+			}()
+			b.SetBytes(int64(sessions * len(frame)))
+			b.ResetTimer()
+			for range b.N {
+				errs := make(chan error, sessions)
+				var wg sync.WaitGroup
+				for _, c := range clients {
+					wg.Go(func() {
+						// A round is disk-bound: tens of seconds on a slow disk.
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+						defer cancel()
+						if err := c.conn.Write(ctx, websocket.MessageText, frame); err != nil {
+							errs <- err
+							return
+						}
+						_, answer, err := c.conn.Read(ctx)
+						if err == nil && !bytes.Contains(answer, []byte(`"push_result"`)) {
+							err = fmt.Errorf("answer %.200s", answer)
+						}
+						errs <- err
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					require.NoError(b, err)
+				}
+			}
+			b.StopTimer()
+			close(stop)
+			<-sampled
+			b.ReportMetric(float64(peak.Load()-base)/(1<<20), "peak-rss-growth-MiB")
+			b.ReportMetric(float64(peak.Load())/(1<<20), "peak-rss-MiB")
+		})
 	}
 }

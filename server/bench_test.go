@@ -51,7 +51,7 @@ func benchServerApply(b *testing.B, size int) {
 	half := len(pushes) / 2
 	ceiling.write(b, pushes[:half])
 
-	ts := startServer(b, server.Config{RequestsPerSecond: 1e9, RequestBurst: 1 << 30, RetentionInterval: -1})
+	ts := startServer(b, server.Config{RequestsPerSecond: 1e9, RequestBurst: 1 << 30, Quotas: noQuotas, RetentionInterval: -1})
 	c, _ := session(b, ts, ts.member(b, "bench", "bench-client"), "bench-client")
 	frames := make([][]byte, len(pushes))
 	for i, muts := range pushes {

@@ -19,10 +19,11 @@ const BearerSubprotocolPrefix = "syncproto.bearer."
 // admitUpgrade runs PROTOCOL.md section 1's checks, in the table's order,
 // on a request for the sync endpoint. On a refusal it has answered with the
 // JSON error body and returns false; otherwise it returns the principal
-// and has counted the connection (release it with s.conns.Add(-1)).
+// and has counted the connection (release it with s.releaseUpgrade).
 func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
 	refuse := func(status int, e *syncproto.Error) (auth.Principal, bool) {
 		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
+		s.events.add("upgrade refused", string(e.Code), r.RemoteAddr)
 		httpError(w, status, e)
 		return auth.Principal{}, false
 	}
@@ -49,14 +50,26 @@ func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Prin
 	}
 	if !originAllowed(r, s.cfg.AllowedOrigins) {
 		s.conns.Add(-1)
-		s.log.Warn("websocket origin refused", "remote", r.RemoteAddr, "origin", r.Header.Get("Origin"))
 		return refuse(http.StatusForbidden, syncproto.Errorf(syncproto.CodeForbiddenOrigin, "origin %q is not allowed", r.Header.Get("Origin")))
 	}
 	if !offersSubprotocol(r) {
 		s.conns.Add(-1)
 		return refuse(http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "the websocket subprotocol %s is required", syncproto.Subprotocol))
 	}
+	if !s.quotas.openConn(p.TokenID) {
+		s.conns.Add(-1)
+		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
+		s.events.add("upgrade refused", string(syncproto.CodeRateLimited), r.RemoteAddr)
+		s.quotas.refuseTokenConns(w)
+		return auth.Principal{}, false
+	}
 	return p, true
+}
+
+// releaseUpgrade gives back what admitUpgrade counted for p.
+func (s *Server) releaseUpgrade(p auth.Principal) {
+	s.quotas.closeConn(p.TokenID)
+	s.conns.Add(-1)
 }
 
 // upgradeProblem names what makes r not a websocket upgrade request, or

@@ -41,8 +41,8 @@ func upgradeRequest(t *testing.T, ts *testServer, method, path string, header ma
 func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 	// The order the cases below prove is the order section 1's table
 	// states: path, method and upgrade headers, capacity, token, origin,
-	// subprotocol.
-	require.Equal(t, []string{"404", "405", "503", "401", "403", "400"}, documentedCheckOrder(t))
+	// subprotocol, the token's session cap.
+	require.Equal(t, []string{"404", "405", "503", "401", "403", "400", "429"}, documentedCheckOrder(t))
 	ts := startServer(t, server.Config{AllowedOrigins: []string{"app.example.com"}, MaxConnections: 1})
 	good := "Bearer " + ts.member(t, "acme", "phone")
 	cases := []struct {
@@ -68,6 +68,25 @@ func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 			require.Equal(t, tc.code, httpErrorBody(t, resp).Code)
 		})
 	}
+
+	t.Run("subprotocol before the token's session cap", func(t *testing.T) {
+		capped := startServer(t, server.Config{Quotas: server.Quotas{MaxConnectionsPerToken: 1}})
+		token := capped.member(t, "acme", "phone")
+		first := dial(t, capped, token)
+		defer first.conn.CloseNow()
+		resp, err := http.DefaultClient.Do(upgradeRequest(t, capped, http.MethodGet, syncproto.SyncPath,
+			map[string]string{"Authorization": "Bearer " + token, "Sec-WebSocket-Protocol": "chat"}))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		resp2, err := http.DefaultClient.Do(upgradeRequest(t, capped, http.MethodGet, syncproto.SyncPath,
+			map[string]string{"Authorization": "Bearer " + token}))
+		require.NoError(t, err)
+		defer resp2.Body.Close()
+		require.Equal(t, http.StatusTooManyRequests, resp2.StatusCode)
+		require.Equal(t, syncproto.CodeRateLimited, httpErrorBody(t, resp2).Code)
+		require.NotEmpty(t, resp2.Header.Get("Retry-After"))
+	})
 
 	t.Run("connection cap before token", func(t *testing.T) {
 		first := dial(t, ts, ts.member(t, "acme", "phone"))

@@ -30,11 +30,23 @@ type metrics struct {
 	snapshotsActive    prometheus.Gauge
 	snapshotsRefused   prometheus.Counter
 	snapshotsCut       prometheus.Counter
+	quotaRefusals      *prometheus.CounterVec // quota: token_mutations|tenant_mutations|token_connections
+	frameBudgetInUse   prometheus.Gauge
+	frameBudgetWaits   prometheus.Counter
 	valuesOmitted      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_quota_refusals_total", Help: "Frames and upgrades refused by a token's or tenant's quota, by quota (token_mutations, tenant_mutations, token_connections).",
+		}, []string{"quota"}),
+		frameBudgetInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_frame_budget_bytes", Help: "Bytes of the frame budget held by frames being read, decoded or applied.",
+		}),
+		frameBudgetWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_frame_budget_waits_total", Help: "Frames that waited for the frame budget before being read.",
+		}),
 		snapshotsActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncd_snapshots_active", Help: "Snapshot downloads being served.",
 		}),
@@ -117,7 +129,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "syncd_subscribers", Help: "Live change-feed subscriptions.",
 		}),
 	}
-	reg.MustRegister(m.snapshotsActive, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
+	for _, q := range []string{quotaTokenMutations, quotaTenantMutations, quotaTokenConns} {
+		m.quotaRefusals.WithLabelValues(q)
+	}
+	reg.MustRegister(m.quotaRefusals, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)

@@ -90,6 +90,21 @@ type Config struct {
 	// one; 0 means DefaultSnapshotWriteTimeout.
 	SnapshotTimeout      time.Duration
 	SnapshotWriteTimeout time.Duration
+	// Quotas bound each token's and tenant's mutation rate and each
+	// token's sessions; zero fields take their defaults.
+	Quotas Quotas
+	// FrameBudgetBytes bounds the bytes of frames being read, decoded or
+	// applied, over all sessions (frameBudget); 0 means
+	// DefaultFrameBudgetBytes, and it is never below one largest frame.
+	FrameBudgetBytes int64
+	// FrameReadTimeout bounds reading one message once it started to
+	// arrive (after the frame budget admitted it); past it the connection
+	// is cut. 0 means DefaultFrameReadTimeout.
+	FrameReadTimeout time.Duration
+	// EventLogInterval is how often counts of refusals and authentication
+	// failures are logged, one line per kind (eventLog); 0 means
+	// DefaultEventLogInterval.
+	EventLogInterval time.Duration
 	// RequestsPerSecond and RequestBurst rate-limit each session's
 	// requests; 0 means the defaults.
 	RequestsPerSecond float64
@@ -167,6 +182,14 @@ func (c *Config) setDefaults() error {
 	def(&c.SnapshotWriteTimeout, DefaultSnapshotWriteTimeout)
 	def(&c.PingInterval, c.IdleTimeout/3)
 	def(&c.RetentionInterval, DefaultRetentionInterval)
+	def(&c.EventLogInterval, DefaultEventLogInterval)
+	def(&c.FrameReadTimeout, DefaultFrameReadTimeout)
+	if c.FrameBudgetBytes == 0 {
+		c.FrameBudgetBytes = DefaultFrameBudgetBytes
+	}
+	if err := c.Quotas.setDefaults(); err != nil {
+		return fmt.Errorf("quotas: %w", err)
+	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
@@ -188,7 +211,7 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.TokenRecheck < 0 || c.HelloTimeout < 0 || c.SnapshotTimeout < 0 || c.SnapshotWriteTimeout < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
+	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.TokenRecheck < 0 || c.HelloTimeout < 0 || c.SnapshotTimeout < 0 || c.SnapshotWriteTimeout < 0 || c.FrameReadTimeout < 0 || c.EventLogInterval < 0 || c.FrameBudgetBytes < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
 		return errors.New("durations, limits and rates must not be negative")
 	}
 	return nil
@@ -203,10 +226,14 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 	store *replication.Store // the state: records, oplog, ledger, conflict log
+	tail  *feedTail          // the newest oplog entries, shared by every subscription
 	// snapshotDB is the snapshots' own pool; snapshots admits them.
 	snapshotDB *sql.DB
 	snapshots  *snapshotGate
-	commits    committer // decides admitted batches and makes them durable
+	quotas     *quotaBook   // per token and per tenant
+	frames     *frameBudget // bytes of frames in flight, all sessions
+	events     *eventLog    // refusals and auth failures, counted per interval
+	commits    committer    // decides admitted batches and makes them durable
 	clock      *syncproto.Clock
 	resolver   *replication.Resolver
 	registry   *prometheus.Registry
@@ -265,18 +292,28 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		janitor:   make(chan struct{}),
 		snapshots: &snapshotGate{max: cfg.MaxConcurrentSnapshots, byToken: map[string]int{}},
 	}
+	s.quotas = newQuotaBook(cfg.Quotas, cfg.Now, s.metrics)
+	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics)
+	s.events = newEventLog(cfg.Logger, cfg.EventLogInterval)
 	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
 		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
 		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now, ID: clusterID,
 	})
 	if err == nil {
+		s.tail = newFeedTail(s.store.Log)
 		err = s.setOplogGauges(ctx)
 	}
 	if err == nil {
 		s.snapshotDB, err = openSnapshotPool(ctx, cfg)
 	}
 	if err == nil && cfg.Cluster != nil {
-		err = cfg.Cluster.Start(s.store, func(head uint64) { s.metrics.oplogHead.Set(float64(head)) })
+		// A group the materializer applied may hold a compaction job: the
+		// feed tail must forget what the oplog no longer retains.
+		err = cfg.Cluster.Start(s.store, func(uint64) {
+			if err := s.setOplogGauges(context.Background()); err != nil {
+				s.log.Warn("oplog bounds", "err", err)
+			}
+		})
 		s.commits = clusterCommitter{cluster: cfg.Cluster, metrics: s.metrics, now: cfg.Now}
 	} else if err == nil {
 		s.commits, err = newGroupCommitter(ctx, s.store, cfg.Now, s.metrics, cfg.Logger)
@@ -352,7 +389,7 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request, admin bool) (
 	}
 	if err != nil {
 		s.metrics.connectionsTotal.WithLabelValues("unauthorized").Inc()
-		s.log.Warn("authentication failed", "remote", r.RemoteAddr, "path", r.URL.Path)
+		s.events.add("authentication failed", string(syncproto.CodeUnauthorized), r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="syncd"`)
 		httpError(w, http.StatusUnauthorized, syncproto.Errorf(syncproto.CodeUnauthorized, "a valid bearer token is required"))
 		return auth.Principal{}, false
@@ -365,7 +402,7 @@ func (s *Server) serveSync(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer s.conns.Add(-1)
+	defer s.releaseUpgrade(p)
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols: []string{syncproto.Subprotocol},
 		// admitUpgrade applied the origin allow-list already.
@@ -510,7 +547,8 @@ func (s *Server) prune(ctx context.Context) error {
 	return nil
 }
 
-// setOplogGauges reports the oplog's retained range.
+// setOplogGauges reports the oplog's retained range, and has the feed tail
+// forget entries compacted away.
 func (s *Server) setOplogGauges(ctx context.Context) error {
 	b, err := s.store.Log.Bounds(ctx)
 	if err != nil {
@@ -518,6 +556,7 @@ func (s *Server) setOplogGauges(ctx context.Context) error {
 	}
 	s.metrics.oplogHead.Set(float64(b.Head))
 	s.metrics.oplogOldest.Set(float64(b.Oldest))
+	s.tail.forget(b.Oldest)
 	return nil
 }
 
@@ -564,6 +603,7 @@ func (s *Server) Close() error {
 		close(s.janitor)
 	}
 	s.wg.Wait()
+	s.events.close()
 	s.commits.close()
 	waitCtx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
 	defer cancel()

@@ -42,6 +42,7 @@ type session struct {
 
 	// reader-owned
 	helloDone bool
+	frameHeld int64 // frame budget held by the frame being handled
 	sub       context.CancelFunc
 	subDone   chan struct{}
 
@@ -61,6 +62,8 @@ type outbound struct {
 	pushID string
 	close  *closeOrder
 	onSent func() // runs after msg was written (sync lag accounting)
+	frame  []byte // msg already encoded (a feed page built from the feed tail), or nil
+	held   int64  // frame budget the push holds until its commit ends
 }
 
 type closeOrder struct {
@@ -138,39 +141,71 @@ func (ss *session) run(ctx context.Context) {
 func (ss *session) readLoop(ctx context.Context) *closeOrder {
 	for {
 		typ, frame, err := ss.readFrame(ctx)
-		if errors.Is(err, errFrameTooLarge) {
-			ss.heard()
-			return ss.refuseAndClose("", syncproto.Errorf(syncproto.CodeFrameTooLarge, "a frame over %d bytes", syncproto.MaxFrameBytes))
-		}
-		if err != nil {
-			ss.logReadEnd(err)
-			return nil
-		}
-		ss.heard()
-		ss.srv.metrics.bytesReceived.Add(float64(len(frame)))
-		if typ != websocket.MessageText {
-			return ss.refuseAndClose("", syncproto.Errorf(syncproto.CodeMalformed, "binary frames are not part of syncproto.v1"))
-		}
-		msg, err := syncproto.DecodeRequest(frame)
-		if err != nil {
-			perr := syncproto.AsError(err)
-			if perr.Code == syncproto.CodeMalformed || perr.Code == syncproto.CodeFrameTooLarge || !ss.helloDone {
-				return ss.refuseAndClose(perr.ID, perr)
-			}
-			ss.refuse(perr.ID, perr)
-			continue
-		}
-		if !ss.limiter.Allow() {
-			ss.srv.metrics.rateLimited.Inc()
-			e := syncproto.Errorf(syncproto.CodeRateLimited, "more than %.0f requests a second", ss.srv.cfg.RequestsPerSecond)
-			e.RetryAfterMS = max(1, time.Duration(float64(time.Second)/ss.srv.cfg.RequestsPerSecond).Milliseconds())
-			ss.refuse(msg.RequestID(), e)
-			continue
-		}
-		if closing := ss.dispatch(ctx, msg); closing != nil {
+		closing, stop := ss.handleFrame(ctx, typ, frame, err)
+		ss.srv.frames.release(ss.frameHeld)
+		ss.frameHeld = 0
+		if stop {
 			return closing
 		}
 	}
+}
+
+// handleFrame handles what readFrame returned; stop ends the read loop,
+// with the close to perform (nil: the connection is gone). A push takes
+// the frame's budget with it (ss.frameHeld) until its commit ends.
+func (ss *session) handleFrame(ctx context.Context, typ websocket.MessageType, frame []byte, err error) (closing *closeOrder, stop bool) {
+	if errors.Is(err, errFrameTooLarge) {
+		ss.heard()
+		return ss.refuseAndClose("", syncproto.Errorf(syncproto.CodeFrameTooLarge, "a frame over %d bytes", syncproto.MaxFrameBytes)), true
+	}
+	if err != nil {
+		ss.logReadEnd(err)
+		return nil, true
+	}
+	ss.heard()
+	ss.srv.metrics.bytesReceived.Add(float64(len(frame)))
+	if typ != websocket.MessageText {
+		return ss.refuseAndClose("", syncproto.Errorf(syncproto.CodeMalformed, "binary frames are not part of syncproto.v1")), true
+	}
+	msg, err := syncproto.DecodeRequest(frame)
+	// Every frame is metered, decodable or not.
+	limited := ss.overLimit(msg)
+	if err != nil {
+		perr := syncproto.AsError(err)
+		if perr.Code == syncproto.CodeMalformed || perr.Code == syncproto.CodeFrameTooLarge || !ss.helloDone {
+			return ss.refuseAndClose(perr.ID, perr), true
+		}
+		if limited != nil {
+			limited.ID = perr.ID
+			perr = limited
+		}
+		ss.refuse(perr.ID, perr)
+		return nil, false
+	}
+	if limited != nil {
+		ss.refuse(msg.RequestID(), limited)
+		return nil, false
+	}
+	closing = ss.dispatch(ctx, msg)
+	return closing, closing != nil
+}
+
+// overLimit meters one frame (msg is nil when it did not decode) against
+// the session's request rate and its token's and tenant's mutation quotas
+// (a push costs its mutations, anything else one). It returns the
+// rate_limited error to answer, or nil to process the frame.
+func (ss *session) overLimit(msg syncproto.Message) *syncproto.Error {
+	if !ss.limiter.Allow() {
+		ss.srv.metrics.rateLimited.Inc()
+		e := syncproto.Errorf(syncproto.CodeRateLimited, "more than %.0f requests a second", ss.srv.cfg.RequestsPerSecond)
+		e.RetryAfterMS = max(1, time.Duration(float64(time.Second)/ss.srv.cfg.RequestsPerSecond).Milliseconds())
+		return e
+	}
+	n := 1
+	if p, ok := msg.(*syncproto.Push); ok {
+		n = max(1, len(p.Mutations))
+	}
+	return ss.srv.quotas.charge(ss.p, n)
 }
 
 // errFrameTooLarge: a frame exceeded syncproto.MaxFrameBytes.
@@ -178,21 +213,60 @@ var errFrameTooLarge = errors.New("frame over the size limit")
 
 // readFrame reads one message, whole frame or reassembled fragments,
 // holding at most MaxFrameBytes+1 of it: a larger one is errFrameTooLarge
-// (the rest is left unread; the connection is closing).
+// (the rest is left unread; the connection is closing). Once a message
+// starts arriving it waits for the frame budget and leaves the frame's
+// size held in ss.frameHeld; past FrameReadTimeout the connection is cut.
 func (ss *session) readFrame(ctx context.Context) (websocket.MessageType, []byte, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	typ, r, err := ss.conn.Reader(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
-	var buf bytes.Buffer
-	n, err := buf.ReadFrom(io.LimitReader(r, syncproto.MaxFrameBytes+1))
+	if err := ss.srv.frames.acquire(ctx, frameReservation); err != nil {
+		return 0, nil, err
+	}
+	// The rest of the message must arrive within FrameReadTimeout: a peer
+	// that starts a frame and stalls loses its connection, and the budget.
+	cut := time.AfterFunc(ss.srv.cfg.FrameReadTimeout, cancel)
+	defer cut.Stop()
+	frame, err := readAtMost(r, frameReservation)
+	ss.srv.frames.release(frameReservation - int64(len(frame)))
+	ss.frameHeld = int64(len(frame))
 	if err != nil {
 		return 0, nil, err
 	}
-	if n > syncproto.MaxFrameBytes {
+	if len(frame) > syncproto.MaxFrameBytes {
 		return typ, nil, errFrameTooLarge
 	}
-	return typ, buf.Bytes(), nil
+	return typ, frame, nil
+}
+
+// readAtMost reads r to its end or to limit bytes, whichever comes first,
+// in chunks that double from 4 KiB to 1 MiB, joined once at the end: a
+// frame costs about twice its size at the peak, not the four times a
+// doubling buffer costs.
+func readAtMost(r io.Reader, limit int64) ([]byte, error) {
+	var chunks [][]byte
+	var n int64
+	size := int64(4 << 10)
+	for n < limit {
+		c := make([]byte, min(size, limit-n))
+		k, err := io.ReadFull(r, c)
+		chunks = append(chunks, c[:k])
+		n += int64(k)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		size = min(2*size, 1<<20)
+	}
+	if len(chunks) == 1 {
+		return chunks[0], nil
+	}
+	return bytes.Join(chunks, nil), nil
 }
 
 // closeWith sends e, then closes the connection with e's close code and
@@ -322,7 +396,9 @@ func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 		ss.refuse(m.ID, syncproto.Errorf(code, "push not applied (%s); resend it", code))
 		return
 	}
-	ss.enqueue(outbound{push: req, pushID: m.ID})
+	// The frame's budget stays held until the commit ends (handle).
+	ss.enqueue(outbound{push: req, pushID: m.ID, held: ss.frameHeld})
+	ss.frameHeld = 0
 }
 
 func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
@@ -344,7 +420,11 @@ func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int
 	if limit == 0 {
 		limit = syncproto.DefaultPullLimit
 	}
-	page, err := ss.srv.store.Log.Read(ctx, replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit})
+	req := replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit, MaxBytes: feedPageBytes}
+	if page, ok := ss.srv.tail.read(ctx, req); ok {
+		return &page, nil
+	}
+	page, err := ss.srv.store.Log.Read(ctx, req)
 	var ce *replication.CursorError
 	switch {
 	case err == nil:
@@ -395,6 +475,7 @@ func (ss *session) stopSubscription() {
 
 func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 	first := true
+	inFlight := make(chan struct{}, feedPagesInFlight)
 	for ctx.Err() == nil {
 		page, resync := ss.read(ctx, id, cursor, 0)
 		if resync != nil {
@@ -405,17 +486,29 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 			return
 		}
 		if len(page.Entries) > 0 || first {
-			out := outbound{msg: changesOf(id, *page)}
+			out := outbound{msg: changesOf(id, *page), frame: ss.srv.tail.frame(id, *page)}
 			entries, seq := page.Entries, page.Next
 			// The client's position (admin: cursor, lag) is where the
 			// last page it was sent ends, the first (perhaps empty) one
 			// included: a client subscribing at the head is not behind.
+			// At most feedPagesInFlight pages queued or being written:
+			// a session holds at most that many pages of the feed
+			// (feedPageBytes of values each), and a subscriber that
+			// fell behind gets what is new in full pages rather than
+			// one page per commit. A subscriber that stops reading is
+			// cut by the write timeout and resumes from its cursor.
+			select {
+			case inFlight <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 			out.onSent = func() {
 				now := ss.srv.now()
 				for _, e := range entries {
 					ss.srv.metrics.syncLag.Observe(now.Sub(e.AppliedAt).Seconds())
 				}
 				ss.cursor.Store(seq)
+				<-inFlight
 			}
 			if !ss.sendCtx(ctx, out) {
 				return
@@ -453,7 +546,7 @@ func (ss *session) sendCtx(ctx context.Context, o outbound) bool {
 // refuse answers a request with an error and keeps the connection.
 func (ss *session) refuse(id string, e *syncproto.Error) {
 	ss.srv.metrics.protocolErrors.WithLabelValues(string(e.Code)).Inc()
-	ss.log.Info("request refused", "code", e.Code, "request_id", id)
+	ss.srv.events.add("request refused", string(e.Code), ss.remote)
 	ss.send(e.WithID(id))
 }
 
@@ -541,7 +634,9 @@ func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail co
 	case o.push != nil:
 		select {
 		case <-o.push.done:
+			ss.srv.frames.release(o.held)
 		case <-ctx.Done():
+			ss.srv.frames.release(o.held)
 			// The session is being cut (shutdown deadline, dead
 			// connection): the answer cannot be delivered, so do not
 			// hold the session for the commit. The client resends and
@@ -556,7 +651,10 @@ func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail co
 	if *broken {
 		return
 	}
-	frame, err := ss.encode(o.msg)
+	frame, err := o.frame, error(nil) // a feed page arrives encoded
+	if frame == nil {
+		frame, err = ss.encode(o.msg)
+	}
 	if err != nil {
 		ss.log.Error("encode answer", "type", o.msg.Type(), "err", err)
 		frame, _ = syncproto.Encode(internalError(err).WithID(o.msg.RequestID()))

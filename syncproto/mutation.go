@@ -238,27 +238,33 @@ func (m *Mutation) Digest() string {
 }
 
 // valueDepth returns how deeply the JSON text v nests arrays and objects (0
-// for a scalar). v is valid JSON.
+// for a scalar). v is valid JSON. Strings are skipped with bytes.IndexByte,
+// so a large string value costs little to check (a byte-by-byte scan took
+// about half a second per 4 MiB under the race detector, on every push and
+// every client-side validation).
 func valueDepth(v []byte) int {
 	depth, deepest := 0, 0
-	inString, escaped := false, false
-	for _, c := range v {
-		switch {
-		case escaped:
-			escaped = false
-		case inString:
-			switch c {
-			case '\\':
-				escaped = true
-			case '"':
-				inString = false
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '"':
+			for { // to the closing quote: one after an even run of backslashes
+				j := bytes.IndexByte(v[i+1:], '"')
+				if j < 0 {
+					return deepest
+				}
+				i += 1 + j
+				k := i - 1 // stops at the opening quote at the latest
+				for v[k] == '\\' {
+					k--
+				}
+				if (i-1-k)%2 == 0 {
+					break
+				}
 			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
+		case '{', '[':
 			depth++
 			deepest = max(deepest, depth)
-		case c == '}' || c == ']':
+		case '}', ']':
 			depth--
 		}
 	}

@@ -147,9 +147,11 @@ func TestValueDepthLimit(t *testing.T) {
 		{nested(syncproto.MaxValueDepth, "[", "]"), true},
 		{nested(syncproto.MaxValueDepth+1, "[", "]"), false},
 		{strings.Repeat(`{"a":`, syncproto.MaxValueDepth+1) + "1" + strings.Repeat("}", syncproto.MaxValueDepth+1), false},
-		{`"` + strings.Repeat("[", 100) + `"`, true},   // brackets inside a string do not nest
-		{`"\"` + strings.Repeat("{", 100) + `"`, true}, // nor after an escaped quote
-		{nested(9997, "[", "]"), false},                // the poisoned value of the attack review
+		{`"` + strings.Repeat("[", 100) + `"`, true},                          // brackets inside a string do not nest
+		{`"\"` + strings.Repeat("{", 100) + `"`, true},                        // nor after an escaped quote
+		{nested(9997, "[", "]"), false},                                       // the poisoned value of the attack review
+		{`["\\\\",` + nested(syncproto.MaxValueDepth, "[", "]") + `]`, false}, // an escaped backslash ends no string
+		{`["\\\"` + strings.Repeat("[", 100) + `"]`, true},                    // an escaped quote after one does not end it
 	} {
 		m.Value = []byte(tc.value)
 		err := m.Validate()

@@ -258,3 +258,20 @@ func between(t *testing.T, doc, start, end string) string {
 	require.GreaterOrEqual(t, j, 0, "section after %q", start)
 	return rest[:j]
 }
+
+// TestProtocolCloseCodeOfEachError checks that every error code row of
+// section 12 that names a close code names the one CloseFor gives.
+func TestProtocolCloseCodeOfEachError(t *testing.T) {
+	section := between(t, readProtocol(t), "## 12. Error codes", "## 13.")
+	rows := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (?:yes|no) \\| ([^|]*) \\|").FindAllStringSubmatch(section, -1)
+	checked := 0
+	for _, row := range rows {
+		m := regexp.MustCompile(`close[sd]? (\d{4})`).FindStringSubmatch(row[2])
+		if m == nil {
+			continue
+		}
+		checked++
+		require.Equal(t, m[1], fmt.Sprint(syncproto.CloseFor(syncproto.Code(row[1]))), "code %s: section 12 says %s", row[1], row[2])
+	}
+	require.GreaterOrEqual(t, checked, 8, "the rows that close a connection were found")
+}

@@ -72,6 +72,14 @@ version N (0: the key must not exist), as optimistic models require.`,
 			if errors.Is(err, context.Canceled) {
 				return err
 			}
+			var refused *client.RefusedError
+			if errors.As(err, &refused) {
+				code := exitNotApplied
+				if errors.Is(err, client.ErrUnauthorized) {
+					code = exitUnauthorized
+				}
+				return failf(code, "%s/%s not applied: %v; it stays queued in %s", model, key, refused, d.dir)
+			}
 			kept := "it stays queued in " + d.dir
 			if d.scratch {
 				kept = "it is discarded with the temporary state (pass --state DIR to keep it)"

@@ -147,6 +147,7 @@ Every command prints a table for people, or JSON with --json.`,
 		a.putCommand(),
 		a.getCommand(),
 		a.watchCommand(),
+		a.benchCommand(),
 	)
 	return root
 }

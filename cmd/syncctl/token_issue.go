@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,7 +27,11 @@ func (a *app) tokenIssueCommand() *cobra.Command {
 		Long: `Add a token and print it on stdout, so TOKEN=$(syncctl token issue ...) keeps
 it. A client token acts as exactly one client id in one tenant and may read and
 write the listed models ("*" for every model). An admin token authorises the
-admin API only.`,
+admin API only.
+
+With --count N (client tokens only) it issues N tokens in one write of the
+file, for client ids C-1 .. C-N, and prints one "CLIENT_ID TOKEN" line each:
+the file syncctl bench --clients reads.`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	addTokenFileFlag(cmd)
@@ -35,6 +41,7 @@ admin API only.`,
 	cmd.Flags().StringSliceVar(&p.Read, "read", nil, `models the token may read, comma-separated ("*" for all)`)
 	cmd.Flags().StringSliceVar(&p.Write, "write", nil, `models the token may write, comma-separated ("*" for all)`)
 	cmd.Flags().BoolVar(&p.Admin, "admin", false, "an admin token (no tenant, client or models)")
+	count := cmd.Flags().Int("count", 0, fmt.Sprintf("issue this many client tokens (1..%d), for client ids C-1 .. C-N", maxIssueCount))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		path := a.tokenFile(cmd)
 		if err := p.Validate(); err != nil {
@@ -44,6 +51,9 @@ admin API only.`,
 			return err
 		}
 		now := a.now().UTC()
+		if cmd.Flags().Changed("count") {
+			return a.issueMany(path, p, *count, now)
+		}
 		token, err := auth.Issue(path, p, now)
 		if errors.Is(err, fs.ErrPermission) {
 			return failf(exitFailure, "%v (run syncctl as the user syncd runs as)", err)
@@ -67,4 +77,53 @@ admin API only.`,
 		return nil
 	}
 	return cmd
+}
+
+// maxIssueCount bounds token issue --count: the file is rewritten whole and
+// read whole by syncd on every change.
+const maxIssueCount = 100_000
+
+// issueMany issues count client tokens like p, for client ids
+// p.ClientID-1 .. p.ClientID-count, in one write of the token file.
+func (a *app) issueMany(path string, p auth.Principal, count int, now time.Time) error {
+	switch {
+	case p.Admin:
+		return failf(exitUsage, "token issue: --count issues client tokens, not --admin ones")
+	case count < 1 || count > maxIssueCount:
+		return failf(exitUsage, "token issue: --count %d outside 1..%d", count, maxIssueCount)
+	}
+	ps := make([]auth.Principal, count)
+	for i := range ps {
+		ps[i] = p
+		ps[i].ClientID = fmt.Sprintf("%s-%d", p.ClientID, i+1)
+	}
+	if err := ps[count-1].Validate(); err != nil {
+		return failf(exitUsage, "token issue: %v", err)
+	}
+	tokens, err := auth.IssueMany(path, ps, now)
+	if errors.Is(err, fs.ErrPermission) {
+		return failf(exitFailure, "%v (run syncctl as the user syncd runs as)", err)
+	}
+	if err != nil {
+		return failf(exitFailure, "%v", err)
+	}
+	views := make([]issuedView, count)
+	w := bufio.NewWriter(a.stdout)
+	for i, token := range tokens {
+		id, _, _ := strings.Cut(strings.TrimPrefix(token, "sdk_"), "_")
+		ps[i].TokenID = id
+		views[i] = issuedView{tokenView: tokenView{Principal: ps[i], CreatedAt: now}, Token: token}
+		if !a.json {
+			fmt.Fprintf(w, "%s %s\n", ps[i].ClientID, token)
+		}
+	}
+	if a.json {
+		return printJSON(a.stdout, views)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "issued %d tokens for clients %s-1..%s-%d in tenant %s in %s; they are shown only this once\n",
+		count, p.ClientID, p.ClientID, count, p.Tenant, path)
+	return nil
 }

@@ -40,6 +40,8 @@ type options struct {
 	maxClockSkew    time.Duration
 	maxConnections  int
 	maxConnsPerAddr int
+	quotas          server.Quotas
+	frameBudget     int64
 	tlsCert         string
 	tlsKey          string
 	adminTLSCert    string
@@ -82,6 +84,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
 	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
 	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on the public listener; negative: no cap (behind a load balancer every peer has its address)")
+	fs.Float64Var(&o.quotas.TokenMutationsPerSecond, "token-mutations-per-second", server.DefaultTokenMutationsPerSecond, "mutations per second one token may push over all its sessions (every other frame counts one); negative: no limit")
+	fs.IntVar(&o.quotas.TokenMutationBurst, "token-mutation-burst", server.DefaultTokenMutationBurst, "burst of --token-mutations-per-second (at least max_batch, 500)")
+	fs.Float64Var(&o.quotas.TenantMutationsPerSecond, "tenant-mutations-per-second", server.DefaultTenantMutationsPerSecond, "mutations per second one tenant's tokens may push together; negative: no limit")
+	fs.IntVar(&o.quotas.TenantMutationBurst, "tenant-mutation-burst", server.DefaultTenantMutationBurst, "burst of --tenant-mutations-per-second (at least max_batch, 500)")
+	fs.IntVar(&o.quotas.MaxConnectionsPerToken, "max-connections-per-token", server.DefaultMaxConnectionsPerToken, "cap on open websocket sessions per token; negative: no cap")
+	fs.Int64Var(&o.frameBudget, "frame-budget", server.DefaultFrameBudgetBytes, "bytes of frames being read, decoded or applied at once, over all sessions; beyond it sessions wait unread (at least one 4 MiB frame)")
 	fs.StringVar(&o.adminTLSCert, "admin-tls-cert", "", "PEM certificate for the admin listener (with --admin-tls-key it serves HTTPS)")
 	fs.StringVar(&o.adminTLSKey, "admin-tls-key", "", "PEM private key for --admin-tls-cert")
 	fs.BoolVar(&o.adminPlaintext, "admin-allow-plaintext", false, "serve the admin API without TLS on a non-loopback --admin-listen (only on a network that protects it: an admin token reads every tenant's data)")
@@ -253,18 +261,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
 	}
 	cfg := server.Config{
-		DataPath:          o.data,
-		Synchronous:       sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
-		Authenticator:     authn,
-		NodeID:            o.nodeID,
-		Policies:          o.models,
-		MaxClockSkew:      o.maxClockSkew,
-		AllowedOrigins:    o.origins,
-		MaxConnections:    o.maxConnections,
-		Retention:         o.retention,
-		RetentionInterval: o.retentionEvery,
-		Logger:            log,
-		Registry:          reg,
+		DataPath:                 o.data,
+		Synchronous:              sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
+		Authenticator:            authn,
+		NodeID:                   o.nodeID,
+		Policies:                 o.models,
+		MaxClockSkew:             o.maxClockSkew,
+		AllowedOrigins:           o.origins,
+		MaxConnections:           o.maxConnections,
+		MaxConnectionsPerAddress: o.maxConnsPerAddr,
+		Quotas:                   o.quotas,
+		FrameBudgetBytes:         o.frameBudget,
+		Retention:                o.retention,
+		RetentionInterval:        o.retentionEvery,
+		Logger:                   log,
+		Registry:                 reg,
 	}
 	if member != nil {
 		cfg.Cluster = member.cluster

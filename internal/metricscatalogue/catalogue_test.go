@@ -138,6 +138,7 @@ func runScenario(t *testing.T) *scenario {
 		Policies:          replication.Config{"docs": replication.PolicyOptimistic},
 		RetentionInterval: -1,
 		Logger:            debugLogger(sc.serverLogs),
+		EventLogInterval:  20 * time.Millisecond,
 	})
 	issue := func(p auth.Principal) string {
 		tok := srv.Issue(t, p)
@@ -363,6 +364,12 @@ func TestLogsHoldNoTokensOrValues(t *testing.T) {
 	// noticed it.
 	require.Eventually(t, func() bool { return strings.Contains(sc.serverLogs.String(), `"msg":"client disconnected"`) },
 		waitFor, 10*time.Millisecond, "syncd never logged a disconnect")
+	// Refusals and authentication failures are logged as counts, once per
+	// interval (server.Config.EventLogInterval).
+	for _, msg := range []string{"authentication failed", "request refused"} {
+		require.Eventually(t, func() bool { return strings.Contains(sc.serverLogs.String(), `"msg":"`+msg+`"`) },
+			waitFor, 10*time.Millisecond, "syncd never logged %q", msg)
+	}
 	for name, logs := range map[string]*logBuffer{"syncd": sc.serverLogs, "client": sc.clientLogs} {
 		text := logs.String()
 		require.NotEmpty(t, text, name)
@@ -387,8 +394,8 @@ func TestLogsHoldNoTokensOrValues(t *testing.T) {
 	}{
 		{"client connected", []string{"client_id", "tenant", "remote"}},
 		{"client disconnected", []string{"client_id", "tenant", "remote"}},
-		{"authentication failed", []string{"remote", "path"}},
-		{"request refused", []string{"client_id", "remote", "code"}},
+		{"authentication failed", []string{"code", "count", "last_remote"}},
+		{"request refused", []string{"code", "count", "last_remote"}},
 	} {
 		require.NotEmpty(t, events[want.msg], "syncd never logged %q", want.msg)
 		for _, k := range want.keys {

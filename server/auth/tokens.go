@@ -103,26 +103,44 @@ func ReadFile(path string) ([]Token, error) {
 // not exist) and returns the bearer token. The token is shown only here:
 // the file keeps its hash.
 func Issue(path string, p Principal, now time.Time) (string, error) {
-	if err := p.Validate(); err != nil {
-		return "", fmt.Errorf("issue token: %w", err)
+	tokens, err := IssueMany(path, []Principal{p}, now)
+	if err != nil {
+		return "", err
+	}
+	return tokens[0], nil
+}
+
+// IssueMany adds one token per principal to the file at path in one
+// rewrite of the file, and returns the bearer tokens in the order of ps.
+// Either every token is added or none is. It is how a load generator gets
+// thousands of clients without rewriting the file thousands of times.
+func IssueMany(path string, ps []Principal, now time.Time) ([]string, error) {
+	for _, p := range ps {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("issue token: %w", err)
+		}
 	}
 	tokens, err := ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		tokens, err = nil, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("issue token: %w", err)
+		return nil, fmt.Errorf("issue token: %w", err)
 	}
-	id, secret, err := newSecret()
-	if err != nil {
-		return "", fmt.Errorf("issue token: %w", err)
+	bearers := make([]string, len(ps))
+	for i, p := range ps {
+		id, secret, err := newSecret()
+		if err != nil {
+			return nil, fmt.Errorf("issue token: %w", err)
+		}
+		p.TokenID = id
+		tokens = append(tokens, Token{Principal: p, SecretSHA256: hashSecret(secret), CreatedAt: now.UTC()})
+		bearers[i] = tokenPrefix + id + "_" + secret
 	}
-	p.TokenID = id
-	tokens = append(tokens, Token{Principal: p, SecretSHA256: hashSecret(secret), CreatedAt: now.UTC()})
 	if err := writeFile(path, tokens); err != nil {
-		return "", fmt.Errorf("issue token: %w", err)
+		return nil, fmt.Errorf("issue token: %w", err)
 	}
-	return tokenPrefix + id + "_" + secret, nil
+	return bearers, nil
 }
 
 // Revoke removes the token with the given id from the file.

@@ -1,0 +1,495 @@
+// Package synccore is the client's sync decisions as one pure state
+// machine (DESIGN section 3, "Client core"): what to read from the queue,
+// what to push, how to act on each answer, when to retry, when to
+// subscribe or resync, and what status to report.
+//
+// A Core has no goroutines, clocks or I/O. Its driver feeds it inputs
+// (Step) and carries out the actions it returns, in order, then feeds the
+// answers back as further inputs. The same Core runs inside the client and
+// inside a seeded simulation (see sim_test.go) that checks its promises
+// against the server's own decision code.
+package synccore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// State is what a client is doing, as reported to the app.
+type State string
+
+// States.
+const (
+	StateOffline    State = "offline"    // no connection; writes wait in the queue
+	StateConnecting State = "connecting" // online, not yet welcomed
+	StateSyncing    State = "syncing"    // welcomed, pushing or reading the queue
+	StateIdle       State = "idle"       // welcomed, queue drained, nothing in flight
+	StateRefused    State = "refused"    // the server refused the session; see Status.Err
+	StateClosed     State = "closed"     // closed; no further actions
+)
+
+// Config holds a Core's limits.
+type Config struct {
+	// MaxBatch is the most writes one push carries (a welcome may lower it).
+	MaxBatch int
+	// InFlight is how many pushes may be unanswered at once.
+	InFlight int
+	// MaxAttempts is the retry budget of a write refused transiently.
+	MaxAttempts int
+	// RetryBase is the first wait before a pass is retried after a write
+	// was left queued; it doubles per consecutive pass up to RetryMax.
+	RetryBase, RetryMax time.Duration
+}
+
+// Defaults for Config's zero fields.
+const (
+	DefaultMaxBatch    = 100
+	DefaultInFlight    = 4
+	DefaultMaxAttempts = 5
+	DefaultRetryBase   = 200 * time.Millisecond
+	DefaultRetryMax    = 30 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.InFlight <= 0 {
+		c.InFlight = DefaultInFlight
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = DefaultRetryBase
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = DefaultRetryMax
+	}
+	return c
+}
+
+// Item is one queued write as the core sees it: its queue id (increasing
+// with insertion), its mutation and its durable attempt count.
+type Item struct {
+	ID       uint64
+	Mutation syncproto.Mutation
+	Attempts int
+}
+
+// Input is something that happened, fed to Core.Step.
+type Input interface{ input() }
+
+// Inputs.
+type (
+	// Welcomed: a connection is up and the server accepted the session.
+	Welcomed struct {
+		// MaxBatch is the server's batch limit (0: no limit announced).
+		MaxBatch int
+		// Resync reports that the server cannot serve the feed from the
+		// replica's cursor (cursor_ahead after a restore from a backup,
+		// another database, a compacted oplog): resync from a snapshot.
+		Resync bool
+	}
+	// Disconnected: the connection is gone. Unanswered pushes stay queued,
+	// charged nothing.
+	Disconnected struct{}
+	// Refused: the server refused the session for good (unauthorized,
+	// wrong client id, revoked, incompatible protocol). No reconnect helps
+	// until the app changes something.
+	Refused struct{ Err *syncproto.Error }
+	// Enqueued: the app queued a write; it is pushed without waiting.
+	Enqueued struct{}
+	// Page answers ReadQueue: the queued items after its After, in order.
+	Page struct {
+		Read  uint64 // the ReadQueue's Read
+		Items []Item
+	}
+	// Answered is a push's push_result.
+	Answered struct {
+		Push    uint64
+		Results []syncproto.Result
+	}
+	// PushRefused: the push was answered by an error frame instead of
+	// push_result. A retryable error leaves its writes queued uncharged; a
+	// permanent one charges each an attempt (PROTOCOL section 6).
+	PushRefused struct {
+		Push uint64
+		Err  *syncproto.Error
+	}
+	// Changes is a frame of the change feed: the entries after From, up
+	// to Next.
+	Changes struct {
+		From, Next uint64
+		Entries    []syncproto.Change
+	}
+	// FeedLost: the server can no longer serve the feed from the cursor
+	// (its oplog was compacted past it): resync from a snapshot.
+	FeedLost struct{}
+	// Snapshot answers Resync: every record at Head.
+	Snapshot struct {
+		Head    uint64
+		Records []syncproto.Change
+	}
+	// TimerFired: the timer of the last SetTimer fired.
+	TimerFired struct{ Timer uint64 }
+	// Close: the client is closing.
+	Close struct{}
+)
+
+func (Welcomed) input()     {}
+func (Disconnected) input() {}
+func (Refused) input()      {}
+func (Enqueued) input()     {}
+func (Page) input()         {}
+func (Answered) input()     {}
+func (PushRefused) input()  {}
+func (Changes) input()      {}
+func (Snapshot) input()     {}
+func (FeedLost) input()     {}
+func (TimerFired) input()   {}
+func (Close) input()        {}
+
+// Action is something the driver must do, returned by Core.Step.
+type Action interface{ action() }
+
+// Actions.
+type (
+	// ReadQueue asks for up to Limit queued items after After, answered
+	// by a Page carrying Read.
+	ReadQueue struct {
+		Read, After uint64
+		Limit       int
+	}
+	// Send pushes Items' mutations, answered by Answered or PushRefused
+	// carrying Push, or by Disconnected.
+	Send struct {
+		Push  uint64
+		Items []Item
+	}
+	// Settle carries out the verdict on one item: record the outcome,
+	// then mark done, charge, dead-letter or hand to the conflict handler
+	// (see Verdict). The driver settles in the order given.
+	Settle struct {
+		Item    Item
+		Verdict Verdict
+	}
+	// Subscribe asks the server for the change feed after After.
+	Subscribe struct{ After uint64 }
+	// Apply applies feed entries to the replica and moves its cursor to
+	// Cursor, in one transaction.
+	Apply struct {
+		Cursor  uint64
+		Entries []syncproto.Change
+	}
+	// Resync asks for a snapshot (answered by Snapshot).
+	Resync struct{}
+	// Replace replaces the replica's records with a snapshot's and sets
+	// its cursor to Cursor, in one transaction (the pending overlay stays).
+	Replace struct {
+		Cursor  uint64
+		Records []syncproto.Change
+	}
+	// SetTimer arms the one timer, replacing any earlier: after Delay,
+	// feed TimerFired{Timer}. The driver adds jitter of its own.
+	SetTimer struct {
+		Timer uint64
+		Delay time.Duration
+	}
+	// Report is the status the app is told, sent whenever it changes.
+	Report struct{ Status Status }
+)
+
+func (ReadQueue) action() {}
+func (Send) action()      {}
+func (Settle) action()    {}
+func (Subscribe) action() {}
+func (Apply) action()     {}
+func (Resync) action()    {}
+func (Replace) action()   {}
+func (SetTimer) action()  {}
+func (Report) action()    {}
+
+// Status is the client's state and the last error that explains it.
+type Status struct {
+	State State
+	// Err is the server's last refusal (of the session or of a push);
+	// nil once a pass drains the queue.
+	Err *syncproto.Error
+}
+
+// Core is the state machine. Its zero value is not usable; see New.
+type Core struct {
+	cfg      Config
+	maxBatch int
+	closed   bool
+	welcomed bool
+	status   Status
+
+	// queue pass
+	read      uint64 // id of the outstanding ReadQueue, 0 when none
+	reads     uint64 // ReadQueue counter
+	after     uint64 // last queue id taken in this pass
+	exhausted bool   // the pass reached the queue's end
+	woken     bool   // Enqueued arrived while a read was outstanding
+	left      int    // items of this pass left queued
+	rerun     bool   // the retry timer fired during this pass: run another
+	retryHint time.Duration
+	failures  int // consecutive passes that left items queued
+
+	pushes   uint64
+	inFlight map[uint64][]Item
+
+	timer uint64
+
+	// feed
+	cursor    uint64
+	resyncing bool
+}
+
+// New returns a Core whose replica is at cursor.
+func New(cfg Config, cursor uint64) *Core {
+	cfg = cfg.withDefaults()
+	return &Core{cfg: cfg, maxBatch: cfg.MaxBatch, cursor: cursor, inFlight: map[uint64][]Item{}, status: Status{State: StateOffline}}
+}
+
+// Status returns the status last reported.
+func (c *Core) Status() Status { return c.status }
+
+// Cursor returns the replica cursor the core has applied up to.
+func (c *Core) Cursor() uint64 { return c.cursor }
+
+// Step feeds one input and returns the actions it causes, in order.
+func (c *Core) Step(in Input) []Action {
+	if c.closed {
+		return nil
+	}
+	var out []Action
+	before := c.status
+	switch in := in.(type) {
+	case Welcomed:
+		c.welcomed = true
+		c.maxBatch = c.cfg.MaxBatch
+		if in.MaxBatch > 0 {
+			c.maxBatch = min(c.maxBatch, in.MaxBatch)
+		}
+		c.status = Status{State: StateSyncing}
+		if in.Resync {
+			c.resyncing = true
+			out = append(out, Resync{})
+		} else {
+			out = append(out, Subscribe{After: c.cursor})
+		}
+		c.startPass()
+		out = c.pull(out)
+	case Disconnected:
+		c.drop()
+		if c.status.State != StateRefused {
+			c.status.State = StateOffline
+		}
+	case Refused:
+		c.drop()
+		c.status = Status{State: StateRefused, Err: in.Err}
+	case Enqueued:
+		if c.read != 0 {
+			c.woken = true
+		}
+		c.exhausted = false
+		out = c.pull(out)
+	case Page:
+		out = c.page(in, out)
+	case Answered:
+		out = c.answered(in, out)
+	case PushRefused:
+		out = c.pushRefused(in, out)
+	case Changes:
+		out = c.changes(in, out)
+	case FeedLost:
+		if c.welcomed && !c.resyncing {
+			c.resyncing = true
+			out = append(out, Resync{})
+		}
+	case Snapshot:
+		if c.welcomed && c.resyncing {
+			c.resyncing = false
+			c.cursor = in.Head
+			out = append(out, Replace{Cursor: in.Head, Records: in.Records}, Subscribe{After: in.Head})
+		}
+	case TimerFired:
+		// A pass in progress (started by a reconnect) covers the retry;
+		// restarting it would send its in-flight writes twice.
+		switch {
+		case in.Timer != c.timer || !c.welcomed:
+		case c.passOver():
+			c.startPass()
+			out = c.pull(out)
+		default:
+			c.rerun = true // once this pass is over
+		}
+	case Close:
+		c.drop()
+		c.closed = true
+		c.status = Status{State: StateClosed, Err: c.status.Err}
+	default:
+		panic(fmt.Sprintf("synccore: unknown input %T", in))
+	}
+	c.settleState()
+	if c.status != before {
+		out = append(out, Report{Status: c.status})
+	}
+	return out
+}
+
+// drop forgets everything that belonged to the connection.
+func (c *Core) drop() {
+	c.welcomed = false
+	c.rerun = false
+	c.read = 0
+	c.woken = false
+	c.resyncing = false
+	clear(c.inFlight)
+}
+
+func (c *Core) startPass() {
+	c.after, c.exhausted, c.woken, c.left, c.retryHint = 0, false, false, 0, 0
+}
+
+// pull asks for the next page when the connection has room for a push.
+func (c *Core) pull(out []Action) []Action {
+	if !c.welcomed || c.read != 0 || c.exhausted || len(c.inFlight) >= c.cfg.InFlight {
+		return out
+	}
+	c.reads++
+	c.read = c.reads
+	return append(out, ReadQueue{Read: c.read, After: c.after, Limit: c.maxBatch})
+}
+
+func (c *Core) page(in Page, out []Action) []Action {
+	if in.Read == 0 || in.Read != c.read {
+		return out // an answer for a connection that is gone
+	}
+	c.read = 0
+	if len(in.Items) == 0 {
+		if c.woken {
+			c.woken = false
+			return c.pull(out)
+		}
+		c.exhausted = true
+		return c.passEnd(out)
+	}
+	items := in.Items
+	if len(items) > c.maxBatch {
+		items = items[:c.maxBatch]
+	}
+	c.after = items[len(items)-1].ID
+	c.pushes++
+	c.inFlight[c.pushes] = items
+	out = append(out, Send{Push: c.pushes, Items: items})
+	return c.pull(out)
+}
+
+func (c *Core) answered(in Answered, out []Action) []Action {
+	items, ok := c.inFlight[in.Push]
+	if !ok {
+		return out // a duplicate answer, or one for a connection that is gone
+	}
+	delete(c.inFlight, in.Push)
+	for i, it := range items {
+		if i >= len(in.Results) || in.Results[i].OpID != it.Mutation.OpID {
+			c.left++ // unanswered: resent by a later pass, charged nothing
+			continue
+		}
+		r := &in.Results[i]
+		v := Judge(r, it.Attempts, c.cfg.MaxAttempts)
+		if v.Action == Left || v.Action == Charge || v.Action == Restamp {
+			c.left++
+			if r.Status == syncproto.StatusRejected {
+				c.status.Err = &syncproto.Error{Code: r.Code, Message: r.Message}
+			}
+		}
+		out = append(out, Settle{Item: it, Verdict: v})
+	}
+	out = c.pull(out)
+	return c.passEnd(out)
+}
+
+func (c *Core) pushRefused(in PushRefused, out []Action) []Action {
+	items, ok := c.inFlight[in.Push]
+	if !ok {
+		return out
+	}
+	delete(c.inFlight, in.Push)
+	c.status.Err = in.Err
+	c.left += len(items)
+	if in.Err.Retryable {
+		if d := time.Duration(in.Err.RetryAfterMS) * time.Millisecond; d > c.retryHint {
+			c.retryHint = d
+		}
+	} else {
+		r := syncproto.Result{Status: syncproto.StatusRejected, Code: in.Err.Code, Message: in.Err.Message}
+		for _, it := range items {
+			r.OpID = it.Mutation.OpID
+			out = append(out, Settle{Item: it, Verdict: Judge(&r, it.Attempts, c.cfg.MaxAttempts)})
+		}
+	}
+	out = c.pull(out)
+	return c.passEnd(out)
+}
+
+// passOver reports whether the current pass read the whole queue and
+// every push of it was answered.
+func (c *Core) passOver() bool {
+	return c.exhausted && c.read == 0 && len(c.inFlight) == 0
+}
+
+// passEnd arms the retry timer once a pass is over and left items queued.
+func (c *Core) passEnd(out []Action) []Action {
+	if !c.passOver() || !c.welcomed {
+		return out
+	}
+	if c.rerun {
+		c.rerun = false
+		c.startPass()
+		return c.pull(out)
+	}
+	if c.left == 0 {
+		c.failures = 0
+		c.status.Err = nil
+		return out
+	}
+	d := c.cfg.RetryBase << min(c.failures, 20)
+	d = min(d, c.cfg.RetryMax)
+	d = max(d, c.retryHint)
+	c.failures++
+	c.timer++
+	c.left = 0
+	return append(out, SetTimer{Timer: c.timer, Delay: d})
+}
+
+func (c *Core) changes(in Changes, out []Action) []Action {
+	if !c.welcomed || c.resyncing || in.Next <= c.cursor {
+		return out // not subscribed, or already applied (a duplicate)
+	}
+	if in.From != c.cursor {
+		// A gap: frames were lost or reordered. Ask again from the cursor.
+		return append(out, Subscribe{After: c.cursor})
+	}
+	c.cursor = in.Next
+	return append(out, Apply{Cursor: in.Next, Entries: in.Entries})
+}
+
+// settleState derives syncing/idle from the work in progress.
+func (c *Core) settleState() {
+	if !c.welcomed || c.closed {
+		return
+	}
+	busy := c.read != 0 || len(c.inFlight) > 0 || !c.exhausted || c.resyncing
+	switch {
+	case busy:
+		c.status.State = StateSyncing
+	default:
+		c.status.State = StateIdle
+	}
+}

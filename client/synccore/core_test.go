@@ -1,0 +1,271 @@
+package synccore
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+func item(id uint64) Item {
+	return Item{ID: id, Mutation: syncproto.Mutation{OpID: opID(id), Model: "notes", Key: "k", Op: syncproto.OpPut}}
+}
+
+func opID(id uint64) string { return "op-" + string(rune('a'+id)) }
+
+func applied(id uint64) syncproto.Result {
+	return syncproto.Result{OpID: opID(id), Status: syncproto.StatusApplied, Version: 1, Seq: id}
+}
+
+// welcomed returns a core that is welcomed and has read an empty queue.
+func welcomed(t *testing.T) *Core {
+	t.Helper()
+	c := New(Config{InFlight: 2, MaxBatch: 2}, 7)
+	c.Step(Welcomed{})
+	c.Step(Page{Read: 1})
+	if got := c.Status().State; got != StateIdle {
+		t.Fatalf("state after welcome and an empty queue = %s, want idle", got)
+	}
+	return c
+}
+
+func only[T Action](acts []Action) []T {
+	var out []T
+	for _, a := range acts {
+		if x, ok := a.(T); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func TestWelcomeSubscribesAndReads(t *testing.T) {
+	c := New(Config{MaxBatch: 10}, 7)
+	acts := c.Step(Welcomed{MaxBatch: 3})
+	want := []Action{Subscribe{After: 7}, ReadQueue{Read: 1, After: 0, Limit: 3}, Report{Status{State: StateSyncing}}}
+	if !reflect.DeepEqual(acts, want) {
+		t.Fatalf("actions = %#v, want %#v", acts, want)
+	}
+}
+
+func TestCursorAheadResyncs(t *testing.T) {
+	c := New(Config{}, 50)
+	acts := c.Step(Welcomed{Resync: true})
+	if len(only[Resync](acts)) != 1 || len(only[Subscribe](acts)) != 0 {
+		t.Fatalf("actions = %#v, want a resync and no subscribe", acts)
+	}
+	recs := []syncproto.Change{{Model: "notes", Key: "a", Version: 1}}
+	acts = c.Step(Snapshot{Head: 3, Records: recs})
+	want := []Action{Replace{Cursor: 3, Records: recs}, Subscribe{After: 3}}
+	if !reflect.DeepEqual(acts[:2], want) || c.Cursor() != 3 {
+		t.Fatalf("actions = %#v cursor %d, want %#v and cursor 3", acts, c.Cursor(), want)
+	}
+}
+
+func TestFeedLostResyncsOnce(t *testing.T) {
+	c := welcomed(t)
+	if acts := c.Step(FeedLost{}); len(only[Resync](acts)) != 1 {
+		t.Fatalf("actions = %#v, want a resync", acts)
+	}
+	if acts := c.Step(FeedLost{}); len(only[Resync](acts)) != 0 {
+		t.Fatalf("a second FeedLost during a resync caused %#v", acts)
+	}
+	if acts := c.Step(Changes{From: 7, Next: 9}); len(acts) != 0 {
+		t.Fatalf("feed frame during a resync caused %#v, want nothing", acts)
+	}
+}
+
+func TestEnqueuedPushesAtOnce(t *testing.T) {
+	c := welcomed(t)
+	acts := c.Step(Enqueued{})
+	if r := only[ReadQueue](acts); len(r) != 1 || r[0].After != 0 {
+		t.Fatalf("Enqueued actions = %#v, want one read from the start", acts)
+	}
+	acts = c.Step(Page{Read: 2, Items: []Item{item(1), item(2)}})
+	if s := only[Send](acts); len(s) != 1 || len(s[0].Items) != 2 {
+		t.Fatalf("page actions = %#v, want one push of two", acts)
+	}
+	if r := only[ReadQueue](acts); len(r) != 1 || r[0].After != 2 {
+		t.Fatalf("page actions = %#v, want the next read after 2", acts)
+	}
+}
+
+func TestEnqueuedDuringReadIsNotLost(t *testing.T) {
+	c := welcomed(t)
+	c.Step(Enqueued{})
+	c.Step(Enqueued{}) // while read 2 is outstanding
+	acts := c.Step(Page{Read: 2})
+	if r := only[ReadQueue](acts); len(r) != 1 {
+		t.Fatalf("empty page after a wake: actions %#v, want a read again", acts)
+	}
+}
+
+func TestInFlightBound(t *testing.T) {
+	c := welcomed(t)
+	c.Step(Enqueued{})
+	c.Step(Page{Read: 2, Items: []Item{item(1)}})
+	acts := c.Step(Page{Read: 3, Items: []Item{item(2)}})
+	if len(only[ReadQueue](acts)) != 0 {
+		t.Fatalf("two pushes in flight with InFlight 2, actions %#v: want no further read", acts)
+	}
+	acts = c.Step(Answered{Push: 1, Results: []syncproto.Result{applied(1)}})
+	if len(only[ReadQueue](acts)) != 1 {
+		t.Fatalf("an answer frees a slot, actions %#v: want a read", acts)
+	}
+}
+
+func TestAnsweredSettlesEachInOrder(t *testing.T) {
+	c := welcomed(t)
+	c.Step(Enqueued{})
+	c.Step(Page{Read: 2, Items: []Item{item(1), item(2)}})
+	c.Step(Page{Read: 3})
+	res := []syncproto.Result{applied(1), {OpID: opID(2), Status: syncproto.StatusRejected, Code: syncproto.CodeInternal}}
+	acts := c.Step(Answered{Push: 1, Results: res})
+	s := only[Settle](acts)
+	if len(s) != 2 || s[0].Verdict.Action != Done || s[1].Verdict.Action != Charge || s[1].Verdict.Attempts != 1 {
+		t.Fatalf("settles = %#v, want done then charge 1", s)
+	}
+	if tm := only[SetTimer](acts); len(tm) != 1 || tm[0].Delay != DefaultRetryBase {
+		t.Fatalf("a pass that left a write queued: actions %#v, want a retry timer of %v", acts, DefaultRetryBase)
+	}
+	if c.Status().Err == nil || c.Status().Err.Code != syncproto.CodeInternal {
+		t.Fatalf("status = %+v, want the refusal as its error", c.Status())
+	}
+	if acts := c.Step(Answered{Push: 1, Results: res}); len(acts) != 0 {
+		t.Fatalf("a duplicate answer caused %#v, want nothing", acts)
+	}
+	acts = c.Step(TimerFired{Timer: 1})
+	if r := only[ReadQueue](acts); len(r) != 1 || r[0].After != 0 {
+		t.Fatalf("timer actions = %#v, want a new pass from the start", acts)
+	}
+}
+
+func TestMissingResultIsLeftUncharged(t *testing.T) {
+	c := welcomed(t)
+	c.Step(Enqueued{})
+	c.Step(Page{Read: 2, Items: []Item{item(1), item(2)}})
+	c.Step(Page{Read: 3})
+	acts := c.Step(Answered{Push: 1, Results: []syncproto.Result{applied(1)}})
+	if s := only[Settle](acts); len(s) != 1 {
+		t.Fatalf("settles = %#v, want only the answered write", s)
+	}
+	if len(only[SetTimer](acts)) != 1 {
+		t.Fatalf("actions = %#v, want a retry timer for the unanswered write", acts)
+	}
+}
+
+func TestPushRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     syncproto.Error
+		settles int
+		delay   time.Duration
+	}{
+		{"retryable honours retry_after", syncproto.Error{Code: syncproto.CodeServerBusy, Retryable: true, RetryAfterMS: 5000}, 0, 5 * time.Second},
+		{"permanent charges each write", syncproto.Error{Code: syncproto.CodeBatchTooLarge}, 2, DefaultRetryBase},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := welcomed(t)
+			c.Step(Enqueued{})
+			c.Step(Page{Read: 2, Items: []Item{item(1), item(2)}})
+			c.Step(Page{Read: 3})
+			acts := c.Step(PushRefused{Push: 1, Err: &tc.err})
+			s := only[Settle](acts)
+			if len(s) != tc.settles {
+				t.Fatalf("settles = %#v, want %d", s, tc.settles)
+			}
+			for _, x := range s {
+				if x.Verdict.Action != Charge || x.Verdict.Attempts != 1 {
+					t.Fatalf("settle = %#v, want charge 1", x)
+				}
+			}
+			if tm := only[SetTimer](acts); len(tm) != 1 || tm[0].Delay != tc.delay {
+				t.Fatalf("actions = %#v, want a timer of %v", acts, tc.delay)
+			}
+		})
+	}
+}
+
+func TestDisconnectForgetsTheConnection(t *testing.T) {
+	c := welcomed(t)
+	c.Step(Enqueued{})
+	c.Step(Page{Read: 2, Items: []Item{item(1)}})
+	acts := c.Step(Disconnected{})
+	if st := c.Status().State; st != StateOffline || len(only[Report](acts)) != 1 {
+		t.Fatalf("state = %s, actions %#v: want offline reported", st, acts)
+	}
+	if acts := c.Step(Answered{Push: 1, Results: []syncproto.Result{applied(1)}}); len(acts) != 0 {
+		t.Fatalf("an answer after the connection died caused %#v", acts)
+	}
+	if acts := c.Step(Page{Read: 3, Items: []Item{item(2)}}); len(acts) != 0 {
+		t.Fatalf("a page after the connection died caused %#v", acts)
+	}
+	if acts := c.Step(Enqueued{}); len(acts) != 0 {
+		t.Fatalf("Enqueued offline caused %#v, want nothing until welcomed", acts)
+	}
+}
+
+func TestRefusedIsReportedAndSticks(t *testing.T) {
+	c := welcomed(t)
+	e := &syncproto.Error{Code: syncproto.CodeUnauthorized, Message: "revoked"}
+	acts := c.Step(Refused{Err: e})
+	if st := c.Status(); st.State != StateRefused || st.Err != e || len(only[Report](acts)) != 1 {
+		t.Fatalf("status = %+v, actions %#v: want refused with the error, reported", st, acts)
+	}
+	c.Step(Disconnected{})
+	if st := c.Status().State; st != StateRefused {
+		t.Fatalf("state after the refused connection closed = %s, want refused", st)
+	}
+}
+
+func TestChanges(t *testing.T) {
+	c := welcomed(t) // cursor 7
+	e := []syncproto.Change{{Seq: 8, Model: "notes", Key: "a", Version: 1}}
+	if acts := c.Step(Changes{From: 7, Next: 8, Entries: e}); !reflect.DeepEqual(acts, []Action{Apply{Cursor: 8, Entries: e}}) {
+		t.Fatalf("in-order frame: actions %#v", acts)
+	}
+	if acts := c.Step(Changes{From: 7, Next: 8, Entries: e}); len(acts) != 0 {
+		t.Fatalf("duplicate frame: actions %#v, want none", acts)
+	}
+	if acts := c.Step(Changes{From: 9, Next: 10}); !reflect.DeepEqual(acts, []Action{Subscribe{After: 8}}) {
+		t.Fatalf("frame after a gap: actions %#v, want a resubscribe from 8", acts)
+	}
+}
+
+func TestCloseEndsEverything(t *testing.T) {
+	c := welcomed(t)
+	acts := c.Step(Close{})
+	if st := c.Status().State; st != StateClosed || len(only[Report](acts)) != 1 {
+		t.Fatalf("state = %s, actions %#v: want closed reported", st, acts)
+	}
+	if acts := c.Step(Welcomed{}); acts != nil {
+		t.Fatalf("input after Close caused %#v", acts)
+	}
+}
+
+func TestJudge(t *testing.T) {
+	for _, tc := range []struct {
+		r        syncproto.Result
+		attempts int
+		want     VerdictAction
+		status   syncproto.Status
+	}{
+		{syncproto.Result{Status: syncproto.StatusApplied}, 0, Done, syncproto.StatusApplied},
+		{syncproto.Result{Status: syncproto.StatusSuperseded}, 0, Done, syncproto.StatusSuperseded},
+		{syncproto.Result{Status: syncproto.StatusDuplicate, OriginalStatus: syncproto.StatusSuperseded}, 0, Done, syncproto.StatusSuperseded},
+		{syncproto.Result{Status: syncproto.StatusDuplicate, OriginalStatus: syncproto.StatusConflict}, 0, Conflict, syncproto.StatusConflict},
+		{syncproto.Result{Status: syncproto.StatusConflict}, 0, Conflict, syncproto.StatusConflict},
+		{syncproto.Result{Status: syncproto.StatusExpired}, 0, DeadLetter, ""},
+		{syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeClockSkew}, 0, Restamp, ""},
+		{syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeInternal}, 3, Charge, ""},
+		{syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeInternal}, 4, DeadLetter, ""},
+		{syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeForbiddenModel}, 0, DeadLetter, ""},
+		{syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeMissingBaseVersion}, 0, DeadLetter, ""},
+	} {
+		v := Judge(&tc.r, tc.attempts, DefaultMaxAttempts)
+		if v.Action != tc.want || v.Status != tc.status {
+			t.Errorf("Judge(%s/%s, %d) = %d %q, want %d %q", tc.r.Status, tc.r.Code, tc.attempts, v.Action, v.Status, tc.want, tc.status)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package synccore
+
+const raceEnabled = false

@@ -1,0 +1,615 @@
+package synccore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/syncd-dev/syncd/ledger"
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+var (
+	simSeeds = flag.Int("sim.seeds", 10000, "how many seeded schedules TestSimulation runs")
+	simSeed  = flag.Uint64("sim.seed", 0, "run only this schedule (the replay of a failure)")
+	simTrace = flag.Bool("sim.trace", false, "print every input and action of the schedules run")
+)
+
+// TestSimulation runs seeded schedules of several cores against the
+// server's decision code (replication.Admit, replication.Memory) over a
+// simulated network and clock, and checks the invariants after each.
+func TestSimulation(t *testing.T) {
+	first, n := uint64(1), uint64(*simSeeds)
+	if raceEnabled && n > raceSeeds {
+		n = raceSeeds
+	}
+	if *simSeed != 0 {
+		first, n = *simSeed, 1
+	}
+	for seed := first; seed < first+n; seed++ {
+		if err := runSchedule(seed, faults{}); err != nil {
+			t.Fatalf("seed %d: %v\nreplay: go test ./client/synccore -run 'TestSimulation$' -count=1 -v -sim.seed=%d", seed, err, seed)
+		}
+	}
+}
+
+// TestSimulationCatchesBrokenComponents runs the same schedules with a
+// component deliberately broken, and asserts the checker notices within a
+// few hundred seeds: a checker that passes these is checking nothing.
+func TestSimulationCatchesBrokenComponents(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    faults
+	}{
+		{"queue forgets attempts", faults{queueForgetsAttempts: true}},
+		{"ledger forgets decisions", faults{ledgerForgets: true}},
+		{"core skips a result", faults{coreSkipsResult: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := uint64(1); seed <= 500; seed++ {
+				if err := runSchedule(seed, tc.f); err != nil {
+					t.Logf("caught at seed %d: %v", seed, err)
+					return
+				}
+			}
+			t.Fatalf("500 schedules with %s passed the checker", tc.name)
+		})
+	}
+}
+
+// faults are the deliberately broken components of a negative control.
+type faults struct {
+	queueForgetsAttempts bool // SetAttempts does nothing
+	ledgerForgets        bool // the server's ledger evicts every decision at once
+	coreSkipsResult      bool // the driver drops the settle of some writes
+}
+
+// raceSeeds bounds the schedules of one run under the race detector.
+const raceSeeds = 1000
+
+const (
+	simTenant      = "t"
+	simMaxAttempts = 3
+	simMaxSkew     = time.Minute
+	chaosSteps     = 120
+	quiesceSteps   = 4000
+)
+
+var simPolicies = replication.Config{"notes": replication.PolicyLWW, "docs": replication.PolicyOptimistic, "flaky": replication.PolicyLWW}
+
+// msg is one frame on a simulated connection.
+type msg struct {
+	push     uint64
+	muts     []syncproto.Mutation // client to server: push
+	after    uint64               // subscribe
+	resync   bool                 // client to server: snapshot request
+	subscr   bool
+	results  []syncproto.Result // server to client
+	err      *syncproto.Error
+	changes  *Changes
+	snapshot *Snapshot
+	feedLost bool
+}
+
+type conn struct {
+	id       int
+	client   *simClient
+	up, down []msg // client to server, server to client
+	reorder  bool
+	dup      bool
+	// server side
+	subscribed bool
+	sent       uint64
+}
+
+// simClient is one device: durable state that survives a crash, and a
+// core and connection that do not.
+type simClient struct {
+	id    string
+	skew  time.Duration
+	clock *syncproto.Clock
+	// durable
+	queue    []Item
+	nextID   uint64
+	dead     map[string]string // op id -> reason
+	outcomes map[string][]Verdict
+	replica  map[replication.RecordKey]syncproto.Change
+	cursor   uint64
+	// volatile
+	core  *Core
+	conn  *conn
+	timer uint64 // armed timer, 0 when none
+}
+
+type sim struct {
+	rng     *rand.Rand
+	f       faults
+	now     time.Time
+	srv     *replication.Memory
+	clients []*simClient
+	conns   []*conn
+	nextCon int
+	chaos   bool
+	// what the server did, observed from every Apply's effects
+	applied map[string][]replication.Entry
+	decided map[string]syncproto.Result
+	writes  map[string]syncproto.Mutation // every write an app made
+}
+
+func runSchedule(seed uint64, f faults) error {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	s := &sim{rng: rng, f: f, now: time.UnixMilli(1_700_000_000_000).UTC(), chaos: true,
+		applied: map[string][]replication.Entry{}, decided: map[string]syncproto.Result{}, writes: map[string]syncproto.Mutation{}}
+	if err := s.newServer(); err != nil {
+		return err
+	}
+	for i := range 2 + rng.IntN(3) {
+		c := &simClient{id: fmt.Sprintf("c%d", i), skew: time.Duration(rng.IntN(40)-20) * time.Second,
+			dead: map[string]string{}, outcomes: map[string][]Verdict{}, replica: map[replication.RecordKey]syncproto.Change{}}
+		c.clock = syncproto.NewClock(c.id, func() time.Time { return s.now.Add(c.skew) })
+		c.core = New(Config{MaxBatch: 1 + rng.IntN(4), InFlight: 1 + rng.IntN(3), MaxAttempts: simMaxAttempts}, 0)
+		s.clients = append(s.clients, c)
+	}
+	for range chaosSteps {
+		if err := s.chaosStep(); err != nil {
+			return err
+		}
+	}
+	s.chaos = false
+	for _, c := range s.clients {
+		if c.conn == nil {
+			if err := s.connect(c); err != nil {
+				return err
+			}
+		}
+	}
+	for range quiesceSteps {
+		progressed, err := s.quietStep()
+		if err != nil {
+			return err
+		}
+		if !progressed {
+			return s.check()
+		}
+	}
+	return fmt.Errorf("not quiescent after %d steps: %s", quiesceSteps, s.pending())
+}
+
+func (s *sim) newServer() error {
+	opts := ledger.Options{Now: func() time.Time { return s.now }}
+	if s.f.ledgerForgets {
+		opts.MaxEntries = 1
+	}
+	m, err := replication.NewMemory(opts)
+	s.srv = m
+	return err
+}
+
+func (s *sim) chaosStep() error {
+	s.now = s.now.Add(time.Duration(s.rng.IntN(50)) * time.Millisecond)
+	c := s.clients[s.rng.IntN(len(s.clients))]
+	switch r := s.rng.IntN(100); {
+	case r < 25:
+		return s.write(c)
+	case r < 65:
+		return s.deliverAny()
+	case r < 72:
+		if c.conn == nil {
+			return s.connect(c)
+		}
+		s.cut(c)
+	case r < 77:
+		if c.timer != 0 {
+			return s.fire(c)
+		}
+	case r < 80:
+		s.crash(c)
+	case r < 81:
+		for _, c := range s.clients {
+			s.cut(c) // the server crashes: its committed state survives
+		}
+	case r < 83:
+		s.srv.Compact(s.rng.IntN(5))
+	default:
+		if c.conn == nil {
+			return s.connect(c)
+		}
+		return s.deliverAny()
+	}
+	return nil
+}
+
+// quietStep delivers a frame or fires a timer; false when nothing is left.
+func (s *sim) quietStep() (bool, error) {
+	for _, cn := range s.conns {
+		if len(cn.up) > 0 || len(cn.down) > 0 {
+			return true, s.deliver(cn)
+		}
+	}
+	for _, c := range s.clients {
+		if c.timer != 0 {
+			s.now = s.now.Add(time.Second)
+			return true, s.fire(c)
+		}
+	}
+	return false, nil
+}
+
+func (s *sim) pending() string {
+	out := ""
+	for _, c := range s.clients {
+		out += fmt.Sprintf("[%s queue %d timer %d state %s] ", c.id, len(c.queue), c.timer, c.core.Status().State)
+	}
+	return out
+}
+
+// write is the app making a write: stamped, queued durably, then the core
+// is told.
+func (s *sim) write(c *simClient) error {
+	n := len(s.writes)
+	id := uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "%s-%d", c.id, n)).String()
+	key := string(rune('a' + s.rng.IntN(3)))
+	m := syncproto.Mutation{OpID: id, Key: key, Op: syncproto.OpPut, HLC: c.clock.Now()}
+	switch r := s.rng.IntN(20); {
+	case r < 11:
+		m.Model = "notes"
+	case r < 17:
+		m.Model = "docs"
+		if s.rng.IntN(8) > 0 { // else: no base version, refused for good
+			base := c.replica[replication.RecordKey{Model: "docs", Key: key}].Version
+			m.BaseVersion = &base
+		}
+	case r < 19:
+		m.Model = "ro"
+	default:
+		m.Model = "flaky"
+	}
+	if s.rng.IntN(5) == 0 {
+		m.Op = syncproto.OpDelete
+	} else {
+		m.Value = json.RawMessage(fmt.Sprintf(`{"w":%d}`, n))
+	}
+	s.writes[id] = m
+	c.nextID++
+	c.queue = append(c.queue, Item{ID: c.nextID, Mutation: m})
+	return s.feed(c, Enqueued{})
+}
+
+func (s *sim) connect(c *simClient) error {
+	s.nextCon++
+	cn := &conn{id: s.nextCon, client: c}
+	if s.chaos {
+		cn.reorder, cn.dup = s.rng.IntN(3) == 0, s.rng.IntN(3) == 0
+	}
+	c.conn = cn
+	s.conns = append(s.conns, cn)
+	// hello/welcome: the server checks the replica's cursor.
+	resync := s.srv.Bounds().Check(c.cursor) != nil
+	return s.feed(c, Welcomed{MaxBatch: 3, Resync: resync})
+}
+
+func (s *sim) cut(c *simClient) {
+	if c.conn == nil {
+		return
+	}
+	s.conns = slices.DeleteFunc(s.conns, func(x *conn) bool { return x == c.conn })
+	c.conn = nil
+	if err := s.feed(c, Disconnected{}); err != nil {
+		panic(err) // Disconnected causes no I/O
+	}
+}
+
+// crash loses the core, the connection and the armed timer; the queue,
+// outcomes and replica are durable.
+func (s *sim) crash(c *simClient) {
+	s.cut(c)
+	c.timer = 0
+	c.core = New(c.core.cfg, c.cursor)
+}
+
+func (s *sim) fire(c *simClient) error {
+	t := c.timer
+	c.timer = 0
+	return s.feed(c, TimerFired{Timer: t})
+}
+
+func (s *sim) deliverAny() error {
+	var live []*conn
+	for _, cn := range s.conns {
+		if len(cn.up) > 0 || len(cn.down) > 0 {
+			live = append(live, cn)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return s.deliver(live[s.rng.IntN(len(live))])
+}
+
+// deliver hands over one frame of cn, in order unless cn reorders, and
+// keeps a copy when cn duplicates.
+func (s *sim) deliver(cn *conn) error {
+	q, toServer := &cn.down, false
+	if len(cn.up) > 0 && (len(cn.down) == 0 || s.rng.IntN(2) == 0) {
+		q, toServer = &cn.up, true
+	}
+	i := 0
+	if cn.reorder && s.chaos {
+		i = s.rng.IntN(len(*q))
+	}
+	m := (*q)[i]
+	if !(cn.dup && s.chaos && s.rng.IntN(4) == 0) {
+		*q = slices.Delete(*q, i, i+1)
+	}
+	if toServer {
+		return s.serve(cn, m)
+	}
+	c := cn.client
+	switch {
+	case m.results != nil:
+		return s.feed(c, Answered{Push: m.push, Results: m.results})
+	case m.err != nil:
+		return s.feed(c, PushRefused{Push: m.push, Err: m.err})
+	case m.changes != nil:
+		return s.feed(c, *m.changes)
+	case m.snapshot != nil:
+		return s.feed(c, *m.snapshot)
+	case m.feedLost:
+		return s.feed(c, FeedLost{})
+	}
+	return fmt.Errorf("empty frame")
+}
+
+// serve is the server acting on one frame from cn.
+func (s *sim) serve(cn *conn, m msg) error {
+	switch {
+	case m.resync:
+		head, recs := s.srv.Snapshot(replication.Scope{Tenant: simTenant, AllModels: true})
+		snap := &Snapshot{Head: head}
+		for _, r := range recs {
+			snap.Records = append(snap.Records, change(r.Seq, r))
+		}
+		cn.down = append(cn.down, msg{snapshot: snap})
+		return nil
+	case m.subscr:
+		cn.subscribed, cn.sent = true, m.after
+		return s.publish()
+	}
+	if s.chaos && s.rng.IntN(10) == 0 {
+		cn.down = append(cn.down, msg{push: m.push, err: &syncproto.Error{Code: syncproto.CodeServerBusy, Retryable: true, RetryAfterMS: 500}})
+		return nil
+	}
+	a := replication.Author{Tenant: simTenant, ClientID: cn.client.id, CanWrite: func(model string) bool { return model != "ro" }}
+	b := replication.Admit(a, m.muts, simPolicies, s.now, simMaxSkew)
+	for i := range b.Writes {
+		if b.Writes[i].Mutation.Model == "flaky" && b.Writes[i].Refusal == nil {
+			b.Writes[i].Refusal = syncproto.Errorf(syncproto.CodeInternal, "this model always fails")
+		}
+	}
+	fx, err := s.srv.Apply(context.Background(), &b)
+	if err != nil {
+		return fmt.Errorf("server apply: %w", err)
+	}
+	if s.f.ledgerForgets {
+		if _, err := s.srv.Ledger().Prune(context.Background(), s.now); err != nil {
+			return err
+		}
+	}
+	for _, e := range fx.Entries {
+		s.applied[e.OpID] = append(s.applied[e.OpID], e)
+	}
+	for _, r := range fx.Results {
+		if r.Status == syncproto.StatusApplied || r.Status == syncproto.StatusSuperseded || r.Status == syncproto.StatusConflict {
+			s.decided[r.OpID] = r
+		}
+	}
+	cn.down = append(cn.down, msg{push: m.push, results: fx.Results})
+	return s.publish()
+}
+
+// publish sends every subscribed connection the feed it has not seen.
+func (s *sim) publish() error {
+	for _, cn := range s.conns {
+		for cn.subscribed {
+			p, err := s.srv.Read(context.Background(), replication.ReadRequest{Scope: replication.Scope{Tenant: simTenant, AllModels: true}, After: cn.sent, Limit: 2})
+			var ce *replication.CursorError
+			if errors.As(err, &ce) {
+				cn.down = append(cn.down, msg{feedLost: true})
+				cn.subscribed = false
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if p.Next <= cn.sent {
+				break
+			}
+			ch := &Changes{From: cn.sent, Next: p.Next}
+			for _, e := range p.Entries {
+				ch.Entries = append(ch.Entries, change(e.Seq, e.Record()))
+			}
+			cn.down = append(cn.down, msg{changes: ch})
+			cn.sent = p.Next
+		}
+	}
+	return nil
+}
+
+func change(seq uint64, r replication.Record) syncproto.Change {
+	return syncproto.Change{Seq: seq, OpID: r.OpID, Model: r.Model, Key: r.Key, Value: r.Value, Version: r.Version, HLC: r.HLC, Deleted: r.Deleted}
+}
+
+// feed steps c's core with in and carries out the actions, answering
+// local ones (queue reads) at once.
+func (s *sim) feed(c *simClient, in Input) error {
+	work := []Input{in}
+	for len(work) > 0 {
+		in := work[0]
+		work = work[1:]
+		acts := c.core.Step(in)
+		if *simTrace {
+			fmt.Printf("%s <- %T %+v\n", c.id, in, in)
+			for _, a := range acts {
+				fmt.Printf("%s    -> %T %+v\n", c.id, a, a)
+			}
+		}
+		for _, a := range acts {
+			next, err := s.act(c, a)
+			if err != nil {
+				return err
+			}
+			if next != nil {
+				work = append(work, next)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *sim) act(c *simClient, a Action) (Input, error) {
+	switch a := a.(type) {
+	case ReadQueue:
+		p := Page{Read: a.Read}
+		for _, it := range c.queue {
+			if it.ID > a.After && len(p.Items) < a.Limit {
+				p.Items = append(p.Items, it)
+			}
+		}
+		return p, nil
+	case Send:
+		muts := make([]syncproto.Mutation, len(a.Items))
+		for i, it := range a.Items {
+			muts[i] = it.Mutation
+		}
+		c.conn.up = append(c.conn.up, msg{push: a.Push, muts: muts})
+	case Subscribe:
+		c.conn.up = append(c.conn.up, msg{subscr: true, after: a.After})
+	case Resync:
+		c.conn.up = append(c.conn.up, msg{resync: true})
+	case Apply:
+		for _, e := range a.Entries {
+			c.replica[replication.RecordKey{Model: e.Model, Key: e.Key}] = e
+		}
+		c.cursor = a.Cursor
+	case Replace:
+		clear(c.replica)
+		for _, e := range a.Records {
+			c.replica[replication.RecordKey{Model: e.Model, Key: e.Key}] = e
+		}
+		c.cursor = a.Cursor
+	case SetTimer:
+		c.timer = a.Timer
+	case Report:
+	case Settle:
+		return nil, s.settle(c, a)
+	default:
+		return nil, fmt.Errorf("unknown action %T", a)
+	}
+	return nil, nil
+}
+
+func (s *sim) settle(c *simClient, a Settle) error {
+	op := a.Item.Mutation.OpID
+	if s.f.coreSkipsResult && op[0] < '4' {
+		return nil
+	}
+	i := slices.IndexFunc(c.queue, func(it Item) bool { return it.ID == a.Item.ID })
+	if i < 0 {
+		return fmt.Errorf("%s: settle of op %s, which is no longer queued", c.id, op)
+	}
+	switch a.Verdict.Action {
+	case Done, Conflict: // the simulated conflict handler drops the write
+		c.outcomes[op] = append(c.outcomes[op], a.Verdict)
+		c.queue = slices.Delete(c.queue, i, i+1)
+	case DeadLetter:
+		c.outcomes[op] = append(c.outcomes[op], a.Verdict)
+		c.dead[op] = a.Verdict.Reason
+		c.queue = slices.Delete(c.queue, i, i+1)
+	case Charge:
+		if !s.f.queueForgetsAttempts {
+			c.queue[i].Attempts = a.Verdict.Attempts
+		}
+	case Restamp:
+		c.queue[i].Mutation.HLC = c.clock.Now()
+	case Left:
+	}
+	return nil
+}
+
+// check asserts the invariants of a quiescent schedule.
+func (s *sim) check() error {
+	_, recs := s.srv.Snapshot(replication.Scope{Tenant: simTenant, AllModels: true})
+	server := map[replication.RecordKey]replication.Record{}
+	for _, r := range recs {
+		server[replication.RecordKey{Model: r.Model, Key: r.Key}] = r
+	}
+	for op, es := range s.applied {
+		if len(es) > 1 {
+			return fmt.Errorf("op %s applied %d times", op, len(es))
+		}
+	}
+	for _, c := range s.clients {
+		if len(c.queue) > 0 {
+			return fmt.Errorf("%s: queue not drained: %d items left, first %s", c.id, len(c.queue), c.queue[0].Mutation.OpID)
+		}
+		if len(c.replica) != len(server) {
+			return fmt.Errorf("%s: replica holds %d records, server %d", c.id, len(c.replica), len(server))
+		}
+		for k, r := range server {
+			got, ok := c.replica[k]
+			if !ok || got.Version != r.Version || got.Deleted != r.Deleted || string(got.Value) != string(r.Value) {
+				return fmt.Errorf("%s: replica %v = %+v, server %+v", c.id, k, got, r)
+			}
+		}
+	}
+	for op, m := range s.writes {
+		var outs []Verdict
+		for _, c := range s.clients {
+			outs = append(outs, c.outcomes[op]...)
+		}
+		if len(outs) != 1 {
+			return fmt.Errorf("op %s (%s) decided %d times at the client", op, m.Model, len(outs))
+		}
+		v := outs[0]
+		applied := len(s.applied[op]) == 1
+		switch v.Action {
+		case DeadLetter:
+			if applied {
+				return fmt.Errorf("op %s dead-lettered (%s) but applied by the server", op, v.Reason)
+			}
+			if m.Model == "notes" || (m.Model == "docs" && m.BaseVersion != nil) {
+				return fmt.Errorf("op %s on %s dead-lettered (%s), though nothing refuses it for good", op, m.Model, v.Reason)
+			}
+		case Done:
+			if (v.Status == syncproto.StatusApplied) != applied {
+				return fmt.Errorf("op %s: client says %s, server applied it: %v", op, v.Status, applied)
+			}
+			if applied && v.Result.Seq != s.applied[op][0].Seq {
+				return fmt.Errorf("op %s: client has seq %d, server %d", op, v.Result.Seq, s.applied[op][0].Seq)
+			}
+		case Conflict:
+			if applied || m.Model != "docs" {
+				return fmt.Errorf("op %s on %s: conflict, applied %v", op, m.Model, applied)
+			}
+		}
+		if applied && m.Model == "docs" && s.applied[op][0].Version != *m.BaseVersion+1 {
+			return fmt.Errorf("optimistic op %s based on version %d produced version %d", op, *m.BaseVersion, s.applied[op][0].Version)
+		}
+		if m.Model == "notes" && (v.Action == Done) {
+			final := server[replication.RecordKey{Model: "notes", Key: m.Key}]
+			if final.HLC.Compare(m.HLC) < 0 {
+				return fmt.Errorf("lww: op %s with hlc %v decided, but the key stands at older %v", op, m.HLC, final.HLC)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/internal/syncdtest"
+	"github.com/syncd-dev/syncd/server"
+)
+
+// benchClients issues n client tokens in s's token file through syncctl
+// token issue --count and writes them to a clients file.
+func benchClients(t *testing.T, s *syncdtest.Server, n int) string {
+	t.Helper()
+	out := newCLI(t, nil).ok("token", "issue", "--tokens", s.TokenPath, "--count", strconv.Itoa(n),
+		"--tenant", "bench", "--client-id", "dev", "--read", "*", "--write", "*")
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), n)
+	path := filepath.Join(t.TempDir(), "clients.txt")
+	require.NoError(t, os.WriteFile(path, []byte(out), 0o600))
+	return path
+}
+
+func TestBenchRunsBoundedAndCountsEveryDelivery(t *testing.T) {
+	s := syncdtest.Start(t, server.Config{})
+	clients := benchClients(t, s, 12)
+	c := newCLI(t, map[string]string{"SYNCCTL_SYNC_URL": s.URL})
+
+	var rep benchReport
+	decodeStrict(t, c.ok("bench", "--clients", clients, "--connections", "12", "--push-share", "0.25",
+		"--batch", "5", "--keys", "20", "--preload", "40", "--snapshot-storm", "3",
+		"--duration", "500ms", "--drain", "10s", "--json"), &rep)
+
+	require.Equal(t, 12, rep.Connections.Requested)
+	require.Equal(t, 12, rep.Connections.Open, "errors: %v", rep.Errors)
+	require.Equal(t, 12, rep.Connections.Subscribers)
+	require.Equal(t, 3, rep.Connections.Pushers)
+	require.Equal(t, int64(12), rep.Connections.Connect.Count)
+	require.Positive(t, rep.Pushes)
+	require.Equal(t, rep.Pushes, rep.Ack.Count)
+	require.Equal(t, rep.Pushes*5, rep.Statuses["applied"]+rep.Statuses["superseded"], "every mutation answered: %v", rep.Statuses)
+	require.Equal(t, rep.Statuses["applied"], rep.Mutations)
+	require.Equal(t, rep.Mutations, rep.Delivery.Writes)
+	require.Equal(t, rep.Mutations*12, rep.Delivery.Delivered, "every acknowledged write reached every subscriber")
+	require.Zero(t, rep.Delivery.Missing)
+	require.Equal(t, rep.Delivery.Delivered, rep.Delivery.Count)
+	require.Equal(t, int64(3), rep.Snapshots.Fetched)
+	require.Equal(t, int64(3), rep.Snapshots.Complete)
+	require.GreaterOrEqual(t, rep.Snapshots.Records, int64(3*40), "each snapshot holds the preloaded records")
+	require.Empty(t, rep.Errors)
+	require.Len(t, rep.Servers, 1)
+	require.Equal(t, s.URL, rep.Servers[0].URL)
+	require.LessOrEqual(t, rep.Ack.P50, rep.Ack.P99)
+	require.LessOrEqual(t, rep.Ack.P99, rep.Ack.Max)
+
+	out := c.ok("bench", "--clients", clients, "--connections", "4", "--duration", "200ms", "--push-share", "0.5")
+	for _, want := range []string{"connections  4 requested, 4 open at end (4 subscribed), 2 pushing", "throughput", "errors       no errors",
+		"LATENCY (ms)", "push ack", "feed delivery", "snapshot", "SERVER", s.URL} {
+		require.Contains(t, out, want)
+	}
+}
+
+func TestBenchRefusesBadInputAndLeavesNothingRunning(t *testing.T) {
+	s := syncdtest.Start(t, server.Config{})
+	clients := benchClients(t, s, 3)
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.txt")
+	require.NoError(t, os.WriteFile(garbage, []byte("not a clients file\n"), 0o600))
+	refused := filepath.Join(dir, "refused.txt")
+	require.NoError(t, os.WriteFile(refused, []byte("dev-1 sdk_000000000000_notasecret\n"), 0o600))
+	notSyncd := httptest.NewServer(http.NotFoundHandler())
+	defer notSyncd.Close()
+
+	c := newCLI(t, nil)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no clients file", []string{"--url", s.URL}, exitUsage, "--clients is required"},
+		{"zero connections", []string{"--url", s.URL, "--clients", clients, "--connections", "0"}, exitUsage, "--connections 0 outside 1..50000"},
+		{"absurd connections", []string{"--url", s.URL, "--clients", clients, "--connections", "1000000"}, exitUsage, "--connections 1000000 outside"},
+		{"more connections than clients", []string{"--url", s.URL, "--clients", clients, "--connections", "4"}, exitUsage, "holds only 3 clients"},
+		{"zero duration", []string{"--url", s.URL, "--clients", clients, "--duration", "0s"}, exitUsage, "--duration 0s outside"},
+		{"batch too large", []string{"--url", s.URL, "--clients", clients, "--batch", "501"}, exitUsage, "--batch 501 outside 1..500"},
+		{"bad share", []string{"--url", s.URL, "--clients", clients, "--push-share", "1.5"}, exitUsage, "--push-share 1.5 outside 0..1"},
+		{"bad url", []string{"--url", "ftp://x", "--clients", clients}, exitUsage, "want syncd's public base URL"},
+		{"missing clients file", []string{"--url", s.URL, "--clients", filepath.Join(dir, "none")}, exitNotFound, "--clients"},
+		{"not a clients file", []string{"--url", s.URL, "--clients", garbage, "--connections", "1"}, exitBadFile, "line 1: want \"CLIENT_ID TOKEN\""},
+		{"refused token", []string{"--url", s.URL, "--clients", refused, "--connections", "1"}, exitUnauthorized, "refused the client token"},
+		{"not syncd", []string{"--url", notSyncd.URL, "--clients", clients, "--connections", "1"}, exitFailure, "refused the connection: 404"},
+		{"unreachable", []string{"--url", unusedURL(t), "--clients", clients, "--connections", "1", "--connect-timeout", "2s"}, exitUnreachable, "unreachable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := c.run(append([]string{"bench"}, tc.args...)...)
+			require.Equal(t, tc.code, r.code, "stderr: %s", r.stderr)
+			require.Contains(t, r.stderr, tc.msg)
+			require.Empty(t, r.stdout)
+			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line of error: %q", r.stderr)
+		})
+	}
+	// Nothing of the bench is left: no goroutine runs its code. (Idle
+	// keep-alive connections of the shared HTTP client may remain.)
+	require.Eventually(t, func() bool { return !strings.Contains(stacks(), "syncctl.(*bench") }, syncdtest.Timeout, 10*time.Millisecond,
+		"bench left goroutines running:\n%s", stacks())
+}
+
+// stacks returns every goroutine's stack.
+func stacks() string {
+	b := make([]byte, 1<<20)
+	return string(b[:runtime.Stack(b, true)])
+}

@@ -1,0 +1,252 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// feedTailBytes bounds the value bytes of the newest oplog entries kept in
+// memory for the change feed (feedTail). A subscriber further behind than
+// the tail reads SQLite, as a pull does.
+const feedTailBytes = 8 << 20
+
+// feedPageBytes bounds the value bytes of one page of the change feed, and
+// feedPagesInFlight the pages a subscription may have queued or being
+// written: a slow subscriber holds at most feedPagesInFlight*feedPageBytes
+// of values in server memory.
+const (
+	feedPageBytes     = replication.DefaultReadBytes
+	feedPagesInFlight = 4
+)
+
+// feedTail is the newest stretch of the oplog, read from the database once
+// and shared by every subscription of this node: after a commit, one
+// subscription refills it with one read, and every other subscription
+// filters its own scope from memory. Without it, one write read by a
+// thousand subscribers is a thousand SQLite queries.
+//
+// It holds every committed entry with start < seq <= head, in seq order,
+// at most feedTailBytes of values (the oldest are dropped first). It is
+// safe for concurrent use; a reader never waits for a refill other than
+// the one it needs.
+type feedTail struct {
+	log replication.Log
+
+	fill sync.Mutex // one refill at a time
+
+	mu      sync.RWMutex
+	ready   bool
+	start   uint64
+	head    uint64
+	entries []replication.Entry
+	encoded [][]byte // entries[i] as a changes entry in JSON, encoded once for every subscriber
+	bytes   int
+}
+
+func newFeedTail(log replication.Log) *feedTail { return &feedTail{log: log} }
+
+// read answers req from memory, refilling the tail first when the log has
+// committed beyond it. ok is false when the tail cannot answer (req.After
+// is older than the tail, or beyond what it holds): read the log instead.
+func (t *feedTail) read(ctx context.Context, req replication.ReadRequest) (page replication.Page, ok bool) {
+	if err := t.refill(ctx); err != nil {
+		return replication.Page{}, false
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if req.After < t.start || req.After > t.head {
+		return replication.Page{}, false
+	}
+	limit := req.Limit
+	if limit <= 0 {
+		limit = replication.DefaultReadLimit
+	}
+	limit = min(limit, replication.MaxReadLimit)
+	maxBytes := req.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = replication.DefaultReadBytes
+	}
+	page = replication.Page{Head: t.head, Next: t.head}
+	size := 0
+	first := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].Seq > req.After })
+	for _, e := range t.entries[first:] {
+		if !req.Scope.Selects(e.Tenant, e.Model) {
+			continue
+		}
+		if len(page.Entries) > 0 && size+len(e.Value) > maxBytes {
+			page.Next = page.Entries[len(page.Entries)-1].Seq
+			return page, true
+		}
+		size += len(e.Value)
+		page.Entries = append(page.Entries, e)
+		if len(page.Entries) == limit {
+			page.Next = e.Seq
+			return page, true
+		}
+	}
+	return page, true
+}
+
+// refill reads what the log committed beyond the tail, unless another
+// subscription is doing it (then it waits for that read).
+func (t *feedTail) refill(ctx context.Context) error {
+	t.mu.RLock()
+	ready, head := t.ready, t.head
+	t.mu.RUnlock()
+	if ready && !t.behind(head) {
+		return nil
+	}
+	t.fill.Lock()
+	defer t.fill.Unlock()
+	t.mu.RLock()
+	ready, head = t.ready, t.head
+	t.mu.RUnlock()
+	if !ready {
+		b, err := t.log.Bounds(ctx)
+		if err != nil {
+			return err
+		}
+		t.mu.Lock()
+		t.ready, t.start, t.head = true, b.Head, b.Head
+		t.mu.Unlock()
+		head = b.Head
+	}
+	for t.behind(head) {
+		page, err := t.log.Read(ctx, replication.ReadRequest{
+			After: head, Scope: replication.Scope{AllTenants: true, AllModels: true}, Limit: replication.MaxReadLimit,
+		})
+		if err != nil {
+			return err
+		}
+		t.append(page)
+		head = page.Next
+		if page.CaughtUp() {
+			return nil
+		}
+	}
+	return nil
+}
+
+// behind reports whether the log has committed beyond head.
+func (t *feedTail) behind(head uint64) bool {
+	select {
+	case <-t.log.Notify(head):
+		return true
+	default:
+		return false
+	}
+}
+
+// append adds a page read after the tail's head and drops the oldest
+// entries beyond feedTailBytes.
+func (t *feedTail) append(page replication.Page) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range page.Entries {
+		t.bytes += len(e.Value)
+		t.encoded = append(t.encoded, encodeChange(e))
+	}
+	t.entries = append(t.entries, page.Entries...)
+	t.head = max(t.head, page.Next)
+	if t.bytes <= feedTailBytes {
+		return
+	}
+	// Trim to three quarters of the budget, so the copy below happens once
+	// per quarter of the budget written, not on every commit.
+	drop := 0
+	for drop < len(t.entries) && t.bytes > feedTailBytes/4*3 {
+		t.bytes -= len(t.entries[drop].Value)
+		t.start = t.entries[drop].Seq
+		drop++
+	}
+	t.entries = append([]replication.Entry(nil), t.entries[drop:]...)
+	t.encoded = append([][]byte(nil), t.encoded[drop:]...)
+}
+
+// forget drops the entries the oplog no longer retains (seq < oldest), so
+// that a subscriber behind the compacted oplog gets resync from the log, as
+// PROTOCOL.md section 7 says, not entries only this node's memory still
+// holds. Call it after every compaction.
+func (t *feedTail) forget(oldest uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if oldest == 0 || oldest <= t.start+1 {
+		return
+	}
+	drop := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].Seq >= oldest })
+	for _, e := range t.entries[:drop] {
+		t.bytes -= len(e.Value)
+	}
+	t.entries = append([]replication.Entry(nil), t.entries[drop:]...)
+	t.encoded = append([][]byte(nil), t.encoded[drop:]...)
+	t.start = max(t.start, oldest-1)
+	t.head = max(t.head, t.start)
+}
+
+// encodeChange returns e as a changes entry in JSON, as syncproto.Encode
+// writes it; nil if it cannot be encoded (the frame is then encoded the
+// ordinary way, which reports the error).
+func encodeChange(e replication.Entry) []byte {
+	c := changesOf("", replication.Page{Entries: []replication.Entry{e}}).Entries[0]
+	if c.Validate() != nil {
+		return nil
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(c) != nil {
+		return nil
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n")
+}
+
+// frame returns the changes frame answering request id with page, built
+// from entries encoded once in the tail, or nil when an entry of the page
+// is not in the tail (the writer then encodes the message itself). It is
+// byte for byte what syncproto.Encode writes for changesOf(id, page).
+func (t *feedTail) frame(id string, page replication.Page) []byte {
+	if len(page.Entries) > syncproto.MaxPullLimit {
+		return nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	size := 0
+	parts := make([][]byte, len(page.Entries))
+	for i, e := range page.Entries {
+		j := sort.Search(len(t.entries), func(k int) bool { return t.entries[k].Seq >= e.Seq })
+		if j == len(t.entries) || t.entries[j].Seq != e.Seq || t.encoded[j] == nil {
+			return nil
+		}
+		parts[i] = t.encoded[j]
+		size += len(parts[i]) + 1
+	}
+	idJSON, _ := json.Marshal(id)
+	b := make([]byte, 0, size+len(idJSON)+96)
+	b = append(b, `{"type":"changes","id":`...)
+	b = append(b, idJSON...)
+	b = append(b, `,"entries":[`...)
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, p...)
+	}
+	b = append(b, `],"cursor":`...)
+	b = strconv.AppendUint(b, page.Next, 10)
+	b = append(b, `,"head":`...)
+	b = strconv.AppendUint(b, page.Head, 10)
+	b = append(b, `,"more":`...)
+	b = strconv.AppendBool(b, !page.CaughtUp())
+	b = append(b, '}')
+	if len(b) > syncproto.MaxFrameBytes {
+		return nil
+	}
+	return b
+}
