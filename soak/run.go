@@ -122,6 +122,10 @@ type runner struct {
 	chaos   *chaos
 	events  *os.File
 
+	// convergence is each node's status when the nodes converged or the
+	// wait for it ended (a cluster only).
+	convergence []string
+
 	mu       sync.Mutex // guards samples
 	samples  []report.DepthSample
 	quiesceT time.Duration
@@ -458,11 +462,10 @@ func (r *runner) finish(ctx context.Context, quiesced bool) (*Result, error) {
 	}
 	converged := true
 	if len(r.nodes) > 1 {
-		var lines []string
-		lines, converged = converge(ctx, r.nodes)
-		fmt.Fprintf(r.events, "%9.3fs nodes converged: %t: %s\n", time.Since(r.start).Seconds(), converged, joinLines(lines))
+		r.convergence, converged = converge(ctx, r.nodes)
+		fmt.Fprintf(r.events, "%9.3fs nodes converged: %t: %s\n", time.Since(r.start).Seconds(), converged, joinLines(r.convergence))
 		if !converged {
-			r.counts.finding(fmt.Errorf("the nodes' records differ or lag: %s", joinLines(lines)))
+			r.counts.finding(fmt.Errorf("the nodes' records differ or lag: %s", joinLines(r.convergence)))
 		}
 	}
 	proc := r.measureLeaks(ctx)
@@ -493,6 +496,13 @@ func (r *runner) finish(ctx context.Context, quiesced bool) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// clusterSummary describes a cluster's run for the report; the syncd
+// counters of the other rows are node-1's alone.
+func (r *runner) clusterSummary(res *Result, f map[FaultKind]int) string {
+	return fmt.Sprintf("%d as a cluster (counters above are node-1's); route cuts %d; every node's records equal (same applied seq and digest): %t (%s)",
+		len(r.nodes), f[FaultRouteCut], res.Converged, joinLines(r.convergence))
 }
 
 // coverage lists every enabled fault kind (each required once) and the
@@ -616,6 +626,9 @@ func (r *runner) reportData(res *Result, state *checker.State) report.Data {
 			lat.P50.Round(time.Millisecond), lat.P90.Round(time.Millisecond), lat.P99.Round(time.Millisecond), lat.Max.Round(time.Millisecond), lat.N)},
 		{Name: "pushed mutations by result (syncd_mutations_total, at least)", Value: strings.Join(mutations, ", ")},
 		{Name: "server at the end", Value: fmt.Sprintf("oplog head %d, %d entries, %d records, %d conflict-log rows", state.Server.Head, st.Oplog, st.Records, st.Conflicts)},
+	}
+	if len(r.nodes) > 1 {
+		summary = append(summary, report.Row{Name: "syncd cluster", Value: r.clusterSummary(res, f)})
 	}
 	var skews []string
 	for _, p := range r.prof {
