@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -300,3 +301,40 @@ var closedChan = func() chan struct{} {
 	close(c)
 	return c
 }()
+
+// PageOf answers req from entries, which hold, in seq order, every
+// committed entry after some seq at or below req.After up to head: the
+// entries after req.After in req.Scope, within req's limits (their defaults
+// for zero values), with Next and Head set as Read sets them. It is how an
+// in-memory log answers a read; it does not check the cursor against the
+// retained range.
+func (req ReadRequest) PageOf(entries []Entry, head uint64) Page {
+	limit := req.Limit
+	if limit <= 0 {
+		limit = DefaultReadLimit
+	}
+	limit = min(limit, MaxReadLimit)
+	maxBytes := req.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultReadBytes
+	}
+	page := Page{Head: head, Next: head}
+	start := sort.Search(len(entries), func(i int) bool { return entries[i].Seq > req.After })
+	size := 0
+	for _, e := range entries[start:] {
+		if !req.Scope.Selects(e.Tenant, e.Model) {
+			continue
+		}
+		if len(page.Entries) > 0 && size+len(e.Value) > maxBytes {
+			page.Next = page.Entries[len(page.Entries)-1].Seq
+			return page
+		}
+		size += len(e.Value)
+		page.Entries = append(page.Entries, e)
+		if len(page.Entries) == limit {
+			page.Next = e.Seq
+			return page
+		}
+	}
+	return page
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 
 	"github.com/syncd-dev/syncd/ledger"
@@ -122,40 +121,13 @@ func (m *Memory) Read(ctx context.Context, req ReadRequest) (Page, error) {
 	if err := ctx.Err(); err != nil {
 		return Page{}, err
 	}
-	limit := req.Limit
-	if limit <= 0 {
-		limit = DefaultReadLimit
-	}
-	limit = min(limit, MaxReadLimit)
-	maxBytes := req.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = DefaultReadBytes
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b := m.bounds()
 	if err := b.Check(req.After); err != nil {
 		return Page{}, fmt.Errorf("read oplog after %d: %w", req.After, err)
 	}
-	page := Page{Head: b.Head, Next: b.Head}
-	start := sort.Search(len(m.entries), func(i int) bool { return m.entries[i].Seq > req.After })
-	size := 0
-	for _, e := range m.entries[start:] {
-		if !req.Scope.Selects(e.Tenant, e.Model) {
-			continue
-		}
-		if len(page.Entries) > 0 && size+len(e.Value) > maxBytes {
-			page.Next = page.Entries[len(page.Entries)-1].Seq
-			return page, nil
-		}
-		size += len(e.Value)
-		page.Entries = append(page.Entries, e)
-		if len(page.Entries) == limit {
-			page.Next = e.Seq
-			return page, nil
-		}
-	}
-	return page, nil
+	return req.PageOf(m.entries, b.Head), nil
 }
 
 // Bounds returns the retained range of the oplog.

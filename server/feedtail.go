@@ -64,34 +64,7 @@ func (t *feedTail) read(ctx context.Context, req replication.ReadRequest) (page 
 	if req.After < t.start || req.After > t.head {
 		return replication.Page{}, false
 	}
-	limit := req.Limit
-	if limit <= 0 {
-		limit = replication.DefaultReadLimit
-	}
-	limit = min(limit, replication.MaxReadLimit)
-	maxBytes := req.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = replication.DefaultReadBytes
-	}
-	page = replication.Page{Head: t.head, Next: t.head}
-	size := 0
-	first := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].Seq > req.After })
-	for _, e := range t.entries[first:] {
-		if !req.Scope.Selects(e.Tenant, e.Model) {
-			continue
-		}
-		if len(page.Entries) > 0 && size+len(e.Value) > maxBytes {
-			page.Next = page.Entries[len(page.Entries)-1].Seq
-			return page, true
-		}
-		size += len(e.Value)
-		page.Entries = append(page.Entries, e)
-		if len(page.Entries) == limit {
-			page.Next = e.Seq
-			return page, true
-		}
-	}
-	return page, true
+	return req.PageOf(t.entries, t.head), true
 }
 
 // refill reads what the log committed beyond the tail, unless another

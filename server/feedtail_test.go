@@ -60,7 +60,7 @@ func TestFeedFramesFromTheSharedTailAreTheEncodersFrames(t *testing.T) {
 // server, is cut by the write timeout, and resumes from its cursor; the
 // others and the pushes go on meanwhile.
 func TestSlowSubscriberIsCutAndResumesWithoutSlowingOthers(t *testing.T) {
-	ts := startServer(t, server.Config{WriteTimeout: time.Second, PingInterval: time.Hour, IdleTimeout: time.Hour})
+	ts := startServer(t, server.Config{WriteTimeout: 300 * time.Millisecond, PingInterval: time.Hour, IdleTimeout: time.Hour})
 	writer, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
 	slowToken := ts.member(t, "acme", "slow")
 	slow, _ := session(t, ts, slowToken, "slow")
@@ -68,10 +68,11 @@ func TestSlowSubscriberIsCutAndResumesWithoutSlowingOthers(t *testing.T) {
 	slow.subscribe("feed", 0)
 	fast.subscribe("feed", 0)
 
-	// 48 values of 200 KiB: far more than the socket buffers hold, so the
-	// slow subscriber's writes block; the fast one reads as they come.
+	// 96 values of 200 KiB (19 MiB): far more than loopback socket buffers
+	// hold even when they grow, so the slow subscriber's writes block; the
+	// fast one reads as they come.
 	big := `"` + strings.Repeat("x", 200<<10) + `"`
-	const pushes, perPush = 12, 4
+	const pushes, perPush = 24, 4
 	for i := range pushes {
 		muts := make([]syncproto.Mutation, perPush)
 		for j := range muts {

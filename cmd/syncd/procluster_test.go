@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -532,12 +533,16 @@ type load struct {
 
 // startLoad starts n writers (writer i's home is node i mod 3) pushing
 // batches of batch new keys.
+// loads counts the loads started, to name their writers apart.
+var loads atomic.Int64
+
 func startLoad(t testing.TB, pc *procCluster, n, batch int) *load {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &load{cancel: cancel, errs: make(chan error, n)}
+	gen := loads.Add(1) // writers of a later load write keys of their own
 	for i := range n {
-		w := &writer{id: fmt.Sprintf("writer-%d", i), home: i % len(pc.nodes), batch: batch}
+		w := &writer{id: fmt.Sprintf("writer-%d-%d", gen, i), home: i % len(pc.nodes), batch: batch}
 		w.token = pc.member(t, w.id)
 		l.writers = append(l.writers, w)
 	}
