@@ -50,7 +50,8 @@ deps:
 	  echo "installing Debian's chromium for the browser test"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
-## test: vet and the whole suite with the race detector (./soak holds the short soak, about a minute)
+## test: vet and the whole suite with the race detector (./soak holds the short soaks, single
+## node and three-node cluster, about a minute each)
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -timeout 14m ./...
@@ -67,12 +68,14 @@ ABUSE_SCALE ?= 10
 abuse:
 	SYNCD_ABUSE_SCALE=$(ABUSE_SCALE) $(GO) test -race -count=1 -run 'Abuse' -timeout 20m -v ./server/
 
-## soak: the long churn run (SOAK_DURATION, default 10m; SOAK_ARGS for more flags, e.g.
-## --seed N to replay); it stops by itself and writes var/soak/<time>/report.md
+## soak: the long churn run (SOAK_DURATION, default 10m; SOAK_NODES, default 1: with 3, a
+## syncd cluster with node kills and route cuts; SOAK_ARGS for more flags, e.g. --seed N to
+## replay); it stops by itself and writes var/soak/<time>/report.md
+SOAK_NODES ?= 1
 soak:
 	mkdir -p var/soak
 	$(GO) build -o $(BIN)/ ./cmd/syncd ./soak/cmd/soak
-	./$(BIN)/soak --duration $(SOAK_DURATION) --syncd ./$(BIN)/syncd --out var/soak $(SOAK_ARGS)
+	./$(BIN)/soak --duration $(SOAK_DURATION) --syncd ./$(BIN)/syncd --out var/soak --nodes $(SOAK_NODES) $(SOAK_ARGS)
 
 ## cluster-chaos: three syncd processes (R3) under writers, CLUSTER_KILLS (default 20) kill -9s
 ## of the stream leader and of followers; prints the writers' resume-time distribution

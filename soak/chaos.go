@@ -104,16 +104,22 @@ type chaos struct {
 	cfg     *Config
 	rng     *rand.Rand
 	clients []*clientProc
-	syncd   *syncdProc
+	nodes   []*syncdProc // one, or a cluster's
+	routes  *routes      // a cluster's NATS routes; nil with one node
 	counts  *counts
 	events  io.Writer
 	start   time.Time
 	slots   []slot
 	network []FaultKind // network kinds on
 	crashes []FaultKind // client crash kinds on
-	servers []FaultKind // syncd kinds on
-	// baseline is syncd's goroutine and file counts after its newest start.
-	baseline checker.Sample
+	servers []FaultKind // syncd kinds on (route cuts too)
+	// baselines are each node's goroutine and file counts after its
+	// newest start.
+	baselines []checker.Sample
+	// cutNode is the node whose routes are cut (-1 for none), until
+	// cutUntil.
+	cutNode  int
+	cutUntil time.Time
 	// firsts holds the planned first injection of every kind not yet
 	// injected (see planFirsts).
 	firsts map[FaultKind]time.Time
@@ -121,10 +127,10 @@ type chaos struct {
 	wipeLedger func(context.Context) error
 }
 
-func newChaos(cfg *Config, clients []*clientProc, s *syncdProc, c *counts, events io.Writer, start time.Time) *chaos {
+func newChaos(cfg *Config, clients []*clientProc, nodes []*syncdProc, rt *routes, c *counts, events io.Writer, start time.Time) *chaos {
 	ch := &chaos{
-		cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)), clients: clients, syncd: s, counts: c,
-		events: events, start: start, slots: make([]slot, len(clients)),
+		cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)), clients: clients, nodes: nodes, routes: rt, counts: c,
+		events: events, start: start, slots: make([]slot, len(clients)), baselines: make([]checker.Sample, len(nodes)), cutNode: -1,
 	}
 	for _, k := range cfg.Faults {
 		switch {
@@ -176,11 +182,16 @@ func (ch *chaos) run(ctx context.Context, until time.Time) error {
 }
 
 func (ch *chaos) step(ctx context.Context, now time.Time) error {
-	if err := ch.syncd.exitedOnItsOwn(); err != nil {
-		ch.counts.finding(err)
-		if err := ch.startSyncd(ctx); err != nil {
-			return err
+	for i, n := range ch.nodes {
+		if err := n.exitedOnItsOwn(); err != nil {
+			ch.counts.finding(err)
+			if err := ch.startNode(ctx, i); err != nil {
+				return err
+			}
 		}
+	}
+	if ch.cutNode >= 0 && now.After(ch.cutUntil) {
+		ch.healCut()
 	}
 	for i, c := range ch.clients {
 		s := &ch.slots[i]
@@ -240,6 +251,8 @@ func (ch *chaos) inject(ctx context.Context, now time.Time, k FaultKind) (done b
 		done, err = ch.flap(ctx, now, k)
 	case k == FaultClientCrash || k == FaultOfflineCrash:
 		done = ch.crashClient(now, k)
+	case k == FaultRouteCut:
+		done = ch.cutRoutes(now)
 	default:
 		done, err = true, ch.restartSyncd(ctx, k)
 	}
@@ -269,7 +282,7 @@ func (ch *chaos) flap(ctx context.Context, now time.Time, k FaultKind) (bool, er
 	if i < 0 || (k == FaultAckLost && ch.cfg.Break == BreakLedgerAmnesia && !ch.clients[i].status().Connected) {
 		return false, nil
 	}
-	p, s, id := ch.clients[i].proxy, &ch.slots[i], ch.clients[i].cfg.Profile.ID
+	p, s, id := ch.clients[i].proxies, &ch.slots[i], ch.clients[i].cfg.Profile.ID
 	timed := func(lo, hi time.Duration) time.Duration {
 		d := ch.between(lo, hi)
 		s.fault, s.until = k, now.Add(d)
@@ -322,11 +335,11 @@ func (ch *chaos) flap(ctx context.Context, now time.Time, k FaultKind) (bool, er
 // BreakLedgerAmnesia. The client is connected and writing, so the next
 // bytes towards it are (mostly) the answer to a push syncd committed.
 func (ch *chaos) ackLostWithAmnesia(ctx context.Context, i int) error {
-	p, id := ch.clients[i].proxy, ch.clients[i].cfg.Profile.ID
-	before := p.Stats().Cuts
+	p, id := ch.clients[i].proxies, ch.clients[i].cfg.Profile.ID
+	before := p.cuts()
 	p.CutAfter(faultproxy.Down, 0)
 	deadline := time.Now().Add(3 * time.Second)
-	for p.Stats().Cuts == before && time.Now().Before(deadline) {
+	for p.cuts() == before && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -336,13 +349,13 @@ func (ch *chaos) ackLostWithAmnesia(ctx context.Context, i int) error {
 	p.SetMode(faultproxy.Refuse) // no reconnect, so no resend, before the wipe
 	err := ch.wipeLedger(ctx)
 	p.SetMode(faultproxy.Pass)
-	ch.logf("%s ack lost (cut: %t), then the ledger was wiped", id, p.Stats().Cuts > before)
+	ch.logf("%s ack lost (cut: %t), then the ledger was wiped", id, p.cuts() > before)
 	return err
 }
 
 // endFault ends client i's timed network fault.
 func (ch *chaos) endFault(i int) {
-	p, s := ch.clients[i].proxy, &ch.slots[i]
+	p, s := ch.clients[i].proxies, &ch.slots[i]
 	switch s.fault {
 	case FaultBlackhole:
 		p.SetMode(faultproxy.Pass)
@@ -368,8 +381,8 @@ func (ch *chaos) crashClient(now time.Time, k FaultKind) bool {
 	}
 	s, c := &ch.slots[i], ch.clients[i]
 	if k == FaultOfflineCrash {
-		c.proxy.SetMode(faultproxy.Refuse)
-		c.proxy.ResetAll()
+		c.proxies.SetMode(faultproxy.Refuse)
+		c.proxies.ResetAll()
 		s.fault, s.killAt = FaultOfflineCrash, now.Add(ch.between(500*time.Millisecond, 2500*time.Millisecond))
 		ch.logf("%s cut off; SIGKILL at %v", c.cfg.Profile.ID, s.killAt.Sub(ch.start).Round(time.Millisecond))
 	} else {
@@ -403,48 +416,128 @@ func (ch *chaos) restartClient(i int) {
 	ch.logf("%s restarted (incarnation %d)", c.cfg.Profile.ID, c.cfg.Incarnation)
 }
 
-// restartSyncd kills (SIGKILL) or stops (SIGTERM) syncd, leaves it down for
-// a moment, and starts it again on the same database and ports.
+// restartSyncd kills (SIGKILL) or stops (SIGTERM) syncd, or in a cluster
+// one node, leaves it down for a moment, and starts it again on the same
+// database and ports. A route cut in progress is healed first: a node
+// killed while another is cut off would leave the cluster without quorum,
+// and the restarted node could not become ready.
 func (ch *chaos) restartSyncd(ctx context.Context, k FaultKind) error {
+	if ch.cutNode >= 0 {
+		ch.healCut()
+	}
+	i := ch.rng.IntN(len(ch.nodes))
+	n := ch.nodes[i]
 	at := time.Since(ch.start)
 	if k == FaultSyncdCrash {
-		ch.counts.finding(ch.syncd.kill(ctx))
+		ch.counts.finding(n.kill(ctx))
 		ch.counts.mark(at, "kill")
 	} else {
-		ch.counts.finding(ch.syncd.terminate(ctx))
+		ch.counts.finding(n.terminate(ctx))
 		ch.counts.mark(at, "term")
 	}
 	ch.counts.fault(k)
 	down := ch.between(200*time.Millisecond, 3*time.Second)
-	ch.logf("syncd %s; down for %v", k, down)
+	ch.logf("%s %s; down for %v", n.name, k, down)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(down):
 	}
-	return ch.startSyncd(ctx)
+	return ch.startNode(ctx, i)
 }
 
-// startSyncd starts syncd with every proxy refusing, takes the baseline
-// while no client can be connected, then restores each proxy's mode.
-func (ch *chaos) startSyncd(ctx context.Context) error {
-	for _, c := range ch.clients {
-		c.proxy.SetMode(faultproxy.Refuse)
+// startAll starts every node: launched together, since a cluster's nodes
+// each wait for the others' quorum, each then baselined.
+func (ch *chaos) startAll(ctx context.Context) error {
+	ch.refuse(-1)
+	for _, n := range ch.nodes {
+		if err := n.launch(); err != nil {
+			return err
+		}
 	}
-	if err := ch.syncd.start(ctx); err != nil {
+	for i := range ch.nodes {
+		if err := ch.baseline(ctx, i); err != nil {
+			return err
+		}
+	}
+	ch.restoreModes(-1)
+	return nil
+}
+
+// startNode starts node i with every client's proxy to it refusing, takes
+// the baseline while no client can be connected to it, then restores each
+// proxy's mode.
+func (ch *chaos) startNode(ctx context.Context, i int) error {
+	ch.refuse(i)
+	if err := ch.nodes[i].launch(); err != nil {
 		return err
 	}
-	baseline, files, err := ch.syncd.sample(ctx)
+	if err := ch.baseline(ctx, i); err != nil {
+		return err
+	}
+	ch.restoreModes(i)
+	return nil
+}
+
+// baseline waits until launched node i is ready and records its baseline.
+func (ch *chaos) baseline(ctx context.Context, i int) error {
+	n := ch.nodes[i]
+	if err := n.waitReady(ctx); err != nil {
+		return err
+	}
+	baseline, files, err := n.sample(ctx)
 	if err != nil {
 		return err
 	}
-	ch.baseline = baseline
-	for i, c := range ch.clients {
-		c.proxy.SetMode(ch.modeOf(i))
-	}
-	ch.logf("syncd generation %d ready (baseline %d goroutines, %d open files, %d of the database: %s)", ch.syncd.gen,
+	ch.baselines[i] = baseline
+	ch.logf("%s generation %d ready (baseline %d goroutines, %d open files, %d of the database: %s)", n.name, n.gen,
 		baseline.Goroutines, baseline.FDs, baseline.DatabaseFDs, strings.Join(files, " "))
 	return nil
+}
+
+// refuse sets every client's proxy to node i (every node when i < 0) to
+// refuse; restoreModes gives them back the mode their faults call for.
+func (ch *chaos) refuse(i int) {
+	for _, c := range ch.clients {
+		for j, p := range c.proxies.nodes {
+			if i < 0 || i == j {
+				p.SetMode(faultproxy.Refuse)
+			}
+		}
+	}
+}
+
+func (ch *chaos) restoreModes(i int) {
+	for k, c := range ch.clients {
+		for j, p := range c.proxies.nodes {
+			if i < 0 || i == j {
+				p.SetMode(ch.modeOf(k))
+			}
+		}
+	}
+}
+
+// cutRoutes cuts a random node off from the others for a while; false
+// when a cut is already in progress.
+func (ch *chaos) cutRoutes(now time.Time) bool {
+	if ch.routes == nil || ch.cutNode >= 0 {
+		return false
+	}
+	ch.cutNode = ch.rng.IntN(len(ch.nodes))
+	d := ch.between(time.Second, 8*time.Second)
+	ch.cutUntil = now.Add(d)
+	ch.routes.cut(ch.cutNode)
+	ch.counts.fault(FaultRouteCut)
+	ch.counts.mark(time.Since(ch.start), "cut")
+	ch.logf("%s cut off from the other nodes for %v", ch.nodes[ch.cutNode].name, d)
+	return true
+}
+
+// healCut heals the route cut in progress.
+func (ch *chaos) healCut() {
+	ch.routes.heal(ch.cutNode)
+	ch.logf("%s routes healed", ch.nodes[ch.cutNode].name)
+	ch.cutNode = -1
 }
 
 // modeOf is the proxy mode client i's faults call for.
@@ -462,16 +555,21 @@ func (ch *chaos) modeOf(i int) faultproxy.Mode {
 // sure syncd runs: the start of quiescence. Live connections are reset
 // once, so none stays silent from a blackhole.
 func (ch *chaos) calm(ctx context.Context) error {
-	if err := ch.syncd.exitedOnItsOwn(); err != nil {
-		ch.counts.finding(err)
+	if ch.cutNode >= 0 {
+		ch.healCut()
 	}
-	if !ch.syncd.running() {
-		if err := ch.startSyncd(ctx); err != nil {
-			return err
+	for i, n := range ch.nodes {
+		if err := n.exitedOnItsOwn(); err != nil {
+			ch.counts.finding(err)
+		}
+		if !n.running() {
+			if err := ch.startNode(ctx, i); err != nil {
+				return err
+			}
 		}
 	}
 	for i, c := range ch.clients {
-		p := c.proxy
+		p := c.proxies
 		p.SetMode(faultproxy.Pass)
 		p.SetDelay(0, 0)
 		p.SetThrottle(0)

@@ -44,7 +44,7 @@ const maxRebaseDepth = 3
 type childConfig struct {
 	Profile        profile
 	Token          string
-	ServerURL      string
+	ServerURLs     []string
 	QueuePath      string
 	ReplicaPath    string
 	JournalPath    string
@@ -123,7 +123,7 @@ func runChild(ctx context.Context, cfg childConfig, in io.Reader, out, logw io.W
 		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Incarnation))),
 	}
 	c, err := client.Open(ctx, client.Config{
-		ServerURLs: []string{cfg.ServerURL}, Token: cfg.Token, ClientID: cfg.Profile.ID,
+		ServerURLs: cfg.ServerURLs, Token: cfg.Token, ClientID: cfg.Profile.ID,
 		Queue: q, ReplicaPath: cfg.ReplicaPath, ConflictHandler: w.handle,
 		RetryInterval: 100 * time.Millisecond, MaxRetryInterval: time.Second,
 		ProbeInterval: 500 * time.Millisecond, Backoff: reconnect.Backoff{Base: 100 * time.Millisecond, Cap: 2 * time.Second},

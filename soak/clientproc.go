@@ -10,14 +10,12 @@ import (
 	"os/exec"
 	"sync"
 	"time"
-
-	"github.com/syncd-dev/syncd/soak/faultproxy"
 )
 
 // clientStopTimeout bounds a client's clean stop.
 const clientStopTimeout = 30 * time.Second
 
-// clientProc is one client of the population: its files, its fault proxy,
+// clientProc is one client of the population: its files, its fault proxies,
 // and the process of its current incarnation. Its methods are called by one
 // goroutine at a time (the scheduler, then quiescence); the status the
 // process reports is read under mu from anywhere.
@@ -26,7 +24,7 @@ type clientProc struct {
 	cfgPath string
 	logPath string
 	self    string // the executable to re-execute as a client
-	proxy   *faultproxy.Proxy
+	proxies *proxySet
 
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser

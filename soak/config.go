@@ -51,10 +51,22 @@ const (
 	FaultSyncdRestart FaultKind = "syncd-restart"
 )
 
+// Cluster faults (Nodes > 1). There, syncd-crash and syncd-restart hit
+// one node at a time, which restarts on its own disk.
+const (
+	// FaultRouteCut: every NATS route to and from one node is refused
+	// and reset for a while, then healed.
+	FaultRouteCut FaultKind = "route-cut"
+)
+
 // NetworkFaults are the flap kinds, AllFaults every kind.
 var (
 	NetworkFaults = []FaultKind{FaultBlackhole, FaultOutage, FaultReset, FaultDelay, FaultThrottle, FaultAckLost, FaultCutNext, FaultCutUp}
 	AllFaults     = append(slices.Clone(NetworkFaults), FaultClientCrash, FaultOfflineCrash, FaultSyncdCrash, FaultSyncdRestart)
+	// ClusterFaults are the kinds only a cluster run has; a cluster run's
+	// default is AllFaults and these.
+	ClusterFaults = []FaultKind{FaultRouteCut}
+	knownFaults   = append(slices.Clone(AllFaults), ClusterFaults...)
 )
 
 func (k FaultKind) network() bool { return slices.Contains(NetworkFaults, k) }
@@ -87,6 +99,12 @@ type Config struct {
 	// Duration is how long the churn phase runs (default 10m); quiescence
 	// and the check follow it.
 	Duration time.Duration
+	// Nodes is how many syncd processes run (default 1). More than one
+	// makes a cluster (--cluster, embedded NATS, routes through fault
+	// proxies): every client reaches every node through its own proxies,
+	// node kills and route cuts join the faults, and at the end every
+	// node must hold the same records (same applied sequence and digest).
+	Nodes int
 	// Clients is how many client processes run (default 20).
 	Clients int
 	// Seed seeds every random choice of the run; 0 takes one from the
@@ -106,7 +124,8 @@ type Config struct {
 	FlapEvery time.Duration
 	// ClientCrashEvery and SyncdCrashEvery are the mean times between two
 	// client crashes (default 15s) and two syncd kills or restarts
-	// (default 60s).
+	// (default 60s); in a cluster, SyncdCrashEvery is also the mean time
+	// between two route cuts.
 	ClientCrashEvery time.Duration
 	SyncdCrashEvery  time.Duration
 	// WriteEvery is the mean time between two writes of one client
@@ -150,6 +169,9 @@ func (c *Config) setDefaults() error {
 	if c.Clients == 0 {
 		c.Clients = 20
 	}
+	if c.Nodes == 0 {
+		c.Nodes = 1
+	}
 	if c.Keys == 0 {
 		c.Keys = 200
 	}
@@ -164,6 +186,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Faults == nil {
 		c.Faults = AllFaults
+		if c.Nodes > 1 {
+			c.Faults = knownFaults
+		}
 	}
 	switch {
 	case c.Duration < 0 || c.FlapEvery < 0 || c.ClientCrashEvery < 0 || c.SyncdCrashEvery < 0 || c.WriteEvery < 0 ||
@@ -173,21 +198,28 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("clients: %d, want 1 to 100", c.Clients)
 	case c.HotKeys < 1 || c.Keys < c.HotKeys:
 		return fmt.Errorf("keys %d, hot keys %d: want 1 <= hot keys <= keys", c.Keys, c.HotKeys)
+	case c.Nodes < 1 || c.Nodes > MaxNodes:
+		return fmt.Errorf("nodes: %d, want 1 to %d", c.Nodes, MaxNodes)
+	case c.Nodes > 1 && c.Break == BreakLedgerAmnesia:
+		return errors.New("break ledger-amnesia needs one node")
 	case c.MinFlaps < 0:
 		return errors.New("min flaps must not be negative")
 	case !slices.Contains(breaks, c.Break):
 		return fmt.Errorf("unknown break %q", c.Break)
 	}
 	for _, k := range c.Faults {
-		if !slices.Contains(AllFaults, k) {
+		if !slices.Contains(knownFaults, k) {
 			return fmt.Errorf("unknown fault kind %q", k)
+		}
+		if c.Nodes == 1 && slices.Contains(ClusterFaults, k) {
+			return fmt.Errorf("fault kind %q needs more than one node", k)
 		}
 	}
 	return nil
 }
 
 // ParseFaults parses a comma-separated list of fault kinds; "all" is every
-// kind and "none" no kind.
+// kind of a single node (AllFaults) and "none" no kind.
 func ParseFaults(s string) ([]FaultKind, error) {
 	switch s {
 	case "all":
@@ -199,8 +231,8 @@ func ParseFaults(s string) ([]FaultKind, error) {
 	for _, part := range strings.Split(s, ",") {
 		part = strings.TrimSpace(part)
 		k := FaultKind(part)
-		if !slices.Contains(AllFaults, k) {
-			return nil, fmt.Errorf("unknown fault kind %q (known: %v)", part, AllFaults)
+		if !slices.Contains(knownFaults, k) {
+			return nil, fmt.Errorf("unknown fault kind %q (known: %v)", part, knownFaults)
 		}
 		out = append(out, k)
 	}

@@ -8,9 +8,11 @@
 //
 //	make soak                          # ten minutes, 20 clients, report under var/soak/
 //	make soak SOAK_DURATION=30m
+//	make soak SOAK_NODES=3             # against a three-node syncd cluster
 //	go run ./soak/cmd/soak --help      # every knob; --seed replays a run's choices
 //
-// A shorter run (TestShortSoak, about a minute) is part of make test.
+// Shorter runs (TestShortSoak and TestShortClusterSoak, about a minute
+// each) are part of make test.
 // Programs call Run with a Config; a binary that embeds the harness must
 // call Child first thing in main (or TestMain), because the harness
 // re-executes its own binary to get client processes.
@@ -43,6 +45,24 @@
 // writes offline, and a restart on the same files), and syncd kills
 // (SIGKILL) and graceful restarts (SIGTERM) on the same database and
 // port. Every event goes to events.log with its time.
+//
+// # A cluster
+//
+// With Config.Nodes above one, Run starts that many `syncd --cluster`
+// processes (embedded NATS, each node on its own database under
+// nodes/<id>/), started together since each waits for the others' quorum.
+// Every NATS route goes through a fault proxy, and each client has one
+// proxy per node (a flap hits them all: the client's network, not one
+// node's) and lists every node, starting at a different one per client,
+// so the clients spread over the nodes and must follow a killed node's
+// sessions to another. The syncd kinds hit one node at a time (SIGKILL or
+// SIGTERM, restart on its own disk), and route-cut cuts one node off from
+// the others for one to eight seconds, then heals it; a node kill heals a
+// cut first, so the cluster keeps a quorum. After quiescence every node
+// must reach the stream's head with the same applied sequence and digest
+// (its status on the admin API): the same records everywhere. The six
+// invariants are judged on node-1's database; invariant 6 measures
+// node-1 against its own baseline.
 //
 // # Quiescence and the check
 //

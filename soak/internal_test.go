@@ -94,7 +94,7 @@ func TestPlanFirstsCoversEveryKindInTheFirstPartOfTheChurn(t *testing.T) {
 	cfg := Config{Seed: 7}
 	require.NoError(t, cfg.setDefaults())
 	start := time.Unix(1000, 0)
-	ch := newChaos(&cfg, nil, nil, &counts{faults: map[FaultKind]int{}}, nil, start)
+	ch := newChaos(&cfg, nil, nil, nil, &counts{faults: map[FaultKind]int{}}, nil, start)
 	require.Len(t, ch.firsts, len(AllFaults))
 	for k, at := range ch.firsts {
 		assert.True(t, at.After(start), k)

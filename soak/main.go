@@ -28,7 +28,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitError
 	}
 	cfg.Progress = stderr
-	fmt.Fprintf(stderr, "soak: %v with %d clients, seed %d, state under %s\n", cfg.Duration, cfg.Clients, cfg.Seed, cfg.Dir)
+	fmt.Fprintf(stderr, "soak: %v with %d syncd node(s) and %d clients, seed %d, state under %s\n", cfg.Duration, cfg.Nodes, cfg.Clients, cfg.Seed, cfg.Dir)
 	res, err := Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -67,10 +67,11 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	var cfg Config
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	faults := fs.String("faults", "all", "fault kinds on: all, none, or a comma-separated list of "+fmt.Sprint(AllFaults))
+	faults := fs.String("faults", "all", "fault kinds on: all (with more than one node, also "+fmt.Sprint(ClusterFaults)+"), none, or a comma-separated list of "+fmt.Sprint(knownFaults))
 	brk := fs.String("break", "", "deliberately break a component to see the checker catch it: forget-attempts, volatile-queue or ledger-amnesia")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Minute, "how long faults are injected (quiescence and the check follow)")
 	fs.IntVar(&cfg.Clients, "clients", 20, "client processes")
+	fs.IntVar(&cfg.Nodes, "nodes", 1, fmt.Sprintf("syncd processes; more than one (at most %d) runs a cluster with node kills and route cuts", MaxNodes))
 	fs.Int64Var(&cfg.Seed, "seed", 0, "seed of every random choice (0: from the clock); the report names it")
 	fs.StringVar(&cfg.Dir, "out", "var/soak", "directory under which the run's directory is created")
 	fs.StringVar(&cfg.SyncdBinary, "syncd", "", "syncd binary to run (default: go build ./cmd/syncd)")
@@ -92,8 +93,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	var err error
-	if cfg.Faults, err = ParseFaults(*faults); err != nil {
-		return cfg, err
+	if *faults != "all" { // "all" is left to the defaults, which depend on the nodes
+		if cfg.Faults, err = ParseFaults(*faults); err != nil {
+			return cfg, err
+		}
 	}
 	cfg.Break = Break(*brk)
 	return cfg, cfg.setDefaults()

@@ -15,7 +15,6 @@ import (
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/soak/checker"
-	"github.com/syncd-dev/syncd/soak/faultproxy"
 	"github.com/syncd-dev/syncd/soak/report"
 )
 
@@ -40,9 +39,25 @@ const (
 // descriptors per client and four connections more. A leak proportional
 // to work (sessions, requests) outgrows these bounds: a run opens
 // thousands of sessions.
-func leakTolerance(clients int) checker.Sample {
-	return checker.Sample{Goroutines: 3, FDs: 3, DatabaseFDs: 2 * (clients + 4)}
+//
+// A cluster node's baseline is taken when it starts, before the cluster
+// has done what it does once and then keeps: the snapshot object store's
+// stream and its raft group appear with the first snapshot, routes and
+// JetStream consumers come back after a cut or a peer's restart with
+// their own goroutines and block files. clusterLeakMargin bounds that
+// state; it does not grow with sessions or requests.
+func leakTolerance(clients, nodes int) checker.Sample {
+	t := checker.Sample{Goroutines: 3, FDs: 3, DatabaseFDs: 2 * (clients + 4)}
+	if nodes > 1 {
+		t.Goroutines += clusterLeakMargin.Goroutines
+		t.FDs += clusterLeakMargin.FDs
+	}
+	return t
 }
+
+// clusterLeakMargin is the extra goroutines and open files a cluster node
+// may end with above its baseline (see leakTolerance).
+var clusterLeakMargin = checker.Sample{Goroutines: 16, FDs: 16}
 
 // Result is what a run found.
 type Result struct {
@@ -56,6 +71,11 @@ type Result struct {
 	// Health lists the harness's findings (processes that exited on their
 	// own, unclean stops, race or panic reports).
 	Health []string
+	// Nodes is how many syncd processes ran; with more than one,
+	// Converged says whether every node ended at the same applied stream
+	// sequence with the same digest (the same records).
+	Nodes     int
+	Converged bool
 	// Quiesced is false when the clients did not drain and catch up
 	// within QuiesceTimeout; the state was checked anyway.
 	Quiesced bool
@@ -94,11 +114,17 @@ type runner struct {
 	dir     string
 	start   time.Time
 	prof    []profile
-	syncd   *syncdProc
+	syncd   *syncdProc   // nodes[0]: the one whose database is checked
+	nodes   []*syncdProc // every syncd process
+	routes  *routes      // a cluster's NATS routes; nil with one node
 	clients []*clientProc
 	counts  *counts
 	chaos   *chaos
 	events  *os.File
+
+	// convergence is each node's status when the nodes converged or the
+	// wait for it ended (a cluster only).
+	convergence []string
 
 	mu       sync.Mutex // guards samples
 	samples  []report.DepthSample
@@ -116,10 +142,15 @@ func (r *runner) teardown() {
 		if c.running() {
 			c.kill()
 		}
-		c.proxy.Close()
+		c.proxies.Close()
 	}
-	if r.syncd != nil && r.syncd.running() {
-		r.syncd.kill(context.Background())
+	for _, n := range r.nodes {
+		if n.running() {
+			n.kill(context.Background())
+		}
+	}
+	if r.routes != nil {
+		r.routes.Close()
 	}
 	if r.events != nil {
 		r.events.Close()
@@ -147,21 +178,19 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
-	if err != nil {
+	if err := r.newNodes(bin, adminToken); err != nil {
 		return nil, err
 	}
-	adminAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
+	var addrs []string
+	for _, n := range r.nodes {
+		addrs = append(addrs, n.addr)
 	}
-	r.syncd = newSyncd(bin, r.path("syncd.db"), r.path("tokens.json"), addr, adminAddr, adminToken, r.path("syncd.log"), r.cfg.MaxClockSkew)
 	for i, p := range r.prof {
 		cdir := r.path("clients", p.ID)
 		if err := os.MkdirAll(cdir, 0o755); err != nil {
 			return nil, err
 		}
-		proxy, err := faultproxy.New(addr, faultproxy.Options{})
+		proxies, err := newProxySet(addrs)
 		if err != nil {
 			return nil, err
 		}
@@ -171,17 +200,17 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 		r.clients = append(r.clients, &clientProc{
 			cfg: childConfig{
-				Profile: p, Token: tokens[i], ServerURL: "http://" + proxy.Addr(),
+				Profile: p, Token: tokens[i], ServerURLs: proxies.urls(i % len(r.nodes)),
 				QueuePath: filepath.Join(cdir, queue), ReplicaPath: filepath.Join(cdir, "replica.db"), JournalPath: filepath.Join(cdir, "journal.ndjson"),
 				Seed: r.cfg.Seed + int64(i+1)*1_000_003, WriteEvery: r.cfg.WriteEvery, Keys: r.cfg.Keys, HotKeys: r.cfg.HotKeys,
 				ForgetAttempts: r.cfg.Break == BreakForgetAttempts,
 			},
-			cfgPath: filepath.Join(cdir, "client.json"), logPath: filepath.Join(cdir, "client.log"), self: self, proxy: proxy,
+			cfgPath: filepath.Join(cdir, "client.json"), logPath: filepath.Join(cdir, "client.log"), self: self, proxies: proxies,
 		})
 	}
-	r.chaos = newChaos(&r.cfg, r.clients, r.syncd, r.counts, r.events, r.start)
+	r.chaos = newChaos(&r.cfg, r.clients, r.nodes, r.routes, r.counts, r.events, r.start)
 	r.chaos.wipeLedger = r.wipeLedger
-	if err := r.chaos.startSyncd(ctx); err != nil {
+	if err := r.chaos.startAll(ctx); err != nil {
 		return nil, err
 	}
 	for _, c := range r.clients {
@@ -212,6 +241,56 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	}
 	r.takeSample()
 	return r.finish(ctx, quiesced)
+}
+
+// newNodes configures the syncd processes: one, as it always was, or a
+// cluster whose routes go through fault proxies, each node on its own
+// database under nodes/<id>/.
+func (r *runner) newNodes(bin, adminToken string) error {
+	addrs := func(n int) ([]string, error) {
+		out := make([]string, n)
+		for i := range out {
+			a, err := freeAddr()
+			if err != nil {
+				return nil, err
+			}
+			out[i] = a
+		}
+		return out, nil
+	}
+	if r.cfg.Nodes == 1 {
+		a, err := addrs(2)
+		if err != nil {
+			return err
+		}
+		r.syncd = newSyncd(bin, r.path("syncd.db"), r.path("tokens.json"), a[0], a[1], adminToken, r.path("syncd.log"), r.cfg.MaxClockSkew)
+		r.nodes = []*syncdProc{r.syncd}
+		return nil
+	}
+	routeAddrs, err := addrs(r.cfg.Nodes)
+	if err != nil {
+		return err
+	}
+	var routeFlags [][]string
+	if r.routes, routeFlags, err = newRoutes(routeAddrs); err != nil {
+		return err
+	}
+	for i := range r.cfg.Nodes {
+		a, err := addrs(3)
+		if err != nil {
+			return err
+		}
+		name := nodeName(i)
+		if err := os.MkdirAll(r.path("nodes", name), 0o755); err != nil {
+			return err
+		}
+		n := newSyncd(bin, r.path("nodes", name, "syncd.db"), r.path("tokens.json"), a[0], a[1], adminToken, r.path("nodes", name, "syncd.log"),
+			r.cfg.MaxClockSkew, clusterArgs(i, a[2], routeAddrs[i], routeFlags[i])...)
+		n.name, n.readyTimeout = name, clusterReadyTimeout
+		r.nodes = append(r.nodes, n)
+	}
+	r.syncd = r.nodes[0]
+	return nil
 }
 
 // issueTokens writes the token file: one token per client (its tenant,
@@ -379,13 +458,23 @@ func (r *runner) finish(ctx context.Context, quiesced bool) (*Result, error) {
 	}
 	wg.Wait()
 	for _, c := range r.clients {
-		c.proxy.Close()
+		c.proxies.Close()
+	}
+	converged := true
+	if len(r.nodes) > 1 {
+		r.convergence, converged = converge(ctx, r.nodes)
+		fmt.Fprintf(r.events, "%9.3fs nodes converged: %t: %s\n", time.Since(r.start).Seconds(), converged, joinLines(r.convergence))
+		if !converged {
+			r.counts.finding(fmt.Errorf("the nodes' records differ or lag: %s", joinLines(r.convergence)))
+		}
 	}
 	proc := r.measureLeaks(ctx)
-	r.counts.finding(r.syncd.terminate(ctx))
+	for _, n := range r.nodes {
+		r.counts.finding(n.terminate(ctx))
+	}
 	r.scanLogs()
 
-	layout := checker.Layout{ServerDB: r.path("syncd.db"), Policies: policies, Process: proc}
+	layout := checker.Layout{ServerDB: r.syncd.dbPath, Policies: policies, Process: proc}
 	for _, c := range r.clients {
 		p := c.cfg.Profile
 		layout.Clients = append(layout.Clients, checker.ClientLayout{ID: p.ID, Tenant: p.Tenant, Read: p.Read,
@@ -397,9 +486,9 @@ func (r *runner) finish(ctx context.Context, quiesced bool) (*Result, error) {
 	}
 	check := checker.Check(state)
 	faults, _, health, _ := r.counts.snapshot()
-	res := &Result{Dir: r.dir, Seed: r.cfg.Seed, Check: check, Faults: faults, Health: health, Quiesced: quiesced}
+	res := &Result{Dir: r.dir, Seed: r.cfg.Seed, Nodes: len(r.nodes), Converged: converged, Check: check, Faults: faults, Health: health, Quiesced: quiesced}
 	res.Coverage = r.coverage(faults)
-	res.Passed = check.Holds() && quiesced && len(health) == 0
+	res.Passed = check.Holds() && quiesced && converged && len(health) == 0
 	for _, c := range res.Coverage {
 		res.Passed = res.Passed && c.OK()
 	}
@@ -407,6 +496,13 @@ func (r *runner) finish(ctx context.Context, quiesced bool) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// clusterSummary describes a cluster's run for the report; the syncd
+// counters of the other rows are node-1's alone.
+func (r *runner) clusterSummary(res *Result, f map[FaultKind]int) string {
+	return fmt.Sprintf("%d as a cluster (counters above are node-1's); route cuts %d; every node's records equal (same applied seq and digest): %t (%s)",
+		len(r.nodes), f[FaultRouteCut], res.Converged, joinLines(r.convergence))
 }
 
 // coverage lists every enabled fault kind (each required once) and the
@@ -423,7 +519,7 @@ func (r *runner) coverage(faults map[FaultKind]int) []report.Coverage {
 // files to fall back within tolerance of the baseline of its newest start,
 // and returns the last reading.
 func (r *runner) measureLeaks(ctx context.Context) checker.Process {
-	p := checker.Process{Baseline: r.chaos.baseline, Tolerance: leakTolerance(r.cfg.Clients)}
+	p := checker.Process{Baseline: r.chaos.baselines[0], Tolerance: leakTolerance(r.cfg.Clients, r.cfg.Nodes)}
 	deadline := time.Now().Add(leakSettle)
 	for {
 		sample, files, err := r.syncd.sample(ctx)
@@ -452,7 +548,10 @@ func (r *runner) measureLeaks(ctx context.Context) checker.Process {
 // scanLogs reports race-detector reports and panics in the processes'
 // logs as findings.
 func (r *runner) scanLogs() {
-	logs := []string{r.syncd.logPath}
+	var logs []string
+	for _, n := range r.nodes {
+		logs = append(logs, n.logPath)
+	}
 	for _, c := range r.clients {
 		logs = append(logs, c.logPath)
 	}
@@ -528,6 +627,9 @@ func (r *runner) reportData(res *Result, state *checker.State) report.Data {
 		{Name: "pushed mutations by result (syncd_mutations_total, at least)", Value: strings.Join(mutations, ", ")},
 		{Name: "server at the end", Value: fmt.Sprintf("oplog head %d, %d entries, %d records, %d conflict-log rows", state.Server.Head, st.Oplog, st.Records, st.Conflicts)},
 	}
+	if len(r.nodes) > 1 {
+		summary = append(summary, report.Row{Name: "syncd cluster", Value: r.clusterSummary(res, f)})
+	}
 	var skews []string
 	for _, p := range r.prof {
 		desc := fmt.Sprintf("%s: %s, %s queue", p.ID, p.Tenant, p.Queue)
@@ -554,7 +656,7 @@ func (r *runner) reportData(res *Result, state *checker.State) report.Data {
 		{Name: "syncd --max-clock-skew", Value: r.cfg.MaxClockSkew.String()},
 		{Name: "quiesce timeout", Value: r.cfg.QuiesceTimeout.String()},
 		{Name: "leak tolerance", Value: fmt.Sprintf("+%d goroutines, +%d open files besides the database's, +%d of the database's",
-			leakTolerance(r.cfg.Clients).Goroutines, leakTolerance(r.cfg.Clients).FDs, leakTolerance(r.cfg.Clients).DatabaseFDs)},
+			leakTolerance(r.cfg.Clients, r.cfg.Nodes).Goroutines, leakTolerance(r.cfg.Clients, r.cfg.Nodes).FDs, leakTolerance(r.cfg.Clients, r.cfg.Nodes).DatabaseFDs)},
 		{Name: "deliberately broken", Value: breakName(r.cfg.Break)},
 		{Name: "population", Value: strings.Join(skews, "; ")},
 	}

@@ -105,6 +105,7 @@ func parseMetrics(r io.Reader) (metricSample, error) {
 // scheduler, then its quiescence), except scrape and status, which only
 // talk HTTP.
 type syncdProc struct {
+	name       string // "syncd", or the node's id in a cluster
 	bin        string
 	args       []string
 	addr       string // public listener
@@ -113,6 +114,9 @@ type syncdProc struct {
 	logPath    string
 	dbPath     string
 	http       *http.Client
+	// readyTimeout bounds a start (longer for a cluster node, which waits
+	// for its quorum and catches up).
+	readyTimeout time.Duration
 
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -127,13 +131,17 @@ type syncdProc struct {
 	unexpected []string
 }
 
-func newSyncd(bin, dbPath, tokens, addr, adminAddr, adminToken, logPath string, maxSkew time.Duration) *syncdProc {
+// newSyncd configures a syncd process; extra are appended to its flags (a
+// cluster node's).
+func newSyncd(bin, dbPath, tokens, addr, adminAddr, adminToken, logPath string, maxSkew time.Duration, extra ...string) *syncdProc {
 	args := []string{"--data", dbPath, "--tokens", tokens, "--listen", addr, "--admin-listen", adminAddr,
 		"--max-clock-skew", maxSkew.String(), "--shutdown-timeout", "10s"}
 	for model, policy := range policies {
 		args = append(args, "--model", model+"="+policy)
 	}
+	args = append(args, extra...)
 	return &syncdProc{
+		name: "syncd", readyTimeout: syncdReadyTimeout,
 		bin: bin, args: args, addr: addr, adminAddr: adminAddr, adminToken: adminToken, logPath: logPath, dbPath: dbPath,
 		http:    &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		carried: metricSample{},
@@ -156,6 +164,15 @@ func (s *syncdProc) running() bool {
 
 // start launches a new generation and waits until /readyz answers.
 func (s *syncdProc) start(ctx context.Context) error {
+	if err := s.launch(); err != nil {
+		return err
+	}
+	return s.waitReady(ctx)
+}
+
+// launch starts a new generation without waiting for it: the nodes of a
+// cluster start together, each waiting for the others' quorum.
+func (s *syncdProc) launch() error {
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -176,20 +193,27 @@ func (s *syncdProc) start(ctx context.Context) error {
 		logf.Close()
 		close(done)
 	}()
-	deadline := time.Now().Add(syncdReadyTimeout)
+	return nil
+}
+
+// waitReady waits, within readyTimeout, until the launched generation
+// answers /readyz.
+func (s *syncdProc) waitReady(ctx context.Context) error {
+	done := s.done
+	deadline := time.Now().Add(s.readyTimeout)
 	for {
 		if s.ready(ctx) {
 			return nil
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("syncd generation %d exited before it was ready: %v (see %s)", s.gen, s.waitErr, s.logPath)
+			return fmt.Errorf("%s generation %d exited before it was ready: %v (see %s)", s.name, s.gen, s.waitErr, s.logPath)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(pollEvery):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("syncd generation %d not ready within %v (see %s)", s.gen, syncdReadyTimeout, s.logPath)
+			return fmt.Errorf("%s generation %d not ready within %v (see %s)", s.name, s.gen, s.readyTimeout, s.logPath)
 		}
 	}
 }
@@ -354,7 +378,7 @@ func (s *syncdProc) exitedOnItsOwn() error {
 	if s.done == nil || s.running() {
 		return nil
 	}
-	msg := fmt.Sprintf("syncd generation %d exited on its own: %v (see %s)", s.gen, s.waitErr, s.logPath)
+	msg := fmt.Sprintf("%s generation %d exited on its own: %v (see %s)", s.name, s.gen, s.waitErr, s.logPath)
 	s.unexpected = append(s.unexpected, msg)
 	s.ended()
 	s.done = nil

@@ -1,0 +1,214 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/soak/faultproxy"
+)
+
+// Bounds of a cluster run.
+const (
+	// MaxNodes bounds Config.Nodes: every node is an OS process with an
+	// embedded NATS server on a machine shared with the clients.
+	MaxNodes = 5
+	// clusterReadyTimeout bounds a cluster node's start, its quorum wait
+	// and catch-up included (a single node's is syncdReadyTimeout).
+	clusterReadyTimeout = 90 * time.Second
+	// convergeTimeout bounds the wait, after quiescence, for every node to
+	// apply the same stream sequence with the same digest.
+	convergeTimeout = 90 * time.Second
+)
+
+// proxySet is one client's network path: a fault proxy in front of every
+// node. A fault on the path applies to every proxy of the set, so a client
+// cannot dodge its own flap by moving to another node; a node kill is
+// dodged by moving, which is what the clients must do.
+type proxySet struct {
+	nodes []*faultproxy.Proxy // indexed by node
+}
+
+func newProxySet(targets []string) (*proxySet, error) {
+	ps := &proxySet{}
+	for _, t := range targets {
+		p, err := faultproxy.New(t, faultproxy.Options{})
+		if err != nil {
+			ps.Close()
+			return nil, err
+		}
+		ps.nodes = append(ps.nodes, p)
+	}
+	return ps, nil
+}
+
+// urls lists the client's server URLs, starting at node first so clients
+// spread over the nodes.
+func (ps *proxySet) urls(first int) []string {
+	var out []string
+	for i := range ps.nodes {
+		out = append(out, "http://"+ps.nodes[(first+i)%len(ps.nodes)].Addr())
+	}
+	return out
+}
+
+func (ps *proxySet) each(f func(p *faultproxy.Proxy)) {
+	for _, p := range ps.nodes {
+		f(p)
+	}
+}
+
+func (ps *proxySet) Close()                    { ps.each(func(p *faultproxy.Proxy) { p.Close() }) }
+func (ps *proxySet) SetMode(m faultproxy.Mode) { ps.each(func(p *faultproxy.Proxy) { p.SetMode(m) }) }
+func (ps *proxySet) SetDelay(up, down time.Duration) {
+	ps.each(func(p *faultproxy.Proxy) { p.SetDelay(up, down) })
+}
+func (ps *proxySet) SetThrottle(bps int) { ps.each(func(p *faultproxy.Proxy) { p.SetThrottle(bps) }) }
+func (ps *proxySet) ClearCuts()          { ps.each(func(p *faultproxy.Proxy) { p.ClearCuts() }) }
+
+func (ps *proxySet) CutAfter(dir faultproxy.Direction, n int64) {
+	ps.each(func(p *faultproxy.Proxy) { p.CutAfter(dir, n) })
+}
+
+// CutNextAfter cuts the next connection through any of the set's proxies
+// (one pending cut on each).
+func (ps *proxySet) CutNextAfter(dir faultproxy.Direction, n int64) {
+	ps.each(func(p *faultproxy.Proxy) { p.CutNextAfter(dir, n) })
+}
+
+// ResetAll resets every live connection of the set and returns how many.
+func (ps *proxySet) ResetAll() int {
+	n := 0
+	ps.each(func(p *faultproxy.Proxy) { n += p.ResetAll() })
+	return n
+}
+
+// cuts is the connections the set's cuts aborted.
+func (ps *proxySet) cuts() int64 {
+	var n int64
+	ps.each(func(p *faultproxy.Proxy) { n += p.Stats().Cuts })
+	return n
+}
+
+// routes are the NATS routes of a cluster, each through a fault proxy:
+// proxies[from][to] carries node from's route to node to.
+type routes struct {
+	proxies [][]*faultproxy.Proxy
+}
+
+// newRoutes puts a proxy in front of every node's route listener for every
+// other node and returns the nats-route flags of every node.
+func newRoutes(listeners []string) (*routes, [][]string, error) {
+	n := len(listeners)
+	r := &routes{proxies: make([][]*faultproxy.Proxy, n)}
+	flags := make([][]string, n)
+	for from := range n {
+		r.proxies[from] = make([]*faultproxy.Proxy, n)
+		for to := range n {
+			if to == from {
+				continue
+			}
+			p, err := faultproxy.New(listeners[to], faultproxy.Options{})
+			if err != nil {
+				r.Close()
+				return nil, nil, err
+			}
+			r.proxies[from][to] = p
+			flags[from] = append(flags[from], "--nats-route", "nats-route://"+p.Addr())
+		}
+	}
+	return r, flags, nil
+}
+
+// cut refuses and resets every route to and from node i (heal undoes it).
+func (r *routes) cut(i int) {
+	r.touching(i, func(p *faultproxy.Proxy) {
+		p.SetMode(faultproxy.Refuse)
+		p.ResetAll()
+	})
+}
+
+func (r *routes) heal(i int) { r.touching(i, func(p *faultproxy.Proxy) { p.SetMode(faultproxy.Pass) }) }
+
+func (r *routes) touching(i int, f func(p *faultproxy.Proxy)) {
+	for from, row := range r.proxies {
+		for to, p := range row {
+			if p != nil && (from == i || to == i) {
+				f(p)
+			}
+		}
+	}
+}
+
+func (r *routes) Close() {
+	for _, row := range r.proxies {
+		for _, p := range row {
+			if p != nil {
+				p.Close()
+			}
+		}
+	}
+}
+
+// clusterArgs are node i's flags beyond a single syncd's: its id, its
+// embedded NATS server's listeners and its routes.
+func clusterArgs(i int, natsAddr, routeAddr string, routeFlags []string) []string {
+	return append([]string{"--cluster", "--node-id", nodeName(i), "--nats-listen", natsAddr,
+		"--nats-cluster-listen", routeAddr, "--cluster-start-timeout", clusterReadyTimeout.String()}, routeFlags...)
+}
+
+func nodeName(i int) string { return fmt.Sprintf("node-%d", i+1) }
+
+// clusterSelf is node s's own cluster status from its admin API.
+func (s *syncdProc) clusterSelf(ctx context.Context, name string) (cluster.Status, error) {
+	st, err := s.status(ctx)
+	if err != nil {
+		return cluster.Status{}, err
+	}
+	if st.Cluster != nil {
+		for _, n := range st.Cluster.Nodes {
+			if n.Node == name {
+				return n, nil
+			}
+		}
+	}
+	return cluster.Status{}, fmt.Errorf("%s: no cluster status of itself", name)
+}
+
+// converge waits, within convergeTimeout, until every node is ready and has
+// applied the stream to its head with the same sequence and digest: every
+// node's records are then equal. It returns the nodes' last statuses, one
+// line each, and whether they agreed.
+func converge(ctx context.Context, nodes []*syncdProc) ([]string, bool) {
+	deadline := time.Now().Add(convergeTimeout)
+	for {
+		var lines []string
+		var sts []cluster.Status
+		for i, n := range nodes {
+			st, err := n.clusterSelf(ctx, nodeName(i))
+			if err != nil {
+				lines = append(lines, fmt.Sprintf("%s: %v", nodeName(i), err))
+				continue
+			}
+			sts = append(sts, st)
+			lines = append(lines, fmt.Sprintf("%s: ready %t applied %d of %d, digest %s %s", st.Node, st.Ready, st.AppliedSeq, st.StreamHead, st.Digest, st.Problem))
+		}
+		agreed := len(sts) == len(nodes)
+		for _, st := range sts {
+			agreed = agreed && st.Ready && st.AppliedSeq == sts[0].AppliedSeq && st.Digest == sts[0].Digest && st.AppliedSeq >= st.StreamHead
+		}
+		if agreed || time.Now().After(deadline) {
+			return lines, agreed
+		}
+		select {
+		case <-ctx.Done():
+			return append(lines, ctx.Err().Error()), false
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// joinLines is for the event log.
+func joinLines(lines []string) string { return strings.Join(lines, "; ") }
