@@ -23,4 +23,3 @@ func TestShortClusterSoak(t *testing.T) {
 	assert.True(t, res.Converged, "every node holds the same records")
 	requirePassed(t, res, len(soak.AllFaults)+len(soak.ClusterFaults))
 }
-
