@@ -309,15 +309,7 @@ var closedChan = func() chan struct{} {
 // in-memory log answers a read; it does not check the cursor against the
 // retained range.
 func (req ReadRequest) PageOf(entries []Entry, head uint64) Page {
-	limit := req.Limit
-	if limit <= 0 {
-		limit = DefaultReadLimit
-	}
-	limit = min(limit, MaxReadLimit)
-	maxBytes := req.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = DefaultReadBytes
-	}
+	limit, maxBytes := req.bounds()
 	page := Page{Head: head, Next: head}
 	start := sort.Search(len(entries), func(i int) bool { return entries[i].Seq > req.After })
 	size := 0
@@ -337,4 +329,18 @@ func (req ReadRequest) PageOf(entries []Entry, head uint64) Page {
 		}
 	}
 	return page
+}
+
+// bounds returns the page's entry count and value-byte limits: req's, with
+// the defaults for zero values and the count capped at MaxReadLimit.
+func (req ReadRequest) bounds() (limit, maxBytes int) {
+	limit = req.Limit
+	if limit <= 0 {
+		limit = DefaultReadLimit
+	}
+	maxBytes = req.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultReadBytes
+	}
+	return min(limit, MaxReadLimit), maxBytes
 }

@@ -170,15 +170,7 @@ func (l *SQLiteLog) AppendAll(ctx context.Context, tx *sql.Tx, es []Entry) ([]En
 // Log.Read). The cursor check and the page come from one read transaction,
 // so a concurrent Compact cannot remove entries between them unnoticed.
 func (l *SQLiteLog) Read(ctx context.Context, req ReadRequest) (Page, error) {
-	limit := req.Limit
-	if limit <= 0 {
-		limit = DefaultReadLimit
-	}
-	limit = min(limit, MaxReadLimit)
-	maxBytes := req.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = DefaultReadBytes
-	}
+	limit, maxBytes := req.bounds()
 	where, args := scopeWhere(req.Scope)
 	query := `SELECT seq, tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at
 		FROM oplog WHERE seq > ?` + where + ` ORDER BY seq LIMIT ?`

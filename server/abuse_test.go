@@ -426,7 +426,7 @@ func TestAbuseOneTokenCannotHoldEveryConnection(t *testing.T) {
 // Finding 7: refusals and authentication failures are logged as counts
 // per interval, not one line per event, so a peer cannot flood the log.
 func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &syncBuffer{}
 	ts := startServer(t, server.Config{
 		Logger:           slog.New(slog.NewJSONHandler(logs, nil)),
 		EventLogInterval: 200 * time.Millisecond,
@@ -469,24 +469,6 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for the server's log handler and the
-// test to share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // startFrame sends the first part of a large push frame and stalls: the
 // server has admitted a frame it cannot finish reading.
