@@ -469,7 +469,6 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	}
 }
 
-
 // startFrame sends the first part of a large push frame and stalls: the
 // server has admitted a frame it cannot finish reading.
 func startFrame(t *testing.T, c *wsClient) io.WriteCloser {
