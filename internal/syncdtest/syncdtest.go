@@ -29,6 +29,11 @@ import (
 // graceful stop).
 const Timeout = 20 * time.Second
 
+// StartTimeout bounds one start of a server: a cluster node may join its
+// cluster and download and restore a snapshot first, which under the race
+// detector on a loaded machine takes longer than one network step.
+const StartTimeout = time.Minute
+
 // Server is a real syncd on loopback listeners.
 type Server struct {
 	*server.Server
@@ -91,7 +96,7 @@ func (s *Server) start(t testing.TB, cfg server.Config) {
 	if s.join != nil {
 		cfg.Cluster = s.join(t, cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	srv, err := server.New(ctx, cfg)
 	require.NoError(t, err)
