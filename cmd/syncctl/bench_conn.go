@@ -238,7 +238,12 @@ func (c *benchConn) push(ctx context.Context, muts []syncproto.Mutation, record 
 	id := "p" + strconv.Itoa(c.reqs)
 	c.pending[id] = sentPush{at: time.Now(), record: record, entries: len(muts)}
 	c.mu.Unlock()
-	if err := c.write(ctx, &syncproto.Push{ID: id, Mutations: muts}); err != nil {
+	// The write gets its own bound, not ctx: the websocket library closes
+	// the session when a write's context ends mid-write, and ctx (the run's
+	// duration) ends while pushes are being written.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchWriteTimeout)
+	defer cancel()
+	if err := c.write(wctx, &syncproto.Push{ID: id, Mutations: muts}); err != nil {
 		return false
 	}
 	return true

@@ -30,6 +30,7 @@ const (
 	benchPreloadInflight = 4                // preload pushes in flight
 	benchScrapeTimeout   = 5 * time.Second  // each /metrics scrape
 	benchSettle          = 10 * time.Second // bound on waiting for the server's goroutines to fall after disconnect
+	benchWriteTimeout    = 30 * time.Second // a push write blocked this long (the server stopped reading) cuts its session
 )
 
 // benchRun is one run of syncctl bench: its connections and what they
