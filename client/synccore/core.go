@@ -34,6 +34,10 @@ const (
 type Config struct {
 	// MaxBatch is the most writes one push carries (a welcome may lower it).
 	MaxBatch int
+	// MaxPushBytes is the most bytes of queued payloads one push carries,
+	// each counted with MutationSlack (a welcome may lower it); 0: no
+	// byte limit. A push always takes one write, whatever its size.
+	MaxPushBytes int
 	// InFlight is how many pushes may be unanswered at once.
 	InFlight int
 	// MaxAttempts is the retry budget of a write refused transiently.
@@ -77,6 +81,24 @@ type Item struct {
 	ID       uint64
 	Mutation syncproto.Mutation
 	Attempts int
+	// Size is the bytes of its queued payload (see Config.MaxPushBytes).
+	Size int
+	// Invalid says why the queued payload is not a mutation this client
+	// can send ("" when it is one): such an item is dead-lettered at once.
+	Invalid string
+}
+
+// MutationSlack is the room each mutation keeps in a push beyond its
+// queued payload: a separating comma, and a longer timestamp when it is
+// re-stamped.
+const MutationSlack = 32
+
+// FitsPush reports whether a push holding n mutations whose payloads take
+// size bytes (slack included) has room for one more of payload bytes,
+// under the batch and byte limits (limit 0: no byte limit). An empty push
+// takes any one write.
+func FitsPush(n, size, payload, batch, limit int) bool {
+	return n == 0 || (n < batch && (limit <= 0 || size+payload+MutationSlack <= limit))
 }
 
 // Input is something that happened, fed to Core.Step.
@@ -88,6 +110,15 @@ type (
 	Welcomed struct {
 		// MaxBatch is the server's batch limit (0: no limit announced).
 		MaxBatch int
+		// MaxPushBytes is the payload budget of one push the server's
+		// frame limit allows (0: none announced).
+		MaxPushBytes int
+		// Cursor is the replica's cursor as hello announced it: the core
+		// resumes the feed from it.
+		Cursor uint64
+		// Head is the server's newest oplog seq: a replica that never
+		// synced (cursor 0) loads a snapshot when the server has history.
+		Head uint64
 		// Resync reports that the server cannot serve the feed from the
 		// replica's cursor (cursor_ahead after a restore from a backup,
 		// another database, a compacted oplog): resync from a snapshot.
@@ -128,29 +159,31 @@ type (
 	// FeedLost: the server can no longer serve the feed from the cursor
 	// (its oplog was compacted past it): resync from a snapshot.
 	FeedLost struct{}
-	// Snapshot answers Resync: every record at Head.
-	Snapshot struct {
-		Head    uint64
-		Records []syncproto.Change
-	}
+	// Snapshot answers Resync: the replica's records were replaced by the
+	// server's snapshot at Head.
+	Snapshot struct{ Head uint64 }
+	// SyncRequested: the app asks for a pass over the queue now (Sync);
+	// PassEnded carrying Sync answers it.
+	SyncRequested struct{ Sync uint64 }
 	// TimerFired: the timer of the last SetTimer fired.
 	TimerFired struct{ Timer uint64 }
 	// Close: the client is closing.
 	Close struct{}
 )
 
-func (Welcomed) input()     {}
-func (Disconnected) input() {}
-func (Refused) input()      {}
-func (Enqueued) input()     {}
-func (Page) input()         {}
-func (Answered) input()     {}
-func (PushRefused) input()  {}
-func (Changes) input()      {}
-func (Snapshot) input()     {}
-func (FeedLost) input()     {}
-func (TimerFired) input()   {}
-func (Close) input()        {}
+func (Welcomed) input()      {}
+func (Disconnected) input()  {}
+func (Refused) input()       {}
+func (Enqueued) input()      {}
+func (Page) input()          {}
+func (Answered) input()      {}
+func (PushRefused) input()   {}
+func (Changes) input()       {}
+func (Snapshot) input()      {}
+func (FeedLost) input()      {}
+func (TimerFired) input()    {}
+func (Close) input()         {}
+func (SyncRequested) input() {}
 
 // Action is something the driver must do, returned by Core.Step.
 type Action interface{ action() }
@@ -184,13 +217,18 @@ type (
 		Cursor  uint64
 		Entries []syncproto.Change
 	}
-	// Resync asks for a snapshot (answered by Snapshot).
+	// Resync fetches the server's snapshot and replaces the replica's
+	// records and cursor with it, in one transaction (the pending overlay
+	// stays); answered by Snapshot.
 	Resync struct{}
-	// Replace replaces the replica's records with a snapshot's and sets
-	// its cursor to Cursor, in one transaction (the pending overlay stays).
-	Replace struct {
-		Cursor  uint64
-		Records []syncproto.Change
+	// PassEnded: a pass over the queue ended (every item read was pushed
+	// and answered, Left of them left queued), or, when Lost, the
+	// connection ended before it did. It answers the SyncRequested whose
+	// ids are in Syncs.
+	PassEnded struct {
+		Syncs []uint64
+		Left  int
+		Lost  bool
 	}
 	// SetTimer arms the one timer, replacing any earlier: after Delay,
 	// feed TimerFired{Timer}. The driver adds jitter of its own.
@@ -208,7 +246,7 @@ func (Settle) action()    {}
 func (Subscribe) action() {}
 func (Apply) action()     {}
 func (Resync) action()    {}
-func (Replace) action()   {}
+func (PassEnded) action() {}
 func (SetTimer) action()  {}
 func (Report) action()    {}
 
@@ -224,6 +262,7 @@ type Status struct {
 type Core struct {
 	cfg      Config
 	maxBatch int
+	maxBytes int
 	closed   bool
 	welcomed bool
 	status   Status
@@ -237,7 +276,9 @@ type Core struct {
 	left      int    // items of this pass left queued
 	rerun     bool   // the retry timer fired during this pass: run another
 	retryHint time.Duration
-	failures  int // consecutive passes that left items queued
+	failures  int      // consecutive passes that left items queued
+	restamped bool     // a write was re-stamped on this connection
+	syncs     []uint64 // SyncRequested waiting for the end of a pass
 
 	pushes   uint64
 	inFlight map[uint64][]Item
@@ -252,7 +293,7 @@ type Core struct {
 // New returns a Core whose replica is at cursor.
 func New(cfg Config, cursor uint64) *Core {
 	cfg = cfg.withDefaults()
-	return &Core{cfg: cfg, maxBatch: cfg.MaxBatch, cursor: cursor, inFlight: map[uint64][]Item{}, status: Status{State: StateOffline}}
+	return &Core{cfg: cfg, maxBatch: cfg.MaxBatch, maxBytes: cfg.MaxPushBytes, cursor: cursor, inFlight: map[uint64][]Item{}, status: Status{State: StateOffline}}
 }
 
 // Status returns the status last reported.
@@ -271,12 +312,18 @@ func (c *Core) Step(in Input) []Action {
 	switch in := in.(type) {
 	case Welcomed:
 		c.welcomed = true
+		c.restamped = false
+		c.cursor = in.Cursor
 		c.maxBatch = c.cfg.MaxBatch
 		if in.MaxBatch > 0 {
 			c.maxBatch = min(c.maxBatch, in.MaxBatch)
 		}
+		c.maxBytes = c.cfg.MaxPushBytes
+		if in.MaxPushBytes > 0 && (c.maxBytes <= 0 || in.MaxPushBytes < c.maxBytes) {
+			c.maxBytes = in.MaxPushBytes
+		}
 		c.status = Status{State: StateSyncing}
-		if in.Resync {
+		if in.Resync || (c.cursor == 0 && in.Head > 0) {
 			c.resyncing = true
 			out = append(out, Resync{})
 		} else {
@@ -285,13 +332,24 @@ func (c *Core) Step(in Input) []Action {
 		c.startPass()
 		out = c.pull(out)
 	case Disconnected:
-		c.drop()
+		out = c.drop(out)
 		if c.status.State != StateRefused {
 			c.status.State = StateOffline
 		}
 	case Refused:
-		c.drop()
+		out = c.drop(out)
 		c.status = Status{State: StateRefused, Err: in.Err}
+	case SyncRequested:
+		c.syncs = append(c.syncs, in.Sync)
+		switch {
+		case !c.welcomed:
+			out = c.lost(out)
+		case c.passOver():
+			c.startPass()
+			out = c.pull(out)
+		default:
+			c.rerun = true // a pass that starts after the request
+		}
 	case Enqueued:
 		if c.read != 0 {
 			c.woken = true
@@ -315,7 +373,7 @@ func (c *Core) Step(in Input) []Action {
 		if c.welcomed && c.resyncing {
 			c.resyncing = false
 			c.cursor = in.Head
-			out = append(out, Replace{Cursor: in.Head, Records: in.Records}, Subscribe{After: in.Head})
+			out = append(out, Subscribe{After: in.Head})
 		}
 	case TimerFired:
 		// A pass in progress (started by a reconnect) covers the retry;
@@ -329,7 +387,7 @@ func (c *Core) Step(in Input) []Action {
 			c.rerun = true // once this pass is over
 		}
 	case Close:
-		c.drop()
+		out = c.drop(out)
 		c.closed = true
 		c.status = Status{State: StateClosed, Err: c.status.Err}
 	default:
@@ -342,14 +400,26 @@ func (c *Core) Step(in Input) []Action {
 	return out
 }
 
-// drop forgets everything that belonged to the connection.
-func (c *Core) drop() {
+// drop forgets everything that belonged to the connection; a Sync
+// waiting for a pass is told the connection was lost.
+func (c *Core) drop(out []Action) []Action {
 	c.welcomed = false
 	c.rerun = false
 	c.read = 0
 	c.woken = false
 	c.resyncing = false
 	clear(c.inFlight)
+	return c.lost(out)
+}
+
+// lost answers the waiting syncs: no pass can end without a connection.
+func (c *Core) lost(out []Action) []Action {
+	if len(c.syncs) == 0 {
+		return out
+	}
+	out = append(out, PassEnded{Syncs: c.syncs, Lost: true})
+	c.syncs = nil
+	return out
 }
 
 func (c *Core) startPass() {
@@ -371,7 +441,19 @@ func (c *Core) page(in Page, out []Action) []Action {
 		return out // an answer for a connection that is gone
 	}
 	c.read = 0
-	if len(in.Items) == 0 {
+	items := in.Items
+	for len(items) > 0 && items[0].Invalid != "" {
+		// Not a mutation this client can send: it never will be.
+		it := items[0]
+		items = items[1:]
+		c.after = it.ID
+		out = append(out, Settle{Item: it, Verdict: Verdict{Action: DeadLetter, Reason: "undecodable: " + it.Invalid,
+			Result: syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeMalformed, Message: it.Invalid}}})
+	}
+	if len(items) == 0 && len(in.Items) > 0 {
+		return c.pull(out) // the page held only invalid items: read on
+	}
+	if len(items) == 0 {
 		if c.woken {
 			c.woken = false
 			return c.pull(out)
@@ -379,10 +461,12 @@ func (c *Core) page(in Page, out []Action) []Action {
 		c.exhausted = true
 		return c.passEnd(out)
 	}
-	items := in.Items
-	if len(items) > c.maxBatch {
-		items = items[:c.maxBatch]
+	n, size := 0, 0
+	for n < len(items) && items[n].Invalid == "" && FitsPush(n, size, items[n].Size, c.maxBatch, c.maxBytes) {
+		size += items[n].Size + MutationSlack
+		n++
 	}
+	items = items[:n]
 	c.after = items[len(items)-1].ID
 	c.pushes++
 	c.inFlight[c.pushes] = items
@@ -403,6 +487,11 @@ func (c *Core) answered(in Answered, out []Action) []Action {
 		}
 		r := &in.Results[i]
 		v := Judge(r, it.Attempts, c.cfg.MaxAttempts)
+		if v.Action == Restamp && !c.restamped {
+			// Re-stamped from the corrected clock: resent at once, by a
+			// pass after this one, once per connection.
+			c.restamped, c.rerun = true, true
+		}
 		if v.Action == Left || v.Action == Charge || v.Action == Restamp {
 			c.left++
 			if r.Status == syncproto.StatusRejected {
@@ -454,6 +543,8 @@ func (c *Core) passEnd(out []Action) []Action {
 		c.startPass()
 		return c.pull(out)
 	}
+	out = append(out, PassEnded{Syncs: c.syncs, Left: c.left})
+	c.syncs = nil
 	if c.left == 0 {
 		c.failures = 0
 		c.status.Err = nil

@@ -22,7 +22,7 @@ func applied(id uint64) syncproto.Result {
 func welcomed(t *testing.T) *Core {
 	t.Helper()
 	c := New(Config{InFlight: 2, MaxBatch: 2}, 7)
-	c.Step(Welcomed{})
+	c.Step(Welcomed{Cursor: 7})
 	c.Step(Page{Read: 1})
 	if got := c.Status().State; got != StateIdle {
 		t.Fatalf("state after welcome and an empty queue = %s, want idle", got)
@@ -42,7 +42,7 @@ func only[T Action](acts []Action) []T {
 
 func TestWelcomeSubscribesAndReads(t *testing.T) {
 	c := New(Config{MaxBatch: 10}, 7)
-	acts := c.Step(Welcomed{MaxBatch: 3})
+	acts := c.Step(Welcomed{MaxBatch: 3, Cursor: 7})
 	want := []Action{Subscribe{After: 7}, ReadQueue{Read: 1, After: 0, Limit: 3}, Report{Status{State: StateSyncing}}}
 	if !reflect.DeepEqual(acts, want) {
 		t.Fatalf("actions = %#v, want %#v", acts, want)
@@ -51,14 +51,13 @@ func TestWelcomeSubscribesAndReads(t *testing.T) {
 
 func TestCursorAheadResyncs(t *testing.T) {
 	c := New(Config{}, 50)
-	acts := c.Step(Welcomed{Resync: true})
+	acts := c.Step(Welcomed{Cursor: 50, Resync: true})
 	if len(only[Resync](acts)) != 1 || len(only[Subscribe](acts)) != 0 {
 		t.Fatalf("actions = %#v, want a resync and no subscribe", acts)
 	}
-	recs := []syncproto.Change{{Model: "notes", Key: "a", Version: 1}}
-	acts = c.Step(Snapshot{Head: 3, Records: recs})
-	want := []Action{Replace{Cursor: 3, Records: recs}, Subscribe{After: 3}}
-	if !reflect.DeepEqual(acts[:2], want) || c.Cursor() != 3 {
+	acts = c.Step(Snapshot{Head: 3})
+	want := []Action{Subscribe{After: 3}}
+	if !reflect.DeepEqual(acts[:1], want) || c.Cursor() != 3 {
 		t.Fatalf("actions = %#v cursor %d, want %#v and cursor 3", acts, c.Cursor(), want)
 	}
 }
@@ -267,5 +266,103 @@ func TestJudge(t *testing.T) {
 		if v.Action != tc.want || v.Status != tc.status {
 			t.Errorf("Judge(%s/%s, %d) = %d %q, want %d %q", tc.r.Status, tc.r.Code, tc.attempts, v.Action, v.Status, tc.want, tc.status)
 		}
+	}
+}
+
+func TestSyncWaitsForAPassThatStartsAfterIt(t *testing.T) {
+	c := welcomed(t)
+	// Idle: a sync starts a pass at once and is answered at its end.
+	acts := c.Step(SyncRequested{Sync: 1})
+	if r := only[ReadQueue](acts); len(r) != 1 || r[0].After != 0 {
+		t.Fatalf("sync while idle: actions %#v, want a read from the start", acts)
+	}
+	acts = c.Step(Page{Read: 2})
+	if p := only[PassEnded](acts); len(p) != 1 || !reflect.DeepEqual(p[0].Syncs, []uint64{1}) || p[0].Lost {
+		t.Fatalf("empty queue: actions %#v, want the pass ended for sync 1", acts)
+	}
+	// During a pass: answered at the end of the next one.
+	c.Step(Enqueued{})
+	c.Step(Page{Read: 3, Items: []Item{item(1)}})
+	c.Step(SyncRequested{Sync: 2})
+	acts = c.Step(Page{Read: 4})
+	acts = append(acts, c.Step(Answered{Push: 1, Results: []syncproto.Result{applied(1)}})...)
+	if len(only[PassEnded](acts)) != 0 {
+		t.Fatalf("the pass the sync arrived in ended: actions %#v, want no answer yet", acts)
+	}
+	if r := only[ReadQueue](acts); len(r) != 1 || r[0].After != 0 {
+		t.Fatalf("actions %#v, want a new pass from the start", acts)
+	}
+	acts = c.Step(Page{Read: 5})
+	if p := only[PassEnded](acts); len(p) != 1 || !reflect.DeepEqual(p[0].Syncs, []uint64{2}) {
+		t.Fatalf("actions %#v, want sync 2 answered", acts)
+	}
+	// A lost connection answers a waiting sync; offline answers at once.
+	c.Step(SyncRequested{Sync: 3})
+	if p := only[PassEnded](c.Step(Disconnected{})); len(p) != 1 || !p[0].Lost {
+		t.Fatalf("disconnect with a sync waiting: want it answered lost")
+	}
+	if p := only[PassEnded](c.Step(SyncRequested{Sync: 4})); len(p) != 1 || !p[0].Lost || p[0].Syncs[0] != 4 {
+		t.Fatalf("sync offline: want it answered lost at once")
+	}
+}
+
+func TestInvalidItemsAreDeadLetteredAtOnce(t *testing.T) {
+	c := welcomed(t)
+	c.Step(Enqueued{})
+	bad := Item{ID: 1, Invalid: "not json"}
+	acts := c.Step(Page{Read: 2, Items: []Item{bad, item(2)}})
+	s := only[Settle](acts)
+	if len(s) != 1 || s[0].Item.ID != 1 || s[0].Verdict.Action != DeadLetter {
+		t.Fatalf("actions %#v, want the invalid item dead-lettered", acts)
+	}
+	if p := only[Send](acts); len(p) != 1 || len(p[0].Items) != 1 || p[0].Items[0].ID != 2 {
+		t.Fatalf("actions %#v, want the valid item pushed", acts)
+	}
+}
+
+func TestPushByteBudget(t *testing.T) {
+	c := New(Config{MaxBatch: 10, MaxPushBytes: 1000}, 0)
+	c.Step(Welcomed{MaxPushBytes: 300})
+	c.Step(Page{Read: 1})
+	c.Step(Enqueued{})
+	big := func(id uint64) Item { it := item(id); it.Size = 200; return it }
+	acts := c.Step(Page{Read: 2, Items: []Item{big(1), big(2)}})
+	if s := only[Send](acts); len(s) != 1 || len(s[0].Items) != 1 {
+		t.Fatalf("actions %#v, want one write per push under the welcome's budget", acts)
+	}
+	if r := only[ReadQueue](acts); len(r) != 1 || r[0].After != 1 {
+		t.Fatalf("actions %#v, want the next read after 1", acts)
+	}
+	if !FitsPush(0, 0, 1<<30, 10, 300) || FitsPush(10, 0, 1, 10, 0) {
+		t.Fatal("FitsPush: an empty push takes any write; the batch limit holds")
+	}
+}
+
+func TestFreshReplicaBootstrapsFromASnapshot(t *testing.T) {
+	c := New(Config{}, 0)
+	if acts := c.Step(Welcomed{Head: 5}); len(only[Resync](acts)) != 1 || len(only[Subscribe](acts)) != 0 {
+		t.Fatalf("cursor 0, head 5: actions %#v, want a resync", acts)
+	}
+	c = New(Config{}, 0)
+	if acts := c.Step(Welcomed{}); len(only[Subscribe](acts)) != 1 {
+		t.Fatalf("cursor 0, empty server: actions %#v, want a subscribe", acts)
+	}
+}
+
+func TestClockSkewIsResentAtOnceOncePerConnection(t *testing.T) {
+	c := welcomed(t)
+	skew := syncproto.Result{OpID: opID(1), Status: syncproto.StatusRejected, Code: syncproto.CodeClockSkew}
+	c.Step(Enqueued{})
+	c.Step(Page{Read: 2, Items: []Item{item(1)}})
+	c.Step(Page{Read: 3})
+	acts := c.Step(Answered{Push: 1, Results: []syncproto.Result{skew}})
+	if r := only[ReadQueue](acts); len(r) != 1 || len(only[SetTimer](acts)) != 0 {
+		t.Fatalf("first skew refusal: actions %#v, want a new pass at once", acts)
+	}
+	c.Step(Page{Read: 4, Items: []Item{item(1)}})
+	c.Step(Page{Read: 5})
+	acts = c.Step(Answered{Push: 2, Results: []syncproto.Result{skew}})
+	if len(only[SetTimer](acts)) != 1 {
+		t.Fatalf("second skew refusal: actions %#v, want the retry timer", acts)
 	}
 }

@@ -102,6 +102,7 @@ type msg struct {
 	err      *syncproto.Error
 	changes  *Changes
 	snapshot *Snapshot
+	records  []syncproto.Change // with snapshot: the records at its head
 	feedLost bool
 }
 
@@ -133,6 +134,9 @@ type simClient struct {
 	core  *Core
 	conn  *conn
 	timer uint64 // armed timer, 0 when none
+	// resyncing: a Resync was asked on this connection; its snapshot
+	// answer (one per request, as an HTTP GET) replaces the replica.
+	resyncing bool
 }
 
 type sim struct {
@@ -299,7 +303,7 @@ func (s *sim) connect(c *simClient) error {
 	s.conns = append(s.conns, cn)
 	// hello/welcome: the server checks the replica's cursor.
 	resync := s.srv.Bounds().Check(c.cursor) != nil
-	return s.feed(c, Welcomed{MaxBatch: 3, Resync: resync})
+	return s.feed(c, Welcomed{MaxBatch: 3, Cursor: c.cursor, Resync: resync})
 }
 
 func (s *sim) cut(c *simClient) {
@@ -308,6 +312,7 @@ func (s *sim) cut(c *simClient) {
 	}
 	s.conns = slices.DeleteFunc(s.conns, func(x *conn) bool { return x == c.conn })
 	c.conn = nil
+	c.resyncing = false
 	if err := s.feed(c, Disconnected{}); err != nil {
 		panic(err) // Disconnected causes no I/O
 	}
@@ -367,6 +372,16 @@ func (s *sim) deliver(cn *conn) error {
 	case m.changes != nil:
 		return s.feed(c, *m.changes)
 	case m.snapshot != nil:
+		// The driver's Resync: replace the replica, then tell the core.
+		if !c.resyncing {
+			return nil // a duplicate: the driver's GET has one answer
+		}
+		c.resyncing = false
+		clear(c.replica)
+		for _, e := range m.records {
+			c.replica[replication.RecordKey{Model: e.Model, Key: e.Key}] = e
+		}
+		c.cursor = m.snapshot.Head
 		return s.feed(c, *m.snapshot)
 	case m.feedLost:
 		return s.feed(c, FeedLost{})
@@ -379,11 +394,11 @@ func (s *sim) serve(cn *conn, m msg) error {
 	switch {
 	case m.resync:
 		head, recs := s.srv.Snapshot(replication.Scope{Tenant: simTenant, AllModels: true})
-		snap := &Snapshot{Head: head}
+		m := msg{snapshot: &Snapshot{Head: head}}
 		for _, r := range recs {
-			snap.Records = append(snap.Records, change(r.Seq, r))
+			m.records = append(m.records, change(r.Seq, r))
 		}
-		cn.down = append(cn.down, msg{snapshot: snap})
+		cn.down = append(cn.down, m)
 		return nil
 	case m.subscr:
 		cn.subscribed, cn.sent = true, m.after
@@ -499,18 +514,14 @@ func (s *sim) act(c *simClient, a Action) (Input, error) {
 	case Subscribe:
 		c.conn.up = append(c.conn.up, msg{subscr: true, after: a.After})
 	case Resync:
+		c.resyncing = true
 		c.conn.up = append(c.conn.up, msg{resync: true})
 	case Apply:
 		for _, e := range a.Entries {
 			c.replica[replication.RecordKey{Model: e.Model, Key: e.Key}] = e
 		}
 		c.cursor = a.Cursor
-	case Replace:
-		clear(c.replica)
-		for _, e := range a.Records {
-			c.replica[replication.RecordKey{Model: e.Model, Key: e.Key}] = e
-		}
-		c.cursor = a.Cursor
+	case PassEnded:
 	case SetTimer:
 		c.timer = a.Timer
 	case Report:
