@@ -55,6 +55,8 @@ type Client struct {
 
 	monitor *netmonitor.Monitor
 	coord   *reconnect.Coordinator
+	driver  *driver                    // runs the sync core; see worker.go
+	models  atomic.Pointer[modelRules] // from the last welcome; nil before one
 
 	mu        sync.Mutex
 	candidate *conn // opened by the Reconnect step, not yet bound
@@ -119,7 +121,13 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		c.clock.Observe(syncproto.Timestamp{Wall: wall, Origin: cfg.ClientID})
 	}
 
+	cursor, err := rep.cursor(ctx)
+	if err != nil {
+		return fail(err)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.driver = newDriver(c, cursor)
+	c.wg.Go(c.driver.run)
 	c.coord, err = reconnect.New(reconnect.Steps{
 		Reconnect: c.stepReconnect,
 		Activate:  c.stepActivate,
@@ -127,16 +135,22 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		Replay:    c.stepReplay,
 	}, reconnect.Config{Backoff: cfg.Backoff, Logger: c.log, Registerer: cfg.Registerer, OnOutcome: c.onOutcome})
 	if err != nil {
+		c.cancel()
+		c.wg.Wait()
 		return fail(err)
 	}
 	probe, err := c.probe()
 	if err != nil {
 		c.coord.Close()
+		c.cancel()
+		c.wg.Wait()
 		return fail(err)
 	}
 	c.monitor, err = netmonitor.New(netmonitor.Config{Probe: probe, Interval: cfg.ProbeInterval, Logger: c.log, Registerer: cfg.Registerer})
 	if err != nil {
 		c.coord.Close()
+		c.cancel()
+		c.wg.Wait()
 		return fail(err)
 	}
 	events, unsubscribe := c.monitor.Subscribe()
@@ -338,6 +352,9 @@ func (c *Client) DeleteIfVersion(ctx context.Context, model, key string, version
 func (c *Client) write(ctx context.Context, m syncproto.Mutation) (string, error) {
 	if c.isClosed() {
 		return "", ErrClosed
+	}
+	if err := c.models.Load().check(&m); err != nil {
+		return "", err
 	}
 	opID, err := syncproto.NewOpID()
 	if err != nil {
@@ -548,7 +565,7 @@ func (c *Client) Sync(ctx context.Context) error {
 		}
 		return ErrOffline
 	}
-	return l.replayNow(ctx)
+	return c.driver.sync(ctx)
 }
 
 // --- the reconnect steps ------------------------------------------------
@@ -613,15 +630,9 @@ func (c *Client) stepBind(ctx context.Context) error {
 	return nil
 }
 
-// stepReplay runs the first replay of the bound link.
+// stepReplay waits for the first pass over the queue on the bound link.
 func (c *Client) stepReplay(ctx context.Context) error {
-	c.mu.Lock()
-	l := c.active
-	c.mu.Unlock()
-	if l == nil {
-		return errors.New("replay: no active connection")
-	}
-	return l.replayNow(ctx)
+	return c.driver.sync(ctx)
 }
 
 // dropLink tears down the active link (only if it is l, when l is given).
@@ -699,6 +710,9 @@ func (c *Client) refused(err error) {
 	}
 	c.log.Warn("the server refused the session", "code", re.Code, "message", re.Message, "retry_after", re.RetryAfter)
 	c.refusal.Store(re)
+	if !re.Transient() {
+		c.driver.post(event{in: synccore.Refused{Err: &syncproto.Error{Code: re.Code, Message: re.Message}}})
+	}
 	c.outcomes.wake()
 }
 

@@ -35,7 +35,8 @@ func TestDeadLettersThroughTheClient(t *testing.T) {
 
 	require.NoError(t, d.PurgeDeadLetters(ctx, byOp[b].ID))
 	require.NoError(t, d.RequeueDeadLetters(ctx, byOp[a].ID))
-	// Still forbidden: decided anew, dead-lettered again with a fresh budget.
+	// Still forbidden: decided anew, dead-lettered again at its first
+	// refusal (a permanent refusal is not retried).
 	o := d.await(t, a)
 	require.Equal(t, client.StatusDeadLettered, o.Status)
 	d.waitStatus(t, "dead-lettered again", func(st client.Status) bool { return st.DeadLetters == 1 && st.Pending == 0 })
@@ -43,5 +44,5 @@ func TestDeadLettersThroughTheClient(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, dead, 1, "the purged one is gone")
 	require.Equal(t, a, dead[0].Mutation.OpID)
-	require.Equal(t, client.DefaultMaxAttempts, dead[0].Attempts)
+	require.Equal(t, 1, dead[0].Attempts)
 }

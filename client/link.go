@@ -3,39 +3,59 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/syncd-dev/syncd/client/synccore"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// link is one bound connection and the goroutines that use it: the feed
-// loop (applies the change feed to the replica), the sync loop (replays the
-// queue on new writes, on retry timers and on request), the keepalive
-// (pings the server, so an idle client is not closed for idleness and a dead
-// connection is noticed) and the watcher (notices the connection ending).
-// stop ends all four and waits.
+// link is one connection and the goroutines that do its I/O for the
+// driver: the watcher (tells the driver the connection ended, and starts a
+// reconnect when it ended on its own), the feed forwarder (hands the
+// subscription's frames to the driver), the keepalive (pings the server,
+// so an idle client is not closed for idleness and a dead connection is
+// noticed), one goroutine per push awaiting its answer, and a snapshot
+// download. The link owns them all: stop ends them and waits. None of them
+// decides anything; what they learn goes to the driver as an event.
 type link struct {
-	c       *Client
-	conn    *conn
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	replays chan chan error // replayNow requests
-	stopped sync.Once
-	bound   atomic.Bool // hello was answered and the feed subscribed
-	since   time.Time   // when the link was made
+	c      *Client
+	conn   *conn
+	ctx    context.Context
+	cancel context.CancelFunc
+	since  time.Time   // when the link was made
+	bound  atomic.Bool // hello was answered and the driver told
+
+	mu       sync.Mutex
+	stopping bool // under mu: spawn starts nothing more
+	wg       sync.WaitGroup
+	stopped  sync.Once
 }
 
 func newLink(c *Client, cn *conn) *link {
 	ctx, cancel := context.WithCancel(c.ctx)
-	return &link{c: c, conn: cn, ctx: ctx, cancel: cancel, replays: make(chan chan error), since: c.now()}
+	return &link{c: c, conn: cn, ctx: ctx, cancel: cancel, since: c.now()}
 }
 
-// bind sends hello, loads a snapshot when the replica has never synced and
-// the server has history, subscribes to the feed and starts the goroutines.
+// spawn runs f on a goroutine the link owns, unless the link is stopping.
+func (l *link) spawn(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopping {
+		return false
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// bind sends hello and, once welcomed, hands the connection to the driver
+// (which subscribes, resyncs and replays as its core decides) and starts
+// the link's goroutines.
 func (l *link) bind(ctx context.Context) error {
 	c := l.c
 	cursor, err := c.replica.cursor(ctx)
@@ -43,7 +63,7 @@ func (l *link) bind(ctx context.Context) error {
 		return err
 	}
 	// After cursor_ahead the replica's cursor means nothing to the
-	// server: say hello from zero and replace the replica by a snapshot.
+	// server: say hello from zero; the core resyncs from a snapshot.
 	resync := c.resyncNext.Load()
 	if resync {
 		cursor = 0
@@ -59,30 +79,35 @@ func (l *link) bind(ctx context.Context) error {
 	}
 	c.measureOffset(w)
 	c.observe(w.ServerHLC)
-	if (cursor == 0 && w.Head > 0) || resync {
-		if cursor, err = c.loadSnapshot(ctx, l.conn.url); err != nil {
-			return fmt.Errorf("bootstrap: %w", err)
-		}
-		c.resyncNext.Store(false)
+	c.welcomed(w)
+	in := synccore.Welcomed{
+		MaxBatch: min(w.Limits.MaxBatch, syncproto.MaxBatch), MaxPushBytes: pushBytes(w.Limits),
+		Cursor: cursor, Head: w.Head, Resync: resync,
 	}
-	if err := l.conn.subscribe(ctx, cursor); err != nil {
-		return fmt.Errorf("subscribe: %w", err)
+	if !c.driver.post(event{link: l, in: in}) {
+		return ErrClosed
+	}
+	// The watcher starts after the driver was told of the link, so the
+	// driver hears of its end after its start.
+	if !l.spawn(l.watch) {
+		c.driver.post(event{link: l, in: synccore.Disconnected{}})
+		return ErrConnectionLost
 	}
 	l.bound.Store(true)
 	c.metrics.connected.Set(1)
 	c.log.Info("connected", "server", l.conn.url, "node", w.NodeID, "cursor", cursor, "head", w.Head)
-	l.wg.Add(4)
-	go func() { defer l.wg.Done(); l.feedLoop() }()
-	go func() { defer l.wg.Done(); l.syncLoop() }()
-	go func() { defer l.wg.Done(); l.keepalive(time.Duration(w.Limits.IdleTimeoutMS) * time.Millisecond / 3) }()
-	go func() { defer l.wg.Done(); l.watch() }()
+	l.spawn(l.forwardFeed)
+	l.spawn(func() { l.keepalive(time.Duration(w.Limits.IdleTimeoutMS) * time.Millisecond / 3) })
 	return nil
 }
 
 // stop ends the link and waits for its goroutines. It must not be called
-// from them.
+// from them, nor from the driver.
 func (l *link) stop() {
 	l.stopped.Do(func() {
+		l.mu.Lock()
+		l.stopping = true
+		l.mu.Unlock()
 		l.cancel()
 		l.conn.close()
 		l.wg.Wait()
@@ -90,24 +115,67 @@ func (l *link) stop() {
 	})
 }
 
-// watch reports the connection's end to the client, unless the link was
-// stopped on purpose.
+// watch tells the driver the connection ended, and reports an end the
+// client did not ask for, so it reconnects.
 func (l *link) watch() {
 	select {
 	case <-l.conn.done:
-		_, err := l.conn.lost()
-		c := l.c
-		c.mu.Lock()
-		if !c.closed {
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
-				c.linkLost(l, err)
-			}()
-		}
-		c.mu.Unlock()
 	case <-l.ctx.Done():
 	}
+	c := l.c
+	c.driver.post(event{link: l, in: synccore.Disconnected{}})
+	if l.ctx.Err() != nil {
+		return // stopped on purpose
+	}
+	_, err := l.conn.lost()
+	c.mu.Lock()
+	if !c.closed {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.linkLost(l, err)
+		}()
+	}
+	c.mu.Unlock()
+}
+
+// forwardFeed hands the subscription's frames to the driver, in order.
+func (l *link) forwardFeed() {
+	for msg := range l.conn.feed {
+		if !l.c.driver.post(event{link: l, feed: msg}) {
+			return
+		}
+	}
+}
+
+// push sends one batch and hands its answer to the driver. A connection
+// that fails meanwhile is closed: its end tells the driver, whose core
+// resends the batch on the next connection, charged nothing.
+func (l *link) push(id uint64, muts []syncproto.Mutation) {
+	l.spawn(func() {
+		results, err := l.conn.push(l.ctx, muts)
+		if err == nil {
+			if err = fetchOmitted(l.ctx, l.conn, muts, results); err != nil {
+				l.lose("fetching an omitted winner", err)
+				return
+			}
+		}
+		in := pushAnswer(id, results, err)
+		if in == nil {
+			l.lose("push", err)
+			return
+		}
+		l.c.driver.post(event{link: l, in: in})
+	})
+}
+
+// lose closes the connection after what failed on it, unless the link
+// was stopped anyway.
+func (l *link) lose(what string, err error) {
+	if l.ctx.Err() == nil {
+		l.c.log.Info(what+" failed; reconnecting", "err", err)
+	}
+	l.conn.close()
 }
 
 // keepalive sends a protocol ping every interval (a third of the server's
@@ -132,128 +200,4 @@ func (l *link) keepalive(interval time.Duration) {
 			}
 		}
 	}
-}
-
-// replayNow asks the sync loop for a replay pass and waits for its end.
-func (l *link) replayNow(ctx context.Context) error {
-	res := make(chan error, 1)
-	select {
-	case l.replays <- res:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.ctx.Done():
-		return ErrOffline
-	}
-	select {
-	case err := <-res:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// syncLoop is the only goroutine that replays through this link, so two
-// passes never overlap. A pass that leaves writes behind (refused, or not
-// answered) is retried after RetryInterval, doubling to MaxRetryInterval.
-func (l *link) syncLoop() {
-	c := l.c
-	delay := c.cfg.RetryInterval
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
-	for {
-		var waiter chan error
-		select {
-		case <-l.ctx.Done():
-			return
-		case waiter = <-l.replays:
-		case <-c.kick:
-		case <-retry.C:
-		}
-		rep, err := l.replay()
-		if waiter != nil {
-			waiter <- err
-		}
-		if l.ctx.Err() != nil {
-			return
-		}
-		if err != nil || !rep.complete {
-			retry.Reset(delay)
-			delay = min(2*delay, c.cfg.MaxRetryInterval)
-			if err != nil && errors.Is(err, ErrConnectionLost) {
-				return // the watcher reconnects
-			}
-			continue
-		}
-		delay = c.cfg.RetryInterval
-	}
-}
-
-// replay runs one pass and accounts for it.
-func (l *link) replay() (replayReport, error) {
-	c := l.c
-	if c.reconcile.Swap(false) {
-		if err := c.replica.reconcile(l.ctx, c.queue); err != nil {
-			c.reconcile.Store(true)
-			c.log.Error("repairing the pending overlay", "err", err)
-		}
-	}
-	start := c.now()
-	rep, err := worker{c: c}.replay(l.ctx, l.conn)
-	c.metrics.replaySeconds.Observe(c.now().Sub(start).Seconds())
-	switch {
-	case err != nil:
-		c.metrics.replays.WithLabelValues("failed").Inc()
-		if l.ctx.Err() == nil {
-			c.log.Info("replay interrupted", "err", err, "sent", rep.sent)
-		}
-	case !rep.complete:
-		c.metrics.replays.WithLabelValues("partial").Inc()
-	default:
-		c.metrics.replays.WithLabelValues("complete").Inc()
-		if err := c.replica.setLastSync(l.ctx, c.now()); err != nil {
-			return rep, err
-		}
-	}
-	return rep, err
-}
-
-// feedLoop applies the change feed to the replica, in seq order.
-func (l *link) feedLoop() {
-	c := l.c
-	for msg := range l.conn.feed {
-		if err := l.apply(msg); err != nil {
-			if l.ctx.Err() == nil {
-				c.log.Error("change feed failed; reconnecting", "err", err)
-			}
-			l.conn.close()
-			return
-		}
-	}
-}
-
-func (l *link) apply(msg syncproto.Message) error {
-	c := l.c
-	switch m := msg.(type) {
-	case *syncproto.Changes:
-		if err := c.replica.applyChanges(l.ctx, m.Entries, m.Cursor); err != nil {
-			return err
-		}
-		c.metrics.feedEntries.Add(float64(len(m.Entries)))
-		for _, e := range m.Entries {
-			c.observe(e.HLC)
-			c.changes.publish(ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted})
-		}
-		return nil
-	case *syncproto.Resync:
-		c.log.Info("cursor older than the server's oplog; loading a snapshot", "reason", m.Reason)
-		head, err := c.loadSnapshot(l.ctx, l.conn.url)
-		if err != nil {
-			return err
-		}
-		return l.conn.subscribe(l.ctx, head)
-	case *syncproto.Error:
-		return fmt.Errorf("subscription refused: %w", m)
-	}
-	return nil
 }

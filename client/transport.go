@@ -245,17 +245,18 @@ func (c *conn) ping(ctx context.Context) error {
 	return err
 }
 
-// subscribe starts the live feed from cursor; its frames arrive on c.feed.
-func (c *conn) subscribe(ctx context.Context, cursor uint64) error {
+// subscribe starts the live feed from cursor, replacing any earlier
+// subscription; its frames, which carry the returned id, arrive on c.feed.
+func (c *conn) subscribe(ctx context.Context, cursor uint64) (string, error) {
 	id := "s" + strconv.FormatUint(c.nextID.Add(1), 10)
 	frame, err := syncproto.Encode(&syncproto.Subscribe{ID: id, Cursor: cursor})
 	if err != nil {
-		return err
+		return "", err
 	}
 	c.mu.Lock()
 	c.subID = id
 	c.mu.Unlock()
-	return c.ws.Write(ctx, websocket.MessageText, frame)
+	return id, c.ws.Write(ctx, websocket.MessageText, frame)
 }
 
 // close ends the connection at once, without a websocket close handshake,

@@ -5,161 +5,480 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/client/synccore"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// DefaultInFlight is how many push batches the worker keeps in flight.
-const DefaultInFlight = 4
+// DefaultInFlight is how many push batches may await their answers at once.
+const DefaultInFlight = synccore.DefaultInFlight
 
-// worker replays the queue through one connection (the sync worker of
-// DESIGN 3 and 4.2). It pages through the queue in enqueue order, never
-// loading it whole, keeps up to inFlight batches in flight, and acts on
-// each result in order: mark done, charge an attempt, dead-letter, hand a
-// conflict to the app, or leave the item for a later run.
-type worker struct {
-	c *Client
+// driverEvents bounds the inputs waiting for the driver; a sender waits
+// when it is full (backpressure on the feed and the push answers).
+const driverEvents = 64
+
+// driver is the one goroutine that runs the client's sync core
+// (synccore.Core, DESIGN 3 "Client core"). It feeds the core what
+// happened (a connection welcomed or lost, a refusal, a queued write, a
+// push answer, a feed frame, a snapshot loaded, the retry timer, a Sync
+// request, Close) and carries out the actions the core returns (read the
+// queue, push, settle, subscribe, apply, resync, arm the timer, report the
+// status, answer a Sync). Every decision is the core's; the driver does
+// the I/O and translates.
+//
+// The driver goroutine owns the core, the retry timer, the Sync waiters,
+// and the link's view of the subscription. Other goroutines talk to it
+// only through events (the link's goroutines: push answers, feed frames,
+// snapshots, its end) and Client.kick (a write was queued).
+type driver struct {
+	c      *Client
+	events chan event
+
+	// Owned by the driver goroutine.
+	core      *synccore.Core
+	timer     *time.Timer
+	timerID   uint64
+	link      *link  // the link the core was welcomed on, nil when none
+	subID     string // the live subscription's request id on link
+	subFrom   uint64 // the cursor its next frame starts after
+	syncs     map[uint64]chan<- error
+	nextSync  uint64
+	restamp   map[string]bool // op ids refused for clock skew: stamped afresh when sent again
+	corrected bool            // the clock was corrected on this link
+	passStart time.Time       // when the current pass began; zero when none
+
+	status atomic.Pointer[synccore.Status] // the core's last report
 }
 
-// replayReport counts what one replay did.
-type replayReport struct {
-	sent, done, charged, deadLettered, conflicts, restamped, left int
-	complete                                                      bool // every item seen was decided or charged
+// event is one input for the driver.
+type event struct {
+	link *link // the link it comes from; nil for the client's own
+	in   synccore.Input
+	feed syncproto.Message // a frame of link's subscription (in is nil)
+	sync chan<- error      // answers a SyncRequested
 }
 
-// flight is one push batch in the air.
-type flight struct {
-	items   []offlinequeue.Item
-	muts    []syncproto.Mutation
-	results []syncproto.Result
-	err     error
-	done    chan struct{}
+func newDriver(c *Client, cursor uint64) *driver {
+	d := &driver{
+		c:      c,
+		events: make(chan event, driverEvents),
+		core: synccore.New(synccore.Config{
+			MaxBatch: syncproto.MaxBatch, MaxPushBytes: pushBytes(syncproto.Limits{}), InFlight: c.cfg.InFlight,
+			MaxAttempts: c.cfg.MaxAttempts, RetryBase: c.cfg.RetryInterval, RetryMax: c.cfg.MaxRetryInterval,
+		}, cursor),
+		timer:   time.NewTimer(time.Hour),
+		syncs:   map[uint64]chan<- error{},
+		restamp: map[string]bool{},
+	}
+	d.timer.Stop()
+	st := d.core.Status()
+	d.status.Store(&st)
+	return d
 }
 
-// replay runs one pass over the queue. It returns an error only when the
-// connection failed (items not answered stay queued, charged nothing) or the
-// local stores failed.
-func (w worker) replay(ctx context.Context, c *conn) (replayReport, error) {
-	var rep replayReport
-	batch := min(c.welcome.Limits.MaxBatch, syncproto.MaxBatch)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	flights := make(chan *flight, w.c.cfg.InFlight)
-	produceErr := make(chan error, 1)
-	go func() {
-		defer close(flights)
-		produceErr <- w.produce(ctx, c, batch, flights)
-	}()
-
-	// Answers that arrived are acted on in full even when the connection
-	// fails or the link is stopped meanwhile: the bookkeeping is local and
-	// short, and a delivered write left half-settled would be resent.
-	settleCtx := context.WithoutCancel(ctx)
-	var retry []pendingWrite // clock-skew refusals to re-stamp
-	var failed error
-	storesFailed := false
-	for f := range flights {
-		<-f.done
-		if f.err == nil {
-			f.err = w.fetchOmitted(ctx, c, f.muts, f.results)
-		}
-		if f.err != nil {
-			// Later pushes are cancelled; their writes stay queued, uncharged.
-			if failed == nil {
-				failed = f.err
-				cancel()
-			}
-			continue
-		}
-		if storesFailed {
-			continue
-		}
-		r, err := w.settle(settleCtx, f.items, f.muts, f.results)
-		rep.add(r)
-		retry = append(retry, r.retry...)
-		if err != nil {
-			storesFailed = true
-			if failed == nil {
-				failed = err
-				cancel()
-			}
-		}
+// post hands ev to the driver, unless the client closes first.
+func (d *driver) post(ev event) bool {
+	select {
+	case d.events <- ev:
+		return true
+	case <-d.c.ctx.Done():
+		return false
 	}
-	if err := <-produceErr; err != nil && failed == nil && !errors.Is(err, context.Canceled) {
-		failed = err
-	}
-	if failed == nil && len(retry) > 0 {
-		failed = w.resendRestamped(ctx, c, retry, &rep)
-	}
-	if failed != nil {
-		var perr *syncproto.Error
-		if errors.As(failed, &perr) && perr.Action() == syncproto.ActionResend {
-			return rep, fmt.Errorf("replay: server asked to resend later: %w", failed)
-		}
-		return rep, fmt.Errorf("replay: %w", failed)
-	}
-	rep.complete = rep.left == 0
-	return rep, nil
 }
 
-// produce pages through the queue and launches one push per page. A page
-// ends at the batch limit or where one more write would not fit in a
-// frame; the next page starts after the last write taken.
-func (w worker) produce(ctx context.Context, c *conn, batch int, flights chan<- *flight) error {
-	limit := pushBytes(c.welcome.Limits)
-	var after offlinequeue.ID
+// run is the driver goroutine; it returns when the client closes.
+func (d *driver) run() {
+	defer d.timer.Stop()
 	for {
-		items, err := w.c.queue.Peek(ctx, after, batch)
-		if err != nil || len(items) == 0 {
-			return err
+		select {
+		case <-d.c.ctx.Done():
+			d.step(synccore.Close{})
+			for id, w := range d.syncs {
+				w <- ErrClosed
+				delete(d.syncs, id)
+			}
+			return
+		case ev := <-d.events:
+			d.handle(ev)
+		case <-d.c.kick:
+			d.step(synccore.Enqueued{})
+		case <-d.timer.C:
+			d.step(synccore.TimerFired{Timer: d.timerID})
 		}
-		f := &flight{done: make(chan struct{})}
-		size := 0
-		for _, it := range items {
-			m, err := decodeMutation(it.Payload)
-			if err != nil {
-				// Not a mutation this client can send: it never will be.
-				w.c.log.Error("queued item is not a mutation; dead-lettering it", "queue_id", it.ID, "err", err)
-				if err := w.c.queue.MoveToDeadLetters(ctx, it.ID, "undecodable: "+err.Error()); err != nil {
-					return err
-				}
-				after = it.ID
+	}
+}
+
+func (d *driver) handle(ev event) {
+	switch in := ev.in.(type) {
+	case synccore.Welcomed:
+		if d.link != nil && d.link != ev.link {
+			d.step(synccore.Disconnected{})
+		}
+		d.link, d.subID, d.corrected = ev.link, "", false
+		d.step(in)
+		return
+	case synccore.Disconnected:
+		if ev.link != d.link {
+			return // a link the core was never welcomed on, or already gone
+		}
+		d.link = nil
+		d.step(in)
+		return
+	case synccore.SyncRequested:
+		// A write queued before the request is part of the pass it waits for.
+		select {
+		case <-d.c.kick:
+			d.step(synccore.Enqueued{})
+		default:
+		}
+		d.nextSync++
+		d.syncs[d.nextSync] = ev.sync
+		d.step(synccore.SyncRequested{Sync: d.nextSync})
+		return
+	}
+	if ev.link != nil && ev.link != d.link {
+		return // an answer or frame from a connection that is gone
+	}
+	if ev.feed != nil {
+		ev.in = d.feedInput(ev.feed)
+		if ev.in == nil {
+			return
+		}
+	}
+	d.step(ev.in)
+}
+
+// feedInput translates a frame of the subscription into the core's input;
+// nil when the frame is not for the live subscription.
+func (d *driver) feedInput(msg syncproto.Message) synccore.Input {
+	if msg.RequestID() != d.subID {
+		return nil // a frame of a subscription replaced since
+	}
+	switch m := msg.(type) {
+	case *syncproto.Changes:
+		in := synccore.Changes{From: d.subFrom, Next: m.Cursor, Entries: m.Entries}
+		d.subFrom = max(d.subFrom, m.Cursor)
+		return in
+	case *syncproto.Resync:
+		d.c.log.Info("cursor older than the server's oplog; loading a snapshot", "reason", m.Reason)
+		return synccore.FeedLost{}
+	case *syncproto.Error:
+		d.fail("subscription refused", m)
+	}
+	return nil
+}
+
+// step feeds in to the core and carries out the actions, feeding the
+// answers of local ones (queue reads) back at once. Consecutive Done
+// settles are carried out together: their outcomes in one replica
+// transaction, then their items in one MarkDone.
+func (d *driver) step(in synccore.Input) {
+	work := []synccore.Input{in}
+	for len(work) > 0 {
+		in := work[0]
+		work = work[1:]
+		var done []synccore.Settle
+		for _, a := range d.core.Step(in) {
+			if s, ok := a.(synccore.Settle); ok && s.Verdict.Action == synccore.Done {
+				done = append(done, s)
 				continue
 			}
-			if !fitsPush(len(f.items), size, len(it.Payload), batch, limit) {
-				break
+			d.settleDone(done)
+			done = nil
+			if next := d.do(a); next != nil {
+				work = append(work, next)
 			}
-			size += len(it.Payload) + mutationSlack
-			f.items = append(f.items, it)
-			f.muts = append(f.muts, *m)
-			after = it.ID
 		}
-		if len(f.items) == 0 {
-			continue
-		}
-		select {
-		case flights <- f:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		go func() {
-			defer close(f.done)
-			f.results, f.err = c.push(ctx, f.muts)
-		}()
+		d.settleDone(done)
 	}
 }
+
+// do carries out one action; it returns the answer of a local one.
+func (d *driver) do(a synccore.Action) synccore.Input {
+	c := d.c
+	switch a := a.(type) {
+	case synccore.ReadQueue:
+		return d.read(a)
+	case synccore.Send:
+		d.send(a)
+	case synccore.Settle:
+		if err := d.settle(a); err != nil {
+			d.fail("settling a write", err)
+		}
+	case synccore.Subscribe:
+		if d.link == nil {
+			return nil
+		}
+		id, err := d.link.conn.subscribe(d.link.ctx, a.After)
+		if err != nil {
+			d.fail("subscribe", err)
+			return nil
+		}
+		d.subID, d.subFrom = id, a.After
+	case synccore.Apply:
+		if err := c.replica.applyChanges(c.ctx, a.Entries, a.Cursor); err != nil {
+			d.fail("change feed", err)
+			return nil
+		}
+		c.metrics.feedEntries.Add(float64(len(a.Entries)))
+		for _, e := range a.Entries {
+			c.observe(e.HLC)
+			c.changes.publish(ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted})
+		}
+	case synccore.Resync:
+		d.resync()
+	case synccore.SetTimer:
+		// Jitter above the core's delay, never below: the delay honours
+		// the server's retry hint.
+		d.timerID = a.Timer
+		d.timer.Reset(a.Delay + time.Duration(rand.Int64N(int64(a.Delay/4)+1)))
+	case synccore.Report:
+		st := a.Status
+		d.status.Store(&st)
+	case synccore.PassEnded:
+		d.passEnded(a)
+	default:
+		panic(fmt.Sprintf("client: driver: unknown action %T", a))
+	}
+	return nil
+}
+
+// fail handles a failed action on the link: the connection is closed, so
+// the core is told Disconnected and everything not settled is resent on
+// the next connection (the server's ledger answers what it decided).
+func (d *driver) fail(what string, err error) {
+	if d.link == nil {
+		return
+	}
+	if d.c.ctx.Err() == nil {
+		d.c.log.Error(what+" failed; reconnecting", "err", err)
+	}
+	d.link.conn.close()
+}
+
+// read answers a ReadQueue from the queue.
+func (d *driver) read(a synccore.ReadQueue) synccore.Input {
+	c := d.c
+	if a.After == 0 && d.passStart.IsZero() {
+		d.passStart = c.now()
+		if c.reconcile.Swap(false) {
+			if err := c.replica.reconcile(c.ctx, c.queue); err != nil {
+				c.reconcile.Store(true)
+				c.log.Error("repairing the pending overlay", "err", err)
+			}
+		}
+	}
+	items, err := c.queue.Peek(c.ctx, offlinequeue.ID(a.After), a.Limit)
+	if err != nil {
+		d.fail("reading the queue", err)
+		return nil
+	}
+	page := synccore.Page{Read: a.Read, Items: make([]synccore.Item, len(items))}
+	for i, it := range items {
+		ci := synccore.Item{ID: uint64(it.ID), Attempts: int(it.Attempts), Size: len(it.Payload)}
+		m, err := decodeMutation(it.Payload)
+		if err != nil {
+			ci.Invalid = err.Error()
+		} else {
+			ci.Mutation = *m
+		}
+		page.Items[i] = ci
+	}
+	return page
+}
+
+// send pushes a batch on the link; the answer comes back as an event.
+func (d *driver) send(a synccore.Send) {
+	if d.link == nil {
+		return
+	}
+	muts := make([]syncproto.Mutation, len(a.Items))
+	for i, it := range a.Items {
+		muts[i] = it.Mutation
+		if d.restamp[it.Mutation.OpID] {
+			muts[i].HLC = d.c.stamp()
+		}
+	}
+	d.link.push(a.Push, muts)
+}
+
+// resync loads a snapshot on the link's goroutine; Snapshot answers it.
+func (d *driver) resync() {
+	l := d.link
+	if l == nil {
+		return
+	}
+	l.spawn(func() {
+		head, err := d.c.loadSnapshot(l.ctx, l.conn.url)
+		if err != nil {
+			if l.ctx.Err() == nil {
+				d.c.log.Error("loading a snapshot failed; reconnecting", "err", err)
+			}
+			l.conn.close()
+			return
+		}
+		d.c.resyncNext.Store(false)
+		d.post(event{link: l, in: synccore.Snapshot{Head: head}})
+	})
+}
+
+// passEnded accounts for a pass and answers the Syncs that waited for it.
+func (d *driver) passEnded(a synccore.PassEnded) {
+	c := d.c
+	if !d.passStart.IsZero() {
+		c.metrics.replaySeconds.Observe(c.now().Sub(d.passStart).Seconds())
+		d.passStart = time.Time{}
+	}
+	var err error
+	switch {
+	case a.Lost:
+		c.metrics.replays.WithLabelValues("failed").Inc()
+		err = ErrOffline
+		if re := c.refusal.Load(); re != nil {
+			err = re
+		}
+	case a.Left > 0:
+		c.metrics.replays.WithLabelValues("partial").Inc()
+	default:
+		c.metrics.replays.WithLabelValues("complete").Inc()
+		if serr := c.replica.setLastSync(c.ctx, c.now()); serr != nil {
+			c.log.Error("recording the last sync", "err", serr)
+		}
+	}
+	for _, id := range a.Syncs {
+		if w, ok := d.syncs[id]; ok {
+			w <- err
+			delete(d.syncs, id)
+		}
+	}
+}
+
+// sync asks the driver for a pass over the queue and waits for its end.
+func (d *driver) sync(ctx context.Context) error {
+	res := make(chan error, 1)
+	if !d.post(event{in: synccore.SyncRequested{}, sync: res}) {
+		return ErrClosed
+	}
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// --- settling -----------------------------------------------------------
+
+// outcome is the durable outcome of a settled write.
+func outcome(s synccore.Settle, now time.Time) Outcome {
+	r := s.Verdict.Result
+	o := Outcome{OpID: s.Item.Mutation.OpID, Version: r.Version, Seq: r.Seq, HLC: r.HLC, Winner: r.Winner, DecidedAt: now}
+	switch s.Verdict.Action {
+	case synccore.Done:
+		o.Status = OutcomeStatus(s.Verdict.Status)
+	case synccore.Conflict:
+		o.Status = StatusConflict
+	case synccore.DeadLetter:
+		o.Status, o.Reason = StatusDeadLettered, s.Verdict.Reason
+		o.Version, o.Seq, o.Winner = 0, 0, nil
+	}
+	return o
+}
+
+// settleDone finishes writes the core decided Done: their outcomes in one
+// replica transaction, then their items in one MarkDone, in that order, so
+// a crash between the two resends them and the ledger answers duplicate.
+func (d *driver) settleDone(done []synccore.Settle) {
+	if len(done) == 0 {
+		return
+	}
+	c := d.c
+	ds := make([]decision, len(done))
+	ids := make([]offlinequeue.ID, len(done))
+	for i := range done {
+		c.metrics.replayResults.WithLabelValues(string(done[i].Verdict.Result.Status)).Inc()
+		delete(d.restamp, done[i].Item.Mutation.OpID)
+		ds[i] = decision{mut: &done[i].Item.Mutation, outcome: outcome(done[i], c.now())}
+		ids[i] = offlinequeue.ID(done[i].Item.ID)
+	}
+	err := c.replica.decideAll(c.ctx, ds)
+	if err == nil {
+		err = c.queue.MarkDone(c.ctx, ids...)
+	}
+	if err != nil {
+		d.fail("settling written outcomes", err)
+		return
+	}
+	c.outcomes.wake()
+}
+
+// settle carries out the core's verdict on one write other than Done.
+func (d *driver) settle(s synccore.Settle) error {
+	c, ctx := d.c, d.c.ctx
+	it, m, v := s.Item, &s.Item.Mutation, s.Verdict
+	id := offlinequeue.ID(it.ID)
+	if it.Invalid == "" {
+		c.metrics.replayResults.WithLabelValues(string(v.Result.Status)).Inc()
+	}
+	switch v.Action {
+	case synccore.Conflict:
+		delete(d.restamp, m.OpID)
+		o, err := c.resolveConflict(ctx, m, outcome(s, c.now()))
+		if err != nil {
+			return err
+		}
+		if err := c.replica.decide(ctx, m, o); err != nil {
+			return err
+		}
+		if err := c.queue.MarkDone(ctx, id); err != nil {
+			return err
+		}
+		c.outcomes.wake()
+	case synccore.Charge:
+		c.log.Info("write refused; attempt charged", "op_id", m.OpID, "attempts", v.Attempts, "reason", v.Reason)
+		return c.queue.SetAttempts(ctx, id, offlinequeue.Attempts(v.Attempts))
+	case synccore.DeadLetter:
+		delete(d.restamp, m.OpID)
+		c.log.Warn("write dead-lettered", "op_id", m.OpID, "reason", v.Reason)
+		if it.Invalid == "" {
+			if err := c.replica.decide(ctx, m, outcome(s, c.now())); err != nil {
+				return err
+			}
+		}
+		if v.Attempts > it.Attempts {
+			if err := c.queue.SetAttempts(ctx, id, offlinequeue.Attempts(v.Attempts)); err != nil {
+				return err
+			}
+		}
+		if err := c.queue.MoveToDeadLetters(ctx, id, v.Reason); err != nil {
+			return err
+		}
+		c.metrics.deadLetters.Inc()
+		c.outcomes.wake()
+	case synccore.Restamp:
+		if !d.corrected && d.link != nil {
+			c.correctClock(d.link.conn.welcome)
+			d.corrected = true
+		}
+		d.restamp[m.OpID] = true
+	case synccore.Left:
+	default:
+		return fmt.Errorf("verdict %d has no action", v.Action)
+	}
+	return nil
+}
+
+// --- pushes -------------------------------------------------------------
 
 // pushEnvelope is the room a push frame keeps for everything but its
 // mutations: type, request id, brackets.
 const pushEnvelope = 1 << 10
-
-// mutationSlack is the room each mutation keeps beyond its queued payload:
-// a separating comma, and a longer timestamp when it is re-stamped.
-const mutationSlack = 32
 
 // pushBytes is how many bytes of queued payloads one push may carry: the
 // frame limit the server announced (at most syncproto.MaxFrameBytes), less
@@ -174,167 +493,15 @@ func pushBytes(l syncproto.Limits) int {
 	return limit - pushEnvelope
 }
 
-// fitsPush reports whether a push holding n mutations whose payloads take
-// size bytes (slack included) has room for one more of payload bytes. An
-// empty push takes any one valid mutation, which always fits a frame.
-func fitsPush(n, size, payload, batch, limit int) bool {
-	return n == 0 || (n < batch && size+payload+mutationSlack <= limit)
-}
-
-// pendingWrite is a queued item and its mutation.
-type pendingWrite struct {
-	item offlinequeue.Item
-	mut  syncproto.Mutation
-}
-
-// settled is what settle did with one batch.
-type settled struct {
-	replayReport
-	retry []pendingWrite
-}
-
-func (r *replayReport) add(s settled) {
-	r.sent += s.sent
-	r.done += s.done
-	r.charged += s.charged
-	r.deadLettered += s.deadLettered
-	r.conflicts += s.conflicts
-	r.restamped += s.restamped
-	r.left += s.left
-}
-
-// settle acts on the results of one batch, in order.
-//
-// The writes decided "done" (most of them) are finished together: their
-// outcomes in one replica transaction, then their items in one MarkDone,
-// so a batch costs two commits instead of two per write. The order
-// "outcome recorded, then item done" holds for the whole batch.
-func (w worker) settle(ctx context.Context, items []offlinequeue.Item, muts []syncproto.Mutation, results []syncproto.Result) (settled, error) {
-	var s settled
-	var done []decision
-	var doneIDs []offlinequeue.ID
-	for i := range results {
-		s.sent++
-		v := judge(&results[i], items[i].Attempts, w.c.cfg.MaxAttempts, w.c.now())
-		w.c.metrics.replayResults.WithLabelValues(string(results[i].Status)).Inc()
-		if v.action == markDone {
-			s.done++
-			done = append(done, decision{mut: &muts[i], outcome: v.outcome})
-			doneIDs = append(doneIDs, items[i].ID)
-			continue
-		}
-		if err := w.act(ctx, v, items[i], &muts[i], &s); err != nil {
-			return s, err
-		}
-	}
-	if len(done) == 0 {
-		return s, nil
-	}
-	if err := w.c.replica.decideAll(ctx, done); err != nil {
-		return s, err
-	}
-	if err := w.c.queue.MarkDone(ctx, doneIDs...); err != nil {
-		return s, err
-	}
-	for _, d := range done {
-		w.c.published(d.outcome)
-	}
-	return s, nil
-}
-
-func (w worker) act(ctx context.Context, v verdict, it offlinequeue.Item, m *syncproto.Mutation, s *settled) error {
-	q := w.c.queue
-	switch v.action {
-	case handleConflict:
-		s.conflicts++
-		o, err := w.c.resolveConflict(ctx, m, v.outcome)
-		if err != nil {
-			return err
-		}
-		return w.finish(ctx, it, m, o)
-	case chargeAttempt:
-		s.charged++
-		s.left++
-		w.c.log.Info("write refused; attempt charged", "op_id", m.OpID, "attempts", v.attempts, "reason", v.reason)
-		return q.SetAttempts(ctx, it.ID, v.attempts)
-	case deadLetter:
-		s.deadLettered++
-		w.c.log.Warn("write dead-lettered", "op_id", m.OpID, "reason", v.reason)
-		if err := w.c.replica.decide(ctx, m, v.outcome); err != nil {
-			return err
-		}
-		if v.attempts > it.Attempts {
-			if err := q.SetAttempts(ctx, it.ID, v.attempts); err != nil {
-				return err
-			}
-		}
-		if err := q.MoveToDeadLetters(ctx, it.ID, v.reason); err != nil {
-			return err
-		}
-		w.c.metrics.deadLetters.Inc()
-		w.c.published(v.outcome)
-		return nil
-	case restamp:
-		s.restamped++
-		s.retry = append(s.retry, pendingWrite{item: it, mut: *m})
-		return nil
-	case leaveQueued:
-		s.left++
-		return nil
-	}
-	// markDone is settled by the batch in settle, never here.
-	return fmt.Errorf("sync worker: verdict %d has no action", v.action)
-}
-
-// finish records a decided write's outcome, then marks its item done: in
-// that order, so a crash between the two resends the write and the ledger
-// answers duplicate, instead of losing the outcome.
-func (w worker) finish(ctx context.Context, it offlinequeue.Item, m *syncproto.Mutation, o Outcome) error {
-	if err := w.c.replica.decide(ctx, m, o); err != nil {
-		return err
-	}
-	if err := w.c.queue.MarkDone(ctx, it.ID); err != nil {
-		return err
-	}
-	w.c.published(o)
-	return nil
-}
-
-// resendRestamped resends writes refused for clock skew once, stamped by
-// the corrected clock. The queue keeps the original stamp; a later run
-// re-stamps again if it must.
-func (w worker) resendRestamped(ctx context.Context, c *conn, retry []pendingWrite, rep *replayReport) error {
-	w.c.correctClock(c.welcome)
-	batch, limit := min(c.welcome.Limits.MaxBatch, syncproto.MaxBatch), pushBytes(c.welcome.Limits)
-	for len(retry) > 0 {
-		n, size := 0, 0
-		for n < len(retry) && fitsPush(n, size, len(retry[n].item.Payload), batch, limit) {
-			size += len(retry[n].item.Payload) + mutationSlack
-			n++
-		}
-		part := retry[:n]
-		retry = retry[n:]
-		items := make([]offlinequeue.Item, len(part))
-		muts := make([]syncproto.Mutation, len(part))
-		for i, p := range part {
-			items[i], muts[i] = p.item, p.mut
-			muts[i].HLC = w.c.stamp()
-		}
-		results, err := c.push(ctx, muts)
-		if err == nil {
-			err = w.fetchOmitted(ctx, c, muts, results)
-		}
-		if err != nil {
-			return err
-		}
-		s, err := w.settle(context.WithoutCancel(ctx), items, muts, results)
-		for range s.retry {
-			s.left++ // still refused after a correction: next run
-		}
-		rep.add(s)
-		if err != nil {
-			return err
-		}
+// pushAnswer turns what a push returned into the core's input, or nil when
+// the connection failed (the link's end tells the core).
+func pushAnswer(push uint64, results []syncproto.Result, err error) synccore.Input {
+	var pe *syncproto.Error
+	switch {
+	case err == nil:
+		return synccore.Answered{Push: push, Results: results}
+	case errors.As(err, &pe):
+		return synccore.PushRefused{Push: push, Err: pe}
 	}
 	return nil
 }
@@ -345,7 +512,7 @@ func (w worker) resendRestamped(ctx context.Context, c *conn, retry []pendingWri
 // duplicate of conflict, with the whole winner, which fits any frame. The
 // conflict handler thus always sees the winner's value. A superseded write
 // needs no value: the change feed brings the winner to the replica.
-func (w worker) fetchOmitted(ctx context.Context, c *conn, muts []syncproto.Mutation, results []syncproto.Result) error {
+func fetchOmitted(ctx context.Context, c *conn, muts []syncproto.Mutation, results []syncproto.Result) error {
 	for i := range results {
 		r := &results[i]
 		if r.Winner == nil || !r.Winner.ValueOmitted || r.Action() != syncproto.ActionConflict {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/client/synccore"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -33,10 +34,10 @@ func TestPushBudgetFitsFrame(t *testing.T) {
 			HLC: syncproto.Timestamp{Wall: 1_733_140_000_000, Origin: "phone-1"}}
 		payload, err := json.Marshal(m)
 		require.NoError(t, err)
-		if !fitsPush(len(muts), size, len(payload), syncproto.MaxBatch, budget) {
+		if !synccore.FitsPush(len(muts), size, len(payload), syncproto.MaxBatch, budget) {
 			break
 		}
-		size += len(payload) + mutationSlack
+		size += len(payload) + synccore.MutationSlack
 		m.HLC = syncproto.Timestamp{Wall: syncproto.MaxWall, Logical: 1<<32 - 1, Origin: "phone-1"}
 		muts = append(muts, m)
 	}
@@ -45,6 +46,6 @@ func TestPushBudgetFitsFrame(t *testing.T) {
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(frame), syncproto.MaxFrameBytes)
 
-	require.True(t, fitsPush(0, 0, budget*2, syncproto.MaxBatch, budget), "an empty push takes any one write")
-	require.False(t, fitsPush(syncproto.MaxBatch, 0, 1, syncproto.MaxBatch, budget), "the batch limit holds")
+	require.True(t, synccore.FitsPush(0, 0, budget*2, syncproto.MaxBatch, budget), "an empty push takes any one write")
+	require.False(t, synccore.FitsPush(syncproto.MaxBatch, 0, 1, syncproto.MaxBatch, budget), "the batch limit holds")
 }
