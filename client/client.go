@@ -193,6 +193,7 @@ func (c *Client) probe() (netmonitor.Probe, error) {
 // followNetwork turns monitor events into coordinator signals.
 func (c *Client) followNetwork(events <-chan netmonitor.Event) {
 	for ev := range events {
+		c.driver.post(event{in: synccore.Network{Online: ev.State == netmonitor.Online}})
 		switch ev.State {
 		case netmonitor.Online:
 			c.coord.OnOnline()
@@ -528,22 +529,10 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	c.mu.Unlock()
 	out := Status{Online: c.monitor.Current() == netmonitor.Online, Connected: connected,
 		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor}
-	re := c.refusal.Load()
-	if re != nil {
+	if re := c.refusal.Load(); re != nil {
 		out.LastError = re
 	}
-	switch {
-	case connected && out.Pending > 0:
-		out.State = StateSyncing
-	case connected:
-		out.State = StateIdle
-	case re != nil && !re.Transient():
-		out.State = StateRefused
-	case out.Online:
-		out.State = StateConnecting
-	default:
-		out.State = StateOffline
-	}
+	out.State = c.driver.status.Load().State // the sync core's
 	return out, nil
 }
 
@@ -624,6 +613,9 @@ func (c *Client) stepBind(ctx context.Context) error {
 	if err := l.bind(ctx); err != nil {
 		c.refused(err)
 		c.dropLink(l)
+		if re := sessionRefusal(err); re != nil && re != err {
+			err = fmt.Errorf("%w: %w", err, re) // its retry hint reaches the coordinator
+		}
 		return err
 	}
 	c.refusal.Store(nil)

@@ -174,11 +174,21 @@ func (s *syncd) serverRecords(t testing.TB, token, model string) map[string]sync
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+syncproto.SnapshotPath, nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	// The server serves a bounded number of snapshots at once and refuses
+	// more 503 server_busy: a device loading one meanwhile is not a failure.
+	var resp *http.Response
+	for range 100 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+syncproto.SnapshotPath, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			break
+		}
+		resp.Body.Close()
+		time.Sleep(pollTick)
+	}
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	sr, err := syncproto.NewSnapshotReader(resp.Body)

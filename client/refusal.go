@@ -67,6 +67,10 @@ func (e *RefusedError) Is(target error) bool {
 	return false
 }
 
+// RetryHint is the server's hint of when to try again (the reconnect
+// coordinator waits at least this long before its next attempt).
+func (e *RefusedError) RetryHint() time.Duration { return e.RetryAfter }
+
 // Transient reports whether the refusal may end by itself (the server is
 // busy or restarting), as opposed to one only the app can fix.
 func (e *RefusedError) Transient() bool { return errors.Is(e, ErrServerBusy) }

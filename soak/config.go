@@ -79,8 +79,9 @@ type Break string
 const (
 	BreakNone Break = ""
 	// BreakForgetAttempts wraps every client's queue in one whose
-	// SetAttempts does nothing, so a poison write is charged forever and
-	// never dead-lettered (invariants 5 and 1).
+	// SetAttempts does nothing, so a poison write is dead-lettered charged
+	// nothing (invariant 5); a write refused transiently would be retried
+	// forever.
 	BreakForgetAttempts Break = "forget-attempts"
 	// BreakVolatileQueue gives client c00 a memory queue: a crash loses
 	// the writes it had not delivered (invariant 1).

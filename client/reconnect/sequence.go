@@ -1,6 +1,7 @@
 package reconnect
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -207,8 +208,26 @@ func (s *sequence) stepReturned(err, cause error) action {
 	if s.maxAttempts > 0 && s.out.Attempts >= s.maxAttempts {
 		return s.finish(GaveUp, failure)
 	}
-	return action{kind: doWait, delay: s.backoff.Delay(s.out.Attempts)}
+	delay := s.backoff.Delay(s.out.Attempts)
+	var h RetryHinter
+	if errors.As(err, &h) {
+		delay = max(delay, min(h.RetryHint(), MaxRetryHint))
+	}
+	return action{kind: doWait, delay: delay}
 }
+
+// RetryHinter is a step error carrying the server's hint of when to try
+// again (an HTTP Retry-After, an error frame's retry_after_ms). The next
+// attempt waits at least the hint, at most MaxRetryHint, and never less
+// than the backoff.
+type RetryHinter interface {
+	error
+	RetryHint() time.Duration
+}
+
+// MaxRetryHint caps how long a server's retry hint may hold the next
+// attempt, so a wrong or hostile hint cannot keep a client away for long.
+const MaxRetryHint = 5 * time.Minute
 
 // waited is called when a backoff wait elapsed with the context live: the
 // next attempt starts.

@@ -3,6 +3,7 @@ package reconnect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +198,27 @@ func TestOutcomeString(t *testing.T) {
 	o.ReplayErr = errors.New("queue closed")
 	require.Equal(t, "reconnected after 1 attempt(s), last step replay, replay failed: queue closed", o.String())
 	require.False(t, o.Synced())
+}
+
+type hinted time.Duration
+
+func (h hinted) Error() string            { return "busy" }
+func (h hinted) RetryHint() time.Duration { return time.Duration(h) }
+
+// A failed attempt whose error carries the server's retry hint waits at
+// least the hint (capped by MaxRetryHint), never less than the backoff.
+func TestRetryHintHoldsTheNextAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		hint, want time.Duration
+	}{
+		{5 * time.Second, 5 * time.Second},
+		{time.Millisecond, 100 * time.Millisecond}, // the backoff is longer
+		{time.Hour, MaxRetryHint},
+	} {
+		s := sequence{backoff: Backoff{Base: 100 * time.Millisecond, Cap: 300 * time.Millisecond, Rand: func(n int64) int64 { return n - 1 }}}
+		s.begin()
+		act := s.stepReturned(fmt.Errorf("dial: %w", hinted(tc.hint)), nil)
+		require.Equal(t, doWait, act.kind)
+		require.Equal(t, tc.want, act.delay, "hint %v", tc.hint)
+	}
 }

@@ -24,7 +24,7 @@ type State string
 const (
 	StateOffline    State = "offline"    // no connection; writes wait in the queue
 	StateConnecting State = "connecting" // online, not yet welcomed
-	StateSyncing    State = "syncing"    // welcomed, pushing or reading the queue
+	StateSyncing    State = "syncing"    // welcomed, pushing, reading the queue, or waiting to retry writes left queued
 	StateIdle       State = "idle"       // welcomed, queue drained, nothing in flight
 	StateRefused    State = "refused"    // the server refused the session; see Status.Err
 	StateClosed     State = "closed"     // closed; no further actions
@@ -127,6 +127,9 @@ type (
 	// Disconnected: the connection is gone. Unanswered pushes stay queued,
 	// charged nothing.
 	Disconnected struct{}
+	// Network: the network monitor's verdict changed (Online: a server
+	// answers), which tells offline from connecting.
+	Network struct{ Online bool }
 	// Refused: the server refused the session for good (unauthorized,
 	// wrong client id, revoked, incompatible protocol). No reconnect helps
 	// until the app changes something.
@@ -173,6 +176,7 @@ type (
 
 func (Welcomed) input()      {}
 func (Disconnected) input()  {}
+func (Network) input()       {}
 func (Refused) input()       {}
 func (Enqueued) input()      {}
 func (Page) input()          {}
@@ -265,6 +269,7 @@ type Core struct {
 	maxBytes int
 	closed   bool
 	welcomed bool
+	online   bool
 	status   Status
 
 	// queue pass
@@ -277,6 +282,7 @@ type Core struct {
 	rerun     bool   // the retry timer fired during this pass: run another
 	retryHint time.Duration
 	failures  int      // consecutive passes that left items queued
+	waiting   bool     // the retry timer is armed for items left queued
 	restamped bool     // a write was re-stamped on this connection
 	syncs     []uint64 // SyncRequested waiting for the end of a pass
 
@@ -334,7 +340,12 @@ func (c *Core) Step(in Input) []Action {
 	case Disconnected:
 		out = c.drop(out)
 		if c.status.State != StateRefused {
-			c.status.State = StateOffline
+			c.status.State = c.unwelcomed()
+		}
+	case Network:
+		c.online = in.Online
+		if !c.welcomed && c.status.State != StateRefused {
+			c.status.State = c.unwelcomed()
 		}
 	case Refused:
 		out = c.drop(out)
@@ -400,6 +411,14 @@ func (c *Core) Step(in Input) []Action {
 	return out
 }
 
+// unwelcomed is the state without a connection and without a refusal.
+func (c *Core) unwelcomed() State {
+	if c.online {
+		return StateConnecting
+	}
+	return StateOffline
+}
+
 // drop forgets everything that belonged to the connection; a Sync
 // waiting for a pass is told the connection was lost.
 func (c *Core) drop(out []Action) []Action {
@@ -423,7 +442,7 @@ func (c *Core) lost(out []Action) []Action {
 }
 
 func (c *Core) startPass() {
-	c.after, c.exhausted, c.woken, c.left, c.retryHint = 0, false, false, 0, 0
+	c.after, c.exhausted, c.woken, c.left, c.retryHint, c.waiting = 0, false, false, 0, 0, false
 }
 
 // pull asks for the next page when the connection has room for a push.
@@ -547,6 +566,7 @@ func (c *Core) passEnd(out []Action) []Action {
 	c.syncs = nil
 	if c.left == 0 {
 		c.failures = 0
+		c.waiting = false
 		c.status.Err = nil
 		return out
 	}
@@ -556,6 +576,7 @@ func (c *Core) passEnd(out []Action) []Action {
 	c.failures++
 	c.timer++
 	c.left = 0
+	c.waiting = true
 	return append(out, SetTimer{Timer: c.timer, Delay: d})
 }
 
@@ -576,7 +597,7 @@ func (c *Core) settleState() {
 	if !c.welcomed || c.closed {
 		return
 	}
-	busy := c.read != 0 || len(c.inFlight) > 0 || !c.exhausted || c.resyncing
+	busy := c.read != 0 || len(c.inFlight) > 0 || !c.exhausted || c.resyncing || c.waiting
 	switch {
 	case busy:
 		c.status.State = StateSyncing

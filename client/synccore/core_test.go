@@ -366,3 +366,31 @@ func TestClockSkewIsResentAtOnceOncePerConnection(t *testing.T) {
 		t.Fatalf("second skew refusal: actions %#v, want the retry timer", acts)
 	}
 }
+
+func TestStateFollowsTheNetworkAndTheQueue(t *testing.T) {
+	c := New(Config{}, 0)
+	c.Step(Network{Online: true})
+	if st := c.Status().State; st != StateConnecting {
+		t.Fatalf("online, not welcomed: state %s, want connecting", st)
+	}
+	c.Step(Refused{Err: &syncproto.Error{Code: syncproto.CodeUnauthorized}})
+	c.Step(Network{Online: true})
+	if st := c.Status().State; st != StateRefused {
+		t.Fatalf("refused, then online again: state %s, want refused until welcomed", st)
+	}
+	c.Step(Welcomed{})
+	c.Step(Page{Read: 1, Items: []Item{item(1)}})
+	c.Step(Page{Read: 2})
+	c.Step(Answered{Push: 1, Results: []syncproto.Result{{OpID: opID(1), Status: syncproto.StatusRejected, Code: syncproto.CodeInternal}}})
+	if st := c.Status().State; st != StateSyncing {
+		t.Fatalf("a write waits for its retry: state %s, want syncing", st)
+	}
+	c.Step(Disconnected{})
+	if st := c.Status().State; st != StateConnecting {
+		t.Fatalf("connection lost while online: state %s, want connecting", st)
+	}
+	c.Step(Network{Online: false})
+	if st := c.Status().State; st != StateOffline {
+		t.Fatalf("network gone: state %s, want offline", st)
+	}
+}

@@ -28,7 +28,7 @@ const (
 type Verdict struct {
 	Action   VerdictAction
 	Status   syncproto.Status // the decided status: applied, superseded, conflict (Done, Conflict)
-	Attempts int              // Charge and DeadLetter: the new count
+	Attempts int              // Charge and DeadLetter: the new count (each refusal charges one)
 	Reason   string           // Charge and DeadLetter: "code: message"
 	Result   syncproto.Result // the server's answer
 }
@@ -48,7 +48,9 @@ func Permanent(code syncproto.Code) bool {
 }
 
 // Judge maps the server's answer r for a write already charged attempts
-// times to its verdict. A transient refusal is charged an attempt and the
+// times to its verdict. Every refusal charges one attempt, so a dead
+// letter counts the answers that refused it. A transient refusal is
+// charged an attempt and the
 // attempt that reaches maxAttempts dead-letters the write; a permanent one
 // (see Permanent) dead-letters it at once; a clock-skew refusal is
 // re-stamped, never charged.
@@ -72,7 +74,7 @@ func Judge(r *syncproto.Result, attempts, maxAttempts int) Verdict {
 		v.Action, v.Status = Conflict, syncproto.StatusConflict
 		return v
 	case syncproto.ActionDeadLetter:
-		v.Action, v.Reason, v.Attempts = DeadLetter, string(r.Status)+": "+r.Message, attempts
+		v.Action, v.Reason, v.Attempts = DeadLetter, string(r.Status)+": "+r.Message, attempts+1
 		return v
 	case syncproto.ActionResend:
 		v.Action = Left

@@ -261,6 +261,13 @@ func TestCheckerNamesTheBrokenInvariant(t *testing.T) {
 			violated: []checker.Invariant{checker.Accounted, checker.Drained},
 			evidence: "still queued, undecided",
 		},
+		"a dead letter charged nothing": {
+			doctor: func(s *checker.State) {
+				client(s, "a").Queue.DeadLetters[0].Attempts = 0
+			},
+			violated: []checker.Invariant{checker.Drained},
+			evidence: "was charged no attempt",
+		},
 		"a gap in the oplog": {
 			doctor: func(s *checker.State) {
 				shift := func(seq *uint64) {

@@ -36,7 +36,7 @@
 //     tenant and readable models, holds nothing else, has an empty pending
 //     overlay and a cursor at or past the newest entry it may read.
 //  5. Drained: every queue is empty but for dead letters (each with a
-//     reason); the oplog's seqs are consecutive up to its head; PRAGMA
+//     reason, charged at least the refusal that put it there); the oplog's seqs are consecutive up to its head; PRAGMA
 //     integrity_check is ok on every database, and every NDJSON queue
 //     loads.
 //  6. NoLeaks: syncd's goroutine and open-file counts at quiescence are

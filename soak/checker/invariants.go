@@ -283,7 +283,8 @@ func checkConverged(s *State, ix *index) Verdict {
 }
 
 // checkDrained is invariant 5: no queue holds a pending item, every dead
-// letter has a reason, the oplog's seqs are consecutive up to its head, and
+// letter has a reason and was charged the refusal that put it there, the
+// oplog's seqs are consecutive up to its head, and
 // every database and queue file passed its integrity check.
 func checkDrained(s *State) Verdict {
 	b := newVerdict(Drained)
@@ -296,6 +297,10 @@ func checkDrained(s *State) Verdict {
 		for _, d := range c.Queue.DeadLetters {
 			if d.Reason == "" {
 				b.fail("%s: dead letter %d (op %s) has no reason", c.ID, d.ID, d.OpID)
+			}
+			if d.Attempts == 0 {
+				// The refusal that dead-lettered it charged an attempt.
+				b.fail("%s: dead letter %d (op %s) was charged no attempt", c.ID, d.ID, d.OpID)
 			}
 		}
 		b.integrity(c.ID+" queue ("+c.Queue.Kind+")", c.Queue.Integrity)
