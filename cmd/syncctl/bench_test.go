@@ -23,7 +23,7 @@ import (
 
 // benchClients issues n client tokens in s's token file through syncctl
 // token issue --count and writes them to a clients file.
-func benchClients(t *testing.T, s *syncdtest.Server, n int) string {
+func benchClients(t testing.TB, s *syncdtest.Server, n int) string {
 	t.Helper()
 	out := newCLI(t, nil).ok("token", "issue", "--tokens", s.TokenPath, "--count", strconv.Itoa(n),
 		"--tenant", "bench", "--client-id", "dev", "--read", "*", "--write", "*")
