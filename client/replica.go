@@ -67,15 +67,73 @@ const (
 	metaLastSync  = "last_sync"  // unix ms of the last completed replay
 )
 
-// replica is the client's local SQLite state. It is safe for concurrent use
-// (database/sql serialises writers; SQLite's WAL lets readers run beside).
+// replica is the client's local SQLite state. It is safe for concurrent use.
+//
+// Where it lives. With a queue that can share its SQLite file
+// (offlinequeue.SQLite), the replica's tables live in the queue's database
+// and every write to them goes through the queue's one committer: an
+// offline Put is one commit (the queue's item and its overlay row,
+// EnqueueWith), a decided batch is one commit (its outcomes and the removal
+// of its items, MarkDoneWith), and no two writers ever meet inside SQLite,
+// where a waiter sleeps in the busy handler. Its durability is the queue's
+// Synchronous level. With any other queue the replica has its own file at
+// Config.ReplicaPath, at Config.ReplicaSynchronous, and its writers take
+// turns on a mutex for the same reason.
+//
+// Reads run on the database's pool beside the writer (WAL).
 type replica struct {
-	db  *sql.DB
-	now func() time.Time
+	db     *sql.DB     // reads; writes too when the replica has its own file
+	shared sharedQueue // the queue whose file holds the replica, or nil
+	queue  offlinequeue.Queue
+	now    func() time.Time
+
+	writeMu sync.Mutex // own file: one writer at a time
+
+	lastSyncMu      sync.Mutex
+	lastSyncSeen    time.Time // the newest time setLastSync was given
+	lastSyncWritten time.Time // the newest it committed
 }
 
-func openReplica(ctx context.Context, path string, now func() time.Time) (*replica, error) {
-	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
+// sharedQueue is a queue whose SQLite database can hold the replica's
+// tables and make their writes part of its own transactions.
+type sharedQueue interface {
+	offlinequeue.Queue
+	EnqueueWith(ctx context.Context, payload []byte, key string, with func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error) (offlinequeue.ID, error)
+	MarkDoneWith(ctx context.Context, with offlinequeue.Hook, ids ...offlinequeue.ID) error
+	Update(ctx context.Context, fn offlinequeue.Hook) error
+	DB() *sql.DB
+}
+
+var _ sharedQueue = (*offlinequeue.SQLite)(nil)
+
+// replicaSharesQueue reports whether a replica over q lives in q's file.
+func replicaSharesQueue(q offlinequeue.Queue) bool {
+	_, ok := q.(sharedQueue)
+	return ok
+}
+
+// openReplica opens the replica over q: in q's database when q can share
+// it, else in its own file at path with the synchronous level sync.
+func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync offlinequeue.Synchronous, now func() time.Time) (*replica, error) {
+	if sq, ok := q.(sharedQueue); ok {
+		r := &replica{db: sq.DB(), shared: sq, queue: q, now: now}
+		if err := sq.Update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, replicaSchema)
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("replica schema: %w", err)
+		}
+		return r, nil
+	}
+	level := sqlitedb.Full
+	switch sync {
+	case offlinequeue.SyncFull:
+	case offlinequeue.SyncNormal:
+		level = sqlitedb.Normal
+	default:
+		return nil, fmt.Errorf("unknown ReplicaSynchronous value %d", int(sync))
+	}
+	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Synchronous: level})
 	if err != nil {
 		return nil, err
 	}
@@ -83,10 +141,39 @@ func openReplica(ctx context.Context, path string, now func() time.Time) (*repli
 		db.Close()
 		return nil, fmt.Errorf("replica schema: %w", err)
 	}
-	return &replica{db: db, now: now}, nil
+	return &replica{db: db, queue: q, now: now}, nil
 }
 
-func (r *replica) close() error { return r.db.Close() }
+// close commits a last-sync time setLastSync held back, then closes the
+// replica's own file; a replica in the queue's file is closed with the
+// queue (after this).
+func (r *replica) close() error {
+	err := r.flushLastSync()
+	if r.shared != nil {
+		return err
+	}
+	return errors.Join(err, r.db.Close())
+}
+
+// write runs fn in one transaction and commits it: the queue's committer's
+// (Update) when the replica lives in the queue's file, else one of its own.
+// fn must not keep tx.
+func (r *replica) write(ctx context.Context, fn offlinequeue.Hook) error {
+	if r.shared != nil {
+		return r.shared.Update(ctx, fn)
+	}
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
 
 func (r *replica) meta(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
@@ -112,15 +199,28 @@ func (r *replica) cursor(ctx context.Context) (uint64, error) {
 // addPending copies a queued mutation into the pending overlay, so reads see
 // it at once. It is idempotent by queue id.
 func (r *replica) addPending(ctx context.Context, queueID offlinequeue.ID, m *syncproto.Mutation) error {
-	tx, err := r.db.BeginTx(ctx, nil)
+	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return insertPending(ctx, tx, queueID, m)
+	})
+}
+
+// enqueue makes m (payload, its JSON) durable in the queue under its op id
+// and adds it to the pending overlay. In the queue's file both are one
+// commit: they exist together or not at all. With a replica file of its own
+// the queue commits first; then overlayErr non-nil says the write is queued
+// (it replays) but the overlay missed it, and reconcile must repair it.
+func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Mutation) (overlayErr, err error) {
+	if r.shared != nil {
+		_, err := r.shared.EnqueueWith(ctx, payload, m.OpID, func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error {
+			return insertPending(ctx, tx, id, m)
+		})
+		return nil, err
+	}
+	id, err := r.queue.Enqueue(ctx, payload, m.OpID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer tx.Rollback()
-	if err := insertPending(ctx, tx, queueID, m); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return r.addPending(ctx, id, m), nil
 }
 
 func insertPending(ctx context.Context, tx *sql.Tx, queueID offlinequeue.ID, m *syncproto.Mutation) error {
@@ -160,21 +260,18 @@ func (r *replica) reconcile(ctx context.Context, q offlinequeue.Queue) error {
 		if len(items) == 0 {
 			return nil
 		}
-		tx, err := r.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		for _, it := range items {
-			m, err := decodeMutation(it.Payload)
-			if err != nil {
-				continue // the worker dead-letters it with the reason
+		if err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			for _, it := range items {
+				m, err := decodeMutation(it.Payload)
+				if err != nil {
+					continue // the worker dead-letters it with the reason
+				}
+				if err := insertPending(ctx, tx, it.ID, m); err != nil {
+					return err
+				}
 			}
-			if err := insertPending(ctx, tx, it.ID, m); err != nil {
-				tx.Rollback()
-				return err
-			}
-		}
-		if err := tx.Commit(); err != nil {
+			return nil
+		}); err != nil {
 			return err
 		}
 		after = items[len(items)-1].ID
@@ -314,25 +411,19 @@ func keyRange(o ListOptions) (string, []any) {
 // transaction. An entry never lowers a record's version: a write the client
 // already applied from its own push result is not applied twice.
 func (r *replica) applyChanges(ctx context.Context, entries []syncproto.Change, cursor uint64) error {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, upsertRecord)
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
-	for _, e := range entries {
-		if _, err := stmt.ExecContext(ctx, upsertArgs(e.Model, e.Key, e.Value, e.Version, e.HLC, e.Deleted)...); err != nil {
-			return fmt.Errorf("apply change %d: %w", e.Seq, err)
+	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, upsertRecord)
+		if err != nil {
+			return err
 		}
-	}
-	if err := setMeta(ctx, tx, metaCursor, cursor); err != nil {
-		return err
-	}
-	return tx.Commit()
+		defer stmt.Close()
+		for _, e := range entries {
+			if _, err := stmt.ExecContext(ctx, upsertArgs(e.Model, e.Key, e.Value, e.Version, e.HLC, e.Deleted)...); err != nil {
+				return fmt.Errorf("apply change %d: %w", e.Seq, err)
+			}
+		}
+		return setMeta(ctx, tx, metaCursor, cursor)
+	})
 }
 
 // upsertRecord writes a record unless the replica already holds that
@@ -355,13 +446,25 @@ func upsertArgs(model, key string, value []byte, version uint64, hlc syncproto.T
 // the new one. The pending overlay and outcomes are kept. Reading and
 // decoding the snapshot runs beside the inserts (one goroutine, stopped
 // before it returns), so a large snapshot loads at the pace of the slower
-// of the two rather than their sum.
+// of the two rather than their sum. In the queue's file the load holds the
+// queue's committer: a Put waits for it (reads do not).
 func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotReader) (uint64, error) {
-	tx, err := r.db.BeginTx(ctx, nil)
+	var head uint64
+	err := r.write(ctx, func(_ context.Context, tx *sql.Tx) error {
+		// The caller's ctx, not the committer's: giving up cancels the
+		// load, and the transaction is rolled back.
+		var err error
+		head, err = storeSnapshot(ctx, tx, sr)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
-	defer tx.Rollback()
+	return head, nil
+}
+
+// storeSnapshot is resetFromSnapshot's transaction.
+func storeSnapshot(ctx context.Context, tx *sql.Tx, sr *syncproto.SnapshotReader) (uint64, error) {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM records`); err != nil {
 		return 0, err
 	}
@@ -397,10 +500,7 @@ func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotR
 		return 0, fmt.Errorf("snapshot: %w", readErr)
 	}
 	head := sr.Head()
-	if err := setMeta(ctx, tx, metaCursor, head); err != nil {
-		return 0, err
-	}
-	return head, tx.Commit()
+	return head, setMeta(ctx, tx, metaCursor, head)
 }
 
 // snapshotPage is how many records resetFromSnapshot's reader hands over at
@@ -440,7 +540,7 @@ func readSnapshotPages(ctx context.Context, sr *syncproto.SnapshotReader, pages 
 // marks the queue item done only after this committed, so a crash in
 // between resends the write and the ledger answers duplicate.
 func (r *replica) decide(ctx context.Context, m *syncproto.Mutation, o Outcome) error {
-	return r.decideAll(ctx, []decision{{mut: m, outcome: o}})
+	return r.write(ctx, decideHook([]decision{{mut: m, outcome: o}}))
 }
 
 // decision is one write and its final outcome.
@@ -449,20 +549,31 @@ type decision struct {
 	outcome Outcome
 }
 
-// decideAll is decide for many writes in one transaction: one commit (one
-// fsync) for a whole push batch instead of one per write.
-func (r *replica) decideAll(ctx context.Context, ds []decision) error {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
+// decideDone records the decisions ds (as decide does) and marks their
+// queue items ids done. In the queue's file that is one commit: a crash
+// leaves both or neither. With a replica file of its own, the outcomes
+// commit first (one commit for the batch), then the items: a crash between
+// the two resends the writes and the ledger answers duplicate.
+func (r *replica) decideDone(ctx context.Context, ds []decision, ids []offlinequeue.ID) error {
+	if r.shared != nil {
+		return r.shared.MarkDoneWith(ctx, decideHook(ds), ids...)
+	}
+	if err := r.write(ctx, decideHook(ds)); err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	for _, d := range ds {
-		if err := decideIn(ctx, tx, d.mut, d.outcome); err != nil {
-			return err
+	return r.queue.MarkDone(ctx, ids...)
+}
+
+// decideHook records ds in a transaction.
+func decideHook(ds []decision) offlinequeue.Hook {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		for _, d := range ds {
+			if err := decideIn(ctx, tx, d.mut, d.outcome); err != nil {
+				return err
+			}
 		}
+		return nil
 	}
-	return tx.Commit()
 }
 
 func decideIn(ctx context.Context, tx *sql.Tx, m *syncproto.Mutation, o Outcome) error {
@@ -530,23 +641,61 @@ func (r *replica) isPending(ctx context.Context, opID string) (bool, error) {
 
 // pruneOutcomes forgets outcomes decided before cutoff.
 func (r *replica) pruneOutcomes(ctx context.Context, cutoff time.Time) error {
-	_, err := r.db.ExecContext(ctx, `DELETE FROM outcomes WHERE decided_at < ?`, cutoff.UnixMilli())
-	return err
+	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM outcomes WHERE decided_at < ?`, cutoff.UnixMilli())
+		return err
+	})
 }
 
+// lastSyncEvery bounds how often setLastSync commits: a client that
+// awaits each write completes a replay per write, and a commit per replay
+// would double the commits of an awaited write for a figure that is read
+// to the second.
+const lastSyncEvery = time.Second
+
+// setLastSync records t as the end of the last complete replay. It
+// commits at most once per lastSyncEvery; in between it only remembers t,
+// which lastSync reports, so the figure stays exact while the client runs
+// and at most lastSyncEvery stale after a restart.
 func (r *replica) setLastSync(ctx context.Context, t time.Time) error {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
+	r.lastSyncMu.Lock()
+	defer r.lastSyncMu.Unlock()
+	r.lastSyncSeen = t
+	if !r.lastSyncWritten.IsZero() && t.Sub(r.lastSyncWritten) < lastSyncEvery && t.After(r.lastSyncWritten) {
+		return nil
+	}
+	if err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return setMeta(ctx, tx, metaLastSync, uint64(t.UnixMilli()))
+	}); err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	if err := setMeta(ctx, tx, metaLastSync, uint64(t.UnixMilli())); err != nil {
-		return err
-	}
-	return tx.Commit()
+	r.lastSyncWritten = t
+	return nil
 }
 
+// flushLastSync commits the last-sync time if setLastSync held it back.
+func (r *replica) flushLastSync() error {
+	r.lastSyncMu.Lock()
+	t := r.lastSyncSeen
+	held := !t.Equal(r.lastSyncWritten)
+	r.lastSyncMu.Unlock()
+	if !held {
+		return nil
+	}
+	return r.write(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+		return setMeta(ctx, tx, metaLastSync, uint64(t.UnixMilli()))
+	})
+}
+
+// lastSync is the end of the last complete replay, as set in this process
+// or, before the first, as recorded by an earlier one.
 func (r *replica) lastSync(ctx context.Context) (time.Time, error) {
+	r.lastSyncMu.Lock()
+	seen := r.lastSyncSeen
+	r.lastSyncMu.Unlock()
+	if !seen.IsZero() {
+		return seen, nil
+	}
 	ms, err := r.meta(ctx, r.db, metaLastSync)
 	if err != nil || ms == 0 {
 		return time.Time{}, err
@@ -567,10 +716,12 @@ func (r *replica) newestWall(ctx context.Context) (int64, error) {
 // forgetDeadLettered removes the dead-letter outcomes of ops, so the
 // requeued writes' next decisions are recorded.
 func (r *replica) forgetDeadLettered(ctx context.Context, ops []string) error {
-	for _, op := range ops {
-		if _, err := r.db.ExecContext(ctx, `DELETE FROM outcomes WHERE op_id = ? AND status = ?`, op, string(StatusDeadLettered)); err != nil {
-			return fmt.Errorf("forget dead-letter outcome: %w", err)
+	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, op := range ops {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM outcomes WHERE op_id = ? AND status = ?`, op, string(StatusDeadLettered)); err != nil {
+				return fmt.Errorf("forget dead-letter outcome: %w", err)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
