@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -197,7 +198,7 @@ func TestDecideDoneLeavesNothingHalfDone(t *testing.T) {
 	})
 }
 
-// setLastSync commits at most once per lastSyncEvery, yet lastSync reports
+// setLastSync commits at most once per heldMetaEvery, yet lastSync reports
 // the newest time given, and close commits what was held back.
 func TestLastSyncIsThrottledButExact(t *testing.T) {
 	dir := t.TempDir()
@@ -214,13 +215,13 @@ func TestLastSyncIsThrottledButExact(t *testing.T) {
 	t0 := time.UnixMilli(1_700_000_000_000)
 	require.NoError(t, r.setLastSync(t.Context(), t0))
 	require.Equal(t, uint64(t0.UnixMilli()), stored())
-	t1 := t0.Add(lastSyncEvery / 2)
+	t1 := t0.Add(heldMetaEvery / 2)
 	require.NoError(t, r.setLastSync(t.Context(), t1))
 	require.Equal(t, uint64(t0.UnixMilli()), stored(), "held back")
 	got, err := r.lastSync(t.Context())
 	require.NoError(t, err)
 	require.True(t, got.Equal(t1), "reported at once")
-	t2 := t0.Add(lastSyncEvery)
+	t2 := t0.Add(heldMetaEvery)
 	require.NoError(t, r.setLastSync(t.Context(), t2))
 	require.Equal(t, uint64(t2.UnixMilli()), stored())
 	t3 := t2.Add(time.Millisecond)
@@ -234,4 +235,63 @@ func mustJSON(t *testing.T, m *syncproto.Mutation) []byte {
 	b, err := json.Marshal(m)
 	require.NoError(t, err)
 	return b
+}
+
+// A feed page of entries the records already hold (the device's own writes
+// echoed back) writes nothing: its cursor is held, reported by cursor at
+// once, committed with the next page that writes, after heldMetaEvery, or
+// at close. A page with one entry newer than the records applies it.
+func TestEchoedFeedPagesCommitNothing(t *testing.T) {
+	dir := t.TempDir()
+	q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+	require.NoError(t, err)
+	defer q.Close()
+	now := time.UnixMilli(1_700_000_000_000)
+	r, err := openReplica(t.Context(), q, "", offlinequeue.SyncFull, func() time.Time { return now })
+	require.NoError(t, err)
+	ctx := t.Context()
+	stored := func() uint64 {
+		v, err := r.meta(ctx, r.db, metaCursor)
+		require.NoError(t, err)
+		return v
+	}
+	reported := func() uint64 {
+		v, err := r.cursor(ctx)
+		require.NoError(t, err)
+		return v
+	}
+	hlc := syncproto.Timestamp{Wall: now.UnixMilli(), Origin: "phone-1"}
+	change := func(seq uint64, key string, version uint64) syncproto.Change {
+		return syncproto.Change{Seq: seq, Model: "notes", Key: key, Value: json.RawMessage(`{"v":` + fmt.Sprint(version) + `}`), Version: version, HLC: hlc}
+	}
+
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(1, "a", 1), change(2, "b", 1)}, 2))
+	require.Equal(t, uint64(2), stored())
+
+	// The same entries again, and an older version: held, not written.
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(1, "a", 1), change(2, "b", 1)}, 3))
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(4, "a", 1)}, 4))
+	require.Equal(t, uint64(2), stored())
+	require.Equal(t, uint64(4), reported())
+
+	// One newer entry among echoes: applied, and the cursor committed.
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(5, "a", 1), change(6, "b", 2)}, 6))
+	require.Equal(t, uint64(6), stored())
+	rec, found, err := r.get(ctx, "notes", "b")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, uint64(2), rec.Version)
+
+	// Held at most heldMetaEvery.
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(7, "b", 2)}, 7))
+	require.Equal(t, uint64(6), stored())
+	now = now.Add(heldMetaEvery)
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(8, "b", 2)}, 8))
+	require.Equal(t, uint64(8), stored())
+
+	// Close commits what is held.
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(9, "b", 2)}, 9))
+	require.Equal(t, uint64(8), stored())
+	require.NoError(t, r.close())
+	require.Equal(t, uint64(9), stored())
 }
