@@ -50,11 +50,13 @@ deps:
 	  echo "installing Debian's chromium for the browser test"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
-## test: vet and the whole suite with the race detector (./soak holds the short soaks, single
-## node and three-node cluster, about a minute each)
+## test: vet, the whole suite with the race detector (./soak holds the short soaks, single
+## node and three-node cluster, about a minute each), then the client's seeded simulation
+## at its full 10,000 schedules without the race detector (which slows it tenfold)
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -timeout 14m ./...
+	$(GO) test -count=1 -run 'TestSimulation$$' -v ./client/synccore
 
 ## simulate: the client's seeded simulation (client/synccore) over SEEDS schedules
 ## (default 100000), without the race detector; a failing seed prints its replay command
