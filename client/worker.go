@@ -391,9 +391,11 @@ func outcome(s synccore.Settle, now time.Time) Outcome {
 	return o
 }
 
-// settleDone finishes writes the core decided Done: their outcomes in one
-// replica transaction, then their items in one MarkDone, in that order, so
-// a crash between the two resends them and the ledger answers duplicate.
+// settleDone finishes writes the core decided Done together, by
+// replica.decideDone: their outcomes and their items in one commit when the
+// replica lives in the queue's file, else outcomes then items, never "item
+// done before its outcome" (a crash resends them; the ledger answers
+// duplicate).
 func (d *driver) settleDone(done []synccore.Settle) {
 	if len(done) == 0 {
 		return
@@ -407,11 +409,7 @@ func (d *driver) settleDone(done []synccore.Settle) {
 		ds[i] = decision{mut: &done[i].Item.Mutation, outcome: outcome(done[i], c.now())}
 		ids[i] = offlinequeue.ID(done[i].Item.ID)
 	}
-	err := c.replica.decideAll(c.ctx, ds)
-	if err == nil {
-		err = c.queue.MarkDone(c.ctx, ids...)
-	}
-	if err != nil {
+	if err := c.replica.decideDone(c.ctx, ds, ids); err != nil {
 		d.fail("settling written outcomes", err)
 		return
 	}
@@ -433,10 +431,7 @@ func (d *driver) settle(s synccore.Settle) error {
 		if err != nil {
 			return err
 		}
-		if err := c.replica.decide(ctx, m, o); err != nil {
-			return err
-		}
-		if err := c.queue.MarkDone(ctx, id); err != nil {
+		if err := c.replica.decideDone(ctx, []decision{{mut: m, outcome: o}}, []offlinequeue.ID{id}); err != nil {
 			return err
 		}
 		c.outcomes.wake()
