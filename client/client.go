@@ -64,6 +64,7 @@ type Client struct {
 	kick       chan struct{} // new writes wait for replay
 	outcomes   broadcast     // woken whenever an outcome is recorded
 	changes    changeHub
+	watch      *statusHub                   // WatchStatus channels
 	reconcile  atomic.Bool                  // the overlay missed a queued write
 	refusal    atomic.Pointer[RefusedError] // the server's last refusal of the session; nil once bound
 	resyncNext atomic.Bool                  // the server answered cursor_ahead: the next bind resyncs
@@ -93,7 +94,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		closeQueue()
 		return nil, fmt.Errorf("client: open replica: %w", err)
 	}
-	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1)}
+	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1), watch: newStatusHub()}
 	fail := func(err error) (*Client, error) {
 		rep.close()
 		closeQueue()
@@ -186,6 +187,7 @@ func (c *Client) followNetwork(events <-chan netmonitor.Event) {
 			c.coord.OnOffline()
 			c.dropLink(nil)
 		}
+		c.statusChanged()
 	}
 }
 
@@ -383,6 +385,7 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 		c.reconcile.Store(true)
 	}
 	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Deleted: m.Op == syncproto.OpDelete, Local: true})
+	c.statusChanged()
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -459,7 +462,10 @@ func (c *Client) Lookup(ctx context.Context, opID string) (Outcome, bool, error)
 }
 
 // published wakes Await callers after an outcome was recorded.
-func (c *Client) published(Outcome) { c.outcomes.wake() }
+func (c *Client) published(Outcome) {
+	c.outcomes.wake()
+	c.statusChanged()
+}
 
 // Status is a snapshot of the client's state.
 type Status struct {
@@ -610,6 +616,7 @@ func (c *Client) stepBind(ctx context.Context) error {
 		return err
 	}
 	c.refusal.Store(nil)
+	c.statusChanged()
 	return nil
 }
 
@@ -635,6 +642,7 @@ func (c *Client) dropLink(l *link) {
 	c.active = nil
 	c.mu.Unlock()
 	cur.stop()
+	c.statusChanged()
 }
 
 // linkLost runs when a bound connection ends on its own: reconnect if the
@@ -700,6 +708,7 @@ func (c *Client) refused(err error) {
 	c.log.Warn("the server refused the session", "code", re.Code, "message", re.Message, "retry_after", re.RetryAfter)
 	c.refusal.Store(re)
 	c.outcomes.wake()
+	c.statusChanged()
 }
 
 // permanentRefusal returns the server's refusal of the session when only

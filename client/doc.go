@@ -48,6 +48,16 @@
 // not the write's fault: the client corrects its clock from the server's
 // and resends, uncharged.
 //
+// # Status
+//
+// Status reports what the client is doing (State: offline, connecting,
+// syncing, idle, refused) with the counts an app shows, and LastError: the
+// server's refusal of the session as a *RefusedError (errors.Is
+// ErrUnauthorized, ErrWrongClientID, ErrServerBusy, ErrIncompatible).
+// WatchStatus delivers every change of it on a channel that keeps only the
+// newest status, so a slow reader never holds the client up; it ends with
+// StateClosed when the Client is closed.
+//
 // # Crash safety
 //
 // The queue is written before the overlay; an outcome is recorded before
