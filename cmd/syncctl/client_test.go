@@ -90,3 +90,15 @@ func TestOplogTailFollow(t *testing.T) {
 	require.Len(t, lines, 1, "only the docs entry: %s", outJSON)
 	requireKeys(t, object(t, lines[0]), "seq", "op_id", "model", "key", "op", "value", "version", "hlc", "deleted", "tenant", "client_id", "applied_at")
 }
+
+// The device credential token issue --credential prints is all put needs.
+func TestSmallClientTakesACredential(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	admin := newCLI(t, map[string]string{"SYNCCTL_TOKENS": ts.tokenPath})
+	credential := strings.TrimSpace(admin.ok("token", "issue", "--tenant", tenant, "--client-id", "tablet-1", "--read", "*", "--write", "*", "--credential"))
+	require.True(t, strings.HasPrefix(credential, client.CredentialPrefix+"tablet-1@sdk_"), credential)
+
+	c := newCLI(t, map[string]string{"SYNCCTL_SYNC_URL": ts.url, "SYNCCTL_CLIENT_CREDENTIAL": credential})
+	require.Contains(t, c.ok("put", "notes", "a", `1`), "applied as version 1")
+	requireOneLineError(t, c.run("put", "notes", "a", `2`, "--credential", "tablet-1"), exitUsage, "invalid credential")
+}

@@ -39,6 +39,7 @@ func addClientFlags(cmd *cobra.Command) *clientFlags {
 	fl.String("url", defaultSyncURL, "syncd's public URL (env SYNCCTL_SYNC_URL)")
 	fl.String("token", "", "a client token (env SYNCCTL_CLIENT_TOKEN; prefer the environment, flags show in ps)")
 	fl.String("client-id", "", "the client id the token acts as (env SYNCCTL_CLIENT_ID)")
+	fl.String("credential", "", "a device credential, client id and token in one (syncctl token issue --credential; env SYNCCTL_CLIENT_CREDENTIAL), instead of --token and --client-id")
 	fl.StringVar(&f.state, "state", "", "directory for the device's queue and replica; default a temporary one, removed on exit")
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the server")
 	return f
@@ -61,6 +62,12 @@ func (a *app) openDevice(ctx context.Context, cmd *cobra.Command, f *clientFlags
 	base := strings.TrimRight(a.setting(cmd.Flags(), "url", "SYNCCTL_SYNC_URL"), "/")
 	token := a.setting(cmd.Flags(), "token", "SYNCCTL_CLIENT_TOKEN")
 	id := a.setting(cmd.Flags(), "client-id", "SYNCCTL_CLIENT_ID")
+	if cred := a.setting(cmd.Flags(), "credential", "SYNCCTL_CLIENT_CREDENTIAL"); cred != "" {
+		var err error
+		if id, token, err = client.ParseCredential(cred); err != nil {
+			return nil, failf(exitUsage, "--credential: %v", err)
+		}
+	}
 	switch {
 	case token == "":
 		return nil, failf(exitUsage, "a client token is required: set SYNCCTL_CLIENT_TOKEN or pass --token")
