@@ -475,8 +475,9 @@ type Status struct {
 	DeadLetters int       // writes in the dead-letter store
 	LastSync    time.Time // end of the last replay that left nothing behind
 	Cursor      uint64    // oplog seq the local replica reflects
-	// State sums the above up: offline, connecting, syncing, idle, or
-	// refused (LastError says why).
+	// State sums the above up: offline (the probe found no server),
+	// connecting (online, or not yet probed, and not yet welcomed),
+	// syncing, idle, or refused (LastError says why).
 	State State
 	// LastError is the server's last refusal of the session, nil once a
 	// connection is bound.
@@ -528,7 +529,9 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 		out.State = StateIdle
 	case re != nil && !re.Transient():
 		out.State = StateRefused
-	case out.Online:
+	case out.Online || c.monitor.Current() == netmonitor.Unknown:
+		// Before the first probe has answered the client is finding out,
+		// not offline: offline is a decision an app may act on.
 		out.State = StateConnecting
 	default:
 		out.State = StateOffline
