@@ -106,7 +106,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if err := rep.reconcile(ctx, c.queue); err != nil {
 		return fail(fmt.Errorf("reconcile overlay with the queue: %w", err))
 	}
-	if err := rep.pruneOutcomes(ctx, c.now().Add(-cfg.OutcomeRetention)); err != nil {
+	if err := c.pruneOutcomes(ctx); err != nil {
 		return fail(err)
 	}
 	// A restarted clock never issues a timestamp older than one this
@@ -140,6 +140,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		c.coord.Close()
 		return fail(err)
 	}
+	c.wg.Go(c.runOutcomePruning)
 	events, unsubscribe := c.monitor.Subscribe()
 	c.wg.Add(1)
 	go func() {

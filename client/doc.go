@@ -23,7 +23,9 @@
 // oplog seq), superseded (with the winner), conflict (with the winner and
 // what the ConflictHandler did) or dead_lettered (with the reason). Await
 // waits for it; Lookup reads it; both work after a restart, for
-// Config.OutcomeRetention.
+// Config.OutcomeRetention. Outcomes are pruned at Open and while the client
+// runs (every OutcomeRetention/2, at most MaxOutcomePruneInterval), and
+// never more than MaxOutcomes are kept (the oldest go first).
 //
 // # Syncing
 //

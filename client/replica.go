@@ -528,10 +528,14 @@ func (r *replica) isPending(ctx context.Context, opID string) (bool, error) {
 	return n > 0, err
 }
 
-// pruneOutcomes forgets outcomes decided before cutoff.
-func (r *replica) pruneOutcomes(ctx context.Context, cutoff time.Time) error {
-	_, err := r.db.ExecContext(ctx, `DELETE FROM outcomes WHERE decided_at < ?`, cutoff.UnixMilli())
-	return err
+// pruneOutcomes forgets outcomes decided before cutoff and returns how
+// many.
+func (r *replica) pruneOutcomes(ctx context.Context, cutoff time.Time) (int64, error) {
+	res, err := r.db.ExecContext(ctx, `DELETE FROM outcomes WHERE decided_at < ?`, cutoff.UnixMilli())
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func (r *replica) setLastSync(ctx context.Context, t time.Time) error {
