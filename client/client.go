@@ -476,6 +476,12 @@ type Status struct {
 	DeadLetters int       // writes in the dead-letter store
 	LastSync    time.Time // end of the last replay that left nothing behind
 	Cursor      uint64    // oplog seq the local replica reflects
+	// DatabaseID is the server database (welcome.database_id) the replica
+	// was last synced from; "" before the first sync. When a server
+	// answers with another one (replaced, restored into a new database,
+	// another cluster), the client resyncs from a snapshot and this
+	// changes.
+	DatabaseID string
 	// State sums the above up: offline (the probe found no server),
 	// connecting (online, or not yet probed, and not yet welcomed),
 	// syncing, idle, or refused (LastError says why).
@@ -514,11 +520,15 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
+	dbID, err := c.replica.databaseID(ctx)
+	if err != nil {
+		return Status{}, err
+	}
 	c.mu.Lock()
 	connected := c.active != nil && c.active.bound.Load()
 	c.mu.Unlock()
 	out := Status{Online: c.monitor.Current() == netmonitor.Online, Connected: connected,
-		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor}
+		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor, DatabaseID: dbID}
 	re := c.refusal.Load()
 	if re != nil {
 		out.LastError = re

@@ -33,8 +33,9 @@
 // probe decides the first state; there is no silent first interval). When
 // it reports online, the reconnect coordinator runs, strictly in order:
 // reconnect (dial, trying each server URL), activate, bind (hello/welcome;
-// a replica that never synced loads a snapshot; subscribe to the change
-// feed) and replay (the sync worker). Going offline cancels a run between
+// a replica that never synced loads a snapshot, and so does one synced from
+// another database than the welcome's database_id, which Status.DatabaseID
+// then names; subscribe to the change feed) and replay (the sync worker). Going offline cancels a run between
 // steps without waiting on any lock, so no replay starts on a connection
 // known to be down. While connected, new writes are replayed as they come.
 //

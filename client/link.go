@@ -59,11 +59,18 @@ func (l *link) bind(ctx context.Context) error {
 	}
 	c.measureOffset(w)
 	c.observe(w.ServerHLC)
-	if (cursor == 0 && w.Head > 0) || resync {
+	other, err := c.otherDatabase(ctx, w.DatabaseID)
+	if err != nil {
+		return err
+	}
+	if (cursor == 0 && w.Head > 0) || resync || other {
 		if cursor, err = c.loadSnapshot(ctx, l.conn.url); err != nil {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 		c.resyncNext.Store(false)
+	}
+	if err := c.rememberDatabase(ctx, w.DatabaseID); err != nil {
+		return err
 	}
 	if err := l.conn.subscribe(ctx, cursor); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
