@@ -68,8 +68,17 @@
 // resends a write, and the server's ledger answers "duplicate" with the
 // original result: nothing is lost and nothing is applied twice.
 //
+// # Typed values
+//
+// Collection[T] is a typed view of one model for apps that do not want to
+// marshal JSON by hand: Put, Get, Delete, List and Watch take and return
+// Go values, and a stored value that does not decode as T is a
+// *DecodeError naming its key.
+//
 // # The caller's duties
 //
 // Open the queue and hand it to the client (which then owns and closes it);
-// give each device its own ClientID, token, queue and replica; call Close.
+// give each device its own credential (Config.Credential, the
+// "sdc_<client id>@<token>" string syncctl token issue --credential prints;
+// or Token and ClientID), queue and replica; call Close.
 package client
