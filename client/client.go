@@ -89,7 +89,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		closeQueue()
 		return nil, fmt.Errorf("client: config: %w", err)
 	}
-	rep, err := openReplica(ctx, cfg.ReplicaPath, cfg.Now)
+	rep, err := openReplica(ctx, cfg.Queue, cfg.ReplicaPath, cfg.ReplicaSynchronous, cfg.Now)
 	if err != nil {
 		closeQueue()
 		return nil, fmt.Errorf("client: open replica: %w", err)
@@ -375,14 +375,15 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 	if err != nil {
 		return err
 	}
-	id, err := c.queue.Enqueue(ctx, payload, m.OpID)
+	overlayErr, err := c.replica.enqueue(ctx, payload, m)
 	if err != nil {
 		return fmt.Errorf("client: queue %s/%s: %w", m.Model, m.Key, err)
 	}
-	// The write is durable from here on. Should the overlay update fail,
-	// the write still replays, and the overlay is repaired from the queue.
-	if err := c.replica.addPending(ctx, id, m); err != nil {
-		c.log.Error("pending overlay not updated; it will be repaired from the queue", "op_id", m.OpID, "err", err)
+	// The write is durable from here on. Should the overlay update have
+	// failed, the write still replays, and the overlay is repaired from
+	// the queue.
+	if overlayErr != nil {
+		c.log.Error("pending overlay not updated; it will be repaired from the queue", "op_id", m.OpID, "err", overlayErr)
 		c.reconcile.Store(true)
 	}
 	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Deleted: m.Op == syncproto.OpDelete, Local: true})

@@ -47,8 +47,20 @@ type Config struct {
 	// Required. The client owns it from Open on: it closes it on Close, and
 	// Open closes it when it fails.
 	Queue offlinequeue.Queue
-	// ReplicaPath is the local replica's SQLite file. Required.
+	// ReplicaPath is the local replica's SQLite file. Required unless Queue
+	// is a SQLite queue (offlinequeue.OpenSQLite): then the replica lives
+	// in the queue's database file, so that a write and its pending
+	// overlay row are one commit, and ReplicaPath is not used.
 	ReplicaPath string
+	// ReplicaSynchronous is the durability of a replica in its own file
+	// (ReplicaPath); the zero value is offlinequeue.SyncFull. A replica in
+	// a SQLite queue's file has the queue's level
+	// (offlinequeue.SQLiteOptions.Synchronous) instead. SyncNormal
+	// survives a process crash; a power cut or an OS crash may roll back
+	// the newest commits (recent outcomes, pending rows and feed entries,
+	// which the queue, the server's ledger and the feed give back on the
+	// next sync), never corrupt the file.
+	ReplicaSynchronous offlinequeue.Synchronous
 	// ConflictHandler decides optimistic conflicts; nil drops the refused
 	// write (its Outcome says conflict, with the winner).
 	ConflictHandler ConflictHandler
@@ -101,8 +113,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("field Token %w", errMissing)
 	case c.Queue == nil:
 		return fmt.Errorf("field Queue %w", errMissing)
-	case c.ReplicaPath == "":
-		return fmt.Errorf("field ReplicaPath %w", errMissing)
+	case c.ReplicaPath == "" && !replicaSharesQueue(c.Queue):
+		return fmt.Errorf("field ReplicaPath %w (the queue is not a SQLite queue)", errMissing)
 	}
 	if err := syncproto.ValidateID(c.ClientID); err != nil {
 		return fmt.Errorf("field ClientID: %w", err)

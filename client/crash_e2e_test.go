@@ -34,6 +34,7 @@ type killChild struct {
 	Dir, URL, Token, ClientID string
 	Round, Writes             int
 	Life                      time.Duration
+	SQLiteQueue               bool // queue.db (SQLite) instead of queue.ndjson
 }
 
 // Reported lines of a child on stdout.
@@ -190,7 +191,13 @@ func (s *syncd) runAndKill(t *testing.T, cfg killChild, step func(childProgress)
 func runKillChild(t *testing.T, raw string) {
 	var cfg killChild
 	require.NoError(t, json.Unmarshal([]byte(raw), &cfg))
-	q, err := offlinequeue.OpenFile(filepath.Join(cfg.Dir, "queue.ndjson"), offlinequeue.FileOptions{})
+	var q offlinequeue.Queue
+	var err error
+	if cfg.SQLiteQueue {
+		q, err = offlinequeue.OpenSQLite(filepath.Join(cfg.Dir, "queue.db"), offlinequeue.SQLiteOptions{})
+	} else {
+		q, err = offlinequeue.OpenFile(filepath.Join(cfg.Dir, "queue.ndjson"), offlinequeue.FileOptions{})
+	}
 	require.NoError(t, err)
 	c, err := client.Open(context.Background(), client.Config{
 		ServerURLs: []string{cfg.URL}, Token: cfg.Token, ClientID: cfg.ClientID,

@@ -22,9 +22,11 @@ func (r *replica) databaseID(ctx context.Context) (string, error) {
 }
 
 func (r *replica) setDatabaseID(ctx context.Context, id string) error {
-	_, err := r.db.ExecContext(ctx, `INSERT INTO meta_text (name, value) VALUES (?, ?)
-		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, metaDatabaseID, id)
-	return err
+	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO meta_text (name, value) VALUES (?, ?)
+			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, metaDatabaseID, id)
+		return err
+	})
 }
 
 // otherDatabase reports whether the replica was synced from another

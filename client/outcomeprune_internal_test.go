@@ -9,7 +9,10 @@ import (
 
 // trimOutcomes keeps the newest decided outcomes and forgets the rest.
 func TestTrimOutcomesKeepsTheNewest(t *testing.T) {
-	r := openTestReplica(t)
+	forEachLayout(t, testTrimOutcomesKeepsTheNewest)
+}
+
+func testTrimOutcomesKeepsTheNewest(t *testing.T, r *replica) {
 	base := time.Now()
 	var ops []string
 	for i := range 5 {

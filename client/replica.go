@@ -71,15 +71,78 @@ const (
 	metaLastSync  = "last_sync"  // unix ms of the last completed replay
 )
 
-// replica is the client's local SQLite state. It is safe for concurrent use
-// (database/sql serialises writers; SQLite's WAL lets readers run beside).
+// replica is the client's local SQLite state. It is safe for concurrent use.
+//
+// Where it lives. With a queue that can share its SQLite file
+// (offlinequeue.SQLite), the replica's tables live in the queue's database
+// and every write to them goes through the queue's one committer: an
+// offline Put is one commit (the queue's item and its overlay row,
+// EnqueueWith), a decided batch is one commit (its outcomes and the removal
+// of its items, MarkDoneWith), and no two writers ever meet inside SQLite,
+// where a waiter sleeps in the busy handler. Its durability is the queue's
+// Synchronous level. With any other queue the replica has its own file at
+// Config.ReplicaPath, at Config.ReplicaSynchronous, and its writers take
+// turns on a mutex for the same reason.
+//
+// Reads run on the database's pool beside the writer (WAL).
 type replica struct {
-	db  *sql.DB
-	now func() time.Time
+	db     *sql.DB     // reads; writes too when the replica has its own file
+	shared sharedQueue // the queue whose file holds the replica, or nil
+	queue  offlinequeue.Queue
+	now    func() time.Time
+
+	writeMu sync.Mutex // own file: one writer at a time
+	stmts   stmtCache
+
+	// Meta values written lazily (see setLastSync, applyChanges): the
+	// newest value, and when or whether it was committed.
+	heldMu          sync.Mutex
+	lastSyncSeen    time.Time // the newest time setLastSync was given
+	lastSyncWritten time.Time // the newest it committed
+	cursorHeld      uint64    // a feed cursor not yet committed; 0: none
+	cursorWritten   time.Time // when applyChanges last committed a cursor
 }
 
-func openReplica(ctx context.Context, path string, now func() time.Time) (*replica, error) {
-	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
+// sharedQueue is a queue whose SQLite database can hold the replica's
+// tables and make their writes part of its own transactions.
+type sharedQueue interface {
+	offlinequeue.Queue
+	EnqueueWith(ctx context.Context, payload []byte, key string, with func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error) (offlinequeue.ID, error)
+	MarkDoneWith(ctx context.Context, with offlinequeue.Hook, ids ...offlinequeue.ID) error
+	Update(ctx context.Context, fn offlinequeue.Hook) error
+	DB() *sql.DB
+}
+
+var _ sharedQueue = (*offlinequeue.SQLite)(nil)
+
+// replicaSharesQueue reports whether a replica over q lives in q's file.
+func replicaSharesQueue(q offlinequeue.Queue) bool {
+	_, ok := q.(sharedQueue)
+	return ok
+}
+
+// openReplica opens the replica over q: in q's database when q can share
+// it, else in its own file at path with the synchronous level sync.
+func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync offlinequeue.Synchronous, now func() time.Time) (*replica, error) {
+	if sq, ok := q.(sharedQueue); ok {
+		r := &replica{db: sq.DB(), shared: sq, queue: q, now: now, stmts: stmtCache{db: sq.DB()}}
+		if err := sq.Update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, replicaSchema)
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("replica schema: %w", err)
+		}
+		return r, nil
+	}
+	level := sqlitedb.Full
+	switch sync {
+	case offlinequeue.SyncFull:
+	case offlinequeue.SyncNormal:
+		level = sqlitedb.Normal
+	default:
+		return nil, fmt.Errorf("unknown ReplicaSynchronous value %d", int(sync))
+	}
+	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Synchronous: level})
 	if err != nil {
 		return nil, err
 	}
@@ -87,10 +150,103 @@ func openReplica(ctx context.Context, path string, now func() time.Time) (*repli
 		db.Close()
 		return nil, fmt.Errorf("replica schema: %w", err)
 	}
-	return &replica{db: db, now: now}, nil
+	return &replica{db: db, queue: q, now: now, stmts: stmtCache{db: db}}, nil
 }
 
-func (r *replica) close() error { return r.db.Close() }
+// close commits the meta values held back (flushHeld), then closes the
+// replica's own file; a replica in the queue's file is closed with the
+// queue (after this).
+func (r *replica) close() error {
+	err := errors.Join(r.flushHeld(), r.stmts.close())
+	if r.shared != nil {
+		return err
+	}
+	return errors.Join(err, r.db.Close())
+}
+
+// stmtCache holds the replica's write statements, each prepared once on
+// the database (and by database/sql once per connection) instead of once
+// per execution: a settled batch runs four statements per write.
+type stmtCache struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+func (c *stmtCache) get(ctx context.Context, query string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.m[query]; ok {
+		return s, nil
+	}
+	s, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if c.m == nil {
+		c.m = map[string]*sql.Stmt{}
+	}
+	c.m[query] = s
+	return s, nil
+}
+
+func (c *stmtCache) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, s := range c.m {
+		errs = append(errs, s.Close())
+	}
+	c.m = nil
+	return errors.Join(errs...)
+}
+
+// txStmts runs cached statements in one transaction, binding each to it
+// once.
+type txStmts struct {
+	ctx   context.Context
+	tx    *sql.Tx
+	cache *stmtCache
+	bound map[string]*sql.Stmt
+}
+
+func (r *replica) inTx(ctx context.Context, tx *sql.Tx) *txStmts {
+	return &txStmts{ctx: ctx, tx: tx, cache: &r.stmts, bound: map[string]*sql.Stmt{}}
+}
+
+func (x *txStmts) exec(query string, args ...any) error {
+	s, ok := x.bound[query]
+	if !ok {
+		prepared, err := x.cache.get(x.ctx, query)
+		if err != nil {
+			return err
+		}
+		s = x.tx.StmtContext(x.ctx, prepared)
+		x.bound[query] = s
+	}
+	_, err := s.ExecContext(x.ctx, args...)
+	return err
+}
+
+// write runs fn in one transaction and commits it: the queue's committer's
+// (Update) when the replica lives in the queue's file, else one of its own.
+// fn must not keep tx.
+func (r *replica) write(ctx context.Context, fn offlinequeue.Hook) error {
+	if r.shared != nil {
+		return r.shared.Update(ctx, fn)
+	}
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
 
 func (r *replica) meta(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
@@ -109,40 +265,65 @@ func setMeta(ctx context.Context, tx *sql.Tx, name string, v uint64) error {
 	return err
 }
 
+// cursor is the oplog seq the records reflect: the newest the feed
+// brought, committed or held (see applyChanges).
 func (r *replica) cursor(ctx context.Context) (uint64, error) {
+	r.heldMu.Lock()
+	held := r.cursorHeld
+	r.heldMu.Unlock()
+	if held > 0 {
+		return held, nil
+	}
 	return r.meta(ctx, r.db, metaCursor)
 }
 
 // addPending copies a queued mutation into the pending overlay, so reads see
 // it at once. It is idempotent by queue id.
 func (r *replica) addPending(ctx context.Context, queueID offlinequeue.ID, m *syncproto.Mutation) error {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := insertPending(ctx, tx, queueID, m); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return insertPending(r.inTx(ctx, tx), queueID, m)
+	})
 }
 
-func insertPending(ctx context.Context, tx *sql.Tx, queueID offlinequeue.ID, m *syncproto.Mutation) error {
+// enqueue makes m (payload, its JSON) durable in the queue under its op id
+// and adds it to the pending overlay. In the queue's file both are one
+// commit: they exist together or not at all. With a replica file of its own
+// the queue commits first; then overlayErr non-nil says the write is queued
+// (it replays) but the overlay missed it, and reconcile must repair it.
+func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Mutation) (overlayErr, err error) {
+	if r.shared != nil {
+		_, err := r.shared.EnqueueWith(ctx, payload, m.OpID, func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error {
+			return insertPending(r.inTx(ctx, tx), id, m)
+		})
+		return nil, err
+	}
+	id, err := r.queue.Enqueue(ctx, payload, m.OpID)
+	if err != nil {
+		return nil, err
+	}
+	return r.addPending(ctx, id, m), nil
+}
+
+// Statements of insertPending.
+const (
+	sqlInsertPending = `INSERT INTO pending (queue_id, op_id, model, key, op, value, base_version, wall)
+		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE NOT EXISTS (SELECT 1 FROM outcomes WHERE op_id = ?2)
+		ON CONFLICT DO NOTHING`
+	sqlRaisePendingHW = `INSERT INTO meta (name, value) VALUES (?, ?)
+		ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)`
+)
+
+func insertPending(x *txStmts, queueID offlinequeue.ID, m *syncproto.Mutation) error {
 	var base any
 	if m.BaseVersion != nil {
 		base = int64(*m.BaseVersion)
 	}
 	// A write already decided is not pending: the sync worker can replay
 	// and decide a queued write before its Put gets here.
-	if _, err := tx.ExecContext(ctx, `INSERT INTO pending (queue_id, op_id, model, key, op, value, base_version, wall)
-		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE NOT EXISTS (SELECT 1 FROM outcomes WHERE op_id = ?2)
-		ON CONFLICT DO NOTHING`,
-		int64(queueID), m.OpID, m.Model, m.Key, string(m.Op), []byte(m.Value), base, m.HLC.Wall); err != nil {
+	if err := x.exec(sqlInsertPending, int64(queueID), m.OpID, m.Model, m.Key, string(m.Op), []byte(m.Value), base, m.HLC.Wall); err != nil {
 		return fmt.Errorf("add pending: %w", err)
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO meta (name, value) VALUES (?, ?)
-		ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)`, metaPendingHW, int64(queueID))
-	return err
+	return x.exec(sqlRaisePendingHW, metaPendingHW, int64(queueID))
 }
 
 // reconcile copies into the overlay the queued items a crash kept from
@@ -164,21 +345,19 @@ func (r *replica) reconcile(ctx context.Context, q offlinequeue.Queue) error {
 		if len(items) == 0 {
 			return nil
 		}
-		tx, err := r.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		for _, it := range items {
-			m, err := decodeMutation(it.Payload)
-			if err != nil {
-				continue // the worker dead-letters it with the reason
+		if err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			x := r.inTx(ctx, tx)
+			for _, it := range items {
+				m, err := decodeMutation(it.Payload)
+				if err != nil {
+					continue // the worker dead-letters it with the reason
+				}
+				if err := insertPending(x, it.ID, m); err != nil {
+					return err
+				}
 			}
-			if err := insertPending(ctx, tx, it.ID, m); err != nil {
-				tx.Rollback()
-				return err
-			}
-		}
-		if err := tx.Commit(); err != nil {
+			return nil
+		}); err != nil {
 			return err
 		}
 		after = items[len(items)-1].ID
@@ -317,26 +496,82 @@ func keyRange(o ListOptions) (string, []any) {
 // applyChanges applies feed entries and advances the cursor in one
 // transaction. An entry never lowers a record's version: a write the client
 // already applied from its own push result is not applied twice.
+//
+// Most entries a busy device receives are its own writes echoed back, which
+// settling their push already folded into the records. Those are found by
+// one read and skipped; a page of nothing else writes nothing, and its
+// cursor is only held, committed at most once per heldMetaEvery (or with
+// the next page that writes, or at close). A cursor lost to a crash is an
+// older one: the feed resends entries the replica already holds, and they
+// are skipped again. So an echo costs no commit of the device's, and the
+// feed keeps pace with the pushes (a push's answer is read behind the feed
+// frames sent before it).
 func (r *replica) applyChanges(ctx context.Context, entries []syncproto.Change, cursor uint64) error {
-	tx, err := r.db.BeginTx(ctx, nil)
+	fresh, err := r.unapplied(ctx, entries)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, upsertRecord)
-	if err != nil {
-		return err
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	now := r.now()
+	if len(fresh) == 0 && cursor >= r.cursorHeld && now.Sub(r.cursorWritten) < heldMetaEvery && !now.Before(r.cursorWritten) {
+		r.cursorHeld = cursor
+		return nil
 	}
-	defer stmt.Close()
-	for _, e := range entries {
-		if _, err := stmt.ExecContext(ctx, upsertArgs(e.Model, e.Key, e.Value, e.Version, e.HLC, e.Deleted)...); err != nil {
-			return fmt.Errorf("apply change %d: %w", e.Seq, err)
+	if err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		x := r.inTx(ctx, tx)
+		for _, e := range fresh {
+			if err := x.exec(upsertRecord, upsertArgs(e.Model, e.Key, e.Value, e.Version, e.HLC, e.Deleted)...); err != nil {
+				return fmt.Errorf("apply change %d: %w", e.Seq, err)
+			}
 		}
-	}
-	if err := setMeta(ctx, tx, metaCursor, cursor); err != nil {
+		return setMeta(ctx, tx, metaCursor, cursor)
+	}); err != nil {
 		return err
 	}
-	return tx.Commit()
+	r.cursorHeld, r.cursorWritten = 0, now
+	return nil
+}
+
+// heldMetaEvery bounds how often the replica commits a meta value it may
+// hold in memory (the feed cursor of pages that changed nothing, the time
+// of the last complete replay): a client that awaits each write would
+// otherwise pay a commit per write for each.
+const heldMetaEvery = time.Second
+
+// unapplied returns the entries the records do not yet hold (at their
+// version or newer), in order, with one query. A record's version never
+// goes down but by resetFromSnapshot, which the feed's reader does not run
+// beside, so an entry found applied stays applied.
+func (r *replica) unapplied(ctx context.Context, entries []syncproto.Change) ([]syncproto.Change, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	keys := make([][3]any, len(entries))
+	for i, e := range entries {
+		keys[i] = [3]any{e.Model, e.Key, e.Version}
+	}
+	arg, err := json.Marshal(keys)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := r.db.QueryContext(ctx, `SELECT j.key FROM json_each(?) j
+		WHERE NOT EXISTS (SELECT 1 FROM records r
+			WHERE r.model = j.value->>0 AND r.key = j.value->>1 AND r.version >= j.value->>2)
+		ORDER BY j.key`, string(arg))
+	if err != nil {
+		return nil, fmt.Errorf("find unapplied changes: %w", err)
+	}
+	defer rows.Close()
+	var fresh []syncproto.Change
+	for rows.Next() {
+		var i int
+		if err := rows.Scan(&i); err != nil {
+			return nil, err
+		}
+		fresh = append(fresh, entries[i])
+	}
+	return fresh, rows.Err()
 }
 
 // upsertRecord writes a record unless the replica already holds that
@@ -359,13 +594,31 @@ func upsertArgs(model, key string, value []byte, version uint64, hlc syncproto.T
 // the new one. The pending overlay and outcomes are kept. Reading and
 // decoding the snapshot runs beside the inserts (one goroutine, stopped
 // before it returns), so a large snapshot loads at the pace of the slower
-// of the two rather than their sum.
+// of the two rather than their sum. In the queue's file the load holds the
+// queue's committer: a Put waits for it (reads do not).
 func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotReader) (uint64, error) {
-	tx, err := r.db.BeginTx(ctx, nil)
+	var head uint64
+	err := r.write(ctx, func(_ context.Context, tx *sql.Tx) error {
+		// The caller's ctx, not the committer's: giving up cancels the
+		// load, and the transaction is rolled back.
+		var err error
+		head, err = storeSnapshot(ctx, tx, sr)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
-	defer tx.Rollback()
+	// The feed is not applied beside a reset (the link's feed goroutine
+	// runs it, or it runs before the feed starts), so no page's cursor
+	// can be held for the records just replaced.
+	r.heldMu.Lock()
+	r.cursorHeld, r.cursorWritten = 0, r.now()
+	r.heldMu.Unlock()
+	return head, nil
+}
+
+// storeSnapshot is resetFromSnapshot's transaction.
+func storeSnapshot(ctx context.Context, tx *sql.Tx, sr *syncproto.SnapshotReader) (uint64, error) {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM records`); err != nil {
 		return 0, err
 	}
@@ -401,10 +654,7 @@ func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotR
 		return 0, fmt.Errorf("snapshot: %w", readErr)
 	}
 	head := sr.Head()
-	if err := setMeta(ctx, tx, metaCursor, head); err != nil {
-		return 0, err
-	}
-	return head, tx.Commit()
+	return head, setMeta(ctx, tx, metaCursor, head)
 }
 
 // snapshotPage is how many records resetFromSnapshot's reader hands over at
@@ -444,7 +694,7 @@ func readSnapshotPages(ctx context.Context, sr *syncproto.SnapshotReader, pages 
 // marks the queue item done only after this committed, so a crash in
 // between resends the write and the ledger answers duplicate.
 func (r *replica) decide(ctx context.Context, m *syncproto.Mutation, o Outcome) error {
-	return r.decideAll(ctx, []decision{{mut: m, outcome: o}})
+	return r.write(ctx, r.decideHook([]decision{{mut: m, outcome: o}}))
 }
 
 // decision is one write and its final outcome.
@@ -453,23 +703,42 @@ type decision struct {
 	outcome Outcome
 }
 
-// decideAll is decide for many writes in one transaction: one commit (one
-// fsync) for a whole push batch instead of one per write.
-func (r *replica) decideAll(ctx context.Context, ds []decision) error {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
+// decideDone records the decisions ds (as decide does) and marks their
+// queue items ids done. In the queue's file that is one commit: a crash
+// leaves both or neither. With a replica file of its own, the outcomes
+// commit first (one commit for the batch), then the items: a crash between
+// the two resends the writes and the ledger answers duplicate.
+func (r *replica) decideDone(ctx context.Context, ds []decision, ids []offlinequeue.ID) error {
+	if r.shared != nil {
+		return r.shared.MarkDoneWith(ctx, r.decideHook(ds), ids...)
+	}
+	if err := r.write(ctx, r.decideHook(ds)); err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	for _, d := range ds {
-		if err := decideIn(ctx, tx, d.mut, d.outcome); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
+	return r.queue.MarkDone(ctx, ids...)
 }
 
-func decideIn(ctx context.Context, tx *sql.Tx, m *syncproto.Mutation, o Outcome) error {
+// decideHook records ds in a transaction.
+func (r *replica) decideHook(ds []decision) offlinequeue.Hook {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		x := r.inTx(ctx, tx)
+		for _, d := range ds {
+			if err := decideIn(x, d.mut, d.outcome); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Statements of decideIn.
+const (
+	sqlInsertOutcome = `INSERT INTO outcomes (op_id, model, key, status, version, seq, reason, winner, rebased_as, decided_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (op_id) DO NOTHING`
+	sqlDeletePending = `DELETE FROM pending WHERE op_id = ?`
+)
+
+func decideIn(x *txStmts, m *syncproto.Mutation, o Outcome) error {
 	var winner []byte
 	if o.Winner != nil {
 		var err error
@@ -477,26 +746,20 @@ func decideIn(ctx context.Context, tx *sql.Tx, m *syncproto.Mutation, o Outcome)
 			return err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO outcomes (op_id, model, key, status, version, seq, reason, winner, rebased_as, decided_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (op_id) DO NOTHING`,
-		o.OpID, m.Model, m.Key, string(o.Status), int64(o.Version), int64(o.Seq), o.Reason, winner, o.RebasedAs, o.DecidedAt.UnixMilli()); err != nil {
+	if err := x.exec(sqlInsertOutcome, o.OpID, m.Model, m.Key, string(o.Status), int64(o.Version), int64(o.Seq), o.Reason, winner, o.RebasedAs, o.DecidedAt.UnixMilli()); err != nil {
 		return fmt.Errorf("record outcome: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM pending WHERE op_id = ?`, o.OpID); err != nil {
+	if err := x.exec(sqlDeletePending, o.OpID); err != nil {
 		return err
 	}
 	switch {
 	case o.Status == StatusApplied:
-		if _, err := tx.ExecContext(ctx, upsertRecord, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete)...); err != nil {
-			return err
-		}
+		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete)...)
 	case o.Winner != nil && o.Winner.Version > 0 && !o.Winner.ValueOmitted:
 		// A winner without its value (PROTOCOL.md 5.4) reaches the
 		// replica through the change feed instead.
 		w := o.Winner
-		if _, err := tx.ExecContext(ctx, upsertRecord, upsertArgs(m.Model, m.Key, w.Value, w.Version, w.HLC, w.Deleted)...); err != nil {
-			return err
-		}
+		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, w.Value, w.Version, w.HLC, w.Deleted)...)
 	}
 	return nil
 }
@@ -535,26 +798,73 @@ func (r *replica) isPending(ctx context.Context, opID string) (bool, error) {
 // pruneOutcomes forgets outcomes decided before cutoff and returns how
 // many.
 func (r *replica) pruneOutcomes(ctx context.Context, cutoff time.Time) (int64, error) {
-	res, err := r.db.ExecContext(ctx, `DELETE FROM outcomes WHERE decided_at < ?`, cutoff.UnixMilli())
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	var n int64
+	err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM outcomes WHERE decided_at < ?`, cutoff.UnixMilli())
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
+	return n, err
 }
 
+// setLastSync records t as the end of the last complete replay. It
+// commits at most once per heldMetaEvery (a client that awaits each write
+// completes a replay per write); in between it only holds t, which
+// lastSync reports, so the figure is exact while the client runs and at
+// most heldMetaEvery stale after a crash (close commits it).
 func (r *replica) setLastSync(ctx context.Context, t time.Time) error {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	r.lastSyncSeen = t
+	if !r.lastSyncWritten.IsZero() && t.Sub(r.lastSyncWritten) < heldMetaEvery && t.After(r.lastSyncWritten) {
+		return nil
+	}
+	if err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return setMeta(ctx, tx, metaLastSync, uint64(t.UnixMilli()))
+	}); err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	if err := setMeta(ctx, tx, metaLastSync, uint64(t.UnixMilli())); err != nil {
-		return err
-	}
-	return tx.Commit()
+	r.lastSyncWritten = t
+	return nil
 }
 
+// flushHeld commits the meta values the replica holds uncommitted.
+func (r *replica) flushHeld() error {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	t, cursor := r.lastSyncSeen, r.cursorHeld
+	syncHeld := !t.Equal(r.lastSyncWritten)
+	if !syncHeld && cursor == 0 {
+		return nil
+	}
+	err := r.write(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+		if syncHeld {
+			if err := setMeta(ctx, tx, metaLastSync, uint64(t.UnixMilli())); err != nil {
+				return err
+			}
+		}
+		if cursor > 0 {
+			return setMeta(ctx, tx, metaCursor, cursor)
+		}
+		return nil
+	})
+	if err == nil {
+		r.lastSyncWritten, r.cursorHeld = t, 0
+	}
+	return err
+}
+
+// lastSync is the end of the last complete replay, as set in this process
+// or, before the first, as recorded by an earlier one.
 func (r *replica) lastSync(ctx context.Context) (time.Time, error) {
+	r.heldMu.Lock()
+	seen := r.lastSyncSeen
+	r.heldMu.Unlock()
+	if !seen.IsZero() {
+		return seen, nil
+	}
 	ms, err := r.meta(ctx, r.db, metaLastSync)
 	if err != nil || ms == 0 {
 		return time.Time{}, err
@@ -575,10 +885,12 @@ func (r *replica) newestWall(ctx context.Context) (int64, error) {
 // forgetDeadLettered removes the dead-letter outcomes of ops, so the
 // requeued writes' next decisions are recorded.
 func (r *replica) forgetDeadLettered(ctx context.Context, ops []string) error {
-	for _, op := range ops {
-		if _, err := r.db.ExecContext(ctx, `DELETE FROM outcomes WHERE op_id = ? AND status = ?`, op, string(StatusDeadLettered)); err != nil {
-			return fmt.Errorf("forget dead-letter outcome: %w", err)
+	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, op := range ops {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM outcomes WHERE op_id = ? AND status = ?`, op, string(StatusDeadLettered)); err != nil {
+				return fmt.Errorf("forget dead-letter outcome: %w", err)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }

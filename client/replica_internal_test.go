@@ -1,22 +1,53 @@
 package client
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-func openTestReplica(t *testing.T) *replica {
-	t.Helper()
-	r, err := openReplica(t.Context(), filepath.Join(t.TempDir(), "replica.db"), time.Now)
-	require.NoError(t, err)
-	t.Cleanup(func() { r.close() })
-	return r
+// replicaLayouts are the two places a replica lives: in a SQLite queue's
+// file, or in a file of its own beside another queue.
+var replicaLayouts = []struct {
+	name string
+	open func(t *testing.T, dir string) offlinequeue.Queue
+}{
+	{"in-queue", func(t *testing.T, dir string) offlinequeue.Queue {
+		q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+		require.NoError(t, err)
+		return q
+	}},
+	{"own-file", func(t *testing.T, dir string) offlinequeue.Queue {
+		q, err := offlinequeue.OpenFile(filepath.Join(dir, "queue.ndjson"), offlinequeue.FileOptions{})
+		require.NoError(t, err)
+		return q
+	}},
+}
+
+// forEachLayout runs test on a replica in each layout, over its queue.
+func forEachLayout(t *testing.T, test func(t *testing.T, r *replica)) {
+	for _, l := range replicaLayouts {
+		t.Run(l.name, func(t *testing.T) {
+			dir := t.TempDir()
+			q := l.open(t, dir)
+			r, err := openReplica(t.Context(), q, filepath.Join(dir, "replica.db"), offlinequeue.SyncFull, time.Now)
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				require.NoError(t, r.close())
+				require.NoError(t, q.Close())
+			})
+			test(t, r)
+		})
+	}
 }
 
 func testMutation(t *testing.T, key, value string) *syncproto.Mutation {
@@ -32,7 +63,10 @@ func testMutation(t *testing.T, key, value string) *syncproto.Mutation {
 // resurrect the write as pending: reads would show it over the server's
 // records forever and Await would never return.
 func TestPendingAfterDecisionIsIgnored(t *testing.T) {
-	r := openTestReplica(t)
+	forEachLayout(t, testPendingAfterDecisionIsIgnored)
+}
+
+func testPendingAfterDecisionIsIgnored(t *testing.T, r *replica) {
 	m := testMutation(t, "k", `{"n":1}`)
 	require.NoError(t, r.decide(t.Context(), m, Outcome{OpID: m.OpID, Status: StatusApplied, Version: 1, Seq: 1, HLC: m.HLC, DecidedAt: time.Now()}))
 	require.NoError(t, r.addPending(t.Context(), 1, m))
@@ -55,7 +89,10 @@ func TestPendingAfterDecisionIsIgnored(t *testing.T) {
 // A write copied into the overlay before its decision leaves it when
 // decided, in the same transaction that records the outcome.
 func TestDecisionRemovesPending(t *testing.T) {
-	r := openTestReplica(t)
+	forEachLayout(t, testDecisionRemovesPending)
+}
+
+func testDecisionRemovesPending(t *testing.T, r *replica) {
 	m := testMutation(t, "k", `{"n":1}`)
 	require.NoError(t, r.addPending(t.Context(), 1, m))
 	pending, err := r.isPending(t.Context(), m.OpID)
@@ -76,4 +113,185 @@ func TestDecisionRemovesPending(t *testing.T) {
 	require.True(t, found)
 	require.Equal(t, StatusSuperseded, o.Status)
 	require.Equal(t, *w, *o.Winner)
+}
+
+// refuseInserts makes every later insert into table fail, as a full disk
+// or an I/O error would fail the overlay's or the outcome's write.
+func refuseInserts(t *testing.T, r *replica, table string) {
+	t.Helper()
+	require.NoError(t, r.write(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TRIGGER refuse_`+table+` BEFORE INSERT ON `+table+` BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`)
+		return err
+	}))
+}
+
+// In the queue's file a write and its overlay row are one commit: when the
+// overlay's insert fails, the write is not queued either, so no crash or
+// failure can leave a queued write the overlay lacks (or the reverse). In
+// a file of its own the queue commits first and the overlay is repaired
+// later (overlayErr).
+func TestEnqueueIsOneCommitInTheQueuesFile(t *testing.T) {
+	forEachLayout(t, func(t *testing.T, r *replica) {
+		ok := testMutation(t, "a", `{"n":1}`)
+		overlayErr, err := r.enqueue(t.Context(), mustJSON(t, ok), ok)
+		require.NoError(t, err)
+		require.NoError(t, overlayErr)
+
+		refuseInserts(t, r, "pending")
+		m := testMutation(t, "b", `{"n":2}`)
+		overlayErr, err = r.enqueue(t.Context(), mustJSON(t, m), m)
+		n, lenErr := r.queue.Len(t.Context())
+		require.NoError(t, lenErr)
+		if r.shared != nil {
+			require.ErrorContains(t, err, "refused by the test")
+			require.Equal(t, 1, n, "the write whose overlay row failed is not queued")
+		} else {
+			require.NoError(t, err)
+			require.ErrorContains(t, overlayErr, "refused by the test")
+			require.Equal(t, 2, n, "queued; the overlay is repaired by reconcile")
+		}
+		pending, err := r.isPending(t.Context(), m.OpID)
+		require.NoError(t, err)
+		require.False(t, pending)
+		pending, err = r.isPending(t.Context(), ok.OpID)
+		require.NoError(t, err)
+		require.True(t, pending)
+	})
+}
+
+// Recording outcomes and marking their items done are one commit in the
+// queue's file: when the outcome's insert fails, the items stay queued and
+// pending, to be resent. In a file of its own the outcomes go first, so the
+// same failure also leaves the items queued.
+func TestDecideDoneLeavesNothingHalfDone(t *testing.T) {
+	forEachLayout(t, func(t *testing.T, r *replica) {
+		m := testMutation(t, "a", `{"n":1}`)
+		_, err := r.enqueue(t.Context(), mustJSON(t, m), m)
+		require.NoError(t, err)
+		items, err := r.queue.Peek(t.Context(), 0, 10)
+		require.NoError(t, err)
+		require.Len(t, items, 1)
+		o := Outcome{OpID: m.OpID, Status: StatusApplied, Version: 1, Seq: 1, HLC: m.HLC, DecidedAt: time.Now()}
+		ds := []decision{{mut: m, outcome: o}}
+
+		refuseInserts(t, r, "outcomes")
+		require.ErrorContains(t, r.decideDone(t.Context(), ds, []offlinequeue.ID{items[0].ID}), "refused by the test")
+		n, err := r.queue.Len(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the item stays queued")
+		pending, err := r.isPending(t.Context(), m.OpID)
+		require.NoError(t, err)
+		require.True(t, pending, "and pending")
+
+		require.NoError(t, r.write(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `DROP TRIGGER refuse_outcomes`)
+			return err
+		}))
+		require.NoError(t, r.decideDone(t.Context(), ds, []offlinequeue.ID{items[0].ID}))
+		n, err = r.queue.Len(t.Context())
+		require.NoError(t, err)
+		require.Zero(t, n)
+		got, found, err := r.outcome(t.Context(), m.OpID)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, StatusApplied, got.Status)
+	})
+}
+
+// setLastSync commits at most once per heldMetaEvery, yet lastSync reports
+// the newest time given, and close commits what was held back.
+func TestLastSyncIsThrottledButExact(t *testing.T) {
+	dir := t.TempDir()
+	q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+	require.NoError(t, err)
+	defer q.Close()
+	r, err := openReplica(t.Context(), q, "", offlinequeue.SyncFull, time.Now)
+	require.NoError(t, err)
+	stored := func() uint64 {
+		ms, err := r.meta(t.Context(), r.db, metaLastSync)
+		require.NoError(t, err)
+		return ms
+	}
+	t0 := time.UnixMilli(1_700_000_000_000)
+	require.NoError(t, r.setLastSync(t.Context(), t0))
+	require.Equal(t, uint64(t0.UnixMilli()), stored())
+	t1 := t0.Add(heldMetaEvery / 2)
+	require.NoError(t, r.setLastSync(t.Context(), t1))
+	require.Equal(t, uint64(t0.UnixMilli()), stored(), "held back")
+	got, err := r.lastSync(t.Context())
+	require.NoError(t, err)
+	require.True(t, got.Equal(t1), "reported at once")
+	t2 := t0.Add(heldMetaEvery)
+	require.NoError(t, r.setLastSync(t.Context(), t2))
+	require.Equal(t, uint64(t2.UnixMilli()), stored())
+	t3 := t2.Add(time.Millisecond)
+	require.NoError(t, r.setLastSync(t.Context(), t3))
+	require.NoError(t, r.close())
+	require.Equal(t, uint64(t3.UnixMilli()), stored(), "committed at close")
+}
+
+func mustJSON(t *testing.T, m *syncproto.Mutation) []byte {
+	t.Helper()
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return b
+}
+
+// A feed page of entries the records already hold (the device's own writes
+// echoed back) writes nothing: its cursor is held, reported by cursor at
+// once, committed with the next page that writes, after heldMetaEvery, or
+// at close. A page with one entry newer than the records applies it.
+func TestEchoedFeedPagesCommitNothing(t *testing.T) {
+	dir := t.TempDir()
+	q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+	require.NoError(t, err)
+	defer q.Close()
+	now := time.UnixMilli(1_700_000_000_000)
+	r, err := openReplica(t.Context(), q, "", offlinequeue.SyncFull, func() time.Time { return now })
+	require.NoError(t, err)
+	ctx := t.Context()
+	stored := func() uint64 {
+		v, err := r.meta(ctx, r.db, metaCursor)
+		require.NoError(t, err)
+		return v
+	}
+	reported := func() uint64 {
+		v, err := r.cursor(ctx)
+		require.NoError(t, err)
+		return v
+	}
+	hlc := syncproto.Timestamp{Wall: now.UnixMilli(), Origin: "phone-1"}
+	change := func(seq uint64, key string, version uint64) syncproto.Change {
+		return syncproto.Change{Seq: seq, Model: "notes", Key: key, Value: json.RawMessage(`{"v":` + fmt.Sprint(version) + `}`), Version: version, HLC: hlc}
+	}
+
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(1, "a", 1), change(2, "b", 1)}, 2))
+	require.Equal(t, uint64(2), stored())
+
+	// The same entries again, and an older version: held, not written.
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(1, "a", 1), change(2, "b", 1)}, 3))
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(4, "a", 1)}, 4))
+	require.Equal(t, uint64(2), stored())
+	require.Equal(t, uint64(4), reported())
+
+	// One newer entry among echoes: applied, and the cursor committed.
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(5, "a", 1), change(6, "b", 2)}, 6))
+	require.Equal(t, uint64(6), stored())
+	rec, found, err := r.get(ctx, "notes", "b")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, uint64(2), rec.Version)
+
+	// Held at most heldMetaEvery.
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(7, "b", 2)}, 7))
+	require.Equal(t, uint64(6), stored())
+	now = now.Add(heldMetaEvery)
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(8, "b", 2)}, 8))
+	require.Equal(t, uint64(8), stored())
+
+	// Close commits what is held.
+	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(9, "b", 2)}, 9))
+	require.Equal(t, uint64(8), stored())
+	require.NoError(t, r.close())
+	require.Equal(t, uint64(9), stored())
 }

@@ -205,10 +205,10 @@ func (r *replayReport) add(s settled) {
 
 // settle acts on the results of one batch, in order.
 //
-// The writes decided "done" (most of them) are finished together: their
-// outcomes in one replica transaction, then their items in one MarkDone,
-// so a batch costs two commits instead of two per write. The order
-// "outcome recorded, then item done" holds for the whole batch.
+// The writes decided "done" (most of them) are finished together by
+// replica.decideDone: their outcomes and their items in one commit when the
+// replica lives in the queue's file, else outcomes then items, two commits
+// per batch, never "item done before its outcome".
 func (w worker) settle(ctx context.Context, items []offlinequeue.Item, muts []syncproto.Mutation, results []syncproto.Result) (settled, error) {
 	var s settled
 	var done []decision
@@ -230,10 +230,7 @@ func (w worker) settle(ctx context.Context, items []offlinequeue.Item, muts []sy
 	if len(done) == 0 {
 		return s, nil
 	}
-	if err := w.c.replica.decideAll(ctx, done); err != nil {
-		return s, err
-	}
-	if err := w.c.queue.MarkDone(ctx, doneIDs...); err != nil {
+	if err := w.c.replica.decideDone(ctx, done, doneIDs); err != nil {
 		return s, err
 	}
 	for _, d := range done {
@@ -286,14 +283,11 @@ func (w worker) act(ctx context.Context, v verdict, it offlinequeue.Item, m *syn
 	return fmt.Errorf("sync worker: verdict %d has no action", v.action)
 }
 
-// finish records a decided write's outcome, then marks its item done: in
-// that order, so a crash between the two resends the write and the ledger
-// answers duplicate, instead of losing the outcome.
+// finish records a decided write's outcome and marks its item done
+// (replica.decideDone: never the item before its outcome, so a crash
+// resends the write and the ledger answers duplicate).
 func (w worker) finish(ctx context.Context, it offlinequeue.Item, m *syncproto.Mutation, o Outcome) error {
-	if err := w.c.replica.decide(ctx, m, o); err != nil {
-		return err
-	}
-	if err := w.c.queue.MarkDone(ctx, it.ID); err != nil {
+	if err := w.c.replica.decideDone(ctx, []decision{{mut: m, outcome: o}}, []offlinequeue.ID{it.ID}); err != nil {
 		return err
 	}
 	w.c.published(o)

@@ -37,7 +37,11 @@ func BenchmarkOfflineReplay(b *testing.B) {
 		b.StopTimer()
 		dir := b.TempDir()
 		copyDir(b, template, dir)
-		ts := syncdtest.Start(b, server.Config{RequestsPerSecond: 1e9, RequestBurst: 1 << 30, RetentionInterval: -1})
+		// Rate limits off: at their defaults the token's mutation quota
+		// (5,000/s, DefaultTokenMutationsPerSecond) would bound the replay
+		// and refuse pushes rate_limited.
+		ts := syncdtest.Start(b, server.Config{RequestsPerSecond: 1e9, RequestBurst: 1 << 30, RetentionInterval: -1,
+			Quotas: server.Quotas{TokenMutationsPerSecond: -1, TenantMutationsPerSecond: -1}})
 		token := ts.Member(b, "acme", "device")
 		b.StartTimer()
 		start := time.Now()
