@@ -36,7 +36,7 @@ func TestOtherDatabaseResyncs(t *testing.T) {
 	s1 := &syncd{url: first.URL}
 	d := openDevice(t, s1, s1.proxy(t), t.TempDir(), "phone-1", deviceOptions{token: phone})
 	d.requireApplied(t, []string{d.put(t, "notes", "old", `{"n":0}`)})
-	d.waitSynced(t)
+	d.waitStatus(t, "the feed brought the write", func(st client.Status) bool { return st.Cursor >= 1 })
 	before := d.status(t)
 	require.NotEmpty(t, before.DatabaseID)
 	require.EqualValues(t, 1, before.Cursor)
