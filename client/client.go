@@ -386,7 +386,7 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 		c.log.Error("pending overlay not updated; it will be repaired from the queue", "op_id", m.OpID, "err", overlayErr)
 		c.reconcile.Store(true)
 	}
-	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Deleted: m.Op == syncproto.OpDelete, Local: true})
+	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Value: m.Value, Deleted: m.Op == syncproto.OpDelete, Local: true})
 	c.statusChanged()
 	select {
 	case c.kick <- struct{}{}:

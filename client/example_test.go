@@ -235,15 +235,15 @@ func ExampleClient_Changes() {
 		case ev.Resync || ev.Lagged:
 			fmt.Println("re-read everything")
 		case ev.Local:
-			fmt.Printf("%s/%s written on this device\n", ev.Model, ev.Key)
+			fmt.Printf("%s/%s written on this device: %s\n", ev.Model, ev.Key, ev.Value)
 		default:
-			fmt.Printf("%s/%s at version %d from the server\n", ev.Model, ev.Key, ev.Version)
+			fmt.Printf("%s/%s at version %d from the server: %s\n", ev.Model, ev.Key, ev.Version, ev.Value)
 			return
 		}
 	}
 	// Output:
-	// notes/n1 written on this device
-	// notes/n1 at version 1 from the server
+	// notes/n1 written on this device: {"text":"hi"}
+	// notes/n1 at version 1 from the server: {"text":"hi"}
 }
 
 // A Collection reads and writes Go values instead of JSON bytes.

@@ -249,7 +249,11 @@ func (l *link) apply(msg syncproto.Message) error {
 		c.metrics.feedEntries.Add(float64(len(m.Entries)))
 		for _, e := range m.Entries {
 			c.observe(e.HLC)
-			c.changes.publish(ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted})
+			ev := ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted}
+			if !e.Deleted {
+				ev.Value = e.Value
+			}
+			c.changes.publish(ev)
 		}
 		return nil
 	case *syncproto.Resync:
