@@ -197,6 +197,17 @@ func (c *stmtCache) close() error {
 	return errors.Join(errs...)
 }
 
+// queryRow runs a cached read statement on the pool.
+func (r *replica) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	s, err := r.stmts.get(ctx, query)
+	if err != nil {
+		// A statement that does not prepare fails the same way unprepared;
+		// its error then comes from Scan.
+		return r.db.QueryRowContext(ctx, query, args...)
+	}
+	return s.QueryRowContext(ctx, args...)
+}
+
 // txStmts runs cached statements in one transaction, binding each to it
 // once.
 type txStmts struct {
@@ -380,7 +391,7 @@ func (r *replica) get(ctx context.Context, model, key string) (rec Record, found
 	var op string
 	var value []byte
 	var version int64
-	err = r.db.QueryRowContext(ctx, `SELECT p.op, p.value, COALESCE(r.version, 0)
+	err = r.queryRow(ctx, `SELECT p.op, p.value, COALESCE(r.version, 0)
 		FROM pending p LEFT JOIN records r ON r.model = p.model AND r.key = p.key
 		WHERE p.model = ? AND p.key = ? ORDER BY p.queue_id DESC LIMIT 1`, model, key).Scan(&op, &value, &version)
 	switch {
@@ -393,7 +404,7 @@ func (r *replica) get(ctx context.Context, model, key string) (rec Record, found
 		return Record{}, false, err
 	}
 	var deleted bool
-	err = r.db.QueryRowContext(ctx, `SELECT value, version, deleted FROM records WHERE model = ? AND key = ?`,
+	err = r.queryRow(ctx, `SELECT value, version, deleted FROM records WHERE model = ? AND key = ?`,
 		model, key).Scan(&value, &version, &deleted)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && deleted) {
 		return Record{}, false, nil
@@ -408,7 +419,7 @@ func (r *replica) get(ctx context.Context, model, key string) (rec Record, found
 // from the server (a tombstone's included); 0 when it never heard of it.
 func (r *replica) serverVersion(ctx context.Context, model, key string) (uint64, error) {
 	var v int64
-	err := r.db.QueryRowContext(ctx, `SELECT version FROM records WHERE model = ? AND key = ?`, model, key).Scan(&v)
+	err := r.queryRow(ctx, `SELECT version FROM records WHERE model = ? AND key = ?`, model, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -766,7 +777,7 @@ func (r *replica) outcome(ctx context.Context, opID string) (Outcome, bool, erro
 	var status string
 	var version, seq, decided int64
 	var winner []byte
-	err := r.db.QueryRowContext(ctx, `SELECT status, version, seq, reason, winner, rebased_as, decided_at FROM outcomes WHERE op_id = ?`,
+	err := r.queryRow(ctx, `SELECT status, version, seq, reason, winner, rebased_as, decided_at FROM outcomes WHERE op_id = ?`,
 		opID).Scan(&status, &version, &seq, &o.Reason, &winner, &o.RebasedAs, &decided)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Outcome{}, false, nil
@@ -787,7 +798,7 @@ func (r *replica) outcome(ctx context.Context, opID string) (Outcome, bool, erro
 // isPending reports whether a write is still in the pending overlay.
 func (r *replica) isPending(ctx context.Context, opID string) (bool, error) {
 	var n int
-	err := r.db.QueryRowContext(ctx, `SELECT count(*) FROM pending WHERE op_id = ?`, opID).Scan(&n)
+	err := r.queryRow(ctx, `SELECT count(*) FROM pending WHERE op_id = ?`, opID).Scan(&n)
 	return n > 0, err
 }
 
