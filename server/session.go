@@ -19,15 +19,19 @@ import (
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// outboxSize bounds the frames a session has queued for its writer. A full
-// outbox blocks the reader (backpressure: a client that does not read its
-// answers stops being read) and the subscription (it waits to send).
+// outboxSize bounds the answers a session has queued for its writer (its
+// answer lane): answers, pending pushes, errors, pongs. A full outbox blocks
+// the reader (backpressure: a client that does not read its answers stops
+// being read). Each answer is at most the announced max_frame_bytes, so the
+// lane holds at most outboxSize of them; the feed lane (feedbox) holds at
+// most feedPagesInFlight pages of at most feedPageBytes of values.
 const outboxSize = 64
 
 // session is one websocket connection. Its state is owned by the reader
 // goroutine (run); the writer goroutine owns the socket's write side; a
-// subscription goroutine feeds changes into the outbox. Shared fields are
-// the atomics read by the admin API.
+// subscription goroutine feeds changes into the feed lane (feedbox), which
+// the writer serves only when the answer lane (outbox) is empty. Shared
+// fields are the atomics read by the admin API.
 type session struct {
 	srv      *Server
 	conn     *websocket.Conn
@@ -36,7 +40,8 @@ type session struct {
 	since    time.Time
 	log      *slog.Logger
 	limiter  *rate.Limiter
-	outbox   chan outbound
+	outbox   chan outbound // the answer lane, written first
+	feedbox  chan outbound // the feed lane: changes pages of the subscription
 	draining chan struct{} // closed by drain: finish queued work, then close 1001
 	drainOne sync.Once
 
@@ -54,7 +59,7 @@ type session struct {
 	pending   atomic.Int64  // pushes submitted and not yet answered
 }
 
-// outbound is one entry of the outbox: a message ready to send, a push whose
+// outbound is one entry of a lane: a message ready to send, a push whose
 // answer is pending its commit, or an order to close the connection.
 type outbound struct {
 	msg    syncproto.Message
@@ -77,6 +82,7 @@ func newSession(srv *Server, conn *websocket.Conn, p auth.Principal, remote stri
 		log:      srv.log.With("client_id", p.ClientID, "tenant", p.Tenant, "remote", remote),
 		limiter:  rate.NewLimiter(rate.Limit(srv.cfg.RequestsPerSecond), srv.cfg.RequestBurst),
 		outbox:   make(chan outbound, outboxSize),
+		feedbox:  make(chan outbound, feedPagesInFlight),
 		draining: make(chan struct{}),
 	}
 }
@@ -479,7 +485,7 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 	for ctx.Err() == nil {
 		page, resync := ss.read(ctx, id, cursor, 0)
 		if resync != nil {
-			ss.sendCtx(ctx, outbound{msg: resync})
+			ss.sendFeed(ctx, outbound{msg: resync})
 			return
 		}
 		if page == nil {
@@ -510,7 +516,7 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 				ss.cursor.Store(seq)
 				<-inFlight
 			}
-			if !ss.sendCtx(ctx, out) {
+			if !ss.sendFeed(ctx, out) {
 				return
 			}
 			first = false
@@ -533,10 +539,11 @@ func (ss *session) send(msg syncproto.Message) { ss.enqueue(outbound{msg: msg}) 
 
 func (ss *session) enqueue(o outbound) { ss.outbox <- o }
 
-// sendCtx queues from the subscription goroutine; false when ctx ended first.
-func (ss *session) sendCtx(ctx context.Context, o outbound) bool {
+// sendFeed queues on the feed lane from the subscription goroutine; false
+// when ctx ended first.
+func (ss *session) sendFeed(ctx context.Context, o outbound) bool {
 	select {
-	case ss.outbox <- o:
+	case ss.feedbox <- o:
 		return true
 	case <-ctx.Done():
 		return false
@@ -561,10 +568,15 @@ func internalError(err error) *syncproto.Error {
 	return syncproto.Errorf(syncproto.CodeInternal, "internal error; retry later")
 }
 
-// writeLoop writes the outbox in order. A pending push is answered when its
-// commit ends, so results keep request order. After a write failure it
-// keeps draining (answers are lost with the connection; the client resends
-// and the ledger answers duplicates) so no producer blocks.
+// writeLoop writes the session's two lanes, answers first: a frame from
+// the outbox (answers, errors, pongs, push results) is always written before
+// any feed page still queued, so a subscriber far behind on its feed still
+// gets its answers after at most the one feed page being written. Each lane
+// keeps its own order, and a pending push is answered when its commit ends,
+// so results keep request order; feed pages are written while the writer
+// waits for that commit. After a write failure it keeps draining (answers
+// are lost with the connection; the client resends and the ledger answers
+// duplicates) so no producer blocks.
 func (ss *session) writeLoop(ctx context.Context, fail context.CancelFunc) {
 	broken := false
 	for {
@@ -572,17 +584,47 @@ func (ss *session) writeLoop(ctx context.Context, fail context.CancelFunc) {
 		var ok bool
 		select {
 		case o, ok = <-ss.outbox:
-		case <-ss.draining:
-			// Finish what is queued, then close going-away. The reader
-			// stops when the close handshake completes.
-			ss.flushThenClose(ctx, &broken)
-			ss.drainOutbox(ctx, &broken)
-			return
+		default:
+			select {
+			case o, ok = <-ss.outbox:
+			case o = <-ss.feedbox:
+				ok = true
+			case <-ss.draining:
+				// Finish what is queued, then close going-away. The reader
+				// stops when the close handshake completes.
+				ss.flushThenClose(ctx, &broken)
+				ss.drainOutbox(ctx, &broken)
+				return
+			}
 		}
 		if !ok {
 			return
 		}
+		if o.push != nil {
+			ss.awaitCommit(ctx, o.push, &broken, fail)
+		}
 		ss.handle(ctx, o, &broken, fail)
+	}
+}
+
+// awaitCommit writes feed pages while the push r waits for its commit, so
+// the feed does not stall behind a push; it returns when the commit ended or
+// ctx did (handle then settles the push).
+func (ss *session) awaitCommit(ctx context.Context, r *pushRequest, broken *bool, fail context.CancelFunc) {
+	for {
+		select {
+		case <-r.done:
+			return
+		default:
+		}
+		select {
+		case <-r.done:
+			return
+		case <-ctx.Done():
+			return
+		case o := <-ss.feedbox:
+			ss.handle(ctx, o, broken, fail)
+		}
 	}
 }
 

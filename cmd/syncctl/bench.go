@@ -229,8 +229,13 @@ func (a *app) bench(ctx context.Context, cfg benchConfig, clients []benchClient)
 			r.pushLoop(pushCtx, c, uint64(i))
 		}()
 	}
+	// The storm has a context of its own: ending the fetches that outlive
+	// the drain must not end the sessions (runCtx) before they are
+	// measured loaded.
+	stormCtx, stopStorm := context.WithCancel(runCtx)
+	defer stopStorm()
 	var storm sync.WaitGroup
-	r.storm(runCtx, &storm)
+	r.storm(stormCtx, &storm)
 	runStart := time.Now()
 	ticker := time.NewTicker(time.Second)
 	for pushCtx.Err() == nil {
@@ -261,7 +266,7 @@ func (a *app) bench(ctx context.Context, cfg benchConfig, clients []benchClient)
 	case <-stormDone:
 	case <-time.After(time.Until(drainEnd)):
 	}
-	stop() // ends the fetches that outlive the drain
+	stopStorm() // ends the fetches that outlive the drain
 	<-stormDone
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

@@ -36,6 +36,7 @@ type benchReport struct {
 		Fetched  int64 `json:"fetched"`
 		Complete int64 `json:"complete"`
 		Records  int64 `json:"records"`
+		Retries  int64 `json:"retries_after_busy"` // fetched again after a 503 server_busy
 	} `json:"snapshots"`
 	Errors  map[string]int64 `json:"errors"`
 	Servers []serverView     `json:"servers"`
@@ -91,6 +92,7 @@ func (rep *benchReport) fill(r *benchRun, elapsed time.Duration, conns, subs, pu
 	rep.Delivery.Writes, rep.Delivery.Delivered, rep.Delivery.Missing = r.deliveries.tally(subs)
 	rep.Snapshots.latencyView = r.snapshot.view()
 	rep.Snapshots.Fetched, rep.Snapshots.Complete, rep.Snapshots.Records = r.snapshots.Load(), r.snapshotsComplete.Load(), r.snapshotRecords.Load()
+	rep.Snapshots.Retries = r.snapshotRetries.Load()
 	rep.Errors = r.errors.snapshot()
 	rep.ConnectSeconds = round3(rep.ConnectSeconds)
 }
@@ -111,7 +113,7 @@ func (rep *benchReport) print(w io.Writer) error {
 		[2]string{"throughput", fmt.Sprintf("%d pushes (%.1f/s), %d mutations applied (%.1f/s)", rep.Pushes, rep.PushesPerSec, rep.Mutations, rep.MutationsPerSec)},
 		[2]string{"results", describeCounts(rep.Statuses)},
 		[2]string{"feed", fmt.Sprintf("%d acknowledged writes, %d deliveries, %d missing", rep.Delivery.Writes, rep.Delivery.Delivered, rep.Delivery.Missing)},
-		[2]string{"snapshots", fmt.Sprintf("%d fetched, %d complete, %d records", rep.Snapshots.Fetched, rep.Snapshots.Complete, rep.Snapshots.Records)},
+		[2]string{"snapshots", fmt.Sprintf("%d fetched, %d complete, %d records, %d retries after busy", rep.Snapshots.Fetched, rep.Snapshots.Complete, rep.Snapshots.Records, rep.Snapshots.Retries)},
 		[2]string{"errors", describeCounts(rep.Errors)},
 	); err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -53,7 +54,7 @@ type benchRun struct {
 	statuses   counters
 	errors     counters
 
-	snapshots, snapshotsComplete, snapshotRecords atomic.Int64
+	snapshots, snapshotsComplete, snapshotRecords, snapshotRetries atomic.Int64
 }
 
 func (r *benchRun) raiseTop(seq uint64) {
@@ -265,7 +266,10 @@ func (r *benchRun) settle(ctx context.Context, d time.Duration) {
 }
 
 // storm fetches n snapshots at once, each with its own client's token, and
-// reads every one to its trailer.
+// reads every one to its trailer. A snapshot the server refuses busy (503
+// with Retry-After: its snapshot concurrency limit) is fetched again after
+// Retry-After plus a random jitter of up to half of it, as a device does,
+// until ctx ends (the run's drain); each such retry is counted.
 func (r *benchRun) storm(ctx context.Context, wg *sync.WaitGroup) {
 	hc := &http.Client{Timeout: r.cfg.duration + r.cfg.drain}
 	for i := range r.cfg.storm {
@@ -274,20 +278,44 @@ func (r *benchRun) storm(ctx context.Context, wg *sync.WaitGroup) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			n, err := fetchSnapshot(ctx, hc, c.base, c.token)
-			r.snapshots.Add(1)
-			r.snapshotRecords.Add(n)
-			if err != nil {
-				r.errors.add("snapshot: "+err.Error(), 1)
+			for {
+				n, err := fetchSnapshot(ctx, hc, c.base, c.token)
+				var busy *snapshotBusyError
+				if errors.As(err, &busy) {
+					wait := busy.retryAfter + rand.N(busy.retryAfter/2+1)
+					select {
+					case <-time.After(wait):
+						r.snapshotRetries.Add(1)
+						continue
+					case <-ctx.Done():
+					}
+				}
+				r.snapshots.Add(1)
+				r.snapshotRecords.Add(n)
+				if err != nil {
+					r.errors.add("snapshot: "+err.Error(), 1)
+					return
+				}
+				r.snapshotsComplete.Add(1)
+				r.snapshot.observe(time.Since(start))
 				return
 			}
-			r.snapshotsComplete.Add(1)
-			r.snapshot.observe(time.Since(start))
 		}()
 	}
 }
 
+// benchDefaultRetryAfter is the wait before fetching again a snapshot
+// refused busy without a usable Retry-After.
+const benchDefaultRetryAfter = time.Second
+
+// snapshotBusyError: the server refused a snapshot 503 (its snapshot
+// concurrency limit); fetch it again after retryAfter.
+type snapshotBusyError struct{ retryAfter time.Duration }
+
+func (e *snapshotBusyError) Error() string { return "http 503" }
+
 // fetchSnapshot reads one snapshot to its trailer and returns its records.
+// A 503 is a *snapshotBusyError carrying the answer's Retry-After.
 func fetchSnapshot(ctx context.Context, hc *http.Client, base, token string) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+syncproto.SnapshotPath, nil)
 	if err != nil {
@@ -299,6 +327,13 @@ func fetchSnapshot(ctx context.Context, hc *http.Client, base, token string) (in
 		return 0, fmt.Errorf("request failed")
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		wait := benchDefaultRetryAfter
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			wait = time.Duration(s) * time.Second
+		}
+		return 0, &snapshotBusyError{retryAfter: wait}
+	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("http %d", resp.StatusCode)
 	}

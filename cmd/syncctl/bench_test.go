@@ -3,11 +3,14 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,11 +18,12 @@ import (
 
 	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // benchClients issues n client tokens in s's token file through syncctl
 // token issue --count and writes them to a clients file.
-func benchClients(t *testing.T, s *syncdtest.Server, n int) string {
+func benchClients(t testing.TB, s *syncdtest.Server, n int) string {
 	t.Helper()
 	out := newCLI(t, nil).ok("token", "issue", "--tokens", s.TokenPath, "--count", strconv.Itoa(n),
 		"--tenant", "bench", "--client-id", "dev", "--read", "*", "--write", "*")
@@ -120,4 +124,41 @@ func TestBenchRefusesBadInputAndLeavesNothingRunning(t *testing.T) {
 func stacks() string {
 	b := make([]byte, 1<<20)
 	return string(b[:runtime.Stack(b, true)])
+}
+
+// A snapshot the server refuses busy (503 with Retry-After) is fetched
+// again after Retry-After, as a device does, and the retries are counted.
+// A proxy in front of a real syncd refuses each token's first snapshot.
+func TestBenchRetriesASnapshotRefusedBusy(t *testing.T) {
+	s := syncdtest.Start(t, server.Config{})
+	clients := benchClients(t, s, 3)
+	target, err := url.Parse(s.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	refused := map[string]bool{}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == syncproto.SnapshotPath {
+			mu.Lock()
+			first := !refused[r.Header.Get("Authorization")]
+			refused[r.Header.Get("Authorization")] = true
+			mu.Unlock()
+			if first {
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, `{"type":"error","code":"server_busy","message":"busy"}`, http.StatusServiceUnavailable)
+				return
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+
+	var rep benchReport
+	decodeStrict(t, newCLI(t, nil).ok("bench", "--url", front.URL, "--clients", clients, "--connections", "3",
+		"--push-share", "0", "--preload", "20", "--snapshot-storm", "3", "--duration", "200ms", "--drain", "20s", "--json"), &rep)
+	require.Equal(t, int64(3), rep.Snapshots.Retries, "each token's first snapshot was refused once")
+	require.Equal(t, int64(3), rep.Snapshots.Fetched)
+	require.Equal(t, int64(3), rep.Snapshots.Complete)
+	require.GreaterOrEqual(t, rep.Snapshots.Records, int64(3*20))
+	require.Empty(t, rep.Errors)
 }
