@@ -7,9 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mattn/go-sqlite3"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
@@ -128,6 +133,11 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 		}); err != nil {
 			return nil, fmt.Errorf("replica schema: %w", err)
 		}
+		if path != "" {
+			if err := r.importFile(ctx, path); err != nil {
+				return nil, fmt.Errorf("import the replica file %s: %w", path, err)
+			}
+		}
 		return r, nil
 	}
 	level := sqlitedb.Full
@@ -147,6 +157,135 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 		return nil, fmt.Errorf("replica schema: %w", err)
 	}
 	return &replica{db: db, queue: q, now: now, stmts: stmtCache{db: db}}, nil
+}
+
+// metaImported marks a replica in the queue's file that took over a
+// replica file of its own (importFile).
+const metaImported = "imported"
+
+// replicaTables are the tables importFile copies.
+var replicaTables = []string{"records", "pending", "outcomes", "meta"}
+
+// importFile moves a replica file an earlier version kept at path (beside
+// a SQLite queue) into the queue's file: every table's rows in one commit
+// with the mark metaImported, then the old file and its -wal and -shm are
+// removed. A crash before the commit imports again on the next open; one
+// after it only removes the file. A replica that was already imported, or
+// a path with no file, is left alone.
+func (r *replica) importFile(ctx context.Context, path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	imported, err := r.meta(ctx, r.db, metaImported)
+	if err != nil {
+		return err
+	}
+	if imported == 0 {
+		old, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Inspect: refuseNonReplica})
+		if err != nil {
+			return err
+		}
+		defer old.Close()
+		tables, err := tablesOf(ctx, old)
+		if err != nil {
+			return err
+		}
+		if err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			for _, table := range replicaTables {
+				if !tables[table] {
+					continue // an older replica without it
+				}
+				if err := copyTable(ctx, old, tx, table); err != nil {
+					return fmt.Errorf("copy %s: %w", table, err)
+				}
+			}
+			return setMeta(ctx, tx, metaImported, 1)
+		}); err != nil {
+			return err
+		}
+		if err := old.Close(); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return sqlitedb.SyncDir(filepath.Dir(path))
+}
+
+// refuseNonReplica is importFile's sqlitedb Options.Inspect: a database
+// with tables but no replica records table is not touched (not even
+// switched to WAL), and not removed. An empty one (a replica whose first
+// open was cut short) has nothing to import.
+func refuseNonReplica(c *sqlite3.SQLiteConn) error {
+	n, err := sqlitedb.QueryValue(c, `SELECT count(*) FROM sqlite_schema`)
+	if err != nil {
+		return err
+	}
+	if n == int64(0) {
+		return nil
+	}
+	n, err = sqlitedb.QueryValue(c, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'records'`)
+	if err != nil {
+		return err
+	}
+	if n != int64(1) {
+		return errors.New("not a syncd replica (no records table)")
+	}
+	return nil
+}
+
+// tablesOf returns the names of db's tables.
+func tablesOf(ctx context.Context, db *sql.DB) (map[string]bool, error) {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_schema WHERE type = 'table'`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	tables := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		tables[name] = true
+	}
+	return tables, rows.Err()
+}
+
+// copyTable copies every row of table from src into tx's database, which
+// holds the same table (replicaSchema), replacing rows with the same key.
+func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, table string) error {
+	rows, err := src.QueryContext(ctx, `SELECT * FROM `+table)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
+	}
+	insert, err := tx.PrepareContext(ctx, `INSERT OR REPLACE INTO `+table+` (`+strings.Join(cols, ", ")+`) VALUES (?`+strings.Repeat(", ?", len(cols)-1)+`)`)
+	if err != nil {
+		return err
+	}
+	defer insert.Close()
+	vals := make([]any, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		if _, err := insert.ExecContext(ctx, vals...); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // close commits the meta values held back (flushHeld), then closes the
