@@ -50,7 +50,9 @@ type Config struct {
 	// ReplicaPath is the local replica's SQLite file. Required unless Queue
 	// is a SQLite queue (offlinequeue.OpenSQLite): then the replica lives
 	// in the queue's database file, so that a write and its pending
-	// overlay row are one commit, and ReplicaPath is not used.
+	// overlay row are one commit. A replica file an earlier version kept
+	// at ReplicaPath beside a SQLite queue is moved into the queue's file
+	// at Open (in one commit) and then removed.
 	ReplicaPath string
 	// ReplicaSynchronous is the durability of a replica in its own file
 	// (ReplicaPath); the zero value is offlinequeue.SyncFull. A replica in

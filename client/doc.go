@@ -63,10 +63,20 @@
 //
 // # Crash safety
 //
-// The queue is written before the overlay; an outcome is recorded before
-// its queue item is marked done. A crash between two steps therefore
-// resends a write, and the server's ledger answers "duplicate" with the
-// original result: nothing is lost and nothing is applied twice.
+// With a SQLite queue the replica lives in the queue's file, and a write
+// and its overlay row are one commit, as are a decided batch's outcomes
+// and the removal of its queue items: a crash leaves both or neither. With
+// another queue the replica has a file of its own (Config.ReplicaPath): the
+// queue is written before the overlay (which is repaired from the queue at
+// Open), and an outcome is recorded before its queue item is marked done.
+// A crash between two steps therefore resends a write, and the server's
+// ledger answers "duplicate" with the original result: nothing is lost and
+// nothing is applied twice.
+//
+// Durability is the queue's synchronous level (offlinequeue.SyncFull by
+// default; Config.ReplicaSynchronous for a replica file of its own).
+// SyncNormal survives a process crash; a power cut may roll back the last
+// commits, never corrupt the files.
 //
 // # Typed values
 //
