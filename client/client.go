@@ -66,6 +66,7 @@ type Client struct {
 	kick       chan struct{} // new writes wait for replay
 	outcomes   broadcast     // woken whenever an outcome is recorded
 	changes    changeHub
+	watch      *statusHub                   // WatchStatus channels
 	reconcile  atomic.Bool                  // the overlay missed a queued write
 	refusal    atomic.Pointer[RefusedError] // the server's last refusal of the session; nil once bound
 	resyncNext atomic.Bool                  // the server answered cursor_ahead: the next bind resyncs
@@ -95,7 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		closeQueue()
 		return nil, fmt.Errorf("client: open replica: %w", err)
 	}
-	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1)}
+	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1), watch: newStatusHub()}
 	fail := func(err error) (*Client, error) {
 		rep.close()
 		closeQueue()
@@ -107,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if err := rep.reconcile(ctx, c.queue); err != nil {
 		return fail(fmt.Errorf("reconcile overlay with the queue: %w", err))
 	}
-	if err := rep.pruneOutcomes(ctx, c.now().Add(-cfg.OutcomeRetention)); err != nil {
+	if err := c.pruneOutcomes(ctx); err != nil {
 		return fail(err)
 	}
 	// A restarted clock never issues a timestamp older than one this
@@ -153,6 +154,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		c.wg.Wait()
 		return fail(err)
 	}
+	c.wg.Go(c.runOutcomePruning)
 	events, unsubscribe := c.monitor.Subscribe()
 	c.wg.Add(1)
 	go func() {
@@ -201,6 +203,7 @@ func (c *Client) followNetwork(events <-chan netmonitor.Event) {
 			c.coord.OnOffline()
 			c.dropLink(nil)
 		}
+		c.statusChanged()
 	}
 }
 
@@ -401,7 +404,8 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 		c.log.Error("pending overlay not updated; it will be repaired from the queue", "op_id", m.OpID, "err", overlayErr)
 		c.reconcile.Store(true)
 	}
-	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Deleted: m.Op == syncproto.OpDelete, Local: true})
+	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Value: m.Value, Deleted: m.Op == syncproto.OpDelete, Local: true})
+	c.statusChanged()
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -477,6 +481,12 @@ func (c *Client) Lookup(ctx context.Context, opID string) (Outcome, bool, error)
 	return c.replica.outcome(ctx, opID)
 }
 
+// published wakes Await callers after an outcome was recorded.
+func (c *Client) published() {
+	c.outcomes.wake()
+	c.statusChanged()
+}
+
 // Status is a snapshot of the client's state.
 type Status struct {
 	Online      bool      // the network monitor reaches a server
@@ -485,8 +495,15 @@ type Status struct {
 	DeadLetters int       // writes in the dead-letter store
 	LastSync    time.Time // end of the last replay that left nothing behind
 	Cursor      uint64    // oplog seq the local replica reflects
-	// State sums the above up: offline, connecting, syncing, idle, or
-	// refused (LastError says why).
+	// DatabaseID is the server database (welcome.database_id) the replica
+	// was last synced from; "" before the first sync. When a server
+	// answers with another one (replaced, restored into a new database,
+	// another cluster), the client resyncs from a snapshot and this
+	// changes.
+	DatabaseID string
+	// State sums the above up: offline (the probe found no server),
+	// connecting (online, or not yet probed, and not yet welcomed),
+	// syncing, idle, or refused (LastError says why).
 	State State
 	// LastError is the server's last refusal of the session, nil once a
 	// connection is bound.
@@ -522,15 +539,20 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
+	dbID, err := c.replica.databaseID(ctx)
+	if err != nil {
+		return Status{}, err
+	}
 	c.mu.Lock()
 	connected := c.active != nil && c.active.bound.Load()
 	c.mu.Unlock()
-	out := Status{Online: c.monitor.Current() == netmonitor.Online, Connected: connected,
-		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor}
+	v := c.driver.view.Load()
+	out := Status{Online: v.online, Connected: connected,
+		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor, DatabaseID: dbID}
 	if re := c.refusal.Load(); re != nil {
 		out.LastError = re
 	}
-	out.State = c.driver.status.Load().State // the sync core's
+	out.State = v.status.State // the sync core's
 	return out, nil
 }
 
@@ -617,6 +639,7 @@ func (c *Client) stepBind(ctx context.Context) error {
 		return err
 	}
 	c.refusal.Store(nil)
+	c.statusChanged()
 	return nil
 }
 
@@ -636,6 +659,7 @@ func (c *Client) dropLink(l *link) {
 	c.active = nil
 	c.mu.Unlock()
 	cur.stop()
+	c.statusChanged()
 }
 
 // linkLost runs when a bound connection ends on its own: reconnect if the
@@ -704,6 +728,7 @@ func (c *Client) refused(err error) {
 		c.driver.post(event{in: synccore.Refused{Err: &syncproto.Error{Code: re.Code, Message: re.Message}}})
 	}
 	c.outcomes.wake()
+	c.statusChanged()
 }
 
 // permanentRefusal returns the server's refusal of the session when only

@@ -33,9 +33,15 @@ type Config struct {
 	// e.g. "http://127.0.0.1:8080"). Required. When one is unreachable
 	// the client moves to the next.
 	ServerURLs []string
-	// Token is the bearer token (see syncctl token issue). Required.
+	// Credential is the device credential ("sdc_<client id>@<token>",
+	// see syncctl token issue --credential): the one setting that carries
+	// both Token and ClientID. Set it, or both of them.
+	Credential string
+	// Token is the bearer token (see syncctl token issue). Required unless
+	// Credential is set.
 	Token string
-	// ClientID is the client id the token acts as. Required.
+	// ClientID is the client id the token acts as. Required unless
+	// Credential is set.
 	ClientID string
 	// Queue is the durable outbox (offlinequeue.OpenFile or OpenSQLite).
 	// Required. The client owns it from Open on: it closes it on Close, and
@@ -44,7 +50,9 @@ type Config struct {
 	// ReplicaPath is the local replica's SQLite file. Required unless Queue
 	// is a SQLite queue (offlinequeue.OpenSQLite): then the replica lives
 	// in the queue's database file, so that a write and its pending
-	// overlay row are one commit, and ReplicaPath is not used.
+	// overlay row are one commit. A replica file an earlier version kept
+	// at ReplicaPath beside a SQLite queue is moved into the queue's file
+	// at Open (in one commit) and then removed.
 	ReplicaPath string
 	// ReplicaSynchronous is the durability of a replica in its own file
 	// (ReplicaPath); the zero value is offlinequeue.SyncFull. A replica in
@@ -97,6 +105,9 @@ type Config struct {
 var errMissing = errors.New("is required")
 
 func (c *Config) setDefaults() error {
+	if err := c.applyCredential(); err != nil {
+		return err
+	}
 	switch {
 	case len(c.ServerURLs) == 0:
 		return fmt.Errorf("field ServerURLs %w", errMissing)

@@ -172,12 +172,13 @@ func (s *syncd) conflicts(t testing.TB, model string) []conflictRow {
 // the snapshot endpoint (read with token, beside the proxy), keyed by key.
 func (s *syncd) serverRecords(t testing.TB, token, model string) map[string]syncproto.SnapshotRecord {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	// The server serves a bounded number of snapshots at once and refuses
-	// more 503 server_busy: a device loading one meanwhile is not a failure.
+	// A token may download one snapshot at a time (server.MaxSnapshotsPerToken):
+	// while the device itself loads one with this token, the server answers
+	// 503 server_busy, and the read is tried again.
 	var resp *http.Response
-	for range 100 {
+	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+syncproto.SnapshotPath, nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -187,7 +188,11 @@ func (s *syncd) serverRecords(t testing.TB, token, model string) map[string]sync
 			break
 		}
 		resp.Body.Close()
-		time.Sleep(pollTick)
+		select {
+		case <-ctx.Done():
+			require.FailNow(t, "the snapshot endpoint stayed busy")
+		case <-time.After(pollTick):
+		}
 	}
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

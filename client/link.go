@@ -80,9 +80,21 @@ func (l *link) bind(ctx context.Context) error {
 	c.measureOffset(w)
 	c.observe(w.ServerHLC)
 	c.welcomed(w)
+	// A replica synced from another database resyncs (the core decides,
+	// from Resync); otherwise it follows this database from now on. After
+	// a resync the driver remembers the database once the snapshot is in.
+	other, err := c.otherDatabase(ctx, w.DatabaseID)
+	if err != nil {
+		return err
+	}
+	if !other {
+		if err := c.rememberDatabase(ctx, w.DatabaseID); err != nil {
+			return err
+		}
+	}
 	in := synccore.Welcomed{
 		MaxBatch: min(w.Limits.MaxBatch, syncproto.MaxBatch), MaxPushBytes: pushBytes(w.Limits),
-		Cursor: cursor, Head: w.Head, Resync: resync,
+		Cursor: cursor, Head: w.Head, Resync: resync || other,
 	}
 	if !c.driver.post(event{link: l, in: in}) {
 		return ErrClosed

@@ -7,9 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mattn/go-sqlite3"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
@@ -57,6 +62,10 @@ CREATE INDEX IF NOT EXISTS outcomes_by_time ON outcomes (decided_at);
 CREATE TABLE IF NOT EXISTS meta (
 	name  TEXT PRIMARY KEY,
 	value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta_text (
+	name  TEXT PRIMARY KEY,
+	value TEXT NOT NULL
 ) WITHOUT ROWID;
 `
 
@@ -128,6 +137,11 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 		}); err != nil {
 			return nil, fmt.Errorf("replica schema: %w", err)
 		}
+		if path != "" {
+			if err := r.importFile(ctx, path); err != nil {
+				return nil, fmt.Errorf("import the replica file %s: %w", path, err)
+			}
+		}
 		return r, nil
 	}
 	level := sqlitedb.Full
@@ -147,6 +161,135 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 		return nil, fmt.Errorf("replica schema: %w", err)
 	}
 	return &replica{db: db, queue: q, now: now, stmts: stmtCache{db: db}}, nil
+}
+
+// metaImported marks a replica in the queue's file that took over a
+// replica file of its own (importFile).
+const metaImported = "imported"
+
+// replicaTables are the tables importFile copies.
+var replicaTables = []string{"records", "pending", "outcomes", "meta"}
+
+// importFile moves a replica file an earlier version kept at path (beside
+// a SQLite queue) into the queue's file: every table's rows in one commit
+// with the mark metaImported, then the old file and its -wal and -shm are
+// removed. A crash before the commit imports again on the next open; one
+// after it only removes the file. A replica that was already imported, or
+// a path with no file, is left alone.
+func (r *replica) importFile(ctx context.Context, path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	imported, err := r.meta(ctx, r.db, metaImported)
+	if err != nil {
+		return err
+	}
+	if imported == 0 {
+		old, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Inspect: refuseNonReplica})
+		if err != nil {
+			return err
+		}
+		defer old.Close()
+		tables, err := tablesOf(ctx, old)
+		if err != nil {
+			return err
+		}
+		if err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			for _, table := range replicaTables {
+				if !tables[table] {
+					continue // an older replica without it
+				}
+				if err := copyTable(ctx, old, tx, table); err != nil {
+					return fmt.Errorf("copy %s: %w", table, err)
+				}
+			}
+			return setMeta(ctx, tx, metaImported, 1)
+		}); err != nil {
+			return err
+		}
+		if err := old.Close(); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return sqlitedb.SyncDir(filepath.Dir(path))
+}
+
+// refuseNonReplica is importFile's sqlitedb Options.Inspect: a database
+// with tables but no replica records table is not touched (not even
+// switched to WAL), and not removed. An empty one (a replica whose first
+// open was cut short) has nothing to import.
+func refuseNonReplica(c *sqlite3.SQLiteConn) error {
+	n, err := sqlitedb.QueryValue(c, `SELECT count(*) FROM sqlite_schema`)
+	if err != nil {
+		return err
+	}
+	if n == int64(0) {
+		return nil
+	}
+	n, err = sqlitedb.QueryValue(c, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'records'`)
+	if err != nil {
+		return err
+	}
+	if n != int64(1) {
+		return errors.New("not a syncd replica (no records table)")
+	}
+	return nil
+}
+
+// tablesOf returns the names of db's tables.
+func tablesOf(ctx context.Context, db *sql.DB) (map[string]bool, error) {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_schema WHERE type = 'table'`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	tables := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		tables[name] = true
+	}
+	return tables, rows.Err()
+}
+
+// copyTable copies every row of table from src into tx's database, which
+// holds the same table (replicaSchema), replacing rows with the same key.
+func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, table string) error {
+	rows, err := src.QueryContext(ctx, `SELECT * FROM `+table)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
+	}
+	insert, err := tx.PrepareContext(ctx, `INSERT OR REPLACE INTO `+table+` (`+strings.Join(cols, ", ")+`) VALUES (?`+strings.Repeat(", ?", len(cols)-1)+`)`)
+	if err != nil {
+		return err
+	}
+	defer insert.Close()
+	vals := make([]any, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		if _, err := insert.ExecContext(ctx, vals...); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // close commits the meta values held back (flushHeld), then closes the
@@ -195,6 +338,17 @@ func (c *stmtCache) close() error {
 	}
 	c.m = nil
 	return errors.Join(errs...)
+}
+
+// queryRow runs a cached read statement on the pool.
+func (r *replica) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	s, err := r.stmts.get(ctx, query)
+	if err != nil {
+		// A statement that does not prepare fails the same way unprepared;
+		// its error then comes from Scan.
+		return r.db.QueryRowContext(ctx, query, args...)
+	}
+	return s.QueryRowContext(ctx, args...)
 }
 
 // txStmts runs cached statements in one transaction, binding each to it
@@ -380,7 +534,7 @@ func (r *replica) get(ctx context.Context, model, key string) (rec Record, found
 	var op string
 	var value []byte
 	var version int64
-	err = r.db.QueryRowContext(ctx, `SELECT p.op, p.value, COALESCE(r.version, 0)
+	err = r.queryRow(ctx, `SELECT p.op, p.value, COALESCE(r.version, 0)
 		FROM pending p LEFT JOIN records r ON r.model = p.model AND r.key = p.key
 		WHERE p.model = ? AND p.key = ? ORDER BY p.queue_id DESC LIMIT 1`, model, key).Scan(&op, &value, &version)
 	switch {
@@ -393,7 +547,7 @@ func (r *replica) get(ctx context.Context, model, key string) (rec Record, found
 		return Record{}, false, err
 	}
 	var deleted bool
-	err = r.db.QueryRowContext(ctx, `SELECT value, version, deleted FROM records WHERE model = ? AND key = ?`,
+	err = r.queryRow(ctx, `SELECT value, version, deleted FROM records WHERE model = ? AND key = ?`,
 		model, key).Scan(&value, &version, &deleted)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && deleted) {
 		return Record{}, false, nil
@@ -408,7 +562,7 @@ func (r *replica) get(ctx context.Context, model, key string) (rec Record, found
 // from the server (a tombstone's included); 0 when it never heard of it.
 func (r *replica) serverVersion(ctx context.Context, model, key string) (uint64, error) {
 	var v int64
-	err := r.db.QueryRowContext(ctx, `SELECT version FROM records WHERE model = ? AND key = ?`, model, key).Scan(&v)
+	err := r.queryRow(ctx, `SELECT version FROM records WHERE model = ? AND key = ?`, model, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -766,7 +920,7 @@ func (r *replica) outcome(ctx context.Context, opID string) (Outcome, bool, erro
 	var status string
 	var version, seq, decided int64
 	var winner []byte
-	err := r.db.QueryRowContext(ctx, `SELECT status, version, seq, reason, winner, rebased_as, decided_at FROM outcomes WHERE op_id = ?`,
+	err := r.queryRow(ctx, `SELECT status, version, seq, reason, winner, rebased_as, decided_at FROM outcomes WHERE op_id = ?`,
 		opID).Scan(&status, &version, &seq, &o.Reason, &winner, &o.RebasedAs, &decided)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Outcome{}, false, nil
@@ -787,16 +941,22 @@ func (r *replica) outcome(ctx context.Context, opID string) (Outcome, bool, erro
 // isPending reports whether a write is still in the pending overlay.
 func (r *replica) isPending(ctx context.Context, opID string) (bool, error) {
 	var n int
-	err := r.db.QueryRowContext(ctx, `SELECT count(*) FROM pending WHERE op_id = ?`, opID).Scan(&n)
+	err := r.queryRow(ctx, `SELECT count(*) FROM pending WHERE op_id = ?`, opID).Scan(&n)
 	return n > 0, err
 }
 
-// pruneOutcomes forgets outcomes decided before cutoff.
-func (r *replica) pruneOutcomes(ctx context.Context, cutoff time.Time) error {
-	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM outcomes WHERE decided_at < ?`, cutoff.UnixMilli())
+// pruneOutcomes forgets outcomes decided before cutoff and returns how
+// many.
+func (r *replica) pruneOutcomes(ctx context.Context, cutoff time.Time) (int64, error) {
+	var n int64
+	err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM outcomes WHERE decided_at < ?`, cutoff.UnixMilli())
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
 		return err
 	})
+	return n, err
 }
 
 // setLastSync records t as the end of the last complete replay. It

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -294,4 +296,113 @@ func TestEchoedFeedPagesCommitNothing(t *testing.T) {
 	require.Equal(t, uint64(8), stored())
 	require.NoError(t, r.close())
 	require.Equal(t, uint64(9), stored())
+}
+
+// ownFileQueue hides a SQLite queue's sharing, as a queue of an earlier
+// version had none: a replica over it keeps a file of its own.
+type ownFileQueue struct{ offlinequeue.Queue }
+
+// A replica file an earlier version kept beside a SQLite queue is moved
+// into the queue's file at open: records, cursor, pending overlay and
+// outcomes, in one commit; the old file is removed. A file found again
+// after the import (a crash after its commit) is only removed, and a file
+// that is not a replica is refused and left alone.
+func TestReplicaFileIsImportedIntoTheQueuesFile(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+	require.NoError(t, err)
+	defer q.Close()
+	path := filepath.Join(dir, "replica.db")
+
+	old, err := openReplica(ctx, ownFileQueue{q}, path, offlinequeue.SyncFull, time.Now)
+	require.NoError(t, err)
+	require.Nil(t, old.shared)
+	server := testMutation(t, "s", `{"from":"server"}`)
+	require.NoError(t, old.applyChanges(ctx, []syncproto.Change{{Seq: 7, Model: "notes", Key: "s", Value: server.Value, Version: 3, HLC: server.HLC}}, 7))
+	pending, decided := testMutation(t, "p", `{"n":1}`), testMutation(t, "d", `{"n":2}`)
+	for _, m := range []*syncproto.Mutation{pending, decided} {
+		overlayErr, err := old.enqueue(ctx, mustJSON(t, m), m)
+		require.NoError(t, err)
+		require.NoError(t, overlayErr)
+	}
+	require.NoError(t, old.decide(ctx, decided, Outcome{OpID: decided.OpID, Status: StatusApplied, Version: 1, Seq: 8, HLC: decided.HLC, DecidedAt: time.Now()}))
+	require.NoError(t, old.close())
+
+	r, err := openReplica(ctx, q, path, offlinequeue.SyncFull, time.Now)
+	require.NoError(t, err)
+	require.NotNil(t, r.shared)
+	require.NoFileExists(t, path)
+	require.NoFileExists(t, path+"-wal")
+	cursor, err := r.cursor(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), cursor)
+	rec, found, err := r.get(ctx, "notes", "s")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, uint64(3), rec.Version)
+	isPending, err := r.isPending(ctx, pending.OpID)
+	require.NoError(t, err)
+	require.True(t, isPending)
+	o, found, err := r.outcome(ctx, decided.OpID)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, StatusApplied, o.Status)
+	require.NoError(t, r.close())
+
+	// Found again after the import committed: removed, not imported.
+	again, err := openReplica(ctx, ownFileQueue{q}, path, offlinequeue.SyncFull, time.Now)
+	require.NoError(t, err)
+	require.NoError(t, again.applyChanges(ctx, []syncproto.Change{{Seq: 9, Model: "notes", Key: "s", Value: server.Value, Version: 9, HLC: server.HLC}}, 9))
+	require.NoError(t, again.close())
+	r, err = openReplica(ctx, q, path, offlinequeue.SyncFull, time.Now)
+	require.NoError(t, err)
+	require.NoFileExists(t, path)
+	rec, _, err = r.get(ctx, "notes", "s")
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), rec.Version, "not imported twice")
+	require.NoError(t, r.close())
+}
+
+func TestReplicaImportRefusesAFileThatIsNoReplica(t *testing.T) {
+	t.Run("empty file: nothing to import", func(t *testing.T) {
+		dir := t.TempDir()
+		q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+		require.NoError(t, err)
+		defer q.Close()
+		path := filepath.Join(dir, "replica.db")
+		require.NoError(t, os.WriteFile(path, nil, 0o600))
+		r, err := openReplica(t.Context(), q, path, offlinequeue.SyncFull, time.Now)
+		require.NoError(t, err)
+		require.NoFileExists(t, path)
+		require.NoError(t, r.close())
+	})
+	t.Run("another database: refused, untouched", func(t *testing.T) {
+		dir := t.TempDir()
+		q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+		require.NoError(t, err)
+		defer q.Close()
+		path := filepath.Join(dir, "other.db")
+		other, err := sqlitedb.Open(t.Context(), path, sqlitedb.Options{})
+		require.NoError(t, err)
+		_, err = other.Exec(`CREATE TABLE t (x)`)
+		require.NoError(t, err)
+		require.NoError(t, other.Close())
+		_, err = openReplica(t.Context(), q, path, offlinequeue.SyncFull, time.Now)
+		require.ErrorContains(t, err, "not a syncd replica")
+		require.FileExists(t, path)
+	})
+
+	dir := t.TempDir()
+	q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+	require.NoError(t, err)
+	defer q.Close()
+	path := filepath.Join(dir, "notes.txt")
+	content := []byte("not a database")
+	require.NoError(t, os.WriteFile(path, content, 0o600))
+	_, err = openReplica(t.Context(), q, path, offlinequeue.SyncFull, time.Now)
+	require.Error(t, err)
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, content, got)
 }

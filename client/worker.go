@@ -52,8 +52,16 @@ type driver struct {
 	restamp   map[string]bool // op ids refused for clock skew: stamped afresh when sent again
 	corrected bool            // the clock was corrected on this link
 	passStart time.Time       // when the current pass began; zero when none
+	online    bool            // the network monitor's last verdict, as fed to the core
 
-	status atomic.Pointer[synccore.Status] // the core's last report
+	view atomic.Pointer[driverView] // what Status reports, after each step
+}
+
+// driverView is the core's status and the network verdict it was given,
+// published together so Status never pairs one with a stale other.
+type driverView struct {
+	status synccore.Status
+	online bool
 }
 
 // event is one input for the driver.
@@ -77,8 +85,7 @@ func newDriver(c *Client, cursor uint64) *driver {
 		restamp: map[string]bool{},
 	}
 	d.timer.Stop()
-	st := d.core.Status()
-	d.status.Store(&st)
+	d.view.Store(&driverView{status: d.core.Status()})
 	return d
 }
 
@@ -128,6 +135,10 @@ func (d *driver) handle(ev event) {
 			return // a link the core was never welcomed on, or already gone
 		}
 		d.link = nil
+		d.step(in)
+		return
+	case synccore.Network:
+		d.online = in.Online
 		d.step(in)
 		return
 	case synccore.SyncRequested:
@@ -197,6 +208,11 @@ func (d *driver) step(in synccore.Input) {
 		}
 		d.settleDone(done)
 	}
+	v := driverView{status: d.core.Status(), online: d.online}
+	if *d.view.Load() != v {
+		d.view.Store(&v)
+		d.c.statusChanged()
+	}
 }
 
 // do carries out one action; it returns the answer of a local one.
@@ -229,7 +245,11 @@ func (d *driver) do(a synccore.Action) synccore.Input {
 		c.metrics.feedEntries.Add(float64(len(a.Entries)))
 		for _, e := range a.Entries {
 			c.observe(e.HLC)
-			c.changes.publish(ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted})
+			ev := ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted}
+			if !e.Deleted {
+				ev.Value = e.Value
+			}
+			c.changes.publish(ev)
 		}
 	case synccore.Resync:
 		d.resync()
@@ -239,8 +259,7 @@ func (d *driver) do(a synccore.Action) synccore.Input {
 		d.timerID = a.Timer
 		d.timer.Reset(a.Delay + time.Duration(rand.Int64N(int64(a.Delay/4)+1)))
 	case synccore.Report:
-		st := a.Status
-		d.status.Store(&st)
+		// Published with the network verdict at the end of the step.
 	case synccore.PassEnded:
 		d.passEnded(a)
 	default:
@@ -324,6 +343,10 @@ func (d *driver) resync() {
 			return
 		}
 		d.c.resyncNext.Store(false)
+		if err := d.c.rememberDatabase(l.ctx, l.conn.welcome.DatabaseID); err != nil {
+			l.lose("recording the database id", err)
+			return
+		}
 		d.post(event{link: l, in: synccore.Snapshot{Head: head}})
 	})
 }
@@ -413,7 +436,7 @@ func (d *driver) settleDone(done []synccore.Settle) {
 		d.fail("settling written outcomes", err)
 		return
 	}
-	c.outcomes.wake()
+	c.published()
 }
 
 // settle carries out the core's verdict on one write other than Done.
@@ -434,7 +457,7 @@ func (d *driver) settle(s synccore.Settle) error {
 		if err := c.replica.decideDone(ctx, []decision{{mut: m, outcome: o}}, []offlinequeue.ID{id}); err != nil {
 			return err
 		}
-		c.outcomes.wake()
+		c.published()
 	case synccore.Charge:
 		c.log.Info("write refused; attempt charged", "op_id", m.OpID, "attempts", v.Attempts, "reason", v.Reason)
 		return c.queue.SetAttempts(ctx, id, offlinequeue.Attempts(v.Attempts))
@@ -455,7 +478,7 @@ func (d *driver) settle(s synccore.Settle) error {
 			return err
 		}
 		c.metrics.deadLetters.Inc()
-		c.outcomes.wake()
+		c.published()
 	case synccore.Restamp:
 		if !d.corrected && d.link != nil {
 			c.correctClock(d.link.conn.welcome)

@@ -118,8 +118,12 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 	if s.hooks.batch != nil {
 		s.hooks.batch(len(group))
 	}
-	if len(group) == 1 && group[0].with == nil && s.poisoned == nil && s.pending < s.opts.MaxDepth {
-		s.commitLone(group[0])
+	if len(group) == 1 && s.poisoned == nil && s.pending < s.opts.MaxDepth {
+		if group[0].with == nil {
+			s.commitLone(group[0])
+		} else {
+			s.commitLoneWith(group[0])
+		}
 		return
 	}
 	var added, refused int
@@ -219,10 +223,6 @@ func (s *SQLite) insertWith(ctx context.Context, tx *sql.Tx, insert *sql.Stmt, r
 	return true, nil
 }
 
-// inTx runs fn in a transaction and commits it. An error from fn rolls the
-// transaction back: ErrNotFound is returned as is, anything else wrapped as a
-// failure of op. A failed commit, or a failed rollback, leaves the outcome
-// unknown and poisons the handle.
 // commitLone commits an enqueue that found no other waiting without an
 // explicit transaction: a key lookup, then one autocommit insert, as cheap
 // as a durable SQLite write gets. The committer is the only writer, so
@@ -258,6 +258,54 @@ func (s *SQLite) commitLone(r *writeRequest) {
 	s.addCounts(counts{pending: 1})
 }
 
+// commitLoneWith commits an EnqueueWith that found no other waiting: the
+// item and the hook in one transaction, without the savepoint a group
+// needs to undo one member (here the member is the whole transaction).
+// A failing hook rolls it back; its error is r's, certain, and does not
+// poison the handle.
+func (s *SQLite) commitLoneWith(r *writeRequest) {
+	defer close(r.done)
+	var inserted bool
+	var hookErr error
+	r.id, r.err = 0, nil
+	err := s.inTx("enqueue into", func(ctx context.Context, tx *sql.Tx) error {
+		if r.key != "" {
+			var id int64
+			err := tx.StmtContext(ctx, s.stmts.findKey).QueryRowContext(ctx, blob(r.key)).Scan(&id)
+			if err == nil {
+				r.id = ID(id) // dedup hit: its rows were written with it
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		id, err := s.insertItem(ctx, tx.StmtContext(ctx, s.stmts.insert), r)
+		if err != nil {
+			return err
+		}
+		if hookErr = r.with(ctx, tx, id); hookErr != nil {
+			return hookErr
+		}
+		r.id, inserted = id, true
+		return nil
+	})
+	switch {
+	case err == nil:
+		if inserted {
+			s.addCounts(counts{pending: 1})
+		}
+	case hookErr != nil && !errors.Is(err, ErrPoisoned):
+		r.id, r.err = 0, fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, hookErr)
+	default:
+		r.id, r.err = 0, err
+	}
+}
+
+// inTx runs fn in a transaction and commits it. An error from fn rolls the
+// transaction back: ErrNotFound is returned as is, anything else wrapped as a
+// failure of op. A failed commit, or a failed rollback, leaves the outcome
+// unknown and poisons the handle.
 func (s *SQLite) inTx(op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if s.poisoned != nil {
 		return s.poisoned

@@ -82,11 +82,23 @@ func TestSQLiteEnqueueWithCommitsBoth(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, items, 1)
 	require.Equal(t, id, items[0].ID)
+	n, err := q.Len(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "a dedup hit and a refused hook add nothing")
+
+	// A refused hook leaves the handle working.
+	c, err := q.EnqueueWith(ctx, []byte("c"), "kc", overlayHook("c"))
+	require.NoError(t, err)
+	require.NoError(t, q.MarkDone(ctx, c))
+	require.NoError(t, q.Update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM overlay WHERE queue_id = ?`, c)
+		return err
+	}))
 
 	require.NoError(t, q.Close())
 	q = openTestSQLite(t, path, SQLiteOptions{}, sqliteHooks{})
 	require.Equal(t, map[ID]string{id: "a"}, overlayRows(t, q), "after reopen")
-	n, err := q.Len(ctx)
+	n, err = q.Len(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 }

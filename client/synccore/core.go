@@ -128,7 +128,9 @@ type (
 	// charged nothing.
 	Disconnected struct{}
 	// Network: the network monitor's verdict changed (Online: a server
-	// answers), which tells offline from connecting.
+	// answers), which tells offline from connecting. Until the first one
+	// the core is connecting (finding out), not offline: offline is a
+	// verdict an app may act on.
 	Network struct{ Online bool }
 	// Refused: the server refused the session for good (unauthorized,
 	// wrong client id, revoked, incompatible protocol). No reconnect helps
@@ -269,7 +271,7 @@ type Core struct {
 	maxBytes int
 	closed   bool
 	welcomed bool
-	online   bool
+	offline  bool // the network monitor's last verdict was offline
 	status   Status
 
 	// queue pass
@@ -299,7 +301,7 @@ type Core struct {
 // New returns a Core whose replica is at cursor.
 func New(cfg Config, cursor uint64) *Core {
 	cfg = cfg.withDefaults()
-	return &Core{cfg: cfg, maxBatch: cfg.MaxBatch, maxBytes: cfg.MaxPushBytes, cursor: cursor, inFlight: map[uint64][]Item{}, status: Status{State: StateOffline}}
+	return &Core{cfg: cfg, maxBatch: cfg.MaxBatch, maxBytes: cfg.MaxPushBytes, cursor: cursor, inFlight: map[uint64][]Item{}, status: Status{State: StateConnecting}}
 }
 
 // Status returns the status last reported.
@@ -343,7 +345,7 @@ func (c *Core) Step(in Input) []Action {
 			c.status.State = c.unwelcomed()
 		}
 	case Network:
-		c.online = in.Online
+		c.offline = !in.Online
 		if !c.welcomed && c.status.State != StateRefused {
 			c.status.State = c.unwelcomed()
 		}
@@ -413,10 +415,10 @@ func (c *Core) Step(in Input) []Action {
 
 // unwelcomed is the state without a connection and without a refusal.
 func (c *Core) unwelcomed() State {
-	if c.online {
-		return StateConnecting
+	if c.offline {
+		return StateOffline
 	}
-	return StateOffline
+	return StateConnecting
 }
 
 // drop forgets everything that belonged to the connection; a Sync

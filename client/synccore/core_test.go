@@ -190,6 +190,7 @@ func TestDisconnectForgetsTheConnection(t *testing.T) {
 	c := welcomed(t)
 	c.Step(Enqueued{})
 	c.Step(Page{Read: 2, Items: []Item{item(1)}})
+	c.Step(Network{Online: false})
 	acts := c.Step(Disconnected{})
 	if st := c.Status().State; st != StateOffline || len(only[Report](acts)) != 1 {
 		t.Fatalf("state = %s, actions %#v: want offline reported", st, acts)
@@ -369,6 +370,9 @@ func TestClockSkewIsResentAtOnceOncePerConnection(t *testing.T) {
 
 func TestStateFollowsTheNetworkAndTheQueue(t *testing.T) {
 	c := New(Config{}, 0)
+	if st := c.Status().State; st != StateConnecting {
+		t.Fatalf("before the network's first verdict: state %s, want connecting", st)
+	}
 	c.Step(Network{Online: true})
 	if st := c.Status().State; st != StateConnecting {
 		t.Fatalf("online, not welcomed: state %s, want connecting", st)
