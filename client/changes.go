@@ -1,12 +1,18 @@
 package client
 
-import "sync"
+import (
+	"encoding/json"
+	"sync"
+)
 
 // ChangeEvent says a record changed in the local replica.
 type ChangeEvent struct {
 	Model   string
 	Key     string
 	Version uint64 // server version; 0 for a local pending write
+	// Value is the record's value after the change (the JSON document),
+	// so an app can render it without reading it back; nil for a delete.
+	Value   json.RawMessage
 	Deleted bool
 	// Local is true for this device's own write (pending), false for a
 	// change that came from the server's feed.

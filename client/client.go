@@ -64,6 +64,7 @@ type Client struct {
 	kick       chan struct{} // new writes wait for replay
 	outcomes   broadcast     // woken whenever an outcome is recorded
 	changes    changeHub
+	watch      *statusHub                   // WatchStatus channels
 	reconcile  atomic.Bool                  // the overlay missed a queued write
 	refusal    atomic.Pointer[RefusedError] // the server's last refusal of the session; nil once bound
 	resyncNext atomic.Bool                  // the server answered cursor_ahead: the next bind resyncs
@@ -93,7 +94,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		closeQueue()
 		return nil, fmt.Errorf("client: open replica: %w", err)
 	}
-	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1)}
+	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1), watch: newStatusHub()}
 	fail := func(err error) (*Client, error) {
 		rep.close()
 		closeQueue()
@@ -105,7 +106,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if err := rep.reconcile(ctx, c.queue); err != nil {
 		return fail(fmt.Errorf("reconcile overlay with the queue: %w", err))
 	}
-	if err := rep.pruneOutcomes(ctx, c.now().Add(-cfg.OutcomeRetention)); err != nil {
+	if err := c.pruneOutcomes(ctx); err != nil {
 		return fail(err)
 	}
 	// A restarted clock never issues a timestamp older than one this
@@ -139,6 +140,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		c.coord.Close()
 		return fail(err)
 	}
+	c.wg.Go(c.runOutcomePruning)
 	events, unsubscribe := c.monitor.Subscribe()
 	c.wg.Add(1)
 	go func() {
@@ -186,6 +188,7 @@ func (c *Client) followNetwork(events <-chan netmonitor.Event) {
 			c.coord.OnOffline()
 			c.dropLink(nil)
 		}
+		c.statusChanged()
 	}
 }
 
@@ -383,7 +386,8 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 		c.log.Error("pending overlay not updated; it will be repaired from the queue", "op_id", m.OpID, "err", overlayErr)
 		c.reconcile.Store(true)
 	}
-	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Deleted: m.Op == syncproto.OpDelete, Local: true})
+	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Value: m.Value, Deleted: m.Op == syncproto.OpDelete, Local: true})
+	c.statusChanged()
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -460,7 +464,10 @@ func (c *Client) Lookup(ctx context.Context, opID string) (Outcome, bool, error)
 }
 
 // published wakes Await callers after an outcome was recorded.
-func (c *Client) published(Outcome) { c.outcomes.wake() }
+func (c *Client) published(Outcome) {
+	c.outcomes.wake()
+	c.statusChanged()
+}
 
 // Status is a snapshot of the client's state.
 type Status struct {
@@ -470,8 +477,15 @@ type Status struct {
 	DeadLetters int       // writes in the dead-letter store
 	LastSync    time.Time // end of the last replay that left nothing behind
 	Cursor      uint64    // oplog seq the local replica reflects
-	// State sums the above up: offline, connecting, syncing, idle, or
-	// refused (LastError says why).
+	// DatabaseID is the server database (welcome.database_id) the replica
+	// was last synced from; "" before the first sync. When a server
+	// answers with another one (replaced, restored into a new database,
+	// another cluster), the client resyncs from a snapshot and this
+	// changes.
+	DatabaseID string
+	// State sums the above up: offline (the probe found no server),
+	// connecting (online, or not yet probed, and not yet welcomed),
+	// syncing, idle, or refused (LastError says why).
 	State State
 	// LastError is the server's last refusal of the session, nil once a
 	// connection is bound.
@@ -507,11 +521,15 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
+	dbID, err := c.replica.databaseID(ctx)
+	if err != nil {
+		return Status{}, err
+	}
 	c.mu.Lock()
 	connected := c.active != nil && c.active.bound.Load()
 	c.mu.Unlock()
 	out := Status{Online: c.monitor.Current() == netmonitor.Online, Connected: connected,
-		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor}
+		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor, DatabaseID: dbID}
 	re := c.refusal.Load()
 	if re != nil {
 		out.LastError = re
@@ -523,7 +541,9 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 		out.State = StateIdle
 	case re != nil && !re.Transient():
 		out.State = StateRefused
-	case out.Online:
+	case out.Online || c.monitor.Current() == netmonitor.Unknown:
+		// Before the first probe has answered the client is finding out,
+		// not offline: offline is a decision an app may act on.
 		out.State = StateConnecting
 	default:
 		out.State = StateOffline
@@ -611,6 +631,7 @@ func (c *Client) stepBind(ctx context.Context) error {
 		return err
 	}
 	c.refusal.Store(nil)
+	c.statusChanged()
 	return nil
 }
 
@@ -636,6 +657,7 @@ func (c *Client) dropLink(l *link) {
 	c.active = nil
 	c.mu.Unlock()
 	cur.stop()
+	c.statusChanged()
 }
 
 // linkLost runs when a bound connection ends on its own: reconnect if the
@@ -701,6 +723,7 @@ func (c *Client) refused(err error) {
 	c.log.Warn("the server refused the session", "code", re.Code, "message", re.Message, "retry_after", re.RetryAfter)
 	c.refusal.Store(re)
 	c.outcomes.wake()
+	c.statusChanged()
 }
 
 // permanentRefusal returns the server's refusal of the session when only

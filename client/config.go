@@ -33,9 +33,15 @@ type Config struct {
 	// e.g. "http://127.0.0.1:8080"). Required. When one is unreachable
 	// the client moves to the next.
 	ServerURLs []string
-	// Token is the bearer token (see syncctl token issue). Required.
+	// Credential is the device credential ("sdc_<client id>@<token>",
+	// see syncctl token issue --credential): the one setting that carries
+	// both Token and ClientID. Set it, or both of them.
+	Credential string
+	// Token is the bearer token (see syncctl token issue). Required unless
+	// Credential is set.
 	Token string
-	// ClientID is the client id the token acts as. Required.
+	// ClientID is the client id the token acts as. Required unless
+	// Credential is set.
 	ClientID string
 	// Queue is the durable outbox (offlinequeue.OpenFile or OpenSQLite).
 	// Required. The client owns it from Open on: it closes it on Close, and
@@ -99,6 +105,9 @@ type Config struct {
 var errMissing = errors.New("is required")
 
 func (c *Config) setDefaults() error {
+	if err := c.applyCredential(); err != nil {
+		return err
+	}
 	switch {
 	case len(c.ServerURLs) == 0:
 		return fmt.Errorf("field ServerURLs %w", errMissing)

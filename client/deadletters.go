@@ -67,6 +67,7 @@ func (c *Client) RequeueDeadLetters(ctx context.Context, ids ...offlinequeue.ID)
 	if err := c.replica.reconcile(ctx, c.queue); err != nil {
 		return fmt.Errorf("client: requeue: pending overlay: %w", err)
 	}
+	c.statusChanged()
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -79,6 +80,7 @@ func (c *Client) PurgeDeadLetters(ctx context.Context, ids ...offlinequeue.ID) e
 	if c.isClosed() {
 		return ErrClosed
 	}
+	defer c.statusChanged()
 	return c.queue.Purge(ctx, ids...)
 }
 

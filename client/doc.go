@@ -23,7 +23,9 @@
 // oplog seq), superseded (with the winner), conflict (with the winner and
 // what the ConflictHandler did) or dead_lettered (with the reason). Await
 // waits for it; Lookup reads it; both work after a restart, for
-// Config.OutcomeRetention.
+// Config.OutcomeRetention. Outcomes are pruned at Open and while the client
+// runs (every OutcomeRetention/2, at most MaxOutcomePruneInterval), and
+// never more than MaxOutcomes are kept (the oldest go first).
 //
 // # Syncing
 //
@@ -31,8 +33,9 @@
 // probe decides the first state; there is no silent first interval). When
 // it reports online, the reconnect coordinator runs, strictly in order:
 // reconnect (dial, trying each server URL), activate, bind (hello/welcome;
-// a replica that never synced loads a snapshot; subscribe to the change
-// feed) and replay (the sync worker). Going offline cancels a run between
+// a replica that never synced loads a snapshot, and so does one synced from
+// another database than the welcome's database_id, which Status.DatabaseID
+// then names; subscribe to the change feed) and replay (the sync worker). Going offline cancels a run between
 // steps without waiting on any lock, so no replay starts on a connection
 // known to be down. While connected, new writes are replayed as they come.
 //
@@ -47,6 +50,16 @@
 // answered is left as it was, charged nothing. A refusal for clock skew is
 // not the write's fault: the client corrects its clock from the server's
 // and resends, uncharged.
+//
+// # Status
+//
+// Status reports what the client is doing (State: offline, connecting,
+// syncing, idle, refused) with the counts an app shows, and LastError: the
+// server's refusal of the session as a *RefusedError (errors.Is
+// ErrUnauthorized, ErrWrongClientID, ErrServerBusy, ErrIncompatible).
+// WatchStatus delivers every change of it on a channel that keeps only the
+// newest status, so a slow reader never holds the client up; it ends with
+// StateClosed when the Client is closed.
 //
 // # Crash safety
 //
@@ -65,8 +78,17 @@
 // SyncNormal survives a process crash; a power cut may roll back the last
 // commits, never corrupt the files.
 //
+// # Typed values
+//
+// Collection[T] is a typed view of one model for apps that do not want to
+// marshal JSON by hand: Put, Get, Delete, List and Watch take and return
+// Go values, and a stored value that does not decode as T is a
+// *DecodeError naming its key.
+//
 // # The caller's duties
 //
 // Open the queue and hand it to the client (which then owns and closes it);
-// give each device its own ClientID, token, queue and replica; call Close.
+// give each device its own credential (Config.Credential, the
+// "sdc_<client id>@<token>" string syncctl token issue --credential prints;
+// or Token and ClientID), queue and replica; call Close.
 package client

@@ -95,11 +95,11 @@ func TestChangesLocalAndRemote(t *testing.T) {
 	}
 	a.put(t, "notes", "mine", `{"n":1}`)
 	ev := next("local put", func(ev client.ChangeEvent) bool { return ev.Key == "mine" })
-	require.Equal(t, client.ChangeEvent{Model: "notes", Key: "mine", Local: true}, ev)
+	require.Equal(t, client.ChangeEvent{Model: "notes", Key: "mine", Value: json.RawMessage(`{"n":1}`), Local: true}, ev, "a change carries its value")
 
 	b.put(t, "notes", "theirs", `{"n":2}`)
 	ev = next("remote put", func(ev client.ChangeEvent) bool { return ev.Key == "theirs" })
-	require.Equal(t, client.ChangeEvent{Model: "notes", Key: "theirs", Version: 1}, ev)
+	require.Equal(t, client.ChangeEvent{Model: "notes", Key: "theirs", Version: 1, Value: json.RawMessage(`{"n":2}`)}, ev)
 
 	_, err := b.Delete(t.Context(), "notes", "theirs")
 	require.NoError(t, err)

@@ -172,13 +172,28 @@ func (s *syncd) conflicts(t testing.TB, model string) []conflictRow {
 // the snapshot endpoint (read with token, beside the proxy), keyed by key.
 func (s *syncd) serverRecords(t testing.TB, token, model string) map[string]syncproto.SnapshotRecord {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+syncproto.SnapshotPath, nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	// A token may download one snapshot at a time (server.MaxSnapshotsPerToken):
+	// while the device itself loads one with this token, the server answers
+	// 503 server_busy, and the read is tried again.
+	var resp *http.Response
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+syncproto.SnapshotPath, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			break
+		}
+		resp.Body.Close()
+		select {
+		case <-ctx.Done():
+			require.FailNow(t, "the snapshot endpoint stayed busy")
+		case <-time.After(pollTick):
+		}
+	}
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	sr, err := syncproto.NewSnapshotReader(resp.Body)

@@ -59,11 +59,18 @@ func (l *link) bind(ctx context.Context) error {
 	}
 	c.measureOffset(w)
 	c.observe(w.ServerHLC)
-	if (cursor == 0 && w.Head > 0) || resync {
+	other, err := c.otherDatabase(ctx, w.DatabaseID)
+	if err != nil {
+		return err
+	}
+	if (cursor == 0 && w.Head > 0) || resync || other {
 		if cursor, err = c.loadSnapshot(ctx, l.conn.url); err != nil {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 		c.resyncNext.Store(false)
+	}
+	if err := c.rememberDatabase(ctx, w.DatabaseID); err != nil {
+		return err
 	}
 	if err := l.conn.subscribe(ctx, cursor); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
@@ -242,7 +249,11 @@ func (l *link) apply(msg syncproto.Message) error {
 		c.metrics.feedEntries.Add(float64(len(m.Entries)))
 		for _, e := range m.Entries {
 			c.observe(e.HLC)
-			c.changes.publish(ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted})
+			ev := ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted}
+			if !e.Deleted {
+				ev.Value = e.Value
+			}
+			c.changes.publish(ev)
 		}
 		return nil
 	case *syncproto.Resync:

@@ -13,6 +13,8 @@ type metrics struct {
 	feedEntries   prometheus.Counter
 	resyncs       prometheus.Counter
 	clockRefused  prometheus.Counter
+	// outcomesPruned counts outcomes forgotten (OutcomeRetention, MaxOutcomes).
+	outcomesPruned prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,11 +44,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		clockRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_client_clock_refused_total", Help: "Observed timestamps not adopted: more than MaxObservedClockAhead ahead of the server's clock.",
 		}),
+		outcomesPruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_client_outcomes_pruned_total", Help: "Outcomes of decided writes forgotten: older than OutcomeRetention, or the oldest beyond MaxOutcomes.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.clockRefused} {
+	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.clockRefused, m.outcomesPruned} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

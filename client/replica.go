@@ -63,6 +63,10 @@ CREATE TABLE IF NOT EXISTS meta (
 	name  TEXT PRIMARY KEY,
 	value INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta_text (
+	name  TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+) WITHOUT ROWID;
 `
 
 // meta names.
@@ -995,12 +999,18 @@ func (r *replica) isPending(ctx context.Context, opID string) (bool, error) {
 	return n > 0, err
 }
 
-// pruneOutcomes forgets outcomes decided before cutoff.
-func (r *replica) pruneOutcomes(ctx context.Context, cutoff time.Time) error {
-	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM outcomes WHERE decided_at < ?`, cutoff.UnixMilli())
+// pruneOutcomes forgets outcomes decided before cutoff and returns how
+// many.
+func (r *replica) pruneOutcomes(ctx context.Context, cutoff time.Time) (int64, error) {
+	var n int64
+	err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM outcomes WHERE decided_at < ?`, cutoff.UnixMilli())
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
 		return err
 	})
+	return n, err
 }
 
 // setLastSync records t as the end of the last complete replay. It

@@ -208,6 +208,7 @@ func TestTokenFileErrors(t *testing.T) {
 	requireOneLineError(t, c.run("token", "revoke", "abc"), exitNotFound, "no token with id abc")
 	requireOneLineError(t, c.run("token", "issue", "--tenant", "acme"), exitUsage, "client id")
 	requireOneLineError(t, c.run("token", "issue", "--admin", "--tenant", "acme"), exitUsage, "admin token carries no tenant")
+	requireOneLineError(t, c.run("token", "issue", "--admin", "--credential"), exitUsage, "for client tokens")
 	require.Equal(t, before, snapshotDir(t, dir))
 }
 

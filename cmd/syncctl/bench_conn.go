@@ -162,6 +162,10 @@ func (c *benchConn) read(ctx context.Context) {
 			return
 		}
 		now := time.Now()
+		if cursor, ok := scanChanges(data, func(seq uint64) { r.deliveries.seen(seq, now) }); ok {
+			c.cursor.Store(cursor)
+			continue
+		}
 		var f benchFrame
 		if err := json.Unmarshal(data, &f); err != nil {
 			r.errors.add("unreadable frame", 1)

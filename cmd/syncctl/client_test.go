@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -89,4 +90,40 @@ func TestOplogTailFollow(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(outJSON.String()), "\n")
 	require.Len(t, lines, 1, "only the docs entry: %s", outJSON)
 	requireKeys(t, object(t, lines[0]), "seq", "op_id", "model", "key", "op", "value", "version", "hlc", "deleted", "tenant", "client_id", "applied_at")
+}
+
+// The device credential token issue --credential prints is all put needs.
+func TestSmallClientTakesACredential(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	admin := newCLI(t, map[string]string{"SYNCCTL_TOKENS": ts.tokenPath})
+	credential := strings.TrimSpace(admin.ok("token", "issue", "--tenant", tenant, "--client-id", "tablet-1", "--read", "*", "--write", "*", "--credential"))
+	require.True(t, strings.HasPrefix(credential, client.CredentialPrefix+"tablet-1@sdk_"), credential)
+
+	c := newCLI(t, map[string]string{"SYNCCTL_SYNC_URL": ts.url, "SYNCCTL_CLIENT_CREDENTIAL": credential})
+	require.Contains(t, c.ok("put", "notes", "a", `1`), "applied as version 1")
+	requireOneLineError(t, c.run("put", "notes", "a", `2`, "--credential", "tablet-1"), exitUsage, "invalid credential")
+}
+
+// waitSynced stops at the server's first refusal with its exit status,
+// instead of waiting out its timeout and calling the server unreachable.
+func TestWaitSyncedStopsAtTheRefusal(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for _, tc := range []struct {
+		name, token, clientID string
+	}{
+		{"refused token", "sdk_000000000000_nope", clientID},
+		{"token of another client id", ts.member, "someone-else"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+			require.NoError(t, err)
+			c, err := client.Open(t.Context(), client.Config{ServerURLs: []string{ts.url}, Token: tc.token, ClientID: tc.clientID, Queue: q, ReplicaPath: filepath.Join(dir, "replica.db")})
+			require.NoError(t, err)
+			d := &device{c: c, url: ts.url, id: tc.clientID, dir: dir}
+			defer d.Close()
+			err = d.waitSynced(t.Context(), time.Hour)
+			require.Equal(t, exitUnauthorized, ExitCode(err), "%v", err)
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -120,7 +121,8 @@ func TestTokenCommandsJSON(t *testing.T) {
 	decodeStrict(t, out, &issued)
 	require.True(t, strings.HasPrefix(issued.Token, "sdk_"+issued.TokenID+"_"))
 	require.Equal(t, t0, issued.CreatedAt)
-	requireKeys(t, object(t, out), "id", "tenant", "client_id", "read", "write", "created_at", "token")
+	requireKeys(t, object(t, out), "id", "tenant", "client_id", "read", "write", "created_at", "token", "credential")
+	require.Equal(t, client.FormatCredential("phone-1", issued.Token), issued.Credential)
 
 	var listed []tokenView
 	out = c.ok("token", "ls", "--json")

@@ -22,10 +22,6 @@ import (
 // defaultSyncURL is syncd's default public listener (syncd --listen).
 const defaultSyncURL = "http://127.0.0.1:8080"
 
-// syncedPoll is how often a small-client command checks whether the client
-// has bound a connection.
-const syncedPoll = 25 * time.Millisecond
-
 // clientFlags are the flags of put, get and watch: who the small client is
 // and where it keeps its state.
 type clientFlags struct {
@@ -39,6 +35,7 @@ func addClientFlags(cmd *cobra.Command) *clientFlags {
 	fl.String("url", defaultSyncURL, "syncd's public URL (env SYNCCTL_SYNC_URL)")
 	fl.String("token", "", "a client token (env SYNCCTL_CLIENT_TOKEN; prefer the environment, flags show in ps)")
 	fl.String("client-id", "", "the client id the token acts as (env SYNCCTL_CLIENT_ID)")
+	fl.String("credential", "", "a device credential, client id and token in one (syncctl token issue --credential; env SYNCCTL_CLIENT_CREDENTIAL), instead of --token and --client-id")
 	fl.StringVar(&f.state, "state", "", "directory for the device's queue and replica; default a temporary one, removed on exit")
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the server")
 	return f
@@ -61,6 +58,12 @@ func (a *app) openDevice(ctx context.Context, cmd *cobra.Command, f *clientFlags
 	base := strings.TrimRight(a.setting(cmd.Flags(), "url", "SYNCCTL_SYNC_URL"), "/")
 	token := a.setting(cmd.Flags(), "token", "SYNCCTL_CLIENT_TOKEN")
 	id := a.setting(cmd.Flags(), "client-id", "SYNCCTL_CLIENT_ID")
+	if cred := a.setting(cmd.Flags(), "credential", "SYNCCTL_CLIENT_CREDENTIAL"); cred != "" {
+		var err error
+		if id, token, err = client.ParseCredential(cred); err != nil {
+			return nil, failf(exitUsage, "--credential: %v", err)
+		}
+	}
 	switch {
 	case token == "":
 		return nil, failf(exitUsage, "a client token is required: set SYNCCTL_CLIENT_TOKEN or pass --token")
@@ -116,32 +119,63 @@ func (d *device) removeScratch() error {
 
 // waitSynced waits, at most timeout, until the client has bound a
 // connection (loading a snapshot into a fresh replica) and replayed its
-// queue once.
+// queue once. It stops at the first refusal the server gives (exit 4 for
+// a refused token or a token of another client id), and at once on a busy
+// server whose retry hint is beyond the timeout, instead of waiting out the
+// timeout.
 func (d *device) waitSynced(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(syncedPoll)
-	defer tick.Stop()
+	deadline, _ := ctx.Deadline()
 	var last error
-	for {
-		st, err := d.c.Status(ctx)
-		if err == nil && st.Connected {
-			if err = d.c.Sync(ctx); err == nil {
-				return nil
-			}
+	for st := range d.c.WatchStatus(ctx) {
+		if err := refusalFailure(d.url, st.LastError, time.Until(deadline)); err != nil {
+			return err
 		}
-		if err != nil {
+		if st.LastError != nil {
+			last = st.LastError
+		}
+		if !st.Connected {
+			continue
+		}
+		err := d.c.Sync(ctx)
+		if err == nil {
+			return nil
+		}
+		if err := refusalFailure(d.url, err, time.Until(deadline)); err != nil {
+			return err
+		}
+		if !errors.Is(err, client.ErrOffline) && ctx.Err() == nil {
 			last = err
 		}
-		select {
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.Canceled) {
-				return ctx.Err()
-			}
-			return failf(exitUnreachable, "no sync with %s within %s (last: %v)", d.url, timeout, last)
-		case <-tick.C:
-		}
 	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return ctx.Err()
+	}
+	return failf(exitUnreachable, "no sync with %s within %s (last: %v)", d.url, timeout, last)
+}
+
+// refusalFailure turns the server's refusal of the session into the
+// command's failure: one only the user can fix (a refused token, a token of
+// another client id, an incompatible server) at once, a transient one
+// (busy) only when its retry hint is beyond left. It is nil for any other
+// err.
+func refusalFailure(base string, err error, left time.Duration) error {
+	var re *client.RefusedError
+	if !errors.As(err, &re) {
+		return nil
+	}
+	switch {
+	case errors.Is(re, client.ErrUnauthorized):
+		return failf(exitUnauthorized, "syncd at %s refused the client token (wrong, revoked, or an admin token): %v", base, re)
+	case errors.Is(re, client.ErrWrongClientID):
+		return failf(exitUnauthorized, "syncd at %s: %v (set --client-id)", base, re)
+	case re.Transient() && re.RetryAfter > left:
+		return failf(exitUnreachable, "syncd at %s is busy: %v", base, re)
+	case re.Transient():
+		return nil
+	}
+	return failf(exitFailure, "syncd at %s: %v", base, re)
 }
 
 // websocketURL checks a syncd base URL and returns its sync endpoint.

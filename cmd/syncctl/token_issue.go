@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/server/auth"
 )
 
@@ -18,6 +19,9 @@ type issuedView struct {
 	tokenView
 	// Token is the bearer token. It is shown only here.
 	Token string `json:"token"`
+	// Credential is the device credential of a client token: its client
+	// id and token in the one string client.Config.Credential takes.
+	Credential string `json:"credential,omitempty"`
 }
 
 func (a *app) tokenIssueCommand() *cobra.Command {
@@ -31,7 +35,11 @@ admin API only.
 
 With --count N (client tokens only) it issues N tokens in one write of the
 file, for client ids C-1 .. C-N, and prints one "CLIENT_ID TOKEN" line each:
-the file syncctl bench --clients reads.`,
+the file syncctl bench --clients reads.
+
+With --credential it prints the device credential instead of the bare token:
+"sdc_<client id>@<token>", the one setting an app gives client.Config.Credential
+(or examples/notes --credential, syncctl put --credential).`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	addTokenFileFlag(cmd)
@@ -41,6 +49,7 @@ the file syncctl bench --clients reads.`,
 	cmd.Flags().StringSliceVar(&p.Read, "read", nil, `models the token may read, comma-separated ("*" for all)`)
 	cmd.Flags().StringSliceVar(&p.Write, "write", nil, `models the token may write, comma-separated ("*" for all)`)
 	cmd.Flags().BoolVar(&p.Admin, "admin", false, "an admin token (no tenant, client or models)")
+	credential := cmd.Flags().Bool("credential", false, "print the device credential (client id and token in one string) instead of the bare token")
 	count := cmd.Flags().Int("count", 0, fmt.Sprintf("issue this many client tokens (1..%d), for client ids C-1 .. C-N", maxIssueCount))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		path := a.tokenFile(cmd)
@@ -51,6 +60,9 @@ the file syncctl bench --clients reads.`,
 			return err
 		}
 		now := a.now().UTC()
+		if *credential && p.Admin {
+			return failf(exitUsage, "token issue: --credential is for client tokens, not --admin ones")
+		}
 		if cmd.Flags().Changed("count") {
 			return a.issueMany(path, p, *count, now)
 		}
@@ -63,10 +75,18 @@ the file syncctl bench --clients reads.`,
 		}
 		id, _, _ := strings.Cut(strings.TrimPrefix(token, "sdk_"), "_")
 		p.TokenID = id
-		if a.json {
-			return printJSON(a.stdout, issuedView{tokenView: tokenView{Principal: p, CreatedAt: now}, Token: token})
+		view := issuedView{tokenView: tokenView{Principal: p, CreatedAt: now}, Token: token}
+		if !p.Admin {
+			view.Credential = client.FormatCredential(p.ClientID, token)
 		}
-		if _, err := fmt.Fprintln(a.stdout, token); err != nil {
+		if a.json {
+			return printJSON(a.stdout, view)
+		}
+		shown := token
+		if *credential {
+			shown = view.Credential
+		}
+		if _, err := fmt.Fprintln(a.stdout, shown); err != nil {
 			return err
 		}
 		who := "an admin token"

@@ -2,16 +2,23 @@
 // works offline (every command reads and writes the device's own queue and
 // replica) and syncs when the server is reachable.
 //
-//	notes [flags] add KEY TEXT   write a note (offline is fine)
-//	notes [flags] rm KEY         delete a note
+//	notes [flags] add KEY TEXT   write a note (offline is fine), push it if online
+//	notes [flags] rm KEY         delete a note, push it if online
 //	notes [flags] ls             list notes, marking the ones not yet synced
 //	notes [flags] sync           wait for the server, replay, show the outcome
-//	notes [flags] status         queue depth, dead letters, last sync
+//	notes [flags] status         state, queue depth, dead letters, last sync
+//
+// When the server refuses the device (a wrong or revoked token, a token of
+// another client id), add, rm and sync say so at once, with the server's
+// reason, instead of waiting for a server that will never take the writes.
 //
 // With `make run` in another terminal, the development token it logged works:
 //
 //	go run ./examples/notes --token sdk_... add shopping "milk, eggs"
 //	go run ./examples/notes --token sdk_... sync
+//
+// A device credential (syncctl token issue --credential) replaces --token
+// and --client-id: --credential sdc_phone-1@sdk_... or $NOTES_CREDENTIAL.
 package main
 
 import (
@@ -47,18 +54,48 @@ type note struct {
 	Text string `json:"text"`
 }
 
+// usage is what --help prints above the flags.
+const usage = `usage: notes [flags] COMMAND
+
+Commands:
+  add KEY TEXT   write a note (offline is fine), push it if online
+  rm KEY         delete a note, push it if online
+  ls             list notes, marking the ones not yet synced
+  sync           wait for the server, replay, show the outcome
+  status         state, queue depth, dead letters, last sync
+
+Flags:
+`
+
+// run runs one command. --help prints the usage on stdout and is no error
+// (exit status 0).
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("notes", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.Usage = func() {
+		fmt.Fprint(stdout, usage)
+		fs.PrintDefaults()
+	}
 	server := fs.String("server", "http://127.0.0.1:8080", "syncd URL")
+	credential := fs.String("credential", os.Getenv("NOTES_CREDENTIAL"), "device credential, client id and token in one (default $NOTES_CREDENTIAL); replaces --token and --client-id")
 	token := fs.String("token", os.Getenv("NOTES_TOKEN"), "bearer token (default $NOTES_TOKEN)")
 	clientID := fs.String("client-id", "dev-client", "the client id the token acts as")
 	dir := fs.String("dir", "var/notes", "where this device keeps its queue and replica")
-	wait := fs.Duration("wait", 30*time.Second, "how long sync waits for the server")
-	if err := fs.Parse(args); err != nil {
+	wait := fs.Duration("wait", 30*time.Second, "how long add, rm and sync wait for the server")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("want a command: add, rm, ls, sync or status")
+		return errors.New("want a command: add, rm, ls, sync or status (see --help)")
+	}
+	cfg := client.Config{
+		ServerURLs: []string{*server}, Token: *token, ClientID: *clientID,
+		ReplicaPath: filepath.Join(*dir, "replica.db"), ProbeInterval: 500 * time.Millisecond,
+	}
+	if *credential != "" {
+		cfg.Credential, cfg.Token, cfg.ClientID = *credential, "", ""
 	}
 	if err := os.MkdirAll(*dir, 0o700); err != nil {
 		return err
@@ -67,16 +104,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := client.Open(ctx, client.Config{
-		ServerURLs: []string{*server}, Token: *token, ClientID: *clientID,
-		Queue: queue, ReplicaPath: filepath.Join(*dir, "replica.db"),
-		ProbeInterval: 500 * time.Millisecond,
-	})
+	cfg.Queue = queue // the client owns it, also when Open fails
+	c, err := client.Open(ctx, cfg)
 	if err != nil {
-		queue.Close()
 		return err
 	}
 	defer c.Close()
+	waitCtx, cancel := context.WithTimeout(ctx, *wait)
+	defer cancel()
 
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch {
@@ -86,12 +121,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "saved %s (op %s); it syncs when the server is reachable\n", textsafe.Escape(rest[0]), op)
+		fmt.Fprintf(stdout, "saved %s (op %s)\n", textsafe.Escape(rest[0]), op)
+		return push(waitCtx, c, op, stdout)
 	case cmd == "rm" && len(rest) == 1:
-		if _, err := c.Delete(ctx, model, rest[0]); err != nil {
+		op, err := c.Delete(ctx, model, rest[0])
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "deleted %s\n", textsafe.Escape(rest[0]))
+		fmt.Fprintf(stdout, "deleted %s (op %s)\n", textsafe.Escape(rest[0]), op)
+		return push(waitCtx, c, op, stdout)
 	case cmd == "ls" && len(rest) == 0:
 		recs, err := c.List(ctx, model, client.ListOptions{})
 		if err != nil {
@@ -110,21 +148,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		tw.Flush()
 	case cmd == "sync" && len(rest) == 0:
-		waitCtx, cancel := context.WithTimeout(ctx, *wait)
-		defer cancel()
-		for {
-			err := c.Sync(waitCtx)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, client.ErrOffline) {
-				return err
-			}
-			select {
-			case <-waitCtx.Done():
-				return fmt.Errorf("server not reachable within %s; your notes stay queued", *wait)
-			case <-time.After(200 * time.Millisecond):
-			}
+		if err := syncNow(waitCtx, c, *wait); err != nil {
+			return err
 		}
 		return printStatus(ctx, c, stdout)
 	case cmd == "status" && len(rest) == 0:
@@ -133,6 +158,62 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("unknown command or wrong arguments: %q", fs.Args())
 	}
 	return nil
+}
+
+// push waits, within ctx, for the server's decision on op while the server
+// is reachable. Offline it says the note stays queued; refused, it returns
+// the server's reason (a *client.RefusedError).
+func push(ctx context.Context, c *client.Client, op string, stdout io.Writer) error {
+	for st := range c.WatchStatus(ctx) {
+		switch st.State {
+		case client.StateRefused:
+			return fmt.Errorf("not synced, the server refused this device: %w", st.LastError)
+		case client.StateOffline:
+			fmt.Fprintln(stdout, "offline: it syncs when the server is reachable")
+			return nil
+		}
+		if o, found, err := c.Lookup(ctx, op); err != nil || found {
+			if err == nil {
+				fmt.Fprintf(stdout, "synced: %s\n", describe(o))
+			}
+			return err
+		}
+	}
+	fmt.Fprintln(stdout, "not synced yet: it syncs when the server is reachable")
+	return nil
+}
+
+// syncNow waits, within ctx, for a connection and replays the queue once.
+// A refusal ends it at once with the server's reason.
+func syncNow(ctx context.Context, c *client.Client, wait time.Duration) error {
+	var last client.Status
+	for st := range c.WatchStatus(ctx) {
+		last = st
+		switch {
+		case st.State == client.StateRefused:
+			return fmt.Errorf("cannot sync, the server refused this device: %w", st.LastError)
+		case st.Connected:
+			err := c.Sync(ctx)
+			if !errors.Is(err, client.ErrOffline) {
+				return err
+			}
+		}
+	}
+	if last.LastError != nil {
+		return fmt.Errorf("no sync within %s (%s: %w); your notes stay queued", wait, last.State, last.LastError)
+	}
+	return fmt.Errorf("server not reachable within %s (%s); your notes stay queued", wait, last.State)
+}
+
+// describe says how a write ended.
+func describe(o client.Outcome) string {
+	switch o.Status {
+	case client.StatusApplied:
+		return fmt.Sprintf("applied as version %d", o.Version)
+	case client.StatusDeadLettered:
+		return "refused for good: " + textsafe.Escape(o.Reason)
+	}
+	return string(o.Status)
 }
 
 func printStatus(ctx context.Context, c *client.Client, w io.Writer) error {
@@ -144,6 +225,9 @@ func printStatus(ctx context.Context, c *client.Client, w io.Writer) error {
 	if !st.LastSync.IsZero() {
 		last = st.LastSync.Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "pending %d, dead letters %d, last sync %s, cursor %d\n", st.Pending, st.DeadLetters, last, st.Cursor)
+	fmt.Fprintf(w, "%s: pending %d, dead letters %d, last sync %s, cursor %d\n", st.State, st.Pending, st.DeadLetters, last, st.Cursor)
+	if st.LastError != nil {
+		fmt.Fprintf(w, "the server refused this device: %v\n", st.LastError)
+	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
@@ -37,7 +38,9 @@ func TestOfflineThenSync(t *testing.T) {
 		return out.String()
 	}
 
-	require.Contains(t, notes("add", "shopping", "milk, eggs"), "saved shopping")
+	added := notes("add", "shopping", "milk, eggs")
+	require.Contains(t, added, "saved shopping")
+	require.Contains(t, added, "offline: it syncs when the server is reachable")
 	hostile := notes("add", "trap", "\x1b]0;pwned\x07\x1b[2J")
 	require.NotContains(t, hostile, "\x1b", "a note's text never reaches the terminal raw")
 	listed := notes("ls")
@@ -54,4 +57,61 @@ func TestOfflineThenSync(t *testing.T) {
 	out := notes("ls")
 	require.Contains(t, out, "milk, eggs")
 	require.NotContains(t, out, "not synced")
+}
+
+// --help lists the commands and is no error (exit status 0).
+func TestHelpListsTheCommands(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"--help"}, &out))
+	for _, cmd := range []string{"add KEY TEXT", "rm KEY", "ls", "sync", "status", "-credential", "-wait"} {
+		require.Contains(t, out.String(), cmd)
+	}
+}
+
+// notesServer starts syncd with a token file holding one token for
+// laptop, and returns the server and that token.
+func notesServer(t *testing.T) (*syncdtest.Server, string) {
+	t.Helper()
+	s := syncdtest.Start(t, server.Config{})
+	return s, s.Issue(t, auth.Principal{Tenant: "dev", ClientID: "laptop", Read: []string{"*"}, Write: []string{"*"}})
+}
+
+// Online, add pushes the note and says how the server decided; a device
+// credential is all the configuration it needs.
+func TestAddPushesWhenOnline(t *testing.T) {
+	s, token := notesServer(t)
+	var out bytes.Buffer
+	args := []string{"--server", s.URL, "--credential", client.FormatCredential("laptop", token), "--dir", t.TempDir(), "--wait", "30s"}
+	require.NoError(t, run(t.Context(), append(args, "add", "shopping", "milk"), &out))
+	require.Contains(t, out.String(), "synced: applied as version 1")
+	require.Len(t, s.Oplog(t, "&tenant=dev"), 1, "the note reached the server")
+}
+
+// A device the server refuses is told why at once: add and sync fail with
+// the typed refusal within the fail-fast bound, not "not reachable" after
+// the wait.
+func TestRefusedDeviceIsToldWhy(t *testing.T) {
+	s, token := notesServer(t)
+	for _, tc := range []struct {
+		name, token, clientID string
+		want                  error
+	}{
+		{"bad token", "sdk_000000000000_nope", "laptop", client.ErrUnauthorized},
+		{"token of another client id", token, "phone", client.ErrWrongClientID},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, cmd := range [][]string{{"add", "k", "v"}, {"sync"}} {
+				var out bytes.Buffer
+				args := []string{"--server", s.URL, "--token", tc.token, "--client-id", tc.clientID, "--dir", dir, "--wait", "2s"}
+				err := run(t.Context(), append(args, cmd...), &out)
+				require.ErrorIs(t, err, tc.want, "%s: %s", cmd[0], out.String())
+				var re *client.RefusedError
+				require.ErrorAs(t, err, &re)
+			}
+			var out bytes.Buffer
+			require.NoError(t, run(t.Context(), []string{"--server", s.URL, "--token", tc.token, "--client-id", tc.clientID, "--dir", dir, "ls"}, &out))
+			require.Contains(t, out.String(), "(not synced)", "the note stays queued")
+		})
+	}
 }
