@@ -168,7 +168,7 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 const metaImported = "imported"
 
 // replicaTables are the tables importFile copies.
-var replicaTables = []string{"records", "pending", "outcomes", "meta"}
+var replicaTables = []string{"records", "pending", "outcomes", "meta", "meta_text"}
 
 // importFile moves a replica file an earlier version kept at path (beside
 // a SQLite queue) into the queue's file: every table's rows in one commit
