@@ -168,7 +168,7 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 const metaImported = "imported"
 
 // replicaTables are the tables importFile copies.
-var replicaTables = []string{"records", "pending", "outcomes", "meta"}
+var replicaTables = []string{"records", "pending", "outcomes", "meta", "meta_text"}
 
 // importFile moves a replica file an earlier version kept at path (beside
 // a SQLite queue) into the queue's file: every table's rows in one commit
@@ -726,10 +726,15 @@ func (r *replica) unapplied(ctx context.Context, entries []syncproto.Change) ([]
 
 // upsertRecord writes a record unless the replica already holds that
 // version or a newer one.
-const upsertRecord = `INSERT INTO records (model, key, value, version, hlc, wall, deleted) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-	ON CONFLICT (model, key) DO UPDATE SET value = excluded.value, version = excluded.version,
+const upsertRecord = insertRecords + `(?1, ?2, ?3, ?4, ?5, ?6, ?7)` + keepNewest
+
+// insertRecords and keepNewest make upsertRecord, and its multi-row form.
+const (
+	insertRecords = `INSERT INTO records (model, key, value, version, hlc, wall, deleted) VALUES `
+	keepNewest    = ` ON CONFLICT (model, key) DO UPDATE SET value = excluded.value, version = excluded.version,
 		hlc = excluded.hlc, wall = excluded.wall, deleted = excluded.deleted
 	WHERE excluded.version > records.version`
+)
 
 // insertRecord stores a snapshot's record into the emptied records table.
 const insertRecord = `INSERT INTO records (model, key, value, version, hlc, wall, deleted) VALUES (?, ?, ?, ?, ?, ?, ?)`
@@ -868,23 +873,72 @@ func (r *replica) decideDone(ctx context.Context, ds []decision, ids []offlinequ
 	return r.queue.MarkDone(ctx, ids...)
 }
 
-// decideHook records ds in a transaction.
+// decideHook records ds in a transaction. Applied writes without a winner
+// (nearly every decision of a replay) are recorded decideChunk at a time,
+// three multi-row statements per chunk instead of three statements per
+// write; the others one by one (decideIn). Order does not matter: outcomes
+// are keyed by op id and a record keeps its highest version.
 func (r *replica) decideHook(ds []decision) offlinequeue.Hook {
 	return func(ctx context.Context, tx *sql.Tx) error {
 		x := r.inTx(ctx, tx)
+		var applied []decision
 		for _, d := range ds {
+			if d.outcome.Status == StatusApplied && d.outcome.Winner == nil {
+				applied = append(applied, d)
+				continue
+			}
 			if err := decideIn(x, d.mut, d.outcome); err != nil {
 				return err
 			}
+		}
+		for len(applied) > 0 {
+			n := min(len(applied), decideChunk)
+			if err := decideApplied(x, applied[:n]); err != nil {
+				return err
+			}
+			applied = applied[n:]
 		}
 		return nil
 	}
 }
 
-// Statements of decideIn.
+// decideChunk is how many applied writes decideApplied records per
+// statement: 10 bound values per outcome row, well within SQLite's limit
+// of 32,766 per statement.
+const decideChunk = 64
+
+// decideApplied records applied writes (no winner) as decideIn does, with
+// one multi-row statement for each of its three steps.
+func decideApplied(x *txStmts, ds []decision) error {
+	outcomes := make([]any, 0, 10*len(ds))
+	ops := make([]any, 0, len(ds))
+	records := make([]any, 0, 7*len(ds))
+	for _, d := range ds {
+		m, o := d.mut, d.outcome
+		outcomes = append(outcomes, o.OpID, m.Model, m.Key, string(o.Status), int64(o.Version), int64(o.Seq), o.Reason, nil, o.RebasedAs, o.DecidedAt.UnixMilli())
+		ops = append(ops, o.OpID)
+		records = append(records, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete)...)
+	}
+	rows := func(width int) string {
+		row := "(?" + strings.Repeat(", ?", width-1) + ")"
+		return row + strings.Repeat(", "+row, len(ds)-1)
+	}
+	if err := x.exec(insertOutcomes+rows(10)+keepFirstOutcome, outcomes...); err != nil {
+		return fmt.Errorf("record outcome: %w", err)
+	}
+	if err := x.exec(`DELETE FROM pending WHERE op_id IN (?`+strings.Repeat(", ?", len(ds)-1)+`)`, ops...); err != nil {
+		return err
+	}
+	return x.exec(insertRecords+rows(7)+keepNewest, records...)
+}
+
+// Statements of decideIn (insertOutcomes and keepFirstOutcome also make
+// decideApplied's multi-row form).
 const (
-	sqlInsertOutcome = `INSERT INTO outcomes (op_id, model, key, status, version, seq, reason, winner, rebased_as, decided_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (op_id) DO NOTHING`
+	insertOutcomes   = `INSERT INTO outcomes (op_id, model, key, status, version, seq, reason, winner, rebased_as, decided_at) VALUES `
+	keepFirstOutcome = ` ON CONFLICT (op_id) DO NOTHING`
+
+	sqlInsertOutcome = insertOutcomes + `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)` + keepFirstOutcome
 	sqlDeletePending = `DELETE FROM pending WHERE op_id = ?`
 )
 

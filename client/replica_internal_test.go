@@ -406,3 +406,68 @@ func TestReplicaImportRefusesAFileThatIsNoReplica(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, content, got)
 }
+
+// A settled batch records many applied writes with multi-row statements:
+// more than one chunk, two writes to one key in either order (the higher
+// version stands), and a write decided twice (the first outcome stands),
+// beside a superseded one recorded on its own.
+func TestDecideManyAppliedWrites(t *testing.T) {
+	forEachLayout(t, func(t *testing.T, r *replica) {
+		ctx := t.Context()
+		var ds []decision
+		var ids []offlinequeue.ID
+		add := func(m *syncproto.Mutation, o Outcome) {
+			_, err := r.enqueue(ctx, mustJSON(t, m), m)
+			require.NoError(t, err)
+			ds = append(ds, decision{mut: m, outcome: o})
+		}
+		now := time.Now()
+		for i := range 2*decideChunk + 3 {
+			m := testMutation(t, fmt.Sprintf("k%03d", i), fmt.Sprintf(`{"i":%d}`, i))
+			add(m, Outcome{OpID: m.OpID, Status: StatusApplied, Version: 1, Seq: uint64(i + 1), HLC: m.HLC, DecidedAt: now})
+		}
+		newer, older := testMutation(t, "same", `{"v":2}`), testMutation(t, "same", `{"v":1}`)
+		add(newer, Outcome{OpID: newer.OpID, Status: StatusApplied, Version: 2, Seq: 500, HLC: newer.HLC, DecidedAt: now})
+		add(older, Outcome{OpID: older.OpID, Status: StatusApplied, Version: 1, Seq: 499, HLC: older.HLC, DecidedAt: now})
+		lost := testMutation(t, "lost", `{"mine":true}`)
+		w := &syncproto.Winner{Version: 5, Value: json.RawMessage(`{"theirs":true}`), HLC: lost.HLC}
+		add(lost, Outcome{OpID: lost.OpID, Status: StatusSuperseded, Winner: w, DecidedAt: now})
+		items, err := r.queue.Peek(ctx, 0, len(ds)+1)
+		require.NoError(t, err)
+		require.Len(t, items, len(ds))
+		for _, it := range items {
+			ids = append(ids, it.ID)
+		}
+		// The first decision of newer stands against a second one.
+		first := ds[2*decideChunk+3]
+		require.NoError(t, r.decide(ctx, first.mut, first.outcome))
+
+		again := ds[2*decideChunk+3]
+		again.outcome.Seq = 12345
+		require.NoError(t, r.decideDone(ctx, append(ds, again), ids))
+
+		n, err := r.queue.Len(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		for _, d := range ds {
+			pending, err := r.isPending(ctx, d.mut.OpID)
+			require.NoError(t, err)
+			require.False(t, pending)
+			o, found, err := r.outcome(ctx, d.mut.OpID)
+			require.NoError(t, err)
+			require.True(t, found)
+			require.Equal(t, d.outcome.Status, o.Status)
+			require.Equal(t, d.outcome.Seq, o.Seq)
+		}
+		rec, found, err := r.get(ctx, "notes", "same")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, Record{Model: "notes", Key: "same", Value: newer.Value, Version: 2}, rec)
+		rec, _, err = r.get(ctx, "notes", "lost")
+		require.NoError(t, err)
+		require.Equal(t, Record{Model: "notes", Key: "lost", Value: w.Value, Version: 5}, rec)
+		rec, _, err = r.get(ctx, "notes", fmt.Sprintf("k%03d", 2*decideChunk+2))
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), rec.Version)
+	})
+}
