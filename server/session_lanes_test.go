@@ -25,14 +25,7 @@ const laneTimeout = 10 * time.Second
 // websocket, with its writer not yet started, and the client's end.
 func laneSession(t *testing.T) (*session, *websocket.Conn) {
 	t.Helper()
-	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens.json")
-	require.NoError(t, os.WriteFile(tokens, []byte(`{"version":1,"tokens":[]}`), 0o600))
-	a, err := auth.NewAuthenticator(tokens, nil)
-	require.NoError(t, err)
-	srv, err := New(t.Context(), Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: a})
-	require.NoError(t, err)
-	t.Cleanup(func() { srv.Close() })
+	srv := bareServer(t)
 
 	accepted := make(chan *websocket.Conn, 1)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -53,6 +46,21 @@ func laneSession(t *testing.T) (*session, *websocket.Conn) {
 	}
 	t.Cleanup(func() { conn.CloseNow() })
 	return newSession(srv, conn, auth.Principal{ClientID: "dev", Tenant: "t1"}, "test"), client
+}
+
+// bareServer is a real server over a fresh database, serving nothing: its
+// sessions and feed are driven directly.
+func bareServer(t testing.TB) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.json")
+	require.NoError(t, os.WriteFile(tokens, []byte(`{"version":1,"tokens":[]}`), 0o600))
+	a, err := auth.NewAuthenticator(tokens, nil)
+	require.NoError(t, err)
+	srv, err := New(context.Background(), Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: a})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	return srv
 }
 
 // startWriter runs ss's writer until the test ends (the outbox closed).

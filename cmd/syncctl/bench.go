@@ -33,6 +33,7 @@ type benchConfig struct {
 	duration       time.Duration
 	drain          time.Duration
 	connectTimeout time.Duration
+	readBuffer     int // SO_RCVBUF of each device's socket; 0 = the kernel's default
 	progress       progressMode
 }
 
@@ -75,6 +76,7 @@ given URLs and stops by itself.`,
 	f.DurationVar(&cfg.duration, "duration", 10*time.Second, fmt.Sprintf("how long pushers push, up to %s", benchMaxDuration))
 	f.DurationVar(&cfg.drain, "drain", 30*time.Second, fmt.Sprintf("bound on waiting for answers and subscribers after the run, up to %s", benchMaxDrain))
 	f.DurationVar(&cfg.connectTimeout, "connect-timeout", 10*time.Second, "bound on one device's connect, hello and subscribe")
+	f.IntVar(&cfg.readBuffer, "read-buffer", 0, fmt.Sprintf("each device's socket receive buffer in bytes (SO_RCVBUF), %d..%d; 0 = the kernel's default (autotuned, up to megabytes: a device that reads its feed slowly then has seconds of feed buffered ahead of its push answers)", benchMinReadBuffer, benchMaxReadBuffer))
 	f.Var(&cfg.progress, "progress", "live progress line on stderr: auto (when a terminal), always, never")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if !cmd.Flags().Changed("url") {
@@ -143,6 +145,8 @@ func (c *benchConfig) validate() error {
 		return bad("--drain %s outside 0..%s", c.drain, benchMaxDrain)
 	case c.connectTimeout <= 0:
 		return bad("--connect-timeout must be positive")
+	case c.readBuffer != 0 && (c.readBuffer < benchMinReadBuffer || c.readBuffer > benchMaxReadBuffer):
+		return bad("--read-buffer %d outside %d..%d (or 0)", c.readBuffer, benchMinReadBuffer, benchMaxReadBuffer)
 	case len(c.urls) == 0:
 		return bad("--url: at least one syncd URL")
 	}
@@ -173,7 +177,7 @@ func (a *app) bench(ctx context.Context, cfg benchConfig, clients []benchClient)
 			return nil, err
 		}
 	}
-	r := &benchRun{cfg: cfg, value: benchValue(cfg.valueSize), deliveries: newDeliveries(time.Now())}
+	r := &benchRun{cfg: cfg, value: benchValue(cfg.valueSize), dialer: benchDialer(cfg.readBuffer), deliveries: newDeliveries(time.Now())}
 	rep := &benchReport{Config: cfg.view()}
 	for _, u := range cfg.urls {
 		rep.Servers = append(rep.Servers, serverView{URL: u, Before: scrape(ctx, u)})

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -59,6 +61,7 @@ func (c *benchConn) dial(ctx context.Context, timeout time.Duration) error {
 	conn, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{
 		Subprotocols: []string{syncproto.Subprotocol},
 		HTTPHeader:   http.Header{"Authorization": {"Bearer " + c.token}},
+		HTTPClient:   c.run.dialer,
 	})
 	if err != nil {
 		if resp != nil {
@@ -106,6 +109,23 @@ func (c *benchConn) dial(ctx context.Context, timeout time.Duration) error {
 	}
 	c.live.Store(true)
 	return nil
+}
+
+// benchDialer is the HTTP client devices dial with: nil (the default
+// client) unless readBuffer sets each socket's receive buffer (SO_RCVBUF,
+// before it connects, so the TCP window is sized from it).
+func benchDialer(readBuffer int) *http.Client {
+	if readBuffer == 0 {
+		return nil
+	}
+	d := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, readBuffer)
+		})
+		return errors.Join(err, serr)
+	}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, Proxy: http.ProxyFromEnvironment}}
 }
 
 // describeRefusal names an unexpected answer for the errors table.

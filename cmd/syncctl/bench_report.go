@@ -67,6 +67,7 @@ type benchConfigView struct {
 	Preload        int      `json:"preload"`
 	Storm          int      `json:"snapshot_storm"`
 	Duration       string   `json:"duration"`
+	ReadBuffer     int      `json:"read_buffer"` // 0: the kernel's default
 }
 
 func (c benchConfig) view() benchConfigView {
@@ -74,6 +75,7 @@ func (c benchConfig) view() benchConfigView {
 		URLs: c.urls, Connections: c.connections, PushShare: c.pushShare, SubscribeShare: c.subscribeShare,
 		Rate: c.rate, Inflight: c.inflight, Batch: c.batch, ValueSize: c.valueSize, Models: c.models,
 		Keys: c.keys, Preload: c.preload, Storm: c.storm, Duration: c.duration.String(),
+		ReadBuffer: c.readBuffer,
 	}
 }
 

@@ -32,13 +32,16 @@ const (
 	benchScrapeTimeout   = 5 * time.Second  // each /metrics scrape
 	benchSettle          = 10 * time.Second // bound on waiting for the server's goroutines to fall after disconnect
 	benchWriteTimeout    = 30 * time.Second // a push write blocked this long (the server stopped reading) cuts its session
+	benchMinReadBuffer   = 4 << 10          // --read-buffer
+	benchMaxReadBuffer   = 64 << 20         // --read-buffer
 )
 
 // benchRun is one run of syncctl bench: its connections and what they
 // measured.
 type benchRun struct {
-	cfg   benchConfig
-	value []byte
+	cfg    benchConfig
+	value  []byte
+	dialer *http.Client // what devices dial with (benchDialer)
 
 	conns      []*benchConn
 	readers    sync.WaitGroup

@@ -39,7 +39,7 @@ func TestBenchRunsBoundedAndCountsEveryDelivery(t *testing.T) {
 	c := newCLI(t, map[string]string{"SYNCCTL_SYNC_URL": s.URL})
 
 	var rep benchReport
-	decodeStrict(t, c.ok("bench", "--clients", clients, "--connections", "12", "--push-share", "0.25",
+	decodeStrict(t, c.ok("bench", "--clients", clients, "--connections", "12", "--push-share", "0.25", "--read-buffer", "65536",
 		"--batch", "5", "--keys", "20", "--preload", "40", "--snapshot-storm", "3",
 		"--duration", "500ms", "--drain", "10s", "--json"), &rep)
 
@@ -99,6 +99,7 @@ func TestBenchRefusesBadInputAndLeavesNothingRunning(t *testing.T) {
 		{"zero duration", []string{"--url", s.URL, "--clients", clients, "--duration", "0s"}, exitUsage, "--duration 0s outside"},
 		{"batch too large", []string{"--url", s.URL, "--clients", clients, "--batch", "501"}, exitUsage, "--batch 501 outside 1..500"},
 		{"bad share", []string{"--url", s.URL, "--clients", clients, "--push-share", "1.5"}, exitUsage, "--push-share 1.5 outside 0..1"},
+		{"read buffer too small", []string{"--url", s.URL, "--clients", clients, "--read-buffer", "100"}, exitUsage, "--read-buffer 100 outside"},
 		{"bad url", []string{"--url", "ftp://x", "--clients", clients}, exitUsage, "want syncd's public base URL"},
 		{"missing clients file", []string{"--url", s.URL, "--clients", filepath.Join(dir, "none")}, exitNotFound, "--clients"},
 		{"not a clients file", []string{"--url", s.URL, "--clients", garbage, "--connections", "1"}, exitBadFile, "line 1: want \"CLIENT_ID TOKEN\""},
