@@ -387,6 +387,7 @@ func (c *Core) Step(in Input) []Action {
 			c.resyncing = false
 			c.cursor = in.Head
 			out = append(out, Subscribe{After: in.Head})
+			out = c.passEnd(out)
 		}
 	case TimerFired:
 		// A pass in progress (started by a reconnect) covers the retry;
@@ -548,10 +549,11 @@ func (c *Core) pushRefused(in PushRefused, out []Action) []Action {
 	return c.passEnd(out)
 }
 
-// passOver reports whether the current pass read the whole queue and
-// every push of it was answered.
+// passOver reports whether the current pass read the whole queue, every
+// push of it was answered and no snapshot is loading: a Sync returns with
+// the replica caught up, not before its snapshot is in.
 func (c *Core) passOver() bool {
-	return c.exhausted && c.read == 0 && len(c.inFlight) == 0
+	return c.exhausted && c.read == 0 && len(c.inFlight) == 0 && !c.resyncing
 }
 
 // passEnd arms the retry timer once a pass is over and left items queued.

@@ -344,6 +344,23 @@ func TestFreshReplicaBootstrapsFromASnapshot(t *testing.T) {
 	if acts := c.Step(Welcomed{Head: 5}); len(only[Resync](acts)) != 1 || len(only[Subscribe](acts)) != 0 {
 		t.Fatalf("cursor 0, head 5: actions %#v, want a resync", acts)
 	}
+	// A Sync returns with the replica caught up: not while the snapshot
+	// is still loading, although the queue is empty.
+	c.Step(Page{Read: 1})
+	acts := c.Step(SyncRequested{Sync: 1})
+	for _, r := range only[ReadQueue](acts) {
+		acts = append(acts, c.Step(Page{Read: r.Read})...)
+	}
+	if len(only[PassEnded](acts)) != 0 || c.Status().State != StateSyncing {
+		t.Fatalf("empty queue, snapshot loading: actions %#v, state %s; want no answer, syncing", acts, c.Status().State)
+	}
+	acts = c.Step(Snapshot{Head: 5})
+	for _, r := range only[ReadQueue](acts) {
+		acts = append(acts, c.Step(Page{Read: r.Read})...)
+	}
+	if p := only[PassEnded](acts); len(p) != 1 || !reflect.DeepEqual(p[0].Syncs, []uint64{1}) || c.Cursor() != 5 {
+		t.Fatalf("snapshot in: actions %#v, cursor %d; want sync 1 answered at cursor 5", acts, c.Cursor())
+	}
 	c = New(Config{}, 0)
 	if acts := c.Step(Welcomed{}); len(only[Subscribe](acts)) != 1 {
 		t.Fatalf("cursor 0, empty server: actions %#v, want a subscribe", acts)

@@ -27,10 +27,12 @@ type Layout struct {
 
 // ClientLayout names one client's files.
 type ClientLayout struct {
-	ID, Tenant  string
-	Read        []string
-	QueueKind   string // ndjson, sqlite or memory
-	QueuePath   string
+	ID, Tenant string
+	Read       []string
+	QueueKind  string // ndjson, sqlite or memory
+	QueuePath  string
+	// ReplicaPath is the replica's own file. A SQLite queue's file holds
+	// the replica (client.Config.ReplicaPath), so it is not read then.
 	ReplicaPath string
 	JournalPath string
 }
@@ -215,7 +217,11 @@ func loadClient(ctx context.Context, l ClientLayout) (Client, error) {
 	if c.Queue, err = loadQueue(ctx, l.QueueKind, l.QueuePath); err != nil {
 		return c, fmt.Errorf("queue: %w", err)
 	}
-	if c.Replica, err = loadReplica(ctx, l.ReplicaPath); err != nil {
+	replicaPath := l.ReplicaPath
+	if l.QueueKind == QueueSQLite {
+		replicaPath = l.QueuePath
+	}
+	if c.Replica, err = loadReplica(ctx, replicaPath); err != nil {
 		return c, fmt.Errorf("replica: %w", err)
 	}
 	return c, nil
