@@ -90,6 +90,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.IntVar(&o.quotas.TenantMutationBurst, "tenant-mutation-burst", server.DefaultTenantMutationBurst, "burst of --tenant-mutations-per-second (at least max_batch, 500)")
 	fs.IntVar(&o.quotas.MaxConnectionsPerToken, "max-connections-per-token", server.DefaultMaxConnectionsPerToken, "cap on open websocket sessions per token; negative: no cap")
 	fs.Int64Var(&o.frameBudget, "frame-budget", server.DefaultFrameBudgetBytes, "bytes of frames being read, decoded or applied at once, over all sessions; beyond it sessions wait unread (at least one 4 MiB frame)")
+	fs.Int64Var(&o.quotas.TokenFrameBytes, "token-frame-bytes", server.DefaultTokenFrameBytes, "share of --frame-budget one token's sessions may hold; beyond it the token's next frame waits unread (at least one 4 MiB frame; negative: no cap)")
+	fs.Int64Var(&o.quotas.TenantFrameBytes, "tenant-frame-bytes", server.DefaultTenantFrameBytes, "share of --frame-budget one tenant's tokens may hold together (at least one 4 MiB frame; negative: no cap)")
 	fs.StringVar(&o.adminTLSCert, "admin-tls-cert", "", "PEM certificate for the admin listener (with --admin-tls-key it serves HTTPS)")
 	fs.StringVar(&o.adminTLSKey, "admin-tls-key", "", "PEM private key for --admin-tls-cert")
 	fs.BoolVar(&o.adminPlaintext, "admin-allow-plaintext", false, "serve the admin API without TLS on a non-loopback --admin-listen (only on a network that protects it: an admin token reads every tenant's data)")
