@@ -107,14 +107,11 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 		sw, err = syncproto.NewSnapshotWriter(out, head)
 		return err
 	}
-	head, err := s.store.Records.SnapshotFrom(ctx, s.snapshotDB, scopeOf(p), func(head uint64, rec replication.Record) error {
+	head, err := s.store.Records.SnapshotLive(ctx, s.snapshotDB, scopeOf(p), func(head uint64, rec *replication.LiveRecord) error {
 		if sw == nil {
 			if err := start(head); err != nil {
 				return err
 			}
-		}
-		if rec.Deleted {
-			return nil
 		}
 		return sw.Write(syncproto.SnapshotRecord{Model: rec.Model, Key: rec.Key, Value: rec.Value, Version: rec.Version, HLC: rec.HLC})
 	})
