@@ -198,6 +198,10 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		// Framing (PROTOCOL.md section 2).
 		{name: "malformed JSON", frames: frames(`{"type":"push","mutations":[`),
 			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "malformed JSON after the id", frames: frames(`{"type":"push","id":"p1","mutations":[`),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "data after the object", frames: frames(`{"type":"ping","id":"k1"} x`),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
 		{name: "not an object", frames: frames(`["push"]`),
 			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
 		{name: "not UTF-8", frames: func(*badEnv) []wsFrame {

@@ -21,7 +21,9 @@ import (
 // each member once, under its exact lowercase name).
 //
 // Every failure is an *Error ready to send back: its ID echoes the frame's
-// "id" whenever the frame was JSON with a well-formed id.
+// "id" whenever the frame is one JSON object with a well-formed id. A
+// CodeMalformed or CodeFrameTooLarge error never carries an id, even when
+// the frame begins with a well-formed one (PROTOCOL.md 5.12).
 func Decode(frame []byte) (Message, error) {
 	return decode(frame, false)
 }
@@ -57,11 +59,13 @@ func decode(frame []byte, requestsOnly bool) (Message, error) {
 	}
 	if err := unmarshal(frame, msg); err != nil {
 		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			// Not JSON after all, though it began with a type and an id:
+			// nothing in the frame is trusted, its id included.
+			return nil, Errorf(CodeMalformed, "%s: %s", typ, describeJSONError(err))
+		}
 		code := CodeBadRequest
-		switch {
-		case errors.As(err, &syn):
-			code = CodeMalformed
-		case errors.Is(err, ErrInvalidTimestamp):
+		if errors.Is(err, ErrInvalidTimestamp) {
 			code = CodeInvalidHLC
 		}
 		return nil, Errorf(code, "%s: %s", typ, describeJSONError(err)).WithID(id)
