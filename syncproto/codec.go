@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -81,9 +82,10 @@ func decode(frame []byte, requestsOnly bool) (Message, error) {
 }
 
 // unmarshal decodes frame into msg. A push is first decoded on a fast path
-// that treats its mutations as plain structs; only when that fails is it
-// decoded again with Mutation's lenient per-mutation decoding, which scans
-// each mutation twice more.
+// that treats its mutations as plain structs; only when that fails, or a
+// key holds U+FFFD (which a lone surrogate escape decodes to), is it
+// decoded again with Mutation's lenient member-by-member decoding, which
+// scans each mutation twice more and checks the key's escapes.
 func unmarshal(frame []byte, msg Message) error {
 	p, ok := msg.(*Push)
 	if !ok {
@@ -96,6 +98,11 @@ func unmarshal(frame []byte, msg Message) error {
 	}
 	if json.Unmarshal(frame, &fast) != nil {
 		return json.Unmarshal(frame, p)
+	}
+	for i := range fast.Mutations {
+		if strings.ContainsRune(fast.Mutations[i].Key, utf8.RuneError) {
+			return json.Unmarshal(frame, p)
+		}
 	}
 	p.ID = fast.ID
 	if fast.Mutations != nil {
