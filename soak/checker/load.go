@@ -31,8 +31,9 @@ type ClientLayout struct {
 	Read       []string
 	QueueKind  string // ndjson, sqlite or memory
 	QueuePath  string
-	// ReplicaPath is the replica's own file. A SQLite queue's file holds
-	// the replica (client.Config.ReplicaPath), so it is not read then.
+	// ReplicaPath is the replica's own file. When a SQLite queue's file
+	// holds the replica's tables (a client over offlinequeue.SQLite keeps
+	// them there, client.Config.ReplicaPath), that file is read instead.
 	ReplicaPath string
 	JournalPath string
 }
@@ -218,7 +219,7 @@ func loadClient(ctx context.Context, l ClientLayout) (Client, error) {
 		return c, fmt.Errorf("queue: %w", err)
 	}
 	replicaPath := l.ReplicaPath
-	if l.QueueKind == QueueSQLite {
+	if l.QueueKind == QueueSQLite && holdsReplica(ctx, l.QueuePath) {
 		replicaPath = l.QueuePath
 	}
 	if c.Replica, err = loadReplica(ctx, replicaPath); err != nil {
@@ -294,6 +295,19 @@ func loadQueue(ctx context.Context, kind, path string) (Queue, error) {
 
 // loadReplica reads the client replica's tables (records, pending,
 // outcomes, meta) as the client package lays them out.
+// holdsReplica reports whether the SQLite file at path has the replica's
+// records table. A file that does not open holds none.
+func holdsReplica(ctx context.Context, path string) bool {
+	db, err := openReadOnly(ctx, path)
+	if err != nil {
+		return false
+	}
+	defer db.Close()
+	var n int
+	err = db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'records'`).Scan(&n)
+	return err == nil && n > 0
+}
+
 func loadReplica(ctx context.Context, path string) (Replica, error) {
 	r := Replica{Outcomes: map[string]Outcome{}}
 	db, err := openReadOnly(ctx, path)
