@@ -126,7 +126,7 @@ func TestAbuseOneTenantCannotExpireOrPruneAnother(t *testing.T) {
 // neither the connections nor the attention other requests need, and are
 // cut after the per-write deadline.
 func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
-	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 2, SnapshotWriteTimeout: 300 * time.Millisecond})
+	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 2, MaxQueuedSnapshots: -1, SnapshotWriteTimeout: 300 * time.Millisecond})
 	writer, clock := session(t, ts, ts.member(t, "acme", "seeder"), "seeder")
 	big := `"` + strings.Repeat("x", 8<<10) + `"`
 	for i := range 20 * abuseScale(t) { // ~8 MiB: more than socket buffers hold

@@ -141,6 +141,15 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 	pushOf := func(edit map[string]any) func(*badEnv) []wsFrame {
 		return func(e *badEnv) []wsFrame { return e.push(e.mutation(edit)) }
 	}
+	// inOrder is a push of one mutation whose members are sent in the
+	// order given (JSON text after each name), after a fresh op_id.
+	inOrder := func(members ...string) func(*badEnv) []wsFrame {
+		return func(e *badEnv) []wsFrame {
+			m := `{"op_id":"` + newOpID(e.t) + `",` + strings.Join(members, ",") + `}`
+			return frames(`{"type":"push","id":"p1","mutations":[` + m + `]}`)(e)
+		}
+	}
+	validHLC := func() string { return `"hlc":"` + e.clock.Now().String() + `"` }
 
 	cases := []badInput{
 		// Refused before the upgrade (PROTOCOL.md section 1).
@@ -198,6 +207,10 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		// Framing (PROTOCOL.md section 2).
 		{name: "malformed JSON", frames: frames(`{"type":"push","mutations":[`),
 			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "malformed JSON after the id", frames: frames(`{"type":"push","id":"p1","mutations":[`),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "data after the object", frames: frames(`{"type":"ping","id":"k1"} x`),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
 		{name: "not an object", frames: frames(`["push"]`),
 			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
 		{name: "not UTF-8", frames: func(*badEnv) []wsFrame {
@@ -244,6 +257,14 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		{name: "overlong key", frames: pushOf(map[string]any{"key": strings.Repeat("k", syncproto.MaxKeyBytes+1)}), result: true, code: syncproto.CodeInvalidKey},
 		{name: "key with a control character", frames: pushOf(map[string]any{"key": "a\u0007b"}), result: true, code: syncproto.CodeInvalidKey},
 		{name: "key of the wrong type", frames: pushOf(map[string]any{"key": 42}), result: true, code: syncproto.CodeInvalidKey},
+		{name: "key with a lone surrogate escape", frames: inOrder(`"model":"notes"`, `"key":"a\ud800b"`, `"op":"put"`, `"value":1`, validHLC()),
+			result: true, code: syncproto.CodeInvalidKey},
+		{name: "key and base_version of the wrong type, key first", frames: inOrder(`"model":"notes"`, `"key":42`, `"op":"put"`, `"value":1`, validHLC(), `"base_version":"3"`),
+			result: true, code: syncproto.CodeInvalidKey},
+		{name: "key and base_version of the wrong type, base_version first", frames: inOrder(`"base_version":"3"`, validHLC(), `"value":1`, `"op":"put"`, `"key":42`, `"model":"notes"`),
+			result: true, code: syncproto.CodeInvalidKey},
+		{name: "malformed hlc before a key of the wrong type", frames: inOrder(`"hlc":"yesterday"`, `"model":"notes"`, `"key":42`, `"op":"put"`, `"value":1`),
+			result: true, code: syncproto.CodeInvalidKey},
 		{name: "bad model name", frames: pushOf(map[string]any{"model": "Bad-Model"}), result: true, code: syncproto.CodeInvalidModel},
 		{name: "missing op id", frames: pushOf(map[string]any{"op_id": nil}), result: true, code: syncproto.CodeInvalidOpID},
 		{name: "non-canonical op id", frames: pushOf(map[string]any{"op_id": strings.ToUpper(newOpID(t))}), result: true, code: syncproto.CodeInvalidOpID},

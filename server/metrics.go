@@ -28,6 +28,7 @@ type metrics struct {
 	subscribers        prometheus.Gauge
 	refusedPerAddress  prometheus.Counter
 	snapshotsActive    prometheus.Gauge
+	snapshotsWaiting   prometheus.Gauge
 	snapshotsRefused   prometheus.Counter
 	snapshotsCut       prometheus.Counter
 	quotaRefusals      *prometheus.CounterVec // quota: token_mutations|tenant_mutations|token_connections
@@ -53,6 +54,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		snapshotsActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncd_snapshots_active", Help: "Snapshot downloads being served.",
+		}),
+		snapshotsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_snapshots_waiting", Help: "Snapshot requests waiting for a turn (the concurrency limit's queue).",
 		}),
 		snapshotsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_snapshots_refused_total", Help: "Snapshot requests refused server_busy by the concurrency limits.",
@@ -139,7 +143,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, q := range []string{quotaTokenFrames, quotaTenantFrames} {
 		m.quotaWaits.WithLabelValues(q)
 	}
-	reg.MustRegister(m.quotaRefusals, m.quotaWaits, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
+	reg.MustRegister(m.quotaRefusals, m.quotaWaits, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsWaiting, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)

@@ -85,6 +85,13 @@ type Config struct {
 	// MaxConcurrentSnapshots caps snapshots served at once (and the
 	// snapshot pool's connections); 0 means DefaultMaxConcurrentSnapshots.
 	MaxConcurrentSnapshots int
+	// MaxQueuedSnapshots caps snapshots waiting for a turn beyond
+	// MaxConcurrentSnapshots; 0 means DefaultMaxQueuedSnapshots, negative
+	// means none wait (refused at once). SnapshotQueueTimeout bounds one
+	// wait; 0 means DefaultSnapshotQueueTimeout. Either way a refusal is
+	// 503 server_busy with a Retry-After from the queue.
+	MaxQueuedSnapshots   int
+	SnapshotQueueTimeout time.Duration
 	// SnapshotTimeout bounds one snapshot download; 0 means
 	// DefaultSnapshotTimeout. SnapshotWriteTimeout bounds each write of
 	// one; 0 means DefaultSnapshotWriteTimeout.
@@ -181,6 +188,7 @@ func (c *Config) setDefaults() error {
 	def(&c.HelloTimeout, DefaultHelloTimeout)
 	def(&c.SnapshotTimeout, DefaultSnapshotTimeout)
 	def(&c.SnapshotWriteTimeout, DefaultSnapshotWriteTimeout)
+	def(&c.SnapshotQueueTimeout, DefaultSnapshotQueueTimeout)
 	def(&c.PingInterval, c.IdleTimeout/3)
 	def(&c.RetentionInterval, DefaultRetentionInterval)
 	def(&c.EventLogInterval, DefaultEventLogInterval)
@@ -197,6 +205,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxConcurrentSnapshots <= 0 {
 		c.MaxConcurrentSnapshots = DefaultMaxConcurrentSnapshots
 	}
+	if c.MaxQueuedSnapshots == 0 {
+		c.MaxQueuedSnapshots = DefaultMaxQueuedSnapshots
+	}
 	if c.MaxConnectionsPerAddress == 0 {
 		c.MaxConnectionsPerAddress = DefaultMaxConnectionsPerAddress
 	}
@@ -212,7 +223,7 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.TokenRecheck < 0 || c.HelloTimeout < 0 || c.SnapshotTimeout < 0 || c.SnapshotWriteTimeout < 0 || c.FrameReadTimeout < 0 || c.EventLogInterval < 0 || c.FrameBudgetBytes < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
+	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.TokenRecheck < 0 || c.HelloTimeout < 0 || c.SnapshotTimeout < 0 || c.SnapshotWriteTimeout < 0 || c.SnapshotQueueTimeout < 0 || c.FrameReadTimeout < 0 || c.EventLogInterval < 0 || c.FrameBudgetBytes < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
 		return errors.New("durations, limits and rates must not be negative")
 	}
 	return nil
@@ -286,13 +297,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	db.SetMaxIdleConns(maxDBConns)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg,
-		metrics:   newMetrics(reg),
-		clock:     syncproto.NewClock(cfg.NodeID, cfg.Now),
-		started:   cfg.Now(),
-		sessions:  map[*session]struct{}{},
-		janitor:   make(chan struct{}),
-		snapshots: &snapshotGate{max: cfg.MaxConcurrentSnapshots, byToken: map[string]int{}},
+		metrics:  newMetrics(reg),
+		clock:    syncproto.NewClock(cfg.NodeID, cfg.Now),
+		started:  cfg.Now(),
+		sessions: map[*session]struct{}{},
+		janitor:  make(chan struct{}),
 	}
+	s.snapshots = &snapshotGate{max: cfg.MaxConcurrentSnapshots, maxQueue: max(0, cfg.MaxQueuedSnapshots), waitingGauge: s.metrics.snapshotsWaiting, byToken: map[string]int{}}
 	s.quotas = newQuotaBook(cfg.Quotas, cfg.Now, s.metrics)
 	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics.frameBudgetInUse, s.metrics.frameBudgetWaits)
 	s.events = newEventLog(cfg.Logger, cfg.EventLogInterval)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/loopback"
 	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server"
@@ -72,14 +72,13 @@ type procCluster struct {
 	adminToken string
 }
 
-// freeAddr reserves a free loopback port and releases it for a child to
-// bind.
+// freeAddr reserves a free loopback port, outside the ephemeral range (see
+// loopback.FreeAddr), and releases it for a child to bind.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // startProcCluster starts three nodes as processes and waits until each
