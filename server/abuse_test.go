@@ -309,7 +309,7 @@ func TestAbuseLargeWinnersStillGetAnAnswer(t *testing.T) {
 
 // noQuotas turns every per-token and per-tenant quota off, for the
 // benchmarks that measure the server rather than its limits.
-var noQuotas = server.Quotas{TokenMutationsPerSecond: -1, TenantMutationsPerSecond: -1, MaxConnectionsPerToken: -1}
+var noQuotas = server.Quotas{TokenMutationsPerSecond: -1, TenantMutationsPerSecond: -1, MaxConnectionsPerToken: -1, MaxConnectionsPerTenant: -1}
 
 // metricValue is metric's value as a number (/metrics writes large ones
 // with an exponent).
@@ -421,6 +421,32 @@ func TestAbuseOneTokenCannotHoldEveryConnection(t *testing.T) {
 		c.conn.CloseNow()
 		return true
 	}, ioTimeout, 20*time.Millisecond, "the token's freed slot serves again")
+}
+
+// Finding 6: one tenant, whatever its number of tokens, cannot hold every
+// session the server allows: by default it holds at most half of them, and
+// another tenant still connects.
+func TestAbuseOneTenantCannotHoldEveryConnection(t *testing.T) {
+	const maxConns = 4 // the tenant's cap is half of it
+	ts := startServer(t, server.Config{MaxConnections: maxConns})
+	for i := range maxConns / 2 {
+		dial(t, ts, ts.member(t, "attacker", fmt.Sprintf("bot-%d", i)))
+	}
+	for i := range 3 * abuseScale(t) {
+		resp := refusal(t, ts, dialOptions(ts.member(t, "attacker", fmt.Sprintf("more-%d", i))), http.StatusTooManyRequests)
+		require.Equal(t, "5", resp.Header.Get("Retry-After"))
+		e := httpErrorBody(t, resp)
+		resp.Body.Close()
+		require.Equal(t, syncproto.CodeRateLimited, e.Code)
+		require.Equal(t, int64(5000), e.RetryAfterMS)
+	}
+	require.Equal(t, 3*abuseScale(t), ts.quotaRefusals(t, "tenant_connections"))
+	require.Zero(t, ts.quotaRefusals(t, "token_connections"))
+
+	answersWithin(t, "a new tenant's hello and push", time.Second, func() {
+		c, clock := session(t, ts, ts.member(t, "victim", "phone"), "phone")
+		requireApplied(t, c.push("p1", put(t, clock, "notes", "k", `1`)))
+	})
 }
 
 // Finding 7: refusals and authentication failures are logged as counts

@@ -56,11 +56,11 @@ func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Prin
 		s.conns.Add(-1)
 		return refuse(http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "the websocket subprotocol %s is required", syncproto.Subprotocol))
 	}
-	if !s.quotas.openConn(p.TokenID) {
+	if e := s.quotas.openConn(p); e != nil {
 		s.conns.Add(-1)
 		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
-		s.events.add("upgrade refused", string(syncproto.CodeRateLimited), r.RemoteAddr)
-		s.quotas.refuseTokenConns(w)
+		s.events.add("upgrade refused", string(e.Code), r.RemoteAddr)
+		refuseConns(w, e)
 		return auth.Principal{}, false
 	}
 	return p, true
@@ -68,7 +68,7 @@ func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Prin
 
 // releaseUpgrade gives back what admitUpgrade counted for p.
 func (s *Server) releaseUpgrade(p auth.Principal) {
-	s.quotas.closeConn(p.TokenID)
+	s.quotas.closeConn(p)
 	s.conns.Add(-1)
 }
 

@@ -31,7 +31,7 @@ type metrics struct {
 	snapshotsWaiting   prometheus.Gauge
 	snapshotsRefused   prometheus.Counter
 	snapshotsCut       prometheus.Counter
-	quotaRefusals      *prometheus.CounterVec // quota: token_mutations|tenant_mutations|token_connections
+	quotaRefusals      *prometheus.CounterVec // quota: token_mutations|tenant_mutations|token_connections|tenant_connections
 	quotaWaits         *prometheus.CounterVec // quota: token_frame_bytes|tenant_frame_bytes
 	frameBudgetInUse   prometheus.Gauge
 	frameBudgetWaits   prometheus.Counter
@@ -41,7 +41,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncd_quota_refusals_total", Help: "Frames and upgrades refused by a token's or tenant's quota, by quota (token_mutations, tenant_mutations, token_connections).",
+			Name: "syncd_quota_refusals_total", Help: "Frames and upgrades refused by a token's or tenant's quota, by quota (token_mutations, tenant_mutations, token_connections, tenant_connections).",
 		}, []string{"quota"}),
 		quotaWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncd_quota_waits_total", Help: "Frames that waited, unread, for their token's or tenant's share of the frame budget, by quota (token_frame_bytes, tenant_frame_bytes).",
@@ -137,7 +137,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "syncd_subscribers", Help: "Live change-feed subscriptions.",
 		}),
 	}
-	for _, q := range []string{quotaTokenMutations, quotaTenantMutations, quotaTokenConns} {
+	for _, q := range []string{quotaTokenMutations, quotaTenantMutations, quotaTokenConns, quotaTenantConns} {
 		m.quotaRefusals.WithLabelValues(q)
 	}
 	for _, q := range []string{quotaTokenFrames, quotaTenantFrames} {

@@ -48,6 +48,10 @@ type Quotas struct {
 	// MaxConnectionsPerToken caps one token's open websocket sessions; the
 	// upgrade beyond it is refused HTTP 429 rate_limited with Retry-After.
 	MaxConnectionsPerToken int
+	// MaxConnectionsPerTenant caps the open websocket sessions of all the
+	// tokens of one tenant together, refused the same way; zero means half
+	// of Config.MaxConnections, so one tenant never holds every session.
+	MaxConnectionsPerTenant int
 	// TokenFrameBytes and TenantFrameBytes cap the bytes of frames one
 	// token's sessions, and one tenant's, hold while they are read,
 	// decoded or applied: their share of Config.FrameBudgetBytes. Beyond
@@ -58,7 +62,9 @@ type Quotas struct {
 	TenantFrameBytes int64
 }
 
-func (q *Quotas) setDefaults() error {
+// setDefaults fills the zero fields; maxConnections is the server's cap
+// on sessions (Config.MaxConnections), which the tenant's cap halves.
+func (q *Quotas) setDefaults(maxConnections int) error {
 	defRate := func(r *float64, b *int, dr float64, db int) error {
 		if *r == 0 {
 			*r = dr
@@ -73,6 +79,9 @@ func (q *Quotas) setDefaults() error {
 	}
 	if q.MaxConnectionsPerToken == 0 {
 		q.MaxConnectionsPerToken = DefaultMaxConnectionsPerToken
+	}
+	if q.MaxConnectionsPerTenant == 0 {
+		q.MaxConnectionsPerTenant = max(1, maxConnections/2)
 	}
 	if q.TokenFrameBytes == 0 {
 		q.TokenFrameBytes = DefaultTokenFrameBytes
@@ -90,13 +99,14 @@ const (
 	quotaTokenMutations  = "token_mutations"
 	quotaTenantMutations = "tenant_mutations"
 	quotaTokenConns      = "token_connections"
+	quotaTenantConns     = "tenant_connections"
 	// Values of the quota label of syncd_quota_waits_total.
 	quotaTokenFrames  = "token_frame_bytes"
 	quotaTenantFrames = "tenant_frame_bytes"
 )
 
 // quotaBook holds the quotas' state: per token and per tenant, a mutation
-// bucket and a frame budget, and each token's open sessions. It keeps one entry per token and
+// bucket, a frame budget and the open sessions. It keeps one entry per token and
 // tenant seen since start; tokens are issued by the operator, so the maps
 // are as bounded as the token file.
 type quotaBook struct {
@@ -119,6 +129,7 @@ type tokenQuota struct {
 type tenantQuota struct {
 	mutations *rate.Limiter
 	frames    *frameBudget // nil: no cap
+	conns     int
 }
 
 func newQuotaBook(q Quotas, now func() time.Time, m *metrics) *quotaBook {
@@ -204,35 +215,44 @@ func (b *quotaBook) refuse(quota string, wait time.Duration, format string, args
 	return e
 }
 
-// openConn counts a session of the token, or refuses it over
-// MaxConnectionsPerToken.
-func (b *quotaBook) openConn(tokenID string) bool {
+// openConn counts a session of p's token and tenant, or refuses it over
+// MaxConnectionsPerToken or MaxConnectionsPerTenant: it then returns the
+// rate_limited error to answer with HTTP 429.
+func (b *quotaBook) openConn(p auth.Principal) *syncproto.Error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t := b.token(tokenID)
-	if b.q.MaxConnectionsPerToken > 0 && t.conns >= b.q.MaxConnectionsPerToken {
+	tok, ten := b.token(p.TokenID), b.tenant(p.Tenant)
+	var e *syncproto.Error
+	switch {
+	case b.q.MaxConnectionsPerToken > 0 && tok.conns >= b.q.MaxConnectionsPerToken:
 		b.refused.WithLabelValues(quotaTokenConns).Inc()
-		return false
+		e = syncproto.Errorf(syncproto.CodeRateLimited, "this token already holds %d connections", b.q.MaxConnectionsPerToken)
+	case b.q.MaxConnectionsPerTenant > 0 && ten.conns >= b.q.MaxConnectionsPerTenant:
+		b.refused.WithLabelValues(quotaTenantConns).Inc()
+		e = syncproto.Errorf(syncproto.CodeRateLimited, "this tenant already holds %d connections", b.q.MaxConnectionsPerTenant)
+	default:
+		tok.conns++
+		ten.conns++
+		return nil
 	}
-	t.conns++
-	return true
+	e.RetryAfterMS = connsRetryAfterSeconds * 1000
+	return e
 }
 
-func (b *quotaBook) closeConn(tokenID string) {
+func (b *quotaBook) closeConn(p auth.Principal) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.token(tokenID).conns--
+	b.token(p.TokenID).conns--
+	b.tenant(p.Tenant).conns--
 }
 
-// refuseTokenConns answers the upgrade refused by MaxConnectionsPerToken.
-func (b *quotaBook) refuseTokenConns(w http.ResponseWriter) {
-	w.Header().Set("Retry-After", strconv.Itoa(tokenConnsRetryAfterSeconds))
-	e := syncproto.Errorf(syncproto.CodeRateLimited, "this token already holds %d connections", b.q.MaxConnectionsPerToken)
-	e.RetryAfterMS = tokenConnsRetryAfterSeconds * 1000
+// refuseConns answers an upgrade that openConn refused with e.
+func refuseConns(w http.ResponseWriter, e *syncproto.Error) {
+	w.Header().Set("Retry-After", strconv.Itoa(connsRetryAfterSeconds))
 	httpError(w, http.StatusTooManyRequests, e)
 }
 
-// tokenConnsRetryAfterSeconds is the Retry-After of a refusal by
-// MaxConnectionsPerToken: a slot frees when one of the token's sessions
-// ends, which a client cannot know.
-const tokenConnsRetryAfterSeconds = 5
+// connsRetryAfterSeconds is the Retry-After of a refusal by
+// MaxConnectionsPerToken or MaxConnectionsPerTenant: a slot frees when one
+// of the token's or tenant's sessions ends, which a client cannot know.
+const connsRetryAfterSeconds = 5

@@ -97,9 +97,8 @@ type Config struct {
 	// one; 0 means DefaultSnapshotWriteTimeout.
 	SnapshotTimeout      time.Duration
 	SnapshotWriteTimeout time.Duration
-	// Quotas bound each token's and tenant's mutation rate and share of
-	// the frame budget, and each token's sessions; zero fields take their
-	// defaults.
+	// Quotas bound each token's and tenant's mutation rate, sessions and
+	// share of the frame budget; zero fields take their defaults.
 	Quotas Quotas
 	// FrameBudgetBytes bounds the bytes of frames being read, decoded or
 	// applied, over all sessions (frameBudget); 0 means
@@ -196,11 +195,11 @@ func (c *Config) setDefaults() error {
 	if c.FrameBudgetBytes == 0 {
 		c.FrameBudgetBytes = DefaultFrameBudgetBytes
 	}
-	if err := c.Quotas.setDefaults(); err != nil {
-		return fmt.Errorf("quotas: %w", err)
-	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if err := c.Quotas.setDefaults(c.MaxConnections); err != nil {
+		return fmt.Errorf("quotas: %w", err)
 	}
 	if c.MaxConcurrentSnapshots <= 0 {
 		c.MaxConcurrentSnapshots = DefaultMaxConcurrentSnapshots

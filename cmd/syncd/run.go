@@ -89,6 +89,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Float64Var(&o.quotas.TenantMutationsPerSecond, "tenant-mutations-per-second", server.DefaultTenantMutationsPerSecond, "mutations per second one tenant's tokens may push together; negative: no limit")
 	fs.IntVar(&o.quotas.TenantMutationBurst, "tenant-mutation-burst", server.DefaultTenantMutationBurst, "burst of --tenant-mutations-per-second (at least max_batch, 500)")
 	fs.IntVar(&o.quotas.MaxConnectionsPerToken, "max-connections-per-token", server.DefaultMaxConnectionsPerToken, "cap on open websocket sessions per token; negative: no cap")
+	fs.IntVar(&o.quotas.MaxConnectionsPerTenant, "max-connections-per-tenant", 0, "cap on open websocket sessions of one tenant's tokens together (default half of --max-connections); negative: no cap")
 	fs.Int64Var(&o.frameBudget, "frame-budget", server.DefaultFrameBudgetBytes, "bytes of frames being read, decoded or applied at once, over all sessions; beyond it sessions wait unread (at least one 4 MiB frame)")
 	fs.Int64Var(&o.quotas.TokenFrameBytes, "token-frame-bytes", server.DefaultTokenFrameBytes, "share of --frame-budget one token's sessions may hold; beyond it the token's next frame waits unread (at least one 4 MiB frame; negative: no cap)")
 	fs.Int64Var(&o.quotas.TenantFrameBytes, "tenant-frame-bytes", server.DefaultTenantFrameBytes, "share of --frame-budget one tenant's tokens may hold together (at least one 4 MiB frame; negative: no cap)")
