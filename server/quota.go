@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -235,7 +234,6 @@ func (b *quotaBook) openConn(p auth.Principal) *syncproto.Error {
 		ten.conns++
 		return nil
 	}
-	e.RetryAfterMS = connsRetryAfterSeconds * 1000
 	return e
 }
 
@@ -248,8 +246,7 @@ func (b *quotaBook) closeConn(p auth.Principal) {
 
 // refuseConns answers an upgrade that openConn refused with e.
 func refuseConns(w http.ResponseWriter, e *syncproto.Error) {
-	w.Header().Set("Retry-After", strconv.Itoa(connsRetryAfterSeconds))
-	httpError(w, http.StatusTooManyRequests, e)
+	httpError(w, http.StatusTooManyRequests, retryIn(w, connsRetryAfterSeconds, e))
 }
 
 // connsRetryAfterSeconds is the Retry-After of a refusal by
