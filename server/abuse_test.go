@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"reflect"
 	"runtime"
@@ -449,8 +450,9 @@ func TestAbuseOneTenantCannotHoldEveryConnection(t *testing.T) {
 	})
 }
 
-// Finding 7: refusals and authentication failures are logged as counts
-// per interval, not one line per event, so a peer cannot flood the log.
+// Finding 7: refusals, authentication failures and failed TLS handshakes
+// are logged as counts per interval, not one line per event, so a peer
+// cannot flood the log.
 func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	logs := &syncBuffer{}
 	ts := startServer(t, server.Config{
@@ -465,6 +467,17 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	for i := range n {
 		c.write(websocket.MessageText, []byte(fmt.Sprintf(`{"type":"frobnicate","id":"u%d"}`, i)))
 		c.recvError(fmt.Sprintf("u%d", i), syncproto.CodeUnknownType)
+	}
+	// The same server behind TLS, as cmd/syncd serves it with --tls-cert:
+	// peers that connect and leave without a handshake.
+	tlsSrv := httptest.NewUnstartedServer(nil)
+	tlsSrv.Config = server.NewHTTPServer(ts.srv.Handler(), ts.srv.ErrorLog())
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	for range n {
+		conn, err := net.Dial("tcp", tlsSrv.Listener.Addr().String())
+		require.NoError(t, err)
+		conn.Close()
 	}
 
 	// Counts per message and code, once every event has been flushed.
@@ -487,7 +500,7 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 		}
 		return out
 	}
-	want := map[string]int{"authentication failed unauthorized": n, "request refused unknown_type": n}
+	want := map[string]int{"authentication failed unauthorized": n, "request refused unknown_type": n, "TLS handshake failed tls_handshake": n}
 	require.Eventually(t, func() bool { return reflect.DeepEqual(counts(), want) }, ioTimeout, 50*time.Millisecond)
 	t.Logf("%d events of each kind took %v log lines", n, lines)
 	for kind, l := range lines {

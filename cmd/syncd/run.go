@@ -295,7 +295,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer srv.Close()
 
-	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	errorLog := srv.ErrorLog()
 	listeners := []*listener{{name: "public", srv: server.NewHTTPServer(srv.Handler(), errorLog), cert: o.tlsCert, key: o.tlsKey}}
 	addrs := []string{o.listen}
 	if o.adminListen != "" {
