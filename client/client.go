@@ -697,7 +697,8 @@ func (c *Client) linkLost(l *link, err error) {
 }
 
 // healthyLinkLife is how long a link must last for its loss to count as
-// an ordinary disconnection, reconnected at once, rather than a quick loss.
+// an ordinary disconnection, reconnected within RetryInterval, rather
+// than a quick loss.
 const healthyLinkLife = 30 * time.Second
 
 // relinkDelay returns how long to wait before reconnecting after a link
