@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
@@ -190,14 +191,14 @@ func (n *node) dump(t testing.TB) []string {
 	return out
 }
 
-// waitApplied waits until every node applied up to the newest stream seq
-// any of them knows.
+// waitApplied waits until every node applied the stream's last message,
+// as the stream itself (asked through the first node's connection) tells.
 func waitApplied(t testing.TB, nodes ...*node) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		var head uint64
-		for _, n := range nodes {
-			head = max(head, n.cl.Status().StreamHead)
+		head, ok := streamLast(nodes[0].nc)
+		if !ok {
+			return false
 		}
 		for _, n := range nodes {
 			if n.cl.Status().AppliedSeq < head {
@@ -206,6 +207,26 @@ func waitApplied(t testing.TB, nodes ...*node) {
 		}
 		return true
 	}, waitFor, 10*time.Millisecond)
+}
+
+// streamLast is the command stream's last seq, asked through nc; false
+// when the stream did not answer.
+func streamLast(nc *nats.Conn) (uint64, bool) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, cluster.StreamName)
+	if err != nil {
+		return 0, false
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, false
+	}
+	return info.State.LastSeq, true
 }
 
 var everything = func(string) bool { return true }

@@ -228,7 +228,8 @@ func (c *Cluster) failWaiters(err error) {
 	}
 }
 
-// noteHead records a stream seq known to exist.
+// noteHead records a stream seq known to exist (a publish ack, a message
+// delivered): the head is at least seq until the next read of the stream.
 func (c *Cluster) noteHead(seq uint64) {
 	for {
 		cur := c.streamHead.Load()
@@ -237,4 +238,11 @@ func (c *Cluster) noteHead(seq uint64) {
 		}
 	}
 	c.metrics.streamHead.Set(float64(c.streamHead.Load()))
+}
+
+// setHead records the stream's last seq as the stream itself answered it:
+// exactly, so that no estimate outlives the next read.
+func (c *Cluster) setHead(last uint64) {
+	c.streamHead.Store(last)
+	c.metrics.streamHead.Set(float64(last))
 }
