@@ -100,15 +100,27 @@ func (ps *proxySet) cuts() int64 {
 // proxies[from][to] carries node from's route to node to.
 type routes struct {
 	proxies [][]*faultproxy.Proxy
+	sink    *faultproxy.Proxy
 }
 
 // newRoutes puts a proxy in front of every node's route listener for every
-// other node and returns the nats-route flags of every node.
+// other node and returns the flags of every node: its routes, and the
+// route address it advertises, a sink that refuses every connection. NATS
+// servers tell each other the advertised address of every route they make,
+// and one that was not configured with that route dials it: the real
+// listener would be a route around the proxies, which a cut leaves up.
 func newRoutes(listeners []string) (*routes, [][]string, error) {
 	n := len(listeners)
 	r := &routes{proxies: make([][]*faultproxy.Proxy, n)}
+	sink, err := faultproxy.New(listeners[0], faultproxy.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	sink.SetMode(faultproxy.Refuse)
+	r.sink = sink
 	flags := make([][]string, n)
 	for from := range n {
+		flags[from] = []string{"--nats-cluster-advertise", sink.Addr()}
 		r.proxies[from] = make([]*faultproxy.Proxy, n)
 		for to := range n {
 			if to == from {
@@ -147,6 +159,9 @@ func (r *routes) touching(i int, f func(p *faultproxy.Proxy)) {
 }
 
 func (r *routes) Close() {
+	if r.sink != nil {
+		r.sink.Close()
+	}
 	for _, row := range r.proxies {
 		for _, p := range row {
 			if p != nil {

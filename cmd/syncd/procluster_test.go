@@ -186,17 +186,24 @@ func (n *procNode) waitReady(t testing.TB) {
 			logs, _ := os.ReadFile(n.logPath)
 			t.Fatalf("%s exited while starting (%v):\n%s", n.name, n.err, tail(logs, 4000))
 		}
-		resp, err := http.Get(n.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if n.ready() {
+			return
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	logs, _ := os.ReadFile(n.logPath)
 	t.Fatalf("%s not ready within %s:\n%s", n.name, procStartTimeout, tail(logs, 4000))
+}
+
+// ready reports whether n answers /readyz with 200.
+func (n *procNode) ready() bool {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(n.url + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func tail(b []byte, n int) []byte {
