@@ -377,3 +377,40 @@ func TestOptimisticRaceHasOneWinnerAcrossNodes(t *testing.T) {
 		require.Equal(t, 1, lost, "round %d: %+v", round, results)
 	}
 }
+
+// TestAClientsBatchesApplyInSubmissionOrder: an edge publishes several
+// commands at a time, yet the batches one client submits back to back
+// (as a session pipelines its pushes) are applied in the order submitted.
+func TestAClientsBatchesApplyInSubmissionOrder(t *testing.T) {
+	servers := startNATS(t, 1)
+	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{})
+	const clients, batches = 4, 40
+	var wg sync.WaitGroup
+	seqs := make([][]uint64, clients) // each client's oplog seqs, in submission order
+	var mu sync.Mutex
+	for c := range clients {
+		client := fmt.Sprintf("c%d", c)
+		clock := syncproto.NewClock(client, nil)
+		seqs[c] = make([]uint64, batches)
+		for i := range batches {
+			b := batchOf(client, put(clock, "notes", fmt.Sprintf("%s-%d", client, i), `1`))
+			wg.Add(1)
+			require.NoError(t, n.cl.Submit(context.Background(), &b, func(fx replication.Effects, err error) {
+				defer wg.Done()
+				if err != nil || len(fx.Entries) != 1 {
+					t.Errorf("%s batch %d: %v, %d entries", client, i, err, len(fx.Entries))
+					return
+				}
+				mu.Lock()
+				seqs[c][i] = fx.Entries[0].Seq
+				mu.Unlock()
+			}))
+		}
+	}
+	wg.Wait()
+	for c := range clients {
+		for i := 1; i < batches; i++ {
+			require.Less(t, seqs[c][i-1], seqs[c][i], "client c%d: batch %d applied before batch %d", c, i, i-1)
+		}
+	}
+}
