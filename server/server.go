@@ -97,16 +97,16 @@ type Config struct {
 	// one; 0 means DefaultSnapshotWriteTimeout.
 	SnapshotTimeout      time.Duration
 	SnapshotWriteTimeout time.Duration
-	// Quotas bound each token's and tenant's mutation rate and each
-	// token's sessions; zero fields take their defaults.
+	// Quotas bound each token's and tenant's mutation rate, sessions and
+	// share of the frame budget; zero fields take their defaults.
 	Quotas Quotas
 	// FrameBudgetBytes bounds the bytes of frames being read, decoded or
 	// applied, over all sessions (frameBudget); 0 means
 	// DefaultFrameBudgetBytes, and it is never below one largest frame.
 	FrameBudgetBytes int64
 	// FrameReadTimeout bounds reading one message once it started to
-	// arrive (after the frame budget admitted it); past it the connection
-	// is cut. 0 means DefaultFrameReadTimeout.
+	// arrive (not counting a wait for the frame budgets); past it the
+	// connection is cut. 0 means DefaultFrameReadTimeout.
 	FrameReadTimeout time.Duration
 	// EventLogInterval is how often counts of refusals and authentication
 	// failures are logged, one line per kind (eventLog); 0 means
@@ -195,11 +195,11 @@ func (c *Config) setDefaults() error {
 	if c.FrameBudgetBytes == 0 {
 		c.FrameBudgetBytes = DefaultFrameBudgetBytes
 	}
-	if err := c.Quotas.setDefaults(); err != nil {
-		return fmt.Errorf("quotas: %w", err)
-	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if err := c.Quotas.setDefaults(c.MaxConnections); err != nil {
+		return fmt.Errorf("quotas: %w", err)
 	}
 	if c.MaxConcurrentSnapshots <= 0 {
 		c.MaxConcurrentSnapshots = DefaultMaxConcurrentSnapshots
@@ -304,7 +304,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.snapshots = &snapshotGate{max: cfg.MaxConcurrentSnapshots, maxQueue: max(0, cfg.MaxQueuedSnapshots), waitingGauge: s.metrics.snapshotsWaiting, byToken: map[string]int{}}
 	s.quotas = newQuotaBook(cfg.Quotas, cfg.Now, s.metrics)
-	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics)
+	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics.frameBudgetInUse, s.metrics.frameBudgetWaits)
 	s.events = newEventLog(cfg.Logger, cfg.EventLogInterval)
 	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
 		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
