@@ -116,6 +116,8 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 
 	bigValue := `"` + strings.Repeat("x", syncproto.MaxPayloadBytes) + `"`
 	deepValue := strings.Repeat("[", syncproto.MaxValueDepth+1) + strings.Repeat("]", syncproto.MaxValueDepth+1)
+	// Inside the push object, its mutations array and the mutation object.
+	frameDeepValue := strings.Repeat("[", syncproto.MaxFrameDepth-2) + strings.Repeat("]", syncproto.MaxFrameDepth-2)
 	tooMany := make([]map[string]any, syncproto.MaxBatch+1)
 	for i := range tooMany {
 		tooMany[i] = e.mutation(map[string]any{"key": fmt.Sprintf("k%d", i)})
@@ -283,6 +285,8 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		{name: "base_version of the wrong type", frames: pushOf(map[string]any{"base_version": "3"}), result: true, code: syncproto.CodeBadRequest},
 		{name: "value over MaxPayloadBytes", frames: pushOf(map[string]any{"value": json.RawMessage(bigValue)}), result: true, code: syncproto.CodePayloadTooLarge},
 		{name: "value nested deeper than MaxValueDepth", frames: pushOf(map[string]any{"value": json.RawMessage(deepValue)}), result: true, code: syncproto.CodeBadRequest},
+		{name: "frame nested deeper than MaxFrameDepth", frames: pushOf(map[string]any{"value": json.RawMessage(frameDeepValue)}),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
 
 		// Another tenant's data is not there to read.
 		{name: "another tenant's key", frames: frames(`{"type":"pull","id":"q1","cursor":0,"limit":1000}`),

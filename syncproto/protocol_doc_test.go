@@ -98,6 +98,7 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 		"DefaultPullLimit":    fmt.Sprint(syncproto.DefaultPullLimit),
 		"MaxMessageBytes":     fmt.Sprint(syncproto.MaxMessageBytes),
 		"MaxValueDepth":       fmt.Sprint(syncproto.MaxValueDepth),
+		"MaxFrameDepth":       fmt.Sprint(syncproto.MaxFrameDepth),
 		"MaxSafeInteger":      fmt.Sprint(syncproto.MaxSafeInteger),
 		"MaxWall":             fmt.Sprint(syncproto.MaxWall),
 		"DefaultMaxClockSkew": fmt.Sprint(syncproto.DefaultMaxClockSkew.Milliseconds()),
