@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -162,5 +165,77 @@ func TestOriginAllowList(t *testing.T) {
 		}
 		e := refusedUpgrade(t, ts, opts, http.StatusForbidden)
 		require.Equal(t, syncproto.CodeForbiddenOrigin, e.Code, "origin %s", origin)
+	}
+}
+
+// A session that says no hello within the hello deadline gets
+// hello_required without an id, then close 1002 (sections 4 and 12).
+func TestNoHelloInTimeIsClosed(t *testing.T) {
+	ts := startServer(t, server.Config{HelloTimeout: 200 * time.Millisecond})
+	c := dial(t, ts, ts.member(t, "acme", "phone"))
+	e := c.expectRefusalClose(syncproto.CodeHelloRequired)
+	require.Empty(t, e.ID, "an error about the connection carries no id")
+}
+
+// A message that starts to arrive and stalls past the frame read timeout
+// is cut at the TCP level, without an error or close frame, and nothing of
+// it is applied (section 2). The websocket library closes the connection
+// when a read times out; a close frame could not follow the unfinished
+// message anyway.
+func TestStalledFrameIsCutWithoutACloseFrame(t *testing.T) {
+	ts := startServer(t, server.Config{FrameReadTimeout: 200 * time.Millisecond})
+	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	head := ts.head(t)
+	w, err := c.conn.Writer(t.Context(), websocket.MessageText)
+	require.NoError(t, err)
+	frame, err := syncproto.Encode(&syncproto.Push{ID: "p1", Mutations: []syncproto.Mutation{put(t, clock, "notes", "k", `1`)}})
+	require.NoError(t, err)
+	// More than the writer buffers, so the frame is on the wire; the last
+	// byte is never sent.
+	_, err = w.Write(append(frame[:len(frame)-1], strings.Repeat(" ", 64<<10)...))
+	require.NoError(t, err)
+	_, err = c.next()
+	require.Error(t, err, "the connection is cut")
+	require.Equal(t, websocket.StatusCode(-1), websocket.CloseStatus(err), "no close frame: %v", err)
+	require.Equal(t, head, ts.head(t), "nothing applied")
+}
+
+// Connections beyond the per-address cap are closed at accept, before any
+// HTTP answer (section 1); one that ends makes room.
+func TestConnectionsBeyondThePerAddressCapAreClosedAtAccept(t *testing.T) {
+	ts := startServer(t, server.Config{MaxConnectionsPerAddress: 2})
+	token := ts.member(t, "acme", "phone")
+	first := dial(t, ts, token)
+	dial(t, ts, token)
+	c, resp, err := tryDial(ts, dialOptions(token))
+	if err == nil {
+		c.conn.CloseNow()
+	}
+	require.Error(t, err, "a third connection from the address is refused")
+	require.Nil(t, resp, "without an HTTP answer")
+	first.conn.CloseNow()
+	require.Eventually(t, func() bool {
+		c, _, err := tryDial(ts, dialOptions(token))
+		if err == nil {
+			c.conn.CloseNow()
+		}
+		return err == nil
+	}, ioTimeout, 20*time.Millisecond, "a closed connection makes room")
+}
+
+// PROTOCOL.md states the server's defaults that a client meets but
+// welcome does not announce, and ledger_retention_ms's default, with the
+// values the server uses.
+func TestProtocolStatesServerDefaults(t *testing.T) {
+	b, err := os.ReadFile("../PROTOCOL.md")
+	require.NoError(t, err)
+	doc := strings.Join(strings.Fields(string(b)), " ")
+	for _, want := range []string{
+		fmt.Sprintf("within %d seconds of the upgrade", int(server.DefaultHelloTimeout.Seconds())),
+		fmt.Sprintf("whole within %d seconds", int(server.DefaultFrameReadTimeout.Seconds())),
+		fmt.Sprintf("`ledger_retention_ms` | %d ms", ledger.DefaultMaxAge.Milliseconds()),
+		fmt.Sprintf("(%d by default)", server.DefaultMaxConnectionsPerAddress),
+	} {
+		require.Contains(t, doc, want)
 	}
 }
