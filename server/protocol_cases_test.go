@@ -239,3 +239,47 @@ func TestProtocolStatesServerDefaults(t *testing.T) {
 		require.Contains(t, doc, want)
 	}
 }
+
+// A web page on an allowed origin may fetch the snapshot to resync
+// (section 7): the preflight allows GET with Authorization, and the answer
+// names the origin; a page on any other origin is refused at the
+// preflight and its answers name no origin, so the browser hides them.
+func TestSnapshotAnswersBrowsersOnAllowedOrigins(t *testing.T) {
+	ts := startServer(t, server.Config{AllowedOrigins: []string{"app.example.com"}})
+	token := ts.member(t, "acme", "browser")
+	request := func(method, origin, token string) *http.Response {
+		req, err := http.NewRequestWithContext(t.Context(), method, ts.url+syncproto.SnapshotPath, nil)
+		require.NoError(t, err)
+		req.Header.Set("Origin", origin)
+		if method == http.MethodOptions {
+			req.Header.Set("Access-Control-Request-Method", http.MethodGet)
+			req.Header.Set("Access-Control-Request-Headers", "authorization")
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+
+	pre := request(http.MethodOptions, "https://app.example.com", "")
+	require.Equal(t, http.StatusNoContent, pre.StatusCode)
+	require.Equal(t, "https://app.example.com", pre.Header.Get("Access-Control-Allow-Origin"))
+	require.Equal(t, http.MethodGet, pre.Header.Get("Access-Control-Allow-Methods"))
+	require.Equal(t, "Authorization", pre.Header.Get("Access-Control-Allow-Headers"))
+	got := request(http.MethodGet, "https://app.example.com", token)
+	require.Equal(t, http.StatusOK, got.StatusCode)
+	require.Equal(t, "https://app.example.com", got.Header.Get("Access-Control-Allow-Origin"))
+	require.Contains(t, got.Header.Values("Vary"), "Origin")
+	refused := request(http.MethodGet, "https://app.example.com", "")
+	require.Equal(t, http.StatusUnauthorized, refused.StatusCode, "the token still decides")
+	require.Equal(t, "https://app.example.com", refused.Header.Get("Access-Control-Allow-Origin"), "so the page can read why")
+
+	pre = request(http.MethodOptions, "https://evil.example.org", "")
+	require.Equal(t, http.StatusForbidden, pre.StatusCode)
+	require.Equal(t, syncproto.CodeForbiddenOrigin, httpErrorBody(t, pre).Code)
+	require.Empty(t, pre.Header.Get("Access-Control-Allow-Origin"))
+	require.Empty(t, request(http.MethodGet, "https://evil.example.org", token).Header.Get("Access-Control-Allow-Origin"))
+}

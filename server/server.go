@@ -338,7 +338,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(syncproto.SyncPath, s.serveSync)
-	mux.HandleFunc("GET "+syncproto.SnapshotPath, s.serveSnapshot)
+	mux.Handle("GET "+syncproto.SnapshotPath, s.crossOrigin(http.HandlerFunc(s.serveSnapshot)))
+	mux.Handle("OPTIONS "+syncproto.SnapshotPath, s.crossOrigin(http.HandlerFunc(s.snapshotPreflight)))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
