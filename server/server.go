@@ -490,7 +490,9 @@ func (s *Server) limits() syncproto.Limits {
 }
 
 // modelAccess lists the declared models the principal may use, with their
-// policies. Undeclared models are last-writer-wins.
+// policies. Undeclared models follow the default policy that welcome
+// announces (default_policy): lww unless configured otherwise, or refused
+// under "none".
 func (s *Server) modelAccess(p auth.Principal) map[string]syncproto.ModelAccess {
 	out := map[string]syncproto.ModelAccess{}
 	for model, policy := range s.cfg.Policies {
