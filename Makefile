@@ -1,5 +1,6 @@
 # syncd's commands. `make run` and `make test` are the README's quick start.
-# Everything they need comes from the Go module proxy; cgo (gcc) builds SQLite.
+# Go code comes from the Go module proxy; cgo (gcc) builds SQLite; `make deps`
+# installs Debian's chromium for the browser test (apt-get).
 
 GO        ?= go
 export CGO_ENABLED := 1

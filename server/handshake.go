@@ -142,6 +142,38 @@ func originAllowed(r *http.Request, patterns []string) bool {
 	return false
 }
 
+// crossOrigin serves the snapshot to web pages (PROTOCOL.md section 7): a
+// response to a request whose Origin the allow-list admits (originAllowed)
+// names that origin in Access-Control-Allow-Origin, so the page may read
+// it; any other origin gets no such header, so a browser keeps the answer
+// from the page. What the request may do is still decided by its token.
+func (s *Server) crossOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Origin")
+		if origin := r.Header.Get("Origin"); origin != "" && originAllowed(r, s.cfg.AllowedOrigins) {
+			w.Header().Set("Access-Control-Allow-Origin", origin)
+			w.Header().Set("Access-Control-Expose-Headers", "Retry-After")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// snapshotPreflight answers a browser's CORS preflight for the snapshot:
+// an allowed origin may GET it with an Authorization header; any other is
+// refused forbidden_origin.
+func (s *Server) snapshotPreflight(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin == "" || !originAllowed(r, s.cfg.AllowedOrigins) {
+		httpError(w, http.StatusForbidden, syncproto.Errorf(syncproto.CodeForbiddenOrigin, "origin %q is not allowed", origin))
+		return
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Methods", http.MethodGet)
+	h.Set("Access-Control-Allow-Headers", "Authorization")
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // offersSubprotocol reports whether r offers syncproto.v1.
 func offersSubprotocol(r *http.Request) bool {
 	for _, p := range offeredSubprotocols(r) {

@@ -349,7 +349,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(syncproto.SyncPath, s.serveSync)
-	mux.HandleFunc("GET "+syncproto.SnapshotPath, s.serveSnapshot)
+	mux.Handle("GET "+syncproto.SnapshotPath, s.crossOrigin(http.HandlerFunc(s.serveSnapshot)))
+	mux.Handle("OPTIONS "+syncproto.SnapshotPath, s.crossOrigin(http.HandlerFunc(s.snapshotPreflight)))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
@@ -500,7 +501,9 @@ func (s *Server) limits() syncproto.Limits {
 }
 
 // modelAccess lists the declared models the principal may use, with their
-// policies. Undeclared models are last-writer-wins.
+// policies. Undeclared models follow the default policy that welcome
+// announces (default_policy): lww unless configured otherwise, or refused
+// under "none".
 func (s *Server) modelAccess(p auth.Principal) map[string]syncproto.ModelAccess {
 	out := map[string]syncproto.ModelAccess{}
 	for model, policy := range s.cfg.Policies {

@@ -34,10 +34,14 @@ const (
 	// snapshots waiting for a turn.
 	DefaultMaxQueuedSnapshots = 1024
 	// DefaultSnapshotQueueTimeout is Config.SnapshotQueueTimeout's default:
-	// the longest a snapshot waits for its turn. It stays well within the
-	// HTTP server's WriteTimeout, which runs from the request's start
-	// until the snapshot's first write.
-	DefaultSnapshotQueueTimeout = 30 * time.Second
+	// the longest a snapshot waits for its turn. A device refused after
+	// waiting goes to the back of the queue, so the wait is long enough to
+	// ride out a storm of several hundred devices; the client library
+	// waits up to 30 minutes for a snapshot. (The HTTP server's own
+	// timeouts do not cut a wait: its read deadline is cleared while a
+	// handler runs, and the per-write deadline replaces its write
+	// deadline at the snapshot's first write.)
+	DefaultSnapshotQueueTimeout = 2 * time.Minute
 	// MaxSnapshotsPerToken is how many snapshots one token may download or
 	// wait for at once; more are refused 503 server_busy.
 	MaxSnapshotsPerToken = 1
@@ -175,9 +179,15 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	rc := http.NewResponseController(w)
 	refused := s.snapshots.enter(r.Context(), p.TokenID, s.cfg.SnapshotQueueTimeout)
 	if refused != nil {
 		s.metrics.snapshotsRefused.Inc()
+		// The wait may have outlasted the HTTP server's write deadline,
+		// which runs from the request's start.
+		if err := rc.SetWriteDeadline(time.Now().Add(s.cfg.SnapshotWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			s.log.Warn("snapshot refusal: set write deadline", "err", err)
+		}
 		secs := int((refused.retryAfter + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		e := syncproto.Errorf(syncproto.CodeServerBusy, "too many snapshots at once: %s; retry in %d s", refused.reason, secs)
@@ -192,7 +202,7 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SnapshotTimeout)
 	defer cancel()
-	out := &deadlineWriter{w: w, rc: http.NewResponseController(w), timeout: s.cfg.SnapshotWriteTimeout}
+	out := &deadlineWriter{w: w, rc: rc, timeout: s.cfg.SnapshotWriteTimeout}
 	var sw *syncproto.SnapshotWriter
 	start := func(head uint64) error {
 		w.Header().Set("Content-Type", syncproto.SnapshotContentType)

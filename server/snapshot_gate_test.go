@@ -3,6 +3,7 @@ package server_test
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -95,16 +96,32 @@ func TestSnapshotsBeyondTheLimitWaitTheirTurn(t *testing.T) {
 }
 
 // A device that waits longer than SnapshotQueueTimeout is refused with a
-// Retry-After and leaves the queue.
+// Retry-After and leaves the queue; the refusal reaches it even when the
+// wait outlasted the HTTP server's write timeout.
 func TestSnapshotWaitIsBounded(t *testing.T) {
-	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 1, SnapshotQueueTimeout: 100 * time.Millisecond})
+	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 1, SnapshotQueueTimeout: 300 * time.Millisecond})
 	seedLarge(t, ts)
-	stalled := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "stalled"))
+	base := serveWithTimeouts(t, ts, 100*time.Millisecond)
+	stalled := get(t, base+syncproto.SnapshotPath, ts.member(t, "acme", "stalled"))
 	defer stalled.Body.Close()
 	require.Equal(t, http.StatusOK, stalled.StatusCode)
 
-	refusedBusy(t, get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "patient")))
+	refusedBusy(t, get(t, base+syncproto.SnapshotPath, ts.member(t, "acme", "patient")))
 	require.Equal(t, "0", ts.metric(t, "syncd_snapshots_waiting"))
+}
+
+// serveWithTimeouts serves ts's public handler on a listener of its own
+// whose HTTP server has read and write timeouts of d, and returns its
+// base URL.
+func serveWithTimeouts(t *testing.T, ts *testServer, d time.Duration) string {
+	t.Helper()
+	hs := server.NewHTTPServer(ts.srv.Handler(), nil)
+	hs.ReadTimeout, hs.WriteTimeout = d, d
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return "http://" + ln.Addr().String()
 }
 
 // fetchSnapshotRecords reads a whole snapshot and returns its records, bounded by 2 ioTimeout,
@@ -140,4 +157,46 @@ func fetchSnapshotRecords(base, token string) ([]syncproto.SnapshotRecord, error
 		recs = append(recs, rec)
 	}
 	return nil, fmt.Errorf("snapshot longer than 100000 records")
+}
+
+// The HTTP server's read and write timeouts run from a request's start: a
+// snapshot that waited its turn, or streams, for longer than they are is
+// not cut by them (SnapshotQueueTimeout, SnapshotTimeout and the per-write
+// deadline bound it instead).
+func TestSnapshotOutlivesTheHTTPTimeouts(t *testing.T) {
+	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 1})
+	n := seedLarge(t, ts)
+	const timeouts = 200 * time.Millisecond
+	base := serveWithTimeouts(t, ts, timeouts)
+
+	first := get(t, base+syncproto.SnapshotPath, ts.member(t, "acme", "first"))
+	defer first.Body.Close()
+	require.Equal(t, http.StatusOK, first.StatusCode)
+	second := make(chan error, 1)
+	go func() {
+		recs, err := fetchSnapshotRecords(base, ts.member(t, "acme", "second"))
+		if err == nil && len(recs) != n {
+			err = fmt.Errorf("%d records, want %d", len(recs), n)
+		}
+		second <- err
+	}()
+	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_waiting") == "1" }, ioTimeout, 10*time.Millisecond)
+	time.Sleep(3 * timeouts) // both requests outlive the timeouts
+
+	sr, err := syncproto.NewSnapshotReader(first.Body)
+	require.NoError(t, err)
+	for i := 0; ; i++ {
+		_, err := sr.Next()
+		if err == io.EOF {
+			require.Equal(t, n, i, "the first snapshot is whole")
+			break
+		}
+		require.NoError(t, err)
+	}
+	select {
+	case err := <-second:
+		require.NoError(t, err, "the snapshot that waited is whole")
+	case <-time.After(2 * ioTimeout):
+		t.Fatal("the waiting snapshot was never served")
+	}
 }

@@ -104,6 +104,7 @@ type syncdProc struct {
 	args       []string
 	addr       string // public listener
 	adminAddr  string
+	natsAddr   string // a cluster node's embedded NATS client listener
 	adminToken string
 	logPath    string
 	dbPath     string

@@ -241,3 +241,26 @@ func TestMutationCodePrecedenceIgnoresMemberOrder(t *testing.T) {
 		}
 	}
 }
+
+// A frame nesting deeper than MaxFrameDepth cannot be decoded: it is
+// malformed, without an id, wherever the depth is (PROTOCOL.md 11). A push
+// whose value nests as deeply as the frame limit allows still decodes, and
+// its mutation is refused alone by MaxValueDepth.
+func TestFrameDepthLimit(t *testing.T) {
+	nested := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	push := func(valueDepth int) string { // push object, mutations array, mutation object: 3 levels
+		return `{"type":"push","id":"p1","mutations":[{"op_id":"` + opA + `","model":"m","key":"k","op":"put","hlc":"5.0.c","value":` + nested(valueDepth) + `}]}`
+	}
+	msg, err := syncproto.DecodeRequest([]byte(push(syncproto.MaxFrameDepth - 3)))
+	require.NoError(t, err, "a frame of exactly MaxFrameDepth levels decodes")
+	requireCode(t, msg.(*syncproto.Push).Mutations[0].Validate(), syncproto.CodeBadRequest, "")
+
+	for _, frame := range []string{
+		push(syncproto.MaxFrameDepth - 2),
+		`{"type":"ping","id":"k1","later":` + nested(syncproto.MaxFrameDepth) + `}`,
+		`{"earlier":` + nested(syncproto.MaxFrameDepth) + `,"type":"ping","id":"k1"}`,
+	} {
+		_, err := syncproto.DecodeRequest([]byte(frame))
+		requireCode(t, err, syncproto.CodeMalformed, "")
+	}
+}

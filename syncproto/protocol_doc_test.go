@@ -98,6 +98,7 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 		"DefaultPullLimit":    fmt.Sprint(syncproto.DefaultPullLimit),
 		"MaxMessageBytes":     fmt.Sprint(syncproto.MaxMessageBytes),
 		"MaxValueDepth":       fmt.Sprint(syncproto.MaxValueDepth),
+		"MaxFrameDepth":       fmt.Sprint(syncproto.MaxFrameDepth),
 		"MaxSafeInteger":      fmt.Sprint(syncproto.MaxSafeInteger),
 		"MaxWall":             fmt.Sprint(syncproto.MaxWall),
 		"DefaultMaxClockSkew": fmt.Sprint(syncproto.DefaultMaxClockSkew.Milliseconds()),
@@ -131,11 +132,11 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 	// The limits table's wire names match the JSON of Limits.
 	frame, err := syncproto.Encode(&syncproto.Welcome{ID: "h", NodeID: "n", ServerHLC: ts(1, 0, "n"), ServerTime: 2, DatabaseID: "db",
 		Limits: syncproto.Limits{MaxFrameBytes: 1, MaxBatch: 1, MaxPayloadBytes: 1, MaxKeyBytes: 1, MaxPullLimit: 1,
-			MaxRequestIDBytes: 1, MaxClockSkewMS: 1, IdleTimeoutMS: 1, RequestsPerSecond: 1, RequestBurst: 1}})
+			MaxRequestIDBytes: 1, MaxClockSkewMS: 1, IdleTimeoutMS: 1, RequestsPerSecond: 1, RequestBurst: 1, LedgerRetentionMS: 1}})
 	require.NoError(t, err)
 	limits := between(t, doc, "## 11. Limits", "## 12.")
 	members := regexp.MustCompile(`"([a-z_]+)":1\b`).FindAllStringSubmatch(string(frame), -1)
-	require.Len(t, members, 10)
+	require.Len(t, members, 11)
 	for _, m := range members {
 		require.Contains(t, limits, "`"+m[1]+"`", "limits member %s missing from the limits table", m[1])
 	}

@@ -75,7 +75,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.BoolVar(&o.devTokens, "dev-tokens", false, "development only: when the token file is missing, generate one with a client token for every model and an admin token, and log both once")
 	fs.StringVar(&o.nodeID, "node-id", server.DefaultNodeID, "this server's name (welcome, and the origin of its clock)")
 	fs.StringVar(&o.synchronous, "synchronous", "FULL", "SQLite synchronous level: FULL (acknowledged writes survive a power cut) or NORMAL (survive a crash only)")
-	fs.Var(&o.models, "model", "a model's conflict policy as NAME=POLICY (lww, optimistic or hook); repeatable; undeclared models get --default-policy")
+	fs.Var(&o.models, "model", "a model's conflict policy as NAME=POLICY (lww or optimistic; a hook needs a Go program embedding the server package); repeatable; undeclared models get --default-policy")
 	fs.DurationVar(&o.retention.LedgerMaxAge, "ledger-max-age", 0, "keep each tenant's replay-ledger decisions at least this long after they were decided (default 168h)")
 	fs.IntVar(&o.retention.LedgerMaxEntries, "ledger-max-entries", 0, "keep at most this many replay-ledger decisions per tenant (default 1000000)")
 	fs.DurationVar(&o.retention.Oplog.MaxAge, "oplog-max-age", 0, "compact oplog entries older than this; a client behind them resyncs from a snapshot (default 168h; negative: no age bound)")
@@ -99,7 +99,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Func("default-policy", "policy of models no --model declares: lww, optimistic, or none to refuse writes to them (invalid_model) (default lww)", func(v string) error {
 		return o.models.Set(replication.AnyModel + "=" + v)
 	})
-	fs.Var(&o.origins, "allowed-origin", "host pattern of a browser origin allowed to connect; repeatable (native clients send no origin and are always allowed)")
+	fs.Var(&o.origins, "allowed-origin", "a browser origin allowed to connect, as a host[:port] pattern (*.example.com, localhost:*) or with its scheme (https://app.example.com); repeatable; the server's own host is always allowed, and native clients send no origin (PROTOCOL.md section 1)")
 	fs.DurationVar(&o.maxClockSkew, "max-clock-skew", time.Minute, "how far ahead of the server's clock a mutation's timestamp may be")
 	fs.IntVar(&o.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on open websocket sessions")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, the public listener serves HTTPS/WSS")

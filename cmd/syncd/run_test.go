@@ -48,6 +48,11 @@ func TestFlagsRejectBadInput(t *testing.T) {
 		return ""
 	}, io.Discard)
 	require.ErrorContains(t, err, "SYNCD_SHUTDOWN_TIMEOUT")
+
+	// syncd has no hook to run: PROTOCOL.md section 8 and operations.md
+	// send an operator who wants one to embed the server package.
+	_, err = parseFlags([]string{"--model", "notes=hook"}, noEnv, io.Discard)
+	require.ErrorContains(t, err, "embed the server package")
 }
 
 // syncWriter lets the test read the log while syncd writes it.
