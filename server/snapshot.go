@@ -23,7 +23,9 @@ import (
 // (MaxConcurrentSnapshots connections), so devices bootstrapping at once
 // never take the connections hello, pull, feeds, /readyz and the admin API
 // use. Devices beyond the limit wait their turn in a bounded queue (first
-// come, first served, holding no database connection); beyond the queue,
+// come, first served, holding no database connection; when a device's turn
+// comes, the waiters of its scope join its read: snapshotshare.go); beyond
+// the queue,
 // or after waiting SnapshotQueueTimeout, they are refused 503 server_busy
 // with a Retry-After from the queue's length and the recent snapshots'
 // duration.
@@ -195,14 +197,19 @@ func (g *snapshotGate) dropTokenLocked(token string) {
 }
 
 // refuseLocked is a refusal with the time the queue as it stands needs to
-// drain: every running and waiting snapshot, max at a time, each taking
-// what the recent ones took.
+// drain: the running reads and one read per scope waiting (the waiters of
+// a scope share one), max at a time, each taking what the recent ones
+// took.
 func (g *snapshotGate) refuseLocked(reason string) *snapshotRefusal {
 	took := g.took
 	if took == 0 {
 		took = snapshotFirstGuess
 	}
-	rounds := (g.running + len(g.queue) + g.max) / g.max
+	scopes := map[string]struct{}{}
+	for _, w := range g.queue {
+		scopes[w.scope] = struct{}{}
+	}
+	rounds := (g.running + len(scopes) + g.max) / g.max
 	return &snapshotRefusal{reason: reason, retryAfter: min(time.Duration(rounds)*took, snapshotMaxRetryAfter)}
 }
 
