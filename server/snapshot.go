@@ -24,11 +24,10 @@ import (
 // never take the connections hello, pull, feeds, /readyz and the admin API
 // use. Devices beyond the limit wait their turn in a bounded queue (first
 // come, first served, holding no database connection; when a device's turn
-// comes, the waiters of its scope join its read: snapshotshare.go); beyond
-// the queue,
-// or after waiting SnapshotQueueTimeout, they are refused 503 server_busy
-// with a Retry-After from the queue's length and the recent snapshots'
-// duration.
+// comes, the waiters of its scope join its read: snapshotshare.go). Beyond
+// the queue, or after waiting SnapshotQueueTimeout, they are refused 503
+// server_busy with a Retry-After from the queue's length and the recent
+// snapshots' duration.
 const (
 	// DefaultMaxConcurrentSnapshots is Config.MaxConcurrentSnapshots's
 	// default: snapshots served at once.
