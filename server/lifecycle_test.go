@@ -73,6 +73,7 @@ func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 	busy := refusedUpgrade(t, ts, dialOptions(token), http.StatusServiceUnavailable)
 	require.Equal(t, syncproto.CodeShuttingDown, busy.Code)
 	require.True(t, busy.Retryable)
+	require.Equal(t, int64(5000), busy.RetryAfterMS, "the body says what Retry-After says")
 	require.True(t, ts.status(t).Draining)
 
 	close(g.release)
@@ -99,8 +100,14 @@ func TestShutdownDeadlineCutsSessions(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the deadline has passed already
 	require.ErrorIs(t, ts.srv.Shutdown(ctx), context.Canceled)
-	_, err := c.next()
-	require.Error(t, err, "the session was cut")
+	// The session is cut; a shutting_down error frame may get out first
+	// (section 13), nothing else.
+	f, err := c.next()
+	if err == nil {
+		require.JSONEq(t, `{"type":"error","code":"shutting_down","message":"server shutting down; reconnect and resend unanswered pushes","retryable":true}`, string(f))
+		f, err = c.next()
+	}
+	require.Error(t, err, "the session was cut: got %s", f)
 	close(g.release) // the committer finishes its group; Close waits for it
 }
 
@@ -111,6 +118,7 @@ func TestConnectionCap(t *testing.T) {
 	busy := refusedUpgrade(t, ts, dialOptions(token), http.StatusServiceUnavailable)
 	require.Equal(t, syncproto.CodeServerBusy, busy.Code)
 	require.True(t, busy.Retryable)
+	require.Equal(t, int64(5000), busy.RetryAfterMS, "the body says what Retry-After says")
 
 	first.conn.CloseNow()
 	require.Eventually(t, func() bool {

@@ -101,16 +101,16 @@ type Config struct {
 	// one; 0 means DefaultSnapshotWriteTimeout.
 	SnapshotTimeout      time.Duration
 	SnapshotWriteTimeout time.Duration
-	// Quotas bound each token's and tenant's mutation rate and each
-	// token's sessions; zero fields take their defaults.
+	// Quotas bound each token's and tenant's mutation rate, sessions and
+	// share of the frame budget; zero fields take their defaults.
 	Quotas Quotas
 	// FrameBudgetBytes bounds the bytes of frames being read, decoded or
 	// applied, over all sessions (frameBudget); 0 means
 	// DefaultFrameBudgetBytes, and it is never below one largest frame.
 	FrameBudgetBytes int64
 	// FrameReadTimeout bounds reading one message once it started to
-	// arrive (after the frame budget admitted it); past it the connection
-	// is cut. 0 means DefaultFrameReadTimeout.
+	// arrive (not counting a wait for the frame budgets); past it the
+	// connection is cut. 0 means DefaultFrameReadTimeout.
 	FrameReadTimeout time.Duration
 	// EventLogInterval is how often counts of refusals and authentication
 	// failures are logged, one line per kind (eventLog); 0 means
@@ -199,11 +199,11 @@ func (c *Config) setDefaults() error {
 	if c.FrameBudgetBytes == 0 {
 		c.FrameBudgetBytes = DefaultFrameBudgetBytes
 	}
-	if err := c.Quotas.setDefaults(); err != nil {
-		return fmt.Errorf("quotas: %w", err)
-	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if err := c.Quotas.setDefaults(c.MaxConnections); err != nil {
+		return fmt.Errorf("quotas: %w", err)
 	}
 	if c.MaxConcurrentSnapshots <= 0 {
 		c.MaxConcurrentSnapshots = DefaultMaxConcurrentSnapshots
@@ -311,7 +311,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.snapshots = &snapshotGate{max: cfg.MaxConcurrentSnapshots, maxQueue: max(0, cfg.MaxQueuedSnapshots), waitingGauge: s.metrics.snapshotsWaiting, byToken: map[string]int{}}
 	s.quotas = newQuotaBook(cfg.Quotas, cfg.Now, s.metrics)
-	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics)
+	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics.frameBudgetInUse, s.metrics.frameBudgetWaits)
 	s.events = newEventLog(cfg.Logger, cfg.EventLogInterval)
 	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
 		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
@@ -356,7 +356,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(syncproto.SyncPath, s.serveSync)
-	mux.HandleFunc("GET "+syncproto.SnapshotPath, s.serveSnapshot)
+	mux.Handle("GET "+syncproto.SnapshotPath, s.crossOrigin(http.HandlerFunc(s.serveSnapshot)))
+	mux.Handle("OPTIONS "+syncproto.SnapshotPath, s.crossOrigin(http.HandlerFunc(s.snapshotPreflight)))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
@@ -507,7 +508,9 @@ func (s *Server) limits() syncproto.Limits {
 }
 
 // modelAccess lists the declared models the principal may use, with their
-// policies. Undeclared models are last-writer-wins.
+// policies. Undeclared models follow the default policy that welcome
+// announces (default_policy): lww unless configured otherwise, or refused
+// under "none".
 func (s *Server) modelAccess(p auth.Principal) map[string]syncproto.ModelAccess {
 	out := map[string]syncproto.ModelAccess{}
 	for model, policy := range s.cfg.Policies {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -21,7 +22,9 @@ import (
 // each member once, under its exact lowercase name).
 //
 // Every failure is an *Error ready to send back: its ID echoes the frame's
-// "id" whenever the frame was JSON with a well-formed id.
+// "id" whenever the frame is one JSON object with a well-formed id. A
+// CodeMalformed or CodeFrameTooLarge error never carries an id, even when
+// the frame begins with a well-formed one (PROTOCOL.md 5.12).
 func Decode(frame []byte) (Message, error) {
 	return decode(frame, false)
 }
@@ -57,11 +60,13 @@ func decode(frame []byte, requestsOnly bool) (Message, error) {
 	}
 	if err := unmarshal(frame, msg); err != nil {
 		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			// Not JSON after all, though it began with a type and an id:
+			// nothing in the frame is trusted, its id included.
+			return nil, Errorf(CodeMalformed, "%s: %s", typ, describeJSONError(err))
+		}
 		code := CodeBadRequest
-		switch {
-		case errors.As(err, &syn):
-			code = CodeMalformed
-		case errors.Is(err, ErrInvalidTimestamp):
+		if errors.Is(err, ErrInvalidTimestamp) {
 			code = CodeInvalidHLC
 		}
 		return nil, Errorf(code, "%s: %s", typ, describeJSONError(err)).WithID(id)
@@ -77,9 +82,10 @@ func decode(frame []byte, requestsOnly bool) (Message, error) {
 }
 
 // unmarshal decodes frame into msg. A push is first decoded on a fast path
-// that treats its mutations as plain structs; only when that fails is it
-// decoded again with Mutation's lenient per-mutation decoding, which scans
-// each mutation twice more.
+// that treats its mutations as plain structs; only when that fails, or a
+// key holds U+FFFD (which a lone surrogate escape decodes to), is it
+// decoded again with Mutation's lenient member-by-member decoding, which
+// scans each mutation twice more and checks the key's escapes.
 func unmarshal(frame []byte, msg Message) error {
 	p, ok := msg.(*Push)
 	if !ok {
@@ -92,6 +98,11 @@ func unmarshal(frame []byte, msg Message) error {
 	}
 	if json.Unmarshal(frame, &fast) != nil {
 		return json.Unmarshal(frame, p)
+	}
+	for i := range fast.Mutations {
+		if strings.ContainsRune(fast.Mutations[i].Key, utf8.RuneError) {
+			return json.Unmarshal(frame, p)
+		}
 	}
 	p.ID = fast.ID
 	if fast.Mutations != nil {

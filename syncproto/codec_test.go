@@ -104,6 +104,22 @@ func TestDecodeFrameLimit(t *testing.T) {
 	requireCode(t, err, syncproto.CodeFrameTooLarge, "")
 }
 
+// A frame that is not JSON is malformed without an id, even when its type
+// and a well-formed id come before the fault (PROTOCOL.md 5.12): the id
+// of a frame that does not parse is not trusted.
+func TestMalformedFramesCarryNoID(t *testing.T) {
+	for _, frame := range []string{
+		`{"type":"push","id":"p1","mutations":[`,
+		`{"type":"ping","id":"k1"} x`,
+		`{"type":"ping","id":"k1"}{"type":"ping","id":"k2"}`,
+		`{"type":"hello","id":"h1","client_id":"phone",}`,
+		`{"id":"k1","type":"ping"`,
+	} {
+		_, err := syncproto.DecodeRequest([]byte(frame))
+		requireCode(t, err, syncproto.CodeMalformed, "")
+	}
+}
+
 func TestDecodeRequestRefusesServerTypes(t *testing.T) {
 	for _, msg := range sampleMessages() {
 		frame, err := syncproto.Encode(msg)

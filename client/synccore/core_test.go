@@ -1,7 +1,10 @@
 package synccore
 
 import (
+	"os"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -413,5 +416,26 @@ func TestStateFollowsTheNetworkAndTheQueue(t *testing.T) {
 	c.Step(Network{Online: false})
 	if st := c.Status().State; st != StateOffline {
 		t.Fatalf("network gone: state %s, want offline", st)
+	}
+}
+
+// A clock_skew refusal is never charged, however many attempts the write
+// already holds, as PROTOCOL.md sections 6 and 12 say: the stamp was
+// refused, not the write.
+func TestClockSkewIsNeverCharged(t *testing.T) {
+	skew := syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeClockSkew}
+	for attempts := range DefaultMaxAttempts {
+		v := Judge(&skew, attempts, DefaultMaxAttempts)
+		if v.Action != Restamp || v.Attempts != 0 {
+			t.Fatalf("Judge(clock_skew, %d) = action %d, attempts %d: want Restamp, uncharged", attempts, v.Action, v.Attempts)
+		}
+	}
+	doc, err := os.ReadFile("../../PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `clock_skew` \\|.*$").Find(doc)
+	if !strings.HasSuffix(string(row), "charge no attempt |") {
+		t.Fatalf("PROTOCOL.md section 12's clock_skew row does not say it charges no attempt: %s", row)
 	}
 }
