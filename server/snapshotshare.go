@@ -37,11 +37,14 @@ type snapshotShare struct {
 	done    bool
 	err     error // why the read failed, once done
 	readers map[*shareReader]struct{}
-	changed chan struct{} // closed and replaced on every change
+	// grown is closed (and replaced) when the body grows or ends, which
+	// readers wait for; freed when chunks are dropped or a reader goes,
+	// which the read waits for. Each wakes only who needs it.
+	grown, freed chan struct{}
 }
 
 func newSnapshotShare(limit int) *snapshotShare {
-	return &snapshotShare{limit: limit, readers: map[*shareReader]struct{}{}, changed: make(chan struct{})}
+	return &snapshotShare{limit: limit, readers: map[*shareReader]struct{}{}, grown: make(chan struct{}), freed: make(chan struct{})}
 }
 
 // shareReader is one reader's place in a snapshotShare.
@@ -59,9 +62,10 @@ func (s *snapshotShare) reader() *shareReader {
 	return r
 }
 
-func (s *snapshotShare) changedLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
+// signal wakes whoever waits on *ch.
+func signal(ch *chan struct{}) {
+	close(*ch)
+	*ch = make(chan struct{})
 }
 
 // Write appends a copy of p to the body, first waiting (or until ctx
@@ -78,10 +82,10 @@ func (s *snapshotShare) Write(ctx context.Context, p []byte) error {
 		if s.kept+len(chunk) <= s.limit || s.kept == 0 {
 			break
 		}
-		changed := s.changed
+		freed := s.freed
 		s.mu.Unlock()
 		select {
-		case <-changed:
+		case <-freed:
 		case <-ctx.Done():
 			s.mu.Lock()
 			return ctx.Err()
@@ -90,7 +94,7 @@ func (s *snapshotShare) Write(ctx context.Context, p []byte) error {
 	}
 	s.chunks = append(s.chunks, chunk)
 	s.kept += len(chunk)
-	s.changedLocked()
+	signal(&s.grown)
 	return nil
 }
 
@@ -99,14 +103,18 @@ func (s *snapshotShare) finish(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.done, s.err = true, err
-	s.changedLocked()
+	signal(&s.grown)
 }
 
-// trimLocked drops the chunks every reader has taken.
+// trimLocked drops the chunks every reader has taken, and wakes the read
+// when it did.
 func (s *snapshotShare) trimLocked() {
 	low := s.first + len(s.chunks)
 	for r := range s.readers {
 		low = min(low, r.at)
+	}
+	if s.first == low {
+		return
 	}
 	for s.first < low {
 		s.kept -= len(s.chunks[0])
@@ -114,6 +122,7 @@ func (s *snapshotShare) trimLocked() {
 		s.chunks = s.chunks[1:]
 		s.first++
 	}
+	signal(&s.freed)
 }
 
 // next returns the reader's next chunk, waiting for it (or until ctx
@@ -127,8 +136,9 @@ func (r *shareReader) next(ctx context.Context) ([]byte, error) {
 		if i := r.at - s.first; i < len(s.chunks) {
 			chunk := s.chunks[i]
 			r.at++
-			s.trimLocked()
-			s.changedLocked()
+			if i == 0 { // it may have been the last reader of that chunk
+				s.trimLocked()
+			}
 			return chunk, nil
 		}
 		if s.done {
@@ -137,10 +147,10 @@ func (r *shareReader) next(ctx context.Context) ([]byte, error) {
 			}
 			return nil, io.EOF
 		}
-		changed := s.changed
+		grown := s.grown
 		s.mu.Unlock()
 		select {
-		case <-changed:
+		case <-grown:
 		case <-ctx.Done():
 			s.mu.Lock()
 			return nil, ctx.Err()
@@ -156,7 +166,9 @@ func (r *shareReader) close() {
 	defer s.mu.Unlock()
 	delete(s.readers, r)
 	s.trimLocked()
-	s.changedLocked()
+	if len(s.readers) == 0 {
+		signal(&s.freed) // the read stops
+	}
 }
 
 // shareWriter is the io.Writer the read's SnapshotWriter writes to.
