@@ -226,7 +226,7 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 			code: syncproto.CodeInvalidHLC, id: "h1", close: syncproto.CloseProtocolError},
 		{name: "hello with a client id of the wrong type before an unparsable hlc", noHello: true,
 			frames: frames(`{"type":"hello","id":"h1","hlc":"yesterday","cursor":0,"client_id":7}`),
-			code: syncproto.CodeInvalidClientID, id: "h1", close: syncproto.CloseProtocolError},
+			code:   syncproto.CodeInvalidClientID, id: "h1", close: syncproto.CloseProtocolError},
 		{name: "hello cursor from the future", noHello: true, frames: helloFrame(map[string]any{"cursor": 1 << 40}),
 			code: syncproto.CodeCursorAhead, id: "h1", close: syncproto.CloseProtocolError},
 		{name: "second hello", frames: helloFrame(map[string]any{"id": "h2"}),
