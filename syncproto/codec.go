@@ -12,9 +12,12 @@ import (
 // Decode parses one frame into its message and validates it.
 //
 // Checks, in order: the frame is at most MaxFrameBytes (CodeFrameTooLarge);
-// it is UTF-8 text holding one JSON object (CodeMalformed); "type" is a
+// it is UTF-8 text holding one JSON object nesting at most MaxFrameDepth
+// levels (CodeMalformed); "type" is a
 // string (CodeBadRequest) naming a known type (CodeUnknownType); every field
-// has its JSON type (CodeBadRequest); then the message's Validate. Unknown
+// has its JSON type (CodeBadRequest; in hello and in a push's mutations a
+// member of the wrong type is instead reported by Validate, with its
+// member's code and in member order); then the message's Validate. Unknown
 // fields are ignored, so a newer peer may add fields; unknown types are
 // refused. The "type" member's name is exact and, if duplicated, the first
 // one counts; other member names match case-insensitively and the last of
