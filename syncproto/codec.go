@@ -18,10 +18,11 @@ import (
 // (CodeBadRequest; in hello and in a push's mutations a member of the
 // wrong type is instead reported by Validate, with its member's code and
 // in member order); then the message's Validate. Unknown fields are
-// ignored, so a newer peer may add fields; unknown types are refused. The "type" member's name is exact and, if duplicated, the first
-// one counts; other member names match case-insensitively and the last of
-// duplicates counts (leniencies of the Go JSON decoder; senders must send
-// each member once, under its exact lowercase name).
+// ignored, so a newer peer may add fields; unknown types are refused. The
+// "type" member's name is exact and, if duplicated, the first one counts;
+// other member names match case-insensitively and the last of duplicates
+// counts (leniencies of the Go JSON decoder; senders must send each member
+// once, under its exact lowercase name).
 //
 // Every failure is an *Error ready to send back: its ID echoes the frame's
 // "id" whenever the frame is one JSON object with a well-formed id. A
