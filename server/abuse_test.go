@@ -126,7 +126,7 @@ func TestAbuseOneTenantCannotExpireOrPruneAnother(t *testing.T) {
 // neither the connections nor the attention other requests need, and are
 // cut after the per-write deadline.
 func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
-	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 2, SnapshotWriteTimeout: 300 * time.Millisecond})
+	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 2, MaxQueuedSnapshots: -1, SnapshotWriteTimeout: 300 * time.Millisecond})
 	writer, clock := session(t, ts, ts.member(t, "acme", "seeder"), "seeder")
 	big := `"` + strings.Repeat("x", 8<<10) + `"`
 	for i := range 20 * abuseScale(t) { // ~8 MiB: more than socket buffers hold
@@ -309,7 +309,7 @@ func TestAbuseLargeWinnersStillGetAnAnswer(t *testing.T) {
 
 // noQuotas turns every per-token and per-tenant quota off, for the
 // benchmarks that measure the server rather than its limits.
-var noQuotas = server.Quotas{TokenMutationsPerSecond: -1, TenantMutationsPerSecond: -1, MaxConnectionsPerToken: -1}
+var noQuotas = server.Quotas{TokenMutationsPerSecond: -1, TenantMutationsPerSecond: -1, MaxConnectionsPerToken: -1, MaxConnectionsPerTenant: -1}
 
 // metricValue is metric's value as a number (/metrics writes large ones
 // with an exponent).
@@ -423,6 +423,32 @@ func TestAbuseOneTokenCannotHoldEveryConnection(t *testing.T) {
 	}, ioTimeout, 20*time.Millisecond, "the token's freed slot serves again")
 }
 
+// Finding 6: one tenant, whatever its number of tokens, cannot hold every
+// session the server allows: by default it holds at most half of them, and
+// another tenant still connects.
+func TestAbuseOneTenantCannotHoldEveryConnection(t *testing.T) {
+	const maxConns = 4 // the tenant's cap is half of it
+	ts := startServer(t, server.Config{MaxConnections: maxConns})
+	for i := range maxConns / 2 {
+		dial(t, ts, ts.member(t, "attacker", fmt.Sprintf("bot-%d", i)))
+	}
+	for i := range 3 * abuseScale(t) {
+		resp := refusal(t, ts, dialOptions(ts.member(t, "attacker", fmt.Sprintf("more-%d", i))), http.StatusTooManyRequests)
+		require.Equal(t, "5", resp.Header.Get("Retry-After"))
+		e := httpErrorBody(t, resp)
+		resp.Body.Close()
+		require.Equal(t, syncproto.CodeRateLimited, e.Code)
+		require.Equal(t, int64(5000), e.RetryAfterMS)
+	}
+	require.Equal(t, 3*abuseScale(t), ts.quotaRefusals(t, "tenant_connections"))
+	require.Zero(t, ts.quotaRefusals(t, "token_connections"))
+
+	answersWithin(t, "a new tenant's hello and push", time.Second, func() {
+		c, clock := session(t, ts, ts.member(t, "victim", "phone"), "phone")
+		requireApplied(t, c.push("p1", put(t, clock, "notes", "k", `1`)))
+	})
+}
+
 // Finding 7: refusals and authentication failures are logged as counts
 // per interval, not one line per event, so a peer cannot flood the log.
 func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
@@ -495,7 +521,7 @@ func TestAbuseFramesShareOneByteBudget(t *testing.T) {
 		b, bClock := session(t, ts, ts.member(t, "other", "b"), "b")
 		w := startFrame(t, a)
 		require.Eventually(t, func() bool {
-			return ts.metricValue(t, "syncd_frame_budget_bytes") == syncproto.MaxFrameBytes+1
+			return ts.metricValue(t, "syncd_frame_budget_bytes") == syncproto.MaxFrameBytes
 		}, ioTimeout, 10*time.Millisecond, "the stalled frame holds the budget")
 		b.send(&syncproto.Push{ID: "b1", Mutations: []syncproto.Mutation{put(t, bClock, "notes", "k", `1`)}})
 		require.Eventually(t, func() bool { return ts.metricValue(t, "syncd_frame_budget_waits_total") == 1 },
@@ -522,6 +548,73 @@ func TestAbuseFramesShareOneByteBudget(t *testing.T) {
 		c, clock := session(t, ts, ts.member(t, "acme", "patient"), "patient")
 		requireApplied(t, c.push("p1", put(t, clock, "notes", "k", `1`)))
 	})
+}
+
+// startTinyFrame sends the first bytes of a small frame and stalls. The
+// websocket stack holds an unfinished frame in its buffer; a ping, which
+// gets no pong here (nothing reads), pushes the buffer out.
+func startTinyFrame(t *testing.T, c *wsClient) io.WriteCloser {
+	t.Helper()
+	w, err := c.conn.Writer(t.Context(), websocket.MessageText)
+	require.NoError(t, err)
+	_, err = w.Write([]byte(`{"type":"ping",`))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, c.conn.Ping(ctx), context.DeadlineExceeded)
+	return w
+}
+
+// Finding 7: one tenant's stalled frames, small and large, from more
+// sessions than the frame budget holds largest frames, delay no other
+// tenant: a frame reserves the largest frame's size only once it is longer
+// than its head, and one token's and one tenant's frames hold at most
+// their share of the budget. The other tenant is answered while the
+// stalled frames are still held, long before FrameReadTimeout cuts them.
+func TestAbuseStalledFramesOfOneTenantDelayNoOther(t *testing.T) {
+	// 32 stalled frames, 16 of them large, where the server's budget
+	// holds 16 largest frames, a token's share 2 and a tenant's 4.
+	const tokens, perToken = 4, 8
+	ts := startServer(t, server.Config{FrameReadTimeout: 10 * ioTimeout})
+	var attackers []*wsClient
+	for i := range tokens {
+		id := fmt.Sprintf("bot-%d", i)
+		tok := ts.member(t, "attacker", id)
+		for range perToken {
+			c, _ := session(t, ts, tok, id)
+			attackers = append(attackers, c)
+		}
+	}
+	for i, c := range attackers {
+		if i%2 == 0 {
+			startTinyFrame(t, c)
+		} else {
+			startFrame(t, c)
+		}
+	}
+	// The small frames hold nothing; the large ones hold the tenant's
+	// share, the rest wait for their token's or their tenant's.
+	tenantShare := float64(server.DefaultTenantFrameBytes)
+	require.Eventually(t, func() bool {
+		return ts.metricValue(t, "syncd_frame_budget_bytes") == tenantShare &&
+			ts.metricValue(t, `syncd_quota_waits_total{quota="token_frame_bytes"}`) > 0 &&
+			ts.metricValue(t, `syncd_quota_waits_total{quota="tenant_frame_bytes"}`) > 0
+	}, ioTimeout, 10*time.Millisecond, "the stalled frames hold the attacker's share")
+
+	// Each step below fails on the harness's ioTimeout, a tenth of
+	// FrameReadTimeout: a server that made them wait for the stalled
+	// frames to be cut fails here.
+	victim, clock := session(t, ts, ts.member(t, "victim", "phone"), "phone")
+	requireApplied(t, victim.push("small", put(t, clock, "notes", "small", `1`)))
+	big := `"` + strings.Repeat("v", syncproto.MaxPayloadBytes-64) + `"`
+	muts := make([]syncproto.Mutation, 8) // ~2 MiB: a frame that takes a whole reservation
+	for i := range muts {
+		muts[i] = put(t, clock, "notes", fmt.Sprintf("big-%d", i), big)
+	}
+	requireApplied(t, victim.push("large", muts...))
+	require.Equal(t, http.StatusOK, getJSON(t, ts.url+"/readyz", "", nil))
+	require.Eventually(t, func() bool { return ts.metricValue(t, "syncd_frame_budget_bytes") == tenantShare },
+		ioTimeout, 10*time.Millisecond, "the stalled frames were still held when the victim was served")
 }
 
 // rssBytes is the process's resident set size (Linux /proc).

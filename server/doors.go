@@ -50,7 +50,8 @@ func NewHTTPServer(h http.Handler, errorLog *log.Logger) *http.Server {
 // that is closed as soon as it is accepted and counted in
 // syncd_connections_refused_per_address_total. Put syncd's public
 // listener behind it; behind a load balancer every peer has the balancer's
-// address, so set the limit to 0 (off) there and limit at the balancer.
+// address, so set the limit negative (off) there and limit at the
+// balancer; 0 means DefaultMaxConnectionsPerAddress.
 func (s *Server) LimitListener(ln net.Listener) net.Listener {
 	if s.cfg.MaxConnectionsPerAddress <= 0 {
 		return ln

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/syncd-dev/syncd/server/auth"
@@ -35,13 +36,11 @@ func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Prin
 		return refuse(http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "not a websocket upgrade: %s", problem))
 	}
 	if s.draining.Load() {
-		w.Header().Set("Retry-After", "5")
-		return refuse(http.StatusServiceUnavailable, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down"))
+		return refuse(http.StatusServiceUnavailable, retryIn(w, upgradeRetryAfterSeconds, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down")))
 	}
 	if s.conns.Add(1) > int64(s.cfg.MaxConnections) {
 		s.conns.Add(-1)
-		w.Header().Set("Retry-After", "5")
-		return refuse(http.StatusServiceUnavailable, syncproto.Errorf(syncproto.CodeServerBusy, "too many connections"))
+		return refuse(http.StatusServiceUnavailable, retryIn(w, upgradeRetryAfterSeconds, syncproto.Errorf(syncproto.CodeServerBusy, "too many connections")))
 	}
 	p, ok := s.principal(w, r, false)
 	if !ok {
@@ -56,19 +55,31 @@ func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Prin
 		s.conns.Add(-1)
 		return refuse(http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "the websocket subprotocol %s is required", syncproto.Subprotocol))
 	}
-	if !s.quotas.openConn(p.TokenID) {
+	if e := s.quotas.openConn(p); e != nil {
 		s.conns.Add(-1)
 		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
-		s.events.add("upgrade refused", string(syncproto.CodeRateLimited), r.RemoteAddr)
-		s.quotas.refuseTokenConns(w)
+		s.events.add("upgrade refused", string(e.Code), r.RemoteAddr)
+		refuseConns(w, e)
 		return auth.Principal{}, false
 	}
 	return p, true
 }
 
+// upgradeRetryAfterSeconds is when an upgrade refused because the server
+// drains or holds MaxConnections sessions may be tried again.
+const upgradeRetryAfterSeconds = 5
+
+// retryIn sets e's retry_after_ms and w's Retry-After to secs seconds, so
+// a client reading either learns the same wait, and returns e.
+func retryIn(w http.ResponseWriter, secs int, e *syncproto.Error) *syncproto.Error {
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	e.RetryAfterMS = int64(secs) * 1000
+	return e
+}
+
 // releaseUpgrade gives back what admitUpgrade counted for p.
 func (s *Server) releaseUpgrade(p auth.Principal) {
-	s.quotas.closeConn(p.TokenID)
+	s.quotas.closeConn(p)
 	s.conns.Add(-1)
 }
 

@@ -73,6 +73,7 @@ func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 	busy := refusedUpgrade(t, ts, dialOptions(token), http.StatusServiceUnavailable)
 	require.Equal(t, syncproto.CodeShuttingDown, busy.Code)
 	require.True(t, busy.Retryable)
+	require.Equal(t, int64(5000), busy.RetryAfterMS, "the body says what Retry-After says")
 	require.True(t, ts.status(t).Draining)
 
 	close(g.release)
@@ -111,6 +112,7 @@ func TestConnectionCap(t *testing.T) {
 	busy := refusedUpgrade(t, ts, dialOptions(token), http.StatusServiceUnavailable)
 	require.Equal(t, syncproto.CodeServerBusy, busy.Code)
 	require.True(t, busy.Retryable)
+	require.Equal(t, int64(5000), busy.RetryAfterMS, "the body says what Retry-After says")
 
 	first.conn.CloseNow()
 	require.Eventually(t, func() bool {

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server/auth"
@@ -18,14 +21,29 @@ import (
 // Snapshot budgets. Snapshots read through a connection pool of their own
 // (MaxConcurrentSnapshots connections), so devices bootstrapping at once
 // never take the connections hello, pull, feeds, /readyz and the admin API
-// use.
+// use. Devices beyond the limit wait their turn in a bounded queue (first
+// come, first served, holding no database connection); beyond the queue,
+// or after waiting SnapshotQueueTimeout, they are refused 503 server_busy
+// with a Retry-After from the queue's length and the recent snapshots'
+// duration.
 const (
 	// DefaultMaxConcurrentSnapshots is Config.MaxConcurrentSnapshots's
-	// default: snapshots served at once; more are refused 503 server_busy
-	// with Retry-After.
+	// default: snapshots served at once.
 	DefaultMaxConcurrentSnapshots = 4
-	// MaxSnapshotsPerToken is how many snapshots one token may download at
-	// once; more are refused 503 server_busy.
+	// DefaultMaxQueuedSnapshots is Config.MaxQueuedSnapshots's default:
+	// snapshots waiting for a turn.
+	DefaultMaxQueuedSnapshots = 1024
+	// DefaultSnapshotQueueTimeout is Config.SnapshotQueueTimeout's default:
+	// the longest a snapshot waits for its turn. A device refused after
+	// waiting goes to the back of the queue, so the wait is long enough to
+	// ride out a storm of several hundred devices; the client library
+	// waits up to 30 minutes for a snapshot. (The HTTP server's own
+	// timeouts do not cut a wait: its read deadline is cleared while a
+	// handler runs, and the per-write deadline replaces its write
+	// deadline at the snapshot's first write.)
+	DefaultSnapshotQueueTimeout = 2 * time.Minute
+	// MaxSnapshotsPerToken is how many snapshots one token may download or
+	// wait for at once; more are refused 503 server_busy.
 	MaxSnapshotsPerToken = 1
 	// DefaultSnapshotWriteTimeout is Config.SnapshotWriteTimeout's
 	// default: each write of a snapshot body must finish within it, so a
@@ -35,38 +53,113 @@ const (
 	// longest one snapshot may take, which bounds how long its read
 	// transaction holds back WAL checkpoints.
 	DefaultSnapshotTimeout = 5 * time.Minute
-	// snapshotRetryAfter is the Retry-After of a refused snapshot, in
-	// seconds.
-	snapshotRetryAfter = 5
+	// snapshotFirstGuess is the duration a refusal's Retry-After assumes
+	// for a snapshot before any was served.
+	snapshotFirstGuess = time.Second
+	// snapshotMaxRetryAfter caps a refused snapshot's Retry-After.
+	snapshotMaxRetryAfter = 5 * time.Minute
 )
 
-// snapshotGate admits snapshots within the global and per-token limits.
+// snapshotGate admits snapshots within the global and per-token limits,
+// queueing those beyond the global one. It is safe for concurrent use.
 type snapshotGate struct {
+	max, maxQueue int
+	waitingGauge  prometheus.Gauge // syncd_snapshots_waiting
+
 	mu      sync.Mutex
-	max     int
 	running int
-	byToken map[string]int
+	queue   []chan struct{} // waiters, first first; closed when given a turn
+	byToken map[string]int  // snapshots running or waiting, by token
+	took    time.Duration   // moving average of the served snapshots' durations
 }
 
-// enter admits one snapshot for token, or returns false.
-func (g *snapshotGate) enter(token string) bool {
+// snapshotRefusal says why a snapshot was not admitted and when to ask
+// again.
+type snapshotRefusal struct {
+	reason     string
+	retryAfter time.Duration
+}
+
+// enter admits one snapshot for token, waiting in the queue at most wait
+// (or until ctx ends). A nil refusal means admitted: call leave when done.
+func (g *snapshotGate) enter(ctx context.Context, token string, wait time.Duration) *snapshotRefusal {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.running >= g.max || g.byToken[token] >= MaxSnapshotsPerToken {
-		return false
+	if g.byToken[token] >= MaxSnapshotsPerToken {
+		defer g.mu.Unlock()
+		return g.refuseLocked(fmt.Sprintf("this token already has %d snapshot running or waiting", MaxSnapshotsPerToken))
 	}
-	g.running++
+	if g.running < g.max && len(g.queue) == 0 {
+		g.running++
+		g.byToken[token]++
+		g.mu.Unlock()
+		return nil
+	}
+	if len(g.queue) >= g.maxQueue {
+		defer g.mu.Unlock()
+		return g.refuseLocked(fmt.Sprintf("%d snapshots running and %d waiting, the most this server queues", g.running, len(g.queue)))
+	}
+	turn := make(chan struct{})
+	g.queue = append(g.queue, turn)
+	g.waitingGauge.Inc()
 	g.byToken[token]++
-	return true
-}
+	g.mu.Unlock()
 
-func (g *snapshotGate) leave(token string) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-turn:
+		return nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	i := slices.Index(g.queue, turn)
+	if i < 0 { // given a turn as the wait ended: take it
+		return nil
+	}
+	g.queue = slices.Delete(g.queue, i, i+1)
+	g.waitingGauge.Dec()
+	g.dropTokenLocked(token)
+	return g.refuseLocked(fmt.Sprintf("no turn within %s", wait))
+}
+
+// leave ends an admitted snapshot that took d, handing its turn to the
+// first waiter.
+func (g *snapshotGate) leave(token string, d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.dropTokenLocked(token)
+	if g.took == 0 {
+		g.took = d
+	} else {
+		g.took += (d - g.took) / 8
+	}
+	if len(g.queue) > 0 {
+		close(g.queue[0])
+		g.queue = slices.Delete(g.queue, 0, 1)
+		g.waitingGauge.Dec()
+		return
+	}
 	g.running--
+}
+
+func (g *snapshotGate) dropTokenLocked(token string) {
 	if g.byToken[token]--; g.byToken[token] <= 0 {
 		delete(g.byToken, token)
 	}
+}
+
+// refuseLocked is a refusal with the time the queue as it stands needs to
+// drain: every running and waiting snapshot, max at a time, each taking
+// what the recent ones took.
+func (g *snapshotGate) refuseLocked(reason string) *snapshotRefusal {
+	took := g.took
+	if took == 0 {
+		took = snapshotFirstGuess
+	}
+	rounds := (g.running + len(g.queue) + g.max) / g.max
+	return &snapshotRefusal{reason: reason, retryAfter: min(time.Duration(rounds)*took, snapshotMaxRetryAfter)}
 }
 
 // scopeOf is what a principal may read: its tenant, and its readable models.
@@ -86,20 +179,30 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !s.snapshots.enter(p.TokenID) {
+	rc := http.NewResponseController(w)
+	refused := s.snapshots.enter(r.Context(), p.TokenID, s.cfg.SnapshotQueueTimeout)
+	if refused != nil {
 		s.metrics.snapshotsRefused.Inc()
-		w.Header().Set("Retry-After", strconv.Itoa(snapshotRetryAfter))
-		httpError(w, http.StatusServiceUnavailable, syncproto.Errorf(syncproto.CodeServerBusy,
-			"too many snapshots at once (at most %d, %d per token); retry later", s.snapshots.max, MaxSnapshotsPerToken))
+		// The wait may have outlasted the HTTP server's write deadline,
+		// which runs from the request's start.
+		if err := rc.SetWriteDeadline(time.Now().Add(s.cfg.SnapshotWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			s.log.Warn("snapshot refusal: set write deadline", "err", err)
+		}
+		secs := int((refused.retryAfter + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		e := syncproto.Errorf(syncproto.CodeServerBusy, "too many snapshots at once: %s; retry in %d s", refused.reason, secs)
+		e.RetryAfterMS = refused.retryAfter.Milliseconds()
+		httpError(w, http.StatusServiceUnavailable, e)
 		return
 	}
-	defer s.snapshots.leave(p.TokenID)
+	began := time.Now()
+	defer func() { s.snapshots.leave(p.TokenID, time.Since(began)) }()
 	s.metrics.snapshotsActive.Inc()
 	defer s.metrics.snapshotsActive.Dec()
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SnapshotTimeout)
 	defer cancel()
-	out := &deadlineWriter{w: w, rc: http.NewResponseController(w), timeout: s.cfg.SnapshotWriteTimeout}
+	out := &deadlineWriter{w: w, rc: rc, timeout: s.cfg.SnapshotWriteTimeout}
 	var sw *syncproto.SnapshotWriter
 	start := func(head uint64) error {
 		w.Header().Set("Content-Type", syncproto.SnapshotContentType)
@@ -107,14 +210,11 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 		sw, err = syncproto.NewSnapshotWriter(out, head)
 		return err
 	}
-	head, err := s.store.Records.SnapshotFrom(ctx, s.snapshotDB, scopeOf(p), func(head uint64, rec replication.Record) error {
+	head, err := s.store.Records.SnapshotLive(ctx, s.snapshotDB, scopeOf(p), func(head uint64, rec *replication.LiveRecord) error {
 		if sw == nil {
 			if err := start(head); err != nil {
 				return err
 			}
-		}
-		if rec.Deleted {
-			return nil
 		}
 		return sw.Write(syncproto.SnapshotRecord{Model: rec.Model, Key: rec.Key, Value: rec.Value, Version: rec.Version, HLC: rec.HLC})
 	})

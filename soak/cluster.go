@@ -2,9 +2,13 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/soak/faultproxy"
@@ -96,15 +100,27 @@ func (ps *proxySet) cuts() int64 {
 // proxies[from][to] carries node from's route to node to.
 type routes struct {
 	proxies [][]*faultproxy.Proxy
+	sink    *faultproxy.Proxy
 }
 
 // newRoutes puts a proxy in front of every node's route listener for every
-// other node and returns the nats-route flags of every node.
+// other node and returns the flags of every node: its routes, and the
+// route address it advertises, a sink that refuses every connection. NATS
+// servers tell each other the advertised address of every route they make,
+// and one that was not configured with that route dials it: the real
+// listener would be a route around the proxies, which a cut leaves up.
 func newRoutes(listeners []string) (*routes, [][]string, error) {
 	n := len(listeners)
 	r := &routes{proxies: make([][]*faultproxy.Proxy, n)}
+	sink, err := faultproxy.New(listeners[0], faultproxy.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	sink.SetMode(faultproxy.Refuse)
+	r.sink = sink
 	flags := make([][]string, n)
 	for from := range n {
+		flags[from] = []string{"--nats-cluster-advertise", sink.Addr()}
 		r.proxies[from] = make([]*faultproxy.Proxy, n)
 		for to := range n {
 			if to == from {
@@ -143,6 +159,9 @@ func (r *routes) touching(i int, f func(p *faultproxy.Proxy)) {
 }
 
 func (r *routes) Close() {
+	if r.sink != nil {
+		r.sink.Close()
+	}
 	for _, row := range r.proxies {
 		for _, p := range row {
 			if p != nil {
@@ -178,14 +197,18 @@ func (s *syncdProc) clusterSelf(ctx context.Context, name string) (cluster.Statu
 }
 
 // converge waits, within convergeTimeout, until every node is ready and has
-// applied the stream to its head with the same sequence and digest: every
-// node's records are then equal. It returns the nodes' last statuses, one
-// line each, and whether they agreed.
+// applied the stream to its last message (as the stream itself tells) with
+// the same digest: every node's records are then equal. It returns the
+// nodes' last statuses, one line each, and whether they agreed.
 func converge(ctx context.Context, nodes []*syncdProc) ([]string, bool) {
 	deadline := time.Now().Add(convergeTimeout)
 	for {
 		var lines []string
 		var sts []cluster.Status
+		head, err := streamLast(ctx, nodes)
+		if err != nil {
+			lines = append(lines, fmt.Sprintf("the stream's last seq: %v", err))
+		}
 		for i, n := range nodes {
 			st, err := n.clusterSelf(ctx, nodeName(i))
 			if err != nil {
@@ -193,11 +216,11 @@ func converge(ctx context.Context, nodes []*syncdProc) ([]string, bool) {
 				continue
 			}
 			sts = append(sts, st)
-			lines = append(lines, fmt.Sprintf("%s: ready %t applied %d of %d, digest %s %s", st.Node, st.Ready, st.AppliedSeq, st.StreamHead, st.Digest, st.Problem))
+			lines = append(lines, fmt.Sprintf("%s: ready %t applied %d of %d, digest %s %s", st.Node, st.Ready, st.AppliedSeq, head, st.Digest, st.Problem))
 		}
-		agreed := len(sts) == len(nodes)
+		agreed := err == nil && len(sts) == len(nodes)
 		for _, st := range sts {
-			agreed = agreed && st.Ready && st.AppliedSeq == sts[0].AppliedSeq && st.Digest == sts[0].Digest && st.AppliedSeq >= st.StreamHead
+			agreed = agreed && st.Ready && st.AppliedSeq == head && st.Digest == sts[0].Digest
 		}
 		if agreed || time.Now().After(deadline) {
 			return lines, agreed
@@ -208,6 +231,42 @@ func converge(ctx context.Context, nodes []*syncdProc) ([]string, bool) {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// streamLast is the command stream's last seq, asked through the first
+// node whose NATS server answers.
+func streamLast(ctx context.Context, nodes []*syncdProc) (uint64, error) {
+	err := errors.New("no node")
+	for _, n := range nodes {
+		var last uint64
+		if last, err = askStreamLast(ctx, n.natsAddr); err == nil {
+			return last, nil
+		}
+	}
+	return 0, err
+}
+
+func askStreamLast(ctx context.Context, natsAddr string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	nc, err := nats.Connect("nats://"+natsAddr, nats.Timeout(2*time.Second))
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	s, err := js.Stream(ctx, cluster.StreamName)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
 }
 
 // joinLines is for the event log.

@@ -286,7 +286,7 @@ func (r *runner) newNodes(bin, adminToken string) error {
 		}
 		n := newSyncd(bin, r.path("nodes", name, "syncd.db"), r.path("tokens.json"), a[0], a[1], adminToken, r.path("nodes", name, "syncd.log"),
 			r.cfg.MaxClockSkew, clusterArgs(i, a[2], routeAddrs[i], routeFlags[i])...)
-		n.name, n.readyTimeout = name, clusterReadyTimeout
+		n.name, n.readyTimeout, n.natsAddr = name, clusterReadyTimeout, a[2]
 		r.nodes = append(r.nodes, n)
 	}
 	r.syncd = r.nodes[0]

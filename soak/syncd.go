@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/syncd-dev/syncd/internal/loopback"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/soak/checker"
 )
@@ -56,15 +56,9 @@ func BuildSyncd(ctx context.Context, dir string, race bool) (string, error) {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment
-// ago; syncd binds it on every (re)start.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+// ago, outside the ephemeral range (loopback.FreeAddr); syncd binds it on
+// every (re)start.
+func freeAddr() (string, error) { return loopback.FreeAddr() }
 
 // metricSample is one scrape of /metrics: every series by its full name
 // (with labels), and every metric name summed over its labels.
@@ -110,6 +104,7 @@ type syncdProc struct {
 	args       []string
 	addr       string // public listener
 	adminAddr  string
+	natsAddr   string // a cluster node's embedded NATS client listener
 	adminToken string
 	logPath    string
 	dbPath     string

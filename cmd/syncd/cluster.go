@@ -30,6 +30,7 @@ type clusterOptions struct {
 	// ...or an embedded NATS server.
 	natsListen        string
 	natsClusterListen string
+	natsAdvertise     string
 	natsRoutes        stringList
 	natsStore         string
 
@@ -49,6 +50,7 @@ func (c *clusterOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.natsTLSKey, "nats-tls-key", "", "with --nats-url: client key (PEM) for NATS")
 	fs.StringVar(&c.natsListen, "nats-listen", "127.0.0.1:4222", "embedded NATS: client listener")
 	fs.StringVar(&c.natsClusterListen, "nats-cluster-listen", "127.0.0.1:6222", "embedded NATS: route listener the other nodes' NATS servers connect to")
+	fs.StringVar(&c.natsAdvertise, "nats-cluster-advertise", "", "embedded NATS: host:port the other nodes' NATS servers are told to dial for a route to this one (default: --nats-cluster-listen); set it when that listener is reached at another address (NAT, a proxy)")
 	fs.Var(&c.natsRoutes, "nats-route", "embedded NATS: route URL of another node's NATS server (nats-route://host:port); repeatable")
 	fs.StringVar(&c.natsStore, "nats-store", "", "embedded NATS: JetStream directory (default: nats/ beside --data)")
 	fs.IntVar(&c.replicas, "replicas", cluster.DefaultReplicas, "NATS servers holding each copy of the command stream (3 survives one loss; 1 for tests)")
@@ -102,7 +104,8 @@ func joinCluster(ctx context.Context, o options, log *slog.Logger, reg prometheu
 		if err != nil {
 			return nil, fmt.Errorf("--nats-listen: %w", err)
 		}
-		eo := cluster.EmbeddedOptions{Name: o.nodeID, Host: host, Port: port, StoreDir: c.natsStore, Routes: c.natsRoutes, Logger: log}
+		eo := cluster.EmbeddedOptions{Name: o.nodeID, Host: host, Port: port, StoreDir: c.natsStore, Routes: c.natsRoutes,
+			ClusterAdvertise: c.natsAdvertise, Logger: log}
 		if eo.StoreDir == "" {
 			eo.StoreDir = filepath.Join(filepath.Dir(o.data), "nats")
 		}

@@ -55,5 +55,10 @@ func TestClusterProcessEmptyDisk(t *testing.T) {
 	pc.requireOnceEverywhere(t, after)
 	logs, err := os.ReadFile(lost.logPath)
 	require.NoError(t, err)
+	for _, line := range strings.Split(string(logs), "\n") {
+		if strings.Contains(line, "snapshot") && !strings.Contains(line, "component=nats") {
+			t.Logf("%s: %s", lost.name, line)
+		}
+	}
 	require.True(t, strings.Contains(string(logs), "restored the newest snapshot"), "%s did not restore a snapshot", lost.name)
 }

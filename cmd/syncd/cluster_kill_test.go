@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server"
 )
 
@@ -114,9 +115,9 @@ func (pc *procCluster) waitCaughtUp(t testing.TB, n *procNode) {
 // version and hlc they were told, and no op id twice.
 func (pc *procCluster) requireOnceEverywhere(t testing.TB, l *load) {
 	t.Helper()
-	st := pc.waitConverged(t)
+	oplogs, st := pc.oplogsAtOneSeq(t)
 	t.Logf("converged at stream seq %d, digest %.16s", st.AppliedSeq, st.Digest)
-	first := pc.admin(pc.nodes[0]).Oplog(t, "")
+	first := oplogs[0]
 	count := make(map[string]int, len(first))
 	bySeq := make(map[string]uint64, len(first))
 	for _, e := range first {
@@ -135,14 +136,34 @@ func (pc *procCluster) requireOnceEverywhere(t testing.TB, l *load) {
 		}
 	}
 	require.NotZero(t, acked)
-	for _, n := range pc.nodes[1:] {
-		other := pc.admin(n).Oplog(t, "")
+	for i, n := range pc.nodes[1:] {
+		other := oplogs[i+1]
 		require.Equal(t, len(first), len(other), "%s's oplog length", n.name)
 		require.True(t, slices.EqualFunc(first, other, func(a, b server.OplogEntry) bool {
 			return a.Seq == b.Seq && a.OpID == b.OpID && a.Version == b.Version && a.HLC == b.HLC && string(a.Value) == string(b.Value)
 		}), "%s's oplog differs from %s's", n.name, pc.nodes[0].name)
 	}
 	t.Logf("%d acknowledged writes, %d oplog entries, identical on %d nodes", acked, len(first), len(pc.nodes))
+}
+
+// oplogsAtOneSeq reads every node's oplog once the nodes converged, and
+// again until no command was applied while they were read: a node may
+// still publish a push its writer gave up on (its publish retries outlive
+// the writer) after the nodes first agreed.
+func (pc *procCluster) oplogsAtOneSeq(t testing.TB) ([][]server.OplogEntry, cluster.Status) {
+	t.Helper()
+	for range 10 { // bounded: a late publish is one of a few pushes in flight
+		st := pc.waitConverged(t)
+		var oplogs [][]server.OplogEntry
+		for _, n := range pc.nodes {
+			oplogs = append(oplogs, pc.admin(n).Oplog(t, ""))
+		}
+		if again := pc.waitConverged(t); again.AppliedSeq == st.AppliedSeq {
+			return oplogs, st
+		}
+	}
+	t.Fatal("the stream kept growing while the oplogs were read")
+	return nil, cluster.Status{}
 }
 
 // distribution formats p50, p90 and max of ds.

@@ -17,18 +17,27 @@ import (
 // the other two (every NATS route to and from it goes through a fault
 // proxy, refused and reset) under writers spread across the nodes. The
 // cut-off node must not acknowledge a write, its writers move to the
-// healthy nodes and keep being acknowledged, and once the cut heals it
-// catches up: every acknowledged write once on every node, same digest.
+// healthy nodes and keep being acknowledged, its /readyz fails, and once
+// the cut heals it is ready again and catches up: every acknowledged write
+// once on every node, same digest.
 func TestClusterProcessRouteCut(t *testing.T) {
 	const cut = 2 // node-3
 	proxies := map[[2]int]*faultproxy.Proxy{}
+	// Every node advertises a route address that refuses: NATS servers
+	// pass each route's advertised address on, and a server not configured
+	// with that route dials it, which would make a route around the
+	// proxies that the cut leaves up.
+	sink, err := faultproxy.New("127.0.0.1:1", faultproxy.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { sink.Close() })
+	sink.SetMode(faultproxy.Refuse)
 	pc := startProcClusterVia(t, func(from, to int, addr string) string {
 		p, err := faultproxy.New(addr, faultproxy.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { p.Close() })
 		proxies[[2]int{from, to}] = p
 		return p.Addr()
-	})
+	}, "--nats-cluster-advertise", sink.Addr())
 	l := startLoad(t, pc, 6, 10)
 	defer l.stop()
 	time.Sleep(2 * time.Second)
@@ -78,6 +87,14 @@ func TestClusterProcessRouteCut(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	require.True(t, resumed, "some writer was not acknowledged by a healthy node during the cut")
+	var unready bool
+	for range 300 { // bounded: 30 s
+		if unready = !pc.nodes[cut].ready(); unready {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.True(t, unready, "the cut-off node's /readyz still answers ready")
 
 	for _, p := range cutRoutes {
 		p.SetMode(faultproxy.Pass)
@@ -85,6 +102,8 @@ func TestClusterProcessRouteCut(t *testing.T) {
 	t.Logf("healed the cut after %s", time.Since(cutAt).Round(time.Millisecond))
 	time.Sleep(3 * time.Second) // load after the heal
 	require.NoError(t, l.stop())
+	// Every node ready again (the cut-off one with no write of its own
+	// after the heal), at the stream's head with the same digest.
 	pc.requireOnceEverywhere(t, l)
 	var moves int
 	for _, w := range l.writers {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/loopback"
 	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server"
@@ -72,14 +72,13 @@ type procCluster struct {
 	adminToken string
 }
 
-// freeAddr reserves a free loopback port and releases it for a child to
-// bind.
+// freeAddr reserves a free loopback port, outside the ephemeral range (see
+// loopback.FreeAddr), and releases it for a child to bind.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // startProcCluster starts three nodes as processes and waits until each
@@ -187,17 +186,24 @@ func (n *procNode) waitReady(t testing.TB) {
 			logs, _ := os.ReadFile(n.logPath)
 			t.Fatalf("%s exited while starting (%v):\n%s", n.name, n.err, tail(logs, 4000))
 		}
-		resp, err := http.Get(n.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if n.ready() {
+			return
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	logs, _ := os.ReadFile(n.logPath)
 	t.Fatalf("%s not ready within %s:\n%s", n.name, procStartTimeout, tail(logs, 4000))
+}
+
+// ready reports whether n answers /readyz with 200.
+func (n *procNode) ready() bool {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(n.url + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func tail(b []byte, n int) []byte {
@@ -285,11 +291,13 @@ func (pc *procCluster) node(name string) *procNode {
 	return nil
 }
 
-// waitConverged waits until every node applied the same stream seq with
-// the same digest, and returns that status.
+// waitConverged waits until every node applied the stream's last message
+// (as the stream tells, asked through a node's NATS server) with the same
+// digest, and returns that status.
 func (pc *procCluster) waitConverged(t testing.TB) cluster.Status {
 	t.Helper()
 	var last []cluster.Status
+	var head uint64
 	deadline := time.Now().Add(procStartTimeout)
 	for time.Now().Before(deadline) {
 		last = last[:0]
@@ -298,22 +306,40 @@ func (pc *procCluster) waitConverged(t testing.TB) cluster.Status {
 				last = append(last, st)
 			}
 		}
-		if len(last) == len(pc.nodes) && agree(last) {
-			return last[0]
+		if info := pc.askAnyStream(); info != nil {
+			head = info.State.LastSeq
+			if len(last) == len(pc.nodes) && agree(last, head) {
+				return last[0]
+			}
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	t.Fatalf("nodes did not converge: %+v", last)
+	t.Fatalf("nodes did not converge on stream seq %d: %+v", head, last)
 	return cluster.Status{}
 }
 
-func agree(sts []cluster.Status) bool {
+// agree reports whether every node is ready at the stream's last seq head
+// with the same digest.
+func agree(sts []cluster.Status, head uint64) bool {
 	for _, st := range sts {
-		if !st.Ready || st.AppliedSeq != sts[0].AppliedSeq || st.Digest != sts[0].Digest || st.AppliedSeq < st.StreamHead {
+		if !st.Ready || st.AppliedSeq != head || st.Digest != sts[0].Digest {
 			return false
 		}
 	}
 	return true
+}
+
+// askAnyStream is the command stream's info from the first running node
+// whose NATS server answers; nil when none does.
+func (pc *procCluster) askAnyStream() *jetstream.StreamInfo {
+	for _, n := range pc.nodes {
+		if n.running() {
+			if info := askStream(n.natsURL); info != nil {
+				return info
+			}
+		}
+	}
+	return nil
 }
 
 // selfStatus is n's own cluster status from its admin API.

@@ -24,6 +24,7 @@ var allowed = map[string][]string{
 	"ledger":                        {},
 	"internal/sqlitedb":             {},
 	"internal/textsafe":             {},
+	"internal/loopback":             {},
 	"replication":                   {"syncproto", "ledger"},
 	"client/offlinequeue":           {"internal/sqlitedb"},
 	"client/netmonitor":             {},

@@ -176,9 +176,10 @@ type Cluster struct {
 	pub       *publisher
 
 	waitingQuorum atomic.Bool
+	quorumLogged  atomic.Int64                 // unix nanos of the last "waiting for cluster quorum" log
 	failed        atomic.Pointer[error]        // set when this node must stop serving
 	applied       atomic.Pointer[appliedState] // what the store holds, for Status
-	streamHead    atomic.Uint64                // newest stream seq seen
+	streamHead    atomic.Uint64                // the stream's head, as last read or seen
 	leaseHeld     atomic.Bool
 	leaseToken    atomic.Uint64 // the lease's revision while held
 
@@ -327,16 +328,12 @@ func joinProblems(p []string) string {
 // out (no JetStream leader answers), the node reports that it waits for
 // quorum.
 func (c *Cluster) retry(ctx context.Context, what string, fn func(context.Context) error) error {
-	var logged time.Time
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
 		err := fn(actx)
 		cancel()
 		if err == nil {
-			if c.waitingQuorum.CompareAndSwap(true, false) {
-				c.log.Info("cluster quorum reached", "step", what)
-				c.metrics.waitingQuorum.Set(0)
-			}
+			c.quorumReached(what)
 			return nil
 		}
 		if !retryable(err) {
@@ -345,16 +342,35 @@ func (c *Cluster) retry(ctx context.Context, what string, fn func(context.Contex
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: waiting for cluster quorum: %w (last: %v)", what, ctx.Err(), err)
 		}
-		c.waitingQuorum.Store(true)
-		c.metrics.waitingQuorum.Set(1)
-		if time.Since(logged) > 10*time.Second {
-			c.log.Warn("waiting for cluster quorum", "step", what, "attempt", attempt+1, "err", err)
-			logged = time.Now()
-		}
+		c.waitForQuorum(what, attempt+1, err)
 		select {
 		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
 		case <-ctx.Done():
 		}
+	}
+}
+
+// waitForQuorum marks the node as waiting for the cluster's quorum: a
+// JetStream call of step what got no answer. The log says so at most every
+// quorumLogEvery.
+func (c *Cluster) waitForQuorum(what string, attempt int, err error) {
+	c.waitingQuorum.Store(true)
+	c.metrics.waitingQuorum.Set(1)
+	now := time.Now().UnixNano()
+	if last := c.quorumLogged.Load(); now-last > int64(quorumLogEvery) && c.quorumLogged.CompareAndSwap(last, now) {
+		c.log.Warn("waiting for cluster quorum", "step", what, "attempt", attempt, "err", err)
+	}
+}
+
+// quorumLogEvery rate-limits the "waiting for cluster quorum" log.
+const quorumLogEvery = 10 * time.Second
+
+// quorumReached ends a wait for quorum: a JetStream call of step what was
+// answered.
+func (c *Cluster) quorumReached(what string) {
+	if c.waitingQuorum.CompareAndSwap(true, false) {
+		c.log.Info("cluster quorum reached", "step", what)
+		c.metrics.waitingQuorum.Set(0)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
@@ -190,14 +191,14 @@ func (n *node) dump(t testing.TB) []string {
 	return out
 }
 
-// waitApplied waits until every node applied up to the newest stream seq
-// any of them knows.
+// waitApplied waits until every node applied the stream's last message,
+// as the stream itself (asked through the first node's connection) tells.
 func waitApplied(t testing.TB, nodes ...*node) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		var head uint64
-		for _, n := range nodes {
-			head = max(head, n.cl.Status().StreamHead)
+		head, ok := streamLast(nodes[0].nc)
+		if !ok {
+			return false
 		}
 		for _, n := range nodes {
 			if n.cl.Status().AppliedSeq < head {
@@ -206,6 +207,26 @@ func waitApplied(t testing.TB, nodes ...*node) {
 		}
 		return true
 	}, waitFor, 10*time.Millisecond)
+}
+
+// streamLast is the command stream's last seq, asked through nc; false
+// when the stream did not answer.
+func streamLast(nc *nats.Conn) (uint64, bool) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, cluster.StreamName)
+	if err != nil {
+		return 0, false
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, false
+	}
+	return info.State.LastSeq, true
 }
 
 var everything = func(string) bool { return true }
@@ -354,5 +375,42 @@ func TestOptimisticRaceHasOneWinnerAcrossNodes(t *testing.T) {
 		}
 		require.Equal(t, 1, won, "round %d: %+v", round, results)
 		require.Equal(t, 1, lost, "round %d: %+v", round, results)
+	}
+}
+
+// TestAClientsBatchesApplyInSubmissionOrder: an edge publishes several
+// commands at a time, yet the batches one client submits back to back
+// (as a session pipelines its pushes) are applied in the order submitted.
+func TestAClientsBatchesApplyInSubmissionOrder(t *testing.T) {
+	servers := startNATS(t, 1)
+	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{})
+	const clients, batches = 4, 40
+	var wg sync.WaitGroup
+	seqs := make([][]uint64, clients) // each client's oplog seqs, in submission order
+	var mu sync.Mutex
+	for c := range clients {
+		client := fmt.Sprintf("c%d", c)
+		clock := syncproto.NewClock(client, nil)
+		seqs[c] = make([]uint64, batches)
+		for i := range batches {
+			b := batchOf(client, put(clock, "notes", fmt.Sprintf("%s-%d", client, i), `1`))
+			wg.Add(1)
+			require.NoError(t, n.cl.Submit(context.Background(), &b, func(fx replication.Effects, err error) {
+				defer wg.Done()
+				if err != nil || len(fx.Entries) != 1 {
+					t.Errorf("%s batch %d: %v, %d entries", client, i, err, len(fx.Entries))
+					return
+				}
+				mu.Lock()
+				seqs[c][i] = fx.Entries[0].Seq
+				mu.Unlock()
+			}))
+		}
+	}
+	wg.Wait()
+	for c := range clients {
+		for i := 1; i < batches; i++ {
+			require.Less(t, seqs[c][i-1], seqs[c][i], "client c%d: batch %d applied before batch %d", c, i, i-1)
+		}
 	}
 }

@@ -29,6 +29,12 @@ type EmbeddedOptions struct {
 	ClusterHost string
 	ClusterPort int
 	Routes      []string
+	// ClusterAdvertise is the host:port the other servers are told to dial
+	// for a route to this one (default: the route listener): set it when
+	// the route listener is reached at another address (NAT, a proxy).
+	// NATS servers pass it on to each other and dial it for a route they
+	// were not configured with.
+	ClusterAdvertise string
 	// StoreDir holds JetStream's files. Required.
 	StoreDir string
 	// MaxPayload is the largest message the server accepts; default
@@ -77,7 +83,11 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		MaxPending: 4 * int64(o.MaxPayload),
 	}
 	if o.ClusterPort != 0 {
-		opts.Cluster = server.ClusterOpts{Name: o.ClusterName, Host: o.ClusterHost, Port: o.ClusterPort}
+		// NoAdvertise: the syncd node is this server's one client and
+		// must not learn the other servers' client addresses: reconnected
+		// to another node's server, it would go around its own routes.
+		opts.Cluster = server.ClusterOpts{Name: o.ClusterName, Host: o.ClusterHost, Port: o.ClusterPort,
+			Advertise: o.ClusterAdvertise, NoAdvertise: true}
 		for _, r := range o.Routes {
 			u, err := url.Parse(r)
 			if err != nil {

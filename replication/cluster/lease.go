@@ -183,6 +183,7 @@ func (c *Cluster) runReports(ctx context.Context) {
 	seen := newDigestBook(c.opts.Node)
 	tick := time.NewTicker(reportEvery)
 	defer tick.Stop()
+	c.watchStream(ctx)
 	c.report(ctx)
 	peers := c.livePeers(ctx)
 	for {
@@ -190,6 +191,7 @@ func (c *Cluster) runReports(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			c.watchStream(ctx)
 			c.report(ctx)
 			peers = c.livePeers(ctx)
 			c.observeSnapshotAge(ctx)
@@ -227,6 +229,25 @@ func (c *Cluster) livePeers(ctx context.Context) int {
 		}
 	}
 	return n
+}
+
+// watchStream asks the stream for its head, every report: the head
+// Status and the lag show is then the stream's own, and an answer proves
+// the stream has a quorum again. Without it a node that waited for quorum
+// would stay not ready until its next publish, and a node cut off from
+// its peers has none: its clients moved to other nodes.
+func (c *Cluster) watchStream(ctx context.Context) {
+	ictx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
+	defer cancel()
+	info, err := c.stream.Info(ictx)
+	if err != nil {
+		if ctx.Err() == nil && retryable(err) {
+			c.waitForQuorum("read the stream's head", 0, err)
+		}
+		return
+	}
+	c.setHead(info.State.LastSeq)
+	c.quorumReached("read the stream's head")
 }
 
 // observeSnapshotAge sets the snapshot-age gauge from the newest

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,9 +16,14 @@ import (
 )
 
 // Group publish bounds, as the single node's group commit bounds: the
-// publisher puts the batches waiting behind an in-flight publish into one
-// command, within these limits and MaxCommandBytes.
+// publisher puts the batches waiting for a publish into one command,
+// within these limits and MaxCommandBytes.
 const maxGroupBatches = 64
+
+// maxInFlight bounds the commands one edge has published and not yet seen
+// acknowledged. One at a time, an edge's throughput was one publish round
+// trip (a stream quorum's fsync) per command; a few in flight overlap them.
+const maxInFlight = 4
 
 // Errors of Submit.
 var (
@@ -42,9 +48,19 @@ type submission struct {
 	done  DoneFunc
 }
 
-// publisher publishes the node's batches in submission order, one publish
-// in flight: batches submitted in order by one session are applied in that
-// order, and the batches that wait behind a publish share the next one.
+// sender is whose batches must stay in submission order: one client of
+// one tenant.
+type sender struct{ tenant, client string }
+
+func (s *submission) sender() sender { return sender{s.batch.Tenant, s.batch.ClientID} }
+
+// publisher publishes the node's batches, up to maxInFlight commands at a
+// time, the batches waiting for a publish sharing the next command. A
+// client's batches are applied in the order they were submitted: a batch
+// joins a command only while no earlier command holding a batch of its
+// client is unacknowledged (that one may be retried, and a retry lands
+// after any command published meanwhile), and batches in one command are
+// applied in their order in it.
 type publisher struct {
 	c     *Cluster
 	queue chan *submission
@@ -81,42 +97,103 @@ const commandEnvelope = 256
 
 func (c *Cluster) stopped() <-chan struct{} { return c.runCtx.Done() }
 
+// run owns the publisher's state: the submissions waiting, the commands in
+// flight and the clients they hold. Each command is published by a
+// goroutine of its own, which run waits for before it returns.
 func (p *publisher) run(ctx context.Context) {
-	var next *submission // taken from the queue, did not fit the last command
-	for {
-		first := next
-		if first == nil {
-			select {
-			case first = <-p.queue:
-			case <-ctx.Done():
-				p.refuseQueued()
-				return
-			}
+	var (
+		waiting  []*submission      // in submission order
+		inFlight int                // commands published, not yet acknowledged
+		busy     = map[sender]int{} // the unacknowledged commands holding each client's batches
+		acked    = make(chan []*submission, maxInFlight)
+		wg       sync.WaitGroup
+	)
+	defer func() {
+		wg.Wait()
+		for _, s := range waiting {
+			s.done(replication.Effects{}, ErrClosed)
 		}
-		var group []*submission
-		group, next = p.gather(first)
-		p.publishGroup(ctx, group)
+		p.refuseQueued()
+	}()
+	for {
+		for inFlight < maxInFlight {
+			var group []*submission
+			if group, waiting = p.gather(waiting, busy); len(group) == 0 {
+				break
+			}
+			for _, s := range group {
+				busy[s.sender()]++
+			}
+			inFlight++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.publishGroup(ctx, group)
+				acked <- group
+			}()
+		}
+		queue := p.queue
+		if len(waiting) >= maxWaiting {
+			queue = nil // back-pressure: Submit waits for room in the queue
+		}
+		select {
+		case s := <-queue:
+			waiting = append(waiting, s)
+			for len(waiting) < maxWaiting && p.take(&waiting) {
+			}
+		case group := <-acked:
+			inFlight--
+			for _, s := range group {
+				if busy[s.sender()]--; busy[s.sender()] == 0 {
+					delete(busy, s.sender())
+				}
+			}
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
-// gather collects the submissions waiting behind first that fit one
-// command; next is one taken that did not fit, to lead the next command.
-func (p *publisher) gather(first *submission) (group []*submission, next *submission) {
-	group = []*submission{first}
-	size := first.size + commandEnvelope
-	for len(group) < maxGroupBatches {
-		select {
-		case s := <-p.queue:
-			if size+s.size > p.c.opts.MaxCommandBytes {
-				return group, s
-			}
-			group = append(group, s)
-			size += s.size
-		default:
-			return group, nil
-		}
+// maxWaiting bounds the submissions the publisher takes off its queue
+// before they can be published.
+const maxWaiting = 4 * maxGroupBatches
+
+// take moves one queued submission, if there is one, to the end of
+// waiting and reports whether it did.
+func (p *publisher) take(waiting *[]*submission) bool {
+	select {
+	case s := <-p.queue:
+		*waiting = append(*waiting, s)
+		return true
+	default:
+		return false
 	}
-	return group, nil
+}
+
+// gather takes from waiting, in order, the submissions that fit one
+// command and whose client holds no unacknowledged command; a client with
+// a submission left behind has its later ones left behind too. It returns
+// the command's group and what is left waiting.
+func (p *publisher) gather(waiting []*submission, busy map[sender]int) (group, rest []*submission) {
+	size := commandEnvelope
+	var behind map[sender]bool // clients with a submission left behind
+	for i, s := range waiting {
+		who := s.sender()
+		if len(group) == maxGroupBatches {
+			return group, append(rest, waiting[i:]...)
+		}
+		if busy[who] > 0 || behind[who] || size+s.size > p.c.opts.MaxCommandBytes {
+			if behind == nil {
+				behind = map[sender]bool{}
+			}
+			behind[who] = true
+			rest = append(rest, s)
+			continue
+		}
+		group = append(group, s)
+		size += s.size
+	}
+	return group, rest
 }
 
 // refuseQueued answers the submissions still queued at Close.
@@ -228,7 +305,8 @@ func (c *Cluster) failWaiters(err error) {
 	}
 }
 
-// noteHead records a stream seq known to exist.
+// noteHead records a stream seq known to exist (a publish ack, a message
+// delivered): the head is at least seq until the next read of the stream.
 func (c *Cluster) noteHead(seq uint64) {
 	for {
 		cur := c.streamHead.Load()
@@ -237,4 +315,11 @@ func (c *Cluster) noteHead(seq uint64) {
 		}
 	}
 	c.metrics.streamHead.Set(float64(c.streamHead.Load()))
+}
+
+// setHead records the stream's last seq as the stream itself answered it:
+// exactly, so that no estimate outlives the next read.
+func (c *Cluster) setHead(last uint64) {
+	c.streamHead.Store(last)
+	c.metrics.streamHead.Set(float64(last))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -238,4 +239,34 @@ func TestDivergentNodeStopsServing(t *testing.T) {
 	for _, n := range nodes[:2] {
 		require.True(t, n.cl.Status().Ready, n.cl.Status().Problem)
 	}
+}
+
+// TestReadyAgainOnceTheStreamAnswers: a node that waited for quorum (a
+// publish found no stream to answer it) is ready again as soon as the
+// stream answers, without another write: a node cut off from its peers
+// saw its clients move to other nodes and has nothing to publish (nor any
+// job to run here: the lease holder's next round is an hour away).
+func TestReadyAgainOnceTheStreamAnswers(t *testing.T) {
+	dir := t.TempDir()
+	eo := cluster.EmbeddedOptions{Name: "nats-1", Port: -1, StoreDir: dir}
+	ns, err := cluster.StartEmbedded(eo)
+	require.NoError(t, err)
+	n := startNode(t, ns, "node-1", filepath.Join(t.TempDir(), "syncd.db"),
+		cluster.Options{CommitTimeout: 2 * time.Second, APITimeout: 500 * time.Millisecond, JobInterval: time.Hour})
+	writeMany(t, n, "phone", 1)
+	require.NoError(t, n.cl.Ready())
+
+	eo.Port = ns.Addr().(*net.TCPAddr).Port
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	clock := syncproto.NewClock("laptop", nil)
+	_, err = n.tryCommit(batchOf("laptop", put(clock, "notes", "k", `1`)))
+	require.ErrorIs(t, err, cluster.ErrOutcomeUnknown)
+	require.ErrorContains(t, n.cl.Ready(), "waiting for cluster quorum")
+
+	ns, err = cluster.StartEmbedded(eo) // the same server, back on its port
+	require.NoError(t, err)
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	require.Eventually(t, func() bool { return n.cl.Ready() == nil }, waitFor, 20*time.Millisecond,
+		"ready again with no write since the stream came back")
 }

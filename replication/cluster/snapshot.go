@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -109,24 +110,11 @@ func (c *Cluster) PrepareData(ctx context.Context, path string) (bool, error) {
 	if applied+1 >= first || (!exists && first <= 1) {
 		return false, nil // the stream holds everything this node has not applied
 	}
-	obj, err := c.objects.GetInfo(ctx, snapshotName)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return false, fmt.Errorf("%w: this node is at %d, the stream starts at %d, and the cluster has no snapshot", ErrNoSnapshot, applied, first)
-	}
-	if err != nil {
-		return false, fmt.Errorf("read the snapshot's info: %w", err)
-	}
-	snapAt, _ := strconv.ParseUint(obj.Metadata["applied_seq"], 10, 64)
-	if snapAt+1 < first {
-		return false, fmt.Errorf("%w: the newest snapshot is at %d, the stream starts at %d", ErrNoSnapshot, snapAt, first)
-	}
-	if obj.Metadata["cluster_id"] != c.id {
-		return false, fmt.Errorf("%w: the snapshot is of cluster %s, not %s", ErrNoSnapshot, obj.Metadata["cluster_id"], c.id)
-	}
 	tmp := path + ".restoring"
-	if err := c.objects.GetFile(ctx, snapshotName, tmp); err != nil {
+	snapAt, err := c.downloadSnapshot(ctx, tmp, applied, first)
+	if err != nil {
 		os.Remove(tmp)
-		return false, fmt.Errorf("download the snapshot: %w", err)
+		return false, err
 	}
 	if err := syncFile(tmp); err != nil {
 		return false, err
@@ -151,6 +139,79 @@ func (c *Cluster) PrepareData(ctx context.Context, path string) (bool, error) {
 	}
 	c.log.Info("restored the newest snapshot", "applied_seq", snapAt)
 	return true, nil
+}
+
+// Bounds of a snapshot's download: each attempt reads the newest
+// snapshot afresh.
+const (
+	restoreAttempts       = 4
+	restoreAttemptTimeout = 2 * time.Minute
+)
+
+// downloadSnapshot fetches the newest snapshot into file and returns the
+// stream seq it holds. The lease holder replaces the snapshot while it may
+// be read (a replacement removes the previous one's chunks), and a read
+// that raced it fails its digest check or finds no chunks: each attempt
+// reads the snapshot's info and its chunks as one object, bounded in
+// time, and a failed one is retried from the start. ErrNoSnapshot when
+// the cluster holds none recent enough for a node at applied, with the
+// stream starting at first.
+func (c *Cluster) downloadSnapshot(ctx context.Context, file string, applied, first uint64) (uint64, error) {
+	var err error
+	for attempt := 1; attempt <= restoreAttempts; attempt++ {
+		var at uint64
+		at, err = c.tryDownload(ctx, file, applied, first)
+		if err == nil || errors.Is(err, ErrNoSnapshot) || ctx.Err() != nil {
+			return at, err
+		}
+		c.log.Warn("snapshot download failed; reading the newest snapshot again", "attempt", attempt, "err", err)
+		sleep(ctx, time.Duration(attempt)*time.Second)
+	}
+	return 0, fmt.Errorf("download the snapshot: %d attempts: %w", restoreAttempts, err)
+}
+
+// tryDownload is one attempt of downloadSnapshot.
+func (c *Cluster) tryDownload(ctx context.Context, file string, applied, first uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, restoreAttemptTimeout)
+	defer cancel()
+	obj, err := c.objects.Get(ctx, snapshotName)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return 0, fmt.Errorf("%w: this node is at %d, the stream starts at %d, and the cluster has no snapshot", ErrNoSnapshot, applied, first)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the snapshot: %w", err)
+	}
+	defer obj.Close()
+	info, err := obj.Info()
+	if err != nil {
+		return 0, fmt.Errorf("read the snapshot's info: %w", err)
+	}
+	if info.Metadata["cluster_id"] != c.id {
+		return 0, fmt.Errorf("%w: the snapshot is of cluster %s, not %s", ErrNoSnapshot, info.Metadata["cluster_id"], c.id)
+	}
+	snapAt, _ := strconv.ParseUint(info.Metadata["applied_seq"], 10, 64)
+	if snapAt+1 < first {
+		return 0, fmt.Errorf("%w: the newest snapshot is at %d, the stream starts at %d", ErrNoSnapshot, snapAt, first)
+	}
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(f, obj) // the object checks its digest at its end
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("download the snapshot: %w", err)
+	}
+	pos, err := positionOfFile(ctx, file)
+	if err != nil {
+		return 0, fmt.Errorf("read the snapshot's position: %w", err)
+	}
+	if pos.applied != snapAt {
+		return 0, fmt.Errorf("the snapshot's file is at stream seq %d, its info says %d", pos.applied, snapAt)
+	}
+	return snapAt, nil
 }
 
 func syncFile(path string) error {

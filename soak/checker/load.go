@@ -177,14 +177,25 @@ func loadServer(ctx context.Context, path string) (Server, error) {
 	if err != nil {
 		return s, fmt.Errorf("ledger: %w", err)
 	}
-	var floor sql.NullInt64
-	err = db.QueryRowContext(ctx, `SELECT MAX(floor_ms) FROM (
-		SELECT floor_ms FROM ledger_meta WHERE id = 1 UNION ALL SELECT floor_ms FROM ledger_scopes)`).Scan(&floor)
+	var base sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT floor_ms FROM ledger_meta WHERE id = 1`).Scan(&base); err != nil {
+		return s, fmt.Errorf("ledger base floor: %w", err)
+	}
+	if base.Valid {
+		s.LedgerBaseFloor = time.UnixMilli(base.Int64)
+	}
+	s.LedgerFloors = map[string]time.Time{}
+	err = each(ctx, db, `SELECT scope, floor_ms FROM ledger_scopes WHERE floor_ms IS NOT NULL`, func(r *sql.Rows) error {
+		var tenant string
+		var floor int64
+		if err := r.Scan(&tenant, &floor); err != nil {
+			return err
+		}
+		s.LedgerFloors[tenant] = time.UnixMilli(floor)
+		return nil
+	})
 	if err != nil {
 		return s, fmt.Errorf("ledger floors: %w", err)
-	}
-	if floor.Valid {
-		s.LedgerFloor = time.UnixMilli(floor.Int64)
 	}
 	err = each(ctx, db, `SELECT tenant, model, key, policy, reason, loser_op_id, loser_version, loser_hlc, winner_op_id, winner_version, winner_hlc FROM conflicts ORDER BY id`,
 		func(r *sql.Rows) error {

@@ -1,0 +1,56 @@
+// Package loopback reserves loopback ports for the processes a test or the
+// soak starts and restarts on fixed addresses.
+package loopback
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+)
+
+// Ports below the kernel's ephemeral range: a port taken from that range
+// (as 127.0.0.1:0 does) can be taken again, between its reservation and
+// the child's bind or while a node is down between restarts, by any
+// outgoing connection on the machine (the cluster's own routes redial
+// all the time). Outgoing connections never take a port below the range.
+const (
+	low  = 20000
+	high = 32768 // at most: where Linux's default ip_local_port_range starts
+)
+
+// FreeAddr returns 127.0.0.1:port with a port free a moment ago and
+// outside the ephemeral range when that range is known (Linux); elsewhere
+// a port the kernel picks.
+func FreeAddr() (string, error) {
+	top := ephemeralStart()
+	if top > low {
+		for range 100 { // bounded: a port in use is tried again elsewhere
+			addr := fmt.Sprintf("127.0.0.1:%d", low+rand.IntN(top-low))
+			ln, err := net.Listen("tcp", addr)
+			if err == nil {
+				ln.Close()
+				return addr, nil
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// ephemeralStart is the first port of the ephemeral range, 0 when unknown.
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var from, to int
+	if _, err := fmt.Sscan(string(b), &from, &to); err != nil {
+		return 0
+	}
+	return min(from, high)
+}
