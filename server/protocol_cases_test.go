@@ -224,12 +224,39 @@ func TestConnectionsBeyondThePerAddressCapAreClosedAtAccept(t *testing.T) {
 }
 
 // PROTOCOL.md states the server's defaults that a client meets but
-// welcome does not announce, and ledger_retention_ms's default, with the
-// values the server uses.
+// welcome does not announce (section 11's table, and where sections 1, 2
+// and 4 name them), and ledger_retention_ms's default, with the values the
+// server uses.
 func TestProtocolStatesServerDefaults(t *testing.T) {
 	b, err := os.ReadFile("../PROTOCOL.md")
 	require.NoError(t, err)
 	doc := strings.Join(strings.Fields(string(b)), " ")
+	mib := func(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
+	unannounced := map[string]string{
+		"`hello` within, after the upgrade":                        fmt.Sprintf("%d s", int(server.DefaultHelloTimeout.Seconds())),
+		"open connections, whole server":                           fmt.Sprint(server.DefaultMaxConnections),
+		"open connections per token / per tenant (all its tokens)": fmt.Sprintf("%d / half the server's", server.DefaultMaxConnectionsPerToken),
+		"mutations per token / per tenant (section 14)": fmt.Sprintf("%d/s, burst %d / %d/s, burst %d",
+			server.DefaultTokenMutationsPerSecond, server.DefaultTokenMutationBurst, server.DefaultTenantMutationsPerSecond, server.DefaultTenantMutationBurst),
+		"bytes of frames being read or applied, whole server / per token / per tenant (section 14)": mib(server.DefaultFrameBudgetBytes) + " / " +
+			mib(server.DefaultTokenFrameBytes) + " / " + mib(server.DefaultTenantFrameBytes),
+		"a frame, once started, arrives whole within": fmt.Sprintf("%d s", int(server.DefaultFrameReadTimeout.Seconds())),
+		"TCP connections one IP address holds open":   fmt.Sprint(server.DefaultMaxConnectionsPerAddress),
+	}
+	_, table, ok := strings.Cut(string(b), "| limit | syncd default |")
+	require.True(t, ok, "section 11's table of unannounced settings")
+	table, _, _ = strings.Cut(table, "\n\n")
+	rows := strings.Split(table, "\n")[2:] // past the header's end and its rule
+	require.Len(t, rows, len(unannounced), "one row per setting checked here")
+	for _, row := range rows {
+		cells := strings.Split(row, " | ")
+		require.Greater(t, len(cells), 2, "row %q", row)
+		setting := strings.TrimPrefix(cells[0], "| ")
+		want, ok := unannounced[setting]
+		require.True(t, ok, "section 11 lists %q, which this test does not know", setting)
+		require.Equal(t, want, cells[1], "syncd's default for %q", setting)
+	}
+
 	for _, want := range []string{
 		fmt.Sprintf("within %d seconds of the upgrade", int(server.DefaultHelloTimeout.Seconds())),
 		fmt.Sprintf("whole within %d seconds", int(server.DefaultFrameReadTimeout.Seconds())),
