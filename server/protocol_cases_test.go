@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/ledger"
+	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -309,4 +311,72 @@ func TestSnapshotAnswersBrowsersOnAllowedOrigins(t *testing.T) {
 	require.Equal(t, syncproto.CodeForbiddenOrigin, httpErrorBody(t, pre).Code)
 	require.Empty(t, pre.Header.Get("Access-Control-Allow-Origin"))
 	require.Empty(t, request(http.MethodGet, "https://evil.example.org", token).Header.Get("Access-Control-Allow-Origin"))
+}
+
+// The server's own checks of a mutation run in section 5.3's order (after
+// the member checks): undeclared model, forbidden_model, hlc origin,
+// clock_skew, missing_base_version, then the ledger, then the policy. Each
+// case breaks two adjacent checks and must get the earlier one's code.
+func TestServerMutationChecksFollowTheDocumentedOrder(t *testing.T) {
+	b, err := os.ReadFile("../PROTOCOL.md")
+	require.NoError(t, err)
+	doc := strings.Join(strings.Fields(string(b)), " ")
+	_, list, ok := strings.Cut(doc, "then the server's checks: ")
+	require.True(t, ok, "section 5.3 states the server's checks")
+	list, rest, ok := strings.Cut(list, "; then the ledger (`op_id_reused`, `expired`) and the policy.")
+	require.True(t, ok, "then the ledger, then the policy")
+	require.NotEmpty(t, rest)
+	var documented []syncproto.Code
+	for _, item := range strings.Split(list, ", ") {
+		ticks := strings.Split(item, "`")
+		require.GreaterOrEqual(t, len(ticks), 3, "item %q names its code", item)
+		documented = append(documented, syncproto.Code(ticks[len(ticks)-2]))
+	}
+	documented = append(documented, syncproto.CodeOpIDReused, "conflict")
+	require.Equal(t, []syncproto.Code{syncproto.CodeInvalidModel, syncproto.CodeForbiddenModel, syncproto.CodeInvalidHLC,
+		syncproto.CodeClockSkew, syncproto.CodeMissingBaseVersion, syncproto.CodeOpIDReused, "conflict"}, documented,
+		"the order the cases below prove")
+
+	ts := startServer(t, server.Config{Policies: replication.Config{"notes": replication.PolicyLWW, "audit": replication.PolicyLWW,
+		"accounts": replication.PolicyOptimistic, replication.AnyModel: replication.PolicyNone}})
+	token := ts.issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{auth.Wildcard}, Write: []string{"notes", "accounts"}})
+	c, clock := session(t, ts, token, "phone")
+	taken := put(t, clock, "notes", "taken", `"v1"`)
+	requireApplied(t, c.push("setup", taken))
+	ahead := time.Now().Add(time.Hour).UnixMilli()
+
+	cases := []func() syncproto.Mutation{
+		func() syncproto.Mutation { return put(t, clock, "undeclared", "k", `1`) }, // the token may not write it either
+		func() syncproto.Mutation {
+			m := put(t, clock, "audit", "k", `1`)
+			m.HLC.Origin = "laptop"
+			return m
+		},
+		func() syncproto.Mutation {
+			m := put(t, clock, "notes", "k", `1`)
+			m.HLC = syncproto.Timestamp{Wall: ahead, Origin: "laptop"}
+			return m
+		},
+		func() syncproto.Mutation {
+			m := put(t, clock, "accounts", "k", `1`)
+			m.HLC = syncproto.Timestamp{Wall: ahead, Origin: "phone"}
+			return m
+		},
+		func() syncproto.Mutation {
+			m := put(t, clock, "accounts", "taken", `"v2"`)
+			m.OpID = taken.OpID
+			return m
+		},
+		func() syncproto.Mutation {
+			m := putIf(t, clock, "notes", "taken", `"v2"`, 7) // stale: a conflict under the policy
+			m.OpID = taken.OpID
+			return m
+		},
+	}
+	require.Len(t, cases, len(documented)-1)
+	for i, mutation := range cases {
+		r := c.push(fmt.Sprintf("p%d", i), mutation())[0]
+		require.Equal(t, syncproto.StatusRejected, r.Status, "%s before %s: %+v", documented[i], documented[i+1], r)
+		require.Equal(t, documented[i], r.Code, "%s before %s: %+v", documented[i], documented[i+1], r)
+	}
 }
