@@ -385,6 +385,9 @@ func runBadInput(t *testing.T, e *badEnv, tc badInput) {
 		for _, r := range pr.Results {
 			require.Equal(t, syncproto.StatusRejected, r.Status, "%+v", r)
 			require.Equal(t, tc.code, r.Code, "%+v", r)
+			if tc.code == syncproto.CodeInvalidOpID {
+				require.Empty(t, r.OpID, "an invalid op id is not echoed (section 5.4)")
+			}
 			if r.OpID != "" && r.OpID != e.takenOp {
 				_, found := e.ts.decided(t, "acme", r.OpID)
 				require.False(t, found, "a rejection is not recorded")
