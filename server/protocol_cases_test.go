@@ -380,3 +380,45 @@ func TestServerMutationChecksFollowTheDocumentedOrder(t *testing.T) {
 		require.Equal(t, documented[i], r.Code, "%s before %s: %+v", documented[i], documented[i+1], r)
 	}
 }
+
+// A connection has one subscription: a new subscribe replaces the old one,
+// and once the new one's first frame is sent no frame carries the old id
+// (section 5.6). Unsubscribing with no subscription is answered pong.
+func TestSubscribeReplacesTheSubscription(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	writer, wClock := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	c.subscribe("s1", 0)
+	requireApplied(t, writer.push("w1", put(t, wClock, "notes", "a", `1`)))
+	c.waitLive(1)
+
+	c.send(&syncproto.Subscribe{ID: "s2", Cursor: 0})
+	requireApplied(t, writer.push("w2", put(t, wClock, "notes", "b", `2`)))
+	var onS2 []syncproto.Change
+	switched := false
+	for range 100 {
+		ch, ok := c.recv().(*syncproto.Changes)
+		require.True(t, ok, "only changes frames are due")
+		if ch.ID == "s1" {
+			require.False(t, switched, "a frame of the old subscription after the new one's first")
+			continue
+		}
+		require.Equal(t, "s2", ch.ID)
+		switched = true
+		onS2 = append(onS2, ch.Entries...)
+		if len(onS2) == 2 {
+			break
+		}
+	}
+	require.Len(t, onS2, 2, "the new subscription delivers from its cursor")
+	c.subID = "s2"
+	requireApplied(t, writer.push("w3", put(t, wClock, "notes", "c", `3`)))
+	require.Equal(t, "c", expectFeed(c).Entries[0].Key)
+
+	c.send(&syncproto.Unsubscribe{ID: "u1"})
+	require.Equal(t, "u1", expect[*syncproto.Pong](c).ID)
+	c.subID = ""
+	c.send(&syncproto.Unsubscribe{ID: "u2"})
+	require.Equal(t, "u2", expect[*syncproto.Pong](c).ID, "no subscription: not an error")
+	require.Empty(t, c.barrier())
+}
