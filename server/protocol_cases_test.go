@@ -422,3 +422,19 @@ func TestSubscribeReplacesTheSubscription(t *testing.T) {
 	require.Equal(t, "u2", expect[*syncproto.Pong](c).ID, "no subscription: not an error")
 	require.Empty(t, c.barrier())
 }
+
+// welcome.models lists the declared models the token may read or write,
+// each with its policy and the token's permissions; a declared model the
+// token may neither read nor write is not listed (section 5.2).
+func TestWelcomeListsTheTokensModels(t *testing.T) {
+	ts := startServer(t, server.Config{Policies: replication.Config{"notes": replication.PolicyLWW,
+		"accounts": replication.PolicyOptimistic, "audit": replication.PolicyLWW, "secret": replication.PolicyLWW}})
+	token := ts.issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{"notes", "accounts", "audit"}, Write: []string{"notes", "accounts"}})
+	c := dial(t, ts, token)
+	w := c.hello("phone", 0, syncproto.NewClock("phone", nil))
+	require.Equal(t, map[string]syncproto.ModelAccess{
+		"notes":    {Policy: syncproto.PolicyLWW, Read: true, Write: true},
+		"accounts": {Policy: syncproto.PolicyOptimistic, Read: true, Write: true},
+		"audit":    {Policy: syncproto.PolicyLWW, Read: true, Write: false},
+	}, w.Models)
+}
