@@ -438,3 +438,25 @@ func TestWelcomeListsTheTokensModels(t *testing.T) {
 		"audit":    {Policy: syncproto.PolicyLWW, Read: true, Write: false},
 	}, w.Models)
 }
+
+// An op id twice in one push is answered at its second occurrence as a
+// resend: duplicate of the first answer, or op_id_reused when the content
+// differs (section 6).
+func TestOpIDTwiceInOnePush(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	m := put(t, clock, "notes", "n", `"one"`)
+	res := c.push("p1", m, m)
+	require.Equal(t, syncproto.StatusApplied, res[0].Status)
+	require.Equal(t, syncproto.StatusDuplicate, res[1].Status)
+	require.Equal(t, syncproto.StatusApplied, res[1].OriginalStatus)
+	require.Equal(t, res[0].Seq, res[1].Seq)
+
+	other := put(t, clock, "notes", "m", `"two"`)
+	changed := other
+	changed.Value = []byte(`"changed"`)
+	res = c.push("p2", other, changed)
+	require.Equal(t, syncproto.StatusApplied, res[0].Status)
+	require.Equal(t, syncproto.StatusRejected, res[1].Status)
+	require.Equal(t, syncproto.CodeOpIDReused, res[1].Code)
+}
