@@ -460,3 +460,32 @@ func TestOpIDTwiceInOnePush(t *testing.T) {
 	require.Equal(t, syncproto.StatusRejected, res[1].Status)
 	require.Equal(t, syncproto.CodeOpIDReused, res[1].Code)
 }
+
+// A deleted key keeps its tombstone version (sections 3.7 and 7): a
+// create-only write to it (base_version 0) is a conflict whose winner is
+// the tombstone, deleted, without a value; a write based on the
+// tombstone's version applies and continues the versions. A key never
+// written is version 0, deleted, with an empty hlc.
+func TestTombstonesKeepTheirVersion(t *testing.T) {
+	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	requireApplied(t, c.push("p1", putIf(t, clock, "accounts", "a", `1`, 0)))
+	one := uint64(1)
+	del := syncproto.Mutation{OpID: newOpID(t), Model: "accounts", Key: "a", Op: syncproto.OpDelete, HLC: clock.Now(), BaseVersion: &one}
+	r := c.push("p2", del)[0]
+	require.Equal(t, syncproto.StatusApplied, r.Status, "%+v", r)
+	require.Equal(t, uint64(2), r.Version)
+
+	r = c.push("p3", putIf(t, clock, "accounts", "a", `"again"`, 0))[0]
+	require.Equal(t, syncproto.StatusConflict, r.Status, "%+v", r)
+	require.Equal(t, uint64(2), r.Winner.Version)
+	require.True(t, r.Winner.Deleted)
+	require.Empty(t, r.Winner.Value)
+	r = c.push("p4", putIf(t, clock, "accounts", "a", `"again"`, 2))[0]
+	require.Equal(t, syncproto.StatusApplied, r.Status, "%+v", r)
+	require.Equal(t, uint64(3), r.Version)
+
+	r = c.push("p5", putIf(t, clock, "accounts", "never", `1`, 4))[0]
+	require.Equal(t, syncproto.StatusConflict, r.Status, "%+v", r)
+	require.Equal(t, syncproto.Winner{Version: 0, Deleted: true}, *r.Winner)
+}
