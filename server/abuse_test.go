@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"reflect"
 	"runtime"
@@ -153,14 +154,14 @@ func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
 	}
 	require.Equal(t, map[int]int{http.StatusOK: 2, http.StatusServiceUnavailable: 6}, statuses, "the concurrency limit admits two")
 
-	answersWithin(t, "/readyz", 5*time.Second, func() {
+	answersWithin(t, "/readyz", time.Second, func() {
 		require.Equal(t, http.StatusOK, getJSON(t, ts.url+"/readyz", "", nil))
 	})
-	answersWithin(t, "a new tenant's hello and push", 5*time.Second, func() {
+	answersWithin(t, "a new tenant's hello and push", time.Second, func() {
 		c, clock := session(t, ts, ts.member(t, "newcomer", "phone"), "phone")
 		requireApplied(t, c.push("p1", put(t, clock, "notes", "hello", `1`)))
 	})
-	answersWithin(t, "the admin API", 5*time.Second, func() { ts.Status(t) })
+	answersWithin(t, "the admin API", time.Second, func() { ts.Status(t) })
 
 	// The stalled readers are cut by the write deadline and their slots
 	// come back.
@@ -173,6 +174,35 @@ func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
 	}
 	_, recs := ts.snapshot(t, ts.member(t, "acme", "patient"))
 	require.Equal(t, 20*abuseScale(t)*50, len(recs), "a reader that reads gets the whole snapshot")
+}
+
+// Finding 4: a value nested far deeper than MaxValueDepth, though it fits
+// the frame, is refused alone (bad_request); the rest of its batch is
+// applied, and another device's later write to the same key gets an
+// answer it can decode instead of the poisoned winner.
+func TestAbusePoisonedValueIsRefused(t *testing.T) {
+	const depth = 1000 // within the frame's nesting limit, far beyond the value's
+	ts := startServer(t, server.Config{})
+	attacker, aClock := session(t, ts, ts.member(t, "acme", "bot"), "bot")
+	poison := strings.Repeat("[", depth) + "1" + strings.Repeat("]", depth)
+	res := attacker.push("p1", put(t, aClock, "notes", "shared", poison), put(t, aClock, "notes", "mine", `1`))
+	require.Equal(t, syncproto.StatusRejected, res[0].Status)
+	require.Equal(t, syncproto.CodeBadRequest, res[0].Code)
+	require.Contains(t, res[0].Message, fmt.Sprintf("more than %d", syncproto.MaxValueDepth))
+	require.Equal(t, syncproto.StatusApplied, res[1].Status, "the rest of the batch is applied")
+
+	// A device whose clock is behind writes the same key: with the
+	// poisoned value applied, its answer would carry that value as the
+	// winner; refused, the key is its.
+	behind := syncproto.NewClock("phone", func() time.Time { return time.Now().Add(-time.Minute) })
+	victim, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	requireApplied(t, victim.push("v1", put(t, behind, "notes", "shared", `"mine"`), put(t, behind, "notes", "other", `2`)))
+	_, recs := ts.snapshot(t, ts.member(t, "acme", "reader"))
+	values := map[string]string{}
+	for _, r := range recs {
+		values[r.Key] = string(r.Value)
+	}
+	require.Equal(t, map[string]string{"shared": `"mine"`, "mine": `1`, "other": `2`}, values)
 }
 
 // Finding 6: a session that never says hello is closed after the hello
@@ -449,13 +479,17 @@ func TestAbuseOneTenantCannotHoldEveryConnection(t *testing.T) {
 	})
 }
 
-// Finding 7: refusals and authentication failures are logged as counts
-// per interval, not one line per event, so a peer cannot flood the log.
+// Finding 7: refusals, authentication failures and failed TLS handshakes
+// are logged as counts per interval, not one line per event, so a peer
+// cannot flood the log.
 func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	logs := &syncBuffer{}
 	ts := startServer(t, server.Config{
 		Logger:           slog.New(slog.NewJSONHandler(logs, nil)),
 		EventLogInterval: 200 * time.Millisecond,
+		// The refusals counted are unknown_type: room for every frame of
+		// the session at make abuse's scale.
+		RequestsPerSecond: 1e6, RequestBurst: 1 << 20,
 	})
 	n := 50 * abuseScale(t)
 	for range n {
@@ -465,6 +499,17 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	for i := range n {
 		c.write(websocket.MessageText, []byte(fmt.Sprintf(`{"type":"frobnicate","id":"u%d"}`, i)))
 		c.recvError(fmt.Sprintf("u%d", i), syncproto.CodeUnknownType)
+	}
+	// The same server behind TLS, as cmd/syncd serves it with --tls-cert:
+	// peers that connect and leave without a handshake.
+	tlsSrv := httptest.NewUnstartedServer(nil)
+	tlsSrv.Config = server.NewHTTPServer(ts.srv.Handler(), ts.srv.ErrorLog())
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	for range n {
+		conn, err := net.Dial("tcp", tlsSrv.Listener.Addr().String())
+		require.NoError(t, err)
+		conn.Close()
 	}
 
 	// Counts per message and code, once every event has been flushed.
@@ -487,7 +532,7 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 		}
 		return out
 	}
-	want := map[string]int{"authentication failed unauthorized": n, "request refused unknown_type": n}
+	want := map[string]int{"authentication failed unauthorized": n, "request refused unknown_type": n, "TLS handshake failed tls_handshake": n}
 	require.Eventually(t, func() bool { return reflect.DeepEqual(counts(), want) }, ioTimeout, 50*time.Millisecond)
 	t.Logf("%d events of each kind took %v log lines", n, lines)
 	for kind, l := range lines {
@@ -601,18 +646,24 @@ func TestAbuseStalledFramesOfOneTenantDelayNoOther(t *testing.T) {
 			ts.metricValue(t, `syncd_quota_waits_total{quota="tenant_frame_bytes"}`) > 0
 	}, ioTimeout, 10*time.Millisecond, "the stalled frames hold the attacker's share")
 
-	// Each step below fails on the harness's ioTimeout, a tenth of
-	// FrameReadTimeout: a server that made them wait for the stalled
-	// frames to be cut fails here.
-	victim, clock := session(t, ts, ts.member(t, "victim", "phone"), "phone")
-	requireApplied(t, victim.push("small", put(t, clock, "notes", "small", `1`)))
+	// A server that made these wait for the stalled frames to be cut
+	// would answer after FrameReadTimeout, ten times the harness's
+	// ioTimeout: the large push fails on that, the rest on their second.
+	var victim *wsClient
+	var clock *syncproto.Clock
+	answersWithin(t, "another tenant's hello and push", time.Second, func() {
+		victim, clock = session(t, ts, ts.member(t, "victim", "phone"), "phone")
+		requireApplied(t, victim.push("small", put(t, clock, "notes", "small", `1`)))
+	})
+	answersWithin(t, "/readyz", time.Second, func() {
+		require.Equal(t, http.StatusOK, getJSON(t, ts.url+"/readyz", "", nil))
+	})
 	big := `"` + strings.Repeat("v", syncproto.MaxPayloadBytes-64) + `"`
 	muts := make([]syncproto.Mutation, 8) // ~2 MiB: a frame that takes a whole reservation
 	for i := range muts {
 		muts[i] = put(t, clock, "notes", fmt.Sprintf("big-%d", i), big)
 	}
 	requireApplied(t, victim.push("large", muts...))
-	require.Equal(t, http.StatusOK, getJSON(t, ts.url+"/readyz", "", nil))
 	require.Eventually(t, func() bool { return ts.metricValue(t, "syncd_frame_budget_bytes") == tenantShare },
 		ioTimeout, 10*time.Millisecond, "the stalled frames were still held when the victim was served")
 }

@@ -32,7 +32,9 @@ const (
 const DefaultMaxConnectionsPerAddress = 1024
 
 // NewHTTPServer returns the http.Server syncd serves h with: every timeout
-// above set, errors logged to errorLog (nil: the standard logger).
+// above set, errors logged to errorLog (nil: the standard logger; pass
+// Server.ErrorLog, which counts failed TLS handshakes instead of logging
+// each).
 func NewHTTPServer(h http.Handler, errorLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,

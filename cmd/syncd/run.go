@@ -83,7 +83,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.DurationVar(&o.retention.Conflicts.MaxAge, "conflicts-max-age", 0, "prune conflict-log rows older than this (default 168h; negative: no age bound)")
 	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
 	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
-	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on the public listener; negative: no cap (behind a load balancer every peer has its address)")
+	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on each listener (public and admin, counted apart); negative: no cap (behind a load balancer every peer has its address)")
 	fs.Float64Var(&o.quotas.TokenMutationsPerSecond, "token-mutations-per-second", server.DefaultTokenMutationsPerSecond, "mutations per second one token may push over all its sessions (every other frame counts one); negative: no limit")
 	fs.IntVar(&o.quotas.TokenMutationBurst, "token-mutation-burst", server.DefaultTokenMutationBurst, "burst of --token-mutations-per-second (at least max_batch, 500)")
 	fs.Float64Var(&o.quotas.TenantMutationsPerSecond, "tenant-mutations-per-second", server.DefaultTenantMutationsPerSecond, "mutations per second one tenant's tokens may push together; negative: no limit")
@@ -295,7 +295,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer srv.Close()
 
-	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	errorLog := srv.ErrorLog()
 	listeners := []*listener{{name: "public", srv: server.NewHTTPServer(srv.Handler(), errorLog), cert: o.tlsCert, key: o.tlsKey}}
 	addrs := []string{o.listen}
 	if o.adminListen != "" {
@@ -310,7 +310,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return fmt.Errorf("listen %s: %w", l.name, err)
 		}
 	}
-	listeners[0].ln = srv.LimitListener(listeners[0].ln)
+	for _, l := range listeners {
+		l.ln = srv.LimitListener(l.ln)
+	}
 	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
 		go func() {
