@@ -489,3 +489,29 @@ func TestTombstonesKeepTheirVersion(t *testing.T) {
 	require.Equal(t, syncproto.StatusConflict, r.Status, "%+v", r)
 	require.Equal(t, syncproto.Winner{Version: 0, Deleted: true}, *r.Winner)
 }
+
+// The rate limits are checked before anything else of a request, hello
+// included (sections 4 and 14): a hello over its token's quota is
+// answered rate_limited with retry_after_ms and the session stays open,
+// waiting for a hello, which succeeds once the quota has refilled.
+func TestHelloOverTheQuotaIsRateLimited(t *testing.T) {
+	now := newFakeClock(time.UnixMilli(1_733_140_000_000))
+	ts := startServer(t, server.Config{Now: now.Now, Quotas: server.Quotas{TokenMutationsPerSecond: 1, TokenMutationBurst: syncproto.MaxBatch}})
+	token := ts.member(t, "acme", "phone")
+	busy := dial(t, ts, token)
+	clock := syncproto.NewClock("phone", now.Now)
+	busy.hello("phone", 0, clock)
+	muts := make([]syncproto.Mutation, syncproto.MaxBatch-1) // with the hello, the whole burst
+	for i := range muts {
+		muts[i] = put(t, clock, "notes", fmt.Sprintf("k%d", i), `1`)
+	}
+	requireApplied(t, busy.push("p1", muts...))
+
+	c := dial(t, ts, token)
+	c.send(&syncproto.Hello{ID: "h1", ClientID: "phone", HLC: clock.Now()})
+	e := c.recvError("h1", syncproto.CodeRateLimited)
+	require.Equal(t, int64(1000), e.RetryAfterMS, "one request at 1/s")
+	now.Set(now.Now().Add(time.Second))
+	w := c.hello("phone", 0, clock)
+	require.Equal(t, "h1", w.ID)
+}
