@@ -224,6 +224,8 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 			code: syncproto.CodeInvalidClientID, id: "h1", close: syncproto.CloseProtocolError},
 		{name: "hello hlc origin not the client id", noHello: true, frames: helloFrame(map[string]any{"hlc": "1733140000000.0.laptop"}),
 			code: syncproto.CodeInvalidHLC, id: "h1", close: syncproto.CloseProtocolError},
+		{name: "hello with a client id of the wrong type before an unparsable hlc", noHello: true, frames: frames(`{"type":"hello","id":"h1","hlc":"yesterday","cursor":0,"client_id":7}`),
+			code: syncproto.CodeInvalidClientID, id: "h1", close: syncproto.CloseProtocolError},
 		{name: "hello cursor from the future", noHello: true, frames: helloFrame(map[string]any{"cursor": 1 << 40}),
 			code: syncproto.CodeCursorAhead, id: "h1", close: syncproto.CloseProtocolError},
 		{name: "second hello", frames: helloFrame(map[string]any{"id": "h2"}),
@@ -383,6 +385,9 @@ func runBadInput(t *testing.T, e *badEnv, tc badInput) {
 		for _, r := range pr.Results {
 			require.Equal(t, syncproto.StatusRejected, r.Status, "%+v", r)
 			require.Equal(t, tc.code, r.Code, "%+v", r)
+			if tc.code == syncproto.CodeInvalidOpID {
+				require.Empty(t, r.OpID, "an invalid op id is not echoed (section 5.4)")
+			}
 			if r.OpID != "" && r.OpID != e.takenOp {
 				_, found := e.ts.decided(t, "acme", r.OpID)
 				require.False(t, found, "a rejection is not recorded")

@@ -164,7 +164,10 @@ func TestIdleSessionIsClosedWith4000(t *testing.T) {
 // does not read) keeps its session with ping messages (PROTOCOL.md
 // section 14): unanswered keepalive pings end nothing by themselves.
 func TestPingMessagesKeepASessionWithoutPongs(t *testing.T) {
-	const idle = 600 * time.Millisecond
+	// A ping every quarter of the idle timeout leaves the test three
+	// quarters (900 ms) of scheduling stall on a loaded machine before
+	// the session would rightly be closed.
+	const idle = 1200 * time.Millisecond
 	ts := startServer(t, server.Config{IdleTimeout: idle, PingInterval: 20 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
 	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
 	const pings = 12 // three idle timeouts' worth, a ping every quarter

@@ -12,14 +12,17 @@ import (
 // Decode parses one frame into its message and validates it.
 //
 // Checks, in order: the frame is at most MaxFrameBytes (CodeFrameTooLarge);
-// it is UTF-8 text holding one JSON object (CodeMalformed); "type" is a
-// string (CodeBadRequest) naming a known type (CodeUnknownType); every field
-// has its JSON type (CodeBadRequest); then the message's Validate. Unknown
-// fields are ignored, so a newer peer may add fields; unknown types are
-// refused. The "type" member's name is exact and, if duplicated, the first
-// one counts; other member names match case-insensitively and the last of
-// duplicates counts (leniencies of the Go JSON decoder; senders must send
-// each member once, under its exact lowercase name).
+// it is UTF-8 text holding one JSON object nesting at most MaxFrameDepth
+// levels (CodeMalformed); "type" is a string (CodeBadRequest) naming a
+// known type (CodeUnknownType); every field has its JSON type
+// (CodeBadRequest; in hello and in a push's mutations a member of the
+// wrong type is instead reported by Validate, with its member's code and
+// in member order); then the message's Validate. Unknown fields are
+// ignored, so a newer peer may add fields; unknown types are refused. The
+// "type" member's name is exact and, if duplicated, the first one counts;
+// other member names match case-insensitively and the last of duplicates
+// counts (leniencies of the Go JSON decoder; senders must send each member
+// once, under its exact lowercase name).
 //
 // Every failure is an *Error ready to send back: its ID echoes the frame's
 // "id" whenever the frame is one JSON object with a well-formed id. A

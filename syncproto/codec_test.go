@@ -261,3 +261,26 @@ func TestErrorMessagesFitTheLimit(t *testing.T) {
 	require.True(t, utf8.ValidString(e.Message), "cut on a rune boundary")
 	require.NoError(t, e.Validate())
 }
+
+// A hello with several wrong members is refused for the first of them in
+// PROTOCOL.md 5.1's member order (id, client_id, cursor, hlc), whatever
+// their order in the frame, a member of the wrong JSON type getting its
+// member's code.
+func TestHelloCodePrecedenceIgnoresMemberOrder(t *testing.T) {
+	for _, tc := range []struct {
+		members []string
+		code    syncproto.Code
+	}{
+		{[]string{`"client_id":7`, `"hlc":"yesterday"`, `"cursor":0`}, syncproto.CodeInvalidClientID},
+		{[]string{`"client_id":"client a"`, `"cursor":"5"`, `"hlc":"1.0.client a"`}, syncproto.CodeInvalidClientID},
+		{[]string{`"client_id":"client-a"`, `"cursor":"5"`, `"hlc":5`}, syncproto.CodeBadRequest},
+		{[]string{`"client_id":"client-a"`, `"cursor":0`, `"hlc":5`}, syncproto.CodeInvalidHLC},
+	} {
+		forward := `{"type":"hello","id":"h1",` + strings.Join(tc.members, ",") + `}`
+		backward := `{"type":"hello","id":"h1",` + tc.members[2] + "," + tc.members[1] + "," + tc.members[0] + `}`
+		for _, frame := range []string{forward, backward} {
+			_, err := syncproto.DecodeRequest([]byte(frame))
+			requireCode(t, err, tc.code, "h1")
+		}
+	}
+}

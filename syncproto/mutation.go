@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -56,18 +55,17 @@ type Mutation struct {
 
 	// decodeErrs holds, by member name, why a member's JSON did not fit
 	// its field (and under "" why the mutation is not a JSON object), set
-	// by UnmarshalJSON and reported by Validate in its place in the
-	// member order, so that one broken mutation is refused alone rather
-	// than failing its whole push, with a code that does not depend on the
-	// order of the members in the frame.
-	decodeErrs map[string]*Error
+	// by UnmarshalJSON and reported by Validate in the member's place, so
+	// that one broken mutation is refused alone rather than failing its
+	// whole push.
+	decodeErrs memberErrors
 }
 
-// UnmarshalJSON decodes a mutation leniently: every member is decoded on
-// its own, and a member of the wrong JSON type or an unparsable hlc does
-// not fail the decoding (and so the push holding it); it is remembered and
-// Validate reports it with the member's code. The op id is kept whenever
-// it was a string, for the result to echo.
+// UnmarshalJSON decodes a mutation leniently: a member of the wrong JSON
+// type or an unparsable hlc does not fail the decoding (and so the push
+// holding it); it is remembered and Validate reports it with the member's
+// code, in the member's place. The op id is kept whenever it was a
+// string, for the result to echo.
 func (m *Mutation) UnmarshalJSON(b []byte) error {
 	type plain Mutation // the fields without this method
 	var p plain
@@ -87,16 +85,11 @@ func (m *Mutation) UnmarshalJSON(b []byte) error {
 		SeenVersion json.RawMessage `json:"seen_version"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
-		m.fail("", Errorf(CodeBadRequest, "mutation: %s", describeJSONError(err)))
+		m.decodeErrs = m.decodeErrs.with("", Errorf(CodeBadRequest, "mutation: %s", describeJSONError(err)))
 		return nil
 	}
 	m.Value = raw.Value
-	members := []struct {
-		name string
-		raw  json.RawMessage
-		into any
-		code Code // for a member of the wrong JSON type
-	}{
+	m.decodeErrs = decodeFields([]field{
 		{"op_id", raw.OpID, &m.OpID, CodeInvalidOpID},
 		{"model", raw.Model, &m.Model, CodeInvalidModel},
 		{"key", raw.Key, &m.Key, CodeInvalidKey},
@@ -104,41 +97,9 @@ func (m *Mutation) UnmarshalJSON(b []byte) error {
 		{"hlc", raw.HLC, &m.HLC, CodeInvalidHLC},
 		{"base_version", raw.BaseVersion, &m.BaseVersion, CodeBadRequest},
 		{"seen_version", raw.SeenVersion, &m.SeenVersion, CodeBadRequest},
-	}
-	for _, mb := range members {
-		if mb.raw == nil {
-			continue
-		}
-		if err := json.Unmarshal(mb.raw, mb.into); err != nil {
-			if mb.name == "hlc" {
-				m.fail("hlc", Errorf(CodeInvalidHLC, "hlc: %v", err))
-				continue
-			}
-			var te *json.UnmarshalTypeError
-			if errors.As(err, &te) && te.Field == "" {
-				te.Field = mb.name
-			}
-			m.fail(mb.name, Errorf(mb.code, "%s", describeJSONError(err)))
-		}
-	}
+	})
 	if strings.ContainsRune(m.Key, utf8.RuneError) && keyHasLoneSurrogate(raw.Key) {
-		m.fail("key", Errorf(CodeInvalidKey, "key holds an ill-formed UTF-16 escape (a lone surrogate); keys are compared as exact UTF-8 bytes"))
-	}
-	return nil
-}
-
-// fail remembers why member did not decode.
-func (m *Mutation) fail(member string, e *Error) {
-	if m.decodeErrs == nil {
-		m.decodeErrs = map[string]*Error{}
-	}
-	m.decodeErrs[member] = e
-}
-
-// decodeErr returns why member did not decode, or nil.
-func (m *Mutation) decodeErr(member string) error {
-	if e := m.decodeErrs[member]; e != nil {
-		return e
+		m.decodeErrs = m.decodeErrs.with("key", Errorf(CodeInvalidKey, "key holds an ill-formed UTF-16 escape (a lone surrogate); keys are compared as exact UTF-8 bytes"))
 	}
 	return nil
 }
@@ -194,13 +155,10 @@ func ValidateKey(key string) error {
 // token may write it, that the hlc's origin is the session's client id
 // and within the skew bound, or base_version against the record.
 func (m *Mutation) Validate() error {
-	if err := m.decodeErr(""); err != nil {
+	if err := m.decodeErrs.err(""); err != nil {
 		return err
 	}
-	for _, c := range []struct {
-		member string
-		check  func() error
-	}{
+	return m.decodeErrs.firstWrong([]check{
 		{"op_id", func() error { return ValidateOpID(m.OpID) }},
 		{"model", func() error { return ValidateModel(m.Model) }},
 		{"key", func() error { return ValidateKey(m.Key) }},
@@ -209,15 +167,7 @@ func (m *Mutation) Validate() error {
 		{"hlc", func() error { return validateStamp("hlc", m.HLC) }},
 		{"base_version", func() error { return validateOptionalSeq("base_version", m.BaseVersion) }},
 		{"seen_version", func() error { return validateOptionalSeq("seen_version", m.SeenVersion) }},
-	} {
-		if err := m.decodeErr(c.member); err != nil {
-			return err
-		}
-		if err := c.check(); err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // validateOp checks op and that a value comes with a put and not with a

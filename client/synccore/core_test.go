@@ -1,6 +1,7 @@
 package synccore
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
@@ -437,5 +438,31 @@ func TestClockSkewIsNeverCharged(t *testing.T) {
 	row := regexp.MustCompile("(?m)^\\| `clock_skew` \\|.*$").Find(doc)
 	if !strings.HasSuffix(string(row), "charge no attempt |") {
 		t.Fatalf("PROTOCOL.md section 12's clock_skew row does not say it charges no attempt: %s", row)
+	}
+}
+
+// PROTOCOL.md section 6 states which codes are dead-lettered at their
+// first refusal and the default retry budget; Judge must do the same.
+func TestProtocolStatesTheClientsRetryRules(t *testing.T) {
+	doc, err := os.ReadFile("../../PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `rejected` \\|.*$").Find(doc)
+	m := regexp.MustCompile(`A code that can never succeed on a resend \(([^)]*)\)`).FindSubmatch(row)
+	if m == nil {
+		t.Fatalf("section 6's rejected row lists no permanent codes: %s", row)
+	}
+	documented := map[syncproto.Code]bool{}
+	for _, c := range regexp.MustCompile("`([a-z_]+)`").FindAllSubmatch(m[1], -1) {
+		documented[syncproto.Code(c[1])] = true
+	}
+	for _, code := range syncproto.Codes {
+		if documented[code] != Permanent(code) {
+			t.Errorf("code %s: section 6 lists it as permanent: %v; Permanent says %v", code, documented[code], Permanent(code))
+		}
+	}
+	if want := fmt.Sprintf("retry budget (%d by default)", DefaultMaxAttempts); !strings.Contains(string(row), want) {
+		t.Errorf("section 6's rejected row does not say %q", want)
 	}
 }
