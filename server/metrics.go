@@ -29,6 +29,7 @@ type metrics struct {
 	refusedPerAddress  prometheus.Counter
 	snapshotsActive    prometheus.Gauge
 	snapshotsWaiting   prometheus.Gauge
+	snapshotsShared    prometheus.Counter
 	snapshotsRefused   prometheus.Counter
 	snapshotsCut       prometheus.Counter
 	quotaRefusals      *prometheus.CounterVec // quota: token_mutations|tenant_mutations|token_connections|tenant_connections
@@ -57,6 +58,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		snapshotsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncd_snapshots_waiting", Help: "Snapshot requests waiting for a turn (the concurrency limit's queue).",
+		}),
+		snapshotsShared: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_snapshots_shared_total", Help: "Snapshots served from the database read of another device of the same scope whose turn came while they waited.",
 		}),
 		snapshotsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_snapshots_refused_total", Help: "Snapshot requests refused server_busy by the concurrency limits.",
@@ -143,7 +147,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, q := range []string{quotaTokenFrames, quotaTenantFrames} {
 		m.quotaWaits.WithLabelValues(q)
 	}
-	reg.MustRegister(m.quotaRefusals, m.quotaWaits, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsWaiting, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
+	reg.MustRegister(m.quotaRefusals, m.quotaWaits, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsWaiting, m.snapshotsShared, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)

@@ -92,6 +92,10 @@ type Config struct {
 	// 503 server_busy with a Retry-After from the queue.
 	MaxQueuedSnapshots   int
 	SnapshotQueueTimeout time.Duration
+	// SnapshotShareBytes bounds the body a snapshot read served to several
+	// devices keeps for its slowest reader; 0 means
+	// DefaultSnapshotShareBytes.
+	SnapshotShareBytes int
 	// SnapshotTimeout bounds one snapshot download; 0 means
 	// DefaultSnapshotTimeout. SnapshotWriteTimeout bounds each write of
 	// one; 0 means DefaultSnapshotWriteTimeout.
@@ -203,6 +207,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxConcurrentSnapshots <= 0 {
 		c.MaxConcurrentSnapshots = DefaultMaxConcurrentSnapshots
+	}
+	if c.SnapshotShareBytes <= 0 {
+		c.SnapshotShareBytes = DefaultSnapshotShareBytes
 	}
 	if c.MaxQueuedSnapshots == 0 {
 		c.MaxQueuedSnapshots = DefaultMaxQueuedSnapshots

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,10 +23,11 @@ import (
 // (MaxConcurrentSnapshots connections), so devices bootstrapping at once
 // never take the connections hello, pull, feeds, /readyz and the admin API
 // use. Devices beyond the limit wait their turn in a bounded queue (first
-// come, first served, holding no database connection); beyond the queue,
-// or after waiting SnapshotQueueTimeout, they are refused 503 server_busy
-// with a Retry-After from the queue's length and the recent snapshots'
-// duration.
+// come, first served, holding no database connection; when a device's turn
+// comes, the waiters of its scope join its read: snapshotshare.go). Beyond
+// the queue, or after waiting SnapshotQueueTimeout, they are refused 503
+// server_busy with a Retry-After from the queue's length and the recent
+// snapshots' duration.
 const (
 	// DefaultMaxConcurrentSnapshots is Config.MaxConcurrentSnapshots's
 	// default: snapshots served at once.
@@ -53,6 +55,10 @@ const (
 	// longest one snapshot may take, which bounds how long its read
 	// transaction holds back WAL checkpoints.
 	DefaultSnapshotTimeout = 5 * time.Minute
+	// DefaultSnapshotShareBytes is Config.SnapshotShareBytes's default:
+	// how far, in bytes of body, the fastest reader of a shared snapshot
+	// read may be ahead of the slowest.
+	DefaultSnapshotShareBytes = 16 << 20
 	// snapshotFirstGuess is the duration a refusal's Retry-After assumes
 	// for a snapshot before any was served.
 	snapshotFirstGuess = time.Second
@@ -61,16 +67,26 @@ const (
 )
 
 // snapshotGate admits snapshots within the global and per-token limits,
-// queueing those beyond the global one. It is safe for concurrent use.
+// queueing those beyond the global one. A waiter is given either a turn of
+// its own (a read of the database) or a place in the read of another
+// waiter of the same scope whose turn came (snapshotshare.go). It is safe
+// for concurrent use.
 type snapshotGate struct {
 	max, maxQueue int
 	waitingGauge  prometheus.Gauge // syncd_snapshots_waiting
 
 	mu      sync.Mutex
 	running int
-	queue   []chan struct{} // waiters, first first; closed when given a turn
-	byToken map[string]int  // snapshots running or waiting, by token
-	took    time.Duration   // moving average of the served snapshots' durations
+	queue   []*snapshotWaiter // first first
+	byToken map[string]int    // snapshots running or waiting, by token
+	took    time.Duration     // moving average of the served snapshots' durations
+}
+
+// snapshotWaiter is one snapshot waiting in the queue.
+type snapshotWaiter struct {
+	scope string
+	// turn gets nil for a turn of its own, or a reader of another's read.
+	turn chan *shareReader
 }
 
 // snapshotRefusal says why a snapshot was not admitted and when to ask
@@ -80,26 +96,28 @@ type snapshotRefusal struct {
 	retryAfter time.Duration
 }
 
-// enter admits one snapshot for token, waiting in the queue at most wait
-// (or until ctx ends). A nil refusal means admitted: call leave when done.
-func (g *snapshotGate) enter(ctx context.Context, token string, wait time.Duration) *snapshotRefusal {
+// enter admits one snapshot of scope for token, waiting in the queue at
+// most wait (or until ctx ends). Admitted with a turn of its own it
+// returns nil, nil: read, then call leave. Admitted into another's read it
+// returns a reader of it: follow it, then call leaveShared.
+func (g *snapshotGate) enter(ctx context.Context, token, scope string, wait time.Duration) (*shareReader, *snapshotRefusal) {
 	g.mu.Lock()
 	if g.byToken[token] >= MaxSnapshotsPerToken {
 		defer g.mu.Unlock()
-		return g.refuseLocked(fmt.Sprintf("this token already has %d snapshot running or waiting", MaxSnapshotsPerToken))
+		return nil, g.refuseLocked(fmt.Sprintf("this token already has %d snapshot running or waiting", MaxSnapshotsPerToken))
 	}
 	if g.running < g.max && len(g.queue) == 0 {
 		g.running++
 		g.byToken[token]++
 		g.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	if len(g.queue) >= g.maxQueue {
 		defer g.mu.Unlock()
-		return g.refuseLocked(fmt.Sprintf("%d snapshots running and %d waiting, the most this server queues", g.running, len(g.queue)))
+		return nil, g.refuseLocked(fmt.Sprintf("%d snapshots running and %d waiting, the most this server queues", g.running, len(g.queue)))
 	}
-	turn := make(chan struct{})
-	g.queue = append(g.queue, turn)
+	w := &snapshotWaiter{scope: scope, turn: make(chan *shareReader, 1)}
+	g.queue = append(g.queue, w)
 	g.waitingGauge.Inc()
 	g.byToken[token]++
 	g.mu.Unlock()
@@ -107,21 +125,48 @@ func (g *snapshotGate) enter(ctx context.Context, token string, wait time.Durati
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
-	case <-turn:
-		return nil
+	case r := <-w.turn:
+		return r, nil
 	case <-timer.C:
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	i := slices.Index(g.queue, turn)
+	i := slices.Index(g.queue, w)
 	if i < 0 { // given a turn as the wait ended: take it
-		return nil
+		return <-w.turn, nil
 	}
 	g.queue = slices.Delete(g.queue, i, i+1)
 	g.waitingGauge.Dec()
 	g.dropTokenLocked(token)
-	return g.refuseLocked(fmt.Sprintf("no turn within %s", wait))
+	return nil, g.refuseLocked(fmt.Sprintf("no turn within %s", wait))
+}
+
+// share hands every waiter of scope a reader of share, the read of a
+// snapshot whose turn came, and returns how many joined. Call it before
+// the read begins: the read then holds every write acknowledged before
+// any joiner asked.
+func (g *snapshotGate) share(scope string, share *snapshotShare) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	joined := 0
+	g.queue = slices.DeleteFunc(g.queue, func(w *snapshotWaiter) bool {
+		if w.scope != scope {
+			return false
+		}
+		w.turn <- share.reader()
+		g.waitingGauge.Dec()
+		joined++
+		return true
+	})
+	return joined
+}
+
+// leaveShared ends a snapshot admitted into another's read.
+func (g *snapshotGate) leaveShared(token string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.dropTokenLocked(token)
 }
 
 // leave ends an admitted snapshot that took d, handing its turn to the
@@ -136,7 +181,7 @@ func (g *snapshotGate) leave(token string, d time.Duration) {
 		g.took += (d - g.took) / 8
 	}
 	if len(g.queue) > 0 {
-		close(g.queue[0])
+		g.queue[0].turn <- nil
 		g.queue = slices.Delete(g.queue, 0, 1)
 		g.waitingGauge.Dec()
 		return
@@ -151,14 +196,19 @@ func (g *snapshotGate) dropTokenLocked(token string) {
 }
 
 // refuseLocked is a refusal with the time the queue as it stands needs to
-// drain: every running and waiting snapshot, max at a time, each taking
-// what the recent ones took.
+// drain: the running reads and one read per scope waiting (the waiters of
+// a scope share one), max at a time, each taking what the recent ones
+// took.
 func (g *snapshotGate) refuseLocked(reason string) *snapshotRefusal {
 	took := g.took
 	if took == 0 {
 		took = snapshotFirstGuess
 	}
-	rounds := (g.running + len(g.queue) + g.max) / g.max
+	scopes := map[string]struct{}{}
+	for _, w := range g.queue {
+		scopes[w.scope] = struct{}{}
+	}
+	rounds := (g.running + len(scopes) + g.max) / g.max
 	return &snapshotRefusal{reason: reason, retryAfter: min(time.Duration(rounds)*took, snapshotMaxRetryAfter)}
 }
 
@@ -170,17 +220,34 @@ func scopeOf(p auth.Principal) replication.Scope {
 	return replication.Scope{Tenant: p.Tenant, Models: p.Read}
 }
 
+// scopeKey names a scope: principals whose keys are equal read the same
+// snapshot.
+func scopeKey(sc replication.Scope) string {
+	if sc.AllModels {
+		return sc.Tenant + "\x00*"
+	}
+	models := slices.Clone(sc.Models)
+	slices.Sort(models)
+	return sc.Tenant + "\x00" + strings.Join(slices.Compact(models), ",")
+}
+
 // serveSnapshot streams the principal's readable records as of one oplog
 // head (PROTOCOL.md, "Snapshot"), for a client that must resync. Deleted
 // records are left out: the snapshot is what a fresh replica starts from.
 // A body that ends without its trailer was cut short and must be discarded.
+//
+// The device whose turn it is reads the database; the devices of the same
+// scope waiting when its read begins are served the same body
+// (snapshotshare.go).
 func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.principal(w, r, false)
 	if !ok {
 		return
 	}
 	rc := http.NewResponseController(w)
-	refused := s.snapshots.enter(r.Context(), p.TokenID, s.cfg.SnapshotQueueTimeout)
+	scope := scopeOf(p)
+	key := scopeKey(scope)
+	joined, refused := s.snapshots.enter(r.Context(), p.TokenID, key, s.cfg.SnapshotQueueTimeout)
 	if refused != nil {
 		s.metrics.snapshotsRefused.Inc()
 		// The wait may have outlasted the HTTP server's write deadline,
@@ -195,40 +262,81 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusServiceUnavailable, e)
 		return
 	}
-	began := time.Now()
-	defer func() { s.snapshots.leave(p.TokenID, time.Since(began)) }()
 	s.metrics.snapshotsActive.Inc()
 	defer s.metrics.snapshotsActive.Dec()
-
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SnapshotTimeout)
-	defer cancel()
-	out := &deadlineWriter{w: w, rc: rc, timeout: s.cfg.SnapshotWriteTimeout}
-	var sw *syncproto.SnapshotWriter
-	start := func(head uint64) error {
-		w.Header().Set("Content-Type", syncproto.SnapshotContentType)
-		var err error
-		sw, err = syncproto.NewSnapshotWriter(out, head)
-		return err
+	if joined != nil {
+		defer s.snapshots.leaveShared(p.TokenID)
+		s.metrics.snapshotsShared.Inc()
+		s.sendSnapshot(w, r, rc, p, joined)
+		return
 	}
-	head, err := s.store.Records.SnapshotLive(ctx, s.snapshotDB, scopeOf(p), func(head uint64, rec *replication.LiveRecord) error {
+	began := time.Now()
+	defer func() { s.snapshots.leave(p.TokenID, time.Since(began)) }()
+
+	share := newSnapshotShare(s.cfg.SnapshotShareBytes)
+	mine := share.reader()
+	s.snapshots.share(key, share)
+	// The read runs on its own goroutine, owned here: it serves the
+	// joiners too, so it outlives neither this handler nor its readers
+	// (it ends once they have all gone), and not this device's going.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.SnapshotTimeout)
+	defer cancel()
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		share.finish(s.readSnapshot(ctx, scope, shareWriter{ctx: ctx, share: share}))
+	}()
+	s.sendSnapshot(w, r, rc, p, mine)
+	<-read
+}
+
+// readSnapshot writes the snapshot of scope to out, whole unless it
+// returns an error.
+func (s *Server) readSnapshot(ctx context.Context, scope replication.Scope, out io.Writer) error {
+	var sw *syncproto.SnapshotWriter
+	head, err := s.store.Records.SnapshotLive(ctx, s.snapshotDB, scope, func(head uint64, rec *replication.LiveRecord) error {
 		if sw == nil {
-			if err := start(head); err != nil {
+			var err error
+			if sw, err = syncproto.NewSnapshotWriter(out, head); err != nil {
 				return err
 			}
 		}
 		return sw.Write(syncproto.SnapshotRecord{Model: rec.Model, Key: rec.Key, Value: rec.Value, Version: rec.Version, HLC: rec.HLC})
 	})
 	if err == nil && sw == nil {
-		err = start(head)
-	}
-	if err == nil {
-		err = sw.Close()
+		sw, err = syncproto.NewSnapshotWriter(out, head)
 	}
 	if err != nil {
-		s.metrics.snapshotsCut.Inc()
-		s.log.Warn("snapshot cut short", "client_id", p.ClientID, "err", err)
-		if sw == nil {
-			httpError(w, http.StatusInternalServerError, syncproto.Errorf(syncproto.CodeInternal, "snapshot failed; retry later"))
+		return err
+	}
+	return sw.Close()
+}
+
+// sendSnapshot writes the body reader takes from a shared read to w, each
+// write within the per-write deadline, and leaves the read.
+func (s *Server) sendSnapshot(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, p auth.Principal, reader *shareReader) {
+	defer reader.close()
+	out := &deadlineWriter{w: w, rc: rc, timeout: s.cfg.SnapshotWriteTimeout}
+	wrote := false
+	for {
+		chunk, err := reader.next(r.Context())
+		if err == io.EOF {
+			return
+		}
+		if err == nil {
+			if !wrote {
+				w.Header().Set("Content-Type", syncproto.SnapshotContentType)
+			}
+			_, err = out.Write(chunk)
+			wrote = true
+		}
+		if err != nil {
+			s.metrics.snapshotsCut.Inc()
+			s.log.Warn("snapshot cut short", "client_id", p.ClientID, "err", err)
+			if !wrote {
+				httpError(w, http.StatusInternalServerError, syncproto.Errorf(syncproto.CodeInternal, "snapshot failed; retry later"))
+			}
+			return
 		}
 	}
 }

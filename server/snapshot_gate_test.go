@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,8 +51,9 @@ func refusedBusy(t *testing.T, resp *http.Response) {
 
 // Devices beyond the snapshot concurrency limit wait their turn in a
 // bounded queue, first come first served, and each gets its whole
-// snapshot; beyond the queue they are refused with a Retry-After, and one
-// token never holds two places.
+// snapshot (the two waiting, of one scope, from one read); beyond the
+// queue they are refused with a Retry-After, and one token never holds two
+// places.
 func TestSnapshotsBeyondTheLimitWaitTheirTurn(t *testing.T) {
 	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 1, MaxQueuedSnapshots: 2})
 	n := seedLarge(t, ts)
@@ -93,6 +95,7 @@ func TestSnapshotsBeyondTheLimitWaitTheirTurn(t *testing.T) {
 	}
 	require.Equal(t, "0", ts.metric(t, "syncd_snapshots_waiting"))
 	require.Equal(t, "2", ts.metric(t, "syncd_snapshots_refused_total"))
+	require.Equal(t, "1", ts.metric(t, "syncd_snapshots_shared_total"), "the third joined the second's read")
 }
 
 // A device that waits longer than SnapshotQueueTimeout is refused with a
@@ -199,4 +202,112 @@ func TestSnapshotOutlivesTheHTTPTimeouts(t *testing.T) {
 	case <-time.After(2 * ioTimeout):
 		t.Fatal("the waiting snapshot was never served")
 	}
+}
+
+// When a device's turn comes, the devices of the same scope waiting then
+// join its read; a device of another scope waits for a read of its own.
+// Every joiner's snapshot holds every write acknowledged before it asked.
+func TestSnapshotReadIsSharedByTheDevicesWaitingForIt(t *testing.T) {
+	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 1})
+	n := seedLarge(t, ts)
+	other, otherClock := session(t, ts, ts.member(t, "globex", "seeder"), "seeder")
+	requireApplied(t, other.push("o1", put(t, otherClock, "notes", "theirs", `1`)))
+	stalled := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "stalled"))
+	require.Equal(t, http.StatusOK, stalled.StatusCode)
+
+	type fetched struct {
+		who  string
+		recs []syncproto.SnapshotRecord
+		err  error
+	}
+	results := make(chan fetched, 3)
+	fetch := func(who, token string) {
+		go func() {
+			recs, err := fetchSnapshotRecords(ts.url, token)
+			results <- fetched{who, recs, err}
+		}()
+	}
+	waiting := func(k int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_waiting") == strconv.Itoa(k) }, ioTimeout, 10*time.Millisecond)
+	}
+	fetch("early", ts.member(t, "acme", "early"))
+	waiting(1)
+	writer, clock := session(t, ts, ts.member(t, "acme", "writer"), "writer")
+	requireApplied(t, writer.push("w1", put(t, clock, "notes", "written-before-late-asked", `1`)))
+	fetch("late", ts.member(t, "acme", "late"))
+	fetch("globex", ts.member(t, "globex", "reader"))
+	waiting(3)
+
+	stalled.Body.Close()
+	got := map[string][]syncproto.SnapshotRecord{}
+	for range 3 {
+		select {
+		case r := <-results:
+			require.NoError(t, r.err, r.who)
+			got[r.who] = r.recs
+		case <-time.After(2 * ioTimeout):
+			t.Fatal("a waiting snapshot was never served")
+		}
+	}
+	require.Len(t, got["early"], n+1)
+	require.Equal(t, got["early"], got["late"], "one read served both")
+	require.True(t, slices.ContainsFunc(got["late"], func(r syncproto.SnapshotRecord) bool { return r.Key == "written-before-late-asked" }))
+	require.Len(t, got["globex"], 1, "the other tenant's own record alone")
+	require.Equal(t, "1", ts.metric(t, "syncd_snapshots_shared_total"))
+}
+
+// A device that stops reading a shared read holds the others back only
+// until its per-write deadline cuts it; the others get their whole
+// snapshot.
+func TestSnapshotSharedWithAStalledReader(t *testing.T) {
+	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 1, SnapshotShareBytes: 256 << 10, SnapshotWriteTimeout: 300 * time.Millisecond})
+	n := seedLarge(t, ts)
+	first := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "first"))
+	require.Equal(t, http.StatusOK, first.StatusCode)
+
+	reader := make(chan error, 1)
+	go func() {
+		recs, err := fetchSnapshotRecords(ts.url, ts.member(t, "acme", "reader"))
+		if err == nil && len(recs) != n {
+			err = fmt.Errorf("%d records, want %d", len(recs), n)
+		}
+		reader <- err
+	}()
+	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_waiting") == "1" }, ioTimeout, 10*time.Millisecond)
+	staller := make(chan *http.Response, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(snapshotRequest(t, ts.url, ts.member(t, "acme", "staller")))
+		if err == nil {
+			staller <- resp
+		}
+		close(staller)
+	}()
+	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_waiting") == "2" }, ioTimeout, 10*time.Millisecond)
+
+	// The first device reads its whole snapshot; the second, sharing the
+	// read with a third that never reads, gets its whole one too.
+	_, err := io.Copy(io.Discard, first.Body)
+	require.NoError(t, err)
+	first.Body.Close()
+	select {
+	case err := <-reader:
+		require.NoError(t, err)
+	case <-time.After(2 * ioTimeout):
+		t.Fatal("the reading device was held back for good")
+	}
+	require.Equal(t, "1", ts.metric(t, "syncd_snapshots_shared_total"))
+	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_cut_total") == "1" }, ioTimeout, 10*time.Millisecond, "the staller was cut")
+	if resp := <-staller; resp != nil {
+		resp.Body.Close()
+	}
+}
+
+// snapshotRequest is a GET of the snapshot with token.
+func snapshotRequest(t *testing.T, base, token string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+syncproto.SnapshotPath, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	return req
 }

@@ -196,8 +196,10 @@ func (s *syncdProc) launch() error {
 func (s *syncdProc) waitReady(ctx context.Context) error {
 	done := s.done
 	deadline := time.Now().Add(s.readyTimeout)
+	var why string // the last /readyz answer
 	for {
-		if s.ready(ctx) {
+		var ok bool
+		if ok, why = s.ready(ctx); ok {
 			return nil
 		}
 		select {
@@ -208,23 +210,40 @@ func (s *syncdProc) waitReady(ctx context.Context) error {
 		case <-time.After(pollEvery):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s generation %d not ready within %v (see %s)", s.name, s.gen, s.readyTimeout, s.logPath)
+			return fmt.Errorf("%s generation %d not ready within %v: /readyz: %s (see %s, which ends:\n%s)", s.name, s.gen, s.readyTimeout, why, s.logPath, logTail(s.logPath, 4000))
 		}
 	}
 }
 
-func (s *syncdProc) ready(ctx context.Context) bool {
+// ready reports whether the generation answers /readyz with 200, and
+// what it answered.
+func (s *syncdProc) ready(ctx context.Context) (bool, string) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.addr+"/readyz", nil)
 	if err != nil {
-		return false
+		return false, err.Error()
 	}
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return false
+		return false, err.Error()
 	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return resp.StatusCode == http.StatusOK, fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(body))
+}
+
+// logTail is the end of the log at path, at most n bytes.
+func logTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		f.Seek(st.Size()-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return string(b)
 }
 
 // scrape reads /metrics and remembers it as the running generation's

@@ -25,11 +25,6 @@ const SnapshotContentType = "application/x-ndjson"
 // A body without the trailer, or whose count differs, is truncated and must
 // be discarded.
 
-// snapshotHeader is a snapshot's first line.
-type snapshotHeader struct {
-	Head uint64 `json:"head"`
-}
-
 // SnapshotRecord is one live record of a snapshot (deleted records are
 // omitted, so Deleted is always false in v1).
 type SnapshotRecord struct {

@@ -172,15 +172,17 @@ func TestBenchRetriesASnapshotRefusedBusy(t *testing.T) {
 // server asked for, and every preloaded record is written: each snapshot
 // carries all of them.
 func TestBenchPreloadSendsRefusedPushesAgain(t *testing.T) {
-	s := syncdtest.Start(t, server.Config{Quotas: server.Quotas{TokenMutationsPerSecond: 4000, TokenMutationBurst: 1000}})
+	// The burst holds one push of 500; the preload sends its first pushes
+	// back to back, so the second is refused whatever the machine's speed.
+	s := syncdtest.Start(t, server.Config{Quotas: server.Quotas{TokenMutationsPerSecond: 1000, TokenMutationBurst: 500}})
 	clients := benchClients(t, s, 2)
 	var rep benchReport
 	decodeStrict(t, newCLI(t, nil).ok("bench", "--url", s.URL, "--clients", clients, "--connections", "2",
-		"--push-share", "0", "--preload", "3000", "--snapshot-storm", "2", "--duration", "100ms", "--drain", "20s", "--json"), &rep)
+		"--push-share", "0", "--preload", "1500", "--snapshot-storm", "2", "--duration", "100ms", "--drain", "20s", "--json"), &rep)
 	require.Positive(t, rep.PreloadRetries, "the quota refused some preload pushes")
 	require.Empty(t, rep.Errors)
 	require.Equal(t, int64(2), rep.Snapshots.Complete)
-	require.Equal(t, int64(2*3000), rep.Snapshots.Records, "every preloaded record was written")
+	require.Equal(t, int64(2*1500), rep.Snapshots.Records, "every preloaded record was written")
 }
 
 // A snapshot cut short (its body ends before the trailer) is fetched

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -120,6 +121,13 @@ func startProcClusterVia(t testing.TB, via func(from, to int, addr string) strin
 		pc.nodes = append(pc.nodes, n)
 		t.Cleanup(func() { n.kill(t) })
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range pc.nodes {
+				t.Logf("%s's log, without NATS's lines, ends:\n%s", n.name, syncdLines(n.logPath, 40))
+			}
+		}
+	})
 	// The three start together: each waits for the others' quorum.
 	for _, n := range pc.nodes {
 		n.start(t)
@@ -204,6 +212,22 @@ func (n *procNode) ready() bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// syncdLines is the last n lines of the log at path that syncd wrote
+// itself (the embedded NATS server's lines left out).
+func syncdLines(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" && !strings.Contains(l, "component=nats") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func tail(b []byte, n int) []byte {

@@ -241,7 +241,8 @@ func (c *Cluster) watchStream(ctx context.Context) {
 	defer cancel()
 	info, err := c.stream.Info(ictx)
 	if err != nil {
-		if ctx.Err() == nil && retryable(err) {
+		// Whatever the error, the stream did not prove it answers.
+		if ctx.Err() == nil {
 			c.waitForQuorum("read the stream's head", 0, err)
 		}
 		return

@@ -263,6 +263,9 @@ func (c *Cluster) publish(ctx context.Context, cmd Command) (uint64, error) {
 	})
 	if err != nil {
 		c.metrics.publishFailures.Inc()
+		if !errors.Is(ctx.Err(), context.Canceled) { // not the node closing
+			c.log.Warn("command not published", "id", cmd.ID, "err", err)
+		}
 		return 0, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 	}
 	return ack.Sequence, nil
