@@ -242,8 +242,9 @@ func TestProtocolStatesServerDefaults(t *testing.T) {
 			server.DefaultTokenMutationsPerSecond, server.DefaultTokenMutationBurst, server.DefaultTenantMutationsPerSecond, server.DefaultTenantMutationBurst),
 		"bytes of frames being read or applied, whole server / per token / per tenant (section 14)": mib(server.DefaultFrameBudgetBytes) + " / " +
 			mib(server.DefaultTokenFrameBytes) + " / " + mib(server.DefaultTenantFrameBytes),
-		"a frame, once started, arrives whole within": fmt.Sprintf("%d s", int(server.DefaultFrameReadTimeout.Seconds())),
-		"TCP connections one IP address holds open":   fmt.Sprint(server.DefaultMaxConnectionsPerAddress),
+		"a frame, once started, arrives whole within":             fmt.Sprintf("%d s", int(server.DefaultFrameReadTimeout.Seconds())),
+		"TCP connections one IP address holds open":               fmt.Sprint(server.DefaultMaxConnectionsPerAddress),
+		"a frame the server writes is taken by the client within": fmt.Sprintf("%d s", int(server.DefaultWriteTimeout.Seconds())),
 	}
 	_, table, ok := strings.Cut(string(b), "| limit | syncd default |")
 	require.True(t, ok, "section 11's table of unannounced settings")
@@ -264,6 +265,7 @@ func TestProtocolStatesServerDefaults(t *testing.T) {
 		fmt.Sprintf("whole within %d seconds", int(server.DefaultFrameReadTimeout.Seconds())),
 		fmt.Sprintf("`ledger_retention_ms` | %d ms", ledger.DefaultMaxAge.Milliseconds()),
 		fmt.Sprintf("(%d by default)", server.DefaultMaxConnectionsPerAddress),
+		fmt.Sprintf("write timeout (%d seconds in syncd)", int(server.DefaultWriteTimeout.Seconds())),
 	} {
 		require.Contains(t, doc, want)
 	}
