@@ -53,6 +53,7 @@ func (c *Cluster) holdLease(ctx context.Context, token uint64, renewEvery time.D
 	defer jobs.Stop()
 	snapshots := time.NewTicker(c.opts.SnapshotEvery)
 	defer snapshots.Stop()
+	var snapAt uint64 // the seq of the last snapshot this holder stored
 	for {
 		select {
 		case <-ctx.Done():
@@ -74,7 +75,7 @@ func (c *Cluster) holdLease(ctx context.Context, token uint64, renewEvery time.D
 		case <-jobs.C:
 			c.publishJobs(ctx, token)
 		case <-snapshots.C:
-			c.takeSnapshot(ctx)
+			snapAt = c.takeSnapshot(ctx, snapAt)
 		}
 	}
 }

@@ -22,17 +22,25 @@ const snapshotName = "state.db"
 
 // takeSnapshot stores a consistent copy of this node's database (VACUUM
 // INTO reads one snapshot of it, position included) in the object store,
-// replacing the previous one. Only the lease holder calls it.
-func (c *Cluster) takeSnapshot(ctx context.Context) {
+// replacing the previous one, and returns the stream seq it holds. last is
+// the seq of the snapshot this node stored before (0: none): when nothing
+// was applied since, it stores nothing, since every replacement removes
+// the chunks a restoring node may be reading. Only the lease holder calls
+// it.
+func (c *Cluster) takeSnapshot(ctx context.Context, last uint64) uint64 {
+	if a := c.applied.Load(); last != 0 && a != nil && a.seq == last {
+		return last
+	}
 	start := time.Now()
 	applied, err := c.storeSnapshot(ctx)
 	if err != nil {
 		c.metrics.snapshots.WithLabelValues("failed").Inc()
 		c.log.Warn("snapshot not stored", "err", err)
-		return
+		return last
 	}
 	c.metrics.snapshots.WithLabelValues("stored").Inc()
 	c.log.Info("snapshot stored", "applied_seq", applied, "took", time.Since(start))
+	return applied
 }
 
 func (c *Cluster) storeSnapshot(ctx context.Context) (uint64, error) {
