@@ -143,23 +143,19 @@ func (g *snapshotGate) enter(ctx context.Context, token, scope string, wait time
 }
 
 // share hands every waiter of scope a reader of share, the read of a
-// snapshot whose turn came, and returns how many joined. Call it before
-// the read begins: the read then holds every write acknowledged before
-// any joiner asked.
-func (g *snapshotGate) share(scope string, share *snapshotShare) int {
+// snapshot whose turn came. Call it before the read begins: the read then
+// holds every write acknowledged before any joiner asked.
+func (g *snapshotGate) share(scope string, share *snapshotShare) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	joined := 0
 	g.queue = slices.DeleteFunc(g.queue, func(w *snapshotWaiter) bool {
 		if w.scope != scope {
 			return false
 		}
 		w.turn <- share.reader()
 		g.waitingGauge.Dec()
-		joined++
 		return true
 	})
-	return joined
 }
 
 // leaveShared ends a snapshot admitted into another's read.

@@ -53,7 +53,8 @@ type shareReader struct {
 	at    int // index of the next chunk to take
 }
 
-// reader adds a reader at the start of the body.
+// reader adds a reader at the start of the body. Readers are added before
+// the read writes anything, so none misses a chunk.
 func (s *snapshotShare) reader() *shareReader {
 	s.mu.Lock()
 	defer s.mu.Unlock()
