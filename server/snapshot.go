@@ -327,7 +327,7 @@ func (s *Server) sendSnapshot(w http.ResponseWriter, r *http.Request, rc *http.R
 			if !wrote {
 				w.Header().Set("Content-Type", syncproto.SnapshotContentType)
 			}
-			_, err = out.Write(chunk)
+			err = s.snapshotSends.write(ctx, out, chunk)
 			wrote = true
 		}
 		if err != nil {
