@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -248,15 +249,17 @@ type Server struct {
 	// snapshotDB is the snapshots' own pool; snapshots admits them.
 	snapshotDB *sql.DB
 	snapshots  *snapshotGate
-	quotas     *quotaBook   // per token and per tenant
-	frames     *frameBudget // bytes of frames in flight, all sessions
-	events     *eventLog    // refusals and auth failures, counted per interval
-	commits    committer    // decides admitted batches and makes them durable
-	clock      *syncproto.Clock
-	resolver   *replication.Resolver
-	registry   *prometheus.Registry
-	metrics    *metrics
-	started    time.Time
+	// snapshotSends admits snapshot bodies' writes (snapshotSender).
+	snapshotSends *snapshotSender
+	quotas        *quotaBook   // per token and per tenant
+	frames        *frameBudget // bytes of frames in flight, all sessions
+	events        *eventLog    // refusals and auth failures, counted per interval
+	commits       committer    // decides admitted batches and makes them durable
+	clock         *syncproto.Clock
+	resolver      *replication.Resolver
+	registry      *prometheus.Registry
+	metrics       *metrics
+	started       time.Time
 
 	// hardStop ends every session at once; Shutdown cancels it when its
 	// deadline passes.
@@ -310,6 +313,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		janitor:  make(chan struct{}),
 	}
 	s.snapshots = &snapshotGate{max: cfg.MaxConcurrentSnapshots, maxQueue: max(0, cfg.MaxQueuedSnapshots), waitingGauge: s.metrics.snapshotsWaiting, byToken: map[string]int{}}
+	s.snapshotSends = newSnapshotSender(max(1, runtime.GOMAXPROCS(0)/2))
 	s.quotas = newQuotaBook(cfg.Quotas, cfg.Now, s.metrics)
 	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics.frameBudgetInUse, s.metrics.frameBudgetWaits)
 	s.events = newEventLog(cfg.Logger, cfg.EventLogInterval)

@@ -143,23 +143,19 @@ func (g *snapshotGate) enter(ctx context.Context, token, scope string, wait time
 }
 
 // share hands every waiter of scope a reader of share, the read of a
-// snapshot whose turn came, and returns how many joined. Call it before
-// the read begins: the read then holds every write acknowledged before
-// any joiner asked.
-func (g *snapshotGate) share(scope string, share *snapshotShare) int {
+// snapshot whose turn came. Call it before the read begins: the read then
+// holds every write acknowledged before any joiner asked.
+func (g *snapshotGate) share(scope string, share *snapshotShare) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	joined := 0
 	g.queue = slices.DeleteFunc(g.queue, func(w *snapshotWaiter) bool {
 		if w.scope != scope {
 			return false
 		}
 		w.turn <- share.reader()
 		g.waitingGauge.Dec()
-		joined++
 		return true
 	})
-	return joined
 }
 
 // leaveShared ends a snapshot admitted into another's read.
@@ -276,9 +272,9 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	share := newSnapshotShare(s.cfg.SnapshotShareBytes)
 	mine := share.reader()
 	s.snapshots.share(key, share)
-	// The read runs on its own goroutine, owned here: it serves the
-	// joiners too, so it outlives neither this handler nor its readers
-	// (it ends once they have all gone), and not this device's going.
+	// The read runs on a goroutine this handler waits for. It serves the
+	// joiners too, so this device going away does not end it: it ends when
+	// the body is whole, when every reader has gone, or at SnapshotTimeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.SnapshotTimeout)
 	defer cancel()
 	read := make(chan struct{})
@@ -313,13 +309,17 @@ func (s *Server) readSnapshot(ctx context.Context, scope replication.Scope, out 
 }
 
 // sendSnapshot writes the body reader takes from a shared read to w, each
-// write within the per-write deadline, and leaves the read.
+// write within the per-write deadline and all within SnapshotTimeout, and
+// leaves the read.
 func (s *Server) sendSnapshot(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, p auth.Principal, reader *shareReader) {
 	defer reader.close()
-	out := &deadlineWriter{w: w, rc: rc, timeout: s.cfg.SnapshotWriteTimeout}
+	end := time.Now().Add(s.cfg.SnapshotTimeout)
+	ctx, cancel := context.WithDeadline(r.Context(), end)
+	defer cancel()
+	out := &deadlineWriter{w: w, rc: rc, timeout: s.cfg.SnapshotWriteTimeout, end: end}
 	wrote := false
 	for {
-		chunk, err := reader.next(r.Context())
+		chunk, err := reader.next(ctx)
 		if err == io.EOF {
 			return
 		}
@@ -327,7 +327,7 @@ func (s *Server) sendSnapshot(w http.ResponseWriter, r *http.Request, rc *http.R
 			if !wrote {
 				w.Header().Set("Content-Type", syncproto.SnapshotContentType)
 			}
-			_, err = out.Write(chunk)
+			err = s.snapshotSends.write(ctx, out, chunk)
 			wrote = true
 		}
 		if err != nil {
@@ -343,17 +343,22 @@ func (s *Server) sendSnapshot(w http.ResponseWriter, r *http.Request, rc *http.R
 
 // deadlineWriter gives every write to a response its own deadline (renewed
 // at most every quarter of timeout), so a reader that stalls is cut after
-// timeout however long the whole body takes.
+// timeout however long the whole body takes, and no write goes past end.
 type deadlineWriter struct {
 	w       io.Writer
 	rc      *http.ResponseController
 	timeout time.Duration
+	end     time.Time
 	renewed time.Time
 }
 
 func (d *deadlineWriter) Write(p []byte) (int, error) {
 	if now := time.Now(); now.Sub(d.renewed) > d.timeout/4 {
-		if err := d.rc.SetWriteDeadline(now.Add(d.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		deadline := now.Add(d.timeout)
+		if deadline.After(d.end) {
+			deadline = d.end
+		}
+		if err := d.rc.SetWriteDeadline(deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return 0, fmt.Errorf("set write deadline: %w", err)
 		}
 		d.renewed = now

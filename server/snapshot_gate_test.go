@@ -311,3 +311,30 @@ func snapshotRequest(t *testing.T, base, token string) *http.Request {
 	req.Header.Set("Authorization", "Bearer "+token)
 	return req
 }
+
+// SnapshotTimeout bounds a whole snapshot, however steadily its reader
+// reads: a reader too slow for it is cut.
+func TestSnapshotTimeoutBoundsASlowReader(t *testing.T) {
+	ts := startServer(t, server.Config{SnapshotTimeout: 300 * time.Millisecond})
+	seedLarge(t, ts)
+	resp := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "slow"))
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sr, err := syncproto.NewSnapshotReader(&slowReader{r: resp.Body})
+	require.NoError(t, err)
+	for range 100_000 {
+		if _, err = sr.Next(); err != nil {
+			break
+		}
+	}
+	require.ErrorIs(t, err, syncproto.ErrSnapshotTruncated)
+	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_cut_total") == "1" }, ioTimeout, 10*time.Millisecond)
+}
+
+// slowReader reads at most 64 KiB every 20 ms.
+type slowReader struct{ r io.Reader }
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	time.Sleep(20 * time.Millisecond)
+	return s.r.Read(p[:min(len(p), 64<<10)])
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // A snapshot storm (hundreds of devices bootstrapping at once after an
@@ -53,7 +55,8 @@ type shareReader struct {
 	at    int // index of the next chunk to take
 }
 
-// reader adds a reader at the start of the body.
+// reader adds a reader at the start of the body. Readers are added before
+// the read writes anything, so none misses a chunk.
 func (s *snapshotShare) reader() *shareReader {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -182,4 +185,41 @@ func (w shareWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// snapshotSender keeps the writes of snapshot bodies to part of the
+// processors. A storm's shared read has hundreds of devices' bodies to
+// send at once, and Go shares the processors among runnable goroutines,
+// not among kinds of work: hundreds of runnable senders would leave the
+// few goroutines of the push path a sliver. So at most n writes run at
+// once; a write that takes longer than snapshotSendHold (its reader is
+// slow: it waits on the network, not on a processor) gives its place up,
+// so that slow readers never set the pace of the others.
+type snapshotSender struct{ slots chan struct{} }
+
+// snapshotSendHold is how long a write of a snapshot body holds its place.
+const snapshotSendHold = 20 * time.Millisecond
+
+func newSnapshotSender(n int) *snapshotSender {
+	return &snapshotSender{slots: make(chan struct{}, n)}
+}
+
+// write writes p to w once a place is free (or ctx ends).
+func (s *snapshotSender) write(ctx context.Context, w io.Writer, p []byte) error {
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	var given atomic.Bool
+	give := func() {
+		if given.CompareAndSwap(false, true) {
+			<-s.slots
+		}
+	}
+	t := time.AfterFunc(snapshotSendHold, give)
+	_, err := w.Write(p)
+	t.Stop()
+	give()
+	return err
 }

@@ -92,6 +92,7 @@ type SnapshotReader struct {
 func NewSnapshotReader(body io.Reader) (*SnapshotReader, error) {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxFrameBytes)
+	sc.Split(scanWholeLines)
 	r := &SnapshotReader{sc: sc}
 	line, err := r.line()
 	if err != nil {
@@ -147,6 +148,22 @@ func (r *SnapshotReader) Next() (SnapshotRecord, error) {
 	}
 	r.count++
 	return rec, nil
+}
+
+// errPartialLine: the body ends inside a line (it was cut mid-write).
+var errPartialLine = errors.New("the body ends inside a line")
+
+// scanWholeLines is bufio.ScanLines, except that a last line without its
+// newline is an error (errPartialLine), not a line: a body cut inside a
+// line is truncated, not malformed.
+func scanWholeLines(data []byte, atEOF bool) (int, []byte, error) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return i + 1, bytes.TrimSuffix(data[:i], []byte("\r")), nil
+	}
+	if atEOF && len(data) > 0 {
+		return 0, nil, errPartialLine
+	}
+	return 0, nil, nil
 }
 
 // line returns the next line; a body that ends is truncated (only Next,

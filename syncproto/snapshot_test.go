@@ -80,10 +80,10 @@ func TestSnapshotTruncation(t *testing.T) {
 		_, _, err := readSnapshot([]byte(strings.Join(lines[:n], "")))
 		require.ErrorIs(t, err, syncproto.ErrSnapshotTruncated, "cut after %d lines", n)
 	}
-	// Cut inside any byte: never read as complete.
+	// Cut inside any byte: never read as complete, always truncated.
 	for n := 0; n < len(body)-1; n++ {
 		_, _, err := readSnapshot(body[:n])
-		require.Error(t, err, "cut at byte %d", n)
+		require.ErrorIs(t, err, syncproto.ErrSnapshotTruncated, "cut at byte %d", n)
 	}
 	// A trailer that disagrees with the records read.
 	_, _, err := readSnapshot([]byte(lines[0] + lines[1] + `{"end":true,"records":2}` + "\n"))
