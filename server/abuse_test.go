@@ -176,6 +176,36 @@ func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
 	require.Equal(t, 20*abuseScale(t)*50, len(recs), "a reader that reads gets the whole snapshot")
 }
 
+// Finding 3, per tenant: one tenant's devices hold at most
+// MaxSnapshotsPerTenant snapshots running or waiting (all its tokens
+// together), so a storm of one tenant leaves turns to the others.
+func TestAbuseOneTenantCannotTakeEverySnapshotTurn(t *testing.T) {
+	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 3, MaxQueuedSnapshots: -1, MaxSnapshotsPerTenant: 2, SnapshotWriteTimeout: 300 * time.Millisecond})
+	seedLarge(t, ts)
+	var stalled []*http.Response
+	for i := range 2 {
+		resp := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", fmt.Sprintf("device-%d", i)))
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		stalled = append(stalled, resp) // stops reading after the headers
+	}
+	over := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "device-2"))
+	body := httpErrorBody(t, over)
+	require.Equal(t, http.StatusServiceUnavailable, over.StatusCode, "a third of acme's snapshots is over its tenant's cap")
+	require.Equal(t, syncproto.CodeServerBusy, body.Code)
+	require.Contains(t, body.Message, "this tenant already has 2 snapshots")
+	require.NotEmpty(t, over.Header.Get("Retry-After"))
+	require.Positive(t, body.RetryAfterMS)
+	over.Body.Close()
+
+	answersWithin(t, "another tenant's snapshot", time.Second, func() {
+		_, recs := ts.snapshot(t, ts.member(t, "globex", "phone"))
+		require.Empty(t, recs, "globex has written nothing")
+	})
+	for _, resp := range stalled {
+		resp.Body.Close()
+	}
+}
+
 // Finding 4: a value nested far deeper than MaxValueDepth, though it fits
 // the frame, is refused alone (bad_request); the rest of its batch is
 // applied, and another device's later write to the same key gets an

@@ -93,6 +93,11 @@ type Config struct {
 	// 503 server_busy with a Retry-After from the queue.
 	MaxQueuedSnapshots   int
 	SnapshotQueueTimeout time.Duration
+	// MaxSnapshotsPerTenant caps one tenant's snapshots running or waiting
+	// (all its tokens together), so one tenant's storm cannot fill the
+	// queue; 0 means DefaultMaxSnapshotsPerTenant, negative means no cap.
+	// Beyond it: 503 server_busy with Retry-After.
+	MaxSnapshotsPerTenant int
 	// SnapshotShareBytes bounds the body a snapshot read served to several
 	// devices keeps for its slowest reader; 0 means
 	// DefaultSnapshotShareBytes.
@@ -215,6 +220,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxQueuedSnapshots == 0 {
 		c.MaxQueuedSnapshots = DefaultMaxQueuedSnapshots
 	}
+	if c.MaxSnapshotsPerTenant == 0 {
+		c.MaxSnapshotsPerTenant = DefaultMaxSnapshotsPerTenant
+	}
 	if c.MaxConnectionsPerAddress == 0 {
 		c.MaxConnectionsPerAddress = DefaultMaxConnectionsPerAddress
 	}
@@ -312,7 +320,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		sessions: map[*session]struct{}{},
 		janitor:  make(chan struct{}),
 	}
-	s.snapshots = &snapshotGate{max: cfg.MaxConcurrentSnapshots, maxQueue: max(0, cfg.MaxQueuedSnapshots), waitingGauge: s.metrics.snapshotsWaiting, byToken: map[string]int{}}
+	s.snapshots = &snapshotGate{max: cfg.MaxConcurrentSnapshots, maxQueue: max(0, cfg.MaxQueuedSnapshots), maxTenant: cfg.MaxSnapshotsPerTenant,
+		waitingGauge: s.metrics.snapshotsWaiting, byToken: map[string]int{}, byTenant: map[string]int{}}
 	s.snapshotSends = newSnapshotSender(max(1, runtime.GOMAXPROCS(0)/2))
 	s.quotas = newQuotaBook(cfg.Quotas, cfg.Now, s.metrics)
 	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics.frameBudgetInUse, s.metrics.frameBudgetWaits)

@@ -44,6 +44,9 @@ const (
 	// handler runs, and the per-write deadline replaces its write
 	// deadline at the snapshot's first write.)
 	DefaultSnapshotQueueTimeout = 2 * time.Minute
+	// DefaultMaxSnapshotsPerTenant is Config.MaxSnapshotsPerTenant's
+	// default: half of the default queue.
+	DefaultMaxSnapshotsPerTenant = DefaultMaxQueuedSnapshots / 2
 	// MaxSnapshotsPerToken is how many snapshots one token may download or
 	// wait for at once; more are refused 503 server_busy.
 	MaxSnapshotsPerToken = 1
@@ -66,21 +69,27 @@ const (
 	snapshotMaxRetryAfter = 5 * time.Minute
 )
 
-// snapshotGate admits snapshots within the global and per-token limits,
-// queueing those beyond the global one. A waiter is given either a turn of
+// snapshotGate admits snapshots within the global, per-tenant and
+// per-token limits, queueing those beyond the global one. A waiter is given either a turn of
 // its own (a read of the database) or a place in the read of another
 // waiter of the same scope whose turn came (snapshotshare.go). It is safe
 // for concurrent use.
 type snapshotGate struct {
 	max, maxQueue int
+	maxTenant     int              // per tenant, running or waiting; <= 0: no cap
 	waitingGauge  prometheus.Gauge // syncd_snapshots_waiting
 
-	mu      sync.Mutex
-	running int
-	queue   []*snapshotWaiter // first first
-	byToken map[string]int    // snapshots running or waiting, by token
-	took    time.Duration     // moving average of the served snapshots' durations
+	mu       sync.Mutex
+	running  int
+	queue    []*snapshotWaiter // first first
+	byToken  map[string]int    // snapshots running or waiting, by token
+	byTenant map[string]int    // snapshots running or waiting, by tenant
+	took     time.Duration     // moving average of the served snapshots' durations
 }
+
+// snapshotOwner is whose snapshot it is, for the per-token and per-tenant
+// limits.
+type snapshotOwner struct{ token, tenant string }
 
 // snapshotWaiter is one snapshot waiting in the queue.
 type snapshotWaiter struct {
@@ -96,19 +105,23 @@ type snapshotRefusal struct {
 	retryAfter time.Duration
 }
 
-// enter admits one snapshot of scope for token, waiting in the queue at
+// enter admits one snapshot of scope for owner, waiting in the queue at
 // most wait (or until ctx ends). Admitted with a turn of its own it
 // returns nil, nil: read, then call leave. Admitted into another's read it
 // returns a reader of it: follow it, then call leaveShared.
-func (g *snapshotGate) enter(ctx context.Context, token, scope string, wait time.Duration) (*shareReader, *snapshotRefusal) {
+func (g *snapshotGate) enter(ctx context.Context, owner snapshotOwner, scope string, wait time.Duration) (*shareReader, *snapshotRefusal) {
 	g.mu.Lock()
-	if g.byToken[token] >= MaxSnapshotsPerToken {
+	if g.byToken[owner.token] >= MaxSnapshotsPerToken {
 		defer g.mu.Unlock()
 		return nil, g.refuseLocked(fmt.Sprintf("this token already has %d snapshot running or waiting", MaxSnapshotsPerToken))
 	}
+	if g.maxTenant > 0 && g.byTenant[owner.tenant] >= g.maxTenant {
+		defer g.mu.Unlock()
+		return nil, g.refuseLocked(fmt.Sprintf("this tenant already has %d snapshots running or waiting, the most one tenant may", g.maxTenant))
+	}
 	if g.running < g.max && len(g.queue) == 0 {
 		g.running++
-		g.byToken[token]++
+		g.addLocked(owner)
 		g.mu.Unlock()
 		return nil, nil
 	}
@@ -119,7 +132,7 @@ func (g *snapshotGate) enter(ctx context.Context, token, scope string, wait time
 	w := &snapshotWaiter{scope: scope, turn: make(chan *shareReader, 1)}
 	g.queue = append(g.queue, w)
 	g.waitingGauge.Inc()
-	g.byToken[token]++
+	g.addLocked(owner)
 	g.mu.Unlock()
 
 	timer := time.NewTimer(wait)
@@ -138,7 +151,7 @@ func (g *snapshotGate) enter(ctx context.Context, token, scope string, wait time
 	}
 	g.queue = slices.Delete(g.queue, i, i+1)
 	g.waitingGauge.Dec()
-	g.dropTokenLocked(token)
+	g.dropLocked(owner)
 	return nil, g.refuseLocked(fmt.Sprintf("no turn within %s", wait))
 }
 
@@ -159,18 +172,18 @@ func (g *snapshotGate) share(scope string, share *snapshotShare) {
 }
 
 // leaveShared ends a snapshot admitted into another's read.
-func (g *snapshotGate) leaveShared(token string) {
+func (g *snapshotGate) leaveShared(owner snapshotOwner) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.dropTokenLocked(token)
+	g.dropLocked(owner)
 }
 
 // leave ends an admitted snapshot that took d, handing its turn to the
 // first waiter.
-func (g *snapshotGate) leave(token string, d time.Duration) {
+func (g *snapshotGate) leave(owner snapshotOwner, d time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.dropTokenLocked(token)
+	g.dropLocked(owner)
 	if g.took == 0 {
 		g.took = d
 	} else {
@@ -185,9 +198,17 @@ func (g *snapshotGate) leave(token string, d time.Duration) {
 	g.running--
 }
 
-func (g *snapshotGate) dropTokenLocked(token string) {
-	if g.byToken[token]--; g.byToken[token] <= 0 {
-		delete(g.byToken, token)
+func (g *snapshotGate) addLocked(o snapshotOwner) {
+	g.byToken[o.token]++
+	g.byTenant[o.tenant]++
+}
+
+func (g *snapshotGate) dropLocked(o snapshotOwner) {
+	if g.byToken[o.token]--; g.byToken[o.token] <= 0 {
+		delete(g.byToken, o.token)
+	}
+	if g.byTenant[o.tenant]--; g.byTenant[o.tenant] <= 0 {
+		delete(g.byTenant, o.tenant)
 	}
 }
 
@@ -243,7 +264,8 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	scope := scopeOf(p)
 	key := scopeKey(scope)
-	joined, refused := s.snapshots.enter(r.Context(), p.TokenID, key, s.cfg.SnapshotQueueTimeout)
+	owner := snapshotOwner{token: p.TokenID, tenant: p.Tenant}
+	joined, refused := s.snapshots.enter(r.Context(), owner, key, s.cfg.SnapshotQueueTimeout)
 	if refused != nil {
 		s.metrics.snapshotsRefused.Inc()
 		// The wait may have outlasted the HTTP server's write deadline,
@@ -261,13 +283,13 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	s.metrics.snapshotsActive.Inc()
 	defer s.metrics.snapshotsActive.Dec()
 	if joined != nil {
-		defer s.snapshots.leaveShared(p.TokenID)
+		defer s.snapshots.leaveShared(owner)
 		s.metrics.snapshotsShared.Inc()
 		s.sendSnapshot(w, r, rc, p, joined)
 		return
 	}
 	began := time.Now()
-	defer func() { s.snapshots.leave(p.TokenID, time.Since(began)) }()
+	defer func() { s.snapshots.leave(owner, time.Since(began)) }()
 
 	share := newSnapshotShare(s.cfg.SnapshotShareBytes)
 	mine := share.reader()
