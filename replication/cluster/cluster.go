@@ -379,12 +379,20 @@ func (c *Cluster) quorumReached(what string) {
 // together and the metadata leader is being elected. Retried.
 var errNotSettled = errors.New("JetStream metadata not settled")
 
+// errCodeDuplicateInProcess is JetStream's answer to a publish whose
+// message id an earlier publish still being stored carries (409, "duplicate
+// message id is in process"): a retry after an attempt's timeout gets it
+// while the stream has no quorum.
+const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
+
 // retryable reports whether a JetStream error may go away by itself (no
 // leader yet, a timeout, a lost connection) rather than being an answer.
 func retryable(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code >= 500 // JetStream temporarily unavailable, no leader
+		// 5xx: JetStream temporarily unavailable, no leader. A publish's
+		// earlier attempt still being stored: its outcome comes later.
+		return apiErr.Code >= 500 || apiErr.ErrorCode == errCodeDuplicateInProcess
 	}
 	return errors.Is(err, errNotSettled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||

@@ -223,8 +223,8 @@ func streamLast(nc *nats.Conn) (uint64, bool) {
 		return 0, false
 	}
 	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, false
+	if err != nil || (info.Cluster != nil && info.Cluster.Leader == "") {
+		return 0, false // a server that sees no leader answers with its own copy
 	}
 	return info.State.LastSeq, true
 }

@@ -240,6 +240,11 @@ func (c *Cluster) watchStream(ctx context.Context) {
 	ictx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
 	defer cancel()
 	info, err := c.stream.Info(ictx)
+	if err == nil && info.Cluster != nil && info.Cluster.Leader == "" {
+		// A server of the stream's group that sees no leader answers
+		// with its own copy of the stream: no proof of a quorum.
+		err = errNoLeader
+	}
 	if err != nil {
 		// Whatever the error, the stream did not prove it answers.
 		if ctx.Err() == nil {
@@ -250,6 +255,10 @@ func (c *Cluster) watchStream(ctx context.Context) {
 	c.setHead(info.State.LastSeq)
 	c.quorumReached("read the stream's head")
 }
+
+// errNoLeader: the stream's info came from a server that sees no leader
+// of the stream (as a node cut off from the others does).
+var errNoLeader = errors.New("the command stream has no leader")
 
 // observeSnapshotAge sets the snapshot-age gauge from the newest
 // snapshot's modification time.
