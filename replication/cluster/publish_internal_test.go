@@ -72,6 +72,7 @@ func TestRetryable(t *testing.T) {
 	}{
 		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
 		{&jetstream.APIError{Code: 409, ErrorCode: errCodeDuplicateInProcess, Description: "duplicate message id is in process"}, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: errCodeNoPeers, Description: "no suitable peers for placement"}, true},
 		{fmt.Errorf("publish: %w", context.DeadlineExceeded), true},
 		{nats.ErrNoResponders, true},
 		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeBadRequest, Description: "bad request"}, false},
