@@ -266,9 +266,8 @@ func askStreamLast(ctx context.Context, natsAddr string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if info.Cluster != nil && info.Cluster.Leader == "" {
-		// A server that sees no leader answers with its own copy.
-		return 0, errors.New("the command stream has no leader")
+	if !cluster.FromLeader(info) {
+		return 0, errors.New("the command stream's leader did not answer")
 	}
 	return info.State.LastSeq, nil
 }
