@@ -672,7 +672,8 @@ func (c *Client) linkLost(l *link, err error) {
 		return
 	}
 	c.coord.OnOffline()
-	delay := c.relinkDelay(c.now().Sub(l.since))
+	lived := c.now().Sub(l.since)
+	delay := c.relinkDelay(lived)
 	if delay == 0 {
 		if c.monitor.Current() == netmonitor.Online {
 			c.coord.OnOnline()
@@ -681,8 +682,9 @@ func (c *Client) linkLost(l *link, err error) {
 	}
 	// A link lost soon after it was made (a server that accepts and then
 	// drops, or refuses after the bind) is retried after a jittered,
-	// growing wait, never in a tight loop.
-	c.log.Info("link lost soon after it was made; waiting before reconnecting", "wait", delay)
+	// growing wait, never in a tight loop; any other after a jittered
+	// wait, so devices that lost one server together do not return in step.
+	c.log.Info("waiting before reconnecting", "wait", delay, "link_lived", lived)
 	c.wg.Go(func() {
 		select {
 		case <-c.ctx.Done():
@@ -695,19 +697,22 @@ func (c *Client) linkLost(l *link, err error) {
 }
 
 // healthyLinkLife is how long a link must last for its loss to count as
-// an ordinary disconnection, reconnected at once, rather than a quick loss.
+// an ordinary disconnection, reconnected within RetryInterval, rather
+// than a quick loss.
 const healthyLinkLife = 30 * time.Second
 
 // relinkDelay returns how long to wait before reconnecting after a link
-// that lived for lived was lost: 0 after a healthy link (which also resets
-// the count), else RetryInterval doubled per consecutive quick loss, capped
-// at MaxRetryInterval, with jitter in [1/2, 1).
+// that lived for lived was lost: after a healthy link (which also resets
+// the count), a random wait below RetryInterval, which spreads the
+// reconnects of every device a server restart dropped at once; else
+// RetryInterval doubled per consecutive quick loss, capped at
+// MaxRetryInterval, with jitter in [1/2, 1).
 func (c *Client) relinkDelay(lived time.Duration) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if lived >= healthyLinkLife {
 		c.quickLosses = 0
-		return 0
+		return time.Duration(rand.Int64N(int64(c.cfg.RetryInterval)))
 	}
 	c.quickLosses++
 	d := c.cfg.RetryInterval << min(c.quickLosses-1, 16)

@@ -73,7 +73,8 @@ type Config struct {
 	// 0 means DefaultInFlight.
 	InFlight int
 	// RetryInterval is the first wait before replaying writes that were
-	// refused or left queued; it doubles up to MaxRetryInterval.
+	// refused or left queued; it doubles up to MaxRetryInterval. A link
+	// that lasted and was lost is reconnected after a random wait below it.
 	RetryInterval    time.Duration
 	MaxRetryInterval time.Duration
 	// ProbeInterval is how often reachability is probed (GET /healthz).

@@ -338,7 +338,11 @@ func (d *device) waitSynced(t testing.TB) {
 // no connection is bound.
 func (d *device) waitOffline(t testing.TB) {
 	t.Helper()
-	d.waitStatus(t, "offline", func(st client.Status) bool { return !st.Online && !st.Connected })
+	// Online is false too before the monitor's first verdict, while the
+	// state is still connecting: wait for the verdict itself.
+	d.waitStatus(t, "offline", func(st client.Status) bool {
+		return !st.Online && !st.Connected && st.State == client.StateOffline
+	})
 }
 
 // put writes model/key and returns the op id.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // Errors of Records.Put and Records.Apply. Both mean the caller's
@@ -248,15 +250,62 @@ func (rec Record) validate() error {
 // writers, but a slow fn holds back WAL checkpoints, so fn should not wait
 // on anything unbounded.
 func (r *Records) Snapshot(ctx context.Context, scope Scope, fn func(head uint64, rec Record) error) (uint64, error) {
-	return r.SnapshotFrom(ctx, r.db, scope, fn)
-}
-
-// SnapshotFrom is Snapshot read through db, another handle on the same
-// database file (a pool of its own, so that slow snapshot readers never
-// hold the connections everything else needs).
-func (r *Records) SnapshotFrom(ctx context.Context, db *sql.DB, scope Scope, fn func(head uint64, rec Record) error) (uint64, error) {
 	where, args := scopeWhere(scope)
 	query := `SELECT ` + recordColumns + ` FROM records WHERE 1 = 1` + where + ` ORDER BY tenant, model, key`
+	head, err := snapshotRows(ctx, r.db, query, args, func(head uint64, rows *sql.Rows) error {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return err
+		}
+		return fn(head, rec)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("snapshot records: %w", err)
+	}
+	return head, nil
+}
+
+// LiveRecord is one live record as SnapshotLive streams it: what a client
+// bootstrapping from a snapshot needs of it, nothing more.
+type LiveRecord struct {
+	Model, Key string
+	// Value points into the database driver's row: it is valid only until
+	// the callback returns.
+	Value   []byte
+	Version uint64
+	HLC     syncproto.Timestamp
+}
+
+// SnapshotLive is Snapshot without the tombstones, read through db,
+// another handle on the same database file (a pool of its own, so that
+// slow snapshot readers never hold the connections everything else
+// needs). It is the path of a snapshot served to a device, so it reads
+// only the columns a device gets and hands fn one LiveRecord it reuses
+// for every row: no copy of a value, no allocation per row beyond the
+// driver's own.
+func (r *Records) SnapshotLive(ctx context.Context, db *sql.DB, scope Scope, fn func(head uint64, rec *LiveRecord) error) (uint64, error) {
+	where, args := scopeWhere(scope)
+	query := `SELECT model, key, value, version, wall, logical, origin FROM records WHERE deleted = 0` + where + ` ORDER BY tenant, model, key`
+	var (
+		rec   LiveRecord
+		value sql.RawBytes
+	)
+	head, err := snapshotRows(ctx, db, query, args, func(head uint64, rows *sql.Rows) error {
+		if err := rows.Scan(&rec.Model, &rec.Key, &value, &rec.Version, &rec.HLC.Wall, &rec.HLC.Logical, &rec.HLC.Origin); err != nil {
+			return err
+		}
+		rec.Value = value
+		return fn(head, &rec)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("snapshot live records: %w", err)
+	}
+	return head, nil
+}
+
+// snapshotRows runs query in one read transaction on db and calls fn on
+// each row with the head the read reflects.
+func snapshotRows(ctx context.Context, db *sql.DB, query string, args []any, fn func(head uint64, rows *sql.Rows) error) (uint64, error) {
 	var head uint64
 	err := readTx(ctx, db, func(conn *sql.Conn) error {
 		if err := conn.QueryRowContext(ctx, `SELECT applied_seq FROM records_state WHERE id = 1`).Scan(&head); err != nil {
@@ -268,20 +317,13 @@ func (r *Records) SnapshotFrom(ctx context.Context, db *sql.DB, scope Scope, fn 
 		}
 		defer rows.Close()
 		for rows.Next() {
-			rec, err := scanRecord(rows)
-			if err != nil {
-				return err
-			}
-			if err := fn(head, rec); err != nil {
+			if err := fn(head, rows); err != nil {
 				return err
 			}
 		}
 		return rows.Err()
 	})
-	if err != nil {
-		return 0, fmt.Errorf("snapshot records: %w", err)
-	}
-	return head, nil
+	return head, err
 }
 
 // scanRecord reads the recordColumns of one row.

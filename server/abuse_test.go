@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"reflect"
 	"runtime"
@@ -126,7 +127,7 @@ func TestAbuseOneTenantCannotExpireOrPruneAnother(t *testing.T) {
 // neither the connections nor the attention other requests need, and are
 // cut after the per-write deadline.
 func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
-	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 2, SnapshotWriteTimeout: 300 * time.Millisecond})
+	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 2, MaxQueuedSnapshots: -1, SnapshotWriteTimeout: 300 * time.Millisecond})
 	writer, clock := session(t, ts, ts.member(t, "acme", "seeder"), "seeder")
 	big := `"` + strings.Repeat("x", 8<<10) + `"`
 	for i := range 20 * abuseScale(t) { // ~8 MiB: more than socket buffers hold
@@ -153,14 +154,14 @@ func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
 	}
 	require.Equal(t, map[int]int{http.StatusOK: 2, http.StatusServiceUnavailable: 6}, statuses, "the concurrency limit admits two")
 
-	answersWithin(t, "/readyz", 5*time.Second, func() {
+	answersWithin(t, "/readyz", time.Second, func() {
 		require.Equal(t, http.StatusOK, getJSON(t, ts.url+"/readyz", "", nil))
 	})
-	answersWithin(t, "a new tenant's hello and push", 5*time.Second, func() {
+	answersWithin(t, "a new tenant's hello and push", time.Second, func() {
 		c, clock := session(t, ts, ts.member(t, "newcomer", "phone"), "phone")
 		requireApplied(t, c.push("p1", put(t, clock, "notes", "hello", `1`)))
 	})
-	answersWithin(t, "the admin API", 5*time.Second, func() { ts.Status(t) })
+	answersWithin(t, "the admin API", time.Second, func() { ts.Status(t) })
 
 	// The stalled readers are cut by the write deadline and their slots
 	// come back.
@@ -173,6 +174,35 @@ func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
 	}
 	_, recs := ts.snapshot(t, ts.member(t, "acme", "patient"))
 	require.Equal(t, 20*abuseScale(t)*50, len(recs), "a reader that reads gets the whole snapshot")
+}
+
+// Finding 4: a value nested far deeper than MaxValueDepth, though it fits
+// the frame, is refused alone (bad_request); the rest of its batch is
+// applied, and another device's later write to the same key gets an
+// answer it can decode instead of the poisoned winner.
+func TestAbusePoisonedValueIsRefused(t *testing.T) {
+	const depth = 1000 // within the frame's nesting limit, far beyond the value's
+	ts := startServer(t, server.Config{})
+	attacker, aClock := session(t, ts, ts.member(t, "acme", "bot"), "bot")
+	poison := strings.Repeat("[", depth) + "1" + strings.Repeat("]", depth)
+	res := attacker.push("p1", put(t, aClock, "notes", "shared", poison), put(t, aClock, "notes", "mine", `1`))
+	require.Equal(t, syncproto.StatusRejected, res[0].Status)
+	require.Equal(t, syncproto.CodeBadRequest, res[0].Code)
+	require.Contains(t, res[0].Message, fmt.Sprintf("more than %d", syncproto.MaxValueDepth))
+	require.Equal(t, syncproto.StatusApplied, res[1].Status, "the rest of the batch is applied")
+
+	// A device whose clock is behind writes the same key: with the
+	// poisoned value applied, its answer would carry that value as the
+	// winner; refused, the key is its.
+	behind := syncproto.NewClock("phone", func() time.Time { return time.Now().Add(-time.Minute) })
+	victim, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	requireApplied(t, victim.push("v1", put(t, behind, "notes", "shared", `"mine"`), put(t, behind, "notes", "other", `2`)))
+	_, recs := ts.snapshot(t, ts.member(t, "acme", "reader"))
+	values := map[string]string{}
+	for _, r := range recs {
+		values[r.Key] = string(r.Value)
+	}
+	require.Equal(t, map[string]string{"shared": `"mine"`, "mine": `1`, "other": `2`}, values)
 }
 
 // Finding 6: a session that never says hello is closed after the hello
@@ -309,7 +339,7 @@ func TestAbuseLargeWinnersStillGetAnAnswer(t *testing.T) {
 
 // noQuotas turns every per-token and per-tenant quota off, for the
 // benchmarks that measure the server rather than its limits.
-var noQuotas = server.Quotas{TokenMutationsPerSecond: -1, TenantMutationsPerSecond: -1, MaxConnectionsPerToken: -1}
+var noQuotas = server.Quotas{TokenMutationsPerSecond: -1, TenantMutationsPerSecond: -1, MaxConnectionsPerToken: -1, MaxConnectionsPerTenant: -1}
 
 // metricValue is metric's value as a number (/metrics writes large ones
 // with an exponent).
@@ -423,13 +453,43 @@ func TestAbuseOneTokenCannotHoldEveryConnection(t *testing.T) {
 	}, ioTimeout, 20*time.Millisecond, "the token's freed slot serves again")
 }
 
-// Finding 7: refusals and authentication failures are logged as counts
-// per interval, not one line per event, so a peer cannot flood the log.
+// Finding 6: one tenant, whatever its number of tokens, cannot hold every
+// session the server allows: by default it holds at most half of them, and
+// another tenant still connects.
+func TestAbuseOneTenantCannotHoldEveryConnection(t *testing.T) {
+	const maxConns = 4 // the tenant's cap is half of it
+	ts := startServer(t, server.Config{MaxConnections: maxConns})
+	for i := range maxConns / 2 {
+		dial(t, ts, ts.member(t, "attacker", fmt.Sprintf("bot-%d", i)))
+	}
+	for i := range 3 * abuseScale(t) {
+		resp := refusal(t, ts, dialOptions(ts.member(t, "attacker", fmt.Sprintf("more-%d", i))), http.StatusTooManyRequests)
+		require.Equal(t, "5", resp.Header.Get("Retry-After"))
+		e := httpErrorBody(t, resp)
+		resp.Body.Close()
+		require.Equal(t, syncproto.CodeRateLimited, e.Code)
+		require.Equal(t, int64(5000), e.RetryAfterMS)
+	}
+	require.Equal(t, 3*abuseScale(t), ts.quotaRefusals(t, "tenant_connections"))
+	require.Zero(t, ts.quotaRefusals(t, "token_connections"))
+
+	answersWithin(t, "a new tenant's hello and push", time.Second, func() {
+		c, clock := session(t, ts, ts.member(t, "victim", "phone"), "phone")
+		requireApplied(t, c.push("p1", put(t, clock, "notes", "k", `1`)))
+	})
+}
+
+// Finding 7: refusals, authentication failures and failed TLS handshakes
+// are logged as counts per interval, not one line per event, so a peer
+// cannot flood the log.
 func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	logs := &syncBuffer{}
 	ts := startServer(t, server.Config{
 		Logger:           slog.New(slog.NewJSONHandler(logs, nil)),
 		EventLogInterval: 200 * time.Millisecond,
+		// The refusals counted are unknown_type: room for every frame of
+		// the session at make abuse's scale.
+		RequestsPerSecond: 1e6, RequestBurst: 1 << 20,
 	})
 	n := 50 * abuseScale(t)
 	for range n {
@@ -439,6 +499,17 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	for i := range n {
 		c.write(websocket.MessageText, []byte(fmt.Sprintf(`{"type":"frobnicate","id":"u%d"}`, i)))
 		c.recvError(fmt.Sprintf("u%d", i), syncproto.CodeUnknownType)
+	}
+	// The same server behind TLS, as cmd/syncd serves it with --tls-cert:
+	// peers that connect and leave without a handshake.
+	tlsSrv := httptest.NewUnstartedServer(nil)
+	tlsSrv.Config = server.NewHTTPServer(ts.srv.Handler(), ts.srv.ErrorLog())
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	for range n {
+		conn, err := net.Dial("tcp", tlsSrv.Listener.Addr().String())
+		require.NoError(t, err)
+		conn.Close()
 	}
 
 	// Counts per message and code, once every event has been flushed.
@@ -461,7 +532,7 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 		}
 		return out
 	}
-	want := map[string]int{"authentication failed unauthorized": n, "request refused unknown_type": n}
+	want := map[string]int{"authentication failed unauthorized": n, "request refused unknown_type": n, "TLS handshake failed tls_handshake": n}
 	require.Eventually(t, func() bool { return reflect.DeepEqual(counts(), want) }, ioTimeout, 50*time.Millisecond)
 	t.Logf("%d events of each kind took %v log lines", n, lines)
 	for kind, l := range lines {
@@ -495,7 +566,7 @@ func TestAbuseFramesShareOneByteBudget(t *testing.T) {
 		b, bClock := session(t, ts, ts.member(t, "other", "b"), "b")
 		w := startFrame(t, a)
 		require.Eventually(t, func() bool {
-			return ts.metricValue(t, "syncd_frame_budget_bytes") == syncproto.MaxFrameBytes+1
+			return ts.metricValue(t, "syncd_frame_budget_bytes") == syncproto.MaxFrameBytes
 		}, ioTimeout, 10*time.Millisecond, "the stalled frame holds the budget")
 		b.send(&syncproto.Push{ID: "b1", Mutations: []syncproto.Mutation{put(t, bClock, "notes", "k", `1`)}})
 		require.Eventually(t, func() bool { return ts.metricValue(t, "syncd_frame_budget_waits_total") == 1 },
@@ -522,6 +593,79 @@ func TestAbuseFramesShareOneByteBudget(t *testing.T) {
 		c, clock := session(t, ts, ts.member(t, "acme", "patient"), "patient")
 		requireApplied(t, c.push("p1", put(t, clock, "notes", "k", `1`)))
 	})
+}
+
+// startTinyFrame sends the first bytes of a small frame and stalls. The
+// websocket stack holds an unfinished frame in its buffer; a ping, which
+// gets no pong here (nothing reads), pushes the buffer out.
+func startTinyFrame(t *testing.T, c *wsClient) io.WriteCloser {
+	t.Helper()
+	w, err := c.conn.Writer(t.Context(), websocket.MessageText)
+	require.NoError(t, err)
+	_, err = w.Write([]byte(`{"type":"ping",`))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, c.conn.Ping(ctx), context.DeadlineExceeded)
+	return w
+}
+
+// Finding 7: one tenant's stalled frames, small and large, from more
+// sessions than the frame budget holds largest frames, delay no other
+// tenant: a frame reserves the largest frame's size only once it is longer
+// than its head, and one token's and one tenant's frames hold at most
+// their share of the budget. The other tenant is answered while the
+// stalled frames are still held, long before FrameReadTimeout cuts them.
+func TestAbuseStalledFramesOfOneTenantDelayNoOther(t *testing.T) {
+	// 32 stalled frames, 16 of them large, where the server's budget
+	// holds 16 largest frames, a token's share 2 and a tenant's 4.
+	const tokens, perToken = 4, 8
+	ts := startServer(t, server.Config{FrameReadTimeout: 10 * ioTimeout})
+	var attackers []*wsClient
+	for i := range tokens {
+		id := fmt.Sprintf("bot-%d", i)
+		tok := ts.member(t, "attacker", id)
+		for range perToken {
+			c, _ := session(t, ts, tok, id)
+			attackers = append(attackers, c)
+		}
+	}
+	for i, c := range attackers {
+		if i%2 == 0 {
+			startTinyFrame(t, c)
+		} else {
+			startFrame(t, c)
+		}
+	}
+	// The small frames hold nothing; the large ones hold the tenant's
+	// share, the rest wait for their token's or their tenant's.
+	tenantShare := float64(server.DefaultTenantFrameBytes)
+	require.Eventually(t, func() bool {
+		return ts.metricValue(t, "syncd_frame_budget_bytes") == tenantShare &&
+			ts.metricValue(t, `syncd_quota_waits_total{quota="token_frame_bytes"}`) > 0 &&
+			ts.metricValue(t, `syncd_quota_waits_total{quota="tenant_frame_bytes"}`) > 0
+	}, ioTimeout, 10*time.Millisecond, "the stalled frames hold the attacker's share")
+
+	// A server that made these wait for the stalled frames to be cut
+	// would answer after FrameReadTimeout, ten times the harness's
+	// ioTimeout: the large push fails on that, the rest on their second.
+	var victim *wsClient
+	var clock *syncproto.Clock
+	answersWithin(t, "another tenant's hello and push", time.Second, func() {
+		victim, clock = session(t, ts, ts.member(t, "victim", "phone"), "phone")
+		requireApplied(t, victim.push("small", put(t, clock, "notes", "small", `1`)))
+	})
+	answersWithin(t, "/readyz", time.Second, func() {
+		require.Equal(t, http.StatusOK, getJSON(t, ts.url+"/readyz", "", nil))
+	})
+	big := `"` + strings.Repeat("v", syncproto.MaxPayloadBytes-64) + `"`
+	muts := make([]syncproto.Mutation, 8) // ~2 MiB: a frame that takes a whole reservation
+	for i := range muts {
+		muts[i] = put(t, clock, "notes", fmt.Sprintf("big-%d", i), big)
+	}
+	requireApplied(t, victim.push("large", muts...))
+	require.Eventually(t, func() bool { return ts.metricValue(t, "syncd_frame_budget_bytes") == tenantShare },
+		ioTimeout, 10*time.Millisecond, "the stalled frames were still held when the victim was served")
 }
 
 // rssBytes is the process's resident set size (Linux /proc).

@@ -62,8 +62,31 @@ type badInput struct {
 	result bool
 	close  syncproto.CloseCode
 	// check, when set, replaces every expectation above and the final
-	// check that the connection stays open.
-	check func(e *badEnv, c *wsClient)
+	// check that the connection stays open; answer then says in words
+	// what it checks, as PROTOCOL.md section 17 does.
+	check  func(e *badEnv, c *wsClient)
+	answer string
+}
+
+// documentedAnswer is the answer tc expects, in the words of PROTOCOL.md
+// section 17's rows.
+func (tc badInput) documentedAnswer() string {
+	switch {
+	case tc.check != nil:
+		return tc.answer
+	case tc.status != 0:
+		return fmt.Sprintf("HTTP %d, JSON `error` `%s`; no upgrade", tc.status, tc.code)
+	case tc.result:
+		return fmt.Sprintf("result `rejected`, `%s`", tc.code)
+	}
+	id := "without `id`"
+	if tc.id != "" {
+		id = fmt.Sprintf("with `id` `%s`", tc.id)
+	}
+	if tc.close != 0 {
+		return fmt.Sprintf("`error` `%s` %s, then close %d with reason `%s`", tc.code, id, tc.close, tc.code)
+	}
+	return fmt.Sprintf("`error` `%s` %s; the connection stays open", tc.code, id)
 }
 
 // mutation returns a valid put by phone as a JSON object, changed by edit
@@ -116,6 +139,8 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 
 	bigValue := `"` + strings.Repeat("x", syncproto.MaxPayloadBytes) + `"`
 	deepValue := strings.Repeat("[", syncproto.MaxValueDepth+1) + strings.Repeat("]", syncproto.MaxValueDepth+1)
+	// Inside the push object, its mutations array and the mutation object.
+	frameDeepValue := strings.Repeat("[", syncproto.MaxFrameDepth-2) + strings.Repeat("]", syncproto.MaxFrameDepth-2)
 	tooMany := make([]map[string]any, syncproto.MaxBatch+1)
 	for i := range tooMany {
 		tooMany[i] = e.mutation(map[string]any{"key": fmt.Sprintf("k%d", i)})
@@ -141,6 +166,15 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 	pushOf := func(edit map[string]any) func(*badEnv) []wsFrame {
 		return func(e *badEnv) []wsFrame { return e.push(e.mutation(edit)) }
 	}
+	// inOrder is a push of one mutation whose members are sent in the
+	// order given (JSON text after each name), after a fresh op_id.
+	inOrder := func(members ...string) func(*badEnv) []wsFrame {
+		return func(e *badEnv) []wsFrame {
+			m := `{"op_id":"` + newOpID(e.t) + `",` + strings.Join(members, ",") + `}`
+			return frames(`{"type":"push","id":"p1","mutations":[` + m + `]}`)(e)
+		}
+	}
+	validHLC := func() string { return `"hlc":"` + e.clock.Now().String() + `"` }
 
 	cases := []badInput{
 		// Refused before the upgrade (PROTOCOL.md section 1).
@@ -170,7 +204,7 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 			}},
 		{name: "admin token on the sync endpoint", status: http.StatusUnauthorized, code: syncproto.CodeUnauthorized,
 			dial: func(e *badEnv) *websocket.DialOptions { return e.tokenDial(e.ts.adminToken) }},
-		{name: "browser origin not allowed", status: http.StatusForbidden,
+		{name: "browser origin not allowed", status: http.StatusForbidden, code: syncproto.CodeForbiddenOrigin,
 			dial: func(e *badEnv) *websocket.DialOptions {
 				o := e.tokenDial(e.phone)
 				o.HTTPHeader.Set("Origin", "https://evil.example")
@@ -190,6 +224,8 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 			code: syncproto.CodeInvalidClientID, id: "h1", close: syncproto.CloseProtocolError},
 		{name: "hello hlc origin not the client id", noHello: true, frames: helloFrame(map[string]any{"hlc": "1733140000000.0.laptop"}),
 			code: syncproto.CodeInvalidHLC, id: "h1", close: syncproto.CloseProtocolError},
+		{name: "hello with a client id of the wrong type before an unparsable hlc", noHello: true, frames: frames(`{"type":"hello","id":"h1","hlc":"yesterday","cursor":0,"client_id":7}`),
+			code: syncproto.CodeInvalidClientID, id: "h1", close: syncproto.CloseProtocolError},
 		{name: "hello cursor from the future", noHello: true, frames: helloFrame(map[string]any{"cursor": 1 << 40}),
 			code: syncproto.CodeCursorAhead, id: "h1", close: syncproto.CloseProtocolError},
 		{name: "second hello", frames: helloFrame(map[string]any{"id": "h2"}),
@@ -197,6 +233,10 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 
 		// Framing (PROTOCOL.md section 2).
 		{name: "malformed JSON", frames: frames(`{"type":"push","mutations":[`),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "malformed JSON after the id", frames: frames(`{"type":"push","id":"p1","mutations":[`),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
+		{name: "data after the object", frames: frames(`{"type":"ping","id":"k1"} x`),
 			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
 		{name: "not an object", frames: frames(`["push"]`),
 			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
@@ -244,6 +284,14 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		{name: "overlong key", frames: pushOf(map[string]any{"key": strings.Repeat("k", syncproto.MaxKeyBytes+1)}), result: true, code: syncproto.CodeInvalidKey},
 		{name: "key with a control character", frames: pushOf(map[string]any{"key": "a\u0007b"}), result: true, code: syncproto.CodeInvalidKey},
 		{name: "key of the wrong type", frames: pushOf(map[string]any{"key": 42}), result: true, code: syncproto.CodeInvalidKey},
+		{name: "key with a lone surrogate escape", frames: inOrder(`"model":"notes"`, `"key":"a\ud800b"`, `"op":"put"`, `"value":1`, validHLC()),
+			result: true, code: syncproto.CodeInvalidKey},
+		{name: "key and base_version of the wrong type, key first", frames: inOrder(`"model":"notes"`, `"key":42`, `"op":"put"`, `"value":1`, validHLC(), `"base_version":"3"`),
+			result: true, code: syncproto.CodeInvalidKey},
+		{name: "key and base_version of the wrong type, base_version first", frames: inOrder(`"base_version":"3"`, validHLC(), `"value":1`, `"op":"put"`, `"key":42`, `"model":"notes"`),
+			result: true, code: syncproto.CodeInvalidKey},
+		{name: "malformed hlc before a key of the wrong type", frames: inOrder(`"hlc":"yesterday"`, `"model":"notes"`, `"key":42`, `"op":"put"`, `"value":1`),
+			result: true, code: syncproto.CodeInvalidKey},
 		{name: "bad model name", frames: pushOf(map[string]any{"model": "Bad-Model"}), result: true, code: syncproto.CodeInvalidModel},
 		{name: "missing op id", frames: pushOf(map[string]any{"op_id": nil}), result: true, code: syncproto.CodeInvalidOpID},
 		{name: "non-canonical op id", frames: pushOf(map[string]any{"op_id": strings.ToUpper(newOpID(t))}), result: true, code: syncproto.CodeInvalidOpID},
@@ -262,9 +310,12 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		{name: "base_version of the wrong type", frames: pushOf(map[string]any{"base_version": "3"}), result: true, code: syncproto.CodeBadRequest},
 		{name: "value over MaxPayloadBytes", frames: pushOf(map[string]any{"value": json.RawMessage(bigValue)}), result: true, code: syncproto.CodePayloadTooLarge},
 		{name: "value nested deeper than MaxValueDepth", frames: pushOf(map[string]any{"value": json.RawMessage(deepValue)}), result: true, code: syncproto.CodeBadRequest},
+		{name: "frame nested deeper than MaxFrameDepth", frames: pushOf(map[string]any{"value": json.RawMessage(frameDeepValue)}),
+			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
 
 		// Another tenant's data is not there to read.
 		{name: "another tenant's key", frames: frames(`{"type":"pull","id":"q1","cursor":0,"limit":1000}`),
+			answer: "`changes` without the other tenant's entries (its seqs are gaps in the cursor); nothing else",
 			check: func(e *badEnv, c *wsClient) {
 				ch := expect[*syncproto.Changes](c)
 				require.Greater(e.t, ch.Head, e.globexHead-1, "the head counts every tenant")
@@ -275,6 +326,7 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 				require.Empty(e.t, c.barrier())
 			}},
 		{name: "another tenant's key in the snapshot", frames: func(*badEnv) []wsFrame { return nil },
+			answer: "the snapshot holds only the token's tenant's records",
 			check: func(e *badEnv, _ *wsClient) {
 				_, recs := e.ts.snapshot(e.t, e.phone)
 				require.NotEmpty(e.t, recs)
@@ -284,11 +336,7 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 			}},
 	}
 	require.GreaterOrEqual(t, len(cases), 25)
-	names := make([]string, len(cases))
-	for i, tc := range cases {
-		names[i] = tc.name
-	}
-	requireConformanceChecklist(t, names)
+	requireConformanceChecklist(t, cases)
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -337,6 +385,9 @@ func runBadInput(t *testing.T, e *badEnv, tc badInput) {
 		for _, r := range pr.Results {
 			require.Equal(t, syncproto.StatusRejected, r.Status, "%+v", r)
 			require.Equal(t, tc.code, r.Code, "%+v", r)
+			if tc.code == syncproto.CodeInvalidOpID {
+				require.Empty(t, r.OpID, "an invalid op id is not echoed (section 5.4)")
+			}
 			if r.OpID != "" && r.OpID != e.takenOp {
 				_, found := e.ts.decided(t, "acme", r.OpID)
 				require.False(t, found, "a rejection is not recorded")
@@ -346,7 +397,8 @@ func runBadInput(t *testing.T, e *badEnv, tc badInput) {
 		c.recvError(tc.id, tc.code)
 	}
 	if tc.close != 0 {
-		require.Empty(t, c.expectClose(tc.close), "nothing after the error but the close")
+		require.Equal(t, tc.close, syncproto.CloseFor(tc.code))
+		require.Empty(t, c.expectClosing(tc.code), "nothing after the error but the close")
 		return
 	}
 	require.Empty(t, c.barrier(), "the connection stays open and quiet")
@@ -375,34 +427,40 @@ func TestOversizeFragmentedMessageIsRefused(t *testing.T) {
 }
 
 // requireConformanceChecklist requires PROTOCOL.md section 17 to list
-// exactly the cases tested: every bad-input case by name, and every other
-// row a test function of this package.
-func requireConformanceChecklist(t *testing.T, cases []string) {
+// exactly the cases tested: every bad-input case by name with the answer
+// the case expects, in the row's words, and every other row a test
+// function of this package.
+func requireConformanceChecklist(t *testing.T, cases []badInput) {
 	t.Helper()
 	doc, err := os.ReadFile("../PROTOCOL.md")
 	require.NoError(t, err)
 	_, section, ok := strings.Cut(string(doc), "\n## 17. Conformance checklist\n")
 	require.True(t, ok, "PROTOCOL.md has no section 17")
-	var rows []string
+	answers := map[string]string{}
+	for _, tc := range cases {
+		answers[tc.name] = tc.documentedAnswer()
+	}
+	tests := testFunctions(t)
+	documented := map[string]bool{}
 	for _, line := range strings.Split(section, "\n") {
 		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| case |") || strings.HasPrefix(line, "| --- |") {
 			continue
 		}
-		rows = append(rows, strings.TrimSpace(strings.Split(line, "|")[1]))
-	}
-	tests := testFunctions(t)
-	documented := map[string]bool{}
-	for _, row := range rows {
+		cells := strings.Split(line, " | ")
+		require.Len(t, cells, 2, "a row of two cells: %s", line)
+		row, answer := strings.TrimPrefix(cells[0], "| "), strings.TrimSuffix(cells[1], " |")
 		documented[row] = true
 		if name, ok := strings.CutPrefix(row, "`"); ok {
 			name = strings.TrimSuffix(name, "`")
 			require.True(t, tests[name], "section 17 names %s, which is no test of package server", name)
 			continue
 		}
-		require.Contains(t, cases, row, "section 17 lists %q, which is no bad-input case", row)
+		want, ok := answers[row]
+		require.True(t, ok, "section 17 lists %q, which is no bad-input case", row)
+		require.Equal(t, want, answer, "section 17's answer for %q is not what the case expects", row)
 	}
-	for _, c := range cases {
-		require.True(t, documented[c], "bad-input case %q is missing from PROTOCOL.md section 17", c)
+	for _, tc := range cases {
+		require.True(t, documented[tc.name], "bad-input case %q is missing from PROTOCOL.md section 17", tc.name)
 	}
 }
 

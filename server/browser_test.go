@@ -23,8 +23,9 @@ import (
 // browserPage is a syncd client in plain JavaScript, as a web app would
 // write one from PROTOCOL.md: it presents its token as a second
 // subprotocol entry (a browser's WebSocket cannot set Authorization),
-// pushes a write, reads it back through the change feed and posts what it
-// saw to /result on its own origin.
+// pushes a write, reads it back through the change feed, fetches the
+// snapshot as a resync would (a cross-origin fetch with Authorization) and
+// posts what it saw to /result on its own origin.
 var browserPage = template.Must(template.New("page").Parse(`<!doctype html>
 <html><body><script>
 const report = (r) => fetch("/result", {method: "POST", body: JSON.stringify(r)});
@@ -58,9 +59,21 @@ ws.onmessage = (ev) => {
   } else if (m.type === "error") {
     report({error: m.code + ": " + m.message});
   }
-  if (got.status && got.fed) { report(got); ws.close(1000); }
+  if (got.status && got.fed && !got.snapshotAsked) {
+    got.snapshotAsked = true;
+    fetch({{.SnapshotURL}}, {headers: {Authorization: "Bearer " + {{.Token}}}})
+      .then((r) => r.text().then((body) => {
+        const lines = body.trim().split("\n").map((l) => JSON.parse(l));
+        got.snapshotStatus = r.status;
+        got.snapshotHead = lines[0].head;
+        got.snapshotKeys = lines.slice(1, -1).map((l) => l.key);
+        report(got);
+        ws.close(1000);
+      }))
+      .catch((e) => report({error: "snapshot: " + e}));
+  }
 };
-ws.onclose = (ev) => { if (!(got.status && got.fed)) report({error: "closed " + ev.code + " " + ev.reason}); };
+ws.onclose = (ev) => { if (!got.snapshotAsked) report({error: "closed " + ev.code + " " + ev.reason}); };
 </script></body></html>`))
 
 // browserResult is what the page posts.
@@ -71,6 +84,10 @@ type browserResult struct {
 	Seq      uint64          `json:"seq"`
 	Fed      json.RawMessage `json:"fed"`
 	FedSeq   uint64          `json:"fedSeq"`
+
+	SnapshotStatus int      `json:"snapshotStatus"`
+	SnapshotHead   uint64   `json:"snapshotHead"`
+	SnapshotKeys   []string `json:"snapshotKeys"`
 }
 
 // TestBrowserConnectsWithTokenInSubprotocol runs the page above in a real
@@ -90,7 +107,9 @@ func TestBrowserConnectsWithTokenInSubprotocol(t *testing.T) {
 		switch r.URL.Path {
 		case "/":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			browserPage.Execute(w, map[string]string{"URL": ts.syncURL(), "Token": token})
+			if err := browserPage.Execute(w, map[string]string{"URL": ts.syncURL(), "SnapshotURL": ts.url + syncproto.SnapshotPath, "Token": token}); err != nil {
+				once.Do(func() { results <- browserResult{Error: "page: " + err.Error()} })
+			}
 		case "/result":
 			var res browserResult
 			body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
@@ -128,6 +147,9 @@ func TestBrowserConnectsWithTokenInSubprotocol(t *testing.T) {
 	require.Equal(t, string(syncproto.StatusApplied), res.Status)
 	require.Equal(t, res.Seq, res.FedSeq, "the change feed carried the write back")
 	require.JSONEq(t, `{"text":"written in a browser"}`, string(res.Fed))
+	require.Equal(t, http.StatusOK, res.SnapshotStatus, "the page fetched the snapshot across origins")
+	require.GreaterOrEqual(t, res.SnapshotHead, res.Seq)
+	require.Contains(t, res.SnapshotKeys, "from-a-browser")
 
 	entries := ts.Oplog(t, "&tenant=acme")
 	require.NotEmpty(t, entries)

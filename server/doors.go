@@ -32,7 +32,9 @@ const (
 const DefaultMaxConnectionsPerAddress = 1024
 
 // NewHTTPServer returns the http.Server syncd serves h with: every timeout
-// above set, errors logged to errorLog (nil: the standard logger).
+// above set, errors logged to errorLog (nil: the standard logger; pass
+// Server.ErrorLog, which counts failed TLS handshakes instead of logging
+// each).
 func NewHTTPServer(h http.Handler, errorLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -50,7 +52,8 @@ func NewHTTPServer(h http.Handler, errorLog *log.Logger) *http.Server {
 // that is closed as soon as it is accepted and counted in
 // syncd_connections_refused_per_address_total. Put syncd's public
 // listener behind it; behind a load balancer every peer has the balancer's
-// address, so set the limit to 0 (off) there and limit at the balancer.
+// address, so set the limit negative (off) there and limit at the
+// balancer; 0 means DefaultMaxConnectionsPerAddress.
 func (s *Server) LimitListener(ln net.Listener) net.Listener {
 	if s.cfg.MaxConnectionsPerAddress <= 0 {
 		return ln

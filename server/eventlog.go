@@ -1,6 +1,7 @@
 package server
 
 import (
+	"log"
 	"log/slog"
 	"slices"
 	"strings"
@@ -83,4 +84,27 @@ func (l *eventLog) close() {
 	}
 	l.mu.Unlock()
 	l.flush()
+}
+
+// ErrorLog is the logger to give NewHTTPServer for syncd's listeners: what
+// net/http logs goes to Config.Logger at warn, except failed TLS
+// handshakes, which any peer causes at will (a port scan, a plain-HTTP
+// probe): those are counted in the event log, one "TLS handshake failed"
+// line per interval with the count and the last peer.
+func (s *Server) ErrorLog() *log.Logger {
+	return log.New(httpErrorWriter{s}, "", 0)
+}
+
+// httpErrorWriter receives net/http's log lines, one per Write.
+type httpErrorWriter struct{ s *Server }
+
+func (w httpErrorWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSuffix(string(p), "\n")
+	if rest, ok := strings.CutPrefix(line, "http: TLS handshake error from "); ok {
+		remote, _, _ := strings.Cut(rest, ": ")
+		w.s.events.add("TLS handshake failed", "tls_handshake", remote)
+		return len(p), nil
+	}
+	w.s.log.Warn(line)
+	return len(p), nil
 }

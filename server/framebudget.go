@@ -11,23 +11,22 @@ import (
 )
 
 // DefaultFrameBudgetBytes is Config.FrameBudgetBytes' default: sixteen
-// frames of the largest size being decoded or applied at once.
+// frames of the largest size being read, decoded or applied at once.
 const DefaultFrameBudgetBytes = 16 * syncproto.MaxFrameBytes
 
 // DefaultFrameReadTimeout is Config.FrameReadTimeout's default: a 4 MiB
 // frame at about 150 KB/s.
 const DefaultFrameReadTimeout = 30 * time.Second
 
-// frameBudget bounds the bytes of frames held by all sessions together,
-// from the moment a frame starts arriving until it is handled (a push:
-// until its commit ends). A frame that starts reserves the largest frame
-// size and gives back what it did not use once it is read; a session whose
-// frame finds the budget spent waits, unread, until other frames are done
-// (TCP backpressure), so memory for frames in flight stays bounded however
-// many sessions push at once. Waiters are served in arrival order.
+// frameBudget bounds the bytes of frames held by a set of sessions (all of
+// them, one token's, one tenant's), from the moment a frame is known to
+// need them until it is handled (a push: until its commit ends). A session
+// whose frame finds the budget spent waits, unread, until other frames are
+// done (TCP backpressure), so memory for frames in flight stays bounded
+// however many sessions push at once. Waiters are served in arrival order.
 type frameBudget struct {
 	size    int64
-	inUse   prometheus.Gauge
+	inUse   prometheus.Gauge // nil: not reported
 	waits   prometheus.Counter
 	mu      sync.Mutex
 	used    int64
@@ -39,11 +38,21 @@ type budgetWaiter struct {
 	ready chan struct{}
 }
 
-// frameReservation is what a frame starting to arrive reserves.
-const frameReservation = syncproto.MaxFrameBytes + 1
+// frameHead is how much of a frame a session reads before it asks the
+// budgets: a frame that ends within it takes only its size, a longer one
+// frameReservation. Like the connection's read buffer, the head belongs to
+// the session, outside the budgets, so a peer that starts many small
+// frames and stalls holds none of them.
+const frameHead = 4 << 10
 
-func newFrameBudget(size int64, m *metrics) *frameBudget {
-	return &frameBudget{size: max(size, frameReservation), inUse: m.frameBudgetInUse, waits: m.frameBudgetWaits}
+// frameReservation is what a frame longer than its head reserves until it
+// is read whole: the largest frame.
+const frameReservation = syncproto.MaxFrameBytes
+
+// newFrameBudget makes a budget of size bytes, never less than one
+// frameReservation, so every frame fits alone.
+func newFrameBudget(size int64, inUse prometheus.Gauge, waits prometheus.Counter) *frameBudget {
+	return &frameBudget{size: max(size, frameReservation), inUse: inUse, waits: waits}
 }
 
 // acquire takes n bytes, waiting until they are free or ctx ends.
@@ -51,7 +60,7 @@ func (b *frameBudget) acquire(ctx context.Context, n int64) error {
 	b.mu.Lock()
 	if len(b.waiters) == 0 && b.used+n <= b.size {
 		b.used += n
-		b.inUse.Set(float64(b.used))
+		b.report()
 		b.mu.Unlock()
 		return nil
 	}
@@ -100,5 +109,42 @@ func (b *frameBudget) grantLocked() {
 		b.used += w.n
 		close(w.ready)
 	}
-	b.inUse.Set(float64(b.used))
+	b.report()
+}
+
+func (b *frameBudget) report() {
+	if b.inUse != nil {
+		b.inUse.Set(float64(b.used))
+	}
+}
+
+// frameShare is the budgets one session's frames draw on, in the order
+// they are taken: its token's, its tenant's, then the server's (a nil
+// entry is a budget turned off). One token's or one tenant's frames, even
+// stalled ones, hold at most their share, and wait for it without
+// standing in the server's queue, so the rest of the server's budget
+// serves everyone else.
+type frameShare []*frameBudget
+
+// acquire takes n bytes of every budget, in order, or none of them.
+func (s frameShare) acquire(ctx context.Context, n int64) error {
+	for i, b := range s {
+		if b == nil {
+			continue
+		}
+		if err := b.acquire(ctx, n); err != nil {
+			frameShare(s[:i]).release(n)
+			return err
+		}
+	}
+	return nil
+}
+
+// release gives back n bytes to every budget.
+func (s frameShare) release(n int64) {
+	for _, b := range s {
+		if b != nil {
+			b.release(n)
+		}
+	}
 }

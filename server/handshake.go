@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/syncd-dev/syncd/server/auth"
@@ -35,13 +36,11 @@ func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Prin
 		return refuse(http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "not a websocket upgrade: %s", problem))
 	}
 	if s.draining.Load() {
-		w.Header().Set("Retry-After", "5")
-		return refuse(http.StatusServiceUnavailable, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down"))
+		return refuse(http.StatusServiceUnavailable, retryIn(w, upgradeRetryAfterSeconds, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down")))
 	}
 	if s.conns.Add(1) > int64(s.cfg.MaxConnections) {
 		s.conns.Add(-1)
-		w.Header().Set("Retry-After", "5")
-		return refuse(http.StatusServiceUnavailable, syncproto.Errorf(syncproto.CodeServerBusy, "too many connections"))
+		return refuse(http.StatusServiceUnavailable, retryIn(w, upgradeRetryAfterSeconds, syncproto.Errorf(syncproto.CodeServerBusy, "too many connections")))
 	}
 	p, ok := s.principal(w, r, false)
 	if !ok {
@@ -56,19 +55,31 @@ func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Prin
 		s.conns.Add(-1)
 		return refuse(http.StatusBadRequest, syncproto.Errorf(syncproto.CodeBadRequest, "the websocket subprotocol %s is required", syncproto.Subprotocol))
 	}
-	if !s.quotas.openConn(p.TokenID) {
+	if e := s.quotas.openConn(p); e != nil {
 		s.conns.Add(-1)
 		s.metrics.connectionsTotal.WithLabelValues("refused").Inc()
-		s.events.add("upgrade refused", string(syncproto.CodeRateLimited), r.RemoteAddr)
-		s.quotas.refuseTokenConns(w)
+		s.events.add("upgrade refused", string(e.Code), r.RemoteAddr)
+		refuseConns(w, e)
 		return auth.Principal{}, false
 	}
 	return p, true
 }
 
+// upgradeRetryAfterSeconds is when an upgrade refused because the server
+// drains or holds MaxConnections sessions may be tried again.
+const upgradeRetryAfterSeconds = 5
+
+// retryIn sets e's retry_after_ms and w's Retry-After to secs seconds, so
+// a client reading either learns the same wait, and returns e.
+func retryIn(w http.ResponseWriter, secs int, e *syncproto.Error) *syncproto.Error {
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	e.RetryAfterMS = int64(secs) * 1000
+	return e
+}
+
 // releaseUpgrade gives back what admitUpgrade counted for p.
 func (s *Server) releaseUpgrade(p auth.Principal) {
-	s.quotas.closeConn(p.TokenID)
+	s.quotas.closeConn(p)
 	s.conns.Add(-1)
 }
 
@@ -129,6 +140,38 @@ func originAllowed(r *http.Request, patterns []string) bool {
 		}
 	}
 	return false
+}
+
+// crossOrigin serves the snapshot to web pages (PROTOCOL.md section 7): a
+// response to a request whose Origin the allow-list admits (originAllowed)
+// names that origin in Access-Control-Allow-Origin, so the page may read
+// it; any other origin gets no such header, so a browser keeps the answer
+// from the page. What the request may do is still decided by its token.
+func (s *Server) crossOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Origin")
+		if origin := r.Header.Get("Origin"); origin != "" && originAllowed(r, s.cfg.AllowedOrigins) {
+			w.Header().Set("Access-Control-Allow-Origin", origin)
+			w.Header().Set("Access-Control-Expose-Headers", "Retry-After")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// snapshotPreflight answers a browser's CORS preflight for the snapshot:
+// an allowed origin may GET it with an Authorization header; any other is
+// refused forbidden_origin.
+func (s *Server) snapshotPreflight(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin == "" || !originAllowed(r, s.cfg.AllowedOrigins) {
+		httpError(w, http.StatusForbidden, syncproto.Errorf(syncproto.CodeForbiddenOrigin, "origin %q is not allowed", origin))
+		return
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Methods", http.MethodGet)
+	h.Set("Access-Control-Allow-Headers", "Authorization")
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // offersSubprotocol reports whether r offers syncproto.v1.

@@ -53,6 +53,7 @@ func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 		code         syncproto.Code
 	}{
 		{"unknown path", http.MethodGet, "/v1/nowhere", map[string]string{"Authorization": ""}, http.StatusNotFound, syncproto.CodeBadRequest},
+		{"path before method", http.MethodPost, "/v1/nowhere", nil, http.StatusNotFound, syncproto.CodeBadRequest},
 		{"wrong method before token", http.MethodPost, syncproto.SyncPath, nil, http.StatusMethodNotAllowed, syncproto.CodeBadRequest},
 		{"upgrade headers before token", http.MethodGet, syncproto.SyncPath, map[string]string{"Upgrade": ""}, http.StatusBadRequest, syncproto.CodeBadRequest},
 		{"token before origin", http.MethodGet, syncproto.SyncPath, map[string]string{"Origin": "https://evil.example.org"}, http.StatusUnauthorized, syncproto.CodeUnauthorized},
@@ -66,6 +67,9 @@ func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 			defer resp.Body.Close()
 			require.Equal(t, tc.status, resp.StatusCode)
 			require.Equal(t, tc.code, httpErrorBody(t, resp).Code)
+			if tc.status == http.StatusMethodNotAllowed {
+				require.Equal(t, http.MethodGet, resp.Header.Get("Allow"), "section 17: 405 with Allow: GET")
+			}
 		})
 	}
 
@@ -88,7 +92,7 @@ func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 		require.NotEmpty(t, resp2.Header.Get("Retry-After"))
 	})
 
-	t.Run("connection cap before token", func(t *testing.T) {
+	t.Run("connection cap before token, after method and upgrade headers", func(t *testing.T) {
 		first := dial(t, ts, ts.member(t, "acme", "phone"))
 		defer first.conn.CloseNow()
 		resp, err := http.DefaultClient.Do(upgradeRequest(t, ts, http.MethodGet, syncproto.SyncPath, nil))
@@ -97,6 +101,23 @@ func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 		require.Equal(t, syncproto.CodeServerBusy, httpErrorBody(t, resp).Code)
 		require.NotEmpty(t, resp.Header.Get("Retry-After"))
+
+		// At the cap, a request that is no upgrade gets the earlier checks'
+		// answers, not 503.
+		for _, tc := range []struct {
+			method string
+			header map[string]string
+			status int
+		}{
+			{http.MethodPost, nil, http.StatusMethodNotAllowed},
+			{http.MethodGet, map[string]string{"Upgrade": ""}, http.StatusBadRequest},
+		} {
+			resp, err := http.DefaultClient.Do(upgradeRequest(t, ts, tc.method, syncproto.SyncPath, tc.header))
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			require.Equal(t, tc.status, resp.StatusCode, "%s %v at the cap", tc.method, tc.header)
+			require.Equal(t, syncproto.CodeBadRequest, httpErrorBody(t, resp).Code)
+		}
 	})
 }
 

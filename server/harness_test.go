@@ -334,7 +334,36 @@ func (c *wsClient) expectClose(code syncproto.CloseCode) []syncproto.Message {
 			// frame sent before the close.
 			var ce websocket.CloseError
 			require.ErrorAs(c.t, err, &ce)
+			require.Contains(c.t, syncproto.Codes, syncproto.Code(ce.Reason), "close reason %q is an error code", ce.Reason)
 			require.Equal(c.t, code, syncproto.CloseFor(syncproto.Code(ce.Reason)), "close reason %q names a code of close %d", ce.Reason, code)
+			for _, msg := range got {
+				if e, ok := msg.(*syncproto.Error); ok {
+					require.Equal(c.t, string(e.Code), ce.Reason, "the close reason is the code of the error before it")
+				}
+			}
+			return got
+		}
+		msg, err := syncproto.Decode(frame)
+		require.NoError(c.t, err, "frame %s", frame)
+		got = append(got, msg)
+	}
+	c.t.Fatalf("no close after 100 frames")
+	return nil
+}
+
+// expectClosing reads until the connection ends and requires the close
+// PROTOCOL.md section 13 assigns to code, with code as the reason. Frames
+// read on the way are returned.
+func (c *wsClient) expectClosing(code syncproto.Code) []syncproto.Message {
+	c.t.Helper()
+	var got []syncproto.Message
+	for range 100 {
+		frame, err := c.next()
+		if err != nil {
+			var ce websocket.CloseError
+			require.ErrorAs(c.t, err, &ce, "the connection ends with a close frame")
+			require.Equal(c.t, websocket.StatusCode(syncproto.CloseFor(code)), ce.Code, "close code for %s", code)
+			require.Equal(c.t, string(code), ce.Reason, "the close reason is the code")
 			return got
 		}
 		msg, err := syncproto.Decode(frame)
@@ -349,7 +378,7 @@ func (c *wsClient) expectClose(code syncproto.CloseCode) []syncproto.Message {
 // PROTOCOL.md section 13 assigns to it with the code as the reason.
 func (c *wsClient) expectRefusalClose(code syncproto.Code) *syncproto.Error {
 	c.t.Helper()
-	got := c.expectClose(syncproto.CloseFor(code))
+	got := c.expectClosing(code)
 	require.Len(c.t, got, 1, "one error frame before the close")
 	e, ok := got[0].(*syncproto.Error)
 	require.True(c.t, ok, "%T before the close", got[0])

@@ -73,6 +73,7 @@ func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 	busy := refusedUpgrade(t, ts, dialOptions(token), http.StatusServiceUnavailable)
 	require.Equal(t, syncproto.CodeShuttingDown, busy.Code)
 	require.True(t, busy.Retryable)
+	require.Equal(t, int64(5000), busy.RetryAfterMS, "the body says what Retry-After says")
 	require.True(t, ts.status(t).Draining)
 
 	close(g.release)
@@ -99,8 +100,14 @@ func TestShutdownDeadlineCutsSessions(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the deadline has passed already
 	require.ErrorIs(t, ts.srv.Shutdown(ctx), context.Canceled)
-	_, err := c.next()
-	require.Error(t, err, "the session was cut")
+	// The session is cut; a shutting_down error frame may get out first
+	// (section 13), nothing else.
+	f, err := c.next()
+	if err == nil {
+		require.JSONEq(t, `{"type":"error","code":"shutting_down","message":"server shutting down; reconnect and resend unanswered pushes","retryable":true}`, string(f))
+		f, err = c.next()
+	}
+	require.Error(t, err, "the session was cut: got %s", f)
 	close(g.release) // the committer finishes its group; Close waits for it
 }
 
@@ -111,6 +118,7 @@ func TestConnectionCap(t *testing.T) {
 	busy := refusedUpgrade(t, ts, dialOptions(token), http.StatusServiceUnavailable)
 	require.Equal(t, syncproto.CodeServerBusy, busy.Code)
 	require.True(t, busy.Retryable)
+	require.Equal(t, int64(5000), busy.RetryAfterMS, "the body says what Retry-After says")
 
 	first.conn.CloseNow()
 	require.Eventually(t, func() bool {
@@ -156,7 +164,10 @@ func TestIdleSessionIsClosedWith4000(t *testing.T) {
 // does not read) keeps its session with ping messages (PROTOCOL.md
 // section 14): unanswered keepalive pings end nothing by themselves.
 func TestPingMessagesKeepASessionWithoutPongs(t *testing.T) {
-	const idle = 600 * time.Millisecond
+	// A ping every quarter of the idle timeout leaves the test three
+	// quarters (900 ms) of scheduling stall on a loaded machine before
+	// the session would rightly be closed.
+	const idle = 1200 * time.Millisecond
 	ts := startServer(t, server.Config{IdleTimeout: idle, PingInterval: 20 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
 	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
 	const pings = 12 // three idle timeouts' worth, a ping every quarter

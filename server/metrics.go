@@ -28,9 +28,12 @@ type metrics struct {
 	subscribers        prometheus.Gauge
 	refusedPerAddress  prometheus.Counter
 	snapshotsActive    prometheus.Gauge
+	snapshotsWaiting   prometheus.Gauge
+	snapshotsShared    prometheus.Counter
 	snapshotsRefused   prometheus.Counter
 	snapshotsCut       prometheus.Counter
-	quotaRefusals      *prometheus.CounterVec // quota: token_mutations|tenant_mutations|token_connections
+	quotaRefusals      *prometheus.CounterVec // quota: token_mutations|tenant_mutations|token_connections|tenant_connections
+	quotaWaits         *prometheus.CounterVec // quota: token_frame_bytes|tenant_frame_bytes
 	frameBudgetInUse   prometheus.Gauge
 	frameBudgetWaits   prometheus.Counter
 	valuesOmitted      prometheus.Counter
@@ -39,7 +42,10 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncd_quota_refusals_total", Help: "Frames and upgrades refused by a token's or tenant's quota, by quota (token_mutations, tenant_mutations, token_connections).",
+			Name: "syncd_quota_refusals_total", Help: "Frames and upgrades refused by a token's or tenant's quota, by quota (token_mutations, tenant_mutations, token_connections, tenant_connections).",
+		}, []string{"quota"}),
+		quotaWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_quota_waits_total", Help: "Frames that waited, unread, for their token's or tenant's share of the frame budget, by quota (token_frame_bytes, tenant_frame_bytes).",
 		}, []string{"quota"}),
 		frameBudgetInUse: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncd_frame_budget_bytes", Help: "Bytes of the frame budget held by frames being read, decoded or applied.",
@@ -49,6 +55,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		snapshotsActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncd_snapshots_active", Help: "Snapshot downloads being served.",
+		}),
+		snapshotsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_snapshots_waiting", Help: "Snapshot requests waiting for a turn (the concurrency limit's queue).",
+		}),
+		snapshotsShared: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_snapshots_shared_total", Help: "Snapshots served from the database read of another device of the same scope whose turn came while they waited.",
 		}),
 		snapshotsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_snapshots_refused_total", Help: "Snapshot requests refused server_busy by the concurrency limits.",
@@ -129,10 +141,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "syncd_subscribers", Help: "Live change-feed subscriptions.",
 		}),
 	}
-	for _, q := range []string{quotaTokenMutations, quotaTenantMutations, quotaTokenConns} {
+	for _, q := range []string{quotaTokenMutations, quotaTenantMutations, quotaTokenConns, quotaTenantConns} {
 		m.quotaRefusals.WithLabelValues(q)
 	}
-	reg.MustRegister(m.quotaRefusals, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
+	for _, q := range []string{quotaTokenFrames, quotaTenantFrames} {
+		m.quotaWaits.WithLabelValues(q)
+	}
+	reg.MustRegister(m.quotaRefusals, m.quotaWaits, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsWaiting, m.snapshotsShared, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)

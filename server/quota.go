@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -22,6 +21,10 @@ const (
 	DefaultTenantMutationsPerSecond = 20_000
 	DefaultTenantMutationBurst      = 40_000
 	DefaultMaxConnectionsPerToken   = 32
+	// A token's frames may hold an eighth of DefaultFrameBudgetBytes, a
+	// tenant's a quarter: one tenant never holds the whole budget.
+	DefaultTokenFrameBytes  = 2 * syncproto.MaxFrameBytes
+	DefaultTenantFrameBytes = 4 * syncproto.MaxFrameBytes
 )
 
 // Quotas bound what one token and one tenant take from the server, summed
@@ -44,9 +47,23 @@ type Quotas struct {
 	// MaxConnectionsPerToken caps one token's open websocket sessions; the
 	// upgrade beyond it is refused HTTP 429 rate_limited with Retry-After.
 	MaxConnectionsPerToken int
+	// MaxConnectionsPerTenant caps the open websocket sessions of all the
+	// tokens of one tenant together, refused the same way; zero means half
+	// of Config.MaxConnections, so one tenant never holds every session.
+	MaxConnectionsPerTenant int
+	// TokenFrameBytes and TenantFrameBytes cap the bytes of frames one
+	// token's sessions, and one tenant's, hold while they are read,
+	// decoded or applied: their share of Config.FrameBudgetBytes. Beyond
+	// it their next frame waits unread, as for the server's budget, while
+	// other tokens' and tenants' frames go on. Never below one largest
+	// frame.
+	TokenFrameBytes  int64
+	TenantFrameBytes int64
 }
 
-func (q *Quotas) setDefaults() error {
+// setDefaults fills the zero fields; maxConnections is the server's cap
+// on sessions (Config.MaxConnections), which the tenant's cap halves.
+func (q *Quotas) setDefaults(maxConnections int) error {
 	defRate := func(r *float64, b *int, dr float64, db int) error {
 		if *r == 0 {
 			*r = dr
@@ -62,6 +79,15 @@ func (q *Quotas) setDefaults() error {
 	if q.MaxConnectionsPerToken == 0 {
 		q.MaxConnectionsPerToken = DefaultMaxConnectionsPerToken
 	}
+	if q.MaxConnectionsPerTenant == 0 {
+		q.MaxConnectionsPerTenant = max(1, maxConnections/2)
+	}
+	if q.TokenFrameBytes == 0 {
+		q.TokenFrameBytes = DefaultTokenFrameBytes
+	}
+	if q.TenantFrameBytes == 0 {
+		q.TenantFrameBytes = DefaultTenantFrameBytes
+	}
 	return errors.Join(
 		defRate(&q.TokenMutationsPerSecond, &q.TokenMutationBurst, DefaultTokenMutationsPerSecond, DefaultTokenMutationBurst),
 		defRate(&q.TenantMutationsPerSecond, &q.TenantMutationBurst, DefaultTenantMutationsPerSecond, DefaultTenantMutationBurst))
@@ -72,29 +98,41 @@ const (
 	quotaTokenMutations  = "token_mutations"
 	quotaTenantMutations = "tenant_mutations"
 	quotaTokenConns      = "token_connections"
+	quotaTenantConns     = "tenant_connections"
+	// Values of the quota label of syncd_quota_waits_total.
+	quotaTokenFrames  = "token_frame_bytes"
+	quotaTenantFrames = "tenant_frame_bytes"
 )
 
-// quotaBook holds the quotas' state: one mutation bucket per token and per
-// tenant, and each token's open sessions. It keeps one entry per token and
+// quotaBook holds the quotas' state: per token and per tenant, a mutation
+// bucket, a frame budget and the open sessions. It keeps one entry per token and
 // tenant seen since start; tokens are issued by the operator, so the maps
 // are as bounded as the token file.
 type quotaBook struct {
 	q       Quotas
 	now     func() time.Time
 	refused *prometheus.CounterVec // quota
+	waits   *prometheus.CounterVec // quota
 
 	mu      sync.Mutex
 	tokens  map[string]*tokenQuota
-	tenants map[string]*rate.Limiter
+	tenants map[string]*tenantQuota
 }
 
 type tokenQuota struct {
 	mutations *rate.Limiter
+	frames    *frameBudget // nil: no cap
+	conns     int
+}
+
+type tenantQuota struct {
+	mutations *rate.Limiter
+	frames    *frameBudget // nil: no cap
 	conns     int
 }
 
 func newQuotaBook(q Quotas, now func() time.Time, m *metrics) *quotaBook {
-	return &quotaBook{q: q, now: now, refused: m.quotaRefusals, tokens: map[string]*tokenQuota{}, tenants: map[string]*rate.Limiter{}}
+	return &quotaBook{q: q, now: now, refused: m.quotaRefusals, waits: m.quotaWaits, tokens: map[string]*tokenQuota{}, tenants: map[string]*tenantQuota{}}
 }
 
 // limiter is a token bucket of rate r and burst b; r < 0 never refuses.
@@ -105,22 +143,45 @@ func limiter(r float64, b int) *rate.Limiter {
 	return rate.NewLimiter(rate.Limit(r), b)
 }
 
+// frames is a frame budget of size bytes whose waits count as quota; nil
+// when size < 0 (no cap).
+func (b *quotaBook) frames(size int64, quota string) *frameBudget {
+	if size < 0 {
+		return nil
+	}
+	return newFrameBudget(size, nil, b.waits.WithLabelValues(quota))
+}
+
 func (b *quotaBook) token(id string) *tokenQuota {
 	t := b.tokens[id]
 	if t == nil {
-		t = &tokenQuota{mutations: limiter(b.q.TokenMutationsPerSecond, b.q.TokenMutationBurst)}
+		t = &tokenQuota{
+			mutations: limiter(b.q.TokenMutationsPerSecond, b.q.TokenMutationBurst),
+			frames:    b.frames(b.q.TokenFrameBytes, quotaTokenFrames),
+		}
 		b.tokens[id] = t
 	}
 	return t
 }
 
-func (b *quotaBook) tenant(name string) *rate.Limiter {
-	l := b.tenants[name]
-	if l == nil {
-		l = limiter(b.q.TenantMutationsPerSecond, b.q.TenantMutationBurst)
-		b.tenants[name] = l
+func (b *quotaBook) tenant(name string) *tenantQuota {
+	t := b.tenants[name]
+	if t == nil {
+		t = &tenantQuota{
+			mutations: limiter(b.q.TenantMutationsPerSecond, b.q.TenantMutationBurst),
+			frames:    b.frames(b.q.TenantFrameBytes, quotaTenantFrames),
+		}
+		b.tenants[name] = t
 	}
-	return l
+	return t
+}
+
+// frameShare is the budgets p's frames draw on: its token's, its
+// tenant's, then global.
+func (b *quotaBook) frameShare(p auth.Principal, global *frameBudget) frameShare {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return frameShare{b.token(p.TokenID).frames, b.tenant(p.Tenant).frames, global}
 }
 
 // charge takes n mutations from p's token and tenant buckets, or from
@@ -129,7 +190,7 @@ func (b *quotaBook) tenant(name string) *rate.Limiter {
 func (b *quotaBook) charge(p auth.Principal, n int) *syncproto.Error {
 	now := b.now()
 	b.mu.Lock()
-	tok, ten := b.token(p.TokenID).mutations, b.tenant(p.Tenant)
+	tok, ten := b.token(p.TokenID).mutations, b.tenant(p.Tenant).mutations
 	b.mu.Unlock()
 	n = min(n, b.q.TokenMutationBurst, b.q.TenantMutationBurst)
 	rt := tok.ReserveN(now, max(n, 0))
@@ -153,35 +214,42 @@ func (b *quotaBook) refuse(quota string, wait time.Duration, format string, args
 	return e
 }
 
-// openConn counts a session of the token, or refuses it over
-// MaxConnectionsPerToken.
-func (b *quotaBook) openConn(tokenID string) bool {
+// openConn counts a session of p's token and tenant, or refuses it over
+// MaxConnectionsPerToken or MaxConnectionsPerTenant: it then returns the
+// rate_limited error to answer with HTTP 429.
+func (b *quotaBook) openConn(p auth.Principal) *syncproto.Error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t := b.token(tokenID)
-	if b.q.MaxConnectionsPerToken > 0 && t.conns >= b.q.MaxConnectionsPerToken {
+	tok, ten := b.token(p.TokenID), b.tenant(p.Tenant)
+	var e *syncproto.Error
+	switch {
+	case b.q.MaxConnectionsPerToken > 0 && tok.conns >= b.q.MaxConnectionsPerToken:
 		b.refused.WithLabelValues(quotaTokenConns).Inc()
-		return false
+		e = syncproto.Errorf(syncproto.CodeRateLimited, "this token already holds %d connections", b.q.MaxConnectionsPerToken)
+	case b.q.MaxConnectionsPerTenant > 0 && ten.conns >= b.q.MaxConnectionsPerTenant:
+		b.refused.WithLabelValues(quotaTenantConns).Inc()
+		e = syncproto.Errorf(syncproto.CodeRateLimited, "this tenant already holds %d connections", b.q.MaxConnectionsPerTenant)
+	default:
+		tok.conns++
+		ten.conns++
+		return nil
 	}
-	t.conns++
-	return true
+	return e
 }
 
-func (b *quotaBook) closeConn(tokenID string) {
+func (b *quotaBook) closeConn(p auth.Principal) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.token(tokenID).conns--
+	b.token(p.TokenID).conns--
+	b.tenant(p.Tenant).conns--
 }
 
-// refuseTokenConns answers the upgrade refused by MaxConnectionsPerToken.
-func (b *quotaBook) refuseTokenConns(w http.ResponseWriter) {
-	w.Header().Set("Retry-After", strconv.Itoa(tokenConnsRetryAfterSeconds))
-	e := syncproto.Errorf(syncproto.CodeRateLimited, "this token already holds %d connections", b.q.MaxConnectionsPerToken)
-	e.RetryAfterMS = tokenConnsRetryAfterSeconds * 1000
-	httpError(w, http.StatusTooManyRequests, e)
+// refuseConns answers an upgrade that openConn refused with e.
+func refuseConns(w http.ResponseWriter, e *syncproto.Error) {
+	httpError(w, http.StatusTooManyRequests, retryIn(w, connsRetryAfterSeconds, e))
 }
 
-// tokenConnsRetryAfterSeconds is the Retry-After of a refusal by
-// MaxConnectionsPerToken: a slot frees when one of the token's sessions
-// ends, which a client cannot know.
-const tokenConnsRetryAfterSeconds = 5
+// connsRetryAfterSeconds is the Retry-After of a refusal by
+// MaxConnectionsPerToken or MaxConnectionsPerTenant: a slot frees when one
+// of the token's or tenant's sessions ends, which a client cannot know.
+const connsRetryAfterSeconds = 5

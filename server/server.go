@@ -85,21 +85,32 @@ type Config struct {
 	// MaxConcurrentSnapshots caps snapshots served at once (and the
 	// snapshot pool's connections); 0 means DefaultMaxConcurrentSnapshots.
 	MaxConcurrentSnapshots int
+	// MaxQueuedSnapshots caps snapshots waiting for a turn beyond
+	// MaxConcurrentSnapshots; 0 means DefaultMaxQueuedSnapshots, negative
+	// means none wait (refused at once). SnapshotQueueTimeout bounds one
+	// wait; 0 means DefaultSnapshotQueueTimeout. Either way a refusal is
+	// 503 server_busy with a Retry-After from the queue.
+	MaxQueuedSnapshots   int
+	SnapshotQueueTimeout time.Duration
+	// SnapshotShareBytes bounds the body a snapshot read served to several
+	// devices keeps for its slowest reader; 0 means
+	// DefaultSnapshotShareBytes.
+	SnapshotShareBytes int
 	// SnapshotTimeout bounds one snapshot download; 0 means
 	// DefaultSnapshotTimeout. SnapshotWriteTimeout bounds each write of
 	// one; 0 means DefaultSnapshotWriteTimeout.
 	SnapshotTimeout      time.Duration
 	SnapshotWriteTimeout time.Duration
-	// Quotas bound each token's and tenant's mutation rate and each
-	// token's sessions; zero fields take their defaults.
+	// Quotas bound each token's and tenant's mutation rate, sessions and
+	// share of the frame budget; zero fields take their defaults.
 	Quotas Quotas
 	// FrameBudgetBytes bounds the bytes of frames being read, decoded or
 	// applied, over all sessions (frameBudget); 0 means
 	// DefaultFrameBudgetBytes, and it is never below one largest frame.
 	FrameBudgetBytes int64
 	// FrameReadTimeout bounds reading one message once it started to
-	// arrive (after the frame budget admitted it); past it the connection
-	// is cut. 0 means DefaultFrameReadTimeout.
+	// arrive (not counting a wait for the frame budgets); past it the
+	// connection is cut. 0 means DefaultFrameReadTimeout.
 	FrameReadTimeout time.Duration
 	// EventLogInterval is how often counts of refusals and authentication
 	// failures are logged, one line per kind (eventLog); 0 means
@@ -180,6 +191,7 @@ func (c *Config) setDefaults() error {
 	def(&c.HelloTimeout, DefaultHelloTimeout)
 	def(&c.SnapshotTimeout, DefaultSnapshotTimeout)
 	def(&c.SnapshotWriteTimeout, DefaultSnapshotWriteTimeout)
+	def(&c.SnapshotQueueTimeout, DefaultSnapshotQueueTimeout)
 	def(&c.PingInterval, c.IdleTimeout/3)
 	def(&c.RetentionInterval, DefaultRetentionInterval)
 	def(&c.EventLogInterval, DefaultEventLogInterval)
@@ -187,14 +199,20 @@ func (c *Config) setDefaults() error {
 	if c.FrameBudgetBytes == 0 {
 		c.FrameBudgetBytes = DefaultFrameBudgetBytes
 	}
-	if err := c.Quotas.setDefaults(); err != nil {
-		return fmt.Errorf("quotas: %w", err)
-	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
+	if err := c.Quotas.setDefaults(c.MaxConnections); err != nil {
+		return fmt.Errorf("quotas: %w", err)
+	}
 	if c.MaxConcurrentSnapshots <= 0 {
 		c.MaxConcurrentSnapshots = DefaultMaxConcurrentSnapshots
+	}
+	if c.SnapshotShareBytes <= 0 {
+		c.SnapshotShareBytes = DefaultSnapshotShareBytes
+	}
+	if c.MaxQueuedSnapshots == 0 {
+		c.MaxQueuedSnapshots = DefaultMaxQueuedSnapshots
 	}
 	if c.MaxConnectionsPerAddress == 0 {
 		c.MaxConnectionsPerAddress = DefaultMaxConnectionsPerAddress
@@ -211,7 +229,7 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.TokenRecheck < 0 || c.HelloTimeout < 0 || c.SnapshotTimeout < 0 || c.SnapshotWriteTimeout < 0 || c.FrameReadTimeout < 0 || c.EventLogInterval < 0 || c.FrameBudgetBytes < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
+	if c.MaxClockSkew < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.TokenRecheck < 0 || c.HelloTimeout < 0 || c.SnapshotTimeout < 0 || c.SnapshotWriteTimeout < 0 || c.SnapshotQueueTimeout < 0 || c.FrameReadTimeout < 0 || c.EventLogInterval < 0 || c.FrameBudgetBytes < 0 || c.PingInterval < 0 || c.MaxConnections < 0 || c.RequestsPerSecond < 0 || c.RequestBurst < 0 {
 		return errors.New("durations, limits and rates must not be negative")
 	}
 	return nil
@@ -285,15 +303,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	db.SetMaxIdleConns(maxDBConns)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg,
-		metrics:   newMetrics(reg),
-		clock:     syncproto.NewClock(cfg.NodeID, cfg.Now),
-		started:   cfg.Now(),
-		sessions:  map[*session]struct{}{},
-		janitor:   make(chan struct{}),
-		snapshots: &snapshotGate{max: cfg.MaxConcurrentSnapshots, byToken: map[string]int{}},
+		metrics:  newMetrics(reg),
+		clock:    syncproto.NewClock(cfg.NodeID, cfg.Now),
+		started:  cfg.Now(),
+		sessions: map[*session]struct{}{},
+		janitor:  make(chan struct{}),
 	}
+	s.snapshots = &snapshotGate{max: cfg.MaxConcurrentSnapshots, maxQueue: max(0, cfg.MaxQueuedSnapshots), waitingGauge: s.metrics.snapshotsWaiting, byToken: map[string]int{}}
 	s.quotas = newQuotaBook(cfg.Quotas, cfg.Now, s.metrics)
-	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics)
+	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics.frameBudgetInUse, s.metrics.frameBudgetWaits)
 	s.events = newEventLog(cfg.Logger, cfg.EventLogInterval)
 	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
 		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
@@ -338,7 +356,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(syncproto.SyncPath, s.serveSync)
-	mux.HandleFunc("GET "+syncproto.SnapshotPath, s.serveSnapshot)
+	mux.Handle("GET "+syncproto.SnapshotPath, s.crossOrigin(http.HandlerFunc(s.serveSnapshot)))
+	mux.Handle("OPTIONS "+syncproto.SnapshotPath, s.crossOrigin(http.HandlerFunc(s.snapshotPreflight)))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
@@ -489,7 +508,9 @@ func (s *Server) limits() syncproto.Limits {
 }
 
 // modelAccess lists the declared models the principal may use, with their
-// policies. Undeclared models are last-writer-wins.
+// policies. Undeclared models follow the default policy that welcome
+// announces (default_policy): lww unless configured otherwise, or refused
+// under "none".
 func (s *Server) modelAccess(p auth.Principal) map[string]syncproto.ModelAccess {
 	out := map[string]syncproto.ModelAccess{}
 	for model, policy := range s.cfg.Policies {

@@ -40,6 +40,7 @@ type session struct {
 	since    time.Time
 	log      *slog.Logger
 	limiter  *rate.Limiter
+	frames   frameShare    // the frame budgets its frames draw on
 	outbox   chan outbound // the answer lane, written first
 	feedbox  chan outbound // the feed lane: changes pages of the subscription
 	draining chan struct{} // closed by drain: finish queued work, then close 1001
@@ -81,6 +82,7 @@ func newSession(srv *Server, conn *websocket.Conn, p auth.Principal, remote stri
 		srv: srv, conn: conn, p: p, remote: remote, since: srv.now(),
 		log:      srv.log.With("client_id", p.ClientID, "tenant", p.Tenant, "remote", remote),
 		limiter:  rate.NewLimiter(rate.Limit(srv.cfg.RequestsPerSecond), srv.cfg.RequestBurst),
+		frames:   srv.quotas.frameShare(p, srv.frames),
 		outbox:   make(chan outbound, outboxSize),
 		feedbox:  make(chan outbound, feedPagesInFlight),
 		draining: make(chan struct{}),
@@ -148,7 +150,7 @@ func (ss *session) readLoop(ctx context.Context) *closeOrder {
 	for {
 		typ, frame, err := ss.readFrame(ctx)
 		closing, stop := ss.handleFrame(ctx, typ, frame, err)
-		ss.srv.frames.release(ss.frameHeld)
+		ss.frames.release(ss.frameHeld)
 		ss.frameHeld = 0
 		if stop {
 			return closing
@@ -219,9 +221,12 @@ var errFrameTooLarge = errors.New("frame over the size limit")
 
 // readFrame reads one message, whole frame or reassembled fragments,
 // holding at most MaxFrameBytes+1 of it: a larger one is errFrameTooLarge
-// (the rest is left unread; the connection is closing). Once a message
-// starts arriving it waits for the frame budget and leaves the frame's
-// size held in ss.frameHeld; past FrameReadTimeout the connection is cut.
+// (the rest is left unread; the connection is closing). It reads the
+// message's head, then waits for the session's frame budgets (frameShare)
+// to grant what the message needs, its size if it ended within the head,
+// else frameReservation, and leaves that held in ss.frameHeld. The message
+// must arrive within FrameReadTimeout, not counting the wait for the
+// budgets; past it the connection is cut.
 func (ss *session) readFrame(ctx context.Context) (websocket.MessageType, []byte, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -229,37 +234,56 @@ func (ss *session) readFrame(ctx context.Context) (websocket.MessageType, []byte
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := ss.srv.frames.acquire(ctx, frameReservation); err != nil {
-		return 0, nil, err
-	}
-	// The rest of the message must arrive within FrameReadTimeout: a peer
-	// that starts a frame and stalls loses its connection, and the budget.
+	// A peer that starts a frame and stalls loses its connection, and
+	// what the frame held.
 	cut := time.AfterFunc(ss.srv.cfg.FrameReadTimeout, cancel)
 	defer cut.Stop()
-	frame, err := readAtMost(r, frameReservation)
-	ss.srv.frames.release(frameReservation - int64(len(frame)))
-	ss.frameHeld = int64(len(frame))
+	head, err := readAtMost(r, nil, frameHead)
+	if err != nil {
+		return 0, nil, err
+	}
+	need, whole := int64(len(head)), len(head) < frameHead
+	if !whole {
+		need = frameReservation
+	}
+	cut.Stop()
+	if err := ss.frames.acquire(ctx, need); err != nil {
+		return 0, nil, err
+	}
+	ss.frameHeld = need
+	if whole {
+		return typ, head, nil
+	}
+	cut.Reset(ss.srv.cfg.FrameReadTimeout)
+	frame, err := readAtMost(r, head, syncproto.MaxFrameBytes+1)
 	if err != nil {
 		return 0, nil, err
 	}
 	if len(frame) > syncproto.MaxFrameBytes {
 		return typ, nil, errFrameTooLarge
 	}
+	ss.frames.release(frameReservation - int64(len(frame)))
+	ss.frameHeld = int64(len(frame))
 	return typ, frame, nil
 }
 
-// readAtMost reads r to its end or to limit bytes, whichever comes first,
-// in chunks that double from 4 KiB to 1 MiB, joined once at the end: a
-// frame costs about twice its size at the peak, not the four times a
-// doubling buffer costs.
-func readAtMost(r io.Reader, limit int64) ([]byte, error) {
+// readAtMost reads r to its end or until it holds limit bytes with head
+// (what was read of r before), whichever comes first, in chunks that
+// double from 4 KiB to 1 MiB, joined once at the end: a frame costs about
+// twice its size at the peak, not the four times a doubling buffer costs.
+func readAtMost(r io.Reader, head []byte, limit int64) ([]byte, error) {
 	var chunks [][]byte
-	var n int64
+	if len(head) > 0 {
+		chunks = append(chunks, head)
+	}
+	n := int64(len(head))
 	size := int64(4 << 10)
 	for n < limit {
 		c := make([]byte, min(size, limit-n))
 		k, err := io.ReadFull(r, c)
-		chunks = append(chunks, c[:k])
+		if k > 0 {
+			chunks = append(chunks, c[:k])
+		}
 		n += int64(k)
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			break
@@ -269,7 +293,10 @@ func readAtMost(r io.Reader, limit int64) ([]byte, error) {
 		}
 		size = min(2*size, 1<<20)
 	}
-	if len(chunks) == 1 {
+	switch len(chunks) {
+	case 0:
+		return []byte{}, nil
+	case 1:
 		return chunks[0], nil
 	}
 	return bytes.Join(chunks, nil), nil
@@ -676,9 +703,9 @@ func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail co
 	case o.push != nil:
 		select {
 		case <-o.push.done:
-			ss.srv.frames.release(o.held)
+			ss.frames.release(o.held)
 		case <-ctx.Done():
-			ss.srv.frames.release(o.held)
+			ss.frames.release(o.held)
 			// The session is being cut (shutdown deadline, dead
 			// connection): the answer cannot be delivered, so do not
 			// hold the session for the commit. The client resends and

@@ -415,13 +415,11 @@ func TestOldWritesAreNotExpiredWithoutEviction(t *testing.T) {
 	requireApplied(t, c.push("p2", put(t, epoch, "notes", "older", `1`)))
 }
 
-// TestConditionalWriteOnLWWModelIsRefusedWhenStale is evidence for a
-// disagreement between PROTOCOL.md section 8 ("Under every policy, a write
-// that carries base_version is first checked as under optimistic ..., and
-// answered conflict when stale") and replication's LWW resolver, which
-// applies a stale conditional write whose hlc is newer and only logs the
-// state it overwrote. It fails until the resolver follows the protocol (or
-// the protocol is changed).
+// A conditional write is checked under every policy (PROTOCOL.md section
+// 8: "Under every policy, a write that carries base_version is first
+// checked as under optimistic ..., and answered conflict when stale"): on
+// an lww model, a stale put-if-version is a conflict even though its hlc
+// is newer.
 func TestConditionalWriteOnLWWModelIsRefusedWhenStale(t *testing.T) {
 	ts := startServer(t, server.Config{})
 	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")

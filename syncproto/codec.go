@@ -5,23 +5,29 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
 // Decode parses one frame into its message and validates it.
 //
 // Checks, in order: the frame is at most MaxFrameBytes (CodeFrameTooLarge);
-// it is UTF-8 text holding one JSON object (CodeMalformed); "type" is a
-// string (CodeBadRequest) naming a known type (CodeUnknownType); every field
-// has its JSON type (CodeBadRequest); then the message's Validate. Unknown
-// fields are ignored, so a newer peer may add fields; unknown types are
-// refused. The "type" member's name is exact and, if duplicated, the first
-// one counts; other member names match case-insensitively and the last of
-// duplicates counts (leniencies of the Go JSON decoder; senders must send
-// each member once, under its exact lowercase name).
+// it is UTF-8 text holding one JSON object nesting at most MaxFrameDepth
+// levels (CodeMalformed); "type" is a string (CodeBadRequest) naming a
+// known type (CodeUnknownType); every field has its JSON type
+// (CodeBadRequest; in hello and in a push's mutations a member of the
+// wrong type is instead reported by Validate, with its member's code and
+// in member order); then the message's Validate. Unknown fields are
+// ignored, so a newer peer may add fields; unknown types are refused. The
+// "type" member's name is exact and, if duplicated, the first one counts;
+// other member names match case-insensitively and the last of duplicates
+// counts (leniencies of the Go JSON decoder; senders must send each member
+// once, under its exact lowercase name).
 //
 // Every failure is an *Error ready to send back: its ID echoes the frame's
-// "id" whenever the frame was JSON with a well-formed id.
+// "id" whenever the frame is one JSON object with a well-formed id. A
+// CodeMalformed or CodeFrameTooLarge error never carries an id, even when
+// the frame begins with a well-formed one (PROTOCOL.md 5.12).
 func Decode(frame []byte) (Message, error) {
 	return decode(frame, false)
 }
@@ -57,11 +63,13 @@ func decode(frame []byte, requestsOnly bool) (Message, error) {
 	}
 	if err := unmarshal(frame, msg); err != nil {
 		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			// Not JSON after all, though it began with a type and an id:
+			// nothing in the frame is trusted, its id included.
+			return nil, Errorf(CodeMalformed, "%s: %s", typ, describeJSONError(err))
+		}
 		code := CodeBadRequest
-		switch {
-		case errors.As(err, &syn):
-			code = CodeMalformed
-		case errors.Is(err, ErrInvalidTimestamp):
+		if errors.Is(err, ErrInvalidTimestamp) {
 			code = CodeInvalidHLC
 		}
 		return nil, Errorf(code, "%s: %s", typ, describeJSONError(err)).WithID(id)
@@ -77,9 +85,10 @@ func decode(frame []byte, requestsOnly bool) (Message, error) {
 }
 
 // unmarshal decodes frame into msg. A push is first decoded on a fast path
-// that treats its mutations as plain structs; only when that fails is it
-// decoded again with Mutation's lenient per-mutation decoding, which scans
-// each mutation twice more.
+// that treats its mutations as plain structs; only when that fails, or a
+// key holds U+FFFD (which a lone surrogate escape decodes to), is it
+// decoded again with Mutation's lenient member-by-member decoding, which
+// scans each mutation twice more and checks the key's escapes.
 func unmarshal(frame []byte, msg Message) error {
 	p, ok := msg.(*Push)
 	if !ok {
@@ -92,6 +101,11 @@ func unmarshal(frame []byte, msg Message) error {
 	}
 	if json.Unmarshal(frame, &fast) != nil {
 		return json.Unmarshal(frame, p)
+	}
+	for i := range fast.Mutations {
+		if strings.ContainsRune(fast.Mutations[i].Key, utf8.RuneError) {
+			return json.Unmarshal(frame, p)
+		}
 	}
 	p.ID = fast.ID
 	if fast.Mutations != nil {

@@ -104,6 +104,22 @@ func TestDecodeFrameLimit(t *testing.T) {
 	requireCode(t, err, syncproto.CodeFrameTooLarge, "")
 }
 
+// A frame that is not JSON is malformed without an id, even when its type
+// and a well-formed id come before the fault (PROTOCOL.md 5.12): the id
+// of a frame that does not parse is not trusted.
+func TestMalformedFramesCarryNoID(t *testing.T) {
+	for _, frame := range []string{
+		`{"type":"push","id":"p1","mutations":[`,
+		`{"type":"ping","id":"k1"} x`,
+		`{"type":"ping","id":"k1"}{"type":"ping","id":"k2"}`,
+		`{"type":"hello","id":"h1","client_id":"phone",}`,
+		`{"id":"k1","type":"ping"`,
+	} {
+		_, err := syncproto.DecodeRequest([]byte(frame))
+		requireCode(t, err, syncproto.CodeMalformed, "")
+	}
+}
+
 func TestDecodeRequestRefusesServerTypes(t *testing.T) {
 	for _, msg := range sampleMessages() {
 		frame, err := syncproto.Encode(msg)
@@ -244,4 +260,27 @@ func TestErrorMessagesFitTheLimit(t *testing.T) {
 	require.LessOrEqual(t, len(e.Message), syncproto.MaxMessageBytes)
 	require.True(t, utf8.ValidString(e.Message), "cut on a rune boundary")
 	require.NoError(t, e.Validate())
+}
+
+// A hello with several wrong members is refused for the first of them in
+// PROTOCOL.md 5.1's member order (id, client_id, cursor, hlc), whatever
+// their order in the frame, a member of the wrong JSON type getting its
+// member's code.
+func TestHelloCodePrecedenceIgnoresMemberOrder(t *testing.T) {
+	for _, tc := range []struct {
+		members []string
+		code    syncproto.Code
+	}{
+		{[]string{`"client_id":7`, `"hlc":"yesterday"`, `"cursor":0`}, syncproto.CodeInvalidClientID},
+		{[]string{`"client_id":"client a"`, `"cursor":"5"`, `"hlc":"1.0.client a"`}, syncproto.CodeInvalidClientID},
+		{[]string{`"client_id":"client-a"`, `"cursor":"5"`, `"hlc":5`}, syncproto.CodeBadRequest},
+		{[]string{`"client_id":"client-a"`, `"cursor":0`, `"hlc":5`}, syncproto.CodeInvalidHLC},
+	} {
+		forward := `{"type":"hello","id":"h1",` + strings.Join(tc.members, ",") + `}`
+		backward := `{"type":"hello","id":"h1",` + tc.members[2] + "," + tc.members[1] + "," + tc.members[0] + `}`
+		for _, frame := range []string{forward, backward} {
+			_, err := syncproto.DecodeRequest([]byte(frame))
+			requireCode(t, err, tc.code, "h1")
+		}
+	}
 }

@@ -42,7 +42,10 @@
 //     that decodes to the same message (fuzzed by FuzzDecode).
 //   - A push decodes even when some of its mutations are invalid: each
 //     mutation is judged by its own Validate, so one bad write is refused in
-//     its own Result and never takes its batch down with it.
+//     its own Result and never takes its batch down with it. Validate (of a
+//     mutation, and of hello) refuses the first wrong member in
+//     PROTOCOL.md's member order, whether its JSON type or its rule is
+//     wrong, so the code does not depend on the order of the members.
 //   - Encode refuses invalid messages and frames over MaxFrameBytes, so what
 //     one side sends the other side decodes.
 //   - Every Clock reading is strictly greater than the clock's previous

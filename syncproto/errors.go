@@ -15,7 +15,8 @@ type Code string
 // next. "Retryable" codes mean nothing was processed: resend the same request
 // (same op ids) after a backoff and charge no attempt. Every other code means
 // the request or mutation was received and refused: for mutations, charge one
-// attempt and dead-letter at the retry budget.
+// attempt and dead-letter at the retry budget (CodeClockSkew excepted: only the
+// stamp was refused; re-stamp and resend, uncharged).
 const (
 	// CodeMalformed: the frame is not UTF-8 text holding one JSON object.
 	// Fix the client.
@@ -35,8 +36,8 @@ const (
 	// CodeInvalidKey: a key is empty, too long, not UTF-8, or holds control
 	// characters.
 	CodeInvalidKey Code = "invalid_key"
-	// CodeInvalidModel: a model name breaks ModelPattern or names no model
-	// the server knows.
+	// CodeInvalidModel: a model name breaks ModelPattern, or names a model
+	// the server does not declare while its default policy is "none".
 	CodeInvalidModel Code = "invalid_model"
 	// CodeInvalidOpID: an op id is not a canonical lowercase UUID.
 	CodeInvalidOpID Code = "invalid_op_id"
@@ -56,7 +57,7 @@ const (
 	CodeOpIDReused Code = "op_id_reused"
 	// CodeClockSkew: the mutation's hlc is further ahead of the server's
 	// clock than the server allows. Re-stamp from a corrected clock (same op
-	// id) and resend.
+	// id) and resend with backoff, charging no attempt.
 	CodeClockSkew Code = "clock_skew"
 	// CodeUnauthorized: the bearer token is missing, unknown or revoked.
 	CodeUnauthorized Code = "unauthorized"

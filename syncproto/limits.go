@@ -52,6 +52,12 @@ const (
 	// objects (CodeBadRequest), so that every stored value, and every
 	// answer carrying one, decodes in every JSON implementation.
 	MaxValueDepth = 32
+	// MaxFrameDepth bounds how deeply a whole frame nests arrays and
+	// objects, the message object being level 1: a deeper frame cannot be
+	// decoded and is CodeMalformed (close CloseProtocolError). It is the
+	// limit of Go's encoding/json, which the reference decoder uses; a
+	// value within MaxValueDepth is always far inside it.
+	MaxFrameDepth = 10000
 	// MaxSafeInteger bounds every integer field (cursor, seq, version,
 	// base_version): 2^53-1, so that a client whose JSON numbers are IEEE
 	// doubles reads them exactly.

@@ -1,6 +1,7 @@
 package syncproto
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 )
@@ -96,6 +97,39 @@ type Hello struct {
 	Cursor uint64 `json:"cursor"`
 	// HLC is the client's current clock reading; its origin is ClientID.
 	HLC Timestamp `json:"hlc"`
+
+	// decodeErrs: members whose JSON did not fit (UnmarshalJSON), reported
+	// by Validate in the member's place.
+	decodeErrs memberErrors
+}
+
+// UnmarshalJSON decodes hello so that a member of the wrong JSON type or an
+// unparsable hlc is reported by Validate in its place in the member order,
+// with its member's code, whatever the order of the members in the frame.
+func (m *Hello) UnmarshalJSON(b []byte) error {
+	type plain Hello // the fields without this method
+	var p plain
+	if json.Unmarshal(b, &p) == nil {
+		*m = Hello(p)
+		return nil
+	}
+	*m = Hello{}
+	var raw struct {
+		ID       json.RawMessage `json:"id"`
+		ClientID json.RawMessage `json:"client_id"`
+		Cursor   json.RawMessage `json:"cursor"`
+		HLC      json.RawMessage `json:"hlc"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	m.decodeErrs = decodeFields([]field{
+		{"id", raw.ID, &m.ID, CodeBadRequest},
+		{"client_id", raw.ClientID, &m.ClientID, CodeInvalidClientID},
+		{"cursor", raw.Cursor, &m.Cursor, CodeBadRequest},
+		{"hlc", raw.HLC, &m.HLC, CodeInvalidHLC},
+	})
+	return nil
 }
 
 // Welcome answers hello: the session is open.
@@ -284,25 +318,24 @@ func (*Changes) message()     {}
 func (*Resync) message()      {}
 func (*Error) message()       {}
 
-// Validate checks hello: request id, client id, cursor, and a non-zero hlc
-// whose origin is the client id.
+// Validate checks hello's members in order, each by its JSON type and then
+// its rule (PROTOCOL.md 5.1): request id, client id, cursor, and a
+// non-zero hlc whose origin is the client id.
 func (m *Hello) Validate() error {
-	if err := validateRequestID(m.ID); err != nil {
-		return err
-	}
-	if err := ValidateID(m.ClientID); err != nil {
-		return err
-	}
-	if err := validateSeq("cursor", m.Cursor); err != nil {
-		return err
-	}
-	if err := validateStamp("hlc", m.HLC); err != nil {
-		return err
-	}
-	if m.HLC.Origin != m.ClientID {
-		return Errorf(CodeInvalidHLC, "hlc origin %q is not client_id %q", m.HLC.Origin, m.ClientID)
-	}
-	return nil
+	return m.decodeErrs.firstWrong([]check{
+		{"id", func() error { return validateRequestID(m.ID) }},
+		{"client_id", func() error { return ValidateID(m.ClientID) }},
+		{"cursor", func() error { return validateSeq("cursor", m.Cursor) }},
+		{"hlc", func() error {
+			if err := validateStamp("hlc", m.HLC); err != nil {
+				return err
+			}
+			if m.HLC.Origin != m.ClientID {
+				return Errorf(CodeInvalidHLC, "hlc origin %q is not client_id %q", m.HLC.Origin, m.ClientID)
+			}
+			return nil
+		}},
+	})
 }
 
 // Validate checks welcome: answer id, node id, server hlc, head, limits and

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -54,57 +53,55 @@ type Mutation struct {
 	// the loser. It is not part of the digest.
 	SeenVersion *uint64 `json:"seen_version,omitempty"`
 
-	// decodeErr is why the mutation's JSON did not fit the fields, set by
-	// UnmarshalJSON and reported by Validate, so that one broken mutation is
-	// refused alone rather than failing its whole push.
-	decodeErr *Error
+	// decodeErrs holds, by member name, why a member's JSON did not fit
+	// its field (and under "" why the mutation is not a JSON object), set
+	// by UnmarshalJSON and reported by Validate in the member's place, so
+	// that one broken mutation is refused alone rather than failing its
+	// whole push.
+	decodeErrs memberErrors
 }
 
-// UnmarshalJSON decodes a mutation leniently: a field of the wrong JSON type
-// or an unparsable hlc does not fail the decoding (and so the push holding
-// it); it is remembered and Validate reports it with the field's code. The
-// op id is kept whenever it was a string, for the result to echo.
+// UnmarshalJSON decodes a mutation leniently: a member of the wrong JSON
+// type or an unparsable hlc does not fail the decoding (and so the push
+// holding it); it is remembered and Validate reports it with the member's
+// code, in the member's place. The op id is kept whenever it was a
+// string, for the result to echo.
 func (m *Mutation) UnmarshalJSON(b []byte) error {
 	type plain Mutation // the fields without this method
 	var p plain
-	err := json.Unmarshal(b, &p)
-	*m = Mutation(p)
-	if err == nil {
-		if strings.ContainsRune(m.Key, utf8.RuneError) && keyHasLoneSurrogate(b) {
-			m.decodeErr = Errorf(CodeInvalidKey, "key holds an ill-formed UTF-16 escape (a lone surrogate); keys are compared as exact UTF-8 bytes")
-		}
+	if json.Unmarshal(b, &p) == nil && !strings.ContainsRune(p.Key, utf8.RuneError) {
+		*m = Mutation(p) // every member fits: the common case, decoded once
 		return nil
 	}
-	var id struct {
-		OpID string `json:"op_id"`
+	*m = Mutation{}
+	var raw struct {
+		OpID        json.RawMessage `json:"op_id"`
+		Model       json.RawMessage `json:"model"`
+		Key         json.RawMessage `json:"key"`
+		Op          json.RawMessage `json:"op"`
+		Value       json.RawMessage `json:"value"`
+		HLC         json.RawMessage `json:"hlc"`
+		BaseVersion json.RawMessage `json:"base_version"`
+		SeenVersion json.RawMessage `json:"seen_version"`
 	}
-	if json.Unmarshal(b, &id) == nil {
-		m.OpID = id.OpID
+	if err := json.Unmarshal(b, &raw); err != nil {
+		m.decodeErrs = m.decodeErrs.with("", Errorf(CodeBadRequest, "mutation: %s", describeJSONError(err)))
+		return nil
 	}
-	m.decodeErr = mutationDecodeError(err)
+	m.Value = raw.Value
+	m.decodeErrs = decodeFields([]field{
+		{"op_id", raw.OpID, &m.OpID, CodeInvalidOpID},
+		{"model", raw.Model, &m.Model, CodeInvalidModel},
+		{"key", raw.Key, &m.Key, CodeInvalidKey},
+		{"op", raw.Op, &m.Op, CodeInvalidOp},
+		{"hlc", raw.HLC, &m.HLC, CodeInvalidHLC},
+		{"base_version", raw.BaseVersion, &m.BaseVersion, CodeBadRequest},
+		{"seen_version", raw.SeenVersion, &m.SeenVersion, CodeBadRequest},
+	})
+	if strings.ContainsRune(m.Key, utf8.RuneError) && keyHasLoneSurrogate(raw.Key) {
+		m.decodeErrs = m.decodeErrs.with("key", Errorf(CodeInvalidKey, "key holds an ill-formed UTF-16 escape (a lone surrogate); keys are compared as exact UTF-8 bytes"))
+	}
 	return nil
-}
-
-// mutationDecodeError maps a decoding failure to the code of the field it
-// concerns.
-func mutationDecodeError(err error) *Error {
-	if errors.Is(err, ErrInvalidTimestamp) {
-		return Errorf(CodeInvalidHLC, "hlc: %v", err)
-	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		code := map[string]Code{
-			"op_id": CodeInvalidOpID,
-			"model": CodeInvalidModel,
-			"key":   CodeInvalidKey,
-			"op":    CodeInvalidOp,
-		}[te.Field]
-		if code == "" {
-			code = CodeBadRequest
-		}
-		return Errorf(code, "%s", describeJSONError(err))
-	}
-	return Errorf(CodeBadRequest, "mutation: %s", describeJSONError(err))
 }
 
 // NewOpID returns a fresh op id: a UUIDv7 in canonical lowercase form, so
@@ -148,24 +145,34 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-// Validate checks every field of m in a fixed order (a decoding failure
-// remembered by UnmarshalJSON, then op_id, model, key, op and value, payload
-// size, hlc, base_version) and returns the first refusal as an *Error. It does not check what needs server state: that the model
-// exists and the token may write it, that the hlc's origin is the session's
-// client id and within the skew bound, or base_version against the record.
+// Validate checks the members of m one by one in a fixed order, and
+// returns the first refusal as an *Error: op_id, model, key, op with the
+// value's presence, the value's size, the value's JSON and nesting, hlc,
+// base_version, seen_version (PROTOCOL.md 5.3). A member that did not
+// decode (UnmarshalJSON) is refused in its place in that order, so the
+// answer does not depend on the order of the members in the frame. It
+// does not check what needs server state: that the model exists and the
+// token may write it, that the hlc's origin is the session's client id
+// and within the skew bound, or base_version against the record.
 func (m *Mutation) Validate() error {
-	if m.decodeErr != nil {
-		return m.decodeErr
-	}
-	if err := ValidateOpID(m.OpID); err != nil {
+	if err := m.decodeErrs.err(""); err != nil {
 		return err
 	}
-	if err := ValidateModel(m.Model); err != nil {
-		return err
-	}
-	if err := ValidateKey(m.Key); err != nil {
-		return err
-	}
+	return m.decodeErrs.firstWrong([]check{
+		{"op_id", func() error { return ValidateOpID(m.OpID) }},
+		{"model", func() error { return ValidateModel(m.Model) }},
+		{"key", func() error { return ValidateKey(m.Key) }},
+		{"op", m.validateOp},
+		{"value", m.validateValue},
+		{"hlc", func() error { return validateStamp("hlc", m.HLC) }},
+		{"base_version", func() error { return validateOptionalSeq("base_version", m.BaseVersion) }},
+		{"seen_version", func() error { return validateOptionalSeq("seen_version", m.SeenVersion) }},
+	})
+}
+
+// validateOp checks op and that a value comes with a put and not with a
+// delete.
+func (m *Mutation) validateOp() error {
 	switch m.Op {
 	case OpPut:
 		if len(m.Value) == 0 {
@@ -178,6 +185,12 @@ func (m *Mutation) Validate() error {
 	default:
 		return Errorf(CodeInvalidOp, "op %q is not put or delete", truncate(string(m.Op)))
 	}
+	return nil
+}
+
+// validateValue checks the value's size, then that it is JSON nesting at
+// most MaxValueDepth levels.
+func (m *Mutation) validateValue() error {
 	if len(m.Value) > MaxPayloadBytes {
 		return Errorf(CodePayloadTooLarge, "value holds %d bytes, more than %d", len(m.Value), MaxPayloadBytes)
 	}
@@ -187,20 +200,16 @@ func (m *Mutation) Validate() error {
 	if d := valueDepth(m.Value); d > MaxValueDepth {
 		return Errorf(CodeBadRequest, "value nests %d levels deep, more than %d", d, MaxValueDepth)
 	}
-	if err := validateStamp("hlc", m.HLC); err != nil {
-		return err
-	}
-	if m.BaseVersion != nil {
-		if err := validateSeq("base_version", *m.BaseVersion); err != nil {
-			return err
-		}
-	}
-	if m.SeenVersion != nil {
-		if err := validateSeq("seen_version", *m.SeenVersion); err != nil {
-			return err
-		}
-	}
 	return nil
+}
+
+// validateOptionalSeq checks an optional integer member: absent, or within
+// MaxSafeInteger.
+func validateOptionalSeq(name string, v *uint64) error {
+	if v == nil {
+		return nil
+	}
+	return validateSeq(name, *v)
 }
 
 // Digest returns a fingerprint of what m asks for: SHA-256 over model, key,
@@ -271,18 +280,11 @@ func valueDepth(v []byte) int {
 	return deepest
 }
 
-// keyHasLoneSurrogate reports whether the "key" member of the JSON object
-// mut writes a surrogate half without its pair (\ud800 alone): the JSON
-// decoder turns it into U+FFFD, so two different keys would collapse into
-// one.
-func keyHasLoneSurrogate(mut []byte) bool {
-	var raw struct {
-		Key json.RawMessage `json:"key"`
-	}
-	if json.Unmarshal(mut, &raw) != nil {
-		return false
-	}
-	k := raw.Key
+// keyHasLoneSurrogate reports whether the JSON text k (a mutation's "key"
+// member as sent) writes a surrogate half without its pair (\ud800 alone):
+// the JSON decoder turns it into U+FFFD, so two different keys would
+// collapse into one.
+func keyHasLoneSurrogate(k json.RawMessage) bool {
 	hex4 := func(i int) (uint64, bool) {
 		if i+6 > len(k) || k[i] != '\\' || k[i+1] != 'u' {
 			return 0, false

@@ -195,3 +195,72 @@ func TestKeysWithLoneSurrogatesAreRefused(t *testing.T) {
 		require.Equal(t, syncproto.CodeInvalidKey, syncproto.AsError(err).Code, "%s", key)
 	}
 }
+
+// When several members of a mutation are wrong, the code is the first
+// wrong member's in PROTOCOL.md 5.3's order, whatever the order of the
+// members in the frame and whether a member is wrong by its JSON type or
+// by its rule.
+func TestMutationCodePrecedenceIgnoresMemberOrder(t *testing.T) {
+	valid := [][2]string{
+		{"op_id", `"` + opA + `"`}, {"model", `"todos"`}, {"key", `"t/1"`}, {"op", `"put"`},
+		{"value", `{"a":1}`}, {"hlc", `"1733140000000.0.client-a"`}, {"base_version", `3`}, {"seen_version", `2`},
+	}
+	big := `"` + strings.Repeat("x", syncproto.MaxPayloadBytes) + `"`
+	for _, tc := range []struct {
+		broken map[string]string
+		code   syncproto.Code
+		names  string // the member the message must name, when the code is shared
+	}{
+		{map[string]string{"key": `42`, "base_version": `"3"`}, syncproto.CodeInvalidKey, ""},
+		{map[string]string{"hlc": `"yesterday"`, "key": `42`}, syncproto.CodeInvalidKey, ""},
+		{map[string]string{"hlc": `5`, "op": `true`}, syncproto.CodeInvalidOp, ""},
+		{map[string]string{"op_id": `7`, "model": `["m"]`}, syncproto.CodeInvalidOpID, ""},
+		{map[string]string{"model": `"Bad"`, "key": `42`}, syncproto.CodeInvalidModel, ""},
+		{map[string]string{"value": big, "hlc": `"yesterday"`}, syncproto.CodePayloadTooLarge, ""},
+		{map[string]string{"hlc": `"1.0.client-a"`, "base_version": `"3"`}, syncproto.CodeBadRequest, "base_version"},
+		{map[string]string{"seen_version": `"x"`, "base_version": `-1`}, syncproto.CodeBadRequest, "base_version"},
+		{map[string]string{"seen_version": `-1`, "value": strings.Repeat("[", syncproto.MaxValueDepth+1) + strings.Repeat("]", syncproto.MaxValueDepth+1)}, syncproto.CodeBadRequest, "nests"},
+	} {
+		var forward, backward []string
+		for _, m := range valid {
+			v := m[1]
+			if b, ok := tc.broken[m[0]]; ok {
+				v = b
+			}
+			member := `"` + m[0] + `":` + v
+			forward = append(forward, member)
+			backward = append([]string{member}, backward...)
+		}
+		for _, order := range [][]string{forward, backward} {
+			frame := `{"type":"push","id":"p1","mutations":[{` + strings.Join(order, ",") + `}]}`
+			msg, err := syncproto.DecodeRequest([]byte(frame))
+			require.NoError(t, err, "a wrong mutation fails alone: %.120s", frame)
+			err = msg.(*syncproto.Push).Mutations[0].Validate()
+			requireCode(t, err, tc.code, "")
+			require.Contains(t, err.Error(), tc.names, "%.120s", frame)
+		}
+	}
+}
+
+// A frame nesting deeper than MaxFrameDepth cannot be decoded: it is
+// malformed, without an id, wherever the depth is (PROTOCOL.md 11). A push
+// whose value nests as deeply as the frame limit allows still decodes, and
+// its mutation is refused alone by MaxValueDepth.
+func TestFrameDepthLimit(t *testing.T) {
+	nested := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	push := func(valueDepth int) string { // push object, mutations array, mutation object: 3 levels
+		return `{"type":"push","id":"p1","mutations":[{"op_id":"` + opA + `","model":"m","key":"k","op":"put","hlc":"5.0.c","value":` + nested(valueDepth) + `}]}`
+	}
+	msg, err := syncproto.DecodeRequest([]byte(push(syncproto.MaxFrameDepth - 3)))
+	require.NoError(t, err, "a frame of exactly MaxFrameDepth levels decodes")
+	requireCode(t, msg.(*syncproto.Push).Mutations[0].Validate(), syncproto.CodeBadRequest, "")
+
+	for _, frame := range []string{
+		push(syncproto.MaxFrameDepth - 2),
+		`{"type":"ping","id":"k1","later":` + nested(syncproto.MaxFrameDepth) + `}`,
+		`{"earlier":` + nested(syncproto.MaxFrameDepth) + `,"type":"ping","id":"k1"}`,
+	} {
+		_, err := syncproto.DecodeRequest([]byte(frame))
+		requireCode(t, err, syncproto.CodeMalformed, "")
+	}
+}

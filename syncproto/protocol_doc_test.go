@@ -98,6 +98,7 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 		"DefaultPullLimit":    fmt.Sprint(syncproto.DefaultPullLimit),
 		"MaxMessageBytes":     fmt.Sprint(syncproto.MaxMessageBytes),
 		"MaxValueDepth":       fmt.Sprint(syncproto.MaxValueDepth),
+		"MaxFrameDepth":       fmt.Sprint(syncproto.MaxFrameDepth),
 		"MaxSafeInteger":      fmt.Sprint(syncproto.MaxSafeInteger),
 		"MaxWall":             fmt.Sprint(syncproto.MaxWall),
 		"DefaultMaxClockSkew": fmt.Sprint(syncproto.DefaultMaxClockSkew.Milliseconds()),
@@ -131,11 +132,11 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 	// The limits table's wire names match the JSON of Limits.
 	frame, err := syncproto.Encode(&syncproto.Welcome{ID: "h", NodeID: "n", ServerHLC: ts(1, 0, "n"), ServerTime: 2, DatabaseID: "db",
 		Limits: syncproto.Limits{MaxFrameBytes: 1, MaxBatch: 1, MaxPayloadBytes: 1, MaxKeyBytes: 1, MaxPullLimit: 1,
-			MaxRequestIDBytes: 1, MaxClockSkewMS: 1, IdleTimeoutMS: 1, RequestsPerSecond: 1, RequestBurst: 1}})
+			MaxRequestIDBytes: 1, MaxClockSkewMS: 1, IdleTimeoutMS: 1, RequestsPerSecond: 1, RequestBurst: 1, LedgerRetentionMS: 1}})
 	require.NoError(t, err)
 	limits := between(t, doc, "## 11. Limits", "## 12.")
 	members := regexp.MustCompile(`"([a-z_]+)":1\b`).FindAllStringSubmatch(string(frame), -1)
-	require.Len(t, members, 10)
+	require.Len(t, members, 11)
 	for _, m := range members {
 		require.Contains(t, limits, "`"+m[1]+"`", "limits member %s missing from the limits table", m[1])
 	}
@@ -274,4 +275,62 @@ func TestProtocolCloseCodeOfEachError(t *testing.T) {
 		require.Equal(t, m[1], fmt.Sprint(syncproto.CloseFor(syncproto.Code(row[1]))), "code %s: section 12 says %s", row[1], row[2])
 	}
 	require.GreaterOrEqual(t, checked, 8, "the rows that close a connection were found")
+}
+
+// TestProtocolStatesMutationCodeOrder reads section 5.3's order of the
+// mutation checks and requires it of the decoder: a mutation with two
+// wrong members gets the earlier one's code, in either member order.
+func TestProtocolStatesMutationCodeOrder(t *testing.T) {
+	section := between(t, readProtocol(t), "### 5.3 `push`", "### 5.4")
+	_, list, ok := strings.Cut(strings.Join(strings.Fields(section), " "), "the first wrong one in this order decides, whatever the order of the members in the frame and whether a member is wrong by its JSON type or by its rule: ")
+	require.True(t, ok, "section 5.3 states the order of the mutation checks")
+	list, _, ok = strings.Cut(list, "; then the server's checks")
+	require.True(t, ok)
+	// What breaks each item, and the answer: code and a word of the message.
+	big := `"` + strings.Repeat("x", syncproto.MaxPayloadBytes) + `"`
+	deep := strings.Repeat("[", syncproto.MaxValueDepth+1) + strings.Repeat("]", syncproto.MaxValueDepth+1)
+	breaks := map[string]struct {
+		member, value string
+		code          syncproto.Code
+		word          string
+	}{
+		"`op_id`": {"op_id", `7`, syncproto.CodeInvalidOpID, "op_id"},
+		"`model`": {"model", `"Bad"`, syncproto.CodeInvalidModel, "model"},
+		"`key`":   {"key", `42`, syncproto.CodeInvalidKey, "key"},
+		"`op` and `value` presence (`invalid_op`)": {"op", `"upsert"`, syncproto.CodeInvalidOp, "op"},
+		"`value` size (`payload_too_large`)":       {"value", big, syncproto.CodePayloadTooLarge, "value"},
+		"`value` JSON and nesting (`bad_request`)": {"value", deep, syncproto.CodeBadRequest, "nests"},
+		"`hlc`":          {"hlc", `"yesterday"`, syncproto.CodeInvalidHLC, "hlc"},
+		"`base_version`": {"base_version", `"3"`, syncproto.CodeBadRequest, "base_version"},
+		"`seen_version`": {"seen_version", `-1`, syncproto.CodeBadRequest, "seen_version"},
+	}
+	items := strings.Split(list, ", ")
+	require.Len(t, items, len(breaks), "the order lists %q", items)
+	for i := 0; i+1 < len(items); i++ {
+		first, ok1 := breaks[items[i]]
+		second, ok2 := breaks[items[i+1]]
+		require.True(t, ok1 && ok2, "items %q, %q", items[i], items[i+1])
+		if first.member == second.member {
+			continue // one member, two rules: its value is checked in that order
+		}
+		members := map[string]string{
+			"op_id": `"` + opA + `"`, "model": `"todos"`, "key": `"t/1"`, "op": `"put"`, "value": `1`,
+			"hlc": `"1733140000000.0.client-a"`, "base_version": `3`, "seen_version": `2`,
+		}
+		a := `"` + first.member + `":` + first.value
+		b := `"` + second.member + `":` + second.value
+		others := ""
+		for name, v := range members {
+			if name != first.member && name != second.member {
+				others += `,"` + name + `":` + v
+			}
+		}
+		for _, body := range []string{a + "," + b + others, b + "," + a + others} {
+			msg, err := syncproto.DecodeRequest([]byte(`{"type":"push","id":"p","mutations":[{` + body + `}]}`))
+			require.NoError(t, err)
+			err = msg.(*syncproto.Push).Mutations[0].Validate()
+			requireCode(t, err, first.code, "")
+			require.Contains(t, err.Error(), first.word, "%s before %s", items[i], items[i+1])
+		}
+	}
 }

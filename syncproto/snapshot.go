@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 )
 
 // SnapshotContentType is the media type of a snapshot response body.
@@ -22,11 +24,6 @@ const SnapshotContentType = "application/x-ndjson"
 //
 // A body without the trailer, or whose count differs, is truncated and must
 // be discarded.
-
-// snapshotHeader is a snapshot's first line.
-type snapshotHeader struct {
-	Head uint64 `json:"head"`
-}
 
 // SnapshotRecord is one live record of a snapshot (deleted records are
 // omitted, so Deleted is always false in v1).
@@ -46,9 +43,17 @@ type snapshotEnd struct {
 }
 
 // Validate checks every field of r.
-func (r *SnapshotRecord) Validate() error {
-	if err := ValidateModel(r.Model); err != nil {
-		return err
+func (r *SnapshotRecord) Validate() error { return r.validate(nil) }
+
+// validate is Validate, except that a model or hlc origin equal to known's
+// (a record checked before) is not matched against its pattern again: a
+// snapshot repeats a few models and origins over many records, and the
+// pattern match is most of the check's cost.
+func (r *SnapshotRecord) validate(known *SnapshotRecord) error {
+	if known == nil || r.Model != known.Model {
+		if err := ValidateModel(r.Model); err != nil {
+			return err
+		}
 	}
 	if err := ValidateKey(r.Key); err != nil {
 		return err
@@ -64,6 +69,9 @@ func (r *SnapshotRecord) Validate() error {
 	}
 	if err := validateSeq("version", r.Version); err != nil {
 		return err
+	}
+	if known != nil && r.HLC.Origin == known.HLC.Origin && !r.HLC.IsZero() && r.HLC.Wall >= 0 && r.HLC.Wall <= MaxWall {
+		return nil
 	}
 	return validateStamp("hlc", r.HLC)
 }
@@ -153,52 +161,162 @@ func (r *SnapshotReader) line() ([]byte, error) {
 	return r.sc.Bytes(), nil
 }
 
-// SnapshotWriter writes a snapshot body. It is not safe for concurrent use.
+// SnapshotWriter writes a snapshot body. It encodes records itself, into a
+// buffer it writes out snapshotFlushBytes at a time, without allocating per
+// record. It is not safe for concurrent use.
 type SnapshotWriter struct {
 	w     io.Writer
+	buf   []byte
 	count uint64
+	last  SnapshotRecord // the last record written (validate's known)
+	wrote bool
 }
 
-// NewSnapshotWriter writes the header line for head to w.
+// snapshotFlushBytes is how much a SnapshotWriter buffers before writing
+// to its io.Writer.
+const snapshotFlushBytes = 64 << 10
+
+// NewSnapshotWriter starts a snapshot body for head on w. The header line
+// goes out with the first records (or Close).
 func NewSnapshotWriter(w io.Writer, head uint64) (*SnapshotWriter, error) {
 	if err := validateSeq("head", head); err != nil {
 		return nil, fmt.Errorf("write snapshot header: %w", err)
 	}
-	sw := &SnapshotWriter{w: w}
-	if err := sw.writeLine(snapshotHeader{Head: head}); err != nil {
-		return nil, fmt.Errorf("write snapshot header: %w", err)
-	}
+	sw := &SnapshotWriter{w: w, buf: make([]byte, 0, snapshotFlushBytes+4<<10)}
+	sw.buf = append(sw.buf, `{"head":`...)
+	sw.buf = strconv.AppendUint(sw.buf, head, 10)
+	sw.buf = append(sw.buf, "}\n"...)
 	return sw, nil
 }
 
-// Write validates rec and writes it as one line.
+// Write validates rec and writes it as one line. rec is not retained: its
+// value may be reused once Write returns.
 func (sw *SnapshotWriter) Write(rec SnapshotRecord) error {
-	if err := rec.Validate(); err != nil {
+	var known *SnapshotRecord
+	if sw.wrote {
+		known = &sw.last
+	}
+	if err := rec.validate(known); err != nil {
 		return fmt.Errorf("write snapshot record: %w", err)
 	}
-	if err := sw.writeLine(rec); err != nil {
+	mark := len(sw.buf)
+	var err error
+	if sw.buf, err = appendSnapshotRecord(sw.buf, &rec); err != nil {
+		sw.buf = sw.buf[:mark]
 		return fmt.Errorf("write snapshot record: %w", err)
 	}
 	sw.count++
+	sw.last = SnapshotRecord{Model: rec.Model, HLC: Timestamp{Origin: rec.HLC.Origin}}
+	sw.wrote = true
+	if len(sw.buf) >= snapshotFlushBytes {
+		if err := sw.flush(); err != nil {
+			return fmt.Errorf("write snapshot record: %w", err)
+		}
+	}
 	return nil
 }
 
-// Close writes the trailer. Until it returns nil the body is, to a reader,
-// truncated. It does not close the underlying writer.
+// Close writes the trailer and whatever is buffered. Until it returns nil
+// the body is, to a reader, truncated. It does not close the underlying
+// writer.
 func (sw *SnapshotWriter) Close() error {
-	if err := sw.writeLine(snapshotEnd{End: true, Records: sw.count}); err != nil {
+	sw.buf = append(sw.buf, `{"end":true,"records":`...)
+	sw.buf = strconv.AppendUint(sw.buf, sw.count, 10)
+	sw.buf = append(sw.buf, "}\n"...)
+	if err := sw.flush(); err != nil {
 		return fmt.Errorf("write snapshot trailer: %w", err)
 	}
 	return nil
 }
 
-func (sw *SnapshotWriter) writeLine(v any) error {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	_, err := sw.w.Write(buf.Bytes())
+func (sw *SnapshotWriter) flush() error {
+	_, err := sw.w.Write(sw.buf)
+	sw.buf = sw.buf[:0]
 	return err
+}
+
+// appendSnapshotRecord appends rec as one line, byte for byte what
+// encoding/json writes for it without HTML escaping.
+func appendSnapshotRecord(dst []byte, rec *SnapshotRecord) ([]byte, error) {
+	dst = append(dst, `{"model":`...)
+	dst = appendJSONString(dst, rec.Model)
+	dst = append(dst, `,"key":`...)
+	dst = appendJSONString(dst, rec.Key)
+	dst = append(dst, `,"value":`...)
+	dst, err := appendCompactJSON(dst, rec.Value)
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, `,"version":`...)
+	dst = strconv.AppendUint(dst, rec.Version, 10)
+	dst = append(dst, `,"hlc":"`...)
+	dst = strconv.AppendInt(dst, rec.HLC.Wall, 10) // a valid hlc's text needs no escaping
+	dst = append(dst, '.')
+	dst = strconv.AppendUint(dst, uint64(rec.HLC.Logical), 10)
+	dst = append(dst, '.')
+	dst = append(dst, rec.HLC.Origin...)
+	dst = append(dst, `","deleted":`...)
+	dst = strconv.AppendBool(dst, rec.Deleted)
+	return append(dst, "}\n"...), nil
+}
+
+// appendJSONString appends s as a JSON string, as encoding/json writes it
+// without HTML escaping. Printable ASCII without quotes or backslashes
+// (every model, and most keys) is copied as is; anything else takes
+// encoding/json's path.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
+			var b bytes.Buffer
+			enc := json.NewEncoder(&b)
+			enc.SetEscapeHTML(false)
+			_ = enc.Encode(s) // a string always encodes
+			return append(dst, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
+
+// errControlInValue: a value holds a control character inside a string,
+// which valid JSON never does (and which would split its line).
+var errControlInValue = Errorf(CodeMalformed, "value holds a control character inside a string")
+
+// appendCompactJSON appends v, a valid JSON value, without insignificant
+// whitespace: byte for byte what encoding/json writes for it as a
+// json.RawMessage without HTML escaping, without rescanning it with the
+// JSON state machine. A value with no byte at or below ' ' (no whitespace
+// outside strings, none allowed inside) is copied as is. It does not
+// validate v beyond this: it never emits a newline, so a record is always
+// one line.
+func appendCompactJSON(dst, v []byte) ([]byte, error) {
+	if !slices.ContainsFunc(v, func(c byte) bool { return c <= ' ' }) {
+		return append(dst, v...), nil
+	}
+	mark := len(dst)
+	inString, escaped := false, false
+	for _, c := range v {
+		switch {
+		case inString:
+			switch {
+			case c < ' ':
+				return dst[:mark], errControlInValue
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			continue
+		case c < ' ':
+			return dst[:mark], errControlInValue
+		case c == '"':
+			inString = true
+		}
+		dst = append(dst, c)
+	}
+	return dst, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -114,4 +115,77 @@ func TestSnapshotRefusesBadLines(t *testing.T) {
 	requireCode(t, errors.Unwrap(err), syncproto.CodeInvalidKey, "")
 	_, err = syncproto.NewSnapshotWriter(&buf, 1<<53)
 	require.Error(t, err)
+}
+
+// encodeWithJSON is what the SnapshotWriter's own encoder must match: the
+// record through encoding/json without HTML escaping, one line.
+func encodeWithJSON(t testing.TB, rec syncproto.SnapshotRecord) string {
+	t.Helper()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(rec); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// recordLines writes recs and returns their lines (header and trailer cut).
+func recordLines(t *testing.T, recs []syncproto.SnapshotRecord) []string {
+	t.Helper()
+	lines := strings.SplitAfter(string(writeSnapshot(t, 7, recs)), "\n")
+	return lines[1 : len(lines)-2]
+}
+
+func TestSnapshotWriterEncodesAsEncodingJSON(t *testing.T) {
+	values := []string{
+		`1`, `null`, `"s"`, `{"a":1}`, `[1, 2 ,3]`, "{\n\t\"a\" : [ 1 , \"x y\" ],\r\n \"b\":{ } }",
+		`"a \"quoted\" \\ word"`, `"esc \n \u0000 \\"`, `"<&> é ☃ \u2028"`, "\"raw \u2028 \u2029 ☃\"",
+		` { "padded" : true } `,
+	}
+	keys := []string{"k", "t/1", `quo"te`, `back\slash`, "é-☃", "sep\u2028ar", "<&>", "tilde~end"}
+	var recs []syncproto.SnapshotRecord
+	for i, v := range values {
+		recs = append(recs, syncproto.SnapshotRecord{Model: "notes", Key: keys[i%len(keys)], Value: json.RawMessage(v), Version: uint64(i + 1), HLC: ts(int64(1000+i), uint32(i), "client-a")})
+	}
+	for i, k := range keys {
+		recs = append(recs, syncproto.SnapshotRecord{Model: "m_2", Key: k, Value: json.RawMessage(`{"n":1}`), Version: 1 << 40, HLC: ts(int64(i), 0, "o:x.y")})
+	}
+	got := recordLines(t, recs)
+	require.Len(t, got, len(recs))
+	for i, rec := range recs {
+		require.Equal(t, encodeWithJSON(t, rec), got[i], "record %d", i)
+	}
+	head, read, err := readSnapshot(writeSnapshot(t, 7, recs))
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), head)
+	require.Len(t, read, len(recs))
+}
+
+func TestSnapshotWriterRefusesWhatWouldSplitALine(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := syncproto.NewSnapshotWriter(&buf, 1)
+	require.NoError(t, err)
+	for _, v := range []string{"\"a\nb\"", "[1,\x01]"} {
+		err := w.Write(syncproto.SnapshotRecord{Model: "m", Key: "k", Value: json.RawMessage(v), Version: 1, HLC: ts(1, 0, "c")})
+		require.Error(t, err, "%q", v)
+	}
+	require.NoError(t, w.Write(syncproto.SnapshotRecord{Model: "m", Key: "k", Value: json.RawMessage(`2`), Version: 1, HLC: ts(1, 0, "c")}))
+	require.NoError(t, w.Close())
+	_, recs, err := readSnapshot(buf.Bytes())
+	require.NoError(t, err)
+	require.Len(t, recs, 1, "a refused record leaves nothing behind")
+}
+
+// A snapshot larger than the writer's buffer reads back whole.
+func TestSnapshotWriterFlushesLargeBodies(t *testing.T) {
+	var recs []syncproto.SnapshotRecord
+	value := json.RawMessage(`"` + strings.Repeat("v", 1000) + `"`)
+	for i := range 300 {
+		recs = append(recs, syncproto.SnapshotRecord{Model: "notes", Key: strconv.Itoa(i), Value: value, Version: 1, HLC: ts(int64(i), 0, "c")})
+	}
+	head, read, err := readSnapshot(writeSnapshot(t, 9, recs))
+	require.NoError(t, err)
+	require.Equal(t, uint64(9), head)
+	require.Equal(t, recs, read)
 }

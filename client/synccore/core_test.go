@@ -1,7 +1,11 @@
 package synccore
 
 import (
+	"fmt"
+	"os"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -413,5 +417,52 @@ func TestStateFollowsTheNetworkAndTheQueue(t *testing.T) {
 	c.Step(Network{Online: false})
 	if st := c.Status().State; st != StateOffline {
 		t.Fatalf("network gone: state %s, want offline", st)
+	}
+}
+
+// A clock_skew refusal is never charged, however many attempts the write
+// already holds, as PROTOCOL.md sections 6 and 12 say: the stamp was
+// refused, not the write.
+func TestClockSkewIsNeverCharged(t *testing.T) {
+	skew := syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeClockSkew}
+	for attempts := range DefaultMaxAttempts {
+		v := Judge(&skew, attempts, DefaultMaxAttempts)
+		if v.Action != Restamp || v.Attempts != 0 {
+			t.Fatalf("Judge(clock_skew, %d) = action %d, attempts %d: want Restamp, uncharged", attempts, v.Action, v.Attempts)
+		}
+	}
+	doc, err := os.ReadFile("../../PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `clock_skew` \\|.*$").Find(doc)
+	if !strings.HasSuffix(string(row), "charge no attempt |") {
+		t.Fatalf("PROTOCOL.md section 12's clock_skew row does not say it charges no attempt: %s", row)
+	}
+}
+
+// PROTOCOL.md section 6 states which codes are dead-lettered at their
+// first refusal and the default retry budget; Judge must do the same.
+func TestProtocolStatesTheClientsRetryRules(t *testing.T) {
+	doc, err := os.ReadFile("../../PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `rejected` \\|.*$").Find(doc)
+	m := regexp.MustCompile(`A code that can never succeed on a resend \(([^)]*)\)`).FindSubmatch(row)
+	if m == nil {
+		t.Fatalf("section 6's rejected row lists no permanent codes: %s", row)
+	}
+	documented := map[syncproto.Code]bool{}
+	for _, c := range regexp.MustCompile("`([a-z_]+)`").FindAllSubmatch(m[1], -1) {
+		documented[syncproto.Code(c[1])] = true
+	}
+	for _, code := range syncproto.Codes {
+		if documented[code] != Permanent(code) {
+			t.Errorf("code %s: section 6 lists it as permanent: %v; Permanent says %v", code, documented[code], Permanent(code))
+		}
+	}
+	if want := fmt.Sprintf("retry budget (%d by default)", DefaultMaxAttempts); !strings.Contains(string(row), want) {
+		t.Errorf("section 6's rejected row does not say %q", want)
 	}
 }

@@ -40,12 +40,26 @@ type benchConn struct {
 	live    atomic.Bool   // the session is open
 	leaving atomic.Bool   // the generator is closing it: its end is no error
 	dead    chan struct{} // closed when the reader ends
+
+	// Preload pushes the server refused (rate_limited, server_busy), to
+	// send again; redoReady is poked when one is added.
+	redo      []*preloadBatch
+	redoReady chan struct{}
 }
 
 type sentPush struct {
 	at      time.Time
-	record  bool // count it (not a preload push)
+	preload *preloadBatch // nil: a measured push
 	entries int
+}
+
+// preloadBatch is one preload push: its mutations (sent again as they
+// are, op ids included, when refused), the refusals so far and the wait
+// the last one asked for.
+type preloadBatch struct {
+	muts     []syncproto.Mutation
+	refusals int
+	wait     time.Duration
 }
 
 // dial opens the session, says hello and, for a subscriber, subscribes at
@@ -162,8 +176,9 @@ type benchFrame struct {
 	Entries []struct {
 		Seq uint64 `json:"seq"`
 	} `json:"entries"`
-	Cursor uint64         `json:"cursor"`
-	Code   syncproto.Code `json:"code"`
+	Cursor       uint64         `json:"cursor"`
+	Code         syncproto.Code `json:"code"`
+	RetryAfterMS int64          `json:"retry_after_ms"`
 }
 
 // read serves the session until it ends: push results feed the ack
@@ -193,15 +208,14 @@ func (c *benchConn) read(ctx context.Context) {
 		}
 		switch f.Type {
 		case syncproto.TypePushResult:
-			c.answered(f.ID, now, f.Results)
+			c.answered(f.ID, now, f.Results, nil)
 		case syncproto.TypeChanges:
 			for _, e := range f.Entries {
 				r.deliveries.seen(e.Seq, now)
 			}
 			c.cursor.Store(f.Cursor)
 		case syncproto.TypeError:
-			r.errors.add(string(f.Code), 1)
-			c.answered(f.ID, now, nil)
+			c.answered(f.ID, now, nil, &f)
 		case syncproto.TypeResync:
 			r.errors.add("resync", 1)
 		}
@@ -216,20 +230,48 @@ func closeReason(err error) string {
 	return "connection lost"
 }
 
-// answered settles the push with request id: its latency and results.
-func (c *benchConn) answered(id string, now time.Time, results []syncproto.Result) {
+// answered settles the push with request id: its latency and results, or
+// the error that refused it. A refused preload push that may be sent again
+// is queued for the preload to send again after the wait asked for.
+func (c *benchConn) answered(id string, now time.Time, results []syncproto.Result, refusal *benchFrame) {
 	c.mu.Lock()
 	p, ok := c.pending[id]
 	delete(c.pending, id)
 	c.mu.Unlock()
+	r := c.run
 	if !ok {
+		if refusal != nil {
+			r.errors.add(string(refusal.Code), 1)
+		}
+		return
+	}
+	// A preload push's outcome is recorded before its slot is freed: the
+	// preload is over once every slot is free and nothing is left to send
+	// again.
+	if p.preload != nil {
+		switch {
+		case refusal == nil:
+			r.preloaded.Add(int64(len(results)))
+		case refusal.Code == syncproto.CodeRateLimited || refusal.Code == syncproto.CodeServerBusy:
+			p.preload.refusals++
+			p.preload.wait = time.Duration(refusal.RetryAfterMS) * time.Millisecond
+			r.preloadRetries.Add(1)
+			c.mu.Lock()
+			c.redo = append(c.redo, p.preload)
+			c.mu.Unlock()
+			select {
+			case c.redoReady <- struct{}{}:
+			default:
+			}
+		default:
+			r.errors.add(string(refusal.Code), 1)
+		}
+		<-c.slots
 		return
 	}
 	<-c.slots
-	r := c.run
-	r.preloaded.Add(int64(len(results)))
-	if !p.record {
-		return
+	if refusal != nil {
+		r.errors.add(string(refusal.Code), 1)
 	}
 	r.ack.observe(now.Sub(p.at))
 	r.pushes.Add(1)
@@ -246,10 +288,10 @@ func (c *benchConn) answered(id string, now time.Time, results []syncproto.Resul
 	}
 }
 
-// push sends one batch of put mutations on keys drawn from keys, blocking
-// while the connection has inflight pushes unanswered. It returns false
-// when the session or ctx ended.
-func (c *benchConn) push(ctx context.Context, muts []syncproto.Mutation, record bool) bool {
+// push sends one batch of put mutations (a measured push, or preload's
+// batch), blocking while the connection has inflight pushes unanswered.
+// It returns false when the session or ctx ended.
+func (c *benchConn) push(ctx context.Context, muts []syncproto.Mutation, preload *preloadBatch) bool {
 	select {
 	case c.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -260,7 +302,7 @@ func (c *benchConn) push(ctx context.Context, muts []syncproto.Mutation, record 
 	c.mu.Lock()
 	c.reqs++
 	id := "p" + strconv.Itoa(c.reqs)
-	c.pending[id] = sentPush{at: time.Now(), record: record, entries: len(muts)}
+	c.pending[id] = sentPush{at: time.Now(), preload: preload, entries: len(muts)}
 	c.mu.Unlock()
 	// The write gets its own bound, not ctx: the websocket library closes
 	// the session when a write's context ends mid-write, and ctx (the run's

@@ -36,10 +36,12 @@ type benchReport struct {
 		Fetched  int64 `json:"fetched"`
 		Complete int64 `json:"complete"`
 		Records  int64 `json:"records"`
-		Retries  int64 `json:"retries_after_busy"` // fetched again after a 503 server_busy
+		Retries  int64 `json:"retries_after_busy"`    // fetched again after a 503 server_busy
+		Failed   int64 `json:"retries_after_failure"` // fetched again after a failure or a body cut short
 	} `json:"snapshots"`
-	Errors  map[string]int64 `json:"errors"`
-	Servers []serverView     `json:"servers"`
+	PreloadRetries int64            `json:"preload_retries"` // preload pushes sent again after rate_limited or server_busy
+	Errors         map[string]int64 `json:"errors"`
+	Servers        []serverView     `json:"servers"`
 }
 
 // serverView is one node's process figures around the run: before any
@@ -94,7 +96,8 @@ func (rep *benchReport) fill(r *benchRun, elapsed time.Duration, conns, subs, pu
 	rep.Delivery.Writes, rep.Delivery.Delivered, rep.Delivery.Missing = r.deliveries.tally(subs)
 	rep.Snapshots.latencyView = r.snapshot.view()
 	rep.Snapshots.Fetched, rep.Snapshots.Complete, rep.Snapshots.Records = r.snapshots.Load(), r.snapshotsComplete.Load(), r.snapshotRecords.Load()
-	rep.Snapshots.Retries = r.snapshotRetries.Load()
+	rep.Snapshots.Retries, rep.Snapshots.Failed = r.snapshotRetries.Load(), r.snapshotRetriesFailed.Load()
+	rep.PreloadRetries = r.preloadRetries.Load()
 	rep.Errors = r.errors.snapshot()
 	rep.ConnectSeconds = round3(rep.ConnectSeconds)
 }
@@ -115,7 +118,8 @@ func (rep *benchReport) print(w io.Writer) error {
 		[2]string{"throughput", fmt.Sprintf("%d pushes (%.1f/s), %d mutations applied (%.1f/s)", rep.Pushes, rep.PushesPerSec, rep.Mutations, rep.MutationsPerSec)},
 		[2]string{"results", describeCounts(rep.Statuses)},
 		[2]string{"feed", fmt.Sprintf("%d acknowledged writes, %d deliveries, %d missing", rep.Delivery.Writes, rep.Delivery.Delivered, rep.Delivery.Missing)},
-		[2]string{"snapshots", fmt.Sprintf("%d fetched, %d complete, %d records, %d retries after busy", rep.Snapshots.Fetched, rep.Snapshots.Complete, rep.Snapshots.Records, rep.Snapshots.Retries)},
+		[2]string{"snapshots", fmt.Sprintf("%d of %d complete (%d records), %d retries after busy, %d after a failure", rep.Snapshots.Complete, c.Storm, rep.Snapshots.Records, rep.Snapshots.Retries, rep.Snapshots.Failed)},
+		[2]string{"preload", fmt.Sprintf("%d records, %d pushes sent again after a refusal", c.Preload, rep.PreloadRetries)},
 		[2]string{"errors", describeCounts(rep.Errors)},
 	); err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ const (
 	benchDialParallel    = 64              // connections opened at once
 	benchPreloadBatch    = syncproto.MaxBatch
 	benchPreloadInflight = 4                // preload pushes in flight
+	benchPreloadRefusals = 100              // refusals of one preload push before the preload fails
 	benchScrapeTimeout   = 5 * time.Second  // each /metrics scrape
 	benchSettle          = 10 * time.Second // bound on waiting for the server's goroutines to fall after disconnect
 	benchWriteTimeout    = 30 * time.Second // a push write blocked this long (the server stopped reading) cuts its session
@@ -57,7 +59,9 @@ type benchRun struct {
 	statuses   counters
 	errors     counters
 
-	snapshots, snapshotsComplete, snapshotRecords, snapshotRetries atomic.Int64
+	preloadRetries atomic.Int64 // preload pushes sent again after a refusal
+
+	snapshots, snapshotsComplete, snapshotRecords, snapshotRetries, snapshotRetriesFailed atomic.Int64
 }
 
 func (r *benchRun) raiseTop(seq uint64) {
@@ -175,9 +179,15 @@ func (r *benchRun) closeAll() {
 // preload writes n records on distinct keys through a session of its own
 // (the first client's), before the devices connect and subscribe, so
 // snapshots have something to carry and the feed measures only the run.
+// One token writing as fast as it can runs into the server's quotas: a push
+// refused rate_limited or server_busy is sent again, the same mutations
+// (op ids included, so nothing is written twice), after the wait the
+// server asked for, at most benchPreloadRefusals times. It fails unless
+// every record was written.
 func (r *benchRun) preload(ctx context.Context, client benchClient, tick func()) error {
 	c := &benchConn{run: r, id: client.id, token: client.token, base: r.cfg.urls[0],
-		slots: make(chan struct{}, benchPreloadInflight), pending: map[string]sentPush{}, dead: make(chan struct{})}
+		slots: make(chan struct{}, benchPreloadInflight), pending: map[string]sentPush{}, dead: make(chan struct{}),
+		redoReady: make(chan struct{}, 1)}
 	if err := c.dial(ctx, r.cfg.connectTimeout); err != nil {
 		return failf(exitFailure, "preload: %v", err)
 	}
@@ -187,32 +197,65 @@ func (r *benchRun) preload(ctx context.Context, client benchClient, tick func())
 		c.conn.CloseNow()
 		<-c.dead
 	}()
-	n := r.cfg.preload
-	for sent := 0; sent < n; sent += benchPreloadBatch {
-		muts := make([]syncproto.Mutation, min(benchPreloadBatch, n-sent))
-		for i := range muts {
-			op, err := syncproto.NewOpID()
-			if err != nil {
-				return err
-			}
-			muts[i] = syncproto.Mutation{OpID: op, Model: r.cfg.models[0], Key: "pre" + strconv.Itoa(sent+i), Op: syncproto.OpPut, Value: r.value, HLC: c.clock.Now()}
+	ended := func() error {
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		if !c.push(ctx, muts, false) {
-			return failf(exitFailure, "preload: the session ended after %d records", r.preloaded.Load())
+		return failf(exitFailure, "preload: the session ended after %d records", r.preloaded.Load())
+	}
+	n := r.cfg.preload
+	sent := 0
+	for {
+		c.mu.Lock()
+		var b *preloadBatch
+		if len(c.redo) > 0 {
+			b = c.redo[0]
+			c.redo = c.redo[1:]
+		}
+		c.mu.Unlock()
+		switch {
+		case b != nil:
+			if b.refusals > benchPreloadRefusals {
+				return failf(exitFailure, "preload: a push was refused %d times (%s)", b.refusals, describeCounts(r.errors.snapshot()))
+			}
+			select {
+			case <-time.After(b.wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case sent < n:
+			b = &preloadBatch{muts: make([]syncproto.Mutation, min(benchPreloadBatch, n-sent))}
+			for i := range b.muts {
+				op, err := syncproto.NewOpID()
+				if err != nil {
+					return err
+				}
+				b.muts[i] = syncproto.Mutation{OpID: op, Model: r.cfg.models[0], Key: "pre" + strconv.Itoa(sent+i), Op: syncproto.OpPut, Value: r.value, HLC: c.clock.Now()}
+			}
+			sent += len(b.muts)
+		case len(c.slots) == 0:
+			// Every push answered, none to send again.
+			if got := r.preloaded.Load(); got != int64(n) {
+				return failf(exitFailure, "preload: %d of %d records written (%s)", got, n, describeCounts(r.errors.snapshot()))
+			}
+			return nil
+		default:
+			// Wait for an answer: a refusal to send again, or the last ones.
+			select {
+			case <-c.redoReady:
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-c.dead:
+				return ended()
+			}
+			continue
+		}
+		if !c.push(ctx, b.muts, b) {
+			return ended()
 		}
 		tick()
 	}
-	// Wait for the last answers: every slot free again.
-	for range cap(c.slots) {
-		select {
-		case c.slots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.dead:
-			return failf(exitFailure, "preload: the session ended after %d records", r.preloaded.Load())
-		}
-	}
-	return nil
 }
 
 // pushLoop pushes batches on c until ctx ends: closed loop (as fast as
@@ -221,7 +264,7 @@ func (r *benchRun) preload(ctx context.Context, client benchClient, tick func())
 func (r *benchRun) pushLoop(ctx context.Context, c *benchConn, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	if r.cfg.rate == 0 {
-		for ctx.Err() == nil && c.push(ctx, c.mutations(rng, r.cfg.batch), true) {
+		for ctx.Err() == nil && c.push(ctx, c.mutations(rng, r.cfg.batch), nil) {
 		}
 		return
 	}
@@ -239,7 +282,7 @@ func (r *benchRun) pushLoop(ctx context.Context, c *benchConn, seed uint64) {
 			r.errors.add("skipped: inflight full", 1)
 			continue
 		}
-		if !c.push(ctx, c.mutations(rng, r.cfg.batch), true) {
+		if !c.push(ctx, c.mutations(rng, r.cfg.batch), nil) {
 			return
 		}
 	}
@@ -269,10 +312,14 @@ func (r *benchRun) settle(ctx context.Context, d time.Duration) {
 }
 
 // storm fetches n snapshots at once, each with its own client's token, and
-// reads every one to its trailer. A snapshot the server refuses busy (503
-// with Retry-After: its snapshot concurrency limit) is fetched again after
-// Retry-After plus a random jitter of up to half of it, as a device does,
-// until ctx ends (the run's drain); each such retry is counted.
+// reads every one to its trailer, checking it whole (checkSnapshot) without
+// decoding its records, so that the generator, on the machine the server
+// runs on, spends its CPU reading rather than parsing. A fetch that does
+// not end whole is fetched again until ctx ends (the run's drain), as a
+// device does: after Retry-After plus a random jitter of up to half of it
+// when refused busy (503), after benchSnapshotRetryWait when it failed or
+// was cut short. Retries are counted by kind; a snapshot still incomplete
+// when ctx ends is counted once, under its last failure.
 func (r *benchRun) storm(ctx context.Context, wg *sync.WaitGroup) {
 	hc := &http.Client{Timeout: r.cfg.duration + r.cfg.drain}
 	for i := range r.cfg.storm {
@@ -283,24 +330,28 @@ func (r *benchRun) storm(ctx context.Context, wg *sync.WaitGroup) {
 			start := time.Now()
 			for {
 				n, err := fetchSnapshot(ctx, hc, c.base, c.token)
-				var busy *snapshotBusyError
-				if errors.As(err, &busy) {
-					wait := busy.retryAfter + rand.N(busy.retryAfter/2+1)
-					select {
-					case <-time.After(wait):
-						r.snapshotRetries.Add(1)
-						continue
-					case <-ctx.Done():
-					}
-				}
-				r.snapshots.Add(1)
-				r.snapshotRecords.Add(n)
-				if err != nil {
-					r.errors.add("snapshot: "+err.Error(), 1)
+				if err == nil {
+					r.snapshots.Add(1)
+					r.snapshotRecords.Add(n)
+					r.snapshotsComplete.Add(1)
+					r.snapshot.observe(time.Since(start))
 					return
 				}
-				r.snapshotsComplete.Add(1)
-				r.snapshot.observe(time.Since(start))
+				wait, retries := benchSnapshotRetryWait, &r.snapshotRetriesFailed
+				var busy *snapshotBusyError
+				if errors.As(err, &busy) {
+					wait, retries = busy.retryAfter+rand.N(busy.retryAfter/2+1), &r.snapshotRetries
+				}
+				select {
+				case <-time.After(wait):
+					if ctx.Err() == nil {
+						retries.Add(1)
+						continue
+					}
+				case <-ctx.Done():
+				}
+				r.snapshots.Add(1)
+				r.errors.add("snapshot: "+err.Error(), 1)
 				return
 			}
 		}()
@@ -308,8 +359,12 @@ func (r *benchRun) storm(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // benchDefaultRetryAfter is the wait before fetching again a snapshot
-// refused busy without a usable Retry-After.
-const benchDefaultRetryAfter = time.Second
+// refused busy without a usable Retry-After; benchSnapshotRetryWait the
+// wait after one that failed or was cut short.
+const (
+	benchDefaultRetryAfter = time.Second
+	benchSnapshotRetryWait = time.Second
+)
 
 // snapshotBusyError: the server refused a snapshot 503 (its snapshot
 // concurrency limit); fetch it again after retryAfter.
@@ -340,19 +395,67 @@ func fetchSnapshot(ctx context.Context, hc *http.Client, base, token string) (in
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("http %d", resp.StatusCode)
 	}
-	sr, err := syncproto.NewSnapshotReader(resp.Body)
+	return checkSnapshot(resp.Body)
+}
+
+// Errors of checkSnapshot, as the errors table names them.
+var (
+	errSnapshotTruncated = errors.New("truncated")
+	errSnapshotMalformed = errors.New("malformed")
+)
+
+// checkSnapshot reads a snapshot body (PROTOCOL.md, "Resync") and returns
+// its record count when it is whole: a header line, record lines, and a
+// trailer line counting exactly those records, then the end of the body.
+// It checks the framing a device relies on to know it has everything,
+// without decoding the records (syncproto.SnapshotReader does that, at
+// several times the cost).
+func checkSnapshot(body io.Reader) (int64, error) {
+	br := bufio.NewReaderSize(body, 64<<10)
+	header, err := readLine(br)
 	if err != nil {
-		return 0, fmt.Errorf("truncated")
+		return 0, errSnapshotTruncated
 	}
+	if !bytes.HasPrefix(header, []byte(`{"head":`)) {
+		return 0, errSnapshotMalformed
+	}
+	trailer := []byte(`{"end":true,"records":`)
 	var n int64
 	for {
-		if _, err := sr.Next(); err == io.EOF {
+		line, err := readLine(br)
+		if err != nil {
+			return n, errSnapshotTruncated
+		}
+		if count, ok := bytes.CutPrefix(line, trailer); ok {
+			m, err := strconv.ParseInt(string(bytes.TrimSuffix(count, []byte("}\n"))), 10, 64)
+			if err != nil || m != n {
+				return n, errSnapshotMalformed
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				return n, errSnapshotMalformed
+			}
 			return n, nil
-		} else if err != nil {
-			return n, fmt.Errorf("truncated")
+		}
+		if !bytes.HasPrefix(line, []byte(`{"model":`)) {
+			return n, errSnapshotMalformed
 		}
 		n++
 	}
+}
+
+// readLine returns the next line, its newline included; a line longer
+// than the reader's buffer is returned cut to its first buffer-full (only
+// line starts are checked). A body that ends before a newline is an error.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return line, err
+	}
+	head := bytes.Clone(line)
+	for err == bufio.ErrBufferFull {
+		_, err = br.ReadSlice('\n')
+	}
+	return head, err
 }
 
 // serverFigures are what /metrics says about a node's process.

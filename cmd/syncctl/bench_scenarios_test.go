@@ -54,9 +54,10 @@ var benchScenarios = []benchScenario{
 // RSS and goroutines) and syncctl bench built and run as a process of its
 // own, as an operator runs it. It reports p99 ack and delivery latency, the
 // server's RSS and goroutines per connection with every session open, the
-// deliveries missing, and pass (1 when every threshold of the scenario
-// holds, else 0; the thresholds that failed are logged). It asserts
-// nothing about time: the machine is shared.
+// deliveries missing, with a storm the snapshots complete and their p99
+// (request to trailer, waits and retries included), and pass (1 when every
+// threshold of the scenario holds, else 0; the thresholds that failed are
+// logged). It asserts nothing about time: the machine is shared.
 func BenchmarkScenarios(b *testing.B) {
 	bin := filepath.Join(b.TempDir(), "syncctl")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
@@ -105,6 +106,10 @@ func (sc benchScenario) report(b *testing.B, rep benchReport) {
 	b.ReportMetric(rss, "rss_MiB")
 	b.ReportMetric(perConn, "goroutines/conn")
 	b.ReportMetric(float64(rep.Delivery.Missing), "missing")
+	if rep.Config.Storm > 0 {
+		b.ReportMetric(float64(rep.Snapshots.Complete), "snapshots_complete")
+		b.ReportMetric(rep.Snapshots.P99, "snapshot_p99_ms")
+	}
 	var failed []string
 	check := func(name string, ok bool) {
 		if !ok {

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -162,4 +165,111 @@ func TestBenchRetriesASnapshotRefusedBusy(t *testing.T) {
 	require.Equal(t, int64(3), rep.Snapshots.Complete)
 	require.GreaterOrEqual(t, rep.Snapshots.Records, int64(3*20))
 	require.Empty(t, rep.Errors)
+}
+
+// A preload faster than the token's mutation quota is refused
+// rate_limited; the refused pushes are sent again after the wait the
+// server asked for, and every preloaded record is written: each snapshot
+// carries all of them.
+func TestBenchPreloadSendsRefusedPushesAgain(t *testing.T) {
+	// The burst holds one push of 500; the preload sends its first pushes
+	// back to back, so the second is refused whatever the machine's speed.
+	s := syncdtest.Start(t, server.Config{Quotas: server.Quotas{TokenMutationsPerSecond: 1000, TokenMutationBurst: 500}})
+	clients := benchClients(t, s, 2)
+	var rep benchReport
+	decodeStrict(t, newCLI(t, nil).ok("bench", "--url", s.URL, "--clients", clients, "--connections", "2",
+		"--push-share", "0", "--preload", "1500", "--snapshot-storm", "2", "--duration", "100ms", "--drain", "20s", "--json"), &rep)
+	require.Positive(t, rep.PreloadRetries, "the quota refused some preload pushes")
+	require.Empty(t, rep.Errors)
+	require.Equal(t, int64(2), rep.Snapshots.Complete)
+	require.Equal(t, int64(2*1500), rep.Snapshots.Records, "every preloaded record was written")
+}
+
+// A snapshot cut short (its body ends before the trailer) is fetched
+// again, as a device does, and the retries are counted. A proxy in front
+// of a real syncd cuts each token's first snapshot in the middle.
+func TestBenchRetriesASnapshotCutShort(t *testing.T) {
+	s := syncdtest.Start(t, server.Config{})
+	clients := benchClients(t, s, 3)
+	target, err := url.Parse(s.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	cut := map[string]bool{}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		first := r.URL.Path == syncproto.SnapshotPath && !cut[r.Header.Get("Authorization")]
+		if first {
+			cut[r.Header.Get("Authorization")] = true
+		}
+		mu.Unlock()
+		if !first {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, s.URL+r.URL.Path, nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(resp.StatusCode)
+		w.Write(body[:len(body)/2])
+	}))
+	defer front.Close()
+
+	var rep benchReport
+	decodeStrict(t, newCLI(t, nil).ok("bench", "--url", front.URL, "--clients", clients, "--connections", "3",
+		"--push-share", "0", "--preload", "50", "--snapshot-storm", "3", "--duration", "200ms", "--drain", "20s", "--json"), &rep)
+	require.Equal(t, int64(3), rep.Snapshots.Failed, "each token's first snapshot was cut once")
+	require.Equal(t, int64(3), rep.Snapshots.Complete)
+	require.Equal(t, int64(3*50), rep.Snapshots.Records)
+	require.Empty(t, rep.Errors)
+}
+
+func TestCheckSnapshotKnowsAWholeBody(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := syncproto.NewSnapshotWriter(&buf, 42)
+	require.NoError(t, err)
+	long := json.RawMessage(`"` + strings.Repeat("x", 100<<10) + `"`) // longer than the reader's buffer
+	for i := range 5 {
+		v := json.RawMessage(`{"n":1}`)
+		if i == 2 {
+			v = long
+		}
+		require.NoError(t, w.Write(syncproto.SnapshotRecord{Model: "m", Key: strconv.Itoa(i), Value: v, Version: 1, HLC: syncproto.Timestamp{Wall: 1, Origin: "c"}}))
+	}
+	require.NoError(t, w.Close())
+	body := buf.Bytes()
+
+	n, err := checkSnapshot(bytes.NewReader(body))
+	require.NoError(t, err)
+	require.Equal(t, int64(5), n)
+	for cut := 0; cut < len(body); cut += 997 {
+		_, err := checkSnapshot(bytes.NewReader(body[:cut]))
+		require.Error(t, err, "cut at byte %d", cut)
+	}
+	_, err = checkSnapshot(bytes.NewReader(body[:len(body)-1]))
+	require.ErrorIs(t, err, errSnapshotTruncated, "the trailer's newline missing")
+	lines := strings.SplitAfter(string(body), "\n")
+	for name, bad := range map[string]string{
+		"a trailer that miscounts": strings.Join(lines[:3], "") + `{"end":true,"records":5}` + "\n",
+		"bytes after the trailer":  string(body) + "{}\n",
+		"no header":                strings.Join(lines[1:], ""),
+		"a line that is no record": lines[0] + "[]\n" + lines[len(lines)-2],
+	} {
+		_, err := checkSnapshot(strings.NewReader(bad))
+		require.ErrorIs(t, err, errSnapshotMalformed, name)
+	}
 }

@@ -75,7 +75,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.BoolVar(&o.devTokens, "dev-tokens", false, "development only: when the token file is missing, generate one with a client token for every model and an admin token, and log both once")
 	fs.StringVar(&o.nodeID, "node-id", server.DefaultNodeID, "this server's name (welcome, and the origin of its clock)")
 	fs.StringVar(&o.synchronous, "synchronous", "FULL", "SQLite synchronous level: FULL (acknowledged writes survive a power cut) or NORMAL (survive a crash only)")
-	fs.Var(&o.models, "model", "a model's conflict policy as NAME=POLICY (lww, optimistic or hook); repeatable; undeclared models get --default-policy")
+	fs.Var(&o.models, "model", "a model's conflict policy as NAME=POLICY (lww or optimistic; a hook needs a Go program embedding the server package); repeatable; undeclared models get --default-policy")
 	fs.DurationVar(&o.retention.LedgerMaxAge, "ledger-max-age", 0, "keep each tenant's replay-ledger decisions at least this long after they were decided (default 168h)")
 	fs.IntVar(&o.retention.LedgerMaxEntries, "ledger-max-entries", 0, "keep at most this many replay-ledger decisions per tenant (default 1000000)")
 	fs.DurationVar(&o.retention.Oplog.MaxAge, "oplog-max-age", 0, "compact oplog entries older than this; a client behind them resyncs from a snapshot (default 168h; negative: no age bound)")
@@ -83,20 +83,23 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.DurationVar(&o.retention.Conflicts.MaxAge, "conflicts-max-age", 0, "prune conflict-log rows older than this (default 168h; negative: no age bound)")
 	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
 	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
-	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on the public listener; negative: no cap (behind a load balancer every peer has its address)")
+	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on each listener (public and admin, counted apart); negative: no cap (behind a load balancer every peer has its address)")
 	fs.Float64Var(&o.quotas.TokenMutationsPerSecond, "token-mutations-per-second", server.DefaultTokenMutationsPerSecond, "mutations per second one token may push over all its sessions (every other frame counts one); negative: no limit")
 	fs.IntVar(&o.quotas.TokenMutationBurst, "token-mutation-burst", server.DefaultTokenMutationBurst, "burst of --token-mutations-per-second (at least max_batch, 500)")
 	fs.Float64Var(&o.quotas.TenantMutationsPerSecond, "tenant-mutations-per-second", server.DefaultTenantMutationsPerSecond, "mutations per second one tenant's tokens may push together; negative: no limit")
 	fs.IntVar(&o.quotas.TenantMutationBurst, "tenant-mutation-burst", server.DefaultTenantMutationBurst, "burst of --tenant-mutations-per-second (at least max_batch, 500)")
 	fs.IntVar(&o.quotas.MaxConnectionsPerToken, "max-connections-per-token", server.DefaultMaxConnectionsPerToken, "cap on open websocket sessions per token; negative: no cap")
+	fs.IntVar(&o.quotas.MaxConnectionsPerTenant, "max-connections-per-tenant", 0, "cap on open websocket sessions of one tenant's tokens together (default half of --max-connections); negative: no cap")
 	fs.Int64Var(&o.frameBudget, "frame-budget", server.DefaultFrameBudgetBytes, "bytes of frames being read, decoded or applied at once, over all sessions; beyond it sessions wait unread (at least one 4 MiB frame)")
+	fs.Int64Var(&o.quotas.TokenFrameBytes, "token-frame-bytes", server.DefaultTokenFrameBytes, "share of --frame-budget one token's sessions may hold; beyond it the token's next frame waits unread (at least one 4 MiB frame; negative: no cap)")
+	fs.Int64Var(&o.quotas.TenantFrameBytes, "tenant-frame-bytes", server.DefaultTenantFrameBytes, "share of --frame-budget one tenant's tokens may hold together (at least one 4 MiB frame; negative: no cap)")
 	fs.StringVar(&o.adminTLSCert, "admin-tls-cert", "", "PEM certificate for the admin listener (with --admin-tls-key it serves HTTPS)")
 	fs.StringVar(&o.adminTLSKey, "admin-tls-key", "", "PEM private key for --admin-tls-cert")
 	fs.BoolVar(&o.adminPlaintext, "admin-allow-plaintext", false, "serve the admin API without TLS on a non-loopback --admin-listen (only on a network that protects it: an admin token reads every tenant's data)")
 	fs.Func("default-policy", "policy of models no --model declares: lww, optimistic, or none to refuse writes to them (invalid_model) (default lww)", func(v string) error {
 		return o.models.Set(replication.AnyModel + "=" + v)
 	})
-	fs.Var(&o.origins, "allowed-origin", "host pattern of a browser origin allowed to connect; repeatable (native clients send no origin and are always allowed)")
+	fs.Var(&o.origins, "allowed-origin", "a browser origin allowed to connect, as a host[:port] pattern (*.example.com, localhost:*) or with its scheme (https://app.example.com); repeatable; the server's own host is always allowed, and native clients send no origin (PROTOCOL.md section 1)")
 	fs.DurationVar(&o.maxClockSkew, "max-clock-skew", time.Minute, "how far ahead of the server's clock a mutation's timestamp may be")
 	fs.IntVar(&o.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on open websocket sessions")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, the public listener serves HTTPS/WSS")
@@ -292,7 +295,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer srv.Close()
 
-	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	errorLog := srv.ErrorLog()
 	listeners := []*listener{{name: "public", srv: server.NewHTTPServer(srv.Handler(), errorLog), cert: o.tlsCert, key: o.tlsKey}}
 	addrs := []string{o.listen}
 	if o.adminListen != "" {
@@ -307,7 +310,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return fmt.Errorf("listen %s: %w", l.name, err)
 		}
 	}
-	listeners[0].ln = srv.LimitListener(listeners[0].ln)
+	for _, l := range listeners {
+		l.ln = srv.LimitListener(l.ln)
+	}
 	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
 		go func() {

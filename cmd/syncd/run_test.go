@@ -48,6 +48,11 @@ func TestFlagsRejectBadInput(t *testing.T) {
 		return ""
 	}, io.Discard)
 	require.ErrorContains(t, err, "SYNCD_SHUTDOWN_TIMEOUT")
+
+	// syncd has no hook to run: PROTOCOL.md section 8 and operations.md
+	// send an operator who wants one to embed the server package.
+	_, err = parseFlags([]string{"--model", "notes=hook"}, noEnv, io.Discard)
+	require.ErrorContains(t, err, "embed the server package")
 }
 
 // syncWriter lets the test read the log while syncd writes it.
@@ -104,6 +109,45 @@ func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 		t.Fatal("syncd did not stop after cancellation")
 	}
 	require.Contains(t, logs.String(), "syncd stopped")
+}
+
+// Both listeners close a connection beyond --max-connections-per-address
+// at accept: the admin listener, which answers before any token is
+// checked, cannot be filled by one address either.
+func TestEveryListenerCapsConnectionsPerAddress(t *testing.T) {
+	const perAddress = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncWriter{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "syncd.db"),
+			"--tokens", filepath.Join(t.TempDir(), "tokens.json"), "--dev-tokens", "--max-connections-per-address", "2"}, func(string) string { return "" }, logs)
+	}()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+) admin_addr=(127\.0\.0\.1:\d+)`)
+	var m []string
+	require.Eventually(t, func() bool {
+		m = addrRE.FindStringSubmatch(logs.String())
+		return m != nil
+	}, 30*time.Second, 10*time.Millisecond, "syncd never logged its addresses: %s", logs)
+
+	for _, addr := range m[1:] {
+		for range perAddress {
+			c, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			defer c.Close()
+		}
+		extra, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer extra.Close()
+		require.NoError(t, extra.SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, err = extra.Read(make([]byte, 1))
+		require.ErrorIs(t, err, io.EOF, "%s: a connection beyond the cap is closed at accept", addr)
+	}
 }
 
 func TestDefaultPolicyFlag(t *testing.T) {

@@ -180,7 +180,7 @@ func checkAccounted(s *State, ix *index) accounting {
 // requireDecision fails a superseded or conflict outcome the ledger does
 // not hold (unless retention may have evicted it).
 func (b *verdict) requireDecision(s *State, ix *index, c *Client, w write, where, status string) {
-	if _, ok := ix.ledger[tenantOp{c.Tenant, w.opID}]; !ok && s.Server.LedgerFloor.IsZero() {
+	if _, ok := ix.ledger[tenantOp{c.Tenant, w.opID}]; !ok && s.Server.LedgerFloor(c.Tenant).IsZero() {
 		b.fail("%s ended %s, but the server's ledger holds no decision for it", where, status)
 	}
 }

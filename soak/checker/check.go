@@ -203,10 +203,11 @@ func newIndex(s *State) *index {
 	return ix
 }
 
-// ledgerCovers reports whether the ledger still holds decisions for an op
-// stamped at wall (Unix ms).
-func (s *State) ledgerCovers(wall int64) bool {
-	return s.Server.LedgerFloor.IsZero() || wall > s.Server.LedgerFloor.UnixMilli()
+// ledgerCovers reports whether the ledger still holds tenant's decisions
+// for an op stamped at wall (Unix ms).
+func (s *State) ledgerCovers(tenant string, wall int64) bool {
+	floor := s.Server.LedgerFloor(tenant)
+	return floor.IsZero() || wall > floor.UnixMilli()
 }
 
 // policy is a model's declared policy.

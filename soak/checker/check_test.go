@@ -398,13 +398,32 @@ func TestCheckerNamesTheBrokenInvariant(t *testing.T) {
 }
 
 // A ledger that evicted decisions by retention is not a violation for the
-// ops its floor covers.
+// ops its tenant's floor covers, whether the floor is the tenant's own or
+// the one a migrated ledger gives every tenant.
 func TestLedgerRetentionIsNotAViolation(t *testing.T) {
+	for name, evict := range map[string]func(*checker.Server){
+		"tenant's floor": func(s *checker.Server) { s.LedgerFloors = map[string]time.Time{tenant: time.UnixMilli(10_000)} },
+		"base floor":     func(s *checker.Server) { s.LedgerBaseFloor = time.UnixMilli(10_000) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := fixture()
+			s.Server.Ledger = nil
+			evict(&s.Server)
+			res := checker.Check(s)
+			assert.Empty(t, violated(res), "%v %v", res.Verdict(checker.Accounted).Evidence, res.Verdict(checker.ExactlyOnce).Evidence)
+		})
+	}
+}
+
+// Another tenant's floor exempts nothing: decisions missing from a tenant
+// whose own ledger evicted nothing are violations (one tenant's volume
+// expiring another's writes, issue 11's first finding).
+func TestAnotherTenantsLedgerFloorExemptsNothing(t *testing.T) {
 	s := fixture()
 	s.Server.Ledger = nil
-	s.Server.LedgerFloor = time.UnixMilli(10_000)
+	s.Server.LedgerFloors = map[string]time.Time{"flooder": time.UnixMilli(10_000)}
 	res := checker.Check(s)
-	assert.Empty(t, violated(res), "%v %v", res.Verdict(checker.Accounted).Evidence, res.Verdict(checker.ExactlyOnce).Evidence)
+	assert.Equal(t, []checker.Invariant{checker.Accounted, checker.ExactlyOnce}, violated(res))
 }
 
 // Evidence is capped; the count is not.

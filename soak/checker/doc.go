@@ -48,9 +48,10 @@
 // packages (tables oplog, records, records_state, ledger_decisions,
 // ledger_meta, ledger_scopes, conflicts; and the replica's records, pending,
 // outcomes and meta): a change there breaks Load loudly, not silently.
-// Retention is honoured where it can hide evidence: a ledger that evicted
-// decisions (a floor set in ledger_scopes or ledger_meta) exempts ops at or
-// before the highest floor, and an oplog compacted from the front is
+// Retention is honoured where it can hide evidence: a tenant whose ledger
+// evicted decisions (its floor in ledger_scopes, or the floor ledger_meta
+// gives every tenant) has its own ops at or before that floor exempted, and
+// no other tenant's, and an oplog compacted from the front is
 // replayed from its first retained entry. The journal survives process
 // crashes, not power loss.
 package checker

@@ -63,7 +63,7 @@ func checkExactlyOnce(s *State, ix *index) Verdict {
 			case len(es) > 0 && (o.Status != string(client.StatusApplied) || o.Seq != es[0].Seq || o.Version != es[0].Version):
 				b.fail("%s was told %s for op %s, but the oplog applied it at seq %d (version %d): a resend was decided again instead of answered from the ledger",
 					c.ID, describeOutcome(o), op, es[0].Seq, es[0].Version)
-			case d == nil && s.Server.LedgerFloor.IsZero():
+			case d == nil && s.Server.LedgerFloor(c.Tenant).IsZero():
 				undecided = append(undecided, fmt.Sprintf("%s holds outcome %s for op %s, which the ledger never decided", c.ID, o.Status, op))
 			case d != nil && !agrees(o, d.Result):
 				b.fail("%s was told %s for op %s, but the ledger's first decision was %s: a resend was decided again instead of answered from the ledger",
@@ -80,7 +80,7 @@ func checkExactlyOnce(s *State, ix *index) Verdict {
 		d := ix.ledger[tenantOp{e.Tenant, e.OpID}]
 		switch {
 		case d == nil:
-			if s.ledgerCovers(e.HLC.Wall) {
+			if s.ledgerCovers(e.Tenant, e.HLC.Wall) {
 				b.fail("oplog seq %d (op %s) has no ledger decision", e.Seq, e.OpID)
 			}
 		case d.Result.Status == syncproto.StatusApplied && (d.Result.Seq != e.Seq || d.Result.Version != e.Version):

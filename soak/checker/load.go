@@ -31,8 +31,9 @@ type ClientLayout struct {
 	Read       []string
 	QueueKind  string // ndjson, sqlite or memory
 	QueuePath  string
-	// ReplicaPath is the replica's own file. A SQLite queue's file holds
-	// the replica (client.Config.ReplicaPath), so it is not read then.
+	// ReplicaPath is the replica's own file. When a SQLite queue's file
+	// holds the replica's tables (a client over offlinequeue.SQLite keeps
+	// them there, client.Config.ReplicaPath), that file is read instead.
 	ReplicaPath string
 	JournalPath string
 }
@@ -176,14 +177,25 @@ func loadServer(ctx context.Context, path string) (Server, error) {
 	if err != nil {
 		return s, fmt.Errorf("ledger: %w", err)
 	}
-	var floor sql.NullInt64
-	err = db.QueryRowContext(ctx, `SELECT MAX(floor_ms) FROM (
-		SELECT floor_ms FROM ledger_meta WHERE id = 1 UNION ALL SELECT floor_ms FROM ledger_scopes)`).Scan(&floor)
+	var base sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT floor_ms FROM ledger_meta WHERE id = 1`).Scan(&base); err != nil {
+		return s, fmt.Errorf("ledger base floor: %w", err)
+	}
+	if base.Valid {
+		s.LedgerBaseFloor = time.UnixMilli(base.Int64)
+	}
+	s.LedgerFloors = map[string]time.Time{}
+	err = each(ctx, db, `SELECT scope, floor_ms FROM ledger_scopes WHERE floor_ms IS NOT NULL`, func(r *sql.Rows) error {
+		var tenant string
+		var floor int64
+		if err := r.Scan(&tenant, &floor); err != nil {
+			return err
+		}
+		s.LedgerFloors[tenant] = time.UnixMilli(floor)
+		return nil
+	})
 	if err != nil {
 		return s, fmt.Errorf("ledger floors: %w", err)
-	}
-	if floor.Valid {
-		s.LedgerFloor = time.UnixMilli(floor.Int64)
 	}
 	err = each(ctx, db, `SELECT tenant, model, key, policy, reason, loser_op_id, loser_version, loser_hlc, winner_op_id, winner_version, winner_hlc FROM conflicts ORDER BY id`,
 		func(r *sql.Rows) error {
@@ -218,7 +230,7 @@ func loadClient(ctx context.Context, l ClientLayout) (Client, error) {
 		return c, fmt.Errorf("queue: %w", err)
 	}
 	replicaPath := l.ReplicaPath
-	if l.QueueKind == QueueSQLite {
+	if l.QueueKind == QueueSQLite && holdsReplica(ctx, l.QueuePath) {
 		replicaPath = l.QueuePath
 	}
 	if c.Replica, err = loadReplica(ctx, replicaPath); err != nil {
@@ -294,6 +306,19 @@ func loadQueue(ctx context.Context, kind, path string) (Queue, error) {
 
 // loadReplica reads the client replica's tables (records, pending,
 // outcomes, meta) as the client package lays them out.
+// holdsReplica reports whether the SQLite file at path has the replica's
+// records table. A file that does not open holds none.
+func holdsReplica(ctx context.Context, path string) bool {
+	db, err := openReadOnly(ctx, path)
+	if err != nil {
+		return false
+	}
+	defer db.Close()
+	var n int
+	err = db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'records'`).Scan(&n)
+	return err == nil && n > 0
+}
+
 func loadReplica(ctx context.Context, path string) (Replica, error) {
 	r := Replica{Outcomes: map[string]Outcome{}}
 	db, err := openReadOnly(ctx, path)

@@ -30,11 +30,14 @@ type Server struct {
 	AppliedSeq uint64
 	Records    []Record
 	Ledger     []Decision
-	// LedgerFloor is the highest of the ledger's per-tenant floors; zero
-	// when it never evicted a decision. Ops at or before it may have left
-	// the ledger (for some tenants: the check exempts them all).
-	LedgerFloor time.Time
-	Conflicts   []Conflict
+	// LedgerFloors maps a tenant to its ledger floor: ops of the tenant
+	// stamped at or before it may have left the ledger. LedgerBaseFloor is
+	// the floor every tenant has at least (a ledger migrated from the
+	// single floor of schema version 1); zero when none. Read them with
+	// LedgerFloor.
+	LedgerFloors    map[string]time.Time
+	LedgerBaseFloor time.Time
+	Conflicts       []Conflict
 	// Integrity holds the rows of PRAGMA integrity_check: ["ok"] when sound.
 	Integrity []string
 }
@@ -183,4 +186,15 @@ type Sample struct {
 	Goroutines  int
 	FDs         int
 	DatabaseFDs int
+}
+
+// LedgerFloor is tenant's ledger floor: zero when the ledger never evicted
+// a decision of the tenant, so every decision of it must be there. One
+// tenant's floor says nothing of another's.
+func (s *Server) LedgerFloor(tenant string) time.Time {
+	f := s.LedgerBaseFloor
+	if t := s.LedgerFloors[tenant]; t.After(f) {
+		f = t
+	}
+	return f
 }
