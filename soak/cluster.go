@@ -266,6 +266,9 @@ func askStreamLast(ctx context.Context, natsAddr string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if !cluster.FromLeader(info) {
+		return 0, errors.New("the command stream's leader did not answer")
+	}
 	return info.State.LastSeq, nil
 }
 

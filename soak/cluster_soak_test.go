@@ -1,5 +1,3 @@
-//go:build cluster
-
 package soak_test
 
 import (
@@ -11,7 +9,7 @@ import (
 	"github.com/syncd-dev/syncd/soak"
 )
 
-// TestShortClusterSoak is the short cluster soak (`make cluster-test` runs it): three
+// TestShortClusterSoak is the short cluster soak (part of `make test`): three
 // syncd nodes, fewer clients, node kills and route cuts among the faults;
 // every invariant must hold and every node end with the same records.
 func TestShortClusterSoak(t *testing.T) {

@@ -11,8 +11,9 @@
 //	make soak SOAK_NODES=3             # against a three-node syncd cluster
 //	go run ./soak/cmd/soak --help      # every knob; --seed replays a run's choices
 //
-// Shorter runs: TestShortSoak (about a minute) is part of make test;
-// TestShortClusterSoak (build tag cluster) runs in make cluster-test.
+// Shorter runs: TestShortSoak and TestShortClusterSoak (about a minute
+// each) are part of make test; make cluster-test runs the latter with the
+// cluster's process tests.
 // Programs call Run with a Config; a binary that embeds the harness must
 // call Child first thing in main (or TestMain), because the harness
 // re-executes its own binary to get client processes.

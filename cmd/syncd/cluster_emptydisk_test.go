@@ -1,5 +1,3 @@
-//go:build cluster
-
 package main
 
 import (
@@ -47,9 +45,13 @@ func TestClusterProcessEmptyDisk(t *testing.T) {
 	// expires.
 	lost.start(t)
 	lost.waitReady(t)
-	after := startLoad(t, pc, 6, 10) // writes it must apply after the restore
+	// Writes it must apply after the restore: fewer than the stream holds
+	// (about 180 commands in 400 kB), or a node whose consumer is being
+	// recreated meanwhile (as when a NATS server rejoins) finds the
+	// commands it has not applied dropped, and stops on the gap.
+	after := startLoad(t, pc, 2, 10)
 	defer after.stop()
-	time.Sleep(2 * time.Second)
+	time.Sleep(time.Second)
 	require.NoError(t, after.stop())
 	pc.requireOnceEverywhere(t, l)
 	pc.requireOnceEverywhere(t, after)

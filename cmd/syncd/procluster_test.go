@@ -354,11 +354,12 @@ func agree(sts []cluster.Status, head uint64) bool {
 }
 
 // askAnyStream is the command stream's info from the first running node
-// whose NATS server answers; nil when none does.
+// whose NATS server gets the stream leader's answer (cluster.FromLeader);
+// nil when none does.
 func (pc *procCluster) askAnyStream() *jetstream.StreamInfo {
 	for _, n := range pc.nodes {
 		if n.running() {
-			if info := askStream(n.natsURL); info != nil {
+			if info := askStream(n.natsURL); info != nil && cluster.FromLeader(info) {
 				return info
 			}
 		}

@@ -379,12 +379,27 @@ func (c *Cluster) quorumReached(what string) {
 // together and the metadata leader is being elected. Retried.
 var errNotSettled = errors.New("JetStream metadata not settled")
 
+// errCodeDuplicateInProcess is JetStream's answer to a publish whose
+// message id an earlier publish still being stored carries (409, "duplicate
+// message id is in process"): a retry after an attempt's timeout gets it
+// while the stream has no quorum.
+const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
+
+// errCodeNoPeers is JetStream's answer to creating a stream or bucket with
+// more replicas than the servers it knows (400, "no suitable peers for
+// placement"): nodes started together create them before every server has
+// joined. Retried until the start's timeout, whose error then names it.
+const errCodeNoPeers jetstream.ErrorCode = 10005
+
 // retryable reports whether a JetStream error may go away by itself (no
 // leader yet, a timeout, a lost connection) rather than being an answer.
 func retryable(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code >= 500 // JetStream temporarily unavailable, no leader
+		// 5xx: JetStream temporarily unavailable, no leader. A publish's
+		// earlier attempt still being stored: its outcome comes later. Too
+		// few servers for the replicas: the others have not joined yet.
+		return apiErr.Code >= 500 || apiErr.ErrorCode == errCodeDuplicateInProcess || apiErr.ErrorCode == errCodeNoPeers
 	}
 	return errors.Is(err, errNotSettled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||

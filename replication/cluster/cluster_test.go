@@ -223,7 +223,7 @@ func streamLast(nc *nats.Conn) (uint64, bool) {
 		return 0, false
 	}
 	info, err := s.Info(ctx)
-	if err != nil {
+	if err != nil || !cluster.FromLeader(info) {
 		return 0, false
 	}
 	return info.State.LastSeq, true
@@ -412,5 +412,30 @@ func TestAClientsBatchesApplyInSubmissionOrder(t *testing.T) {
 		for i := 1; i < batches; i++ {
 			require.Less(t, seqs[c][i-1], seqs[c][i], "client c%d: batch %d applied before batch %d", c, i, i-1)
 		}
+	}
+}
+
+// TestFromLeader: only the stream leader's answer is the stream's state; a
+// server that sees no leader, or that names another server as leader,
+// answers with its own copy.
+func TestFromLeader(t *testing.T) {
+	peers := func(names ...string) []*jetstream.PeerInfo {
+		var out []*jetstream.PeerInfo
+		for _, n := range names {
+			out = append(out, &jetstream.PeerInfo{Name: n})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		cluster *jetstream.ClusterInfo
+		want    bool
+	}{
+		{"a server alone", nil, true},
+		{"the leader", &jetstream.ClusterInfo{Leader: "n1", Replicas: peers("n2", "n3")}, true},
+		{"a member that names another leader", &jetstream.ClusterInfo{Leader: "n1", Replicas: peers("n1", "n2")}, false},
+		{"a member that sees no leader", &jetstream.ClusterInfo{Replicas: peers("n1", "n2", "n3")}, false},
+	} {
+		require.Equal(t, tc.want, cluster.FromLeader(&jetstream.StreamInfo{Cluster: tc.cluster}), tc.name)
 	}
 }

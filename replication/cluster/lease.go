@@ -241,6 +241,9 @@ func (c *Cluster) watchStream(ctx context.Context) {
 	ictx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
 	defer cancel()
 	info, err := c.stream.Info(ictx)
+	if err == nil && !FromLeader(info) {
+		err = errNoLeader // a copy of the stream, no proof of a quorum
+	}
 	if err != nil {
 		// Whatever the error, the stream did not prove it answers.
 		if ctx.Err() == nil {
@@ -250,6 +253,31 @@ func (c *Cluster) watchStream(ctx context.Context) {
 	}
 	c.setHead(info.State.LastSeq)
 	c.quorumReached("read the stream's head")
+}
+
+// errNoLeader: the stream's info came from a server other than the
+// stream's leader (as a node cut off from the others does, seeing none).
+var errNoLeader = errors.New("the command stream's leader did not answer")
+
+// FromLeader reports whether info, a JetStream stream's info, came from
+// the stream's leader, the one server whose copy is the stream: a server
+// of the stream's group that sees no leader answers with its own copy, and
+// so may a new member of the group (a node that lost its disk) while it
+// catches up. The server that answered is the one member of the group not
+// among info's replicas; a server alone (no cluster) is its own leader.
+func FromLeader(info *jetstream.StreamInfo) bool {
+	if info.Cluster == nil {
+		return true
+	}
+	if info.Cluster.Leader == "" {
+		return false
+	}
+	for _, r := range info.Cluster.Replicas {
+		if r.Name == info.Cluster.Leader {
+			return false
+		}
+	}
+	return true
 }
 
 // observeSnapshotAge sets the snapshot-age gauge from the newest

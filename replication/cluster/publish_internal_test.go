@@ -1,8 +1,12 @@
 package cluster
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/replication"
@@ -57,4 +61,23 @@ func TestGatherKeepsEachClientInOrder(t *testing.T) {
 	group, rest := p.gather(many, map[sender]int{})
 	require.Len(t, group, maxGroupBatches)
 	require.Len(t, rest, 3)
+}
+
+// TestRetryable: what JetStream may answer while it has no quorum is
+// retried; an answer that retrying cannot change is not.
+func TestRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
+		{&jetstream.APIError{Code: 409, ErrorCode: errCodeDuplicateInProcess, Description: "duplicate message id is in process"}, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: errCodeNoPeers, Description: "no suitable peers for placement"}, true},
+		{fmt.Errorf("publish: %w", context.DeadlineExceeded), true},
+		{nats.ErrNoResponders, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeBadRequest, Description: "bad request"}, false},
+		{&jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeStreamNotFound, Description: "stream not found"}, false},
+	} {
+		require.Equal(t, tc.want, retryable(tc.err), "%v", tc.err)
+	}
 }

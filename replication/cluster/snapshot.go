@@ -99,6 +99,12 @@ func (c *Cluster) PrepareData(ctx context.Context, path string) (bool, error) {
 	var info *jetstream.StreamInfo
 	err := c.retry(ctx, "read the stream's bounds", func(ctx context.Context) (err error) {
 		info, err = c.stream.Info(ctx)
+		if err == nil && !FromLeader(info) {
+			// This node's own NATS server, new after a lost disk, may
+			// answer with its empty copy: a restore it needs would be
+			// skipped.
+			err = errNotSettled
+		}
 		return err
 	})
 	if err != nil {
