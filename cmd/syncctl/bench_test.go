@@ -136,29 +136,13 @@ func stacks() string {
 func TestBenchRetriesASnapshotRefusedBusy(t *testing.T) {
 	s := syncdtest.Start(t, server.Config{})
 	clients := benchClients(t, s, 3)
-	target, err := url.Parse(s.URL)
-	require.NoError(t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	var mu sync.Mutex
-	refused := map[string]bool{}
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == syncproto.SnapshotPath {
-			mu.Lock()
-			first := !refused[r.Header.Get("Authorization")]
-			refused[r.Header.Get("Authorization")] = true
-			mu.Unlock()
-			if first {
-				w.Header().Set("Retry-After", "1")
-				http.Error(w, `{"type":"error","code":"server_busy","message":"busy"}`, http.StatusServiceUnavailable)
-				return
-			}
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	defer front.Close()
+	front := spoilFirstSnapshots(t, s, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, `{"type":"error","code":"server_busy","message":"busy"}`, http.StatusServiceUnavailable)
+	})
 
 	var rep benchReport
-	decodeStrict(t, newCLI(t, nil).ok("bench", "--url", front.URL, "--clients", clients, "--connections", "3",
+	decodeStrict(t, newCLI(t, nil).ok("bench", "--url", front, "--clients", clients, "--connections", "3",
 		"--push-share", "0", "--preload", "20", "--snapshot-storm", "3", "--duration", "200ms", "--drain", "20s", "--json"), &rep)
 	require.Equal(t, int64(3), rep.Snapshots.Retries, "each token's first snapshot was refused once")
 	require.Equal(t, int64(3), rep.Snapshots.Fetched)
@@ -191,22 +175,7 @@ func TestBenchPreloadSendsRefusedPushesAgain(t *testing.T) {
 func TestBenchRetriesASnapshotCutShort(t *testing.T) {
 	s := syncdtest.Start(t, server.Config{})
 	clients := benchClients(t, s, 3)
-	target, err := url.Parse(s.URL)
-	require.NoError(t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	var mu sync.Mutex
-	cut := map[string]bool{}
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		first := r.URL.Path == syncproto.SnapshotPath && !cut[r.Header.Get("Authorization")]
-		if first {
-			cut[r.Header.Get("Authorization")] = true
-		}
-		mu.Unlock()
-		if !first {
-			proxy.ServeHTTP(w, r)
-			return
-		}
+	front := spoilFirstSnapshots(t, s, func(w http.ResponseWriter, r *http.Request) {
 		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, s.URL+r.URL.Path, nil)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
@@ -226,16 +195,42 @@ func TestBenchRetriesASnapshotCutShort(t *testing.T) {
 		}
 		w.WriteHeader(resp.StatusCode)
 		w.Write(body[:len(body)/2])
-	}))
-	defer front.Close()
+	})
 
 	var rep benchReport
-	decodeStrict(t, newCLI(t, nil).ok("bench", "--url", front.URL, "--clients", clients, "--connections", "3",
+	decodeStrict(t, newCLI(t, nil).ok("bench", "--url", front, "--clients", clients, "--connections", "3",
 		"--push-share", "0", "--preload", "50", "--snapshot-storm", "3", "--duration", "200ms", "--drain", "20s", "--json"), &rep)
 	require.Equal(t, int64(3), rep.Snapshots.Failed, "each token's first snapshot was cut once")
 	require.Equal(t, int64(3), rep.Snapshots.Complete)
 	require.Equal(t, int64(3*50), rep.Snapshots.Records)
 	require.Empty(t, rep.Errors)
+}
+
+// spoilFirstSnapshots starts a proxy in front of s that answers each
+// token's first snapshot request with spoil and passes everything else
+// through; it returns the proxy's URL.
+func spoilFirstSnapshots(t *testing.T, s *syncdtest.Server, spoil http.HandlerFunc) string {
+	t.Helper()
+	target, err := url.Parse(s.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	spoiled := map[string]bool{}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		first := r.URL.Path == syncproto.SnapshotPath && !spoiled[r.Header.Get("Authorization")]
+		if first {
+			spoiled[r.Header.Get("Authorization")] = true
+		}
+		mu.Unlock()
+		if first {
+			spoil(w, r)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	return front.URL
 }
 
 func TestCheckSnapshotKnowsAWholeBody(t *testing.T) {
