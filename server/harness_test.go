@@ -321,34 +321,42 @@ func (c *wsClient) recvError(id string, code syncproto.Code) *syncproto.Error {
 	return e
 }
 
-// expectClose reads until the connection ends and requires it to end with
-// the close code. Frames read on the way are returned.
-func (c *wsClient) expectClose(code syncproto.CloseCode) []syncproto.Message {
+// readToEnd reads until the connection ends and returns the frames read
+// on the way and the error that ended it.
+func (c *wsClient) readToEnd() ([]syncproto.Message, error) {
 	c.t.Helper()
 	var got []syncproto.Message
 	for range 100 {
 		frame, err := c.next()
 		if err != nil {
-			require.Equal(c.t, websocket.StatusCode(code), websocket.CloseStatus(err), "connection ended with %v", err)
-			// PROTOCOL.md section 13: the reason is the code of the error
-			// frame sent before the close.
-			var ce websocket.CloseError
-			require.ErrorAs(c.t, err, &ce)
-			require.Contains(c.t, syncproto.Codes, syncproto.Code(ce.Reason), "close reason %q is an error code", ce.Reason)
-			require.Equal(c.t, code, syncproto.CloseFor(syncproto.Code(ce.Reason)), "close reason %q names a code of close %d", ce.Reason, code)
-			for _, msg := range got {
-				if e, ok := msg.(*syncproto.Error); ok {
-					require.Equal(c.t, string(e.Code), ce.Reason, "the close reason is the code of the error before it")
-				}
-			}
-			return got
+			return got, err
 		}
 		msg, err := syncproto.Decode(frame)
 		require.NoError(c.t, err, "frame %s", frame)
 		got = append(got, msg)
 	}
 	c.t.Fatalf("no close after 100 frames")
-	return nil
+	return nil, nil
+}
+
+// expectClose reads until the connection ends and requires it to end with
+// the close code. Frames read on the way are returned.
+func (c *wsClient) expectClose(code syncproto.CloseCode) []syncproto.Message {
+	c.t.Helper()
+	got, err := c.readToEnd()
+	require.Equal(c.t, websocket.StatusCode(code), websocket.CloseStatus(err), "connection ended with %v", err)
+	// PROTOCOL.md section 13: the reason is the code of the error frame
+	// sent before the close.
+	var ce websocket.CloseError
+	require.ErrorAs(c.t, err, &ce)
+	require.Contains(c.t, syncproto.Codes, syncproto.Code(ce.Reason), "close reason %q is an error code", ce.Reason)
+	require.Equal(c.t, code, syncproto.CloseFor(syncproto.Code(ce.Reason)), "close reason %q names a code of close %d", ce.Reason, code)
+	for _, msg := range got {
+		if e, ok := msg.(*syncproto.Error); ok {
+			require.Equal(c.t, string(e.Code), ce.Reason, "the close reason is the code of the error before it")
+		}
+	}
+	return got
 }
 
 // expectClosing reads until the connection ends and requires the close
@@ -356,22 +364,12 @@ func (c *wsClient) expectClose(code syncproto.CloseCode) []syncproto.Message {
 // read on the way are returned.
 func (c *wsClient) expectClosing(code syncproto.Code) []syncproto.Message {
 	c.t.Helper()
-	var got []syncproto.Message
-	for range 100 {
-		frame, err := c.next()
-		if err != nil {
-			var ce websocket.CloseError
-			require.ErrorAs(c.t, err, &ce, "the connection ends with a close frame")
-			require.Equal(c.t, websocket.StatusCode(syncproto.CloseFor(code)), ce.Code, "close code for %s", code)
-			require.Equal(c.t, string(code), ce.Reason, "the close reason is the code")
-			return got
-		}
-		msg, err := syncproto.Decode(frame)
-		require.NoError(c.t, err, "frame %s", frame)
-		got = append(got, msg)
-	}
-	c.t.Fatalf("no close after 100 frames")
-	return nil
+	got, err := c.readToEnd()
+	var ce websocket.CloseError
+	require.ErrorAs(c.t, err, &ce, "the connection ends with a close frame")
+	require.Equal(c.t, websocket.StatusCode(syncproto.CloseFor(code)), ce.Code, "close code for %s", code)
+	require.Equal(c.t, string(code), ce.Reason, "the close reason is the code")
+	return got
 }
 
 // expectRefusalClose expects an error frame with code, then the close
