@@ -156,18 +156,11 @@ func (c *Cluster) PrepareData(ctx context.Context, path string) (bool, error) {
 }
 
 // Bounds of a snapshot's download: each attempt reads the newest
-// snapshot afresh, within restoreMinTimeout plus the time its size takes
-// at restoreMinRate.
+// snapshot afresh.
 const (
-	restoreAttempts   = 4
-	restoreMinTimeout = 15 * time.Second
-	restoreMinRate    = 1 << 20 // bytes a second
+	restoreAttempts       = 4
+	restoreAttemptTimeout = 2 * time.Minute
 )
-
-// restoreAttemptTimeout bounds one attempt at a snapshot of size bytes.
-func restoreAttemptTimeout(size uint64) time.Duration {
-	return restoreMinTimeout + time.Duration(size/restoreMinRate)*time.Second
-}
 
 // downloadSnapshot fetches the newest snapshot into file and returns the
 // stream seq it holds. The lease holder replaces the snapshot while it may
@@ -191,21 +184,9 @@ func (c *Cluster) downloadSnapshot(ctx context.Context, file string, applied, fi
 	return 0, fmt.Errorf("download the snapshot: %d attempts: %w", restoreAttempts, err)
 }
 
-// tryDownload is one attempt of downloadSnapshot. Its first call, the
-// snapshot's info, is bounded by the API timeout and sizes the bound of
-// the rest: a call of the object store left unanswered (seen on a loaded
-// machine) fails the attempt instead of the whole restore.
+// tryDownload is one attempt of downloadSnapshot.
 func (c *Cluster) tryDownload(ctx context.Context, file string, applied, first uint64) (uint64, error) {
-	ictx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
-	sized, err := c.objects.GetInfo(ictx, snapshotName)
-	cancel()
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return 0, fmt.Errorf("%w: this node is at %d, the stream starts at %d, and the cluster has no snapshot", ErrNoSnapshot, applied, first)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the snapshot's info: %w", err)
-	}
-	ctx, cancel = context.WithTimeout(ctx, restoreAttemptTimeout(sized.Size))
+	ctx, cancel := context.WithTimeout(ctx, restoreAttemptTimeout)
 	defer cancel()
 	obj, err := c.objects.Get(ctx, snapshotName)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
