@@ -157,10 +157,25 @@ func (c *Cluster) PrepareData(ctx context.Context, path string) (bool, error) {
 
 // Bounds of a snapshot's download: each attempt reads the newest
 // snapshot afresh.
+//
+// An attempt's time is bounded by the snapshot's size: a read of its info
+// served stale by a replica catching up (the object store allows direct
+// gets) names chunks a replacement removed, and waits for them in vain
+// until the attempt's end.
 const (
-	restoreAttempts       = 4
+	restoreAttempts = 4
+	// An attempt takes at most restoreAttemptBase plus the snapshot's
+	// size at restoreMinRate, and never more than restoreAttemptTimeout.
 	restoreAttemptTimeout = 2 * time.Minute
+	restoreAttemptBase    = 20 * time.Second
+	restoreMinRate        = 1 << 20 // bytes per second
 )
+
+// attemptTimeout is how long one download of a snapshot of size bytes may
+// take.
+func attemptTimeout(size uint64) time.Duration {
+	return min(restoreAttemptBase+time.Duration(size/restoreMinRate)*time.Second, restoreAttemptTimeout)
+}
 
 // downloadSnapshot fetches the newest snapshot into file and returns the
 // stream seq it holds. The lease holder replaces the snapshot while it may
@@ -186,7 +201,16 @@ func (c *Cluster) downloadSnapshot(ctx context.Context, file string, applied, fi
 
 // tryDownload is one attempt of downloadSnapshot.
 func (c *Cluster) tryDownload(ctx context.Context, file string, applied, first uint64) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, restoreAttemptTimeout)
+	ictx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
+	info, err := c.objects.GetInfo(ictx, snapshotName)
+	cancel()
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return 0, fmt.Errorf("%w: this node is at %d, the stream starts at %d, and the cluster has no snapshot", ErrNoSnapshot, applied, first)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the snapshot's info: %w", err)
+	}
+	ctx, cancel = context.WithTimeout(ctx, attemptTimeout(info.Size))
 	defer cancel()
 	obj, err := c.objects.Get(ctx, snapshotName)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -196,7 +220,7 @@ func (c *Cluster) tryDownload(ctx context.Context, file string, applied, first u
 		return 0, fmt.Errorf("read the snapshot: %w", err)
 	}
 	defer obj.Close()
-	info, err := obj.Info()
+	info, err = obj.Info() // what is read: perhaps newer than the size's
 	if err != nil {
 		return 0, fmt.Errorf("read the snapshot's info: %w", err)
 	}
