@@ -49,9 +49,15 @@ func TestClusterProcessEmptyDisk(t *testing.T) {
 	// (about 180 commands in 400 kB), or a node whose consumer is being
 	// recreated meanwhile (as when a NATS server rejoins) finds the
 	// commands it has not applied dropped, and stops on the gap.
+	began := time.Now()
 	after := startLoad(t, pc, 2, 10)
 	defer after.stop()
-	time.Sleep(time.Second)
+	// Until each writer had a push acknowledged (a second of pushing
+	// acknowledged nothing once, on a loaded machine), then at once.
+	require.Eventually(t, func() bool {
+		_, ok := after.resumeAfter(began)
+		return ok
+	}, time.Minute, 50*time.Millisecond, "every writer had a push acknowledged after the restore")
 	require.NoError(t, after.stop())
 	pc.requireOnceEverywhere(t, l)
 	pc.requireOnceEverywhere(t, after)
