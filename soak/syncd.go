@@ -157,14 +157,6 @@ func (s *syncdProc) running() bool {
 	}
 }
 
-// start launches a new generation and waits until /readyz answers.
-func (s *syncdProc) start(ctx context.Context) error {
-	if err := s.launch(); err != nil {
-		return err
-	}
-	return s.waitReady(ctx)
-}
-
 // launch starts a new generation without waiting for it: the nodes of a
 // cluster start together, each waiting for the others' quorum.
 func (s *syncdProc) launch() error {
