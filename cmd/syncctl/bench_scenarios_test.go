@@ -77,7 +77,8 @@ func runScenario(b *testing.B, bin string, sc benchScenario) benchReport {
 	b.StopTimer()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s := syncdtest.Start(b, server.Config{Registry: reg, MaxConnections: 20_000, MaxConnectionsPerAddress: -1})
+	s := syncdtest.Start(b, server.Config{Registry: reg, MaxConnections: 20_000, MaxConnectionsPerAddress: -1,
+		Quotas: server.Quotas{MaxConnectionsPerTenant: -1}}) // every device is one tenant's
 	clients := benchClients(b, s, sc.connections)
 	args := append([]string{"bench", "--url", s.URL, "--clients", clients, "--connections", strconv.Itoa(sc.connections), "--json"}, sc.args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
