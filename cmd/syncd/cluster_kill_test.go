@@ -67,14 +67,17 @@ func TestClusterProcessKills(t *testing.T) {
 		victim.start(t)
 		victim.waitReady(t)
 		pc.waitCaughtUp(t, victim)
-		for i := 0; i < 100; i++ { // bounded: 10 s after the node is back
+		// A liveness bound, not the resume figure (printed below): in a
+		// 20-kill run one writer took more than 10 s after the node's
+		// return, once.
+		for i := 0; i < 300; i++ { // bounded: 30 s after the node is back
 			if d, ok := l.resumeAfter(killedAt); ok {
 				resumes = append(resumes, d)
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		require.Len(t, resumes, k+1, "kill %d: some writer had no push acknowledged within 10 s of %s's return", k+1, victim.name)
+		require.Len(t, resumes, k+1, "kill %d: some writer had no push acknowledged within 30 s of %s's return", k+1, victim.name)
 	}
 	require.NoError(t, l.stop())
 
