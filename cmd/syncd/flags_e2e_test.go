@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
@@ -27,29 +26,10 @@ func TestFlagsLetAClientMeetStrictModelsAndResync(t *testing.T) {
 	token, err := auth.Issue(tokens, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}}, time.Now())
 	require.NoError(t, err)
 	logs := &syncWriter{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", filepath.Join(t.TempDir(), "syncd.db"),
-			"--tokens", tokens, "--model", "notes=lww", "--default-policy", "none",
-			"--oplog-max-entries", "1", "--retention-interval", "20ms"}, func(string) string { return "" }, logs)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Fatal("syncd did not stop after cancellation")
-		}
-	}()
-	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
-	var addr string
-	require.Eventually(t, func() bool {
-		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
-			addr = m[1]
-		}
-		return addr != ""
-	}, 30*time.Second, 10*time.Millisecond, "syncd never logged its address: %s", logs)
+	addr, stop := startRun(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", filepath.Join(t.TempDir(), "syncd.db"),
+		"--tokens", tokens, "--model", "notes=lww", "--default-policy", "none",
+		"--oplog-max-entries", "1", "--retention-interval", "20ms"}, logs)
+	defer stop()
 
 	dialCtx, dialCancel := context.WithTimeout(ctx, 10*time.Second)
 	defer dialCancel()

@@ -73,25 +73,37 @@ func (w *syncWriter) String() string {
 	return w.buf.String()
 }
 
-func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
+// startRun runs syncd with args in the background, logging to logs, and
+// returns the public address it logged and stop, which cancels it and
+// requires it to stop cleanly within 30 s (call it once).
+func startRun(t *testing.T, args []string, logs *syncWriter) (addr string, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logs := &syncWriter{}
-	data := filepath.Join(t.TempDir(), "nested", "syncd.db")
+	t.Cleanup(cancel)
 	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", data, "--tokens", filepath.Join(t.TempDir(), "tokens.json"), "--dev-tokens"}, func(string) string { return "" }, logs)
-	}()
-
+	go func() { done <- run(ctx, args, func(string) string { return "" }, logs) }()
 	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
-	var addr string
 	require.Eventually(t, func() bool {
-		m := addrRE.FindStringSubmatch(logs.String())
-		if m != nil {
+		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
 			addr = m[1]
 		}
-		return m != nil
+		return addr != ""
 	}, 30*time.Second, 10*time.Millisecond, "syncd never logged its address: %s", logs)
+	return addr, func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("syncd did not stop after cancellation")
+		}
+	}
+}
+
+func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
+	logs := &syncWriter{}
+	data := filepath.Join(t.TempDir(), "nested", "syncd.db")
+	addr, stop := startRun(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", data, "--tokens", filepath.Join(t.TempDir(), "tokens.json"), "--dev-tokens"}, logs)
 
 	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200} {
 		resp, err := http.Get("http://" + addr + path)
@@ -101,13 +113,7 @@ func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 	}
 	require.FileExists(t, data, "the database is created with its directory")
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("syncd did not stop after cancellation")
-	}
+	stop()
 	require.Contains(t, logs.String(), "syncd stopped")
 }
 
