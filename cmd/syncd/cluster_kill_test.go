@@ -44,6 +44,7 @@ func TestClusterProcessKills(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 
 	var resumes []time.Duration
+	byRole := map[string][]time.Duration{}
 	for k := range kills {
 		time.Sleep(1500 * time.Millisecond) // load between kills
 		leader := pc.streamLeader(t)
@@ -73,6 +74,8 @@ func TestClusterProcessKills(t *testing.T) {
 		for i := 0; i < 300; i++ { // bounded: 30 s after the node is back
 			if d, ok := l.resumeAfter(killedAt); ok {
 				resumes = append(resumes, d)
+				byRole[role] = append(byRole[role], d)
+				t.Logf("kill %d: writers resumed %s after it", k+1, d.Round(time.Millisecond))
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -82,7 +85,8 @@ func TestClusterProcessKills(t *testing.T) {
 	require.NoError(t, l.stop())
 
 	pc.requireOnceEverywhere(t, l)
-	t.Logf("writers resumed after %d kills: %s", kills, distribution(resumes))
+	t.Logf("writers resumed after %d kills: %s; leader kills %s; follower kills %s",
+		kills, distribution(resumes), distribution(byRole["leader"]), distribution(byRole["follower"]))
 	var moves int
 	for _, w := range l.writers {
 		moves += w.moves

@@ -344,11 +344,17 @@ func (c *Cluster) retry(ctx context.Context, what string, fn func(context.Contex
 		}
 		c.waitForQuorum(what, attempt+1, err)
 		select {
-		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
+		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, maxRetryPause)):
 		case <-ctx.Done():
 		}
 	}
 }
+
+// maxRetryPause caps the pause between attempts of a JetStream call. An
+// attempt during a leader election fails at once (no responders), so a
+// short pause costs little, and a long one is time writers wait after the
+// new leader is there.
+const maxRetryPause = 250 * time.Millisecond
 
 // waitForQuorum marks the node as waiting for the cluster's quorum: a
 // JetStream call of step what got no answer. The log says so at most every

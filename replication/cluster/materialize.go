@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
@@ -10,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -106,22 +108,61 @@ func (c *Cluster) materialize(ctx context.Context) {
 	}
 	defer writer.Close()
 	m := &materializer{c: c, writer: writer, pos: pos}
+	pause := minConsumerPause
 	for ctx.Err() == nil {
+		before := m.pos.applied
 		err := m.consume(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		var gap *GapError
+		if errors.As(err, &gap) {
+			err = m.confirmGap(ctx, gap)
+		}
 		if errors.As(err, &gap) || errors.Is(err, ErrBadCommand) || errors.Is(err, replication.ErrMalformedBatch) {
 			c.fail(err)
 			return
 		}
 		c.log.Warn("stream consumer ended; recreating it", "applied", m.pos.applied, "err", err)
+		if m.pos.applied > before {
+			pause = minConsumerPause
+		}
 		select {
-		case <-time.After(c.opts.Heartbeat):
+		case <-time.After(pause):
 		case <-ctx.Done():
 		}
+		pause = min(2*pause, c.opts.Heartbeat)
 	}
+}
+
+// minConsumerPause is the first pause before the materializer recreates a
+// consumer that ended; it doubles up to the heartbeat while consumers end
+// without applying anything.
+const minConsumerPause = 50 * time.Millisecond
+
+// confirmGap asks the stream whether the message after this node's position
+// is really gone. A consumer may skip messages without the stream having
+// lost them (a consumer recreated on another server, messages dropped on a
+// slow connection): then the gap is the consumer's and consuming again
+// from the position fills it. Only a stream whose first message is past
+// the position makes the gap this node's, to be filled from a snapshot.
+func (m *materializer) confirmGap(ctx context.Context, gap *GapError) error {
+	var first uint64
+	err := m.c.retry(ctx, "check a gap in the stream", func(ctx context.Context) error {
+		s, err := m.c.js.Stream(ctx, StreamName)
+		if err != nil {
+			return err
+		}
+		first = s.CachedInfo().State.FirstSeq
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if first > gap.Applied+1 {
+		return gap
+	}
+	return fmt.Errorf("the consumer skipped from stream seq %d to %d; the stream still holds them", gap.Applied, gap.Next)
 }
 
 // materializer is the state of the node's one applier goroutine.
@@ -132,20 +173,40 @@ type materializer struct {
 }
 
 // consume reads the stream from the position and applies it, grouping the
-// messages already delivered into one transaction.
+// messages already delivered into one transaction. It ends, to be called
+// again, when the consumer misses two heartbeats: its server died or the
+// stream's leader changed.
+//
+// The consumer is a plain ephemeral one, recreated here rather than by
+// nats.go's ordered consumer: that one retries its recreation with a
+// 10-second timeout per attempt and backs off to 10 seconds between
+// attempts, so a node that tried during a leader election went on waiting
+// up to ten seconds after the new leader was there. Here each attempt is
+// bounded by the API timeout and retried at once.
 func (m *materializer) consume(ctx context.Context) error {
 	c := m.c
+	name, err := consumerName(c.opts.Node)
+	if err != nil {
+		return err
+	}
+	cfg := jetstream.ConsumerConfig{
+		Name:              name,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       m.pos.applied + 1,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: consumerInactiveThreshold,
+		Replicas:          1,
+		MemoryStorage:     true,
+	}
 	var cons jetstream.Consumer
-	err := c.retry(ctx, "create the stream consumer", func(ctx context.Context) (err error) {
-		cons, err = c.js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{
-			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: m.pos.applied + 1,
-		})
+	err = c.retry(ctx, "create the stream consumer", func(ctx context.Context) (err error) {
+		cons, err = c.js.CreateOrUpdateConsumer(ctx, StreamName, cfg)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullHeartbeat(c.opts.Heartbeat))
+	it, err := cons.Messages(jetstream.PullHeartbeat(c.opts.Heartbeat), jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return fmt.Errorf("consume the stream: %w", err)
 	}
@@ -205,6 +266,27 @@ func (m *materializer) consume(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// consumerInactiveThreshold is how long the stream keeps a consumer no
+// one reads: the consumers a node leaves behind when it recreates its own
+// (after its server or the stream's leader died) go away by themselves.
+const consumerInactiveThreshold = time.Minute
+
+// consumerName is a new consumer's name: the node's, made unique, so that
+// a creation retried after a lost answer does not create a second one.
+func consumerName(node string) (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("name the stream consumer: %w", err)
+	}
+	safe := strings.Map(func(r rune) rune {
+		if r == '.' || r == '*' || r == '>' || r <= ' ' || r == '/' || r == '\\' {
+			return '_'
+		}
+		return r
+	}, node)
+	return "materialize_" + safe + "_" + hex.EncodeToString(b[:]), nil
 }
 
 // answer is a command's outcome for its edge.
