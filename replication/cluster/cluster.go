@@ -48,7 +48,7 @@ const (
 	DefaultJobInterval     = time.Minute
 	DefaultSnapshotEvery   = time.Hour
 	DefaultCheckpointEvery = 1000
-	DefaultHeartbeat       = time.Second
+	DefaultPoll            = 20 * time.Millisecond
 )
 
 // Options configure a node's membership in a cluster. The zero value of
@@ -90,9 +90,10 @@ type Options struct {
 	// CheckpointEvery is how many stream messages lie between two digest
 	// checkpoints the nodes compare.
 	CheckpointEvery uint64
-	// Heartbeat is the consumer's idle heartbeat: a consumer whose NATS
-	// server died is noticed and recreated after about twice this.
-	Heartbeat time.Duration
+	// Poll is how often an idle node reads its replica of the stream for
+	// what other nodes published: the most a device on this node waits,
+	// beyond the replication itself, to see another node's write.
+	Poll time.Duration
 	// Now is the clock of jobs (the retention reference they carry); nil
 	// means time.Now.
 	Now    func() time.Time
@@ -116,7 +117,7 @@ func (o *Options) setDefaults() error {
 	def(&o.LeaseTTL, DefaultLeaseTTL)
 	def(&o.JobInterval, DefaultJobInterval)
 	def(&o.SnapshotEvery, DefaultSnapshotEvery)
-	def(&o.Heartbeat, DefaultHeartbeat)
+	def(&o.Poll, DefaultPoll)
 	if o.Replicas == 0 {
 		o.Replicas = DefaultReplicas
 	}
@@ -138,8 +139,8 @@ func (o *Options) setDefaults() error {
 	if o.Replicas < 1 || o.Replicas > 5 {
 		return fmt.Errorf("replicas %d: want 1 to 5", o.Replicas)
 	}
-	if o.Heartbeat < 500*time.Millisecond || o.Heartbeat > 30*time.Second {
-		return fmt.Errorf("heartbeat %s: want 500ms to 30s", o.Heartbeat)
+	if o.Poll < time.Millisecond || o.Poll > time.Second {
+		return fmt.Errorf("poll %s: want 1ms to 1s", o.Poll)
 	}
 	return nil
 }
@@ -180,6 +181,7 @@ type Cluster struct {
 	failed        atomic.Pointer[error]        // set when this node must stop serving
 	applied       atomic.Pointer[appliedState] // what the store holds, for Status
 	streamHead    atomic.Uint64                // the stream's head, as last read or seen
+	published     chan struct{}                // signalled when this node's publish is acknowledged: its materializer reads at once
 	leaseHeld     atomic.Bool
 	leaseToken    atomic.Uint64 // the lease's revision while held
 
@@ -207,7 +209,7 @@ func Connect(ctx context.Context, nc *nats.Conn, o Options) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	c := &Cluster{opts: o, nc: nc, js: js, log: o.Logger.With("node", o.Node),
-		waiters: map[string]waiter{}, checkpoints: make(chan checkpoint, 16)}
+		waiters: map[string]waiter{}, checkpoints: make(chan checkpoint, 16), published: make(chan struct{}, 1)}
 	c.metrics = newMetrics(o.Registerer)
 	if max := nc.MaxPayload(); max < int64(o.MaxCommandBytes) {
 		return nil, fmt.Errorf("cluster: %w: the NATS servers accept messages up to %d bytes, syncd publishes up to %d: set max_payload to at least %d on every server",
@@ -234,7 +236,7 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		Subjects: []string{Subject}, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
 		MaxAge: o.StreamMaxAge, MaxBytes: o.StreamMaxBytes, MaxMsgSize: int32(o.MaxCommandBytes),
 		Storage: jetstream.FileStorage, Replicas: o.Replicas, Duplicates: 2 * time.Minute,
-		DenyDelete: true, DenyPurge: true,
+		DenyDelete: true, DenyPurge: true, AllowDirect: true,
 		Metadata: map[string]string{metaCluster: uuid.NewString()},
 	}
 	if want.MaxBytes == 0 {
@@ -261,6 +263,17 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	}
 	if err := checkStream(c.stream.CachedInfo().Config, want); err != nil {
 		return err
+	}
+	if cfg := c.stream.CachedInfo().Config; !cfg.AllowDirect {
+		// A stream an earlier syncd created: nodes read their own replica
+		// of it (replicaReader), which direct gets allow.
+		cfg.AllowDirect = true
+		if err := c.retry(ctx, "allow direct reads of the command stream", func(ctx context.Context) (err error) {
+			c.stream, err = c.js.UpdateStream(ctx, cfg)
+			return err
+		}); err != nil {
+			return err
+		}
 	}
 	c.id = c.stream.CachedInfo().Config.Metadata[metaCluster]
 	err = c.retry(ctx, "open the lease bucket", func(ctx context.Context) (err error) {
@@ -409,7 +422,7 @@ func retryable(err error) bool {
 	}
 	return errors.Is(err, errNotSettled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrDisconnected)
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, errNoReplica)
 }
 
 // Start runs the node on store, opened with replication.StoreOptions.ID

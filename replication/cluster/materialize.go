@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
@@ -11,10 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/syncd-dev/syncd/replication"
 )
@@ -108,7 +104,7 @@ func (c *Cluster) materialize(ctx context.Context) {
 	}
 	defer writer.Close()
 	m := &materializer{c: c, writer: writer, pos: pos}
-	pause := minConsumerPause
+	pause := minRestartPause
 	for ctx.Err() == nil {
 		before := m.pos.applied
 		err := m.consume(ctx)
@@ -123,29 +119,29 @@ func (c *Cluster) materialize(ctx context.Context) {
 			c.fail(err)
 			return
 		}
-		c.log.Warn("stream consumer ended; recreating it", "applied", m.pos.applied, "err", err)
+		c.log.Warn("reading the command stream failed; reading again", "applied", m.pos.applied, "err", err)
 		if m.pos.applied > before {
-			pause = minConsumerPause
+			pause = minRestartPause
 		}
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
 		}
-		pause = min(2*pause, c.opts.Heartbeat)
+		pause = min(2*pause, time.Second)
 	}
 }
 
-// minConsumerPause is the first pause before the materializer recreates a
-// consumer that ended; it doubles up to the heartbeat while consumers end
-// without applying anything.
-const minConsumerPause = 50 * time.Millisecond
+// minRestartPause is the first pause before the materializer reads again
+// after a read or an apply failed; it doubles up to a second while they
+// fail without applying anything.
+const minRestartPause = 50 * time.Millisecond
 
 // confirmGap asks the stream whether the message after this node's position
-// is really gone. A consumer may skip messages without the stream having
-// lost them (a consumer recreated on another server, messages dropped on a
-// slow connection): then the gap is the consumer's and consuming again
-// from the position fills it. Only a stream whose first message is past
-// the position makes the gap this node's, to be filled from a snapshot.
+// is really gone. A read may skip messages without the stream having lost
+// them (a replica that answered while it was catching up): then reading
+// again from the position fills the gap. Only a stream whose first
+// message is past the position makes the gap this node's, to be filled
+// from a snapshot.
 func (m *materializer) confirmGap(ctx context.Context, gap *GapError) error {
 	var first uint64
 	err := m.c.retry(ctx, "check a gap in the stream", func(ctx context.Context) error {
@@ -162,7 +158,7 @@ func (m *materializer) confirmGap(ctx context.Context, gap *GapError) error {
 	if first > gap.Applied+1 {
 		return gap
 	}
-	return fmt.Errorf("the consumer skipped from stream seq %d to %d; the stream still holds them", gap.Applied, gap.Next)
+	return fmt.Errorf("a read skipped from stream seq %d to %d; the stream still holds them", gap.Applied, gap.Next)
 }
 
 // materializer is the state of the node's one applier goroutine.
@@ -172,121 +168,67 @@ type materializer struct {
 	pos    position
 }
 
-// consume reads the stream from the position and applies it, grouping the
-// messages already delivered into one transaction. It ends, to be called
-// again, when the consumer misses two heartbeats: its server died or the
-// stream's leader changed.
+// minReadTimeout bounds a read of the replica, doubling up to the API
+// timeout while reads fail. NATS hands a read to any replica, not
+// necessarily the local one, and one sent to a server that just died gets
+// no answer: a short first bound is what lets the node read again from a
+// live one within a moment, the doubling what keeps a slow machine from
+// abandoning every read.
+const minReadTimeout = 250 * time.Millisecond
+
+// consume reads the stream from the position, from the node's own replica
+// (replicaReader), and applies it, each read's messages in one
+// transaction. It returns when the node closes or a read or an apply
+// fails.
 //
-// The consumer is a plain ephemeral one, recreated here rather than by
-// nats.go's ordered consumer: that one retries its recreation with a
-// 10-second timeout per attempt and backs off to 10 seconds between
-// attempts, so a node that tried during a leader election went on waiting
-// up to ten seconds after the new leader was there. Here each attempt is
-// bounded by the API timeout and retried at once.
+// An idle node reads again every Poll, to see what other nodes published.
+// While the stream is known to hold more than this node applied (its own
+// publish was acknowledged, or another read said so) but its replica does
+// not have it yet, it reads again sooner, from a millisecond up to Poll.
 func (m *materializer) consume(ctx context.Context) error {
 	c := m.c
-	name, err := consumerName(c.opts.Node)
+	r, err := newReplicaReader(c.nc)
 	if err != nil {
 		return err
 	}
-	cfg := jetstream.ConsumerConfig{
-		Name:              name,
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       m.pos.applied + 1,
-		AckPolicy:         jetstream.AckNonePolicy,
-		InactiveThreshold: consumerInactiveThreshold,
-		Replicas:          1,
-		MemoryStorage:     true,
-	}
-	var cons jetstream.Consumer
-	err = c.retry(ctx, "create the stream consumer", func(ctx context.Context) (err error) {
-		cons, err = c.js.CreateOrUpdateConsumer(ctx, StreamName, cfg)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	it, err := cons.Messages(jetstream.PullHeartbeat(c.opts.Heartbeat), jetstream.WithMessagesErrOnMissingHeartbeat(true))
-	if err != nil {
-		return fmt.Errorf("consume the stream: %w", err)
-	}
-	msgs := make(chan jetstream.Msg, maxApplyGroup)
-	readErr := make(chan error, 1)
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		defer close(msgs)
-		for {
-			msg, err := it.Next()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			select {
-			case msgs <- msg:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	defer func() {
-		it.Stop()
-		<-readerDone
-	}()
+	defer r.close()
+	var wait time.Duration
+	timeout := minReadTimeout
 	for {
-		var first jetstream.Msg
-		select {
-		case msg, ok := <-msgs:
-			if !ok {
-				select {
-				case err := <-readErr:
-					return fmt.Errorf("consume the stream: %w", err)
-				default:
-					return ctx.Err()
-				}
+		var group []streamMsg
+		err := c.retry(ctx, "read the command stream", func(ctx context.Context) (err error) {
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			group, err = r.read(rctx, m.pos.applied+1)
+			if err != nil {
+				timeout = min(2*timeout, c.opts.APITimeout)
 			}
-			first = msg
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		timeout = minReadTimeout
+		if len(group) > 0 {
+			if err := m.apply(ctx, group); err != nil {
+				return err
+			}
+			wait = 0
+			continue
+		}
+		if c.streamHead.Load() > m.pos.applied {
+			wait = min(max(2*wait, time.Millisecond), c.opts.Poll)
+		} else {
+			wait = c.opts.Poll
+		}
+		select {
+		case <-time.After(wait):
+		case <-c.published:
+			wait = 0
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		group := []jetstream.Msg{first}
-	gather:
-		for len(group) < maxApplyGroup {
-			select {
-			case msg, ok := <-msgs:
-				if !ok {
-					break gather
-				}
-				group = append(group, msg)
-			default:
-				break gather
-			}
-		}
-		if err := m.apply(ctx, group); err != nil {
-			return err
-		}
 	}
-}
-
-// consumerInactiveThreshold is how long the stream keeps a consumer no
-// one reads: the consumers a node leaves behind when it recreates its own
-// (after its server or the stream's leader died) go away by themselves.
-const consumerInactiveThreshold = time.Minute
-
-// consumerName is a new consumer's name: the node's, made unique, so that
-// a creation retried after a lost answer does not create a second one.
-func consumerName(node string) (string, error) {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("name the stream consumer: %w", err)
-	}
-	safe := strings.Map(func(r rune) rune {
-		if r == '.' || r == '*' || r == '>' || r <= ' ' || r == '/' || r == '\\' {
-			return '_'
-		}
-		return r
-	}, node)
-	return "materialize_" + safe + "_" + hex.EncodeToString(b[:]), nil
 }
 
 // answer is a command's outcome for its edge.
@@ -296,14 +238,14 @@ type answer struct {
 }
 
 // apply applies group in one transaction with the new position.
-func (m *materializer) apply(ctx context.Context, group []jetstream.Msg) (err error) {
+func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error) {
 	c := m.c
 	start := time.Now()
 	pos := m.pos
 	var answers []answer
 	var checkpoints []checkpoint
 	var oplogHead uint64
-	var last *jetstream.MsgMetadata
+	var last streamMsg
 	tx, err := m.writer.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return fmt.Errorf("apply: begin: %w", err)
@@ -315,20 +257,16 @@ func (m *materializer) apply(ctx context.Context, group []jetstream.Msg) (err er
 	}()
 	st := c.store.In(tx)
 	for _, msg := range group {
-		meta, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("apply: %w", err)
-		}
-		seq := meta.Sequence.Stream
-		c.noteHead(seq + meta.NumPending)
-		last = meta
+		seq := msg.seq
+		c.noteHead(seq + msg.pending)
+		last = msg
 		if seq <= pos.applied {
-			continue // delivered again after the consumer was recreated
+			continue // read again after a read that failed
 		}
 		if seq != pos.applied+1 {
 			return &GapError{Applied: pos.applied, Next: seq}
 		}
-		cmd, err := decodeCommand(msg.Data())
+		cmd, err := decodeCommand(msg.data)
 		if err != nil {
 			return fmt.Errorf("apply stream seq %d: %w", seq, err)
 		}
@@ -369,10 +307,10 @@ func (m *materializer) apply(ctx context.Context, group []jetstream.Msg) (err er
 	c.setApplied(pos)
 	c.metrics.appliedSeq.Set(float64(pos.applied))
 	c.metrics.applySeconds.Observe(time.Since(start).Seconds())
-	if last.NumPending == 0 {
+	if last.pending == 0 || last.at.IsZero() {
 		c.metrics.lagSeconds.Set(0)
 	} else {
-		c.metrics.lagSeconds.Set(time.Since(last.Timestamp).Seconds())
+		c.metrics.lagSeconds.Set(time.Since(last.at).Seconds())
 	}
 	if oplogHead > 0 {
 		c.store.Committed(oplogHead)

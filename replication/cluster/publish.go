@@ -237,6 +237,10 @@ func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
 	c.metrics.publishSeconds.Observe(time.Since(start).Seconds())
 	c.metrics.publishedBatches.Add(float64(len(group)))
 	c.noteHead(seq)
+	select {
+	case c.published <- struct{}{}:
+	default: // the materializer has a signal it has not taken yet
+	}
 	time.AfterFunc(c.opts.CommitTimeout, func() {
 		if w := c.takeWaiter(cmd.ID); w != nil {
 			w(applied{}, fmt.Errorf("%w: stream seq %d not applied by this node within %s", ErrOutcomeUnknown, seq, c.opts.CommitTimeout))
