@@ -111,7 +111,7 @@ type ClusterStatus struct {
 }
 
 func (s *Server) adminStatus(r *http.Request) (any, int, error) {
-	b, err := s.store.Log.Bounds(r.Context())
+	b, err := s.store.Log.Bounds(r.Context(), replication.Scope{AllTenants: true})
 	if err != nil {
 		return nil, 0, err
 	}

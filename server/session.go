@@ -370,7 +370,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		return ss.refuseAndClose(m.ID, syncproto.Errorf(syncproto.CodeWrongClientID, "this token acts as client %q, not %q", ss.p.ClientID, m.ClientID))
 	}
 	ss.srv.catchUp(ctx, m.Cursor)
-	bounds, err := ss.srv.store.Log.Bounds(ctx)
+	bounds, err := ss.srv.store.Log.Bounds(ctx, scopeOf(ss.p))
 	if err != nil {
 		return ss.refuseAndClose(m.ID, internalError(err))
 	}
