@@ -123,6 +123,70 @@ func TestAbuseOneTenantCannotExpireOrPruneAnother(t *testing.T) {
 	require.Len(t, conflicts, 3, "the victim's conflict history survived")
 }
 
+// Finding 1, the oplog: one tenant writing far past its oplog bound, with
+// compactions between its writes, sends no device of another tenant to
+// resync, however old its cursor: the bound and the compaction floor are
+// per tenant. The writer's own stale device is sent to resync.
+func TestAbuseOneTenantsChurnResyncsNoOther(t *testing.T) {
+	const perTenant = 20
+	ts := startServer(t, server.Config{
+		Retention:         server.Retention{Oplog: replication.Retention{MaxEntries: perTenant, MaxAge: -1}},
+		RetentionInterval: -1,
+	})
+	victimToken := ts.member(t, "victim", "phone")
+	victim, vClock := session(t, ts, victimToken, "phone")
+	requireApplied(t, victim.push("v0", put(t, vClock, "notes", "v0", `0`)))
+	requireApplied(t, victim.push("v1", put(t, vClock, "notes", "v1", `1`)))
+	// The victim's tablet synced up to here, then went offline.
+	tabletCursor := victim.pull("tablet", 0).Cursor
+
+	attackerToken := ts.member(t, "attacker", "bot")
+	attacker, aClock := session(t, ts, attackerToken, "bot")
+	requireApplied(t, attacker.push("a-first", put(t, aClock, "notes", "first", `0`)))
+	staleBotCursor := attacker.pull("bot-early", 0).Cursor
+	var later []string // the victim's writes the tablet has not seen
+	rounds := 5 * abuseScale(t)
+	for r := range rounds {
+		for i := 0; i < 2*perTenant; i += 20 {
+			muts := make([]syncproto.Mutation, 0, 20)
+			for j := range 20 {
+				muts = append(muts, put(t, aClock, "notes", fmt.Sprintf("k%d-%d", r, i+j), `1`))
+			}
+			requireApplied(t, attacker.push(fmt.Sprintf("a%d-%d", r, i), muts...))
+		}
+		m := put(t, vClock, "notes", fmt.Sprintf("later%d", r), `2`)
+		requireApplied(t, victim.push(fmt.Sprintf("later%d", r), m))
+		later = append(later, m.OpID)
+		ts.runRetention(t)
+	}
+	// A barrier: on a cluster node, the compactions above are applied
+	// before this write is answered.
+	requireApplied(t, attacker.push("a-barrier", put(t, aClock, "notes", "barrier", `1`)))
+
+	// The attacker's own stale device resyncs: its tenant's floor passed
+	// its cursor, and so the tablet's, which is older.
+	require.Greater(t, staleBotCursor, tabletCursor)
+	bot, _ := session(t, ts, attackerToken, "bot")
+	bot.send(&syncproto.Pull{ID: "stale", Cursor: staleBotCursor})
+	rs := expect[*syncproto.Resync](bot)
+	require.Equal(t, syncproto.ResyncCursorExpired, rs.Reason)
+
+	// The victim's tablet resumes from its old cursor, by pull and by
+	// subscribe, and receives every write it missed.
+	tablet := dial(t, ts, victimToken)
+	tablet.hello("phone", tabletCursor, syncproto.NewClock("phone", nil))
+	page := tablet.pull("resume", tabletCursor)
+	var got []string
+	for _, e := range page.Entries {
+		got = append(got, e.OpID)
+	}
+	require.Equal(t, later, got, "the tablet gets exactly the writes it missed")
+	require.False(t, page.More)
+	sub, ok := tablet.subscribe("follow", tabletCursor).(*syncproto.Changes)
+	require.True(t, ok, "subscribing from the old cursor is not sent to resync")
+	require.Len(t, sub.Entries, len(later))
+}
+
 // Finding 3: stalled snapshot downloads (clients that stop reading) hold
 // neither the connections nor the attention other requests need, and are
 // cut after the per-write deadline.
