@@ -463,6 +463,7 @@ func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int
 	case err == nil:
 		return &page, nil
 	case errors.As(err, &ce) && errors.Is(err, replication.ErrCursorExpired):
+		ss.srv.metrics.resyncs.Inc()
 		return nil, &syncproto.Resync{ID: id, Reason: syncproto.ResyncCursorExpired, SnapshotURL: syncproto.SnapshotPath, Head: ce.Bounds.Head}
 	case errors.As(err, &ce):
 		ss.refuse(id, syncproto.Errorf(syncproto.CodeCursorAhead, "cursor %d is past the head %d", cursor, ce.Bounds.Head))
