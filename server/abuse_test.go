@@ -307,17 +307,47 @@ func TestAbuseSessionWithoutHelloIsClosed(t *testing.T) {
 	c.expectRefusalClose(syncproto.CodeHelloRequired) // reading answers the pings
 }
 
-// Finding 2: idle HTTP connections cannot pile up. Every listener has
-// header, read, write and idle timeouts, and one address holds at most
+// Finding 2, the timeouts: a connection that never sends a request is
+// closed by the server after the header timeout, and a kept-alive one that
+// sends no next request after the idle timeout. Each is set small here and
+// the others far beyond the client's wait, so a close seen within that
+// wait can come only from the timeout under test.
+func TestAbuseIdleConnectionsAreClosed(t *testing.T) {
+	const short, long = 200 * time.Millisecond, time.Hour
+	for _, tc := range []struct {
+		name     string
+		timeouts server.HTTPTimeouts
+		request  bool // send one request first, then idle
+	}{
+		{"silent connection, header timeout", server.HTTPTimeouts{ReadHeader: short, Read: long, Write: long, Idle: long}, false},
+		{"kept-alive connection, idle timeout", server.HTTPTimeouts{ReadHeader: long, Read: long, Write: long, Idle: short}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := startServer(t, server.Config{HTTPTimeouts: tc.timeouts})
+			conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+			require.NoError(t, err)
+			defer conn.Close()
+			require.NoError(t, conn.SetDeadline(time.Now().Add(ioTimeout)))
+			br := bufio.NewReader(conn)
+			if tc.request {
+				_, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: syncd\r\n\r\n")
+				require.NoError(t, err)
+				resp, err := http.ReadResponse(br, nil)
+				require.NoError(t, err)
+				_, err = io.Copy(io.Discard, resp.Body)
+				require.NoError(t, err)
+				resp.Body.Close()
+				require.False(t, resp.Close, "the connection is kept alive for a next request")
+			}
+			_, err = br.ReadByte()
+			require.ErrorIs(t, err, io.EOF, "the server closed the connection (not the client's wait running out)")
+		})
+	}
+}
+
+// Finding 2, the count: one address holds at most
 // MaxConnectionsPerAddress connections.
 func TestAbuseIdleConnectionsAreBounded(t *testing.T) {
-	hs := server.NewHTTPServer(http.NotFoundHandler(), nil)
-	require.Positive(t, hs.ReadHeaderTimeout)
-	require.Positive(t, hs.ReadTimeout)
-	require.Positive(t, hs.WriteTimeout)
-	require.Positive(t, hs.IdleTimeout)
-	require.Positive(t, hs.MaxHeaderBytes)
-
 	const perAddress = 5
 	ts := startServer(t, server.Config{MaxConnectionsPerAddress: perAddress})
 	addr := strings.TrimPrefix(ts.url, "http://")
@@ -597,7 +627,7 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	// The same server behind TLS, as cmd/syncd serves it with --tls-cert:
 	// peers that connect and leave without a handshake.
 	tlsSrv := httptest.NewUnstartedServer(nil)
-	tlsSrv.Config = server.NewHTTPServer(ts.srv.Handler(), ts.srv.ErrorLog())
+	tlsSrv.Config = ts.srv.HTTPServer(ts.srv.Handler())
 	tlsSrv.StartTLS()
 	defer tlsSrv.Close()
 	for range n {

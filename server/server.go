@@ -76,6 +76,10 @@ type Config struct {
 	AllowedOrigins []string
 	// MaxConnections caps open websocket sessions; 0 means DefaultMaxConnections.
 	MaxConnections int
+	// HTTPTimeouts are the timeouts of the listeners HTTPServer builds;
+	// zero fields take the defaults (ReadHeaderTimeout, ReadTimeout,
+	// WriteTimeout, IdleTimeout).
+	HTTPTimeouts HTTPTimeouts
 	// MaxConnectionsPerAddress caps the TCP connections one IP address
 	// holds open on a listener wrapped by LimitListener; 0 means
 	// DefaultMaxConnectionsPerAddress, negative means no cap.
@@ -194,6 +198,10 @@ func (c *Config) setDefaults() error {
 			*v = d
 		}
 	}
+	if !c.HTTPTimeouts.valid() {
+		return errors.New("Config.HTTPTimeouts: negative timeout")
+	}
+	c.HTTPTimeouts = c.HTTPTimeouts.withDefaults()
 	def(&c.MaxClockSkew, syncproto.DefaultMaxClockSkew)
 	def(&c.IdleTimeout, syncproto.DefaultIdleTimeout)
 	def(&c.WriteTimeout, DefaultWriteTimeout)

@@ -295,11 +295,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer srv.Close()
 
-	errorLog := srv.ErrorLog()
-	listeners := []*listener{{name: "public", srv: server.NewHTTPServer(srv.Handler(), errorLog), cert: o.tlsCert, key: o.tlsKey}}
+	listeners := []*listener{{name: "public", srv: srv.HTTPServer(srv.Handler()), cert: o.tlsCert, key: o.tlsKey}}
 	addrs := []string{o.listen}
 	if o.adminListen != "" {
-		listeners = append(listeners, &listener{name: "admin", srv: server.NewHTTPServer(srv.AdminHandler(), errorLog), cert: o.adminTLSCert, key: o.adminTLSKey})
+		listeners = append(listeners, &listener{name: "admin", srv: srv.HTTPServer(srv.AdminHandler()), cert: o.adminTLSCert, key: o.adminTLSKey})
 		addrs = append(addrs, o.adminListen)
 	}
 	for i, l := range listeners {
