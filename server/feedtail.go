@@ -158,20 +158,24 @@ func (t *feedTail) append(page replication.Page) {
 	t.encoded = append([][]byte(nil), t.encoded[drop:]...)
 }
 
-// anchor empties the tail and starts it at head.
+// anchor empties the tail and starts it at head (every floor is at or
+// below the head it was read with, so none the tail kept matters now).
 func (t *feedTail) anchor(head uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ready, t.start, t.head = true, head, head
 	t.entries, t.encoded, t.bytes = nil, nil, 0
+	t.dropFloorsAtOrBelow(head)
 }
 
 // startSeq returns the seq after which the tail holds every entry: the
-// floors above it are those forget needs.
-func (t *feedTail) startSeq() uint64 {
+// floors above it are those forget needs. ok is false before the tail's
+// first fill, which starts it at the log's head, above every floor so far:
+// it needs none then.
+func (t *feedTail) startSeq() (start uint64, ok bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return t.start
+	return t.start, t.ready
 }
 
 // forget takes in floors the oplog reported after a compaction (at least
@@ -187,9 +191,15 @@ func (t *feedTail) forget(floors replication.Floors) {
 	for tenant, floor := range floors.Tenants {
 		t.floors.Tenants[tenant] = max(t.floors.Tenants[tenant], floor)
 	}
+	t.dropFloorsAtOrBelow(t.start)
+}
+
+// dropFloorsAtOrBelow forgets the floors no cursor the tail answers (at
+// least seq) can be below. The caller holds mu.
+func (t *feedTail) dropFloorsAtOrBelow(seq uint64) {
 	for tenant, floor := range t.floors.Tenants {
-		if floor <= t.start {
-			delete(t.floors.Tenants, tenant) // no cursor the tail answers is below it
+		if floor <= seq {
+			delete(t.floors.Tenants, tenant)
 		}
 	}
 }

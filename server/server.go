@@ -603,7 +603,11 @@ func (s *Server) setOplogGauges(ctx context.Context) error {
 	}
 	s.metrics.oplogHead.Set(float64(b.Head))
 	s.metrics.oplogOldest.Set(float64(b.Oldest))
-	floors, err := s.store.Log.Floors(ctx, s.tail.startSeq())
+	start, ok := s.tail.startSeq()
+	if !ok {
+		return nil
+	}
+	floors, err := s.store.Log.Floors(ctx, start)
 	if err != nil {
 		return err
 	}
