@@ -76,8 +76,9 @@ type Retention struct {
 	// MaxAge removes rows older than this. 0 means the store's default; a
 	// negative value means no age bound.
 	MaxAge time.Duration
-	// Chunk is the most rows one delete statement removes; 0 means
-	// DefaultPruneChunk.
+	// Chunk is the most rows one chunk of pruning removes (one statement
+	// of the conflict log's, one transaction of the oplog's compaction);
+	// 0 means DefaultPruneChunk.
 	Chunk int
 }
 
