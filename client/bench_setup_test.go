@@ -276,7 +276,7 @@ func seedSyncd(ctx context.Context, b *testing.B, dataPath string, n int) uint64
 		}
 		require.NoError(b, tx.Commit())
 	}
-	bounds, err := oplog.Bounds(ctx)
+	bounds, err := oplog.Bounds(ctx, replication.Scope{AllTenants: true})
 	require.NoError(b, err)
 	require.Equal(b, uint64(n), bounds.Head)
 	return bounds.Head

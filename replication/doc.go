@@ -61,7 +61,9 @@
 //     transaction takes its seqs with it. A seq is never reused and the
 //     head never moves back, even after the whole log was compacted.
 //   - A Read checks its cursor and reads its page in one snapshot; a cursor
-//     behind the retained log or beyond the head yields a *CursorError. A
+//     below its tenant's compaction floor (entries of that tenant after it
+//     were compacted) or beyond the head yields a *CursorError. Another
+//     tenant's compaction never expires a cursor. A
 //     Snapshot of the records is one consistent read and says which head it
 //     reflects.
 //   - Waiting for the log (Notify, Wait) starts no goroutine; a cancelled
@@ -69,7 +71,9 @@
 //     package starts: AskHooks waits for it up to the deadline, and
 //     Resolver.Wait reports when abandoned calls have returned.
 //   - Pruning and compaction remove the oldest rows only, in bounded chunks
-//     committed one by one, so the apply path waits at most one chunk.
+//     committed one by one, so the apply path waits at most one chunk. The
+//     count bounds of the oplog and the conflict log are per tenant: one
+//     tenant's rows never push another's out.
 //
 // # What the caller must do
 //

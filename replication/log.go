@@ -156,10 +156,23 @@ type Page struct {
 // page was read at: wait for a notification before reading again.
 func (p Page) CaughtUp() bool { return p.Next >= p.Head }
 
-// Bounds is the range of entries a log still holds.
+// Bounds is the range of entries a log still holds, as a reader of one
+// scope sees it.
+//
+// Seqs are one sequence across tenants (a cursor is valid on every node of
+// a cluster), but retention is per tenant: compaction removes each
+// tenant's oldest entries by that tenant's own count and age, so another
+// tenant's churn never moves a tenant's Floor.
 type Bounds struct {
-	// Oldest is the seq of the oldest retained entry; Head+1 when the log
-	// holds none (empty, or compacted entirely).
+	// Floor is the newest seq in the reader's scope that compaction
+	// removed: every entry in scope after Floor is retained, so a reader
+	// whose cursor is at or beyond Floor misses nothing. 0 when nothing in
+	// scope was ever compacted. For a scope of every tenant it is the
+	// highest tenant floor.
+	Floor uint64
+	// Oldest is the seq of the oldest entry the log retains, of any tenant;
+	// Head+1 when the log holds none (empty, or compacted entirely). It is
+	// informational (a gauge): cursors are checked against Floor.
 	Oldest uint64
 	// Head is the seq of the newest committed entry; 0 for a log that was
 	// never appended to.
@@ -168,8 +181,9 @@ type Bounds struct {
 
 // Errors a Read may wrap inside a *CursorError.
 var (
-	// ErrCursorExpired: entries after the cursor were compacted away. The
-	// reader resyncs from a snapshot and resumes at the snapshot's head.
+	// ErrCursorExpired: entries of the reader's tenant after the cursor
+	// were compacted away. The reader resyncs from a snapshot and resumes
+	// at the snapshot's head.
 	ErrCursorExpired = errors.New("cursor older than the retained oplog")
 	// ErrCursorAhead: the cursor is beyond the head; this log never issued
 	// it (the database was restored, or the cursor belongs to another
@@ -186,23 +200,62 @@ type CursorError struct {
 }
 
 func (e *CursorError) Error() string {
-	return fmt.Sprintf("cursor %d: %v (retained %d..%d)", e.Cursor, e.Err, e.Bounds.Oldest, e.Bounds.Head)
+	return fmt.Sprintf("cursor %d: %v (floor %d, head %d)", e.Cursor, e.Err, e.Bounds.Floor, e.Bounds.Head)
 }
 
 func (e *CursorError) Unwrap() error { return e.Err }
 
-// Check returns a *CursorError when a reader at cursor cannot continue from
-// this log: entries it has not seen were compacted (ErrCursorExpired), or
-// the cursor is beyond Head (ErrCursorAhead). Read applies it itself,
-// atomically with the read.
+// Check returns a *CursorError when a reader of b's scope at cursor cannot
+// continue from this log: entries in its scope that it has not seen were
+// compacted (ErrCursorExpired), or the cursor is beyond Head
+// (ErrCursorAhead). Read applies it itself, atomically with the read.
 func (b Bounds) Check(cursor uint64) error {
 	switch {
 	case cursor > b.Head:
 		return &CursorError{Cursor: cursor, Bounds: b, Err: ErrCursorAhead}
-	case cursor+1 < b.Oldest:
+	case cursor < b.Floor:
 		return &CursorError{Cursor: cursor, Bounds: b, Err: ErrCursorExpired}
 	}
 	return nil
+}
+
+// Floors are the compaction floors of a log above some seq: what a cache
+// of the log's newest entries (the server's feed tail) needs to refuse the
+// cursors the log would refuse.
+type Floors struct {
+	// All is the floor every tenant has at least: 0, except in a log
+	// migrated from schema version 1, whose one floor for the whole log it
+	// carries.
+	All uint64
+	// Tenants holds each tenant whose own floor is above the seq asked for.
+	Tenants map[string]uint64
+}
+
+// Of returns the floor of scope as far as f knows it: the highest of the
+// tenants' for a scope of every tenant.
+func (f Floors) Of(scope Scope) uint64 {
+	if !scope.AllTenants {
+		return max(f.All, f.Tenants[scope.Tenant])
+	}
+	floor := f.All
+	for _, t := range f.Tenants {
+		floor = max(floor, t)
+	}
+	return floor
+}
+
+// Feed is what the change feed reads from a log: pages after a cursor, and
+// the bounds and floors those cursors are checked against. Every Log is a
+// Feed; so is Memory, so both are held to the per-tenant retention rule by
+// the conformance suite in package logtest.
+type Feed interface {
+	// Read returns the committed entries after req.After in scope, paged.
+	// A cursor the log cannot serve for req.Scope yields a *CursorError.
+	Read(ctx context.Context, req ReadRequest) (Page, error)
+	// Bounds returns the retained range as a reader of scope sees it.
+	Bounds(ctx context.Context, scope Scope) (Bounds, error)
+	// Floors returns the floors above seq.
+	Floors(ctx context.Context, above uint64) (Floors, error)
 }
 
 // Log is the ordered, durable record of applied writes that the change feed
@@ -224,20 +277,17 @@ type Log interface {
 	// head has committed, waking waiters. The caller must call it after
 	// every commit that appended; never before the commit.
 	Committed(head uint64)
-	// Read returns the committed entries after req.After in scope, paged.
-	// A cursor the log cannot serve yields a *CursorError.
-	Read(ctx context.Context, req ReadRequest) (Page, error)
-	// Bounds returns the retained range.
-	Bounds(ctx context.Context) (Bounds, error)
+	Feed
 	// Notify returns a channel that is closed once a commit beyond after
 	// was reported by Committed. It may also close spuriously; the reader
 	// reads again either way.
 	Notify(after uint64) <-chan struct{}
 	// Wait blocks until a commit beyond after was reported, or ctx ends.
 	Wait(ctx context.Context, after uint64) error
-	// Compact removes the oldest entries beyond the log's retention, in
-	// bounded chunks, and returns how many it removed. Head never moves
-	// backwards.
+	// Compact removes, tenant by tenant, the oldest entries beyond the
+	// log's retention (each tenant's own count and age), in bounded chunks,
+	// and returns how many it removed. It raises the floor of each tenant
+	// it removed entries of, and no other. Head never moves backwards.
 	Compact(ctx context.Context) (int64, error)
 }
 

@@ -3,13 +3,16 @@ package replication_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/ledger"
 	r "github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/logtest"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // harness returns s's log as the conformance suite sees it.
@@ -26,6 +29,113 @@ func TestSQLiteLogConformance(t *testing.T) {
 	logtest.Run(t, func(t *testing.T, ret r.Retention) logtest.Harness {
 		return openStore(t, ret, r.Retention{}).harness()
 	})
+}
+
+// TestMemoryLogConformance holds Memory, which serves the simulation's
+// change feed, to the same per-tenant retention rule as SQLiteLog.
+func TestMemoryLogConformance(t *testing.T) {
+	logtest.RunRetention(t, func(t *testing.T, keep int64) logtest.Retaining {
+		mem, err := r.NewMemory(ledger.Options{})
+		require.NoError(t, err)
+		at := time.UnixMilli(1_700_000_000_000).UTC()
+		return logtest.Retaining{
+			Feed: mem,
+			Append: func(t testing.TB, es ...r.Entry) []r.Entry {
+				var out []r.Entry
+				for _, e := range es {
+					fx, err := mem.Apply(context.Background(), &r.Batch{Tenant: e.Tenant, ClientID: e.ClientID, At: at, Writes: []r.Write{{
+						Mutation: syncproto.Mutation{OpID: e.OpID, Model: e.Model, Key: e.Key, Op: syncproto.Op(e.Op), Value: e.Value, HLC: e.HLC},
+						Policy:   r.PolicyLWW,
+					}}})
+					require.NoError(t, err)
+					require.Len(t, fx.Entries, 1)
+					out = append(out, fx.Entries...)
+				}
+				return out
+			},
+			Compact: func(testing.TB) int64 { return int64(mem.Compact(int(keep))) },
+		}
+	})
+}
+
+// TestSQLiteLogMigratesVersion1: an oplog of schema version 1 (one count
+// bound and one floor for the whole log) keeps its entries, counts them per
+// tenant, and keeps its floor as every tenant's, known or not, so a cursor
+// that was expired stays expired; it is migrated once.
+func TestSQLiteLogMigratesVersion1(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t)
+	_, err := db.ExecContext(ctx, `
+		CREATE TABLE oplog (
+			seq INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, model TEXT NOT NULL, key TEXT NOT NULL,
+			op_id TEXT NOT NULL, op TEXT NOT NULL CHECK (op IN ('put', 'delete')), value BLOB,
+			version INTEGER NOT NULL CHECK (version > 0), wall INTEGER NOT NULL, logical INTEGER NOT NULL,
+			origin TEXT NOT NULL, client_id TEXT NOT NULL, applied_at INTEGER NOT NULL);
+		CREATE INDEX oplog_tenant_seq ON oplog (tenant, seq);`)
+	require.NoError(t, err)
+	for i, tenant := range []string{"a", "a", "gone", "a", "a", "b", "b"} {
+		_, err := db.ExecContext(ctx, `INSERT INTO oplog (tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at)
+			VALUES (?, 'notes', ?, ?, 'put', '1', 1, 1000, 0, 'c1', 'c1', 0)`, tenant, fmt.Sprint(i), fmt.Sprint("op-", i))
+		require.NoError(t, err)
+	}
+	// Version 1 compacted the log's oldest three entries: its floor is 3.
+	_, err = db.ExecContext(ctx, `DELETE FROM oplog WHERE seq <= 3`)
+	require.NoError(t, err)
+
+	clock := newFakeClock()
+	open := func() *r.SQLiteLog {
+		l, err := r.NewSQLiteLog(ctx, db, r.LogOptions{Retention: r.Retention{MaxEntries: 1, MaxAge: -1}, Now: clock.Now})
+		require.NoError(t, err)
+		return l
+	}
+	l := open()
+	for _, tenant := range []string{"a", "b", "gone", "never"} {
+		b, err := l.Bounds(ctx, r.Scope{Tenant: tenant})
+		require.NoError(t, err)
+		require.Equal(t, r.Bounds{Floor: 3, Oldest: 4, Head: 7}, b, tenant)
+	}
+	_, err = l.Read(ctx, r.ReadRequest{After: 2, Scope: r.Scope{Tenant: "gone", AllModels: true}})
+	require.ErrorIs(t, err, r.ErrCursorExpired, "a cursor expired before the migration stays expired")
+
+	l = open() // not migrated twice
+	n, err := l.Compact(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "a and b each hold 2 and keep 1: the counts were taken at the migration")
+	floors, err := l.Floors(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, r.Floors{All: 3, Tenants: map[string]uint64{"a": 4, "b": 6}}, floors)
+}
+
+// TestSQLiteLogCompactInIsBoundedAndPerTenant: a replicated compaction job
+// removes at most its limit, from the tenant most beyond its bound first,
+// and a sequence of jobs ends where Compact ends.
+func TestSQLiteLogCompactInIsBoundedAndPerTenant(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, r.Retention{MaxEntries: 2, MaxAge: -1}, r.Retention{})
+	h := s.harness()
+	for i := range 8 {
+		logtest.AppendCommitted(t, h, logtest.Entry("big", "notes", fmt.Sprint(i)))
+	}
+	for i := range 4 {
+		logtest.AppendCommitted(t, h, logtest.Entry("small", "notes", fmt.Sprint(i)))
+	}
+	compactIn := func(limit int) int64 {
+		var n int64
+		inTx(t, s.db, func(tx *sql.Tx) (err error) {
+			n, err = s.log.CompactIn(ctx, tx, s.clock.Now(), limit)
+			return err
+		})
+		return n
+	}
+	require.Equal(t, int64(3), compactIn(3))
+	floors, err := s.log.Floors(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, map[string]uint64{"big": 3}, floors.Tenants, "the tenant most beyond its bound goes first")
+	require.Equal(t, int64(5), compactIn(100), "big's other 3 and small's 2")
+	require.Zero(t, compactIn(100))
+	floors, err = s.log.Floors(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, map[string]uint64{"big": 6, "small": 10}, floors.Tenants)
 }
 
 // TestSQLiteLogGapFreeAfterRollback: a rolled-back append and a failed
@@ -75,9 +185,9 @@ func TestSQLiteLogReopenKeepsHead(t *testing.T) {
 
 	reopened, err := r.NewSQLiteLog(ctx, s.db, r.LogOptions{Now: s.clock.Now})
 	require.NoError(t, err)
-	b, err := reopened.Bounds(ctx)
+	b, err := reopened.Bounds(ctx, r.Scope{Tenant: "t1"})
 	require.NoError(t, err)
-	require.Equal(t, r.Bounds{Oldest: 3, Head: 2}, b)
+	require.Equal(t, r.Bounds{Floor: 2, Oldest: 3, Head: 2}, b)
 	select {
 	case <-reopened.Notify(1):
 	default:
@@ -105,9 +215,9 @@ func TestSQLiteLogCompactionStopsAtYoungEntry(t *testing.T) {
 	n, err := s.log.Compact(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), n)
-	b, err := s.log.Bounds(ctx)
+	b, err := s.log.Bounds(ctx, r.Scope{Tenant: "t1"})
 	require.NoError(t, err)
-	require.Equal(t, r.Bounds{Oldest: 4, Head: 5}, b)
+	require.Equal(t, r.Bounds{Floor: 3, Oldest: 4, Head: 5}, b)
 }
 
 // TestSQLiteLogReadDuringWrite: readers use deferred transactions even on
@@ -127,7 +237,7 @@ func TestSQLiteLogReadDuringWrite(t *testing.T) {
 	page := read(t, s, r.ReadRequest{Scope: r.Scope{Tenant: "t1", AllModels: true}})
 	require.Equal(t, []uint64{1}, logtest.Seqs(page.Entries))
 	require.Equal(t, uint64(1), page.Head)
-	b, err := s.log.Bounds(ctx)
+	b, err := s.log.Bounds(ctx, r.Scope{Tenant: "t1"})
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), b.Head)
 }

@@ -21,10 +21,13 @@ type Memory struct {
 	mu        sync.Mutex
 	ledger    *ledger.Memory
 	records   map[memRecordKey]Record
-	entries   []Entry // seq order; entries[i].Seq > entries[i-1].Seq
-	head      uint64  // the newest seq ever assigned
+	entries   []Entry           // seq order; entries[i].Seq > entries[i-1].Seq
+	head      uint64            // the newest seq ever assigned
+	floors    map[string]uint64 // each tenant's newest seq compacted away
 	conflicts []ConflictEntry
 }
+
+var _ Feed = (*Memory)(nil)
 
 type memRecordKey struct{ tenant, model, key string }
 
@@ -34,7 +37,7 @@ func NewMemory(opts ledger.Options) (*Memory, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Memory{ledger: l, records: map[memRecordKey]Record{}}, nil
+	return &Memory{ledger: l, records: map[memRecordKey]Record{}, floors: map[string]uint64{}}, nil
 }
 
 // Ledger returns the memory's replay ledger (for pruning and inspection).
@@ -116,43 +119,73 @@ func (m *Memory) commit(fx *Effects) {
 }
 
 // Read returns the entries after req.After in req.Scope, with the same
-// paging, cursor checks and errors as SQLiteLog.Read.
+// paging, per-tenant cursor checks and errors as SQLiteLog.Read.
 func (m *Memory) Read(ctx context.Context, req ReadRequest) (Page, error) {
 	if err := ctx.Err(); err != nil {
 		return Page{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b := m.bounds()
+	b := m.bounds(req.Scope)
 	if err := b.Check(req.After); err != nil {
 		return Page{}, fmt.Errorf("read oplog after %d: %w", req.After, err)
 	}
 	return req.PageOf(m.entries, b.Head), nil
 }
 
-// Bounds returns the retained range of the oplog.
-func (m *Memory) Bounds() Bounds {
+// Bounds returns the retained range of the oplog as a reader of scope sees
+// it (see Bounds). It never fails.
+func (m *Memory) Bounds(_ context.Context, scope Scope) (Bounds, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.bounds()
+	return m.bounds(scope), nil
 }
 
-func (m *Memory) bounds() Bounds {
-	b := Bounds{Head: m.head, Oldest: m.head + 1}
+func (m *Memory) bounds(scope Scope) Bounds {
+	b := Bounds{Head: m.head, Oldest: m.head + 1, Floor: Floors{Tenants: m.floors}.Of(scope)}
 	if len(m.entries) > 0 {
 		b.Oldest = m.entries[0].Seq
 	}
 	return b
 }
 
-// Compact removes the oldest entries until at most keep remain, and
-// returns how many it removed. Readers whose cursor falls behind get
-// ErrCursorExpired, as with SQLiteLog.Compact.
+// Floors returns the tenants' floors above seq. It never fails.
+func (m *Memory) Floors(_ context.Context, above uint64) (Floors, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := Floors{Tenants: map[string]uint64{}}
+	for t, floor := range m.floors {
+		if floor > above {
+			f.Tenants[t] = floor
+		}
+	}
+	return f, nil
+}
+
+// Compact removes each tenant's oldest entries until at most keep of its
+// entries remain, raises the floors of the tenants it removed entries of,
+// and returns how many it removed. Readers of such a tenant whose cursor
+// falls behind its floor get ErrCursorExpired, as with SQLiteLog.Compact;
+// other tenants' readers are not affected.
 func (m *Memory) Compact(keep int) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := max(len(m.entries)-keep, 0)
-	m.entries = slices.Delete(m.entries, 0, n)
+	held := map[string]int{}
+	for _, e := range m.entries {
+		held[e.Tenant]++
+	}
+	kept := m.entries[:0]
+	for _, e := range m.entries {
+		if held[e.Tenant] > keep {
+			held[e.Tenant]--
+			m.floors[e.Tenant] = e.Seq
+			continue
+		}
+		kept = append(kept, e)
+	}
+	n := len(m.entries) - len(kept)
+	clear(m.entries[len(kept):])
+	m.entries = kept
 	return n
 }
 

@@ -3,22 +3,31 @@ package replication
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 )
 
+// DefaultOplogEntriesPerTenant is the oplog's count bound when
+// LogOptions.Retention.MaxEntries is 0: each tenant's newest million
+// entries. It is per tenant, so one tenant writing at its quota never
+// compacts another tenant's history.
+const DefaultOplogEntriesPerTenant = 1_000_000
+
 // DefaultLogRetention is the oplog's retention when LogOptions.Retention
-// leaves a field zero: the newest million entries, none older than seven
-// days. It is the window in which a device that was offline can resume the
-// change feed from its cursor; after it, the device resyncs from a snapshot.
-var DefaultLogRetention = Retention{MaxEntries: 1_000_000, MaxAge: 7 * 24 * time.Hour}
+// leaves a field zero: each tenant's newest DefaultOplogEntriesPerTenant
+// entries, none older than seven days. It is the window in which a device
+// that was offline can resume the change feed from its cursor; after it,
+// the device resyncs from a snapshot.
+var DefaultLogRetention = Retention{MaxEntries: DefaultOplogEntriesPerTenant, MaxAge: 7 * 24 * time.Hour}
 
 // LogOptions configures a SQLiteLog. The zero value means
 // DefaultLogRetention and time.Now.
 type LogOptions struct {
 	// Retention bounds the log for Compact; zero fields take
-	// DefaultLogRetention's.
+	// DefaultLogRetention's. MaxEntries counts each tenant's entries on
+	// their own.
 	Retention Retention
 	// Now stamps AppliedAt and is the reference for age-based compaction;
 	// nil means time.Now.
@@ -35,6 +44,11 @@ type LogOptions struct {
 // one writer at a time, so transactions commit in seq order and a reader
 // never sees entry n+1 without entry n.
 //
+// Retention is per tenant: oplog_tenants counts each tenant's retained
+// entries (kept exact by Append, in the appending transaction) and holds
+// its floor, the newest of its seqs compaction removed. Compaction removes
+// a prefix of each tenant's entries and raises that tenant's floor only.
+//
 // A SQLiteLog is safe for concurrent use. The database handle stays the
 // caller's; the log never closes it.
 type SQLiteLog struct {
@@ -46,28 +60,73 @@ type SQLiteLog struct {
 
 var _ Log = (*SQLiteLog)(nil)
 
-const oplogSchema = `
-CREATE TABLE IF NOT EXISTS oplog (
-	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-	tenant     TEXT    NOT NULL,
-	model      TEXT    NOT NULL,
-	key        TEXT    NOT NULL,
-	op_id      TEXT    NOT NULL,
-	op         TEXT    NOT NULL CHECK (op IN ('put', 'delete')),
-	value      BLOB,
-	version    INTEGER NOT NULL CHECK (version > 0),
-	wall       INTEGER NOT NULL,
-	logical    INTEGER NOT NULL,
-	origin     TEXT    NOT NULL,
-	client_id  TEXT    NOT NULL,
-	applied_at INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS oplog_tenant_seq ON oplog (tenant, seq);`
+// oplogSchemaVersion is the version of the oplog tables this code reads and
+// writes, kept in oplog_meta. Version 1 (no oplog_meta) had one count bound
+// and one floor for the whole log; NewSQLiteLog migrates it.
+const oplogSchemaVersion = 2
 
-// NewSQLiteLog creates the oplog table in db if missing and returns the log.
-// db must be a go-sqlite3 ("sqlite3") handle; the caller keeps owning it.
+// oplogSchema creates the version-2 tables where missing.
+//
+// oplog_tenants has one row per tenant that ever appended: entries is how
+// many of its entries the oplog retains, floor the newest of its seqs that
+// compaction removed (0 for none). Its index on entries finds the tenants
+// beyond the count bound without reading the others; the one on floor
+// finds the floors above a seq (the feed tail's question). oplog_tenant_seq
+// finds a tenant's oldest entries.
+//
+// oplog_meta.floor is the floor every tenant has at least: the version-1
+// floor carried over by the migration (a tenant whose entries were all
+// compacted left no other trace), 0 for a log created at version 2. It
+// never changes after the migration.
+var oplogSchema = []string{
+	`CREATE TABLE IF NOT EXISTS oplog (
+		seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+		tenant     TEXT    NOT NULL,
+		model      TEXT    NOT NULL,
+		key        TEXT    NOT NULL,
+		op_id      TEXT    NOT NULL,
+		op         TEXT    NOT NULL CHECK (op IN ('put', 'delete')),
+		value      BLOB,
+		version    INTEGER NOT NULL CHECK (version > 0),
+		wall       INTEGER NOT NULL,
+		logical    INTEGER NOT NULL,
+		origin     TEXT    NOT NULL,
+		client_id  TEXT    NOT NULL,
+		applied_at INTEGER NOT NULL
+	)`,
+	`CREATE INDEX IF NOT EXISTS oplog_tenant_seq ON oplog (tenant, seq)`,
+	`CREATE TABLE IF NOT EXISTS oplog_tenants (
+		tenant  TEXT    NOT NULL PRIMARY KEY,
+		entries INTEGER NOT NULL,
+		floor   INTEGER NOT NULL DEFAULT 0
+	) WITHOUT ROWID`,
+	`CREATE INDEX IF NOT EXISTS oplog_tenants_by_entries ON oplog_tenants (entries)`,
+	`CREATE INDEX IF NOT EXISTS oplog_tenants_by_floor ON oplog_tenants (floor)`,
+	`CREATE TABLE IF NOT EXISTS oplog_meta (
+		id             INTEGER PRIMARY KEY CHECK (id = 1),
+		schema_version INTEGER NOT NULL,
+		floor          INTEGER NOT NULL
+	)`,
+}
+
+// migrateOplogV1 turns a version-1 oplog into version 2, after oplogSchema
+// has run: it counts every tenant's entries and keeps the version-1 floor
+// (the seq before the oldest retained entry, or the head when none is) as
+// the floor of every tenant, known or not.
+var migrateOplogV1 = []string{
+	`INSERT INTO oplog_tenants (tenant, entries, floor) SELECT tenant, count(*), 0 FROM oplog GROUP BY tenant`,
+	`INSERT INTO oplog_meta (id, schema_version, floor) VALUES (1, 2, coalesce(
+		(SELECT min(seq) - 1 FROM oplog),
+		(SELECT seq FROM sqlite_sequence WHERE name = 'oplog'),
+		0))`,
+}
+
+// NewSQLiteLog creates the oplog tables in db if missing, migrating a
+// version-1 oplog (entries are kept; its one floor becomes every tenant's),
+// and returns the log. It refuses tables written by a newer schema. db must
+// be a go-sqlite3 ("sqlite3") handle; the caller keeps owning it.
 func NewSQLiteLog(ctx context.Context, db *sql.DB, opts LogOptions) (*SQLiteLog, error) {
-	if _, err := db.ExecContext(ctx, oplogSchema); err != nil {
+	if err := createOplog(ctx, db); err != nil {
 		return nil, fmt.Errorf("create oplog: %w", err)
 	}
 	l := &SQLiteLog{
@@ -78,12 +137,56 @@ func NewSQLiteLog(ctx context.Context, db *sql.DB, opts LogOptions) (*SQLiteLog,
 	if l.now == nil {
 		l.now = time.Now
 	}
-	b, err := l.Bounds(ctx)
+	b, err := l.Bounds(ctx, Scope{AllTenants: true})
 	if err != nil {
 		return nil, fmt.Errorf("create oplog: %w", err)
 	}
 	l.notifier = newHeadNotifier(b.Head)
 	return l, nil
+}
+
+// createOplog creates or migrates the oplog tables in one transaction.
+func createOplog(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // a no-op after Commit
+	var tables int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master
+		WHERE type = 'table' AND name IN ('oplog', 'oplog_meta')`).Scan(&tables); err != nil {
+		return err
+	}
+	exec := func(stmts []string) error {
+		for _, stmt := range stmts {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := exec(oplogSchema); err != nil {
+		return err
+	}
+	switch tables {
+	case 0: // a new log
+		if err := exec([]string{`INSERT INTO oplog_meta (id, schema_version, floor) VALUES (1, 2, 0)`}); err != nil {
+			return err
+		}
+	case 1: // oplog without oplog_meta: version 1
+		if err := exec(migrateOplogV1); err != nil {
+			return fmt.Errorf("migrate from schema version 1: %w", err)
+		}
+	default:
+		var version int
+		if err := tx.QueryRowContext(ctx, `SELECT schema_version FROM oplog_meta WHERE id = 1`).Scan(&version); err != nil {
+			return err
+		}
+		if version != oplogSchemaVersion {
+			return fmt.Errorf("oplog tables have schema version %d, this build reads version %d", version, oplogSchemaVersion)
+		}
+	}
+	return tx.Commit()
 }
 
 // Committed reports that a transaction holding appends up to head has
@@ -163,12 +266,36 @@ func (l *SQLiteLog) AppendAll(ctx context.Context, tx *sql.Tx, es []Entry) ([]En
 			return nil, fmt.Errorf("append oplog entries: %w", err)
 		}
 	}
+	if err := countAppended(ctx, tx, out); err != nil {
+		return nil, fmt.Errorf("append oplog entries: %w", err)
+	}
 	return out, nil
 }
 
+// countAppended adds es to their tenants' counts in oplog_tenants: one
+// statement per tenant (a batch is one tenant's).
+func countAppended(ctx context.Context, tx *sql.Tx, es []Entry) error {
+	var tenants []string
+	counts := map[string]int64{}
+	for _, e := range es {
+		if counts[e.Tenant] == 0 {
+			tenants = append(tenants, e.Tenant)
+		}
+		counts[e.Tenant]++
+	}
+	for _, t := range tenants {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO oplog_tenants (tenant, entries) VALUES (?, ?)
+			ON CONFLICT (tenant) DO UPDATE SET entries = entries + excluded.entries`, t, counts[t]); err != nil {
+			return fmt.Errorf("count entries of tenant %q: %w", t, err)
+		}
+	}
+	return nil
+}
+
 // Read returns the committed entries after req.After in req.Scope (see
-// Log.Read). The cursor check and the page come from one read transaction,
-// so a concurrent Compact cannot remove entries between them unnoticed.
+// Log.Read), the cursor checked against the scope's floor. The cursor
+// check and the page come from one read transaction, so a concurrent
+// Compact cannot remove entries between them unnoticed.
 func (l *SQLiteLog) Read(ctx context.Context, req ReadRequest) (Page, error) {
 	limit, maxBytes := req.bounds()
 	where, args := scopeWhere(req.Scope)
@@ -178,7 +305,7 @@ func (l *SQLiteLog) Read(ctx context.Context, req ReadRequest) (Page, error) {
 
 	var page Page
 	err := readTx(ctx, l.db, func(conn *sql.Conn) error {
-		b, err := bounds(ctx, conn)
+		b, err := bounds(ctx, conn, req.Scope)
 		if err != nil {
 			return err
 		}
@@ -233,18 +360,48 @@ func scanEntry(rows *sql.Rows) (Entry, error) {
 	return e, err
 }
 
-// Bounds returns the retained range of committed entries.
-func (l *SQLiteLog) Bounds(ctx context.Context) (Bounds, error) {
+// Bounds returns the retained range of committed entries as a reader of
+// scope sees it (see Bounds).
+func (l *SQLiteLog) Bounds(ctx context.Context, scope Scope) (Bounds, error) {
 	var b Bounds
 	err := readTx(ctx, l.db, func(conn *sql.Conn) error {
 		var err error
-		b, err = bounds(ctx, conn)
+		b, err = bounds(ctx, conn, scope)
 		return err
 	})
 	if err != nil {
 		return Bounds{}, fmt.Errorf("read oplog bounds: %w", err)
 	}
 	return b, nil
+}
+
+// Floors returns the floors above seq: the base floor and each tenant's
+// own floor above it, read through the index on floor.
+func (l *SQLiteLog) Floors(ctx context.Context, above uint64) (Floors, error) {
+	f := Floors{Tenants: map[string]uint64{}}
+	err := readTx(ctx, l.db, func(conn *sql.Conn) error {
+		if err := conn.QueryRowContext(ctx, `SELECT floor FROM oplog_meta WHERE id = 1`).Scan(&f.All); err != nil {
+			return err
+		}
+		rows, err := conn.QueryContext(ctx, `SELECT tenant, floor FROM oplog_tenants WHERE floor > ?`, int64(above))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var tenant string
+			var floor uint64
+			if err := rows.Scan(&tenant, &floor); err != nil {
+				return err
+			}
+			f.Tenants[tenant] = floor
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return Floors{}, fmt.Errorf("read oplog floors: %w", err)
+	}
+	return f, nil
 }
 
 // head reads the newest seq ever assigned, as tx sees it.
@@ -258,48 +415,211 @@ func (l *SQLiteLog) head(ctx context.Context, tx *sql.Tx) (uint64, error) {
 }
 
 // bounds reads the head from SQLite's record of the largest seq ever
-// assigned (which survives compaction) and the oldest retained seq.
-func bounds(ctx context.Context, conn *sql.Conn) (Bounds, error) {
+// assigned (which survives compaction), the oldest retained seq, and
+// scope's floor: its tenant's (the highest tenant's for every tenant), at
+// least the base floor.
+func bounds(ctx context.Context, conn *sql.Conn, scope Scope) (Bounds, error) {
+	floor := `(SELECT floor FROM oplog_tenants WHERE tenant = ?1)`
+	if scope.AllTenants {
+		floor = `(SELECT max(floor) FROM oplog_tenants)`
+	}
 	var (
 		head   int64
 		oldest sql.NullInt64
+		b      Bounds
 	)
 	err := conn.QueryRowContext(ctx, `SELECT
 		coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'oplog'), 0),
-		(SELECT min(seq) FROM oplog)`).Scan(&head, &oldest)
+		(SELECT min(seq) FROM oplog),
+		max((SELECT floor FROM oplog_meta WHERE id = 1), coalesce(`+floor+`, 0))`, scope.Tenant).Scan(&head, &oldest, &b.Floor)
 	if err != nil {
 		return Bounds{}, err
 	}
-	b := Bounds{Head: uint64(head), Oldest: uint64(head) + 1}
+	b.Head, b.Oldest = uint64(head), uint64(head)+1
 	if oldest.Valid {
 		b.Oldest = uint64(oldest.Int64)
 	}
 	return b, nil
 }
 
-// Compact removes the oldest entries beyond the retention (see Retention),
-// in chunks each committed on its own so that writers wait at most one
-// chunk. Readers whose cursor falls behind the new oldest entry get
-// ErrCursorExpired and resync. It returns the number of entries removed,
-// also when ctx ends midway.
+// Compact removes the oldest entries beyond the retention (see Retention
+// and compactChunk), in chunks of Retention.Chunk entries each committed on
+// its own, so that writers wait at most one chunk. Readers of a tenant whose
+// cursor falls behind that tenant's new floor get ErrCursorExpired and
+// resync; other tenants' readers are not affected. It stops when a chunk
+// removes less than a full chunk, or once it removed as many entries as the
+// log held when it began (what a busy tenant appends meanwhile waits for
+// the next call), and returns the number removed, also when ctx ends
+// midway.
 func (l *SQLiteLog) Compact(ctx context.Context) (int64, error) {
-	n, err := pruneOldest(ctx, l.db, oplogTable, l.retention, l.now())
+	now := l.now()
+	b, err := l.Bounds(ctx, Scope{AllTenants: true})
 	if err != nil {
-		return n, fmt.Errorf("compact oplog: %w", err)
+		return 0, fmt.Errorf("compact oplog: %w", err)
 	}
-	return n, nil
+	held := int64(b.Head + 1 - b.Oldest)
+	var total int64
+	for total < held {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("compact oplog: %w", err)
+		}
+		n, err := l.compactTx(ctx, now, l.retention.Chunk)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("compact oplog: %w", err)
+		}
+		if n < int64(l.retention.Chunk) {
+			break
+		}
+	}
+	return total, nil
+}
+
+// compactTx runs compactChunk in a transaction of its own.
+func (l *SQLiteLog) compactTx(ctx context.Context, now time.Time, limit int) (int64, error) {
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() // a no-op after Commit
+	n, err := l.compactChunk(ctx, tx, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
 }
 
 // CompactIn removes, inside tx, at most limit of the oldest entries beyond
-// the retention as of now, and returns how many it removed. It reads no
-// clock: replicas that run it with the same now on the same log remove
-// the same entries (a replicated compaction job).
+// the retention as of now (see compactChunk), and returns how many it
+// removed. It reads no clock: replicas that run it with the same now on the
+// same log remove the same entries and raise the same floors (a replicated
+// compaction job).
 func (l *SQLiteLog) CompactIn(ctx context.Context, tx *sql.Tx, now time.Time, limit int) (int64, error) {
-	n, err := pruneChunk(ctx, tx, oplogTable, l.retention, now, limit)
+	n, err := l.compactChunk(ctx, tx, now, limit)
 	if err != nil {
 		return 0, fmt.Errorf("compact oplog: %w", err)
 	}
 	return n, nil
 }
 
-var oplogTable = pruneTable{table: "oplog", id: "seq", at: "applied_at"}
+// compactChunk removes, through tx, at most limit entries: first those
+// older than the age bound as of now (the longest run of the log's oldest
+// entries in which every one is, so an entry whose time is out of order
+// stops the run rather than leaving a hole), then, tenant by tenant, the
+// oldest entries of each tenant beyond the count bound (the tenants most
+// beyond it first, ties by name). Either way every tenant loses a prefix of
+// its entries, and its floor rises to the newest seq it lost. It reads
+// nothing but the tables and takes every order from them, so replicas
+// holding the same rows remove the same rows. Its work is bounded by limit:
+// it reads the rows it removes, and the tenants beyond the bound through
+// the index on their counts.
+func (l *SQLiteLog) compactChunk(ctx context.Context, tx *sql.Tx, now time.Time, limit int) (int64, error) {
+	var removed int64
+	if l.retention.MaxAge >= 0 {
+		n, err := compactAged(ctx, tx, now.Add(-l.retention.MaxAge).UnixMilli(), limit)
+		if err != nil {
+			return 0, err
+		}
+		removed += n
+	}
+	if l.retention.MaxEntries >= 0 && removed < int64(limit) {
+		n, err := compactExcess(ctx, tx, l.retention.MaxEntries, int64(limit)-removed)
+		if err != nil {
+			return 0, err
+		}
+		removed += n
+	}
+	return removed, nil
+}
+
+// compactAged removes the longest run of the oldest limit entries applied
+// before cutoff (Unix milliseconds), and raises the floor of each tenant it
+// removed entries of.
+func compactAged(ctx context.Context, tx *sql.Tx, cutoff int64, limit int) (int64, error) {
+	var last sql.NullInt64
+	err := tx.QueryRowContext(ctx, `
+		WITH chunk AS (SELECT seq, applied_at FROM oplog ORDER BY seq LIMIT ?1)
+		SELECT coalesce((SELECT min(seq) - 1 FROM chunk WHERE applied_at >= ?2), (SELECT max(seq) FROM chunk))`,
+		limit, cutoff).Scan(&last)
+	if err != nil || !last.Valid {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, `
+		UPDATE oplog_tenants AS t SET entries = t.entries - d.n, floor = max(t.floor, d.last)
+		FROM (SELECT tenant, count(*) AS n, max(seq) AS last FROM oplog WHERE seq <= ?1 GROUP BY tenant) AS d
+		WHERE t.tenant = d.tenant`, last.Int64); err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM oplog WHERE seq <= ?`, last.Int64)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// excess is a tenant holding more entries than the count bound.
+type excess struct {
+	tenant string
+	over   int64
+}
+
+// compactExcess removes at most limit entries of the tenants beyond keep,
+// each tenant's oldest first, and raises their floors.
+func compactExcess(ctx context.Context, tx *sql.Tx, keep, limit int64) (int64, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT tenant, entries - ?1 FROM oplog_tenants
+		WHERE entries > ?1 ORDER BY entries DESC, tenant LIMIT ?2`, keep, limit)
+	if err != nil {
+		return 0, err
+	}
+	var over []excess
+	for rows.Next() {
+		var e excess
+		if err := rows.Scan(&e.tenant, &e.over); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		over = append(over, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	var removed int64
+	for _, e := range over {
+		if removed == limit {
+			break
+		}
+		n, err := compactTenant(ctx, tx, e.tenant, min(e.over, limit-removed))
+		if err != nil {
+			return removed, fmt.Errorf("tenant %q: %w", e.tenant, err)
+		}
+		removed += n
+	}
+	return removed, nil
+}
+
+// compactTenant removes tenant's n oldest entries, through the index on
+// (tenant, seq), and raises its floor to the newest of them.
+func compactTenant(ctx context.Context, tx *sql.Tx, tenant string, n int64) (int64, error) {
+	var last int64
+	err := tx.QueryRowContext(ctx, `SELECT seq FROM oplog WHERE tenant = ? ORDER BY seq LIMIT 1 OFFSET ?`, tenant, n-1).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		// The count says more than the table holds (rows removed behind
+		// the log's back): count again, and remove nothing this time.
+		_, err = tx.ExecContext(ctx, `UPDATE oplog_tenants SET entries = (SELECT count(*) FROM oplog WHERE tenant = ?1) WHERE tenant = ?1`, tenant)
+		return 0, err
+	}
+	if err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM oplog WHERE tenant = ? AND seq <= ?`, tenant, last)
+	if err != nil {
+		return 0, err
+	}
+	removed, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE oplog_tenants SET entries = entries - ?, floor = max(floor, ?) WHERE tenant = ?`, removed, last, tenant)
+	return removed, err
+}

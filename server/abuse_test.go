@@ -123,6 +123,70 @@ func TestAbuseOneTenantCannotExpireOrPruneAnother(t *testing.T) {
 	require.Len(t, conflicts, 3, "the victim's conflict history survived")
 }
 
+// Finding 1, the oplog: one tenant writing far past its oplog bound, with
+// compactions between its writes, sends no device of another tenant to
+// resync, however old its cursor: the bound and the compaction floor are
+// per tenant. The writer's own stale device is sent to resync.
+func TestAbuseOneTenantsChurnResyncsNoOther(t *testing.T) {
+	const perTenant = 20
+	ts := startServer(t, server.Config{
+		Retention:         server.Retention{Oplog: replication.Retention{MaxEntries: perTenant, MaxAge: -1}},
+		RetentionInterval: -1,
+	})
+	victimToken := ts.member(t, "victim", "phone")
+	victim, vClock := session(t, ts, victimToken, "phone")
+	requireApplied(t, victim.push("v0", put(t, vClock, "notes", "v0", `0`)))
+	requireApplied(t, victim.push("v1", put(t, vClock, "notes", "v1", `1`)))
+	// The victim's tablet synced up to here, then went offline.
+	tabletCursor := victim.pull("tablet", 0).Cursor
+
+	attackerToken := ts.member(t, "attacker", "bot")
+	attacker, aClock := session(t, ts, attackerToken, "bot")
+	requireApplied(t, attacker.push("a-first", put(t, aClock, "notes", "first", `0`)))
+	staleBotCursor := attacker.pull("bot-early", 0).Cursor
+	var later []string // the victim's writes the tablet has not seen
+	rounds := 5 * abuseScale(t)
+	for r := range rounds {
+		for i := 0; i < 2*perTenant; i += 20 {
+			muts := make([]syncproto.Mutation, 0, 20)
+			for j := range 20 {
+				muts = append(muts, put(t, aClock, "notes", fmt.Sprintf("k%d-%d", r, i+j), `1`))
+			}
+			requireApplied(t, attacker.push(fmt.Sprintf("a%d-%d", r, i), muts...))
+		}
+		m := put(t, vClock, "notes", fmt.Sprintf("later%d", r), `2`)
+		requireApplied(t, victim.push(fmt.Sprintf("later%d", r), m))
+		later = append(later, m.OpID)
+		ts.runRetention(t)
+	}
+	// A barrier: on a cluster node, the compactions above are applied
+	// before this write is answered.
+	requireApplied(t, attacker.push("a-barrier", put(t, aClock, "notes", "barrier", `1`)))
+
+	// The attacker's own stale device resyncs: its tenant's floor passed
+	// its cursor, and so the tablet's, which is older.
+	require.Greater(t, staleBotCursor, tabletCursor)
+	bot, _ := session(t, ts, attackerToken, "bot")
+	bot.send(&syncproto.Pull{ID: "stale", Cursor: staleBotCursor})
+	rs := expect[*syncproto.Resync](bot)
+	require.Equal(t, syncproto.ResyncCursorExpired, rs.Reason)
+
+	// The victim's tablet resumes from its old cursor, by pull and by
+	// subscribe, and receives every write it missed.
+	tablet := dial(t, ts, victimToken)
+	tablet.hello("phone", tabletCursor, syncproto.NewClock("phone", nil))
+	page := tablet.pull("resume", tabletCursor)
+	var got []string
+	for _, e := range page.Entries {
+		got = append(got, e.OpID)
+	}
+	require.Equal(t, later, got, "the tablet gets exactly the writes it missed")
+	require.False(t, page.More)
+	sub, ok := tablet.subscribe("follow", tabletCursor).(*syncproto.Changes)
+	require.True(t, ok, "subscribing from the old cursor is not sent to resync")
+	require.Len(t, sub.Entries, len(later))
+}
+
 // Finding 3: stalled snapshot downloads (clients that stop reading) hold
 // neither the connections nor the attention other requests need, and are
 // cut after the per-write deadline.
@@ -243,17 +307,47 @@ func TestAbuseSessionWithoutHelloIsClosed(t *testing.T) {
 	c.expectRefusalClose(syncproto.CodeHelloRequired) // reading answers the pings
 }
 
-// Finding 2: idle HTTP connections cannot pile up. Every listener has
-// header, read, write and idle timeouts, and one address holds at most
+// Finding 2, the timeouts: a connection that never sends a request is
+// closed by the server after the header timeout, and a kept-alive one that
+// sends no next request after the idle timeout. Each is set small here and
+// the others far beyond the client's wait, so a close seen within that
+// wait can come only from the timeout under test.
+func TestAbuseIdleConnectionsAreClosed(t *testing.T) {
+	const short, long = 200 * time.Millisecond, time.Hour
+	for _, tc := range []struct {
+		name     string
+		timeouts server.HTTPTimeouts
+		request  bool // send one request first, then idle
+	}{
+		{"silent connection, header timeout", server.HTTPTimeouts{ReadHeader: short, Read: long, Write: long, Idle: long}, false},
+		{"kept-alive connection, idle timeout", server.HTTPTimeouts{ReadHeader: long, Read: long, Write: long, Idle: short}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := startServer(t, server.Config{HTTPTimeouts: tc.timeouts})
+			conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+			require.NoError(t, err)
+			defer conn.Close()
+			require.NoError(t, conn.SetDeadline(time.Now().Add(ioTimeout)))
+			br := bufio.NewReader(conn)
+			if tc.request {
+				_, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: syncd\r\n\r\n")
+				require.NoError(t, err)
+				resp, err := http.ReadResponse(br, nil)
+				require.NoError(t, err)
+				_, err = io.Copy(io.Discard, resp.Body)
+				require.NoError(t, err)
+				resp.Body.Close()
+				require.False(t, resp.Close, "the connection is kept alive for a next request")
+			}
+			_, err = br.ReadByte()
+			require.ErrorIs(t, err, io.EOF, "the server closed the connection (not the client's wait running out)")
+		})
+	}
+}
+
+// Finding 2, the count: one address holds at most
 // MaxConnectionsPerAddress connections.
 func TestAbuseIdleConnectionsAreBounded(t *testing.T) {
-	hs := server.NewHTTPServer(http.NotFoundHandler(), nil)
-	require.Positive(t, hs.ReadHeaderTimeout)
-	require.Positive(t, hs.ReadTimeout)
-	require.Positive(t, hs.WriteTimeout)
-	require.Positive(t, hs.IdleTimeout)
-	require.Positive(t, hs.MaxHeaderBytes)
-
 	const perAddress = 5
 	ts := startServer(t, server.Config{MaxConnectionsPerAddress: perAddress})
 	addr := strings.TrimPrefix(ts.url, "http://")
@@ -533,7 +627,7 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	// The same server behind TLS, as cmd/syncd serves it with --tls-cert:
 	// peers that connect and leave without a handshake.
 	tlsSrv := httptest.NewUnstartedServer(nil)
-	tlsSrv.Config = server.NewHTTPServer(ts.srv.Handler(), ts.srv.ErrorLog())
+	tlsSrv.Config = ts.srv.HTTPServer(ts.srv.Handler())
 	tlsSrv.StartTLS()
 	defer tlsSrv.Close()
 	for range n {

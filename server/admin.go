@@ -89,7 +89,11 @@ type Status struct {
 	Draining      bool      `json:"draining"`
 	OplogHead     uint64    `json:"oplog_head"`
 	OplogOldest   uint64    `json:"oplog_oldest"`
-	LedgerEntries int       `json:"ledger_entries"`
+	// OplogFloor is the highest of the tenants' oplog floors: a reader of
+	// every tenant (the admin oplog) may start at it or after; a device
+	// is checked against its own tenant's floor, which is at most this.
+	OplogFloor    uint64 `json:"oplog_floor"`
+	LedgerEntries int    `json:"ledger_entries"`
 	// LedgerFloor is the highest of the tenants' ledger floors: no resend
 	// stamped after it is answered "expired", whatever its tenant. Zero
 	// while retention never evicted a decision.
@@ -111,7 +115,7 @@ type ClusterStatus struct {
 }
 
 func (s *Server) adminStatus(r *http.Request) (any, int, error) {
-	b, err := s.store.Log.Bounds(r.Context())
+	b, err := s.store.Log.Bounds(r.Context(), replication.Scope{AllTenants: true})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -122,7 +126,7 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 	sessions := s.sessionList()
 	st := Status{
 		NodeID: s.cfg.NodeID, StartedAt: s.started, UptimeSeconds: s.now().Sub(s.started).Seconds(),
-		Connections: len(sessions), Draining: s.draining.Load(), OplogHead: b.Head, OplogOldest: b.Oldest,
+		Connections: len(sessions), Draining: s.draining.Load(), OplogHead: b.Head, OplogOldest: b.Oldest, OplogFloor: b.Floor,
 		LedgerEntries: ls.Entries, LedgerFloor: ls.MaxFloor,
 	}
 	for _, ss := range sessions {

@@ -1,16 +1,17 @@
 package server
 
 import (
-	"log"
+	"cmp"
 	"net"
 	"net/http"
 	"sync"
 	"time"
 )
 
-// Timeouts of the HTTP listeners (NewHTTPServer). A websocket session is
-// governed by the session's own deadlines once upgraded: the HTTP server
-// clears these when it hands the connection over.
+// Timeouts of the HTTP listeners (Server.HTTPServer): the defaults of
+// HTTPTimeouts. A websocket session is governed by the session's own
+// deadlines once upgraded: the HTTP server clears these when it hands the
+// connection over.
 const (
 	// ReadHeaderTimeout bounds reading a request's headers: a peer that
 	// opens a connection and sends nothing is cut after it.
@@ -27,23 +28,47 @@ const (
 	MaxHeaderBytes = 64 << 10
 )
 
+// HTTPTimeouts are the timeouts of syncd's HTTP listeners
+// (Config.HTTPTimeouts). A zero field takes the constant of the same name
+// above (ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout); New
+// refuses a negative one.
+type HTTPTimeouts struct {
+	ReadHeader time.Duration
+	Read       time.Duration
+	Write      time.Duration
+	Idle       time.Duration
+}
+
+// withDefaults fills zero fields from the constants.
+func (t HTTPTimeouts) withDefaults() HTTPTimeouts {
+	t.ReadHeader = cmp.Or(t.ReadHeader, ReadHeaderTimeout)
+	t.Read = cmp.Or(t.Read, ReadTimeout)
+	t.Write = cmp.Or(t.Write, WriteTimeout)
+	t.Idle = cmp.Or(t.Idle, IdleTimeout)
+	return t
+}
+
+func (t HTTPTimeouts) valid() bool {
+	return t.ReadHeader >= 0 && t.Read >= 0 && t.Write >= 0 && t.Idle >= 0
+}
+
 // DefaultMaxConnectionsPerAddress is Config.MaxConnectionsPerAddress's
 // default.
 const DefaultMaxConnectionsPerAddress = 1024
 
-// NewHTTPServer returns the http.Server syncd serves h with: every timeout
-// above set, errors logged to errorLog (nil: the standard logger; pass
-// Server.ErrorLog, which counts failed TLS handshakes instead of logging
-// each).
-func NewHTTPServer(h http.Handler, errorLog *log.Logger) *http.Server {
+// HTTPServer returns the http.Server syncd serves h with (its public or
+// admin handler): every timeout of Config.HTTPTimeouts set, headers
+// bounded by MaxHeaderBytes, errors logged through ErrorLog.
+func (s *Server) HTTPServer(h http.Handler) *http.Server {
+	t := s.cfg.HTTPTimeouts
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: ReadHeaderTimeout,
-		ReadTimeout:       ReadTimeout,
-		WriteTimeout:      WriteTimeout,
-		IdleTimeout:       IdleTimeout,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
 		MaxHeaderBytes:    MaxHeaderBytes,
-		ErrorLog:          errorLog,
+		ErrorLog:          s.ErrorLog(),
 	}
 }
 

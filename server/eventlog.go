@@ -86,7 +86,7 @@ func (l *eventLog) close() {
 	l.flush()
 }
 
-// ErrorLog is the logger to give NewHTTPServer for syncd's listeners: what
+// ErrorLog is the logger of syncd's listeners (HTTPServer sets it): what
 // net/http logs goes to Config.Logger at warn, except failed TLS
 // handshakes, which any peer causes at will (a port scan, a plain-HTTP
 // probe): those are counted in the event log, one "TLS handshake failed"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"sort"
 	"strconv"
 	"sync"
@@ -33,9 +34,12 @@ const (
 // thousand subscribers is a thousand SQLite queries.
 //
 // It holds every committed entry with start < seq <= head, in seq order,
-// at most feedTailBytes of values (the oldest are dropped first). It is
-// safe for concurrent use; a reader never waits for a refill other than
-// the one it needs.
+// at most feedTailBytes of values (the oldest are dropped first), and the
+// compaction floors above start it was told of (forget): it answers a
+// cursor only when the oplog would, so a cursor below its tenant's floor
+// gets resync from the oplog even while the tail still holds the entries
+// after it. It is safe for concurrent use; a reader never waits for a
+// refill other than the one it needs.
 type feedTail struct {
 	log replication.Log
 
@@ -45,23 +49,27 @@ type feedTail struct {
 	ready   bool
 	start   uint64
 	head    uint64
+	floors  replication.Floors
 	entries []replication.Entry
 	encoded [][]byte // entries[i] as a changes entry in JSON, encoded once for every subscriber
 	bytes   int
 }
 
-func newFeedTail(log replication.Log) *feedTail { return &feedTail{log: log} }
+func newFeedTail(log replication.Log) *feedTail {
+	return &feedTail{log: log, floors: replication.Floors{Tenants: map[string]uint64{}}}
+}
 
 // read answers req from memory, refilling the tail first when the log has
 // committed beyond it. ok is false when the tail cannot answer (req.After
-// is older than the tail, or beyond what it holds): read the log instead.
+// is older than the tail, below its scope's floor, or beyond what the tail
+// holds): read the log instead.
 func (t *feedTail) read(ctx context.Context, req replication.ReadRequest) (page replication.Page, ok bool) {
 	if err := t.refill(ctx); err != nil {
 		return replication.Page{}, false
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if req.After < t.start || req.After > t.head {
+	if req.After < t.start || req.After > t.head || req.After < t.floors.Of(req.Scope) {
 		return replication.Page{}, false
 	}
 	return req.PageOf(t.entries, t.head), true
@@ -82,19 +90,26 @@ func (t *feedTail) refill(ctx context.Context) error {
 	ready, head = t.ready, t.head
 	t.mu.RUnlock()
 	if !ready {
-		b, err := t.log.Bounds(ctx)
+		b, err := t.log.Bounds(ctx, replication.Scope{AllTenants: true})
 		if err != nil {
 			return err
 		}
-		t.mu.Lock()
-		t.ready, t.start, t.head = true, b.Head, b.Head
-		t.mu.Unlock()
+		t.anchor(b.Head)
 		head = b.Head
 	}
 	for t.behind(head) {
 		page, err := t.log.Read(ctx, replication.ReadRequest{
 			After: head, Scope: replication.Scope{AllTenants: true, AllModels: true}, Limit: replication.MaxReadLimit,
 		})
+		var ce *replication.CursorError
+		if errors.As(err, &ce) && errors.Is(err, replication.ErrCursorExpired) {
+			// Entries committed after the tail were compacted before it
+			// read them: it can no longer hold every entry after start, so
+			// it starts again, empty, at the log's head.
+			t.anchor(ce.Bounds.Head)
+			head = ce.Bounds.Head
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -143,24 +158,50 @@ func (t *feedTail) append(page replication.Page) {
 	t.encoded = append([][]byte(nil), t.encoded[drop:]...)
 }
 
-// forget drops the entries the oplog no longer retains (seq < oldest), so
-// that a subscriber behind the compacted oplog gets resync from the log, as
-// PROTOCOL.md section 7 says, not entries only this node's memory still
-// holds. Call it after every compaction.
-func (t *feedTail) forget(oldest uint64) {
+// anchor empties the tail and starts it at head (every floor is at or
+// below the head it was read with, so none the tail kept matters now).
+func (t *feedTail) anchor(head uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if oldest == 0 || oldest <= t.start+1 {
-		return
+	t.ready, t.start, t.head = true, head, head
+	t.entries, t.encoded, t.bytes = nil, nil, 0
+	t.dropFloorsAtOrBelow(head)
+}
+
+// startSeq returns the seq after which the tail holds every entry: the
+// floors above it are those forget needs. ok is false before the tail's
+// first fill, which starts it at the log's head, above every floor so far:
+// it needs none then.
+func (t *feedTail) startSeq() (start uint64, ok bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.start, t.ready
+}
+
+// forget takes in floors the oplog reported after a compaction (at least
+// those above startSeq), so that a subscriber of a tenant whose cursor is
+// below its floor gets resync from the log, as PROTOCOL.md section 7 says,
+// not entries only this node's memory still holds. Floors only rise, so
+// a report older than one already taken in changes nothing. Call it after
+// every compaction.
+func (t *feedTail) forget(floors replication.Floors) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.floors.All = max(t.floors.All, floors.All)
+	for tenant, floor := range floors.Tenants {
+		t.floors.Tenants[tenant] = max(t.floors.Tenants[tenant], floor)
 	}
-	drop := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].Seq >= oldest })
-	for _, e := range t.entries[:drop] {
-		t.bytes -= len(e.Value)
+	t.dropFloorsAtOrBelow(t.start)
+}
+
+// dropFloorsAtOrBelow forgets the floors no cursor the tail answers (at
+// least seq) can be below. The caller holds mu.
+func (t *feedTail) dropFloorsAtOrBelow(seq uint64) {
+	for tenant, floor := range t.floors.Tenants {
+		if floor <= seq {
+			delete(t.floors.Tenants, tenant)
+		}
 	}
-	t.entries = append([]replication.Entry(nil), t.entries[drop:]...)
-	t.encoded = append([][]byte(nil), t.encoded[drop:]...)
-	t.start = max(t.start, oldest-1)
-	t.head = max(t.head, t.start)
 }
 
 // encodeChange returns e as a changes entry in JSON, as syncproto.Encode

@@ -71,7 +71,7 @@ func BenchmarkFeedTailFanout(b *testing.B) {
 // (session.feed, without the websocket), sending on seen for each entry
 // read, until ctx ends. It calls started once it holds its cursor.
 func tailSubscriber(ctx context.Context, srv *Server, scope replication.Scope, started func(), seen chan<- struct{}) {
-	b, err := srv.store.Log.Bounds(ctx)
+	b, err := srv.store.Log.Bounds(ctx, scope)
 	started()
 	if err != nil {
 		return

@@ -20,6 +20,7 @@ type metrics struct {
 	ledgerEvictions    prometheus.Counter
 	oplogHead          prometheus.Gauge
 	oplogOldest        prometheus.Gauge
+	resyncs            prometheus.Counter
 	syncLag            prometheus.Histogram
 	bytesReceived      prometheus.Counter
 	bytesSent          prometheus.Counter
@@ -119,7 +120,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "syncd_oplog_head_seq", Help: "Sequence number of the newest oplog entry.",
 		}),
 		oplogOldest: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "syncd_oplog_oldest_seq", Help: "Sequence number of the oldest retained oplog entry.",
+			Name: "syncd_oplog_oldest_seq", Help: "Sequence number of the oldest retained oplog entry, of any tenant.",
+		}),
+		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_resyncs_total", Help: "Pulls and subscriptions answered resync: entries of the device's own tenant after its cursor were compacted.",
 		}),
 		syncLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "syncd_sync_lag_seconds", Help: "Time from an entry's commit to its delivery to a live subscriber.",
@@ -149,7 +153,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.quotaRefusals, m.quotaWaits, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsWaiting, m.snapshotsShared, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
-		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.syncLag,
+		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.resyncs, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)
 	return m
 }

@@ -33,6 +33,7 @@ func TestBehaviourInACluster(t *testing.T) {
 		{"TenantsCannotSeeOrTouchEachOther", TestTenantsCannotSeeOrTouchEachOther},
 		{"ModelScopeOfTokensLimitsTheFeed", TestModelScopeOfTokensLimitsTheFeed},
 		{"SnapshotAndResyncAfterCompaction", TestSnapshotAndResyncAfterCompaction},
+		{"OneTenantsChurnResyncsNoOther", TestAbuseOneTenantsChurnResyncsNoOther},
 		{"ResendOlderThanTheLedgerIsExpired", TestResendOlderThanTheLedgerIsExpired},
 		{"ConditionalWriteOnLWWModelIsRefusedWhenStale", TestConditionalWriteOnLWWModelIsRefusedWhenStale},
 		{"BadInputsGetTheirDocumentedAnswerAndApplyNothing", TestBadInputsGetTheirDocumentedAnswerAndApplyNothing},

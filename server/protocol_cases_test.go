@@ -245,6 +245,8 @@ func TestProtocolStatesServerDefaults(t *testing.T) {
 		"a frame, once started, arrives whole within":             fmt.Sprintf("%d s", int(server.DefaultFrameReadTimeout.Seconds())),
 		"TCP connections one IP address holds open":               fmt.Sprint(server.DefaultMaxConnectionsPerAddress),
 		"a frame the server writes is taken by the client within": fmt.Sprintf("%d s", int(server.DefaultWriteTimeout.Seconds())),
+		"oplog entries kept per tenant / their age (section 7)": fmt.Sprintf("%d / %d days",
+			replication.DefaultOplogEntriesPerTenant, int(replication.DefaultLogRetention.MaxAge.Hours()/24)),
 	}
 	_, table, ok := strings.Cut(string(b), "| limit | syncd default |")
 	require.True(t, ok, "section 11's table of unannounced settings")

@@ -76,6 +76,10 @@ type Config struct {
 	AllowedOrigins []string
 	// MaxConnections caps open websocket sessions; 0 means DefaultMaxConnections.
 	MaxConnections int
+	// HTTPTimeouts are the timeouts of the listeners HTTPServer builds;
+	// zero fields take the defaults (ReadHeaderTimeout, ReadTimeout,
+	// WriteTimeout, IdleTimeout).
+	HTTPTimeouts HTTPTimeouts
 	// MaxConnectionsPerAddress caps the TCP connections one IP address
 	// holds open on a listener wrapped by LimitListener; 0 means
 	// DefaultMaxConnectionsPerAddress, negative means no cap.
@@ -161,10 +165,14 @@ type Config struct {
 	Cluster *cluster.Cluster
 }
 
-// Retention bounds what syncd keeps. The ledger bounds apply to each
-// tenant on its own, by decision time; a resend not held and at or before
-// its tenant's ledger floor is answered "expired". A cursor older than the
-// oplog's oldest entry gets a resync.
+// Retention bounds what syncd keeps. Every count bound applies to each
+// tenant on its own (Oplog.MaxEntries is the oplog entries kept per tenant,
+// replication.DefaultOplogEntriesPerTenant by default), so one tenant's
+// writes never push another's history out. The ledger evicts by decision
+// time; a resend not held and at or before its tenant's ledger floor is
+// answered "expired". A cursor older than its tenant's oplog floor (entries
+// of its own tenant after it were compacted) gets a resync; another
+// tenant's compaction never sends it there.
 type Retention struct {
 	LedgerMaxAge     time.Duration
 	LedgerMaxEntries int
@@ -190,6 +198,10 @@ func (c *Config) setDefaults() error {
 			*v = d
 		}
 	}
+	if !c.HTTPTimeouts.valid() {
+		return errors.New("Config.HTTPTimeouts: negative timeout")
+	}
+	c.HTTPTimeouts = c.HTTPTimeouts.withDefaults()
 	def(&c.MaxClockSkew, syncproto.DefaultMaxClockSkew)
 	def(&c.IdleTimeout, syncproto.DefaultIdleTimeout)
 	def(&c.WriteTimeout, DefaultWriteTimeout)
@@ -581,16 +593,25 @@ func (s *Server) prune(ctx context.Context) error {
 	return nil
 }
 
-// setOplogGauges reports the oplog's retained range, and has the feed tail
-// forget entries compacted away.
+// setOplogGauges reports the oplog's retained range, and hands the feed
+// tail the floors compaction raised, so that it refuses the cursors the
+// oplog refuses.
 func (s *Server) setOplogGauges(ctx context.Context) error {
-	b, err := s.store.Log.Bounds(ctx)
+	b, err := s.store.Log.Bounds(ctx, replication.Scope{AllTenants: true})
 	if err != nil {
 		return err
 	}
 	s.metrics.oplogHead.Set(float64(b.Head))
 	s.metrics.oplogOldest.Set(float64(b.Oldest))
-	s.tail.forget(b.Oldest)
+	start, ok := s.tail.startSeq()
+	if !ok {
+		return nil
+	}
+	floors, err := s.store.Log.Floors(ctx, start)
+	if err != nil {
+		return err
+	}
+	s.tail.forget(floors)
 	return nil
 }
 

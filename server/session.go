@@ -370,7 +370,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		return ss.refuseAndClose(m.ID, syncproto.Errorf(syncproto.CodeWrongClientID, "this token acts as client %q, not %q", ss.p.ClientID, m.ClientID))
 	}
 	ss.srv.catchUp(ctx, m.Cursor)
-	bounds, err := ss.srv.store.Log.Bounds(ctx)
+	bounds, err := ss.srv.store.Log.Bounds(ctx, scopeOf(ss.p))
 	if err != nil {
 		return ss.refuseAndClose(m.ID, internalError(err))
 	}
@@ -463,6 +463,7 @@ func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int
 	case err == nil:
 		return &page, nil
 	case errors.As(err, &ce) && errors.Is(err, replication.ErrCursorExpired):
+		ss.srv.metrics.resyncs.Inc()
 		return nil, &syncproto.Resync{ID: id, Reason: syncproto.ResyncCursorExpired, SnapshotURL: syncproto.SnapshotPath, Head: ce.Bounds.Head}
 	case errors.As(err, &ce):
 		ss.refuse(id, syncproto.Errorf(syncproto.CodeCursorAhead, "cursor %d is past the head %d", cursor, ce.Bounds.Head))

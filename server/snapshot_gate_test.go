@@ -118,7 +118,7 @@ func TestSnapshotWaitIsBounded(t *testing.T) {
 // base URL.
 func serveWithTimeouts(t *testing.T, ts *testServer, d time.Duration) string {
 	t.Helper()
-	hs := server.NewHTTPServer(ts.srv.Handler(), nil)
+	hs := ts.srv.HTTPServer(ts.srv.Handler())
 	hs.ReadTimeout, hs.WriteTimeout = d, d
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -90,6 +92,30 @@ func TestOplogTailFollow(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(outJSON.String()), "\n")
 	require.Len(t, lines, 1, "only the docs entry: %s", outJSON)
 	requireKeys(t, object(t, lines[0]), "seq", "op_id", "model", "key", "op", "value", "version", "hlc", "deleted", "tenant", "client_id", "applied_at")
+}
+
+// Without --from, oplog tail starts where a read of every tenant may: at
+// or after the highest tenant floor (oplog_floor). With retention per
+// tenant that floor can be above the oldest retained entry, and a start
+// below it would be refused as outside the retained oplog.
+func TestOplogTailStartsAtTheHighestTenantFloor(t *testing.T) {
+	ts := startServer(t, serverOptions{oplogMaxEntries: 1})
+	require.Equal(t, syncproto.StatusApplied, ts.dial(t, 0).push(write(1, syncproto.OpPut, "notes", "a", `1`, t0, nil))[0].Status)
+	bot, err := auth.Issue(ts.tokenPath, auth.Principal{Tenant: "globex", ClientID: "bot", Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}}, t0)
+	require.NoError(t, err)
+	s := ts.dialAs(t, bot, "bot", 0)
+	for n := 2; n <= 4; n++ {
+		m := write(n, syncproto.OpPut, "notes", fmt.Sprint("b", n), `1`, t0, nil)
+		m.HLC.Origin = "bot"
+		require.Equal(t, syncproto.StatusApplied, s.push(m)[0].Status)
+	}
+	ts.waitForStatus(t, "globex compacted to its newest entry", func(st statusView) bool {
+		return st.OplogFloor == 3 && st.OplogOldest == 1
+	})
+	out := newCLI(t, ts.adminEnv()).ok("oplog", "tail", "--json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 1, "the entries after the floor: globex's newest (%s)", out)
+	require.Contains(t, lines[0], opID(4))
 }
 
 // The device credential token issue --credential prints is all put needs.

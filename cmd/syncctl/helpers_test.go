@@ -230,6 +230,9 @@ type serverOptions struct {
 	// clock's time: the janitor evicts that decision, so tenant acme's
 	// ledger floor is its op time, clock's time minus an hour.
 	retention bool
+	// oplogMaxEntries, when set, is the oplog's count bound per tenant
+	// (no age bound), applied by the janitor every few milliseconds.
+	oplogMaxEntries int64
 }
 
 func startServer(t testing.TB, o serverOptions) *testServer {
@@ -255,6 +258,10 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 	if o.retention {
 		cfg.RetentionInterval = 20 * time.Millisecond
 		cfg.Retention.LedgerMaxAge = time.Hour
+	}
+	if o.oplogMaxEntries != 0 {
+		cfg.RetentionInterval = 20 * time.Millisecond
+		cfg.Retention.Oplog = replication.Retention{MaxEntries: o.oplogMaxEntries, MaxAge: -1}
 	}
 	srv := syncdtest.Start(t, cfg)
 	ts.srv, ts.url, ts.adminURL = srv.Server, srv.URL, srv.AdminURL
@@ -310,16 +317,22 @@ type session struct {
 // dial opens a session for dev-a with the given cursor.
 func (ts *testServer) dial(t testing.TB, cursor uint64) *session {
 	t.Helper()
+	return ts.dialAs(t, ts.member, clientID, cursor)
+}
+
+// dialAs opens a session with token, as client id, at cursor.
+func (ts *testServer) dialAs(t testing.TB, token, id string, cursor uint64) *session {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
 	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.url, "http")+syncproto.SyncPath, &websocket.DialOptions{
 		Subprotocols: []string{syncproto.Subprotocol},
-		HTTPHeader:   http.Header{"Authorization": {"Bearer " + ts.member}},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + token}},
 	})
 	require.NoError(t, err)
 	s := &session{t: t, conn: conn}
 	t.Cleanup(s.close)
-	_, ok := s.request(&syncproto.Hello{ClientID: clientID, Cursor: cursor, HLC: syncproto.Timestamp{Wall: t0.UnixMilli(), Origin: clientID}}).(*syncproto.Welcome)
+	_, ok := s.request(&syncproto.Hello{ClientID: id, Cursor: cursor, HLC: syncproto.Timestamp{Wall: t0.UnixMilli(), Origin: id}}).(*syncproto.Welcome)
 	require.True(t, ok, "hello must be welcomed")
 	return s
 }

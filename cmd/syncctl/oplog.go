@@ -70,6 +70,7 @@ object per line.`,
 			if st.OplogOldest > 0 {
 				after = max(after, st.OplogOldest-1)
 			}
+			after = max(after, st.OplogFloor) // retention is per tenant: below it, some tenant's entries are gone
 		}
 		err = a.tailOplog(ctx, c, f, after)
 		if f.follow && interrupted(ctx, err) {

@@ -79,7 +79,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.DurationVar(&o.retention.LedgerMaxAge, "ledger-max-age", 0, "keep each tenant's replay-ledger decisions at least this long after they were decided (default 168h)")
 	fs.IntVar(&o.retention.LedgerMaxEntries, "ledger-max-entries", 0, "keep at most this many replay-ledger decisions per tenant (default 1000000)")
 	fs.DurationVar(&o.retention.Oplog.MaxAge, "oplog-max-age", 0, "compact oplog entries older than this; a client behind them resyncs from a snapshot (default 168h; negative: no age bound)")
-	fs.Int64Var(&o.retention.Oplog.MaxEntries, "oplog-max-entries", 0, "keep at most this many oplog entries (default 1000000; negative: no count bound)")
+	fs.Int64Var(&o.retention.Oplog.MaxEntries, "oplog-max-entries", 0, "keep at most this many oplog entries of each tenant: one tenant's writes never compact another's, and only a device whose own tenant's entries after its cursor were compacted resyncs (default 1000000 per tenant; negative: no count bound)")
 	fs.DurationVar(&o.retention.Conflicts.MaxAge, "conflicts-max-age", 0, "prune conflict-log rows older than this (default 168h; negative: no age bound)")
 	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
 	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
@@ -295,11 +295,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer srv.Close()
 
-	errorLog := srv.ErrorLog()
-	listeners := []*listener{{name: "public", srv: server.NewHTTPServer(srv.Handler(), errorLog), cert: o.tlsCert, key: o.tlsKey}}
+	listeners := []*listener{{name: "public", srv: srv.HTTPServer(srv.Handler()), cert: o.tlsCert, key: o.tlsKey}}
 	addrs := []string{o.listen}
 	if o.adminListen != "" {
-		listeners = append(listeners, &listener{name: "admin", srv: server.NewHTTPServer(srv.AdminHandler(), errorLog), cert: o.adminTLSCert, key: o.adminTLSKey})
+		listeners = append(listeners, &listener{name: "admin", srv: srv.HTTPServer(srv.AdminHandler()), cert: o.adminTLSCert, key: o.adminTLSKey})
 		addrs = append(addrs, o.adminListen)
 	}
 	for i, l := range listeners {

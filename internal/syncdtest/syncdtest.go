@@ -121,7 +121,7 @@ func (s *Server) serve(t testing.TB, addr string, h http.Handler, wrap func(net.
 	if wrap != nil {
 		ln = wrap(ln)
 	}
-	hs := server.NewHTTPServer(h, nil)
+	hs := s.Server.HTTPServer(h)
 	go hs.Serve(ln)
 	s.listeners = append(s.listeners, hs)
 	return "http://" + ln.Addr().String()

@@ -429,7 +429,9 @@ func retryable(err error) bool {
 // set to ID: the materializer from the store's applied position, the
 // publisher, the lease loop and the status reports. onApplied, when not
 // nil, is called on the materializer's goroutine after every commit that
-// appended to the oplog, with the oplog's new head; it must return quickly.
+// appended to the oplog, with the oplog's new head, or compacted it (with
+// 0 when it only compacted: the feed tail must take in the new floors); it
+// must return quickly.
 // Stop the node with Close.
 func (c *Cluster) Start(store *replication.Store, onApplied func(oplogHead uint64)) error {
 	if store.ID != c.id {

@@ -171,6 +171,7 @@ func (n *node) dump(t testing.TB) []string {
 		`SELECT tenant, model, key, hex(value), version, hlc, deleted, op_id, seq FROM records ORDER BY tenant, model, key`,
 		`SELECT seq, tenant, model, key, op_id, op, hex(value), version, wall, logical, origin, client_id, applied_at FROM oplog ORDER BY seq`,
 		`SELECT id, tenant, model, key, policy, reason, loser_op_id, winner_op_id, decided_at FROM conflicts ORDER BY id`,
+		`SELECT tenant, entries, floor FROM oplog_tenants ORDER BY tenant`,
 	} {
 		rows, err := n.db.Query(q)
 		require.NoError(t, err)
@@ -231,9 +232,14 @@ func streamLast(nc *nats.Conn) (uint64, bool) {
 
 var everything = func(string) bool { return true }
 
-// batchOf admits muts as client sent them at now.
+// batchOf admits muts as client of tenant acme sent them at now.
 func batchOf(client string, muts ...syncproto.Mutation) replication.Batch {
-	return replication.Admit(replication.Author{Tenant: "acme", ClientID: client, CanWrite: everything},
+	return batchFor("acme", client, muts...)
+}
+
+// batchFor admits muts as client of tenant sent them at now.
+func batchFor(tenant, client string, muts ...syncproto.Mutation) replication.Batch {
+	return replication.Admit(replication.Author{Tenant: tenant, ClientID: client, CanWrite: everything},
 		muts, replication.Config{"docs": replication.PolicyOptimistic}, time.Now(), time.Minute)
 }
 

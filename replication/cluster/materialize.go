@@ -245,6 +245,7 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 	var answers []answer
 	var checkpoints []checkpoint
 	var oplogHead uint64
+	var compacted bool // a job of the group removed oplog entries
 	var last streamMsg
 	tx, err := m.writer.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
@@ -276,6 +277,7 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 			if jobRows, err = m.applyJob(ctx, tx, &pos, cmd.Job); err != nil {
 				return fmt.Errorf("apply stream seq %d: %w", seq, err)
 			}
+			compacted = compacted || (cmd.Job.Kind == JobCompactOplog && jobRows > 0)
 		}
 		for i := range cmd.Batches {
 			fx, err := replication.Apply(ctx, st, &cmd.Batches[i])
@@ -314,9 +316,9 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 	}
 	if oplogHead > 0 {
 		c.store.Committed(oplogHead)
-		if c.onApplied != nil {
-			c.onApplied(oplogHead)
-		}
+	}
+	if (oplogHead > 0 || compacted) && c.onApplied != nil {
+		c.onApplied(oplogHead)
 	}
 	for _, a := range answers {
 		if w := c.takeWaiter(a.id); w != nil {

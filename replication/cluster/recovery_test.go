@@ -78,23 +78,39 @@ func TestStaleTokenJobIsIgnored(t *testing.T) {
 
 // TestRetentionJobsKeepUp: the lease holder publishes retention in chunks
 // until a chunk comes back short, so every store is trimmed to its
-// retention however far behind it was, identically on every node.
+// retention however far behind it was, identically on every node (the
+// same entries removed, the same per-tenant counts and floors). The
+// oplog's count bound is per tenant: a tenant writing far past it leaves a
+// quiet tenant's entries, and its readers' cursors, alone.
 func TestRetentionJobsKeepUp(t *testing.T) {
+	ctx := context.Background()
 	servers := startNATS(t, 1)
 	o := cluster.Options{JobInterval: 200 * time.Millisecond, JobLimit: 4, LeaseTTL: time.Second}
 	so := replication.StoreOptions{Log: replication.Retention{MaxEntries: 3}, Ledger: ledger.Options{MaxEntries: 2}}
 	a := startNodeWith(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o, so)
 	b := startNodeWith(t, servers[0], "node-b", filepath.Join(t.TempDir(), "syncd.db"), o, so)
+	quietClock := syncproto.NewClock("quiet-phone", nil)
+	for i := range 2 {
+		b.commit(t, batchFor("quiet", "quiet-phone", put(quietClock, "notes", fmt.Sprint("q", i), `1`)))
+	}
 	writeMany(t, a, "phone", 25)
 	for _, n := range []*node{a, b} {
 		require.Eventually(t, func() bool {
 			var decisions int
 			require.NoError(t, n.db.QueryRow(`SELECT count(*) FROM ledger_decisions`).Scan(&decisions))
-			return oplogCount(t, n) == 3 && decisions == 2
+			return oplogCount(t, n) == 3+2 && decisions == 2+2
 		}, waitFor, 20*time.Millisecond, "node %s trimmed to its retention", n.name)
 	}
 	waitApplied(t, a, b)
 	requireSameState(t, a, b)
+	for _, n := range []*node{a, b} {
+		page, err := n.store.Log.Read(ctx, replication.ReadRequest{Scope: replication.Scope{Tenant: "quiet", AllModels: true}})
+		require.NoError(t, err, "node %s: the quiet tenant's cursor 0 is still valid", n.name)
+		require.Len(t, page.Entries, 2)
+		acme, err := n.store.Log.Bounds(ctx, replication.Scope{Tenant: "acme", AllModels: true})
+		require.NoError(t, err)
+		require.Equal(t, uint64(2+22), acme.Floor, "node %s: acme's 22 oldest were compacted", n.name)
+	}
 }
 
 // TestLeaseHasOneHolderAndMovesOn: one node holds the singleton-job lease;

@@ -2,7 +2,12 @@
 // implementation's tests call Run, so all of them keep the contract the
 // change feed relies on (seq order, consecutive seqs within a transaction,
 // scoping, paging, cursor errors, compaction that never moves the head
-// back, wake-ups only after Committed, waiters that leave nothing behind).
+// back, retention per tenant, wake-ups only after Committed, waiters that
+// leave nothing behind).
+//
+// The per-tenant retention rule (one tenant's compaction never moves
+// another's floor) is also run on its own by RunRetention, for a
+// replication.Feed that is not a Log: replication.Memory.
 //
 // What the suite cannot check generically stays with each implementation's
 // own tests: for SQLiteLog, that a rolled-back transaction leaves no gap.
@@ -58,6 +63,40 @@ func Run(t *testing.T, open Opener) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
 	}
+	RunRetention(t, func(t *testing.T, keep int64) Retaining {
+		h := open(t, replication.Retention{MaxEntries: keep, MaxAge: -1, Chunk: 2})
+		return Retaining{
+			Feed:   h.Log,
+			Append: func(t testing.TB, es ...replication.Entry) []replication.Entry { return AppendCommitted(t, h, es...) },
+			Compact: func(t testing.TB) int64 {
+				n, err := h.Log.Compact(context.Background())
+				require.NoError(t, err)
+				return n
+			},
+		}
+	})
+}
+
+// Retaining is a log the per-tenant retention rule is checked on.
+type Retaining struct {
+	Feed replication.Feed
+	// Append commits es as the log's next entries, in order, and returns
+	// them as logged.
+	Append func(t testing.TB, es ...replication.Entry) []replication.Entry
+	// Compact applies the count bound the log was opened with, to the end,
+	// and returns how many entries it removed.
+	Compact func(t testing.TB) int64
+}
+
+// RetainingOpener returns a fresh, empty log that keeps at most keep
+// entries of each tenant, with no age bound.
+type RetainingOpener func(t *testing.T, keep int64) Retaining
+
+// RunRetention runs the per-tenant retention cases, each on a log of its
+// own. Run includes them.
+func RunRetention(t *testing.T, open RetainingOpener) {
+	t.Run("PerTenantRetention", func(t *testing.T) { testPerTenantRetention(t, open) })
+	t.Run("ChurnNeverExpiresOthers", func(t *testing.T) { testChurnNeverExpiresOthers(t, open) })
 }
 
 // Entry returns an unlogged entry writing version 1 of tenant/model/key.
@@ -112,7 +151,7 @@ func tenant(name string) replication.Scope {
 
 func testAppendAndRead(t *testing.T, open Opener) {
 	h := open(t, replication.Retention{})
-	b, err := h.Log.Bounds(context.Background())
+	b, err := h.Log.Bounds(context.Background(), tenant("t1"))
 	require.NoError(t, err)
 	require.Equal(t, replication.Bounds{Oldest: 1, Head: 0}, b, "empty log")
 	require.Equal(t, replication.Page{}, Read(t, h, replication.ReadRequest{Scope: tenant("t1")}))
@@ -127,7 +166,7 @@ func testAppendAndRead(t *testing.T, open Opener) {
 	page := Read(t, h, replication.ReadRequest{Scope: tenant("t1")})
 	require.Equal(t, replication.Page{Entries: []replication.Entry{want, put}, Next: 2, Head: 2}, page)
 	require.True(t, page.CaughtUp())
-	b, err = h.Log.Bounds(context.Background())
+	b, err = h.Log.Bounds(context.Background(), tenant("t1"))
 	require.NoError(t, err)
 	require.Equal(t, replication.Bounds{Oldest: 1, Head: 2}, b)
 }
@@ -230,9 +269,9 @@ func testCompaction(t *testing.T, open Opener) {
 	n, err := h.Log.Compact(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(6), n, "keeps the newest 4")
-	b, err := h.Log.Bounds(ctx)
+	b, err := h.Log.Bounds(ctx, tenant("t1"))
 	require.NoError(t, err)
-	require.Equal(t, replication.Bounds{Oldest: 7, Head: 10}, b)
+	require.Equal(t, replication.Bounds{Floor: 6, Oldest: 7, Head: 10}, b)
 
 	// A cursor whose next entry was compacted must resync; one at the edge
 	// may continue.
@@ -250,14 +289,106 @@ func testCompaction(t *testing.T, open Opener) {
 	n, err = h.Log.Compact(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(4), n)
-	b, err = h.Log.Bounds(ctx)
+	b, err = h.Log.Bounds(ctx, tenant("t1"))
 	require.NoError(t, err)
-	require.Equal(t, replication.Bounds{Oldest: 11, Head: 10}, b, "an emptied log keeps its head")
+	require.Equal(t, replication.Bounds{Floor: 10, Oldest: 11, Head: 10}, b, "an emptied log keeps its head")
 	require.Equal(t, replication.Page{Next: 10, Head: 10}, Read(t, h, replication.ReadRequest{After: 10, Scope: tenant("t1")}))
 	_, err = h.Log.Read(ctx, replication.ReadRequest{After: 9, Scope: tenant("t1")})
 	require.ErrorIs(t, err, replication.ErrCursorExpired)
 
 	require.Equal(t, []uint64{11}, Seqs(AppendCommitted(t, h, Entry("t1", "notes", "new"))), "seqs are never reused")
+}
+
+// testPerTenantRetention: the count bound is per tenant; compaction
+// removes a prefix of the tenant beyond it and raises that tenant's floor
+// only, so a cursor is expired only by its own tenant's compaction.
+func testPerTenantRetention(t *testing.T, open RetainingOpener) {
+	ctx := context.Background()
+	l := open(t, 3)
+	var a, b []replication.Entry
+	for i, name := range []string{"a", "b", "a", "a", "b", "a", "a", "a", "a"} {
+		e := l.Append(t, Entry(name, "notes", fmt.Sprint(i)))[0]
+		if name == "a" {
+			a = append(a, e)
+		} else {
+			b = append(b, e)
+		}
+	}
+	require.Equal(t, int64(4), l.Compact(t), "tenant a keeps its newest 3 of 7; b is within its bound")
+	floorA := a[3].Seq
+
+	bounds := func(scope replication.Scope) replication.Bounds {
+		bs, err := l.Feed.Bounds(ctx, scope)
+		require.NoError(t, err)
+		return bs
+	}
+	require.Equal(t, replication.Bounds{Floor: floorA, Oldest: b[0].Seq, Head: 9}, bounds(tenant("a")))
+	require.Equal(t, replication.Bounds{Floor: 0, Oldest: b[0].Seq, Head: 9}, bounds(tenant("b")))
+	require.Equal(t, uint64(0), bounds(tenant("c")).Floor, "a tenant that never wrote")
+	require.Equal(t, floorA, bounds(replication.Scope{AllTenants: true, AllModels: true}).Floor, "every tenant: the highest floor")
+
+	// Tenant b resumes from any cursor, even one inside a's compacted
+	// range or before the log's oldest entry.
+	for _, cursor := range []uint64{0, a[0].Seq, a[2].Seq, floorA} {
+		page, err := l.Feed.Read(ctx, replication.ReadRequest{After: cursor, Scope: tenant("b")})
+		require.NoError(t, err, "tenant b at cursor %d", cursor)
+		want := []uint64{}
+		for _, e := range b {
+			if e.Seq > cursor {
+				want = append(want, e.Seq)
+			}
+		}
+		require.Equal(t, want, Seqs(page.Entries), "tenant b at cursor %d", cursor)
+		require.True(t, page.CaughtUp())
+	}
+	// Tenant a: a cursor before its floor is expired, one at it continues.
+	_, err := l.Feed.Read(ctx, replication.ReadRequest{After: a[2].Seq, Scope: tenant("a")})
+	var cerr *replication.CursorError
+	require.ErrorAs(t, err, &cerr)
+	require.ErrorIs(t, err, replication.ErrCursorExpired)
+	require.Equal(t, floorA, cerr.Bounds.Floor)
+	page, err := l.Feed.Read(ctx, replication.ReadRequest{After: floorA, Scope: tenant("a")})
+	require.NoError(t, err)
+	require.Equal(t, Seqs(a[4:]), Seqs(page.Entries))
+
+	floors, err := l.Feed.Floors(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, replication.Floors{Tenants: map[string]uint64{"a": floorA}}, floors)
+	floors, err = l.Feed.Floors(ctx, floorA)
+	require.NoError(t, err)
+	require.Empty(t, floors.Tenants, "only floors above the seq asked for")
+
+	require.Zero(t, l.Compact(t), "nothing is beyond the bound")
+
+	// Tenant b past its bound raises b's floor, not a's.
+	for i := range 3 {
+		b = append(b, l.Append(t, Entry("b", "notes", fmt.Sprint("more", i)))...)
+	}
+	require.Equal(t, int64(2), l.Compact(t))
+	require.Equal(t, b[1].Seq, bounds(tenant("b")).Floor)
+	require.Equal(t, floorA, bounds(tenant("a")).Floor)
+	require.Equal(t, uint64(12), bounds(tenant("b")).Head, "compaction never moves the head")
+}
+
+// testChurnNeverExpiresOthers: a tenant writing far past its bound, with
+// compactions between its writes, never sends another tenant's reader to
+// resync, however old that reader's cursor.
+func testChurnNeverExpiresOthers(t *testing.T, open RetainingOpener) {
+	ctx := context.Background()
+	l := open(t, 5)
+	quiet := l.Append(t, Entry("quiet", "notes", "early"))
+	for round := range 6 {
+		for i := range 7 {
+			l.Append(t, Entry("busy", "notes", fmt.Sprint(round, "-", i)))
+		}
+		require.Positive(t, l.Compact(t))
+		page, err := l.Feed.Read(ctx, replication.ReadRequest{Scope: tenant("quiet")})
+		require.NoError(t, err, "round %d: the quiet tenant's cursor 0 must stay valid", round)
+		require.Equal(t, Seqs(quiet), Seqs(page.Entries))
+		require.True(t, page.CaughtUp())
+	}
+	_, err := l.Feed.Read(ctx, replication.ReadRequest{Scope: tenant("busy")})
+	require.ErrorIs(t, err, replication.ErrCursorExpired, "the busy tenant's own stale cursor resyncs")
 }
 
 func testInvalidEntry(t *testing.T, open Opener) {
