@@ -83,7 +83,8 @@ const (
 // and every write to them goes through the queue's one committer: an
 // offline Put is one commit (the queue's item and its overlay row,
 // EnqueueWith), a decided batch is one commit (its outcomes and the removal
-// of its items, MarkDoneWith), and no two writers ever meet inside SQLite,
+// of its items, MarkDoneWith), so is a dead-lettered write (its outcome and
+// its dead letter, MoveToDeadLettersWith), and no two writers ever meet inside SQLite,
 // where a waiter sleeps in the busy handler. Its durability is the queue's
 // Synchronous level. With any other queue the replica has its own file at
 // Config.ReplicaPath, at Config.ReplicaSynchronous, and its writers take
@@ -114,6 +115,7 @@ type sharedQueue interface {
 	offlinequeue.Queue
 	EnqueueWith(ctx context.Context, payload []byte, key string, with func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error) (offlinequeue.ID, error)
 	MarkDoneWith(ctx context.Context, with offlinequeue.Hook, ids ...offlinequeue.ID) error
+	MoveToDeadLettersWith(ctx context.Context, id offlinequeue.ID, reason string, with offlinequeue.Hook) error
 	Update(ctx context.Context, fn offlinequeue.Hook) error
 	DB() *sql.DB
 }
@@ -843,13 +845,39 @@ func readSnapshotPages(ctx context.Context, sr *syncproto.SnapshotReader, pages 
 	}
 }
 
-// decide records a write's final outcome, removes it from the pending
-// overlay and folds what the server said into the records (the applied
-// write, or the winner that stands), all in one transaction. The caller
-// marks the queue item done only after this committed, so a crash in
-// between resends the write and the ledger answers duplicate.
-func (r *replica) decide(ctx context.Context, m *syncproto.Mutation, o Outcome) error {
-	return r.write(ctx, r.decideHook([]decision{{mut: m, outcome: o}}))
+// lockedDeadLetters is a queue whose MoveToDeadLettersWith runs a hook
+// under the queue's lock, holding its readers until the move
+// (offlinequeue.File and Memory).
+type lockedDeadLetters interface {
+	MoveToDeadLettersWith(ctx context.Context, id offlinequeue.ID, reason string, with func(ctx context.Context) error) error
+}
+
+// deadLetter records m's outcome o (decideHook) and moves its queue item
+// id to the dead letters with reason, so that whoever reads the outcome
+// (Await, Lookup) finds the write in the dead-letter listing: in the
+// queue's file both are one commit; with a replica file of its own the
+// outcome commits while the queue holds its readers until the move. A
+// crash between the two there leaves the outcome and the pending item,
+// which replays and is refused again. A queue with neither method commits
+// the outcome, then the move, and the listing may lag. m nil (an item
+// that does not decode) records no outcome.
+func (r *replica) deadLetter(ctx context.Context, id offlinequeue.ID, reason string, m *syncproto.Mutation, o Outcome) error {
+	if m == nil {
+		return r.queue.MoveToDeadLetters(ctx, id, reason)
+	}
+	record := r.decideHook([]decision{{mut: m, outcome: o}})
+	if r.shared != nil {
+		return r.shared.MoveToDeadLettersWith(ctx, id, reason, record)
+	}
+	if q, ok := r.queue.(lockedDeadLetters); ok {
+		return q.MoveToDeadLettersWith(ctx, id, reason, func(ctx context.Context) error {
+			return r.write(ctx, record)
+		})
+	}
+	if err := r.write(ctx, record); err != nil {
+		return err
+	}
+	return r.queue.MoveToDeadLetters(ctx, id, reason)
 }
 
 // decision is one write and its final outcome.
@@ -858,7 +886,7 @@ type decision struct {
 	outcome Outcome
 }
 
-// decideDone records the decisions ds (as decide does) and marks their
+// decideDone records the decisions ds (decideHook) and marks their
 // queue items ids done. In the queue's file that is one commit: a crash
 // leaves both or neither. With a replica file of its own, the outcomes
 // commit first (one commit for the batch), then the items: a crash between
@@ -873,7 +901,12 @@ func (r *replica) decideDone(ctx context.Context, ds []decision, ids []offlinequ
 	return r.queue.MarkDone(ctx, ids...)
 }
 
-// decideHook records ds in a transaction. Applied writes without a winner
+// decideHook records ds in a transaction: each write's final outcome,
+// its removal from the pending overlay, and what the server said folded
+// into the records (the applied write, or the winner that stands). The
+// queue item of a decided write is removed only with or after this
+// commits, so a crash before resends the write and the ledger answers
+// duplicate. Applied writes without a winner
 // (nearly every decision of a replay) are recorded decideChunk at a time,
 // three multi-row statements per chunk instead of three statements per
 // write; the others one by one (decideIn). Order does not matter: outcomes

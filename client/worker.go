@@ -464,17 +464,16 @@ func (d *driver) settle(s synccore.Settle) error {
 	case synccore.DeadLetter:
 		delete(d.restamp, m.OpID)
 		c.log.Warn("write dead-lettered", "op_id", m.OpID, "reason", v.Reason)
-		if it.Invalid == "" {
-			if err := c.replica.decide(ctx, m, outcome(s, c.now())); err != nil {
-				return err
-			}
-		}
 		if v.Attempts > it.Attempts {
 			if err := c.queue.SetAttempts(ctx, id, offlinequeue.Attempts(v.Attempts)); err != nil {
 				return err
 			}
 		}
-		if err := c.queue.MoveToDeadLetters(ctx, id, v.Reason); err != nil {
+		decided := m
+		if it.Invalid != "" {
+			decided = nil // no op id to record an outcome under
+		}
+		if err := c.replica.deadLetter(ctx, id, v.Reason, decided, outcome(s, c.now())); err != nil {
 			return err
 		}
 		c.metrics.deadLetters.Inc()

@@ -493,25 +493,31 @@ func (s *SQLite) Stats(ctx context.Context) (Stats, error) {
 // MoveToDeadLetters implements Queue. The move is one transaction.
 func (s *SQLite) MoveToDeadLetters(ctx context.Context, id ID, reason string) error {
 	return s.apply(ctx, "move to dead letters in", func(ctx context.Context, tx *sql.Tx) (counts, error) {
-		moved, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.kill), blob(truncateReason(reason)), s.opts.now().UnixNano(), id)
-		if err != nil {
-			return counts{}, err
-		}
-		if moved == 0 {
-			return counts{}, ErrNotFound
-		}
-		if _, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.deleteItem), id); err != nil {
-			return counts{}, err
-		}
-		// s.dead is written only by the committer, which runs this.
-		var evicted int64
-		if over := s.dead + 1 - s.opts.MaxDeadLetters; over > 0 {
-			if evicted, err = execCount(ctx, tx.StmtContext(ctx, s.stmts.evictDead), id, over); err != nil {
-				return counts{}, err
-			}
-		}
-		return counts{pending: -1, dead: 1 - int(evicted), evicted: int(evicted)}, nil
+		return s.moveToDead(ctx, tx, id, reason)
 	})
+}
+
+// moveToDead moves pending item id to the dead letters in tx and returns
+// the change of the counts; ErrNotFound when id is not pending.
+func (s *SQLite) moveToDead(ctx context.Context, tx *sql.Tx, id ID, reason string) (counts, error) {
+	moved, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.kill), blob(truncateReason(reason)), s.opts.now().UnixNano(), id)
+	if err != nil {
+		return counts{}, err
+	}
+	if moved == 0 {
+		return counts{}, ErrNotFound
+	}
+	if _, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.deleteItem), id); err != nil {
+		return counts{}, err
+	}
+	// s.dead is written only by the committer, which runs this.
+	var evicted int64
+	if over := s.dead + 1 - s.opts.MaxDeadLetters; over > 0 {
+		if evicted, err = execCount(ctx, tx.StmtContext(ctx, s.stmts.evictDead), id, over); err != nil {
+			return counts{}, err
+		}
+	}
+	return counts{pending: -1, dead: 1 - int(evicted), evicted: int(evicted)}, nil
 }
 
 // DeadLetters implements Queue. A limit of zero or less returns no items.
