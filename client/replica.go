@@ -72,7 +72,7 @@ CREATE TABLE IF NOT EXISTS meta_text (
 // meta names.
 const (
 	metaCursor    = "cursor"     // oplog seq the records reflect
-	metaPendingHW = "pending_hw" // highest queue id copied into pending
+	metaPendingHW = "pending_hw" // a queue id up to which every queued write is in pending (or decided)
 	metaLastSync  = "last_sync"  // unix ms of the last completed replay
 )
 
@@ -342,8 +342,12 @@ func (c *stmtCache) close() error {
 	return errors.Join(errs...)
 }
 
-// queryRow runs a cached read statement on the pool.
+// queryRow runs a cached read statement on the pool. It is for point
+// reads (an index lookup, microseconds): they are not cancelled, since a
+// cancellable context costs each of them a goroutine in database/sql and
+// a hand-off in the driver, more than the read itself.
 func (r *replica) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx = context.WithoutCancel(ctx)
 	s, err := r.stmts.get(ctx, query)
 	if err != nil {
 		// A statement that does not prepare fails the same way unprepared;
@@ -433,9 +437,21 @@ func (r *replica) cursor(ctx context.Context) (uint64, error) {
 // it at once. It is idempotent by queue id.
 func (r *replica) addPending(ctx context.Context, queueID offlinequeue.ID, m *syncproto.Mutation) error {
 	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return insertPending(r.inTx(ctx, tx), queueID, m)
+		x := r.inTx(ctx, tx)
+		if err := insertPending(x, queueID, m); err != nil {
+			return err
+		}
+		return raisePendingHW(x, queueID)
 	})
 }
+
+// pendingHWEvery is how often, in queue ids, an offline Put in the
+// queue's file also raises the overlay's high-water mark (metaPendingHW).
+// There the item and its overlay row commit together, so the mark is only
+// where reconcile starts reading: left behind by fewer than about this
+// many items, it makes reconcile re-read them (their rows exist; nothing
+// is written), and spares every other Put a statement and a page.
+const pendingHWEvery = 256
 
 // enqueue makes m (payload, its JSON) durable in the queue under its op id
 // and adds it to the pending overlay. In the queue's file both are one
@@ -445,7 +461,14 @@ func (r *replica) addPending(ctx context.Context, queueID offlinequeue.ID, m *sy
 func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Mutation) (overlayErr, err error) {
 	if r.shared != nil {
 		_, err := r.shared.EnqueueWith(ctx, payload, m.OpID, func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error {
-			return insertPending(r.inTx(ctx, tx), id, m)
+			x := r.inTx(ctx, tx)
+			if err := insertPending(x, id, m); err != nil {
+				return err
+			}
+			if id%pendingHWEvery != 0 {
+				return nil
+			}
+			return raisePendingHW(x, id)
 		})
 		return nil, err
 	}
@@ -456,7 +479,7 @@ func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Muta
 	return r.addPending(ctx, id, m), nil
 }
 
-// Statements of insertPending.
+// Statements of insertPending and raisePendingHW.
 const (
 	sqlInsertPending = `INSERT INTO pending (queue_id, op_id, model, key, op, value, base_version, wall)
 		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE NOT EXISTS (SELECT 1 FROM outcomes WHERE op_id = ?2)
@@ -475,6 +498,12 @@ func insertPending(x *txStmts, queueID offlinequeue.ID, m *syncproto.Mutation) e
 	if err := x.exec(sqlInsertPending, int64(queueID), m.OpID, m.Model, m.Key, string(m.Op), []byte(m.Value), base, m.HLC.Wall); err != nil {
 		return fmt.Errorf("add pending: %w", err)
 	}
+	return nil
+}
+
+// raisePendingHW records that every queued write up to queueID is in the
+// overlay (or decided), so reconcile need not read them again.
+func raisePendingHW(x *txStmts, queueID offlinequeue.ID) error {
 	return x.exec(sqlRaisePendingHW, metaPendingHW, int64(queueID))
 }
 
@@ -508,7 +537,7 @@ func (r *replica) reconcile(ctx context.Context, q offlinequeue.Queue) error {
 					return err
 				}
 			}
-			return nil
+			return raisePendingHW(x, items[len(items)-1].ID)
 		}); err != nil {
 			return err
 		}

@@ -293,7 +293,9 @@ func (d *driver) read(a synccore.ReadQueue) synccore.Input {
 			}
 		}
 	}
-	items, err := c.queue.Peek(c.ctx, offlinequeue.ID(a.After), a.Limit)
+	// Not cancelled (a page is read in well under a millisecond, and Close
+	// waits for the driver anyway): a cancellable read costs a goroutine.
+	items, err := c.queue.Peek(context.WithoutCancel(c.ctx), offlinequeue.ID(a.After), a.Limit)
 	if err != nil {
 		d.fail("reading the queue", err)
 		return nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -95,6 +96,11 @@ type SQLite struct {
 	stop     chan struct{}      // closed by Close to stop the committer
 	stopped  chan struct{}      // closed by the committer when it exits
 
+	checkpoints     chan struct{} // to the checkpointer; holds one request
+	checkpointed    chan struct{} // closed by the checkpointer when it exits
+	sinceCheckpoint int           // committer writes since the last request; the committer's
+	logFrames       atomic.Int64  // the log's size in pages at the last checkpoint
+
 	countMu sync.Mutex
 	pending int // committed pending items
 	dead    int // committed dead letters
@@ -146,6 +152,7 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 		return nil, fmt.Errorf("offlinequeue: open sqlite queue %s: %w", path, err)
 	}
 	go q.commitLoop()
+	go q.checkpointLoop()
 	return q, nil
 }
 
@@ -171,7 +178,15 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 		Synchronous: synchronous,
 		BusyTimeout: opts.BusyTimeout,
 		Inspect:     refuseForeign,
-		Configure:   hooks.connect,
+		Configure: func(c *sqlite3.SQLiteConn) error {
+			if err := noAutoCheckpoint(c); err != nil {
+				return err
+			}
+			if hooks.connect != nil {
+				return hooks.connect(c)
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -202,6 +217,9 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 		requests: make(chan *writeRequest, maxBatch),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+
+		checkpoints:  make(chan struct{}, 1),
+		checkpointed: make(chan struct{}),
 	}
 	if err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items), (SELECT count(*) FROM dead_letters)`).Scan(&q.pending, &q.dead); err != nil {
 		return nil, fmt.Errorf("count items: %w", err)
@@ -606,6 +624,7 @@ func (s *SQLite) Close() error {
 	s.life.Unlock()
 	close(s.stop)
 	<-s.stopped
+	<-s.checkpointed
 	s.stmts.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("offlinequeue: close %s: %w", s.path, err)

@@ -1,0 +1,90 @@
+package offlinequeue
+
+import (
+	"context"
+
+	"github.com/mattn/go-sqlite3"
+)
+
+// Checkpoints. SQLite's default is that the commit which grows the
+// write-ahead log past 1,000 pages copies the log into the database and
+// syncs the database file (even at synchronous=NORMAL) before it returns:
+// one write in some tens waits several milliseconds for work that is not
+// its own. Those are much of the slow tail of an app that awaits each
+// write (docs/benchmarks.md). The queue turns that off on every connection
+// and has a goroutine of its own run a passive checkpoint after every
+// checkpointEvery writes of the committer, beside the committer, which
+// keeps appending to the log meanwhile. A passive checkpoint copies what
+// no reader still needs and never blocks a reader or the writer.
+//
+// The log is reused from its start only by a write that finds all of it
+// copied, which a checkpoint running beside a stream of writes never
+// leaves behind. So when the checkpointer finds the log beyond
+// maxLogFrames, the committer checkpoints once itself, between two writes,
+// in RESTART mode (it waits, within the busy timeout, for the checkpointer
+// and for readers of older snapshots): the log is then all copied and the
+// next write starts it over. An app that writes in bursts or awaits its writes
+// leaves the checkpointer gaps enough that this is rare.
+//
+// Durability is unchanged: a commit is durable in the log at the queue's
+// synchronous level, and the log is read back on open whatever was copied.
+
+// checkpointEvery is how many committer writes (transactions or lone
+// inserts) go between two checkpoints. A write of the client adds some 3
+// to 10 pages, so the log stays near SQLite's default of 1,000 pages.
+const checkpointEvery = 128
+
+// maxLogFrames bounds the log (in pages; 16 MiB of 4 KiB pages) before
+// the committer checkpoints itself.
+const maxLogFrames = 4000
+
+// noAutoCheckpoint is run on every connection: no commit checkpoints.
+func noAutoCheckpoint(c *sqlite3.SQLiteConn) error {
+	_, err := c.Exec("PRAGMA wal_autocheckpoint = 0", nil)
+	return err
+}
+
+// wrote counts a write of the committer and, every checkpointEvery, asks
+// the checkpointer for a checkpoint without waiting for it, or checkpoints
+// itself when the log is beyond maxLogFrames. Called only by the
+// committer.
+func (s *SQLite) wrote() {
+	s.sinceCheckpoint++
+	if s.sinceCheckpoint < checkpointEvery {
+		return
+	}
+	s.sinceCheckpoint = 0
+	if s.logFrames.Load() > maxLogFrames {
+		s.checkpoint("RESTART")
+		return
+	}
+	select {
+	case s.checkpoints <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// checkpoint runs a checkpoint in mode (PASSIVE or RESTART) and records
+// the log's size it found. One that could not run (busy) or failed records
+// nothing and is tried again later; until then the log only grows, and
+// everything in it is committed.
+func (s *SQLite) checkpoint(mode string) {
+	var busy, frames, copied int64
+	err := s.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &copied)
+	if err == nil && busy == 0 {
+		s.logFrames.Store(frames)
+	}
+}
+
+// checkpointLoop is the checkpointer. It exits when Close closes s.stop.
+func (s *SQLite) checkpointLoop() {
+	defer close(s.checkpointed)
+	for {
+		select {
+		case <-s.checkpoints:
+			s.checkpoint("PASSIVE")
+		case <-s.stop:
+			return
+		}
+	}
+}
