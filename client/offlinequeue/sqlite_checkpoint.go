@@ -20,11 +20,15 @@ import (
 // The log is reused from its start only by a write that finds all of it
 // copied, which a checkpoint running beside a stream of writes never
 // leaves behind. So when the checkpointer finds the log beyond
-// maxLogFrames, the committer checkpoints once itself, between two writes,
-// in RESTART mode (it waits, within the busy timeout, for the checkpointer
-// and for readers of older snapshots): the log is then all copied and the
-// next write starts it over. An app that writes in bursts or awaits its writes
-// leaves the checkpointer gaps enough that this is rare.
+// maxLogFrames, the committer checkpoints itself, between two writes, as
+// SQLite would have, in RESTART mode: it waits (within the busy timeout)
+// for a checkpointer still running and for readers of older snapshots,
+// which the queue's and the replica's short reads release within
+// milliseconds, so the log is all copied and the next write starts it
+// over. That wait, once per maxLogFrames pages or so, is the one a stream
+// of writes still pays (SQLite's own came every 1,000 pages); an app that
+// writes in bursts or awaits its writes leaves the checkpointer gaps
+// enough that the log restarts without it.
 //
 // Durability is unchanged: a commit is durable in the log at the queue's
 // synchronous level, and the log is read back on open whatever was copied.
