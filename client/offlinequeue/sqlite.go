@@ -78,6 +78,11 @@ type SQLiteOptions struct {
 // error matching ErrPoisoned, and reads keep working (Len and Stats count
 // what was known to be committed). Close and reopen it.
 //
+// Checkpoints run beside the writes, not in them (see sqlite_checkpoint.go):
+// no commit copies the write-ahead log back into the database, so no call
+// waits for that; a stream of writes lets the log grow to about 16 MiB
+// (maxLogFrames) before one write does.
+//
 // SQLite is safe for concurrent use. Open one path from one process at a time.
 type SQLite struct {
 	path  string
