@@ -300,7 +300,7 @@ func (d *driver) read(a synccore.ReadQueue) synccore.Input {
 		d.fail("reading the queue", err)
 		return nil
 	}
-	page := synccore.Page{Read: a.Read, Items: make([]synccore.Item, len(items))}
+	page := synccore.Page{Read: a.Read, Items: make([]synccore.Item, len(items)), End: len(items) < a.Limit}
 	for i, it := range items {
 		ci := synccore.Item{ID: uint64(it.ID), Attempts: int(it.Attempts), Size: len(it.Payload)}
 		m, err := decodeMutation(it.Payload)
