@@ -104,7 +104,10 @@ type SQLite struct {
 	checkpoints     chan struct{} // to the checkpointer; holds one request
 	checkpointed    chan struct{} // closed by the checkpointer when it exits
 	sinceCheckpoint int           // committer writes since the last request; the committer's
+	checkpointsSeen uint64        // checkpointsDone as the committer last read it; the committer's
+	quietRounds     int           // rounds since checkpointsDone last moved; the committer's
 	logFrames       atomic.Int64  // the log's size in pages at the last checkpoint
+	checkpointsDone atomic.Uint64 // checkpoints completed
 
 	countMu sync.Mutex
 	pending int // committed pending items

@@ -42,6 +42,13 @@ const checkpointEvery = 128
 // the committer checkpoints itself.
 const maxLogFrames = 4000
 
+// maxQuietRounds is how many rounds of checkpointEvery writes the
+// committer lets pass without a checkpoint completing (a checkpointer
+// starved on a loaded machine, or stuck behind a long one) before it
+// checkpoints itself, so the log stays bounded whatever the checkpointer
+// manages.
+const maxQuietRounds = 8
+
 // noAutoCheckpoint is run on every connection: no commit checkpoints.
 func noAutoCheckpoint(c *sqlite3.SQLiteConn) error {
 	_, err := c.Exec("PRAGMA wal_autocheckpoint = 0", nil)
@@ -50,15 +57,21 @@ func noAutoCheckpoint(c *sqlite3.SQLiteConn) error {
 
 // wrote counts a write of the committer and, every checkpointEvery, asks
 // the checkpointer for a checkpoint without waiting for it, or checkpoints
-// itself when the log is beyond maxLogFrames. Called only by the
-// committer.
+// itself when the log is beyond maxLogFrames or no checkpoint completed
+// for maxQuietRounds rounds. Called only by the committer.
 func (s *SQLite) wrote() {
 	s.sinceCheckpoint++
 	if s.sinceCheckpoint < checkpointEvery {
 		return
 	}
 	s.sinceCheckpoint = 0
-	if s.logFrames.Load() > maxLogFrames {
+	if done := s.checkpointsDone.Load(); done != s.checkpointsSeen {
+		s.checkpointsSeen, s.quietRounds = done, 0
+	} else {
+		s.quietRounds++
+	}
+	if s.logFrames.Load() > maxLogFrames || s.quietRounds >= maxQuietRounds {
+		s.quietRounds = 0
 		s.checkpoint("RESTART")
 		return
 	}
@@ -77,6 +90,7 @@ func (s *SQLite) checkpoint(mode string) {
 	err := s.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &copied)
 	if err == nil && busy == 0 {
 		s.logFrames.Store(frames)
+		s.checkpointsDone.Add(1)
 	}
 }
 
