@@ -20,7 +20,8 @@ import (
 // The log is reused from its start only by a write that finds all of it
 // copied, which a checkpoint running beside a stream of writes never
 // leaves behind. So when the checkpointer finds the log beyond
-// maxLogFrames, the committer checkpoints itself, between two writes, as
+// maxLogFrames (or has completed no checkpoint for maxQuietRounds rounds),
+// the committer checkpoints itself, between two writes, as
 // SQLite would have, in RESTART mode: it waits (within the busy timeout)
 // for a checkpointer still running and for readers of older snapshots,
 // which the queue's and the replica's short reads release within
