@@ -445,9 +445,14 @@ func (c *Client) Await(ctx context.Context, opID string) (Outcome, error) {
 			return Outcome{}, ErrClosed
 		}
 		wake := c.outcomes.waiter()
-		// Pending first: a decision removes the pending row and records the
-		// outcome in one transaction, so once the write is seen not pending
-		// its outcome (if it has one) is there to read.
+		// The outcome first: once decided, one read answers (the wake
+		// after a decision). Else the pending row; a decision removes it
+		// and records the outcome in one transaction, so a write seen not
+		// pending has its outcome, if any, there to read again.
+		o, found, err := c.replica.outcome(ctx, opID)
+		if err != nil || found {
+			return o, err
+		}
 		pending, err := c.replica.isPending(ctx, opID)
 		if err != nil {
 			return Outcome{}, err

@@ -72,7 +72,7 @@ CREATE TABLE IF NOT EXISTS meta_text (
 // meta names.
 const (
 	metaCursor    = "cursor"     // oplog seq the records reflect
-	metaPendingHW = "pending_hw" // highest queue id copied into pending
+	metaPendingHW = "pending_hw" // a queue id up to which every queued write is in pending (or decided)
 	metaLastSync  = "last_sync"  // unix ms of the last completed replay
 )
 
@@ -83,7 +83,8 @@ const (
 // and every write to them goes through the queue's one committer: an
 // offline Put is one commit (the queue's item and its overlay row,
 // EnqueueWith), a decided batch is one commit (its outcomes and the removal
-// of its items, MarkDoneWith), and no two writers ever meet inside SQLite,
+// of its items, MarkDoneWith), so is a dead-lettered write (its outcome and
+// its dead letter, MoveToDeadLettersWith), and no two writers ever meet inside SQLite,
 // where a waiter sleeps in the busy handler. Its durability is the queue's
 // Synchronous level. With any other queue the replica has its own file at
 // Config.ReplicaPath, at Config.ReplicaSynchronous, and its writers take
@@ -114,6 +115,7 @@ type sharedQueue interface {
 	offlinequeue.Queue
 	EnqueueWith(ctx context.Context, payload []byte, key string, with func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error) (offlinequeue.ID, error)
 	MarkDoneWith(ctx context.Context, with offlinequeue.Hook, ids ...offlinequeue.ID) error
+	MoveToDeadLettersWith(ctx context.Context, id offlinequeue.ID, reason string, with offlinequeue.Hook) error
 	Update(ctx context.Context, fn offlinequeue.Hook) error
 	DB() *sql.DB
 }
@@ -340,8 +342,12 @@ func (c *stmtCache) close() error {
 	return errors.Join(errs...)
 }
 
-// queryRow runs a cached read statement on the pool.
+// queryRow runs a cached read statement on the pool. It is for point
+// reads (an index lookup, microseconds): they are not cancelled, since a
+// cancellable context costs each of them a goroutine in database/sql and
+// a hand-off in the driver, more than the read itself.
 func (r *replica) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx = context.WithoutCancel(ctx)
 	s, err := r.stmts.get(ctx, query)
 	if err != nil {
 		// A statement that does not prepare fails the same way unprepared;
@@ -431,9 +437,21 @@ func (r *replica) cursor(ctx context.Context) (uint64, error) {
 // it at once. It is idempotent by queue id.
 func (r *replica) addPending(ctx context.Context, queueID offlinequeue.ID, m *syncproto.Mutation) error {
 	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return insertPending(r.inTx(ctx, tx), queueID, m)
+		x := r.inTx(ctx, tx)
+		if err := insertPending(x, queueID, m); err != nil {
+			return err
+		}
+		return raisePendingHW(x, queueID)
 	})
 }
+
+// pendingHWEvery is how often, in queue ids, an offline Put in the
+// queue's file also raises the overlay's high-water mark (metaPendingHW).
+// There the item and its overlay row commit together, so the mark is only
+// where reconcile starts reading: left behind by fewer than about this
+// many items, it makes reconcile re-read them (their rows exist; nothing
+// is written), and spares every other Put a statement and a page.
+const pendingHWEvery = 256
 
 // enqueue makes m (payload, its JSON) durable in the queue under its op id
 // and adds it to the pending overlay. In the queue's file both are one
@@ -443,7 +461,14 @@ func (r *replica) addPending(ctx context.Context, queueID offlinequeue.ID, m *sy
 func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Mutation) (overlayErr, err error) {
 	if r.shared != nil {
 		_, err := r.shared.EnqueueWith(ctx, payload, m.OpID, func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error {
-			return insertPending(r.inTx(ctx, tx), id, m)
+			x := r.inTx(ctx, tx)
+			if err := insertPending(x, id, m); err != nil {
+				return err
+			}
+			if id%pendingHWEvery != 0 {
+				return nil
+			}
+			return raisePendingHW(x, id)
 		})
 		return nil, err
 	}
@@ -454,7 +479,7 @@ func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Muta
 	return r.addPending(ctx, id, m), nil
 }
 
-// Statements of insertPending.
+// Statements of insertPending and raisePendingHW.
 const (
 	sqlInsertPending = `INSERT INTO pending (queue_id, op_id, model, key, op, value, base_version, wall)
 		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE NOT EXISTS (SELECT 1 FROM outcomes WHERE op_id = ?2)
@@ -473,6 +498,12 @@ func insertPending(x *txStmts, queueID offlinequeue.ID, m *syncproto.Mutation) e
 	if err := x.exec(sqlInsertPending, int64(queueID), m.OpID, m.Model, m.Key, string(m.Op), []byte(m.Value), base, m.HLC.Wall); err != nil {
 		return fmt.Errorf("add pending: %w", err)
 	}
+	return nil
+}
+
+// raisePendingHW records that every queued write up to queueID is in the
+// overlay (or decided), so reconcile need not read them again.
+func raisePendingHW(x *txStmts, queueID offlinequeue.ID) error {
 	return x.exec(sqlRaisePendingHW, metaPendingHW, int64(queueID))
 }
 
@@ -506,7 +537,7 @@ func (r *replica) reconcile(ctx context.Context, q offlinequeue.Queue) error {
 					return err
 				}
 			}
-			return nil
+			return raisePendingHW(x, items[len(items)-1].ID)
 		}); err != nil {
 			return err
 		}
@@ -843,13 +874,39 @@ func readSnapshotPages(ctx context.Context, sr *syncproto.SnapshotReader, pages 
 	}
 }
 
-// decide records a write's final outcome, removes it from the pending
-// overlay and folds what the server said into the records (the applied
-// write, or the winner that stands), all in one transaction. The caller
-// marks the queue item done only after this committed, so a crash in
-// between resends the write and the ledger answers duplicate.
-func (r *replica) decide(ctx context.Context, m *syncproto.Mutation, o Outcome) error {
-	return r.write(ctx, r.decideHook([]decision{{mut: m, outcome: o}}))
+// lockedDeadLetters is a queue whose MoveToDeadLettersWith runs a hook
+// under the queue's lock, holding its readers until the move
+// (offlinequeue.File and Memory).
+type lockedDeadLetters interface {
+	MoveToDeadLettersWith(ctx context.Context, id offlinequeue.ID, reason string, with func(ctx context.Context) error) error
+}
+
+// deadLetter records m's outcome o (decideHook) and moves its queue item
+// id to the dead letters with reason, so that whoever reads the outcome
+// (Await, Lookup) finds the write in the dead-letter listing: in the
+// queue's file both are one commit; with a replica file of its own the
+// outcome commits while the queue holds its readers until the move. A
+// crash between the two there leaves the outcome and the pending item,
+// which replays and is refused again. A queue with neither method commits
+// the outcome, then the move, and the listing may lag. m nil (an item
+// that does not decode) records no outcome.
+func (r *replica) deadLetter(ctx context.Context, id offlinequeue.ID, reason string, m *syncproto.Mutation, o Outcome) error {
+	if m == nil {
+		return r.queue.MoveToDeadLetters(ctx, id, reason)
+	}
+	record := r.decideHook([]decision{{mut: m, outcome: o}})
+	if r.shared != nil {
+		return r.shared.MoveToDeadLettersWith(ctx, id, reason, record)
+	}
+	if q, ok := r.queue.(lockedDeadLetters); ok {
+		return q.MoveToDeadLettersWith(ctx, id, reason, func(ctx context.Context) error {
+			return r.write(ctx, record)
+		})
+	}
+	if err := r.write(ctx, record); err != nil {
+		return err
+	}
+	return r.queue.MoveToDeadLetters(ctx, id, reason)
 }
 
 // decision is one write and its final outcome.
@@ -858,7 +915,7 @@ type decision struct {
 	outcome Outcome
 }
 
-// decideDone records the decisions ds (as decide does) and marks their
+// decideDone records the decisions ds (decideHook) and marks their
 // queue items ids done. In the queue's file that is one commit: a crash
 // leaves both or neither. With a replica file of its own, the outcomes
 // commit first (one commit for the batch), then the items: a crash between
@@ -873,7 +930,12 @@ func (r *replica) decideDone(ctx context.Context, ds []decision, ids []offlinequ
 	return r.queue.MarkDone(ctx, ids...)
 }
 
-// decideHook records ds in a transaction. Applied writes without a winner
+// decideHook records ds in a transaction: each write's final outcome,
+// its removal from the pending overlay, and what the server said folded
+// into the records (the applied write, or the winner that stands). The
+// queue item of a decided write is removed only with or after this
+// commits, so a crash before resends the write and the ledger answers
+// duplicate. Applied writes without a winner
 // (nearly every decision of a replay) are recorded decideChunk at a time,
 // three multi-row statements per chunk instead of three statements per
 // write; the others one by one (decideIn). Order does not matter: outcomes

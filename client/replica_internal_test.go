@@ -471,3 +471,9 @@ func TestDecideManyAppliedWrites(t *testing.T) {
 		require.Equal(t, uint64(1), rec.Version)
 	})
 }
+
+// decide records a write's final outcome, as the driver's settling does,
+// without touching the queue.
+func (r *replica) decide(ctx context.Context, m *syncproto.Mutation, o Outcome) error {
+	return r.write(ctx, r.decideHook([]decision{{mut: m, outcome: o}}))
+}

@@ -293,12 +293,14 @@ func (d *driver) read(a synccore.ReadQueue) synccore.Input {
 			}
 		}
 	}
-	items, err := c.queue.Peek(c.ctx, offlinequeue.ID(a.After), a.Limit)
+	// Not cancelled (a page is read in well under a millisecond, and Close
+	// waits for the driver anyway): a cancellable read costs a goroutine.
+	items, err := c.queue.Peek(context.WithoutCancel(c.ctx), offlinequeue.ID(a.After), a.Limit)
 	if err != nil {
 		d.fail("reading the queue", err)
 		return nil
 	}
-	page := synccore.Page{Read: a.Read, Items: make([]synccore.Item, len(items))}
+	page := synccore.Page{Read: a.Read, Items: make([]synccore.Item, len(items)), End: len(items) < a.Limit}
 	for i, it := range items {
 		ci := synccore.Item{ID: uint64(it.ID), Attempts: int(it.Attempts), Size: len(it.Payload)}
 		m, err := decodeMutation(it.Payload)
@@ -464,17 +466,16 @@ func (d *driver) settle(s synccore.Settle) error {
 	case synccore.DeadLetter:
 		delete(d.restamp, m.OpID)
 		c.log.Warn("write dead-lettered", "op_id", m.OpID, "reason", v.Reason)
-		if it.Invalid == "" {
-			if err := c.replica.decide(ctx, m, outcome(s, c.now())); err != nil {
-				return err
-			}
-		}
 		if v.Attempts > it.Attempts {
 			if err := c.queue.SetAttempts(ctx, id, offlinequeue.Attempts(v.Attempts)); err != nil {
 				return err
 			}
 		}
-		if err := c.queue.MoveToDeadLetters(ctx, id, v.Reason); err != nil {
+		decided := m
+		if it.Invalid != "" {
+			decided = nil // no op id to record an outcome under
+		}
+		if err := c.replica.deadLetter(ctx, id, v.Reason, decided, outcome(s, c.now())); err != nil {
 			return err
 		}
 		c.metrics.deadLetters.Inc()

@@ -323,6 +323,12 @@ func (q *File) mutate(ctx context.Context, verb string, plan func(st *fileState)
 // mutateMany is mutate for a plan of several records, written with one
 // append and one fsync, applied in order.
 func (q *File) mutateMany(ctx context.Context, verb string, plan func(st *fileState) ([]*record, error)) error {
+	return q.mutateHolding(ctx, verb, plan, false)
+}
+
+// mutateHolding is mutateMany; with hold, q.mu stays held through the
+// write, so no reader sees the state between plan and the records' apply.
+func (q *File) mutateHolding(ctx context.Context, verb string, plan func(st *fileState) ([]*record, error), hold bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -342,7 +348,9 @@ func (q *File) mutateMany(ctx context.Context, verb string, plan func(st *fileSt
 			break
 		}
 	}
-	if err == nil {
+	if err == nil && hold {
+		err = q.writeHeld(buf)
+	} else if err == nil {
 		err = q.writeLocked(buf)
 	}
 	if err != nil {
@@ -389,6 +397,18 @@ func (q *File) writeLocked(buf []byte) error {
 	q.mu.Unlock()
 	err := q.appendDurable(buf)
 	q.mu.Lock()
+	return q.notePoison(err)
+}
+
+// writeHeld appends buf durably with q.mu held. The caller holds the
+// writer slot.
+func (q *File) writeHeld(buf []byte) error {
+	return q.notePoison(q.appendDurable(buf))
+}
+
+// notePoison latches a write error that could not be rolled back, with
+// q.mu held, and returns err.
+func (q *File) notePoison(err error) error {
 	if pe, ok := errors.AsType[*poisonError](err); ok {
 		q.poisoned = pe
 	}
@@ -521,10 +541,40 @@ func (q *File) SetAttempts(ctx context.Context, id ID, n Attempts) error {
 
 // MoveToDeadLetters implements Queue.
 func (q *File) MoveToDeadLetters(ctx context.Context, id ID, reason string) error {
+	return q.moveToDead(ctx, id, reason, nil)
+}
+
+// MoveToDeadLettersWith moves an item to the dead letters like
+// MoveToDeadLetters and runs with just before the move is written, with
+// the queue locked from before with runs until the move is applied: every
+// call on the queue that begins once with's effects (the caller's record
+// of the item, its outcome) can be seen waits for the move and sees the
+// item dead. An unknown ID is ErrNotFound and does not run with; an error
+// from with moves nothing. with must not call the queue.
+//
+// The file cannot share a transaction with the caller's storage: if the
+// move's write fails after with succeeded, with's effects stay and the
+// item stays pending, and a crash between the two leaves the same. A
+// caller records about the item only what stays true if it is delivered
+// again (an outcome kept by its first write, say). Readers wait through
+// the move's fsync; dead-lettering is rare enough that this costs nothing
+// of note.
+func (q *File) MoveToDeadLettersWith(ctx context.Context, id ID, reason string, with func(ctx context.Context) error) error {
+	return q.moveToDead(ctx, id, reason, with)
+}
+
+// moveToDead is MoveToDeadLetters, and MoveToDeadLettersWith when with is
+// not nil.
+func (q *File) moveToDead(ctx context.Context, id ID, reason string, with func(ctx context.Context) error) error {
 	var evicted int
-	err := q.mutateMany(ctx, "move to dead letters", func(st *fileState) ([]*record, error) {
+	err := q.mutateHolding(ctx, "move to dead letters", func(st *fileState) ([]*record, error) {
 		if _, ok := st.pending[id]; !ok {
 			return nil, ErrNotFound
+		}
+		if with != nil {
+			if err := with(ctx); err != nil {
+				return nil, fmt.Errorf("offlinequeue: move to dead letters in %s: %w", q.path, err)
+			}
 		}
 		dead := &record{Op: opDead, ID: id, Reason: []byte(truncateReason(reason)), At: q.opts.now().UnixNano()}
 		over := len(st.dead) + 1 - q.opts.MaxDeadLetters
@@ -538,7 +588,7 @@ func (q *File) MoveToDeadLetters(ctx context.Context, id ID, reason string) erro
 		evict := longestDead(letters, over)
 		evicted = len(evict)
 		return []*record{dead, {Op: opPurge, IDs: evict}}, nil
-	})
+	}, with != nil)
 	if err == nil {
 		q.rec.evicted(evicted)
 	}

@@ -2,6 +2,7 @@ package offlinequeue_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,9 @@ func TestFileConformance(t *testing.T) {
 			}
 		},
 		Durable: true,
+		MoveWith: func(ctx context.Context, q offlinequeue.Queue, id offlinequeue.ID, reason string, record func(context.Context) error) error {
+			return q.(*offlinequeue.File).MoveToDeadLettersWith(ctx, id, reason, record)
+		},
 	})
 }
 
@@ -420,4 +424,31 @@ func deadLetterIDs(dls []offlinequeue.DeadLetter) []offlinequeue.ID {
 		out[i] = d.ID
 	}
 	return out
+}
+
+// TestFileMoveToDeadLettersWithHoldsReaders: a read that begins once the
+// hook's effects can be seen (here: the hook starts it) sees the item
+// dead, never the state before the move; the queue holds readers from the
+// hook to the move's apply.
+func TestFileMoveToDeadLettersWithHoldsReaders(t *testing.T) {
+	q := openTestFile(t, filepath.Join(t.TempDir(), "queue.ndjson"))
+	ctx := t.Context()
+	id, err := q.Enqueue(ctx, []byte("poison"), "op-1")
+	require.NoError(t, err)
+	type listing struct {
+		dead []offlinequeue.DeadLetter
+		err  error
+	}
+	seen := make(chan listing, 1)
+	require.NoError(t, q.MoveToDeadLettersWith(ctx, id, "refused", func(context.Context) error {
+		go func() {
+			dead, err := q.DeadLetters(ctx, 0, 10)
+			seen <- listing{dead, err}
+		}()
+		return nil
+	}))
+	got := <-seen
+	require.NoError(t, got.err)
+	require.Len(t, got.dead, 1, "the read begun by the hook lists the item")
+	require.Equal(t, id, got.dead[0].ID)
 }

@@ -3,6 +3,7 @@ package offlinequeue
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 )
@@ -197,6 +198,22 @@ func compareLetter(d DeadLetter, id ID) int { return cmp.Compare(d.ID, id) }
 
 // MoveToDeadLetters implements Queue.
 func (q *Memory) MoveToDeadLetters(ctx context.Context, id ID, reason string) error {
+	return q.moveToDead(ctx, id, reason, nil)
+}
+
+// MoveToDeadLettersWith moves an item to the dead letters like
+// MoveToDeadLetters and runs with just before, as File's
+// MoveToDeadLettersWith does: under the queue's lock, so every call on the
+// queue that begins once with's effects can be seen sees the item dead.
+// An unknown ID is ErrNotFound and does not run with; an error from with
+// moves nothing. with must not call the queue.
+func (q *Memory) MoveToDeadLettersWith(ctx context.Context, id ID, reason string, with func(ctx context.Context) error) error {
+	return q.moveToDead(ctx, id, reason, with)
+}
+
+// moveToDead is MoveToDeadLetters, and MoveToDeadLettersWith when with is
+// not nil.
+func (q *Memory) moveToDead(ctx context.Context, id ID, reason string, with func(ctx context.Context) error) error {
 	if err := q.lock(ctx); err != nil {
 		return err
 	}
@@ -204,6 +221,11 @@ func (q *Memory) MoveToDeadLetters(ctx context.Context, id ID, reason string) er
 	i := q.findLocked(id)
 	if i < 0 {
 		return ErrNotFound
+	}
+	if with != nil {
+		if err := with(ctx); err != nil {
+			return fmt.Errorf("offlinequeue: move to dead letters: %w", err)
+		}
 	}
 	d := DeadLetter{Item: q.items[i].Item, Reason: truncateReason(reason), DeadAt: q.opts.now()}
 	q.removeLocked(i)

@@ -1,6 +1,7 @@
 package offlinequeue_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
@@ -13,6 +14,9 @@ func TestMemoryConformance(t *testing.T) {
 			return func(opts offlinequeue.Options) (offlinequeue.Queue, error) {
 				return offlinequeue.NewMemory(opts), nil
 			}
+		},
+		MoveWith: func(ctx context.Context, q offlinequeue.Queue, id offlinequeue.ID, reason string, record func(context.Context) error) error {
+			return q.(*offlinequeue.Memory).MoveToDeadLettersWith(ctx, id, reason, record)
 		},
 	})
 }

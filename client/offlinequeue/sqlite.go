@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -77,6 +78,11 @@ type SQLiteOptions struct {
 // error matching ErrPoisoned, and reads keep working (Len and Stats count
 // what was known to be committed). Close and reopen it.
 //
+// Checkpoints run beside the writes, not in them (see sqlite_checkpoint.go):
+// no commit copies the write-ahead log back into the database, so no call
+// waits for that; a stream of writes lets the log grow to about 16 MiB
+// (maxLogFrames) before one write does.
+//
 // SQLite is safe for concurrent use. Open one path from one process at a time.
 type SQLite struct {
 	path  string
@@ -94,6 +100,14 @@ type SQLite struct {
 	requests chan *writeRequest // to the committer
 	stop     chan struct{}      // closed by Close to stop the committer
 	stopped  chan struct{}      // closed by the committer when it exits
+
+	checkpoints     chan struct{} // to the checkpointer; holds one request
+	checkpointed    chan struct{} // closed by the checkpointer when it exits
+	sinceCheckpoint int           // committer writes since the last request; the committer's
+	checkpointsSeen uint64        // checkpointsDone as the committer last read it; the committer's
+	quietRounds     int           // rounds since checkpointsDone last moved; the committer's
+	logFrames       atomic.Int64  // the log's size in pages at the last checkpoint
+	checkpointsDone atomic.Uint64 // checkpoints completed
 
 	countMu sync.Mutex
 	pending int // committed pending items
@@ -146,6 +160,7 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 		return nil, fmt.Errorf("offlinequeue: open sqlite queue %s: %w", path, err)
 	}
 	go q.commitLoop()
+	go q.checkpointLoop()
 	return q, nil
 }
 
@@ -171,7 +186,15 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 		Synchronous: synchronous,
 		BusyTimeout: opts.BusyTimeout,
 		Inspect:     refuseForeign,
-		Configure:   hooks.connect,
+		Configure: func(c *sqlite3.SQLiteConn) error {
+			if err := noAutoCheckpoint(c); err != nil {
+				return err
+			}
+			if hooks.connect != nil {
+				return hooks.connect(c)
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -202,6 +225,9 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 		requests: make(chan *writeRequest, maxBatch),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+
+		checkpoints:  make(chan struct{}, 1),
+		checkpointed: make(chan struct{}),
 	}
 	if err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items), (SELECT count(*) FROM dead_letters)`).Scan(&q.pending, &q.dead); err != nil {
 		return nil, fmt.Errorf("count items: %w", err)
@@ -493,25 +519,31 @@ func (s *SQLite) Stats(ctx context.Context) (Stats, error) {
 // MoveToDeadLetters implements Queue. The move is one transaction.
 func (s *SQLite) MoveToDeadLetters(ctx context.Context, id ID, reason string) error {
 	return s.apply(ctx, "move to dead letters in", func(ctx context.Context, tx *sql.Tx) (counts, error) {
-		moved, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.kill), blob(truncateReason(reason)), s.opts.now().UnixNano(), id)
-		if err != nil {
-			return counts{}, err
-		}
-		if moved == 0 {
-			return counts{}, ErrNotFound
-		}
-		if _, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.deleteItem), id); err != nil {
-			return counts{}, err
-		}
-		// s.dead is written only by the committer, which runs this.
-		var evicted int64
-		if over := s.dead + 1 - s.opts.MaxDeadLetters; over > 0 {
-			if evicted, err = execCount(ctx, tx.StmtContext(ctx, s.stmts.evictDead), id, over); err != nil {
-				return counts{}, err
-			}
-		}
-		return counts{pending: -1, dead: 1 - int(evicted), evicted: int(evicted)}, nil
+		return s.moveToDead(ctx, tx, id, reason)
 	})
+}
+
+// moveToDead moves pending item id to the dead letters in tx and returns
+// the change of the counts; ErrNotFound when id is not pending.
+func (s *SQLite) moveToDead(ctx context.Context, tx *sql.Tx, id ID, reason string) (counts, error) {
+	moved, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.kill), blob(truncateReason(reason)), s.opts.now().UnixNano(), id)
+	if err != nil {
+		return counts{}, err
+	}
+	if moved == 0 {
+		return counts{}, ErrNotFound
+	}
+	if _, err := execCount(ctx, tx.StmtContext(ctx, s.stmts.deleteItem), id); err != nil {
+		return counts{}, err
+	}
+	// s.dead is written only by the committer, which runs this.
+	var evicted int64
+	if over := s.dead + 1 - s.opts.MaxDeadLetters; over > 0 {
+		if evicted, err = execCount(ctx, tx.StmtContext(ctx, s.stmts.evictDead), id, over); err != nil {
+			return counts{}, err
+		}
+	}
+	return counts{pending: -1, dead: 1 - int(evicted), evicted: int(evicted)}, nil
 }
 
 // DeadLetters implements Queue. A limit of zero or less returns no items.
@@ -600,6 +632,7 @@ func (s *SQLite) Close() error {
 	s.life.Unlock()
 	close(s.stop)
 	<-s.stopped
+	<-s.checkpointed
 	s.stmts.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("offlinequeue: close %s: %w", s.path, err)

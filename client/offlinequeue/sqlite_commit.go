@@ -77,6 +77,7 @@ func (s *SQLite) commitLoop() {
 		}
 		if r.apply != nil {
 			s.commitApply(r)
+			s.wrote()
 			continue
 		}
 		group := []*writeRequest{r}
@@ -94,6 +95,7 @@ func (s *SQLite) commitLoop() {
 			}
 		}
 		s.commitEnqueues(group)
+		s.wrote()
 	}
 }
 

@@ -57,6 +57,22 @@ func (s *SQLite) MarkDoneWith(ctx context.Context, with Hook, ids ...ID) error {
 	})
 }
 
+// MoveToDeadLettersWith moves an item to the dead letters like
+// MoveToDeadLetters and runs with in the same transaction, after the move,
+// so that what the caller records about the item (its outcome) becomes
+// visible in the same commit as the dead letter: no reader ever sees one
+// without the other. An unknown ID is ErrNotFound and does not run with;
+// an error from with moves nothing.
+func (s *SQLite) MoveToDeadLettersWith(ctx context.Context, id ID, reason string, with Hook) error {
+	return s.apply(ctx, "move to dead letters in", func(ctx context.Context, tx *sql.Tx) (counts, error) {
+		change, err := s.moveToDead(ctx, tx, id, reason)
+		if err != nil {
+			return counts{}, err
+		}
+		return change, with(ctx, tx)
+	})
+}
+
 // Update runs fn in a transaction of its own, taken by the queue's
 // committer in turn with every other write to the file, and commits it.
 // It is how a caller writes its own tables in the queue's database.
@@ -68,5 +84,6 @@ func (s *SQLite) Update(ctx context.Context, fn Hook) error {
 
 // DB returns the queue's database, for reads of the caller's tables (WAL
 // lets them run beside the committer). Writes must go through Update,
-// EnqueueWith or MarkDoneWith; the queue closes the database on Close.
+// EnqueueWith, MarkDoneWith or MoveToDeadLettersWith; the queue closes
+// the database on Close.
 func (s *SQLite) DB() *sql.DB { return s.db }

@@ -229,3 +229,32 @@ func BenchmarkEnqueueWith(b *testing.B) {
 	b.ReportMetric(float64(b.N)/plainTime.Seconds(), "ceiling/s")
 	b.ReportMetric(plainTime.Seconds()/withTime.Seconds(), "x_ceiling")
 }
+
+// TestSQLiteMoveToDeadLettersWithIsAtomic: the hook's rows and the dead
+// letter commit together; a failing hook leaves the item pending and its
+// rows absent.
+func TestSQLiteMoveToDeadLettersWithIsAtomic(t *testing.T) {
+	q := openShared(t, filepath.Join(t.TempDir(), "queue.db"), sqliteHooks{})
+	ctx := t.Context()
+	id, err := q.Enqueue(ctx, []byte("poison"), "op-1")
+	require.NoError(t, err)
+	record := func(note string) Hook {
+		return func(ctx context.Context, tx *sql.Tx) error { return overlayHook(note)(ctx, tx, id) }
+	}
+
+	require.ErrorIs(t, q.MoveToDeadLettersWith(ctx, id, "refused", record("fail")), errHookRefused)
+	require.Empty(t, overlayRows(t, q))
+	dead, err := q.DeadLetters(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, dead)
+
+	require.NoError(t, q.MoveToDeadLettersWith(ctx, id, "refused", record("dead-lettered")))
+	require.Equal(t, map[ID]string{id: "dead-lettered"}, overlayRows(t, q))
+	dead, err = q.DeadLetters(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, id, dead[0].ID)
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Stats{Pending: 0, DeadLetters: 1, MaxDepth: DefaultMaxDepth}, st)
+}

@@ -2,6 +2,7 @@ package offlinequeue_test
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"os"
 	"path/filepath"
@@ -25,6 +26,9 @@ func TestSQLiteConformance(t *testing.T) {
 			}
 		},
 		Durable: true,
+		MoveWith: func(ctx context.Context, q offlinequeue.Queue, id offlinequeue.ID, reason string, record func(context.Context) error) error {
+			return q.(*offlinequeue.SQLite).MoveToDeadLettersWith(ctx, id, reason, func(ctx context.Context, _ *sql.Tx) error { return record(ctx) })
+		},
 	})
 }
 

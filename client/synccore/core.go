@@ -142,6 +142,10 @@ type (
 	Page struct {
 		Read  uint64 // the ReadQueue's Read
 		Items []Item
+		// End says Items reached the end of the queue as it was when read
+		// (fewer than Limit). Once they are sent, the core reads no
+		// further: a write queued since is announced by Enqueued.
+		End bool
 	}
 	// Answered is a push's push_result.
 	Answered struct {
@@ -488,11 +492,17 @@ func (c *Core) page(in Page, out []Action) []Action {
 		size += items[n].Size + MutationSlack
 		n++
 	}
+	end := in.End && n == len(items)
 	items = items[:n]
 	c.after = items[len(items)-1].ID
 	c.pushes++
 	c.inFlight[c.pushes] = items
 	out = append(out, Send{Push: c.pushes, Items: items})
+	if end && !c.woken {
+		// Reading on would find nothing: one read per awaited write.
+		c.exhausted = true
+		return out
+	}
 	return c.pull(out)
 }
 

@@ -104,6 +104,28 @@ func TestEnqueuedDuringReadIsNotLost(t *testing.T) {
 	}
 }
 
+// A page that reached the queue's end ends the reading: no empty read
+// follows the push (one read per awaited write), unless a write was
+// queued while it was read; a write queued later starts a read.
+func TestPageAtTheEndIsTheLastRead(t *testing.T) {
+	c := welcomed(t)
+	c.Step(Enqueued{})
+	acts := c.Step(Page{Read: 2, Items: []Item{item(1)}, End: true})
+	if len(only[Send](acts)) != 1 || len(only[ReadQueue](acts)) != 0 {
+		t.Fatalf("page at the end: actions %#v, want its push and no read", acts)
+	}
+	acts = c.Step(Answered{Push: 1, Results: []syncproto.Result{applied(1)}})
+	if len(only[PassEnded](acts)) != 1 || len(only[ReadQueue](acts)) != 0 {
+		t.Fatalf("answered: actions %#v, want the pass ended without a read", acts)
+	}
+	c.Step(Enqueued{})
+	c.Step(Enqueued{}) // while read 3 is outstanding
+	acts = c.Step(Page{Read: 3, Items: []Item{item(2)}, End: true})
+	if r := only[ReadQueue](acts); len(r) != 1 || r[0].After != 2 {
+		t.Fatalf("a write queued during the read: actions %#v, want a read after the page", acts)
+	}
+}
+
 func TestInFlightBound(t *testing.T) {
 	c := welcomed(t)
 	c.Step(Enqueued{})

@@ -505,6 +505,7 @@ func (s *sim) act(c *simClient, a Action) (Input, error) {
 				p.Items = append(p.Items, it)
 			}
 		}
+		p.End = len(p.Items) < a.Limit
 		return p, nil
 	case Send:
 		muts := make([]syncproto.Mutation, len(a.Items))

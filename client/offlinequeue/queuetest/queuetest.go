@@ -46,6 +46,11 @@ type Config struct {
 	// later open. When false (the memory queue) the reopen subtests and the
 	// reopen halves of other subtests are not run.
 	Durable bool
+	// MoveWith, when set, calls the implementation's MoveToDeadLettersWith
+	// on q (an implementation of New) with a hook that runs record. The
+	// MoveWith subtests then check what every such method promises; they
+	// are skipped when it is nil.
+	MoveWith func(ctx context.Context, q offlinequeue.Queue, id offlinequeue.ID, reason string, record func(ctx context.Context) error) error
 }
 
 // Run runs every conformance subtest against cfg.
@@ -53,10 +58,10 @@ func Run(t *testing.T, cfg Config) {
 	require.NotNil(t, cfg.New, "queuetest.Config.New is required")
 	for _, group := range [][]subtest{
 		enqueueTests, dedupTests, inputTests, peekTests, updateTests,
-		depthTests, lifecycleTests, deadLetterTests, concurrencyTests, metricsTests,
+		depthTests, lifecycleTests, deadLetterTests, moveWithTests, concurrencyTests, metricsTests,
 	} {
 		for _, st := range group {
-			if st.durableOnly && !cfg.Durable {
+			if st.durableOnly && !cfg.Durable || st.moveWith && cfg.MoveWith == nil {
 				continue
 			}
 			t.Run(st.name, func(t *testing.T) {
@@ -71,6 +76,7 @@ type subtest struct {
 	name        string
 	run         func(t *testing.T, e *env)
 	durableOnly bool // the rule is about reopening; not run for Config.Durable=false
+	moveWith    bool // the rule is MoveToDeadLettersWith's; not run without Config.MoveWith
 }
 
 // env is one subtest's storage location plus the tools to inspect it.
@@ -78,6 +84,7 @@ type env struct {
 	t       *testing.T
 	open    opener
 	durable bool
+	move    func(ctx context.Context, q offlinequeue.Queue, id offlinequeue.ID, reason string, record func(ctx context.Context) error) error
 	clock   *clock
 	reg     *prometheus.Registry
 	metrics *offlinequeue.Metrics
@@ -92,6 +99,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 		t:       t,
 		open:    cfg.New(t),
 		durable: cfg.Durable,
+		move:    cfg.MoveWith,
 		clock:   newClock(time.Date(2024, 2, 29, 23, 59, 58, 123456789, time.FixedZone("UTC+1", 3600))),
 		reg:     reg,
 		metrics: m,
