@@ -137,35 +137,48 @@ func (r *Records) PutAll(ctx context.Context, tx *sql.Tx, recs []Record) error {
 		}
 		return fmt.Errorf("put record %s/%s v%d: %w", first.Model, first.Key, first.Version, err)
 	}
-	for _, rec := range recs {
-		if err := store(ctx, tx, rec); err != nil {
-			return fmt.Errorf("put record %s/%s v%d: %w", rec.Model, rec.Key, rec.Version, err)
+	for start := 0; start < len(recs); {
+		if recs[start].Version != 1 {
+			if err := update(ctx, tx, recs[start]); err != nil {
+				return fmt.Errorf("put record %s/%s v%d: %w", recs[start].Model, recs[start].Key, recs[start].Version, err)
+			}
+			start++
+			continue
 		}
+		end := start + 1
+		for end < len(recs) && end-start < insertChunk && recs[end].Version == 1 {
+			end++
+		}
+		if err := insertNew(ctx, tx, recs[start:end]); err != nil {
+			return err
+		}
+		start = end
 	}
 	return nil
 }
 
+// insertChunk is how many new keys one INSERT of PutAll creates: 12 bind
+// variables each, well under SQLite's bound on them.
+const insertChunk = 500
+
 const (
 	// advanceSQL moves the applied seq to ?1 when it is below ?2.
 	advanceSQL = `UPDATE records_state SET applied_seq = ?1 WHERE id = 1 AND applied_seq < ?2`
-	// insertSQL creates version 1 of an absent key; an existing key changes
-	// nothing (a version gap). updateSQL replaces only the version just
-	// below. Two plain statements rather than one upsert reading its own
-	// table: that form made SQLite build a temporary table per write.
-	insertSQL = `INSERT INTO records (` + recordColumns + `, hlc)
-	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT (tenant, model, key) DO NOTHING`
+	// insertNew's INSERT creates version 1 of absent keys, a run of them
+	// in one statement; an existing key changes nothing (a version gap).
+	// updateSQL replaces only the version just below. Plain statements
+	// rather than one upsert reading its own table: that form made SQLite
+	// build a temporary table per write.
+	insertSQL = `INSERT INTO records (` + recordColumns + `, hlc) VALUES `
+	insertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateSQL = `UPDATE records SET value = ?4, version = ?5, wall = ?6, logical = ?7, origin = ?8,
 		deleted = ?9, op_id = ?10, seq = ?11, hlc = ?12
 	WHERE tenant = ?1 AND model = ?2 AND key = ?3 AND version + 1 = ?5`
 )
 
-// store writes rec, guarding its version.
-func store(ctx context.Context, tx *sql.Tx, rec Record) error {
-	query := updateSQL
-	if rec.Version == 1 {
-		query = insertSQL
-	}
-	res, err := tx.ExecContext(ctx, query,
+// update writes rec, version 2 or more, over the version just below.
+func update(ctx context.Context, tx *sql.Tx, rec Record) error {
+	res, err := tx.ExecContext(ctx, updateSQL,
 		rec.Tenant, rec.Model, rec.Key, rec.Value, int64(rec.Version),
 		rec.HLC.Wall, int64(rec.HLC.Logical), rec.HLC.Origin, rec.Deleted, rec.OpID, int64(rec.Seq),
 		rec.HLC.String())
@@ -180,6 +193,40 @@ func store(ctx context.Context, tx *sql.Tx, rec Record) error {
 		return ErrVersionGap
 	}
 	return nil
+}
+
+// insertNew creates recs, all version 1, in one statement. A key that
+// exists already (or twice in recs) is not inserted, and fails the call
+// with ErrVersionGap naming it.
+func insertNew(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	args := make([]any, 0, 12*len(recs))
+	for _, rec := range recs {
+		args = append(args, rec.Tenant, rec.Model, rec.Key, rec.Value, int64(rec.Version),
+			rec.HLC.Wall, int64(rec.HLC.Logical), rec.HLC.Origin, rec.Deleted, rec.OpID, int64(rec.Seq),
+			rec.HLC.String())
+	}
+	query := insertSQL + insertRow + strings.Repeat(", "+insertRow, len(recs)-1) + ` ON CONFLICT (tenant, model, key) DO NOTHING`
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("put %d new records: %w", len(recs), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("put %d new records: %w", len(recs), err)
+	}
+	if int(n) == len(recs) {
+		return nil
+	}
+	// Name the first record that is not stored as given: its key existed.
+	for _, rec := range recs {
+		var opID string
+		err := tx.QueryRowContext(ctx, `SELECT op_id FROM records WHERE tenant = ? AND model = ? AND key = ?`,
+			rec.Tenant, rec.Model, rec.Key).Scan(&opID)
+		if err != nil || opID != rec.OpID {
+			return fmt.Errorf("put record %s/%s v%d: %w", rec.Model, rec.Key, rec.Version, ErrVersionGap)
+		}
+	}
+	return fmt.Errorf("put %d new records: %w", len(recs), ErrVersionGap)
 }
 
 // GetAll returns the records of keys in tenant, as seen by tx, for those

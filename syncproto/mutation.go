@@ -224,13 +224,16 @@ func validateOptionalSeq(name string, v *uint64) error {
 // sent.
 func (m *Mutation) Digest() string {
 	value := m.Value
-	var compact bytes.Buffer
-	if json.Compact(&compact, m.Value) == nil {
-		value = compact.Bytes()
+	if hasSpaceOutsideStrings(value) {
+		var compact bytes.Buffer
+		if json.Compact(&compact, value) == nil {
+			value = compact.Bytes()
+		}
 	}
 	h := sha256.New()
+	var n [binary.MaxVarintLen64 + 1]byte
 	field := func(b []byte) {
-		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
+		h.Write(binary.AppendUvarint(n[:0], uint64(len(b))))
 		h.Write(b)
 	}
 	h.Write([]byte("syncproto.v1 mutation digest\x00"))
@@ -241,9 +244,41 @@ func (m *Mutation) Digest() string {
 	if m.BaseVersion == nil {
 		h.Write([]byte{0})
 	} else {
-		h.Write(binary.BigEndian.AppendUint64([]byte{1}, *m.BaseVersion))
+		h.Write(binary.BigEndian.AppendUint64(append(n[:0], 1), *m.BaseVersion))
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
+}
+
+// hasSpaceOutsideStrings reports whether the JSON text v may hold
+// whitespace that json.Compact would remove: a space, tab, CR or LF
+// outside a string. When it reports false, compacting v (valid or not)
+// changes nothing, so Digest skips the compaction and its validating scan.
+// Strings are skipped as valueDepth skips them; on text that is not JSON
+// the answer may be wrong only towards true, which costs a Compact.
+func hasSpaceOutsideStrings(v []byte) bool {
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case ' ', '\t', '\r', '\n':
+			return true
+		case '"':
+			for { // to the closing quote: one after an even run of backslashes
+				j := bytes.IndexByte(v[i+1:], '"')
+				if j < 0 {
+					return true
+				}
+				i += 1 + j
+				k := i - 1
+				for v[k] == '\\' {
+					k--
+				}
+				if (i-1-k)%2 == 0 {
+					break
+				}
+			}
+		}
+	}
+	return false
 }
 
 // valueDepth returns how deeply the JSON text v nests arrays and objects (0
