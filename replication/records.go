@@ -217,12 +217,13 @@ func insertNew(ctx context.Context, tx *sql.Tx, recs []Record) error {
 	if int(n) == len(recs) {
 		return nil
 	}
-	// Name the first record that is not stored as given: its key existed.
+	// Name the first record not stored as given (seqs are unique): its
+	// key existed.
 	for _, rec := range recs {
-		var opID string
-		err := tx.QueryRowContext(ctx, `SELECT op_id FROM records WHERE tenant = ? AND model = ? AND key = ?`,
-			rec.Tenant, rec.Model, rec.Key).Scan(&opID)
-		if err != nil || opID != rec.OpID {
+		var seq uint64
+		err := tx.QueryRowContext(ctx, `SELECT seq FROM records WHERE tenant = ? AND model = ? AND key = ?`,
+			rec.Tenant, rec.Model, rec.Key).Scan(&seq)
+		if err != nil || seq != rec.Seq {
 			return fmt.Errorf("put record %s/%s v%d: %w", rec.Model, rec.Key, rec.Version, ErrVersionGap)
 		}
 	}

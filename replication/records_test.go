@@ -115,6 +115,19 @@ func TestRecordsPutAll(t *testing.T) {
 	require.ErrorIs(t, s.records.PutAll(ctx, tx, []r.Record{rec("t1", "notes", "c", 1, 5), rec("t1", "notes", "d", 1, 5)}), r.ErrSeqNotNewer, "seqs must increase")
 	require.NoError(t, tx.Rollback())
 
+	// New keys go in one statement; one that exists fails it, named.
+	for refused, batch := range map[string][]r.Record{
+		"b": {rec("t1", "notes", "c", 1, 4), rec("t1", "notes", "b", 1, 5), rec("t1", "notes", "d", 1, 6)},
+		"c": {rec("t1", "notes", "c", 1, 4), rec("t1", "notes", "d", 1, 5), rec("t1", "notes", "c", 1, 6)},
+	} {
+		tx, err := s.db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		err = s.records.PutAll(ctx, tx, batch)
+		require.ErrorIs(t, err, r.ErrVersionGap)
+		require.ErrorContains(t, err, "put record notes/"+refused+" v1")
+		require.NoError(t, tx.Rollback())
+	}
+
 	keys := []r.RecordKey{{Model: "notes", Key: "a"}, {Model: "notes", Key: "b"}, {Model: "notes", Key: "absent"}}
 	inTx(t, s.db, func(tx *sql.Tx) error {
 		all, err := s.records.GetAll(ctx, tx, "t1", keys)
