@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 )
 
 // TestNameMatchersAgreeWithPatterns: the byte loops that replaced the
@@ -39,6 +41,31 @@ func TestNameMatchersAgreeWithPatterns(t *testing.T) {
 		}
 		if got, want := isStatus(Status(s)), status.MatchString(s); got != want {
 			t.Fatalf("isStatus(%q) = %v, the status pattern says %v", s, got, want)
+		}
+	}
+}
+
+// TestIsCanonicalUUIDAgreesWithUUIDString: an op id is canonical exactly
+// when parsing it and formatting it back gives it unchanged.
+func TestIsCanonicalUUIDAgreesWithUUIDString(t *testing.T) {
+	canonical := func(id string) bool {
+		u, err := uuid.Parse(id)
+		return err == nil && u.String() == id
+	}
+	good := uuid.Must(uuid.NewV7()).String()
+	cases := []string{good, strings.ToUpper(good), "{" + good + "}", "urn:uuid:" + good, strings.ReplaceAll(good, "-", ""), "", good[:35], good + "0"}
+	alphabet := []byte("0af9AFg-{}:\xff")
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		b := []byte(good)
+		for range 1 + rng.IntN(2) {
+			b[rng.IntN(len(b))] = alphabet[rng.IntN(len(alphabet))]
+		}
+		cases = append(cases, string(b))
+	}
+	for _, id := range cases {
+		if got, want := isCanonicalUUID(id), canonical(id); got != want {
+			t.Fatalf("isCanonicalUUID(%q) = %v, uuid says %v", id, got, want)
 		}
 	}
 }

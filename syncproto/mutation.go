@@ -117,11 +117,32 @@ func NewOpID() (string, error) {
 // ValidateOpID reports whether id is a UUID in canonical lowercase form
 // (36 characters, hyphenated). The error is an *Error with CodeInvalidOpID.
 func ValidateOpID(id string) error {
-	u, err := uuid.Parse(id)
-	if err != nil || u.String() != id {
+	if !isCanonicalUUID(id) {
 		return Errorf(CodeInvalidOpID, "op_id %q is not a canonical lowercase UUID", truncate(id))
 	}
 	return nil
+}
+
+// isCanonicalUUID reports whether id is what uuid.UUID.String returns:
+// 32 lowercase hex digits grouped 8-4-4-4-12 by hyphens. It runs for every
+// mutation and result, without parsing and formatting the UUID again.
+func isCanonicalUUID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ValidateKey reports whether key is 1..MaxKeyBytes bytes of valid UTF-8
