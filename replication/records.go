@@ -115,6 +115,19 @@ func (r *Records) Put(ctx context.Context, tx *sql.Tx, rec Record) error {
 // twice in recs counting its first write (ErrVersionGap). On any error the
 // caller rolls tx back.
 func (r *Records) PutAll(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	return r.put(ctx, tx, recs, insertNew)
+}
+
+// putLogged is PutAll for the records of entries that tx has just appended
+// to the oplog (SQLiteLog.AppendAll, which checks that their seqs follow
+// one another): SQLite copies new keys from their oplog rows instead of
+// taking every column as a bind argument again. The rows are the same.
+func (r *Records) putLogged(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	return r.put(ctx, tx, recs, insertLogged)
+}
+
+// put is PutAll, creating runs of new keys with insert.
+func (r *Records) put(ctx context.Context, tx *sql.Tx, recs []Record, insert func(context.Context, *sql.Tx, []Record) error) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -149,7 +162,7 @@ func (r *Records) PutAll(ctx context.Context, tx *sql.Tx, recs []Record) error {
 		for end < len(recs) && end-start < insertChunk && recs[end].Version == 1 {
 			end++
 		}
-		if err := insertNew(ctx, tx, recs[start:end]); err != nil {
+		if err := insert(ctx, tx, recs[start:end]); err != nil {
 			return err
 		}
 		start = end
@@ -157,8 +170,8 @@ func (r *Records) PutAll(ctx context.Context, tx *sql.Tx, recs []Record) error {
 	return nil
 }
 
-// insertChunk is how many new keys one INSERT of PutAll creates: 12 bind
-// variables each, well under SQLite's bound on them.
+// insertChunk is how many new keys one INSERT of PutAll creates: with
+// insertNew, 12 bind variables each, well under SQLite's bound on them.
 const insertChunk = 500
 
 const (
@@ -195,9 +208,8 @@ func update(ctx context.Context, tx *sql.Tx, rec Record) error {
 	return nil
 }
 
-// insertNew creates recs, all version 1, in one statement. A key that
-// exists already (or twice in recs) is not inserted, and fails the call
-// with ErrVersionGap naming it.
+// insertNew creates recs, all version 1, in one statement (see
+// execInsert).
 func insertNew(ctx context.Context, tx *sql.Tx, recs []Record) error {
 	args := make([]any, 0, 12*len(recs))
 	for _, rec := range recs {
@@ -206,6 +218,33 @@ func insertNew(ctx context.Context, tx *sql.Tx, recs []Record) error {
 			rec.HLC.String())
 	}
 	query := insertSQL + insertRow + strings.Repeat(", "+insertRow, len(recs)-1) + ` ON CONFLICT (tenant, model, key) DO NOTHING`
+	return execInsert(ctx, tx, recs, query, args...)
+}
+
+// insertLoggedSQL copies the oplog rows ?1 to ?2 into records as version
+// 1 of their keys: the columns PutAll binds, the hlc's text
+// (Timestamp.String) and deleted computed from them.
+const insertLoggedSQL = `INSERT INTO records (` + recordColumns + `, hlc)
+	SELECT tenant, model, key, value, version, wall, logical, origin, op = 'delete', op_id, seq,
+		wall || '.' || logical || '.' || origin
+	FROM oplog WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq
+	ON CONFLICT (tenant, model, key) DO NOTHING`
+
+// insertLogged creates recs, all version 1, from their oplog rows (see
+// putLogged), or binds them (insertNew) if their seqs do not follow one
+// another.
+func insertLogged(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	first, last := recs[0].Seq, recs[len(recs)-1].Seq
+	if last-first != uint64(len(recs)-1) {
+		return insertNew(ctx, tx, recs)
+	}
+	return execInsert(ctx, tx, recs, insertLoggedSQL, int64(first), int64(last))
+}
+
+// execInsert runs query, which inserts recs (all version 1) with ON
+// CONFLICT DO NOTHING. A key that exists already (or twice in recs) is not
+// inserted, and fails the call with ErrVersionGap naming it.
+func execInsert(ctx context.Context, tx *sql.Tx, recs []Record, query string, args ...any) error {
 	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("put %d new records: %w", len(recs), err)

@@ -196,7 +196,7 @@ func (st *sqlState) Save(ctx context.Context, fx *Effects) error {
 	for i, e := range fx.Entries {
 		recs[i] = e.Record()
 	}
-	if err := st.s.Records.PutAll(ctx, st.tx, recs); err != nil {
+	if err := st.s.Records.putLogged(ctx, st.tx, recs); err != nil {
 		return fmt.Errorf("save batch: %w", err)
 	}
 	for _, c := range fx.Conflicts {
