@@ -223,11 +223,12 @@ func insertNew(ctx context.Context, tx *sql.Tx, recs []Record) error {
 
 // insertLoggedSQL copies the oplog rows ?1 to ?2 into records as version
 // 1 of their keys: the columns PutAll binds, the hlc's text
-// (Timestamp.String) and deleted computed from them.
+// (Timestamp.String) and deleted computed from them. A row of another
+// version is not copied, so the count fails the call.
 const insertLoggedSQL = `INSERT INTO records (` + recordColumns + `, hlc)
 	SELECT tenant, model, key, value, version, wall, logical, origin, op = 'delete', op_id, seq,
 		wall || '.' || logical || '.' || origin
-	FROM oplog WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq
+	FROM oplog WHERE seq BETWEEN ?1 AND ?2 AND version = 1 ORDER BY seq
 	ON CONFLICT (tenant, model, key) DO NOTHING`
 
 // insertLogged creates recs, all version 1, from their oplog rows (see
