@@ -73,11 +73,16 @@ var ErrMalformedBatch = errors.New("malformed batch")
 // hook's answer while still current) and the decision is recorded in the
 // ledger.
 func Decide(v View, b Batch) (Effects, error) {
+	n := len(b.Writes)
 	d := decider{
 		view: v, batch: &b, head: v.Head,
-		records: map[RecordKey]recordState{},
-		decided: map[string]ledger.Decision{},
-		fx:      Effects{Results: make([]syncproto.Result, len(b.Writes))},
+		records: make(map[RecordKey]int, n),
+		decided: make(map[string]int, n),
+		fx: Effects{
+			Results:   make([]syncproto.Result, n),
+			Entries:   make([]Entry, 0, n),
+			Decisions: make([]ledger.Decision, 0, n),
+		},
 	}
 	for i := range b.Writes {
 		if err := d.decide(i); err != nil {
@@ -93,8 +98,8 @@ type decider struct {
 	view    View
 	batch   *Batch
 	head    uint64
-	records map[RecordKey]recordState // keys this batch wrote
-	decided map[string]ledger.Decision
+	records map[RecordKey]int // keys this batch wrote: the index of the last entry in fx.Entries
+	decided map[string]int    // op ids this batch decided: the index in fx.Decisions
 	fx      Effects
 }
 
@@ -154,7 +159,7 @@ func (d *decider) decide(i int) error {
 		e := NewEntry(dec.Record, d.batch.ClientID)
 		e.Seq, e.AppliedAt = d.head, d.batch.At
 		d.fx.Entries = append(d.fx.Entries, e)
-		d.records[key] = recordState{rec: e.Record(), exists: true}
+		d.records[key] = len(d.fx.Entries) - 1
 		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusApplied, Version: e.Version, Seq: e.Seq, HLC: e.HLC}
 	case OutcomeSuperseded:
 		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusSuperseded, Message: dec.Reason, Winner: winner(dec.Winner)}
@@ -175,15 +180,15 @@ func (d *decider) decide(i int) error {
 	ld := ledger.Decision{Scope: d.batch.Tenant, OpID: m.OpID, OpTime: time.UnixMilli(m.HLC.Wall).UTC(),
 		Digest: []byte(digest), Result: stored, DecidedAt: d.batch.At}
 	d.fx.Decisions = append(d.fx.Decisions, ld)
-	d.decided[m.OpID] = ld
+	d.decided[m.OpID] = len(d.fx.Decisions) - 1
 	d.fx.Results[i] = res
 	return nil
 }
 
 // lookup answers whether op was decided: by this batch, or before it.
 func (d *decider) lookup(opID string) (ledger.Decision, ledger.Outcome, error) {
-	if ld, ok := d.decided[opID]; ok {
-		return ld, ledger.Hit, nil
+	if i, ok := d.decided[opID]; ok {
+		return d.fx.Decisions[i], ledger.Hit, nil
 	}
 	a, ok := d.view.Ledger[opID]
 	if !ok {
@@ -194,8 +199,8 @@ func (d *decider) lookup(opID string) (ledger.Decision, ledger.Outcome, error) {
 
 // record returns key's current state: as this batch left it, or as viewed.
 func (d *decider) record(key RecordKey) recordState {
-	if st, ok := d.records[key]; ok {
-		return st
+	if i, ok := d.records[key]; ok {
+		return recordState{rec: d.fx.Entries[i].Record(), exists: true}
 	}
 	rec, ok := d.view.Records[key]
 	return recordState{rec: rec, exists: ok}

@@ -115,6 +115,19 @@ func (r *Records) Put(ctx context.Context, tx *sql.Tx, rec Record) error {
 // twice in recs counting its first write (ErrVersionGap). On any error the
 // caller rolls tx back.
 func (r *Records) PutAll(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	return r.put(ctx, tx, recs, insertNew)
+}
+
+// putLogged is PutAll for the records of entries that tx has just appended
+// to the oplog (SQLiteLog.AppendAll, which checks that their seqs follow
+// one another): SQLite copies new keys from their oplog rows instead of
+// taking every column as a bind argument again. The rows are the same.
+func (r *Records) putLogged(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	return r.put(ctx, tx, recs, insertLogged)
+}
+
+// put is PutAll, creating runs of new keys with insert.
+func (r *Records) put(ctx context.Context, tx *sql.Tx, recs []Record, insert func(context.Context, *sql.Tx, []Record) error) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -137,35 +150,48 @@ func (r *Records) PutAll(ctx context.Context, tx *sql.Tx, recs []Record) error {
 		}
 		return fmt.Errorf("put record %s/%s v%d: %w", first.Model, first.Key, first.Version, err)
 	}
-	for _, rec := range recs {
-		if err := store(ctx, tx, rec); err != nil {
-			return fmt.Errorf("put record %s/%s v%d: %w", rec.Model, rec.Key, rec.Version, err)
+	for start := 0; start < len(recs); {
+		if recs[start].Version != 1 {
+			if err := update(ctx, tx, recs[start]); err != nil {
+				return fmt.Errorf("put record %s/%s v%d: %w", recs[start].Model, recs[start].Key, recs[start].Version, err)
+			}
+			start++
+			continue
 		}
+		end := start + 1
+		for end < len(recs) && end-start < insertChunk && recs[end].Version == 1 {
+			end++
+		}
+		if err := insert(ctx, tx, recs[start:end]); err != nil {
+			return err
+		}
+		start = end
 	}
 	return nil
 }
 
+// insertChunk is how many new keys one INSERT of PutAll creates: with
+// insertNew, 12 bind variables each, well under SQLite's bound on them.
+const insertChunk = 500
+
 const (
 	// advanceSQL moves the applied seq to ?1 when it is below ?2.
 	advanceSQL = `UPDATE records_state SET applied_seq = ?1 WHERE id = 1 AND applied_seq < ?2`
-	// insertSQL creates version 1 of an absent key; an existing key changes
-	// nothing (a version gap). updateSQL replaces only the version just
-	// below. Two plain statements rather than one upsert reading its own
-	// table: that form made SQLite build a temporary table per write.
-	insertSQL = `INSERT INTO records (` + recordColumns + `, hlc)
-	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT (tenant, model, key) DO NOTHING`
+	// insertNew's INSERT creates version 1 of absent keys, a run of them
+	// in one statement; an existing key changes nothing (a version gap).
+	// updateSQL replaces only the version just below. Plain statements
+	// rather than one upsert reading its own table: that form made SQLite
+	// build a temporary table per write.
+	insertSQL = `INSERT INTO records (` + recordColumns + `, hlc) VALUES `
+	insertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateSQL = `UPDATE records SET value = ?4, version = ?5, wall = ?6, logical = ?7, origin = ?8,
 		deleted = ?9, op_id = ?10, seq = ?11, hlc = ?12
 	WHERE tenant = ?1 AND model = ?2 AND key = ?3 AND version + 1 = ?5`
 )
 
-// store writes rec, guarding its version.
-func store(ctx context.Context, tx *sql.Tx, rec Record) error {
-	query := updateSQL
-	if rec.Version == 1 {
-		query = insertSQL
-	}
-	res, err := tx.ExecContext(ctx, query,
+// update writes rec, version 2 or more, over the version just below.
+func update(ctx context.Context, tx *sql.Tx, rec Record) error {
+	res, err := tx.ExecContext(ctx, updateSQL,
 		rec.Tenant, rec.Model, rec.Key, rec.Value, int64(rec.Version),
 		rec.HLC.Wall, int64(rec.HLC.Logical), rec.HLC.Origin, rec.Deleted, rec.OpID, int64(rec.Seq),
 		rec.HLC.String())
@@ -180,6 +206,68 @@ func store(ctx context.Context, tx *sql.Tx, rec Record) error {
 		return ErrVersionGap
 	}
 	return nil
+}
+
+// insertNew creates recs, all version 1, in one statement (see
+// execInsert).
+func insertNew(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	args := make([]any, 0, 12*len(recs))
+	for _, rec := range recs {
+		args = append(args, rec.Tenant, rec.Model, rec.Key, rec.Value, int64(rec.Version),
+			rec.HLC.Wall, int64(rec.HLC.Logical), rec.HLC.Origin, rec.Deleted, rec.OpID, int64(rec.Seq),
+			rec.HLC.String())
+	}
+	query := insertSQL + insertRow + strings.Repeat(", "+insertRow, len(recs)-1) + ` ON CONFLICT (tenant, model, key) DO NOTHING`
+	return execInsert(ctx, tx, recs, query, args...)
+}
+
+// insertLoggedSQL copies the oplog rows ?1 to ?2 into records as version
+// 1 of their keys: the columns PutAll binds, the hlc's text
+// (Timestamp.String) and deleted computed from them. A row of another
+// version is not copied, so the count fails the call.
+const insertLoggedSQL = `INSERT INTO records (` + recordColumns + `, hlc)
+	SELECT tenant, model, key, value, version, wall, logical, origin, op = 'delete', op_id, seq,
+		wall || '.' || logical || '.' || origin
+	FROM oplog WHERE seq BETWEEN ?1 AND ?2 AND version = 1 ORDER BY seq
+	ON CONFLICT (tenant, model, key) DO NOTHING`
+
+// insertLogged creates recs, all version 1, from their oplog rows (see
+// putLogged), or binds them (insertNew) if their seqs do not follow one
+// another.
+func insertLogged(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	first, last := recs[0].Seq, recs[len(recs)-1].Seq
+	if last-first != uint64(len(recs)-1) {
+		return insertNew(ctx, tx, recs)
+	}
+	return execInsert(ctx, tx, recs, insertLoggedSQL, int64(first), int64(last))
+}
+
+// execInsert runs query, which inserts recs (all version 1) with ON
+// CONFLICT DO NOTHING. A key that exists already (or twice in recs) is not
+// inserted, and fails the call with ErrVersionGap naming it.
+func execInsert(ctx context.Context, tx *sql.Tx, recs []Record, query string, args ...any) error {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("put %d new records: %w", len(recs), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("put %d new records: %w", len(recs), err)
+	}
+	if int(n) == len(recs) {
+		return nil
+	}
+	// Name the first record not stored as given (seqs are unique): its
+	// key existed.
+	for _, rec := range recs {
+		var seq uint64
+		err := tx.QueryRowContext(ctx, `SELECT seq FROM records WHERE tenant = ? AND model = ? AND key = ?`,
+			rec.Tenant, rec.Model, rec.Key).Scan(&seq)
+		if err != nil || seq != rec.Seq {
+			return fmt.Errorf("put record %s/%s v%d: %w", rec.Model, rec.Key, rec.Version, ErrVersionGap)
+		}
+	}
+	return fmt.Errorf("put %d new records: %w", len(recs), ErrVersionGap)
 }
 
 // GetAll returns the records of keys in tenant, as seen by tx, for those

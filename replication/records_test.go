@@ -115,6 +115,19 @@ func TestRecordsPutAll(t *testing.T) {
 	require.ErrorIs(t, s.records.PutAll(ctx, tx, []r.Record{rec("t1", "notes", "c", 1, 5), rec("t1", "notes", "d", 1, 5)}), r.ErrSeqNotNewer, "seqs must increase")
 	require.NoError(t, tx.Rollback())
 
+	// New keys go in one statement; one that exists fails it, named.
+	for refused, batch := range map[string][]r.Record{
+		"b": {rec("t1", "notes", "c", 1, 4), rec("t1", "notes", "b", 1, 5), rec("t1", "notes", "d", 1, 6)},
+		"c": {rec("t1", "notes", "c", 1, 4), rec("t1", "notes", "d", 1, 5), rec("t1", "notes", "c", 1, 6)},
+	} {
+		tx, err := s.db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		err = s.records.PutAll(ctx, tx, batch)
+		require.ErrorIs(t, err, r.ErrVersionGap)
+		require.ErrorContains(t, err, "put record notes/"+refused+" v1")
+		require.NoError(t, tx.Rollback())
+	}
+
 	keys := []r.RecordKey{{Model: "notes", Key: "a"}, {Model: "notes", Key: "b"}, {Model: "notes", Key: "absent"}}
 	inTx(t, s.db, func(tx *sql.Tx) error {
 		all, err := s.records.GetAll(ctx, tx, "t1", keys)
@@ -199,4 +212,55 @@ func TestRecordsSnapshotIsConsistent(t *testing.T) {
 	})
 	require.ErrorIs(t, err, stop)
 	require.Equal(t, 1, calls)
+}
+
+// TestRecordsPutLoggedWritesWhatPutAllWrites: the Store copies new keys
+// from their oplog rows; every column of every row is what PutAll would
+// have bound, tombstones, logical counters and later versions included.
+func TestRecordsPutLoggedWritesWhatPutAllWrites(t *testing.T) {
+	ctx := context.Background()
+	tomb := rec("t1", "notes", "gone", 1, 3)
+	tomb.Value, tomb.Deleted = nil, true
+	ticked := rec("t1", "todos", "b", 1, 4)
+	ticked.HLC = ts(1_733_140_000_000, 7, "client:a.b-c_d")
+	batches := [][]r.Record{
+		{rec("t1", "notes", "a", 1, 1), rec("t2", "notes", "a", 1, 2), tomb, ticked},
+		{rec("t1", "notes", "a", 2, 5), rec("t1", "notes", "c", 1, 6), rec("t1", "notes", "c", 2, 7), rec("t1", "notes", "d", 1, 8)},
+	}
+	rows := func(put func(s *store, tx *sql.Tx, recs []r.Record) error) [][]any {
+		s := openStore(t, r.Retention{}, r.Retention{})
+		for _, recs := range batches {
+			inTx(t, s.db, func(tx *sql.Tx) error {
+				es := make([]r.Entry, len(recs))
+				for i, rec := range recs {
+					es[i] = r.NewEntry(rec, "client-1")
+					es[i].Seq = rec.Seq
+				}
+				if _, err := s.log.AppendAll(ctx, tx, es); err != nil {
+					return err
+				}
+				return put(s, tx, recs)
+			})
+		}
+		q, err := s.db.QueryContext(ctx, `SELECT tenant, model, key, value, version, hlc, wall, logical, origin, deleted, op_id, seq,
+			typeof(value), typeof(hlc), typeof(deleted) FROM records ORDER BY tenant, model, key`)
+		require.NoError(t, err)
+		defer q.Close()
+		var out [][]any
+		for q.Next() {
+			row := make([]any, 15)
+			ptrs := make([]any, len(row))
+			for i := range row {
+				ptrs[i] = &row[i]
+			}
+			require.NoError(t, q.Scan(ptrs...))
+			out = append(out, row)
+		}
+		require.NoError(t, q.Err())
+		return out
+	}
+	bound := rows(func(s *store, tx *sql.Tx, recs []r.Record) error { return s.records.PutAll(ctx, tx, recs) })
+	logged := rows(func(s *store, tx *sql.Tx, recs []r.Record) error { return s.records.PutLogged(ctx, tx, recs) })
+	require.Len(t, bound, 6)
+	require.Equal(t, bound, logged)
 }

@@ -151,9 +151,10 @@ func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
 	if v.Ledger, err = lookupBatch(ctx, st.ledger, b); err != nil {
 		return View{}, err
 	}
-	var keys []RecordKey
-	seen := map[RecordKey]bool{}
-	for _, m := range b.admitted() {
+	admitted := b.admitted()
+	keys := make([]RecordKey, 0, len(admitted))
+	seen := make(map[RecordKey]bool, len(admitted))
+	for _, m := range admitted {
 		if key := (RecordKey{m.Model, m.Key}); !seen[key] {
 			seen[key] = true
 			keys = append(keys, key)
@@ -168,9 +169,10 @@ func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
 // lookupBatch reads the ledger's answer for every admitted op of b in one
 // LookupAll.
 func lookupBatch(ctx context.Context, tx ledger.Tx, b *Batch) (map[string]LedgerAnswer, error) {
-	answers := map[string]LedgerAnswer{}
-	var ops []ledger.Op
-	for _, m := range b.admitted() {
+	admitted := b.admitted()
+	answers := make(map[string]LedgerAnswer, len(admitted))
+	ops := make([]ledger.Op, 0, len(admitted))
+	for _, m := range admitted {
 		if _, seen := answers[m.OpID]; !seen {
 			answers[m.OpID] = LedgerAnswer{}
 			ops = append(ops, ledger.Op{ID: m.OpID, Time: time.UnixMilli(m.HLC.Wall)})
@@ -194,7 +196,7 @@ func (st *sqlState) Save(ctx context.Context, fx *Effects) error {
 	for i, e := range fx.Entries {
 		recs[i] = e.Record()
 	}
-	if err := st.s.Records.PutAll(ctx, st.tx, recs); err != nil {
+	if err := st.s.Records.putLogged(ctx, st.tx, recs); err != nil {
 		return fmt.Errorf("save batch: %w", err)
 	}
 	for _, c := range fx.Conflicts {

@@ -86,7 +86,7 @@ func (t Timestamp) Validate() error {
 	if t.Wall < 0 || t.Wall > MaxWall {
 		return Errorf(CodeInvalidHLC, "hlc wall %d outside 0..%d", t.Wall, MaxWall)
 	}
-	if !idPattern.MatchString(t.Origin) {
+	if !isID(t.Origin) {
 		return Errorf(CodeInvalidHLC, "hlc origin %q must match %s", truncate(t.Origin), IDPattern)
 	}
 	return nil
@@ -115,7 +115,7 @@ func ParseTimestamp(s string) (Timestamp, error) {
 	if err != nil {
 		return Timestamp{}, fmt.Errorf("parse timestamp %q: %w: logical %v", truncate(s), ErrInvalidTimestamp, err)
 	}
-	if !idPattern.MatchString(origin) {
+	if !isID(origin) {
 		return Timestamp{}, fmt.Errorf("parse timestamp %q: %w: origin must match %s", truncate(s), ErrInvalidTimestamp, IDPattern)
 	}
 	return Timestamp{Wall: int64(wall), Logical: uint32(logical), Origin: origin}, nil
@@ -144,14 +144,21 @@ func parseCanonicalUint(s string, max uint64) (uint64, error) {
 
 // MarshalJSON encodes t as a JSON string holding its canonical text.
 func (t Timestamp) MarshalJSON() ([]byte, error) {
-	return json.Marshal(t.String())
+	if t.Origin != "" && !isID(t.Origin) {
+		return json.Marshal(t.String()) // an invalid origin may need escapes
+	}
+	s := t.String()
+	b := make([]byte, 0, len(s)+2)
+	return append(append(append(b, '"'), s...), '"'), nil
 }
 
 // UnmarshalJSON decodes a JSON string holding canonical text (see
 // ParseTimestamp). Any other JSON value is an error.
 func (t *Timestamp) UnmarshalJSON(b []byte) error {
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
+	if n := len(b); n >= 2 && b[0] == '"' && b[n-1] == '"' && isID(string(b[1:n-1])) {
+		s = string(b[1 : n-1]) // canonical text needs no unescaping
+	} else if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("%w: want a JSON string", ErrInvalidTimestamp)
 	}
 	ts, err := ParseTimestamp(s)

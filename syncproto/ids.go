@@ -2,7 +2,6 @@ package syncproto
 
 import (
 	"fmt"
-	"regexp"
 )
 
 // The identifier rules, as stated in PROTOCOL.md. A client id (and a server
@@ -17,15 +16,43 @@ const (
 	ModelPattern = `^[a-z][a-z0-9_]{0,63}$`
 )
 
-var (
-	idPattern    = regexp.MustCompile(IDPattern)
-	modelPattern = regexp.MustCompile(ModelPattern)
-)
+// isID reports whether s matches IDPattern. It and isLowerName are byte
+// loops rather than regexps: they run for every mutation, result and
+// timestamp a frame carries, where a regexp match cost a microsecond.
+func isID(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isLowerName reports whether s matches ^[a-z][a-z0-9_]{0,maxTail}$: the
+// shape of model names (ModelPattern), codes and statuses.
+func isLowerName(s string, maxTail int) bool {
+	if len(s) < 1 || len(s) > 1+maxTail || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateID reports whether id is a valid client id, node id or timestamp
 // origin. The error is an *Error with CodeInvalidClientID.
 func ValidateID(id string) error {
-	if !idPattern.MatchString(id) {
+	if !isID(id) {
 		return Errorf(CodeInvalidClientID, "id %q must match %s", truncate(id), IDPattern)
 	}
 	return nil
@@ -34,7 +61,7 @@ func ValidateID(id string) error {
 // ValidateModel reports whether name is a valid model name. The error is an
 // *Error with CodeInvalidModel.
 func ValidateModel(name string) error {
-	if !modelPattern.MatchString(name) {
+	if !isLowerName(name, 63) {
 		return Errorf(CodeInvalidModel, "model %q must match %s", truncate(name), ModelPattern)
 	}
 	return nil

@@ -3,7 +3,6 @@ package syncproto
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 )
 
 // Type is a message's "type" field.
@@ -491,9 +490,9 @@ func (m *Resync) Validate() error {
 	return validateSeq("head", m.Head)
 }
 
-// codePattern is the shape of every Code, including ones newer than this
-// package.
-var codePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+// isCode reports whether c has the shape of every Code,
+// ^[a-z][a-z0-9_]{0,63}$, including codes newer than this package.
+func isCode(c Code) bool { return isLowerName(string(c), 63) }
 
 // Validate checks an error message: optional id, a code-shaped code, message
 // length and a non-negative retry delay.
@@ -503,7 +502,7 @@ func (e *Error) Validate() error {
 			return err
 		}
 	}
-	if !codePattern.MatchString(string(e.Code)) {
+	if !isCode(e.Code) {
 		return Errorf(CodeBadRequest, "code %q is not a code", truncate(string(e.Code)))
 	}
 	if len(e.Message) > MaxMessageBytes {

@@ -117,11 +117,32 @@ func NewOpID() (string, error) {
 // ValidateOpID reports whether id is a UUID in canonical lowercase form
 // (36 characters, hyphenated). The error is an *Error with CodeInvalidOpID.
 func ValidateOpID(id string) error {
-	u, err := uuid.Parse(id)
-	if err != nil || u.String() != id {
+	if !isCanonicalUUID(id) {
 		return Errorf(CodeInvalidOpID, "op_id %q is not a canonical lowercase UUID", truncate(id))
 	}
 	return nil
+}
+
+// isCanonicalUUID reports whether id is what uuid.UUID.String returns:
+// 32 lowercase hex digits grouped 8-4-4-4-12 by hyphens. It runs for every
+// mutation and result, without parsing and formatting the UUID again.
+func isCanonicalUUID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ValidateKey reports whether key is 1..MaxKeyBytes bytes of valid UTF-8
@@ -224,13 +245,16 @@ func validateOptionalSeq(name string, v *uint64) error {
 // sent.
 func (m *Mutation) Digest() string {
 	value := m.Value
-	var compact bytes.Buffer
-	if json.Compact(&compact, m.Value) == nil {
-		value = compact.Bytes()
+	if hasSpaceOutsideStrings(value) {
+		var compact bytes.Buffer
+		if json.Compact(&compact, value) == nil {
+			value = compact.Bytes()
+		}
 	}
 	h := sha256.New()
+	var n [binary.MaxVarintLen64 + 1]byte
 	field := func(b []byte) {
-		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
+		h.Write(binary.AppendUvarint(n[:0], uint64(len(b))))
 		h.Write(b)
 	}
 	h.Write([]byte("syncproto.v1 mutation digest\x00"))
@@ -241,9 +265,41 @@ func (m *Mutation) Digest() string {
 	if m.BaseVersion == nil {
 		h.Write([]byte{0})
 	} else {
-		h.Write(binary.BigEndian.AppendUint64([]byte{1}, *m.BaseVersion))
+		h.Write(binary.BigEndian.AppendUint64(append(n[:0], 1), *m.BaseVersion))
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
+}
+
+// hasSpaceOutsideStrings reports whether the JSON text v may hold
+// whitespace that json.Compact would remove: a space, tab, CR or LF
+// outside a string. When it reports false, compacting v (valid or not)
+// changes nothing, so Digest skips the compaction and its validating scan.
+// Strings are skipped as valueDepth skips them; on text that is not JSON
+// the answer may be wrong only towards true, which costs a Compact.
+func hasSpaceOutsideStrings(v []byte) bool {
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case ' ', '\t', '\r', '\n':
+			return true
+		case '"':
+			for { // to the closing quote: one after an even run of backslashes
+				j := bytes.IndexByte(v[i+1:], '"')
+				if j < 0 {
+					return true
+				}
+				i += 1 + j
+				k := i - 1
+				for v[k] == '\\' {
+					k--
+				}
+				if (i-1-k)%2 == 0 {
+					break
+				}
+			}
+		}
+	}
+	return false
 }
 
 // valueDepth returns how deeply the JSON text v nests arrays and objects (0

@@ -1,6 +1,10 @@
 package syncproto_test
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -109,6 +113,46 @@ func TestMutationDigest(t *testing.T) {
 	// The digest is a stable contract (ledgers persist it); the value was
 	// computed independently from the documented layout (PROTOCOL.md).
 	require.Equal(t, "1d01ecb0a180a33de95818f48fbde4caaefacedd60eb1f53d90f6066674b50b4", base.Digest())
+}
+
+// TestMutationDigestSkipsCompactionOnlyWhenItChangesNothing: Digest
+// compacts a value only when it may hold whitespace outside strings; for
+// every value, the digest is the one over json.Compact's output (the raw
+// bytes when the value is not JSON).
+func TestMutationDigestSkipsCompactionOnlyWhenItChangesNothing(t *testing.T) {
+	values := []string{
+		`{"a":1}`, ` {"a":1}`, `{"a":1} `, "{\"a\":\n1}", "[1,\t2]", "\r\n1",
+		`{"a":"x y"}`, `{"a":"x \" y"}`, `{"a":"x\\"}`, `{"a":"x\\" }`, `{"a":"x\\\" "}`,
+		`"a b"`, `"\\\\" `, `"unterminated `, `{"a": }`, `not json`, `no json`, `{"a":"x\\\"}`,
+		`null`, `12`, ``, `[{"k":["a b",{"c":" d "}]},"e f"]`, `[{"k":["a b",{"c":" d "}]}, "e f"]`,
+	}
+	for _, v := range values {
+		m := validMutation()
+		m.Value = json.RawMessage(v)
+		want := m
+		var compact bytes.Buffer
+		if json.Compact(&compact, []byte(v)) == nil {
+			want.Value = compact.Bytes()
+		}
+		// A value without whitespace outside strings digests as itself.
+		require.Equal(t, want.Digest(), m.Digest(), "value %q", v)
+		require.Equal(t, digestOver(t, want.Value), m.Digest(), "value %q", v)
+	}
+}
+
+// digestOver is the documented digest layout (PROTOCOL.md) of
+// validMutation with value v.
+func digestOver(t *testing.T, v []byte) string {
+	m := validMutation()
+	require.Nil(t, m.BaseVersion)
+	h := sha256.New()
+	h.Write([]byte("syncproto.v1 mutation digest\x00"))
+	for _, f := range [][]byte{[]byte(m.Model), []byte(m.Key), []byte(m.Op), v} {
+		h.Write(binary.AppendUvarint(nil, uint64(len(f))))
+		h.Write(f)
+	}
+	h.Write([]byte{0}) // no base_version
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func TestNewOpID(t *testing.T) {

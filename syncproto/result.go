@@ -2,7 +2,6 @@ package syncproto
 
 import (
 	"encoding/json"
-	"regexp"
 )
 
 // Status is the server's decision on one pushed mutation.
@@ -67,9 +66,9 @@ type Winner struct {
 	ValueOmitted bool `json:"value_omitted,omitempty"`
 }
 
-// statusPattern is the shape of every Status, including ones newer than
-// this package.
-var statusPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+// isStatus reports whether s has the shape of every Status,
+// ^[a-z][a-z0-9_]{0,31}$, including statuses newer than this package.
+func isStatus(s Status) bool { return isLowerName(string(s), 31) }
 
 // Validate checks that r carries the fields its status requires (see the
 // Status constants). An unknown status is accepted when shaped like one, so
@@ -81,7 +80,7 @@ func (r *Result) Validate() error {
 			return err
 		}
 	}
-	if !statusPattern.MatchString(string(r.Status)) {
+	if !isStatus(r.Status) {
 		return Errorf(CodeBadRequest, "status %q is not a status", truncate(string(r.Status)))
 	}
 	if len(r.Message) > MaxMessageBytes {
@@ -122,7 +121,7 @@ func (r *Result) Validate() error {
 			return Errorf(CodeBadRequest, "%s needs op_id and winner", decided)
 		}
 	case StatusRejected:
-		if !codePattern.MatchString(string(r.Code)) {
+		if !isCode(r.Code) {
 			return Errorf(CodeBadRequest, "rejected needs a code, got %q", truncate(string(r.Code)))
 		}
 	}
