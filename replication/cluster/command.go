@@ -33,11 +33,19 @@ type Command struct {
 type JobKind string
 
 // The jobs. Each prunes one store as of Job.Now, at most Job.Limit rows.
+// JobCompactOplog compacts each tenant's entries beyond its own bound; it
+// is named apart from jobCompactWholeOplog, the job of syncd releases that
+// compacted the whole log, so that a node of either kind meeting the
+// other's job stops loudly instead of removing other rows than its peers.
 const (
-	JobCompactOplog   JobKind = "compact_oplog"
+	JobCompactOplog   JobKind = "compact_oplog_per_tenant"
 	JobPruneLedger    JobKind = "prune_ledger"
 	JobPruneConflicts JobKind = "prune_conflicts"
 )
+
+// jobCompactWholeOplog is the oplog compaction of releases before
+// per-tenant retention. This release cannot apply it as they did.
+const jobCompactWholeOplog JobKind = "compact_oplog"
 
 // Job is an operator job run by every replica at the same point of the
 // stream. It is published by the lease holder only, and carries the

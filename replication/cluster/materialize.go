@@ -352,6 +352,8 @@ func (m *materializer) applyJob(ctx context.Context, tx *sql.Tx, pos *position, 
 		var evicted int
 		evicted, _, err = c.store.Ledger.In(tx).Prune(ctx, j.Now, j.Limit)
 		n = int64(evicted)
+	case jobCompactWholeOplog:
+		return 0, fmt.Errorf("%w: job %q is an older syncd's compaction of the whole oplog, which this release (per-tenant retention) cannot apply as its peers did: upgrade every node at once (docs/operations.md, Upgrades), then move this node's data aside so that it restores a snapshot", ErrBadCommand, j.Kind)
 	default:
 		return 0, fmt.Errorf("%w: unknown job %q", ErrBadCommand, j.Kind)
 	}

@@ -76,6 +76,21 @@ func TestStaleTokenJobIsIgnored(t *testing.T) {
 	require.Equal(t, 1, oplogCount(t, n), "a current job compacts")
 }
 
+// TestOlderCompactionJobStopsTheNode: a node of this release that meets
+// the whole-log compaction job of an older syncd (a mixed cluster during
+// an upgrade) cannot apply it as the older peers did, so it stops serving,
+// saying why, instead of removing other rows than they do.
+func TestOlderCompactionJobStopsTheNode(t *testing.T) {
+	servers := startNATS(t, 1)
+	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
+	writeMany(t, n, "phone", 2)
+	publishJob(t, n.nc, cluster.Job{Kind: cluster.JobKind("compact_oplog"), Token: 1_000_000, Now: time.Now(), Limit: 1000})
+	require.Eventually(t, func() bool { return n.cl.Ready() != nil }, waitFor, 20*time.Millisecond)
+	require.ErrorIs(t, n.cl.Ready(), cluster.ErrBadCommand)
+	require.ErrorContains(t, n.cl.Ready(), "upgrade every node at once")
+	require.Equal(t, 2, oplogCount(t, n), "nothing compacted")
+}
+
 // TestRetentionJobsKeepUp: the lease holder publishes retention in chunks
 // until a chunk comes back short, so every store is trimmed to its
 // retention however far behind it was, identically on every node (the
