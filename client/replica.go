@@ -828,9 +828,16 @@ func storeSnapshot(ctx context.Context, tx *sql.Tx, sr *syncproto.SnapshotReader
 		}
 		reading.Wait()
 	}()
+	// Each insert runs on a context that cannot be cancelled (with one that
+	// can, the SQLite driver starts a goroutine per statement to watch it);
+	// giving up is checked once a page.
+	raw := context.WithoutCancel(ctx)
 	for page := range pages {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 		for _, rec := range page {
-			if _, err := stmt.ExecContext(ctx, upsertArgs(rec.Model, rec.Key, rec.Value, rec.Version, rec.HLC, false)...); err != nil {
+			if _, err := stmt.ExecContext(raw, upsertArgs(rec.Model, rec.Key, rec.Value, rec.Version, rec.HLC, false)...); err != nil {
 				return 0, fmt.Errorf("snapshot: store %s/%s: %w", rec.Model, rec.Key, err)
 			}
 		}
