@@ -240,6 +240,10 @@ type answer struct {
 // apply applies group in one transaction with the new position.
 func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error) {
 	c := m.c
+	// A group is applied whole once begun, and on a context that cannot be
+	// cancelled: with one that can, the SQLite driver starts a goroutine
+	// per statement to watch it.
+	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
 	pos := m.pos
 	var answers []answer
@@ -247,7 +251,7 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 	var oplogHead uint64
 	var compacted bool // a job of the group removed oplog entries
 	var last streamMsg
-	tx, err := m.writer.BeginTx(context.WithoutCancel(ctx), nil)
+	tx, err := m.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("apply: begin: %w", err)
 	}
