@@ -558,6 +558,11 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 		out.LastError = re
 	}
 	out.State = v.status.State // the sync core's
+	if !connected && c.permanentRefusal() != nil {
+		// The core hears of a refusal through the driver's events, a
+		// moment after Sync and LastError know it: say what they say.
+		out.State = StateRefused
+	}
 	return out, nil
 }
 
