@@ -118,6 +118,7 @@ func (c *groupCommitter) loop() {
 			return
 		}
 		c.commitGroup(c.gather(first))
+		c.store.Checkpoints.Wrote()
 	}
 }
 
@@ -144,6 +145,7 @@ func (c *groupCommitter) drainQueued() {
 		select {
 		case r := <-c.pushes:
 			c.commitGroup(c.gather(r))
+			c.store.Checkpoints.Wrote()
 		default:
 			return
 		}

@@ -305,6 +305,9 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("apply: commit: %w", err)
 	}
+	// The materializer is the node's one writer: with automatic
+	// checkpoints off, its checkpointer keeps the log bounded.
+	c.store.Checkpoints.Wrote()
 	m.pos = pos
 	c.setApplied(pos)
 	c.metrics.appliedSeq.Set(float64(pos.applied))
