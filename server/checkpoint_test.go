@@ -30,7 +30,7 @@ func TestWALStaysBoundedUnderAStreamOfPushes(t *testing.T) {
 	// oplog entry): a push of 4 appends some 20 pages or more. 1,000
 	// pushes append over 60 MiB.
 	const pushes, perPush = 1000, 4
-	const bound = 2 * sqlitedb.DefaultMaxLogPages * 4096
+	const bound = 3 * sqlitedb.DefaultMaxLogPages * 4096
 	value := `"` + strings.Repeat("x", 8000) + `"`
 	for i := range pushes {
 		muts := make([]syncproto.Mutation, perPush)

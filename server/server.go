@@ -44,14 +44,12 @@ const (
 // Readers beyond it wait for a free connection rather than open files.
 const maxDBConns = 8
 
-// checkpointOptions are syncd's database's (sqlitedb.Checkpointer). A
-// group commit adds from a few pages (one small push) to some hundreds (a
-// full group), so the checkpointer runs every 16 of them rather than every
-// 128: the log's overshoot past MaxLogPages is what a few rounds of 16
-// group commits append. The writer's
+// checkpointOptions are syncd's database's (sqlitedb.Checkpointer): the
+// defaults, with writes weighed by replication.CheckpointWeight, so that
+// large group commits bring checkpoints nearer. The writer's
 // own checkpoint is PASSIVE: a snapshot stream is a read that may last
 // seconds, which a RESTART would make the committer wait for.
-var checkpointOptions = sqlitedb.CheckpointerOptions{Every: 16}
+var checkpointOptions = sqlitedb.CheckpointerOptions{}
 
 // Config configures a Server. The zero value of every field except DataPath
 // and Authenticator means its default.
@@ -607,7 +605,7 @@ func (s *Server) prune(ctx context.Context) error {
 	}
 	// The pass wrote beside the committer; an idle committer would not
 	// count it.
-	s.store.Checkpoints.Wrote()
+	s.store.Checkpoints.Wrote(1)
 	return nil
 }
 

@@ -17,8 +17,8 @@ import (
 //
 // A database opened with Options.NoAutoCheckpoint never checkpoints on
 // commit; a Checkpointer started for it takes that over. Its writer calls
-// Wrote after each write transaction; every CheckpointerOptions.Every
-// writes, a goroutine of the Checkpointer's own runs a passive checkpoint
+// Wrote after each write transaction, with the write's weight; every
+// CheckpointerOptions.Every units of weight, a goroutine of the Checkpointer's own runs a passive checkpoint
 // beside the writer, which keeps appending to the log meanwhile. A passive
 // checkpoint copies what no reader still needs and never blocks a reader
 // or the writer.
@@ -48,9 +48,10 @@ import (
 // are few enough that the main writer's checkpoints cover them: with
 // automatic checkpoints off, nothing else copies the log back.
 
-// DefaultCheckpointEvery is CheckpointerOptions.Every's default: a write of
-// the client's queue adds some 3 to 10 pages, so the log stays near
-// SQLite's default of 1,000 pages.
+// DefaultCheckpointEvery is CheckpointerOptions.Every's default. A unit
+// of weight is a small write, some 3 to 10 pages (one item of the client's
+// queue, one small push on syncd), so the log stays near SQLite's default
+// of 1,000 pages.
 const DefaultCheckpointEvery = 128
 
 // DefaultMaxLogPages is CheckpointerOptions.MaxLogPages's default: 16 MiB
@@ -66,13 +67,13 @@ const maxQuietRounds = 8
 // CheckpointerOptions configure StartCheckpointer. The zero value means
 // the defaults and PASSIVE fallbacks.
 type CheckpointerOptions struct {
-	// Every is how many writes (Wrote calls) go between two background
-	// checkpoints; 0 means DefaultCheckpointEvery. Fewer for a writer
-	// whose transactions are large.
+	// Every is how much weight (the sum of Wrote's) goes between two
+	// background checkpoints; 0 means DefaultCheckpointEvery.
 	Every int
 	// MaxLogPages bounds the log, in pages, as the last checkpoint found
 	// it, before Wrote checkpoints in its caller; 0 means
-	// DefaultMaxLogPages. The log can exceed it by what Every writes add.
+	// DefaultMaxLogPages. The log can exceed it by what a few rounds of
+	// Every units of weight add.
 	MaxLogPages int64
 	// WaitForReaders makes Wrote's own checkpoint RESTART rather than
 	// PASSIVE: it waits for readers of older snapshots so that the log
@@ -94,7 +95,7 @@ type Checkpointer struct {
 	stopped  chan struct{} // closed by the goroutine when it exits
 
 	mu    sync.Mutex // guards the writer's counters below
-	since int        // writes since the last request
+	since int        // weight since the last request
 	seen  uint64     // done as Wrote last read it
 	quiet int        // rounds since done last moved
 
@@ -129,7 +130,9 @@ func StartCheckpointer(db *sql.DB, o CheckpointerOptions) *Checkpointer {
 }
 
 // Wrote counts a write transaction that committed (or failed: it may have
-// appended to the log all the same) and, every Every writes, asks the
+// appended to the log all the same) as weight units of about 3 to 10
+// pages each (below 1 counts as 1), so that a large write brings the next
+// checkpoint nearer as its pages would; every Every units it asks the
 // goroutine for a checkpoint without waiting for it, or checkpoints in the
 // caller when the log was beyond MaxLogPages or no checkpoint completed
 // for maxQuietRounds rounds. Call it after the transaction ended, outside
@@ -137,12 +140,12 @@ func StartCheckpointer(db *sql.DB, o CheckpointerOptions) *Checkpointer {
 // and the occasional other. Wrote of a nil Checkpointer does nothing (the
 // database checkpoints on commit); after Close it checkpoints only in the
 // caller, and one that finds the database closed does nothing.
-func (c *Checkpointer) Wrote() {
+func (c *Checkpointer) Wrote(weight int) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
-	c.since++
+	c.since += max(1, weight)
 	if c.since < c.every {
 		c.mu.Unlock()
 		return

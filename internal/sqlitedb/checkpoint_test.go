@@ -15,7 +15,7 @@ import (
 
 // writePages commits n transactions of a page-sized row each, calling
 // wrote after each, and returns the log's size.
-func writePages(t *testing.T, db *sql.DB, path string, n int, wrote func()) int64 {
+func writePages(t *testing.T, db *sql.DB, path string, n int, wrote func(int)) int64 {
 	t.Helper()
 	ctx := context.Background()
 	_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT)`)
@@ -24,7 +24,7 @@ func writePages(t *testing.T, db *sql.DB, path string, n int, wrote func()) int6
 	for i := range n {
 		_, err := db.ExecContext(ctx, `INSERT OR REPLACE INTO t (id, v) VALUES (?, ?)`, i%100, value)
 		require.NoError(t, err)
-		wrote()
+		wrote(1)
 	}
 	wal, err := os.Stat(path + "-wal")
 	require.NoError(t, err)
