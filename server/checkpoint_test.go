@@ -18,17 +18,17 @@ import (
 // the store's writer), yet a stream of pushes does not grow the
 // write-ahead log without bound: on a single node the committer, on a
 // cluster node the materializer, tells the checkpointer of each write. The
-// stream appends several times the bound to the log; unchecked, the -wal
-// file would hold all of it.
+// stream appends about twice the bound to the log; unchecked (the
+// committer's Wrote removed), the -wal file held all of it, 100 MB.
 func TestWALStaysBoundedUnderAStreamOfPushes(t *testing.T) {
 	ts := startServer(t, server.Config{Synchronous: sqlitedb.Normal,
 		RequestsPerSecond: 1e9, RequestBurst: 1 << 30})
 	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
 
 	// The session rate limit is lifted so that the pushes come as one
-	// stream. Each value is about two pages, written twice (the record and its
-	// oplog entry): a push of 4 appends some 20 pages or more. 1,000
-	// pushes append over 60 MiB.
+	// stream. Each value is about two pages, written twice (the record
+	// and its oplog entry): a push of 4 appends some 20 pages or more,
+	// 1,000 pushes some 100 MB.
 	const pushes, perPush = 1000, 4
 	const bound = 3 * sqlitedb.DefaultMaxLogPages * 4096
 	value := `"` + strings.Repeat("x", 8000) + `"`
