@@ -129,3 +129,21 @@ func (b *Batch) admitted() []*syncproto.Mutation {
 	}
 	return ms
 }
+
+// CheckpointWeight is what a transaction applying batches weighs for an
+// sqlitedb.Checkpointer: a unit (some 3 to 10 pages of log) per transaction
+// and per 16 KiB of mutations, each of which its record and its oplog
+// entry write twice.
+func CheckpointWeight(batches []*Batch) int {
+	bytes := 0
+	for _, b := range batches {
+		for i := range b.Writes {
+			m := &b.Writes[i].Mutation
+			bytes += len(m.Value) + len(m.Key) + len(m.Model) + len(m.OpID) + 100
+		}
+	}
+	return 1 + bytes/checkpointUnitBytes
+}
+
+// checkpointUnitBytes is how many bytes of mutations weigh one unit.
+const checkpointUnitBytes = 16 << 10

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/ledger"
 )
 
@@ -51,6 +52,12 @@ type StoreOptions struct {
 	// every node's database takes. "" means the database keeps the id it
 	// has, or gets a random one when new.
 	ID string
+	// Checkpoints, when the database was opened with
+	// sqlitedb.Options.NoAutoCheckpoint, runs its checkpoints: the
+	// store's writer (a single node's committer, a cluster node's
+	// materializer) calls Store.Checkpoints.Wrote after each write
+	// transaction. nil means the database checkpoints on commit.
+	Checkpoints *sqlitedb.Checkpointer
 }
 
 // ErrOtherDatabase is wrapped by OpenStore when the database holds another
@@ -70,6 +77,9 @@ type Store struct {
 	Ledger    *ledger.SQL
 	// ID names this database (see Identity).
 	ID string
+	// Checkpoints is StoreOptions.Checkpoints; its writer calls Wrote
+	// after each write transaction (Wrote of a nil one does nothing).
+	Checkpoints *sqlitedb.Checkpointer
 }
 
 // OpenStore creates the state machine's tables in db if missing and
@@ -81,7 +91,7 @@ func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) 
 	if o.Ledger.Now == nil {
 		o.Ledger.Now = o.Now
 	}
-	s := &Store{DB: db}
+	s := &Store{DB: db, Checkpoints: o.Checkpoints}
 	var err error
 	if s.Ledger, err = ledger.NewSQL(ctx, db, o.Ledger); err != nil {
 		return nil, err

@@ -176,6 +176,13 @@ func (c *groupCommitter) commitGroup(group []*pushRequest) {
 	for _, r := range group {
 		close(r.done)
 	}
+	// The committer is the single node's one writer: with automatic
+	// checkpoints off, its checkpointer keeps the log bounded.
+	batches := make([]*replication.Batch, len(group))
+	for i, r := range group {
+		batches[i] = r.batch
+	}
+	c.store.Checkpoints.Wrote(replication.CheckpointWeight(batches))
 }
 
 // applyGroup decides every batch of the group in one transaction and

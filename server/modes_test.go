@@ -41,6 +41,7 @@ func TestBehaviourInACluster(t *testing.T) {
 		{"UndeclaredModelsFollowTheAnnouncedDefault", TestUndeclaredModelsFollowTheAnnouncedDefault},
 		{"OldWritesAreNotExpiredWithoutEviction", TestOldWritesAreNotExpiredWithoutEviction},
 		{"RevokedTokenClosesItsSessions", TestRevokedTokenClosesItsSessions},
+		{"WALStaysBoundedUnderAStreamOfPushes", TestWALStaysBoundedUnderAStreamOfPushes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clusterTests.Store(t, struct{}{})

@@ -44,6 +44,13 @@ const (
 // Readers beyond it wait for a free connection rather than open files.
 const maxDBConns = 8
 
+// checkpointOptions are syncd's database's (sqlitedb.Checkpointer): the
+// defaults, with writes weighed by replication.CheckpointWeight, so that
+// large group commits bring checkpoints nearer. The writer's
+// own checkpoint is PASSIVE: a snapshot stream is a read that may last
+// seconds, which a RESTART would make the committer wait for.
+var checkpointOptions = sqlitedb.CheckpointerOptions{}
+
 // Config configures a Server. The zero value of every field except DataPath
 // and Authenticator means its default.
 type Config struct {
@@ -315,10 +322,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		clusterID = cfg.Cluster.ID()
 	}
-	db, err := sqlitedb.Open(ctx, cfg.DataPath, sqlitedb.Options{Synchronous: cfg.Synchronous})
+	// No commit checkpoints: the store's one writer (the committer, or a
+	// cluster node's materializer) has the checkpointer run them beside
+	// it (sqlitedb.Checkpointer says why).
+	db, err := sqlitedb.Open(ctx, cfg.DataPath, sqlitedb.Options{Synchronous: cfg.Synchronous, NoAutoCheckpoint: true})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	checkpoints := sqlitedb.StartCheckpointer(db, checkpointOptions)
 	// One writer (the committer) and a few readers (feeds, snapshots, the
 	// admin API). Without a cap, a burst opens connections whose files
 	// SQLite keeps open for the life of the process.
@@ -341,6 +352,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
 		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
 		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now, ID: clusterID,
+		Checkpoints: checkpoints,
 	})
 	if err == nil {
 		s.tail = newFeedTail(s.store.Log)
@@ -365,6 +377,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if s.snapshotDB != nil {
 			s.snapshotDB.Close()
 		}
+		checkpoints.Close()
 		db.Close()
 		return nil, fmt.Errorf("server: open store: %w", err)
 	}
@@ -590,6 +603,9 @@ func (s *Server) prune(ctx context.Context) error {
 	if err := s.setOplogGauges(ctx); err != nil {
 		s.log.Warn("oplog bounds", "err", err)
 	}
+	// The pass wrote beside the committer; an idle committer would not
+	// count it.
+	s.store.Checkpoints.Wrote(1)
 	return nil
 }
 
@@ -665,6 +681,7 @@ func (s *Server) Close() error {
 	if err := s.resolver.Wait(waitCtx); err != nil {
 		s.log.Warn("conflict hooks still running at close", "err", err)
 	}
+	s.store.Checkpoints.Close()
 	return errors.Join(s.snapshotDB.Close(), s.store.DB.Close())
 }
 

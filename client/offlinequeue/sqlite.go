@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -78,10 +77,10 @@ type SQLiteOptions struct {
 // error matching ErrPoisoned, and reads keep working (Len and Stats count
 // what was known to be committed). Close and reopen it.
 //
-// Checkpoints run beside the writes, not in them (see sqlite_checkpoint.go):
+// Checkpoints run beside the writes, not in them (sqlitedb.Checkpointer):
 // no commit copies the write-ahead log back into the database, so no call
 // waits for that; a stream of writes lets the log grow to about 16 MiB
-// (maxLogFrames) before one write does.
+// (sqlitedb.DefaultMaxLogPages) before one write does.
 //
 // SQLite is safe for concurrent use. Open one path from one process at a time.
 type SQLite struct {
@@ -101,13 +100,10 @@ type SQLite struct {
 	stop     chan struct{}      // closed by Close to stop the committer
 	stopped  chan struct{}      // closed by the committer when it exits
 
-	checkpoints     chan struct{} // to the checkpointer; holds one request
-	checkpointed    chan struct{} // closed by the checkpointer when it exits
-	sinceCheckpoint int           // committer writes since the last request; the committer's
-	checkpointsSeen uint64        // checkpointsDone as the committer last read it; the committer's
-	quietRounds     int           // rounds since checkpointsDone last moved; the committer's
-	logFrames       atomic.Int64  // the log's size in pages at the last checkpoint
-	checkpointsDone atomic.Uint64 // checkpoints completed
+	// checkpoints runs the log's checkpoints beside the committer, which
+	// tells it of each write: no commit checkpoints (sqlitedb's
+	// Checkpointer says why).
+	checkpoints *sqlitedb.Checkpointer
 
 	countMu sync.Mutex
 	pending int // committed pending items
@@ -118,6 +114,13 @@ type SQLite struct {
 }
 
 var _ Queue = (*SQLite)(nil)
+
+// checkpointOptions are the queue's: a write adds some 3 to 10 pages, so
+// the default spacing keeps the log near SQLite's own 1,000 pages, and
+// every read of the queue and of the replica in its file is short, so the
+// committer's own checkpoint may wait for readers and surely restart the
+// log.
+var checkpointOptions = sqlitedb.CheckpointerOptions{WaitForReaders: true}
 
 // sqliteHooks are fault-injection and observation seams for tests; the zero
 // value (used by OpenSQLite) does nothing.
@@ -159,8 +162,8 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 	if err != nil {
 		return nil, fmt.Errorf("offlinequeue: open sqlite queue %s: %w", path, err)
 	}
+	q.checkpoints = sqlitedb.StartCheckpointer(q.db, checkpointOptions)
 	go q.commitLoop()
-	go q.checkpointLoop()
 	return q, nil
 }
 
@@ -183,18 +186,11 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 	created := errors.Is(statErr, fs.ErrNotExist)
 	ctx := context.Background()
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{
-		Synchronous: synchronous,
-		BusyTimeout: opts.BusyTimeout,
-		Inspect:     refuseForeign,
-		Configure: func(c *sqlite3.SQLiteConn) error {
-			if err := noAutoCheckpoint(c); err != nil {
-				return err
-			}
-			if hooks.connect != nil {
-				return hooks.connect(c)
-			}
-			return nil
-		},
+		Synchronous:      synchronous,
+		BusyTimeout:      opts.BusyTimeout,
+		Inspect:          refuseForeign,
+		NoAutoCheckpoint: true,
+		Configure:        hooks.connect,
 	})
 	if err != nil {
 		return nil, err
@@ -225,9 +221,6 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 		requests: make(chan *writeRequest, maxBatch),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
-
-		checkpoints:  make(chan struct{}, 1),
-		checkpointed: make(chan struct{}),
 	}
 	if err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items), (SELECT count(*) FROM dead_letters)`).Scan(&q.pending, &q.dead); err != nil {
 		return nil, fmt.Errorf("count items: %w", err)
@@ -632,7 +625,7 @@ func (s *SQLite) Close() error {
 	s.life.Unlock()
 	close(s.stop)
 	<-s.stopped
-	<-s.checkpointed
+	s.checkpoints.Close()
 	s.stmts.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("offlinequeue: close %s: %w", s.path, err)

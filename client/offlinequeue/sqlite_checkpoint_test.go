@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
 )
 
 // TestSQLiteCheckpointsBesideTheCommitter: no connection checkpoints on
@@ -31,7 +33,7 @@ func TestSQLiteCheckpointsBesideTheCommitter(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 
-	const writes = 160 * checkpointEvery
+	const writes = 160 * sqlitedb.DefaultCheckpointEvery
 	payload := make([]byte, 2000) // about a page per item
 	for i := range writes {
 		payload[0] = byte(i)
@@ -42,7 +44,7 @@ func TestSQLiteCheckpointsBesideTheCommitter(t *testing.T) {
 	require.NoError(t, err)
 	// Each write adds three pages or more to the log (the item's, its
 	// key's, the id sequence's): unchecked, the log would exceed 3*writes
-	// pages (240 MiB). Checked, it peaks near maxLogFrames (16 MiB) plus
+	// pages (240 MiB). Checked, it peaks near sqlitedb.DefaultMaxLogPages (16 MiB) plus
 	// what the committer wrote while the checkpointer ran late: 20 to
 	// 50 MiB on a loaded 2-core machine. Fewer bytes than one page per
 	// write says the log was reused.

@@ -77,7 +77,7 @@ func (s *SQLite) commitLoop() {
 		}
 		if r.apply != nil {
 			s.commitApply(r)
-			s.wrote()
+			s.checkpoints.Wrote(1)
 			continue
 		}
 		group := []*writeRequest{r}
@@ -95,7 +95,7 @@ func (s *SQLite) commitLoop() {
 			}
 		}
 		s.commitEnqueues(group)
-		s.wrote()
+		s.checkpoints.Wrote(len(group))
 	}
 }
 

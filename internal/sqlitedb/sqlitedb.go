@@ -75,6 +75,11 @@ type Options struct {
 	// byte-for-byte as it was. Use it to refuse a database that belongs to
 	// something else. QueryValue runs a query on the connection it is given.
 	Inspect func(*sqlite3.SQLiteConn) error
+	// NoAutoCheckpoint sets wal_autocheckpoint to 0 on every connection:
+	// no commit checkpoints the log. The caller must then run the
+	// checkpoints, with a Checkpointer its writers tell of their writes,
+	// or the log grows without bound.
+	NoAutoCheckpoint bool
 	// Configure, if set, runs on every new connection after all of Open's
 	// settings, for what a caller adds to a connection (commit hooks,
 	// functions). The settings are read back after it, so a Configure that
@@ -118,9 +123,11 @@ func (o Options) settings() (settings, error) {
 //  2. synchronous, before journal_mode, so the level holds whether or not
 //     the switch to WAL takes; foreign_keys on.
 //  3. o.Inspect, before the switch to WAL rewrites the file's header.
-//  4. journal_mode=WAL (not when ReadOnly).
+//  4. journal_mode=WAL (not when ReadOnly); wal_autocheckpoint=0 if
+//     o.NoAutoCheckpoint.
 //  5. o.Configure.
-//  6. busy_timeout, synchronous, foreign_keys and journal_mode are read back;
+//  6. busy_timeout, synchronous, foreign_keys, journal_mode and (if
+//     o.NoAutoCheckpoint) wal_autocheckpoint are read back;
 //     a connection on which one does not hold is closed and refused. WAL
 //     fails to hold on file systems without shared memory (network and some
 //     overlay mounts).
@@ -238,6 +245,11 @@ func (s settings) setUp(c *sqlite3.SQLiteConn) error {
 			return err
 		}
 	}
+	if s.NoAutoCheckpoint {
+		if err := exec(c, "PRAGMA wal_autocheckpoint = 0"); err != nil {
+			return err
+		}
+	}
 	if s.Configure != nil {
 		if err := s.Configure(c); err != nil {
 			return err
@@ -257,10 +269,15 @@ func exec(c *sqlite3.SQLiteConn, stmts ...string) error {
 
 // verify reads the settings back and fails unless each holds.
 func (s settings) verify(c *sqlite3.SQLiteConn) error {
-	for _, want := range []struct {
+	type want struct {
 		pragma string
 		value  int64
-	}{{"busy_timeout", s.busyMillis}, {"synchronous", s.syncLevel}, {"foreign_keys", 1}} {
+	}
+	wants := []want{{"busy_timeout", s.busyMillis}, {"synchronous", s.syncLevel}, {"foreign_keys", 1}}
+	if s.NoAutoCheckpoint {
+		wants = append(wants, want{"wal_autocheckpoint", 0})
+	}
+	for _, want := range wants {
 		got, err := QueryValue(c, "PRAGMA "+want.pragma)
 		if err != nil {
 			return fmt.Errorf("read %s back: %w", want.pragma, err)

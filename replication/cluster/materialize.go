@@ -250,6 +250,7 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 	var checkpoints []checkpoint
 	var oplogHead uint64
 	var compacted bool // a job of the group removed oplog entries
+	var batches []*replication.Batch
 	var last streamMsg
 	tx, err := m.writer.BeginTx(ctx, nil)
 	if err != nil {
@@ -284,6 +285,7 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 			compacted = compacted || (cmd.Job.Kind == JobCompactOplog && jobRows > 0)
 		}
 		for i := range cmd.Batches {
+			batches = append(batches, &cmd.Batches[i])
 			fx, err := replication.Apply(ctx, st, &cmd.Batches[i])
 			if err != nil {
 				return fmt.Errorf("apply stream seq %d: %w", seq, err)
@@ -309,6 +311,9 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("apply: commit: %w", err)
 	}
+	// The materializer is the node's one writer: with automatic
+	// checkpoints off, its checkpointer keeps the log bounded.
+	c.store.Checkpoints.Wrote(replication.CheckpointWeight(batches))
 	m.pos = pos
 	c.setApplied(pos)
 	c.metrics.appliedSeq.Set(float64(pos.applied))
