@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/ledger"
 )
 
@@ -52,13 +51,19 @@ type StoreOptions struct {
 	// every node's database takes. "" means the database keeps the id it
 	// has, or gets a random one when new.
 	ID string
-	// Checkpoints, when the database was opened with
-	// sqlitedb.Options.NoAutoCheckpoint, runs its checkpoints: the
+	// Checkpoints, when the database was opened without checkpoints on
+	// commit (internal/sqlitedb's NoAutoCheckpoint), runs them: the
 	// store's writer (a single node's committer, a cluster node's
-	// materializer) calls Store.Checkpoints.Wrote after each write
-	// transaction. nil means the database checkpoints on commit.
-	Checkpoints *sqlitedb.Checkpointer
+	// materializer) calls Store.Wrote after each write transaction. nil
+	// means the database checkpoints on commit.
+	Checkpoints Checkpointer
 }
+
+// Checkpointer is told of each write transaction of a store's writer, so
+// that the database's checkpoints run beside the writer rather than inside
+// its commits (internal/sqlitedb's Checkpointer is one). weight is about
+// the transaction's size (CheckpointWeight).
+type Checkpointer interface{ Wrote(weight int) }
 
 // ErrOtherDatabase is wrapped by OpenStore when the database holds another
 // identity than StoreOptions.ID: it belongs to another cluster (or another
@@ -77,9 +82,17 @@ type Store struct {
 	Ledger    *ledger.SQL
 	// ID names this database (see Identity).
 	ID string
-	// Checkpoints is StoreOptions.Checkpoints; its writer calls Wrote
-	// after each write transaction (Wrote of a nil one does nothing).
-	Checkpoints *sqlitedb.Checkpointer
+	// Checkpoints is StoreOptions.Checkpoints; the writer reaches it
+	// through Wrote.
+	Checkpoints Checkpointer
+}
+
+// Wrote tells the store's checkpointer, if any, of a write transaction of
+// weight (CheckpointWeight). Only the store's writer calls it.
+func (s *Store) Wrote(weight int) {
+	if s.Checkpoints != nil {
+		s.Checkpoints.Wrote(weight)
+	}
 }
 
 // OpenStore creates the state machine's tables in db if missing and

@@ -182,7 +182,7 @@ func (c *groupCommitter) commitGroup(group []*pushRequest) {
 	for i, r := range group {
 		batches[i] = r.batch
 	}
-	c.store.Checkpoints.Wrote(replication.CheckpointWeight(batches))
+	c.store.Wrote(replication.CheckpointWeight(batches))
 }
 
 // applyGroup decides every batch of the group in one transaction and

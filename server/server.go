@@ -272,7 +272,10 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 	store *replication.Store // the state: records, oplog, ledger, conflict log
-	tail  *feedTail          // the newest oplog entries, shared by every subscription
+	// checkpoints runs the database's checkpoints beside its writer (the
+	// store's Checkpointer); closed after the writer stops.
+	checkpoints *sqlitedb.Checkpointer
+	tail        *feedTail // the newest oplog entries, shared by every subscription
 	// snapshotDB is the snapshots' own pool; snapshots admits them.
 	snapshotDB *sql.DB
 	snapshots  *snapshotGate
@@ -336,7 +339,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	db.SetMaxOpenConns(maxDBConns)
 	db.SetMaxIdleConns(maxDBConns)
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg,
+		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg, checkpoints: checkpoints,
 		metrics:  newMetrics(reg),
 		clock:    syncproto.NewClock(cfg.NodeID, cfg.Now),
 		started:  cfg.Now(),
@@ -605,7 +608,7 @@ func (s *Server) prune(ctx context.Context) error {
 	}
 	// The pass wrote beside the committer; an idle committer would not
 	// count it.
-	s.store.Checkpoints.Wrote(1)
+	s.store.Wrote(1)
 	return nil
 }
 
@@ -681,7 +684,7 @@ func (s *Server) Close() error {
 	if err := s.resolver.Wait(waitCtx); err != nil {
 		s.log.Warn("conflict hooks still running at close", "err", err)
 	}
-	s.store.Checkpoints.Close()
+	s.checkpoints.Close()
 	return errors.Join(s.snapshotDB.Close(), s.store.DB.Close())
 }
 

@@ -313,7 +313,7 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 	}
 	// The materializer is the node's one writer: with automatic
 	// checkpoints off, its checkpointer keeps the log bounded.
-	c.store.Checkpoints.Wrote(replication.CheckpointWeight(batches))
+	c.store.Wrote(replication.CheckpointWeight(batches))
 	m.pos = pos
 	c.setApplied(pos)
 	c.metrics.appliedSeq.Set(float64(pos.applied))
