@@ -358,25 +358,43 @@ var closedChan = func() chan struct{} {
 // for zero values), with Next and Head set as Read sets them. It is how an
 // in-memory log answers a read; it does not check the cursor against the
 // retained range.
+//
+// When every entry in the page's range is in scope, the page's Entries
+// share entries' array (capped, so appending to either copies): a log that
+// answers with PageOf must never write an entry it has handed out, only
+// append after it or replace its slice. A feed page read by a thousand
+// subscribers is then a thousand slice headers, not a thousand copies.
 func (req ReadRequest) PageOf(entries []Entry, head uint64) Page {
 	limit, maxBytes := req.bounds()
 	page := Page{Head: head, Next: head}
 	start := sort.Search(len(entries), func(i int) bool { return entries[i].Seq > req.After })
-	size := 0
-	for _, e := range entries[start:] {
+	size, n, last := 0, 0, uint64(0)
+	shared := true // the n entries taken are entries[start:start+n]
+	for i := start; i < len(entries); i++ {
+		e := &entries[i]
 		if !req.Scope.Selects(e.Tenant, e.Model) {
+			if shared {
+				page.Entries = append([]Entry(nil), entries[start:start+n]...)
+				shared = false
+			}
 			continue
 		}
-		if len(page.Entries) > 0 && size+len(e.Value) > maxBytes {
-			page.Next = page.Entries[len(page.Entries)-1].Seq
-			return page
+		if n > 0 && size+len(e.Value) > maxBytes {
+			page.Next = last
+			break
 		}
 		size += len(e.Value)
-		page.Entries = append(page.Entries, e)
-		if len(page.Entries) == limit {
-			page.Next = e.Seq
-			return page
+		n, last = n+1, e.Seq
+		if !shared {
+			page.Entries = append(page.Entries, *e)
 		}
+		if n == limit {
+			page.Next = last
+			break
+		}
+	}
+	if shared && n > 0 {
+		page.Entries = entries[start : start+n : start+n]
 	}
 	return page
 }

@@ -174,7 +174,8 @@ func (m *Memory) Compact(keep int) int {
 	for _, e := range m.entries {
 		held[e.Tenant]++
 	}
-	kept := m.entries[:0]
+	// A new array: pages read before share the old one (PageOf).
+	kept := make([]Entry, 0, len(m.entries))
 	for _, e := range m.entries {
 		if held[e.Tenant] > keep {
 			held[e.Tenant]--
@@ -184,7 +185,6 @@ func (m *Memory) Compact(keep int) int {
 		kept = append(kept, e)
 	}
 	n := len(m.entries) - len(kept)
-	clear(m.entries[len(kept):])
 	m.entries = kept
 	return n
 }

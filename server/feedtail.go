@@ -231,26 +231,36 @@ func (t *feedTail) frame(id string, page replication.Page) []byte {
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	size := 0
-	parts := make([][]byte, len(page.Entries))
-	for i, e := range page.Entries {
-		j := sort.Search(len(t.entries), func(k int) bool { return t.entries[k].Seq >= e.Seq })
+	// The page's entries are the tail's, in the same order, perhaps with
+	// others between them: one search, then a walk.
+	var first int
+	if len(page.Entries) > 0 {
+		first = sort.Search(len(t.entries), func(k int) bool { return t.entries[k].Seq >= page.Entries[0].Seq })
+	}
+	size, j := 0, first
+	for _, e := range page.Entries {
+		for j < len(t.entries) && t.entries[j].Seq < e.Seq {
+			j++
+		}
 		if j == len(t.entries) || t.entries[j].Seq != e.Seq || t.encoded[j] == nil {
 			return nil
 		}
-		parts[i] = t.encoded[j]
-		size += len(parts[i]) + 1
+		size += len(t.encoded[j]) + 1
 	}
 	idJSON, _ := json.Marshal(id)
 	b := make([]byte, 0, size+len(idJSON)+96)
 	b = append(b, `{"type":"changes","id":`...)
 	b = append(b, idJSON...)
 	b = append(b, `,"entries":[`...)
-	for i, p := range parts {
+	j = first
+	for i, e := range page.Entries {
+		for t.entries[j].Seq < e.Seq {
+			j++
+		}
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, p...)
+		b = append(b, t.encoded[j]...)
 	}
 	b = append(b, `],"cursor":`...)
 	b = strconv.AppendUint(b, page.Next, 10)

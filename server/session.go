@@ -520,7 +520,10 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 			return
 		}
 		if len(page.Entries) > 0 || first {
-			out := outbound{msg: changesOf(id, *page), frame: ss.srv.tail.frame(id, *page)}
+			out := outbound{frame: ss.srv.tail.frame(id, *page)}
+			if out.frame == nil {
+				out.msg = changesOf(id, *page)
+			}
 			entries, seq := page.Entries, page.Next
 			// The client's position (admin: cursor, lag) is where the
 			// last page it was sent ends, the first (perhaps empty) one
