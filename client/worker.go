@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -546,10 +545,12 @@ func fetchOmitted(ctx context.Context, c *conn, muts []syncproto.Mutation, resul
 	return nil
 }
 
-// decodeMutation parses a queued payload.
+// decodeMutation parses a queued payload. It calls UnmarshalJSON itself:
+// json.Unmarshal would scan the payload once more before it, and a payload
+// that is not JSON is reported by Validate all the same.
 func decodeMutation(payload []byte) (*syncproto.Mutation, error) {
 	var m syncproto.Mutation
-	if err := json.Unmarshal(payload, &m); err != nil {
+	if err := m.UnmarshalJSON(payload); err != nil {
 		return nil, err
 	}
 	if err := m.Validate(); err != nil {

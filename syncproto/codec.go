@@ -84,9 +84,10 @@ func decode(frame []byte, requestsOnly bool) (Message, error) {
 	return msg, nil
 }
 
-// unmarshal decodes frame into msg. A push is first decoded on a fast path
-// that treats its mutations as plain structs; only when that fails, or a
-// key holds U+FFFD (which a lone surrogate escape decodes to), is it
+// unmarshal decodes frame into msg. A push is first read by scanPush (the
+// plain form every client writes, in one pass); failing that, decoded by
+// encoding/json with its mutations as plain structs; only when that fails,
+// or a key holds U+FFFD (which a lone surrogate escape decodes to), is it
 // decoded again with Mutation's lenient member-by-member decoding, which
 // scans each mutation twice more and checks the key's escapes.
 func unmarshal(frame []byte, msg Message) error {
@@ -94,27 +95,37 @@ func unmarshal(frame []byte, msg Message) error {
 	if !ok {
 		return json.Unmarshal(frame, msg)
 	}
+	if scanPush(frame, p) || unmarshalPlainPush(frame, p) {
+		return nil
+	}
+	return json.Unmarshal(frame, p)
+}
+
+// unmarshalPlainPush decodes frame into p with encoding/json, its mutations
+// as plain structs, and reports false (p unspecified) when that fails or a
+// key holds U+FFFD.
+func unmarshalPlainPush(frame []byte, p *Push) bool {
 	type mutationFields Mutation // the fields without the lenient method
 	var fast struct {
 		ID        string           `json:"id"`
 		Mutations []mutationFields `json:"mutations"`
 	}
 	if json.Unmarshal(frame, &fast) != nil {
-		return json.Unmarshal(frame, p)
+		return false
 	}
 	for i := range fast.Mutations {
 		if strings.ContainsRune(fast.Mutations[i].Key, utf8.RuneError) {
-			return json.Unmarshal(frame, p)
+			return false
 		}
 	}
-	p.ID = fast.ID
+	*p = Push{ID: fast.ID}
 	if fast.Mutations != nil {
 		p.Mutations = make([]Mutation, len(fast.Mutations))
 		for i := range fast.Mutations {
 			p.Mutations[i] = Mutation(fast.Mutations[i])
 		}
 	}
-	return nil
+	return true
 }
 
 // envelope returns the raw "type" and "id" members of the frame's top-level

@@ -67,6 +67,9 @@ type Mutation struct {
 // code, in the member's place. The op id is kept whenever it was a
 // string, for the result to echo.
 func (m *Mutation) UnmarshalJSON(b []byte) error {
+	if scanMutation(b, 1, m) {
+		return nil // the plain form every client writes, read in one pass
+	}
 	type plain Mutation // the fields without this method
 	var p plain
 	if json.Unmarshal(b, &p) == nil && !strings.ContainsRune(p.Key, utf8.RuneError) {

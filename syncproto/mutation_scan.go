@@ -1,0 +1,275 @@
+package syncproto
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+)
+
+// scanMutation decodes b into m when b is a mutation in the plain form every
+// client writes: one JSON object whose members are the mutation's own
+// names, spelled exactly, string members holding printable ASCII without
+// escapes, versions as plain unsigned integers or null, and a value that is
+// valid JSON. It reports false, leaving m unspecified, for anything else;
+// the caller then decodes with encoding/json, which gives the same result
+// for everything scanMutation accepts (FuzzScanMutation holds it to that).
+//
+// A push of 500 mutations is decoded on every server for every push, and a
+// queued write on every device for every replay: encoding/json scanned
+// each byte four times (validating, skipping, validating again, decoding)
+// through reflection; this reads the members once and validates only the
+// value.
+//
+// levels is how deeply the mutation object sits in its document (1 when
+// it is the document): a value nesting beyond MaxFrameDepth with it is
+// left to encoding/json, which refuses it.
+func scanMutation(b []byte, levels int, m *Mutation) bool {
+	*m = Mutation{}
+	end, ok := scanObject(b, skipJSONSpace(b, 0), func(key []byte, v int) (int, bool) { return scanMember(b, v, levels, key, m) })
+	return ok && skipJSONSpace(b, end) == len(b)
+}
+
+// scanPush decodes a push frame into p when every member is one of type,
+// id (plain strings) and mutations, an array of mutations scanMutation
+// reads; false otherwise, leaving p unspecified.
+func scanPush(frame []byte, p *Push) bool {
+	*p = Push{}
+	end, ok := scanObject(frame, skipJSONSpace(frame, 0), func(key []byte, v int) (int, bool) {
+		switch string(key) {
+		case "type", "id":
+			s, end, ok := plainString(frame, v)
+			if ok && key[0] == 'i' {
+				p.ID = string(s)
+			}
+			return end, ok
+		case "mutations":
+			if p.Mutations != nil {
+				return 0, false // twice: encoding/json would merge them
+			}
+			p.Mutations = []Mutation{}
+			return scanArray(frame, v, func(e int) (int, bool) {
+				end, _, ok := valueEnd(frame, e)
+				if !ok {
+					return 0, false
+				}
+				p.Mutations = append(p.Mutations, Mutation{})
+				return end, scanMutation(frame[e:end], 3, &p.Mutations[len(p.Mutations)-1])
+			})
+		}
+		return 0, false
+	})
+	return ok && skipJSONSpace(frame, end) == len(frame)
+}
+
+// scanObject calls member for each member of the JSON object starting at
+// b[i], with its key (a plain string) and the index of its value; member
+// returns the index past the value. It returns the index past the object.
+func scanObject(b []byte, i int, member func(key []byte, v int) (int, bool)) (int, bool) {
+	if i >= len(b) || b[i] != '{' {
+		return 0, false
+	}
+	i = skipJSONSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		key, end, ok := plainString(b, i)
+		if !ok {
+			return 0, false
+		}
+		i = skipJSONSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return 0, false
+		}
+		if i, ok = member(key, skipJSONSpace(b, i+1)); !ok {
+			return 0, false
+		}
+		i = skipJSONSpace(b, i)
+		if i >= len(b) {
+			return 0, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipJSONSpace(b, i+1)
+		case '}':
+			return i + 1, true
+		default:
+			return 0, false
+		}
+	}
+}
+
+// scanArray calls elem for each element of the JSON array starting at
+// b[i]; elem returns the index past the element. It returns the index past
+// the array.
+func scanArray(b []byte, i int, elem func(e int) (int, bool)) (int, bool) {
+	if i >= len(b) || b[i] != '[' {
+		return 0, false
+	}
+	i = skipJSONSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, true
+	}
+	for {
+		var ok bool
+		if i, ok = elem(i); !ok {
+			return 0, false
+		}
+		i = skipJSONSpace(b, i)
+		if i >= len(b) {
+			return 0, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipJSONSpace(b, i+1)
+		case ']':
+			return i + 1, true
+		default:
+			return 0, false
+		}
+	}
+}
+
+// scanMember decodes the member named key whose value starts at b[i] into
+// m, a mutation object levels deep, and returns the index past the value.
+func scanMember(b []byte, i, levels int, key []byte, m *Mutation) (int, bool) {
+	switch string(key) {
+	case "op_id", "model", "key", "op":
+		s, end, ok := plainString(b, i)
+		if !ok {
+			return 0, false
+		}
+		switch string(key) {
+		case "op_id":
+			m.OpID = string(s)
+		case "model":
+			m.Model = string(s)
+		case "key":
+			m.Key = string(s)
+		default:
+			m.Op = Op(s)
+		}
+		return end, true
+	case "hlc":
+		s, end, ok := plainString(b, i)
+		if !ok {
+			return 0, false
+		}
+		ts, err := ParseTimestamp(string(s))
+		if err != nil {
+			return 0, false
+		}
+		m.HLC = ts
+		return end, true
+	case "base_version", "seen_version":
+		v, end, ok := plainVersion(b, i)
+		if !ok {
+			return 0, false
+		}
+		if key[0] == 'b' {
+			m.BaseVersion = v
+		} else {
+			m.SeenVersion = v
+		}
+		return end, true
+	case "value":
+		end, depth, ok := valueEnd(b, i)
+		if !ok || levels+depth > MaxFrameDepth || !json.Valid(b[i:end]) {
+			return 0, false
+		}
+		m.Value = append(json.RawMessage(nil), b[i:end]...)
+		return end, true
+	}
+	return 0, false
+}
+
+// plainString returns the contents of the JSON string starting at b[i]
+// when they are printable ASCII without escapes, and the index past it.
+func plainString(b []byte, i int) (s []byte, end int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i+1 : j], j + 1, true
+		case c < 0x20 || c > 0x7e || c == '\\':
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+// plainVersion reads null or an unsigned integer without sign, fraction,
+// exponent or leading zero, within uint64.
+func plainVersion(b []byte, i int) (*uint64, int, bool) {
+	if bytes.HasPrefix(b[i:], []byte("null")) {
+		end := i + 4
+		return nil, end, end == len(b) || jsonDelimiter(b[end])
+	}
+	end := i
+	for end < len(b) && '0' <= b[end] && b[end] <= '9' {
+		end++
+	}
+	if end == i || (b[i] == '0' && end > i+1) || (end < len(b) && !jsonDelimiter(b[end])) {
+		return nil, 0, false
+	}
+	v, err := strconv.ParseUint(string(b[i:end]), 10, 64)
+	if err != nil {
+		return nil, 0, false
+	}
+	return &v, end, true
+}
+
+// valueEnd returns the index past the JSON value starting at b[i], found
+// by brackets and quotes alone, and how deeply it nests arrays and objects
+// (0 for a scalar); the caller validates what it spans.
+func valueEnd(b []byte, i int) (end, depth int, ok bool) {
+	if i >= len(b) {
+		return 0, 0, false
+	}
+	switch b[i] {
+	case '"':
+		end, ok := stringEnd(b, i)
+		return end + 1, 0, ok
+	case '{', '[':
+		open, deepest := 0, 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				end, ok := stringEnd(b, i)
+				if !ok {
+					return 0, 0, false
+				}
+				i = end + 1
+				continue
+			case '{', '[':
+				open++
+				deepest = max(deepest, open)
+			case '}', ']':
+				open--
+				if open == 0 {
+					return i + 1, deepest, true
+				}
+			}
+			i++
+		}
+		return 0, 0, false
+	}
+	end = i
+	for end < len(b) && !jsonDelimiter(b[end]) {
+		end++
+	}
+	return end, 0, end > i
+}
+
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+func jsonDelimiter(c byte) bool {
+	return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\r' || c == '\n'
+}
