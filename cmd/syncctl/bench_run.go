@@ -268,7 +268,17 @@ func (r *benchRun) pushLoop(ctx context.Context, c *benchConn, seed uint64) {
 		}
 		return
 	}
-	t := time.NewTicker(time.Duration(float64(time.Second) / r.cfg.rate))
+	// Each pusher starts at a random point of its interval: pushers that
+	// all ticked together would arrive as one burst per interval (a
+	// thousand devices do not write in step), and the burst, not the rate,
+	// would set the latencies.
+	interval := time.Duration(float64(time.Second) / r.cfg.rate)
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(time.Duration(rng.Int64N(int64(interval)))):
+	}
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
