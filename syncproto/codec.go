@@ -91,6 +91,9 @@ func decode(frame []byte, requestsOnly bool) (Message, error) {
 // decoded again with Mutation's lenient member-by-member decoding, which
 // scans each mutation twice more and checks the key's escapes.
 func unmarshal(frame []byte, msg Message) error {
+	if c, ok := msg.(*Changes); ok && scanChanges(frame, c) {
+		return nil // as a push: every device reads every change
+	}
 	p, ok := msg.(*Push)
 	if !ok {
 		return json.Unmarshal(frame, msg)

@@ -80,6 +80,9 @@ func startNATS(t testing.TB, n int) []*natsserver.Server {
 			servers[i], errs[i] = cluster.StartEmbedded(cluster.EmbeddedOptions{
 				Name: fmt.Sprintf("node-%d", i+1), Port: -1, StoreDir: t.TempDir(),
 				ClusterPort: ports[i], Routes: routes,
+				// Three JetStream servers starting at once under -race on
+				// a loaded 2-core machine once took over the 10 s default.
+				ReadyTimeout: 30 * time.Second,
 			})
 		}()
 	}

@@ -41,6 +41,31 @@ func pushSeeds() []string {
 	)
 }
 
+// changesSeeds are changes frames around the plain form scanChanges reads.
+func changesSeeds() []string {
+	entry := `{"seq":7,"op_id":"0190a6f2-6b1d-7c3e-9f00-000000000001","model":"notes","key":"n-1","op":"put","value":{"t":"a \" ]"},"version":2,"hlc":"1796374172991.0.dev","deleted":false}`
+	tomb := `{"seq":8,"op_id":"0190a6f2-6b1d-7c3e-9f00-000000000002","model":"notes","key":"n-1","op":"delete","version":3,"hlc":"1796374172991.1.dev","deleted":true}`
+	return []string{
+		`{"type":"changes","id":"feed","entries":[` + entry + `,` + tomb + `],"cursor":9,"head":12,"more":true}`,
+		`{"type":"changes","id":"feed","entries":[],"cursor":3,"head":3,"more":false}`,
+		` {"more":false,"head":3,"cursor":3,"entries":[` + tomb + `],"id":"f","type":"changes"} `,
+		`{"type":"changes","id":"feed","entries":[` + entry + `],"cursor":9,"head":12,"more":true}`,
+		`{"type":"changes","id":"feed","entries":[{"seq":1,"value":null,"deleted":true,"version":0}],"cursor":1,"head":1,"more":false}`,
+		`{"type":"changes","id":"feed","entries":null,"cursor":1}`, `{"type":"changes","entries":[],"entries":[]}`,
+		`{"type":"changes","cursor":-1}`, `{"type":"changes","cursor":1.5}`, `{"type":"changes","more":null}`, `{"type":"changes","more":"true"}`,
+		`{"type":"changes","entries":[{"seq":null}]}`, `{"type":"changes","entries":[{"deleted":1}]}`, `{"type":"changes","entries":[{"Seq":1}]}`,
+		`{"type":"changes","id":"feed","entries":[{"key":"caf\u00e9"}]}`, `{"type":"changes","cursor":18446744073709551616}`,
+	}
+}
+
+// FuzzScanChanges holds scanChanges to encoding/json the same way.
+func FuzzScanChanges(f *testing.F) {
+	for _, s := range changesSeeds() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkScanChangesMatchesJSON(t, b) })
+}
+
 // FuzzScanPush holds scanPush to encoding/json the same way.
 func FuzzScanPush(f *testing.F) {
 	for _, s := range pushSeeds() {
@@ -63,6 +88,10 @@ func FuzzScanMutation(f *testing.F) {
 // target runs only its seeds.
 func TestScanMutationAgreesWithEncodingJSON(t *testing.T) {
 	checkVariants(t, scanSeeds, checkScanMatchesJSON)
+}
+
+func TestScanChangesAgreesWithEncodingJSON(t *testing.T) {
+	checkVariants(t, changesSeeds(), checkScanChangesMatchesJSON)
 }
 
 func TestScanPushAgreesWithEncodingJSON(t *testing.T) {
@@ -107,6 +136,21 @@ func checkVariants(t *testing.T, seeds []string, check func(*testing.T, []byte) 
 	if accepted < 1000 {
 		t.Fatalf("only %d of 20,000 variants were read by the scan: the check proves little", accepted)
 	}
+}
+
+func checkScanChangesMatchesJSON(t *testing.T, b []byte) bool {
+	t.Helper()
+	var fast, slow Changes
+	if !scanChanges(b, &fast) {
+		return false
+	}
+	if err := json.Unmarshal(b, &slow); err != nil {
+		t.Fatalf("scanChanges read %q, which encoding/json refuses: %v", b, err)
+	}
+	if !reflect.DeepEqual(fast, slow) {
+		t.Fatalf("scanChanges read %q as %#v; encoding/json as %#v", b, fast, slow)
+	}
+	return true
 }
 
 func checkScanPushMatchesJSON(t *testing.T, b []byte) bool {

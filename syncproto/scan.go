@@ -132,55 +132,129 @@ func scanArray(b []byte, i int, elem func(e int) (int, bool)) (int, bool) {
 
 // scanMember decodes the member named key whose value starts at b[i] into
 // m, a mutation object levels deep, and returns the index past the value.
-func scanMember(b []byte, i, levels int, key []byte, m *Mutation) (int, bool) {
+func scanMember(b []byte, i, levels int, key []byte, m *Mutation) (end int, ok bool) {
 	switch string(key) {
-	case "op_id", "model", "key", "op":
-		s, end, ok := plainString(b, i)
-		if !ok {
-			return 0, false
-		}
-		switch string(key) {
-		case "op_id":
-			m.OpID = string(s)
-		case "model":
-			m.Model = string(s)
-		case "key":
-			m.Key = string(s)
-		default:
-			m.Op = Op(s)
-		}
-		return end, true
+	case "op_id":
+		m.OpID, end, ok = plainText(b, i)
+	case "model":
+		m.Model, end, ok = plainText(b, i)
+	case "key":
+		m.Key, end, ok = plainText(b, i)
+	case "op":
+		var op string
+		op, end, ok = plainText(b, i)
+		m.Op = Op(op)
 	case "hlc":
-		s, end, ok := plainString(b, i)
-		if !ok {
-			return 0, false
-		}
-		ts, err := ParseTimestamp(string(s))
-		if err != nil {
-			return 0, false
-		}
-		m.HLC = ts
-		return end, true
-	case "base_version", "seen_version":
-		v, end, ok := plainVersion(b, i)
-		if !ok {
-			return 0, false
-		}
-		if key[0] == 'b' {
-			m.BaseVersion = v
-		} else {
-			m.SeenVersion = v
-		}
-		return end, true
+		m.HLC, end, ok = plainTimestamp(b, i)
+	case "base_version":
+		m.BaseVersion, end, ok = plainVersion(b, i)
+	case "seen_version":
+		m.SeenVersion, end, ok = plainVersion(b, i)
 	case "value":
-		end, depth, ok := valueEnd(b, i)
-		if !ok || levels+depth > MaxFrameDepth || !json.Valid(b[i:end]) {
-			return 0, false
-		}
-		m.Value = append(json.RawMessage(nil), b[i:end]...)
-		return end, true
+		m.Value, end, ok = plainValue(b, i, levels)
 	}
-	return 0, false
+	return end, ok
+}
+
+// scanChanges decodes a changes frame into c when every member is one of
+// type, id, entries (changes whose members are their own names, read as
+// scanMutation reads a mutation's), cursor, head and more; false
+// otherwise, leaving c unspecified. Every device reads every change of its
+// scope this way, its own writes' echoes included.
+func scanChanges(frame []byte, c *Changes) bool {
+	*c = Changes{}
+	end, ok := scanObject(frame, skipJSONSpace(frame, 0), func(key []byte, v int) (end int, ok bool) {
+		switch string(key) {
+		case "type":
+			_, end, ok = plainText(frame, v)
+		case "id":
+			c.ID, end, ok = plainText(frame, v)
+		case "cursor":
+			c.Cursor, end, ok = plainUint(frame, v)
+		case "head":
+			c.Head, end, ok = plainUint(frame, v)
+		case "more":
+			c.More, end, ok = plainBool(frame, v)
+		case "entries":
+			if c.Entries != nil {
+				return 0, false // twice: encoding/json would merge them
+			}
+			c.Entries = []Change{}
+			return scanArray(frame, v, func(e int) (int, bool) {
+				c.Entries = append(c.Entries, Change{})
+				return scanChange(frame, e, &c.Entries[len(c.Entries)-1])
+			})
+		}
+		return end, ok
+	})
+	return ok && skipJSONSpace(frame, end) == len(frame)
+}
+
+// scanChange reads the change object starting at b[i] (three levels deep
+// in its frame) into ch and returns the index past it.
+func scanChange(b []byte, i int, ch *Change) (int, bool) {
+	return scanObject(b, i, func(key []byte, v int) (end int, ok bool) {
+		switch string(key) {
+		case "seq":
+			ch.Seq, end, ok = plainUint(b, v)
+		case "version":
+			ch.Version, end, ok = plainUint(b, v)
+		case "op_id":
+			ch.OpID, end, ok = plainText(b, v)
+		case "model":
+			ch.Model, end, ok = plainText(b, v)
+		case "key":
+			ch.Key, end, ok = plainText(b, v)
+		case "op":
+			var op string
+			op, end, ok = plainText(b, v)
+			ch.Op = Op(op)
+		case "hlc":
+			ch.HLC, end, ok = plainTimestamp(b, v)
+		case "deleted":
+			ch.Deleted, end, ok = plainBool(b, v)
+		case "value":
+			ch.Value, end, ok = plainValue(b, v, 3)
+		}
+		return end, ok
+	})
+}
+
+// plainText reads a plainString as a Go string.
+func plainText(b []byte, i int) (string, int, bool) {
+	s, end, ok := plainString(b, i)
+	return string(s), end, ok
+}
+
+// plainTimestamp reads a plainString holding a timestamp in its text form.
+func plainTimestamp(b []byte, i int) (Timestamp, int, bool) {
+	s, end, ok := plainString(b, i)
+	if !ok {
+		return Timestamp{}, 0, false
+	}
+	ts, err := ParseTimestamp(string(s))
+	return ts, end, err == nil
+}
+
+// plainValue reads a JSON value, copied, when it is valid and nests within
+// MaxFrameDepth together with the levels around it (deeper ones are left
+// to encoding/json, which refuses them).
+func plainValue(b []byte, i, levels int) (json.RawMessage, int, bool) {
+	end, depth, ok := valueEnd(b, i)
+	if !ok || levels+depth > MaxFrameDepth || !json.Valid(b[i:end]) {
+		return nil, 0, false
+	}
+	return append(json.RawMessage(nil), b[i:end]...), end, true
+}
+
+// plainBool reads true or false.
+func plainBool(b []byte, i int) (bool, int, bool) {
+	for _, lit := range []string{"true", "false"} {
+		if end := i + len(lit); bytes.HasPrefix(b[i:], []byte(lit)) && (end == len(b) || jsonDelimiter(b[end])) {
+			return lit == "true", end, true
+		}
+	}
+	return false, 0, false
 }
 
 // plainString returns the contents of the JSON string starting at b[i]
@@ -200,25 +274,30 @@ func plainString(b []byte, i int) (s []byte, end int, ok bool) {
 	return nil, 0, false
 }
 
-// plainVersion reads null or an unsigned integer without sign, fraction,
-// exponent or leading zero, within uint64.
+// plainVersion reads null or a plainUint.
 func plainVersion(b []byte, i int) (*uint64, int, bool) {
-	if bytes.HasPrefix(b[i:], []byte("null")) {
-		end := i + 4
-		return nil, end, end == len(b) || jsonDelimiter(b[end])
+	if end := i + 4; bytes.HasPrefix(b[i:], []byte("null")) && (end == len(b) || jsonDelimiter(b[end])) {
+		return nil, end, true
 	}
+	v, end, ok := plainUint(b, i)
+	if !ok {
+		return nil, 0, false
+	}
+	return &v, end, true
+}
+
+// plainUint reads an unsigned integer without sign, fraction, exponent or
+// leading zero, within uint64.
+func plainUint(b []byte, i int) (uint64, int, bool) {
 	end := i
 	for end < len(b) && '0' <= b[end] && b[end] <= '9' {
 		end++
 	}
 	if end == i || (b[i] == '0' && end > i+1) || (end < len(b) && !jsonDelimiter(b[end])) {
-		return nil, 0, false
+		return 0, 0, false
 	}
 	v, err := strconv.ParseUint(string(b[i:end]), 10, 64)
-	if err != nil {
-		return nil, 0, false
-	}
-	return &v, end, true
+	return v, end, err == nil
 }
 
 // valueEnd returns the index past the JSON value starting at b[i], found
