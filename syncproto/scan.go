@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/syncd-dev/syncd/internal/jsonscan"
 )
 
 // scanMutation decodes b into m when b is a mutation in the plain form every
@@ -25,8 +27,8 @@ import (
 // left to encoding/json, which refuses it.
 func scanMutation(b []byte, levels int, m *Mutation) bool {
 	*m = Mutation{}
-	end, ok := scanObject(b, skipJSONSpace(b, 0), func(key []byte, v int) (int, bool) { return scanMember(b, v, levels, key, m) })
-	return ok && skipJSONSpace(b, end) == len(b)
+	end, ok := jsonscan.Object(b, jsonscan.SkipSpace(b, 0), func(key []byte, v int) (int, bool) { return scanMember(b, v, levels, key, m) })
+	return ok && jsonscan.SkipSpace(b, end) == len(b)
 }
 
 // scanPush decodes a push frame into p when every member is one of type,
@@ -34,7 +36,7 @@ func scanMutation(b []byte, levels int, m *Mutation) bool {
 // reads; false otherwise, leaving p unspecified.
 func scanPush(frame []byte, p *Push) bool {
 	*p = Push{}
-	end, ok := scanObject(frame, skipJSONSpace(frame, 0), func(key []byte, v int) (int, bool) {
+	end, ok := jsonscan.Object(frame, jsonscan.SkipSpace(frame, 0), func(key []byte, v int) (int, bool) {
 		switch string(key) {
 		case "type", "id":
 			s, end, ok := plainString(frame, v)
@@ -47,8 +49,8 @@ func scanPush(frame []byte, p *Push) bool {
 				return 0, false // twice: encoding/json would merge them
 			}
 			p.Mutations = []Mutation{}
-			return scanArray(frame, v, func(e int) (int, bool) {
-				end, _, ok := valueEnd(frame, e)
+			return jsonscan.Array(frame, v, func(e int) (int, bool) {
+				end, _, ok := jsonscan.ValueEnd(frame, e)
 				if !ok {
 					return 0, false
 				}
@@ -58,100 +60,51 @@ func scanPush(frame []byte, p *Push) bool {
 		}
 		return 0, false
 	})
-	return ok && skipJSONSpace(frame, end) == len(frame)
-}
-
-// scanObject calls member for each member of the JSON object starting at
-// b[i], with its key (a plain string) and the index of its value; member
-// returns the index past the value. It returns the index past the object.
-func scanObject(b []byte, i int, member func(key []byte, v int) (int, bool)) (int, bool) {
-	if i >= len(b) || b[i] != '{' {
-		return 0, false
-	}
-	i = skipJSONSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return i + 1, true
-	}
-	for {
-		key, end, ok := plainString(b, i)
-		if !ok {
-			return 0, false
-		}
-		i = skipJSONSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return 0, false
-		}
-		if i, ok = member(key, skipJSONSpace(b, i+1)); !ok {
-			return 0, false
-		}
-		i = skipJSONSpace(b, i)
-		if i >= len(b) {
-			return 0, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipJSONSpace(b, i+1)
-		case '}':
-			return i + 1, true
-		default:
-			return 0, false
-		}
-	}
-}
-
-// scanArray calls elem for each element of the JSON array starting at
-// b[i]; elem returns the index past the element. It returns the index past
-// the array.
-func scanArray(b []byte, i int, elem func(e int) (int, bool)) (int, bool) {
-	if i >= len(b) || b[i] != '[' {
-		return 0, false
-	}
-	i = skipJSONSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return i + 1, true
-	}
-	for {
-		var ok bool
-		if i, ok = elem(i); !ok {
-			return 0, false
-		}
-		i = skipJSONSpace(b, i)
-		if i >= len(b) {
-			return 0, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipJSONSpace(b, i+1)
-		case ']':
-			return i + 1, true
-		default:
-			return 0, false
-		}
-	}
+	return ok && jsonscan.SkipSpace(frame, end) == len(frame)
 }
 
 // scanMember decodes the member named key whose value starts at b[i] into
 // m, a mutation object levels deep, and returns the index past the value.
 func scanMember(b []byte, i, levels int, key []byte, m *Mutation) (end int, ok bool) {
 	switch string(key) {
-	case "op_id":
-		m.OpID, end, ok = plainText(b, i)
-	case "model":
-		m.Model, end, ok = plainText(b, i)
-	case "key":
-		m.Key, end, ok = plainText(b, i)
-	case "op":
-		var op string
-		op, end, ok = plainText(b, i)
-		m.Op = Op(op)
-	case "hlc":
-		m.HLC, end, ok = plainTimestamp(b, i)
 	case "base_version":
 		m.BaseVersion, end, ok = plainVersion(b, i)
 	case "seen_version":
 		m.SeenVersion, end, ok = plainVersion(b, i)
+	default:
+		w := writeMembers{opID: &m.OpID, model: &m.Model, key: &m.Key, op: &m.Op, hlc: &m.HLC, value: &m.Value}
+		end, ok = w.scan(b, i, levels, key)
+	}
+	return end, ok
+}
+
+// writeMembers points at the members a mutation and a change share.
+type writeMembers struct {
+	opID, model, key *string
+	op               *Op
+	hlc              *Timestamp
+	value            *json.RawMessage
+}
+
+// scan decodes the shared member named key whose value starts at b[i], in
+// an object levels deep, and returns the index past the value; ok is false
+// for any other member.
+func (w writeMembers) scan(b []byte, i, levels int, key []byte) (end int, ok bool) {
+	switch string(key) {
+	case "op_id":
+		*w.opID, end, ok = plainText(b, i)
+	case "model":
+		*w.model, end, ok = plainText(b, i)
+	case "key":
+		*w.key, end, ok = plainText(b, i)
+	case "op":
+		var op string
+		op, end, ok = plainText(b, i)
+		*w.op = Op(op)
+	case "hlc":
+		*w.hlc, end, ok = plainTimestamp(b, i)
 	case "value":
-		m.Value, end, ok = plainValue(b, i, levels)
+		*w.value, end, ok = plainValue(b, i, levels)
 	}
 	return end, ok
 }
@@ -163,7 +116,7 @@ func scanMember(b []byte, i, levels int, key []byte, m *Mutation) (end int, ok b
 // scope this way, its own writes' echoes included.
 func scanChanges(frame []byte, c *Changes) bool {
 	*c = Changes{}
-	end, ok := scanObject(frame, skipJSONSpace(frame, 0), func(key []byte, v int) (end int, ok bool) {
+	end, ok := jsonscan.Object(frame, jsonscan.SkipSpace(frame, 0), func(key []byte, v int) (end int, ok bool) {
 		switch string(key) {
 		case "type":
 			_, end, ok = plainText(frame, v)
@@ -180,41 +133,30 @@ func scanChanges(frame []byte, c *Changes) bool {
 				return 0, false // twice: encoding/json would merge them
 			}
 			c.Entries = []Change{}
-			return scanArray(frame, v, func(e int) (int, bool) {
+			return jsonscan.Array(frame, v, func(e int) (int, bool) {
 				c.Entries = append(c.Entries, Change{})
 				return scanChange(frame, e, &c.Entries[len(c.Entries)-1])
 			})
 		}
 		return end, ok
 	})
-	return ok && skipJSONSpace(frame, end) == len(frame)
+	return ok && jsonscan.SkipSpace(frame, end) == len(frame)
 }
 
 // scanChange reads the change object starting at b[i] (three levels deep
 // in its frame) into ch and returns the index past it.
 func scanChange(b []byte, i int, ch *Change) (int, bool) {
-	return scanObject(b, i, func(key []byte, v int) (end int, ok bool) {
+	w := writeMembers{opID: &ch.OpID, model: &ch.Model, key: &ch.Key, op: &ch.Op, hlc: &ch.HLC, value: &ch.Value}
+	return jsonscan.Object(b, i, func(key []byte, v int) (end int, ok bool) {
 		switch string(key) {
 		case "seq":
 			ch.Seq, end, ok = plainUint(b, v)
 		case "version":
 			ch.Version, end, ok = plainUint(b, v)
-		case "op_id":
-			ch.OpID, end, ok = plainText(b, v)
-		case "model":
-			ch.Model, end, ok = plainText(b, v)
-		case "key":
-			ch.Key, end, ok = plainText(b, v)
-		case "op":
-			var op string
-			op, end, ok = plainText(b, v)
-			ch.Op = Op(op)
-		case "hlc":
-			ch.HLC, end, ok = plainTimestamp(b, v)
 		case "deleted":
 			ch.Deleted, end, ok = plainBool(b, v)
-		case "value":
-			ch.Value, end, ok = plainValue(b, v, 3)
+		default:
+			end, ok = w.scan(b, v, 3, key)
 		}
 		return end, ok
 	})
@@ -240,7 +182,7 @@ func plainTimestamp(b []byte, i int) (Timestamp, int, bool) {
 // MaxFrameDepth together with the levels around it (deeper ones are left
 // to encoding/json, which refuses them).
 func plainValue(b []byte, i, levels int) (json.RawMessage, int, bool) {
-	end, depth, ok := valueEnd(b, i)
+	end, depth, ok := jsonscan.ValueEnd(b, i)
 	if !ok || levels+depth > MaxFrameDepth || !json.Valid(b[i:end]) {
 		return nil, 0, false
 	}
@@ -250,7 +192,7 @@ func plainValue(b []byte, i, levels int) (json.RawMessage, int, bool) {
 // plainBool reads true or false.
 func plainBool(b []byte, i int) (bool, int, bool) {
 	for _, lit := range []string{"true", "false"} {
-		if end := i + len(lit); bytes.HasPrefix(b[i:], []byte(lit)) && (end == len(b) || jsonDelimiter(b[end])) {
+		if end := i + len(lit); bytes.HasPrefix(b[i:], []byte(lit)) && (end == len(b) || jsonscan.Delimiter(b[end])) {
 			return lit == "true", end, true
 		}
 	}
@@ -276,7 +218,7 @@ func plainString(b []byte, i int) (s []byte, end int, ok bool) {
 
 // plainVersion reads null or a plainUint.
 func plainVersion(b []byte, i int) (*uint64, int, bool) {
-	if end := i + 4; bytes.HasPrefix(b[i:], []byte("null")) && (end == len(b) || jsonDelimiter(b[end])) {
+	if end := i + 4; bytes.HasPrefix(b[i:], []byte("null")) && (end == len(b) || jsonscan.Delimiter(b[end])) {
 		return nil, end, true
 	}
 	v, end, ok := plainUint(b, i)
@@ -293,62 +235,9 @@ func plainUint(b []byte, i int) (uint64, int, bool) {
 	for end < len(b) && '0' <= b[end] && b[end] <= '9' {
 		end++
 	}
-	if end == i || (b[i] == '0' && end > i+1) || (end < len(b) && !jsonDelimiter(b[end])) {
+	if end == i || (b[i] == '0' && end > i+1) || (end < len(b) && !jsonscan.Delimiter(b[end])) {
 		return 0, 0, false
 	}
 	v, err := strconv.ParseUint(string(b[i:end]), 10, 64)
 	return v, end, err == nil
-}
-
-// valueEnd returns the index past the JSON value starting at b[i], found
-// by brackets and quotes alone, and how deeply it nests arrays and objects
-// (0 for a scalar); the caller validates what it spans.
-func valueEnd(b []byte, i int) (end, depth int, ok bool) {
-	if i >= len(b) {
-		return 0, 0, false
-	}
-	switch b[i] {
-	case '"':
-		end, ok := stringEnd(b, i)
-		return end + 1, 0, ok
-	case '{', '[':
-		open, deepest := 0, 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				end, ok := stringEnd(b, i)
-				if !ok {
-					return 0, 0, false
-				}
-				i = end + 1
-				continue
-			case '{', '[':
-				open++
-				deepest = max(deepest, open)
-			case '}', ']':
-				open--
-				if open == 0 {
-					return i + 1, deepest, true
-				}
-			}
-			i++
-		}
-		return 0, 0, false
-	}
-	end = i
-	for end < len(b) && !jsonDelimiter(b[end]) {
-		end++
-	}
-	return end, 0, end > i
-}
-
-func skipJSONSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	return i
-}
-
-func jsonDelimiter(c byte) bool {
-	return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\r' || c == '\n'
 }
