@@ -64,6 +64,7 @@ type Client struct {
 	closed    bool
 
 	kick       chan struct{} // new writes wait for replay
+	queued     queueTail     // writes queued and not yet read by the driver
 	outcomes   broadcast     // woken whenever an outcome is recorded
 	changes    changeHub
 	watch      *statusHub                   // WatchStatus channels
@@ -393,9 +394,13 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 	if err != nil {
 		return err
 	}
-	overlayErr, err := c.replica.enqueue(ctx, payload, m)
+	fresh, overlayErr, err := c.replica.enqueue(ctx, payload, m)
 	if err != nil {
 		return fmt.Errorf("client: queue %s/%s: %w", m.Model, m.Key, err)
+	}
+	if fresh != 0 {
+		// Before the kick: the driver reads it from memory.
+		c.queued.add(synccore.Item{ID: uint64(fresh), Size: len(payload), Mutation: *m})
 	}
 	// The write is durable from here on. Should the overlay update have
 	// failed, the write still replays, and the overlay is repaired from

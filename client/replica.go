@@ -459,28 +459,34 @@ const pendingHWEvery = 256
 
 // enqueue makes m (payload, its JSON) durable in the queue under its op id
 // and adds it to the pending overlay. In the queue's file both are one
-// commit: they exist together or not at all. With a replica file of its own
-// the queue commits first; then overlayErr non-nil says the write is queued
-// (it replays) but the overlay missed it, and reconcile must repair it.
-func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Mutation) (overlayErr, err error) {
+// commit: they exist together or not at all, and fresh is the id of the
+// item this call inserted (0 for a dedup hit). With a replica file of its
+// own the queue commits first; then overlayErr non-nil says the write is
+// queued (it replays) but the overlay missed it, and reconcile must repair
+// it; fresh is 0.
+func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Mutation) (fresh offlinequeue.ID, overlayErr, err error) {
 	if r.shared != nil {
 		_, err := r.shared.EnqueueWith(ctx, payload, m.OpID, func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error {
 			x := r.inTx(ctx, tx)
 			if err := insertPending(x, id, m); err != nil {
 				return err
 			}
+			fresh = id // the hook runs for an inserted item only
 			if id%pendingHWEvery != 0 {
 				return nil
 			}
 			return raisePendingHW(x, id)
 		})
-		return nil, err
+		if err != nil {
+			return 0, nil, err
+		}
+		return fresh, nil, nil
 	}
 	id, err := r.queue.Enqueue(ctx, payload, m.OpID)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return r.addPending(ctx, id, m), nil
+	return 0, r.addPending(ctx, id, m), nil
 }
 
 // Statements of insertPending and raisePendingHW.

@@ -289,7 +289,8 @@ func (d *driver) fail(what string, err error) {
 	d.link.conn.close()
 }
 
-// read answers a ReadQueue from the queue.
+// read answers a ReadQueue from the writes this client queued since the
+// driver last read (Client.queued), else from the queue.
 func (d *driver) read(a synccore.ReadQueue) synccore.Input {
 	c := d.c
 	if a.After == 0 && d.passStart.IsZero() {
@@ -300,6 +301,9 @@ func (d *driver) read(a synccore.ReadQueue) synccore.Input {
 				c.log.Error("repairing the pending overlay", "err", err)
 			}
 		}
+	}
+	if page, ok := c.queued.page(a); ok {
+		return page
 	}
 	// Not cancelled (a page is read in well under a millisecond, and Close
 	// waits for the driver anyway): a cancellable read costs a goroutine.
