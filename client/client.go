@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -399,8 +400,11 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 		return fmt.Errorf("client: queue %s/%s: %w", m.Model, m.Key, err)
 	}
 	if fresh != 0 {
-		// Before the kick: the driver reads it from memory.
-		c.queued.add(synccore.Item{ID: uint64(fresh), Size: len(payload), Mutation: *m})
+		// Before the kick: the driver reads it from memory. The value is
+		// copied, as the queue holds it: the app may reuse its buffer.
+		queued := *m
+		queued.Value = slices.Clone(m.Value)
+		c.queued.add(synccore.Item{ID: uint64(fresh), Size: len(payload), Mutation: queued})
 	}
 	// The write is durable from here on. Should the overlay update have
 	// failed, the write still replays, and the overlay is repaired from
