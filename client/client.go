@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -399,12 +398,8 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 	if err != nil {
 		return fmt.Errorf("client: queue %s/%s: %w", m.Model, m.Key, err)
 	}
-	if fresh != 0 {
-		// Before the kick: the driver reads it from memory. The value is
-		// copied, as the queue holds it: the app may reuse its buffer.
-		queued := *m
-		queued.Value = slices.Clone(m.Value)
-		c.queued.add(synccore.Item{ID: uint64(fresh), Size: len(payload), Mutation: queued})
+	if it, ok := queuedItem(fresh, payload, m); ok {
+		c.queued.add(it) // before the kick: the driver reads it from memory
 	}
 	// The write is durable from here on. Should the overlay update have
 	// failed, the write still replays, and the overlay is repaired from
@@ -420,6 +415,25 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 	default:
 	}
 	return nil
+}
+
+// queuedItem is the queue item a write inserted (fresh, its id; 0 for
+// none) as the driver would read it back from payload: its value in
+// encoding/json's form (compact, HTML escaped) and a copy, as the app may
+// reuse its buffer once Put returns.
+func queuedItem(fresh offlinequeue.ID, payload []byte, m *syncproto.Mutation) (synccore.Item, bool) {
+	if fresh == 0 {
+		return synccore.Item{}, false
+	}
+	it := synccore.Item{ID: uint64(fresh), Size: len(payload), Mutation: *m}
+	if len(m.Value) > 0 {
+		v, err := json.Marshal(m.Value)
+		if err != nil {
+			return synccore.Item{}, false
+		}
+		it.Mutation.Value = v
+	}
+	return it, true
 }
 
 // --- reads ------------------------------------------------------------

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client/synccore"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // The queue tail answers a read only with every write after its After, up
@@ -73,4 +74,28 @@ func TestQueueTailAnswersOnlyWithoutGaps(t *testing.T) {
 	}
 	_, ok = read(99, 10)
 	require.False(t, ok, "past its bound the tail forgot the older writes")
+}
+
+// A write handed to the driver in memory is the item it would read back
+// from the queue: its value as the payload holds it, and not the app's
+// buffer.
+func TestQueuedItemIsTheQueuedPayload(t *testing.T) {
+	for _, value := range []string{`{ "text" : "<b>&amp;</b>",  "n": [1, 2] }`, `null`, ``} {
+		m := testMutation(t, "a", value)
+		if value == "" {
+			m.Op, m.Value = syncproto.OpDelete, nil
+		}
+		payload := mustJSON(t, m)
+		it, ok := queuedItem(9, payload, m)
+		require.True(t, ok)
+		decoded, err := decodeMutation(payload)
+		require.NoError(t, err)
+		require.Equal(t, synccore.Item{ID: 9, Size: len(payload), Mutation: *decoded}, it)
+		if len(m.Value) > 0 {
+			m.Value[0] = ' '
+			require.NotEqual(t, m.Value, it.Mutation.Value)
+		}
+	}
+	_, ok := queuedItem(0, nil, testMutation(t, "a", `1`))
+	require.False(t, ok, "a dedup hit inserted nothing")
 }
