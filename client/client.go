@@ -64,6 +64,7 @@ type Client struct {
 	closed    bool
 
 	kick       chan struct{} // new writes wait for replay
+	queued     queueTail     // writes queued and not yet read by the driver
 	outcomes   broadcast     // woken whenever an outcome is recorded
 	changes    changeHub
 	watch      *statusHub                   // WatchStatus channels
@@ -393,9 +394,12 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 	if err != nil {
 		return err
 	}
-	overlayErr, err := c.replica.enqueue(ctx, payload, m)
+	fresh, overlayErr, err := c.replica.enqueue(ctx, payload, m)
 	if err != nil {
 		return fmt.Errorf("client: queue %s/%s: %w", m.Model, m.Key, err)
+	}
+	if it, ok := queuedItem(fresh, payload, m); ok {
+		c.queued.add(it) // before the kick: the driver reads it from memory
 	}
 	// The write is durable from here on. Should the overlay update have
 	// failed, the write still replays, and the overlay is repaired from
@@ -411,6 +415,25 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 	default:
 	}
 	return nil
+}
+
+// queuedItem is the queue item a write inserted (fresh, its id; 0 for
+// none) as the driver would read it back from payload: its value in
+// encoding/json's form (compact, HTML escaped) and a copy, as the app may
+// reuse its buffer once Put returns.
+func queuedItem(fresh offlinequeue.ID, payload []byte, m *syncproto.Mutation) (synccore.Item, bool) {
+	if fresh == 0 {
+		return synccore.Item{}, false
+	}
+	it := synccore.Item{ID: uint64(fresh), Size: len(payload), Mutation: *m}
+	if len(m.Value) > 0 {
+		v, err := json.Marshal(m.Value)
+		if err != nil {
+			return synccore.Item{}, false
+		}
+		it.Mutation.Value = v
+	}
+	return it, true
 }
 
 // --- reads ------------------------------------------------------------
@@ -444,38 +467,45 @@ func (c *Client) Await(ctx context.Context, opID string) (Outcome, error) {
 		if c.isClosed() {
 			return Outcome{}, ErrClosed
 		}
+		// Registered before the read: an outcome committed after it is
+		// handed over (replica.handoffs) or wakes this call.
 		wake := c.outcomes.waiter()
-		// The outcome first: once decided, one read answers (the wake
-		// after a decision). Else the pending row; a decision removes it
-		// and records the outcome in one transaction, so a write seen not
-		// pending has its outcome, if any, there to read again.
-		o, found, err := c.replica.outcome(ctx, opID)
-		if err != nil || found {
+		h := c.replica.handoffs.wait(opID)
+		o, again, err := c.awaitOnce(ctx, opID, h, wake)
+		c.replica.handoffs.leave(opID, h)
+		if !again {
 			return o, err
 		}
-		pending, err := c.replica.isPending(ctx, opID)
-		if err != nil {
-			return Outcome{}, err
-		}
-		if !pending {
-			o, found, err := c.replica.outcome(ctx, opID)
-			if err != nil || found {
-				return o, err
-			}
-			return Outcome{}, fmt.Errorf("await %s: %w", opID, ErrUnknownOp)
-		}
-		if err := c.permanentRefusal(); err != nil {
-			return Outcome{}, fmt.Errorf("await %s: %w", opID, err)
-		}
-		select {
-		case <-wake:
-			if c.isClosed() {
-				return Outcome{}, ErrClosed
-			}
-		case <-ctx.Done():
-			return Outcome{}, ctx.Err()
-		}
 	}
+}
+
+// awaitOnce reads opID's outcome; while the write is pending it waits for
+// the outcome's handoff h (and returns it) or a wake (again: read again).
+func (c *Client) awaitOnce(ctx context.Context, opID string, h *handoff, wake <-chan struct{}) (o Outcome, again bool, err error) {
+	o, found, pending, err := c.replica.outcomeOrPending(ctx, opID)
+	switch {
+	case err != nil || found:
+		return o, false, err
+	case !pending:
+		return Outcome{}, false, fmt.Errorf("await %s: %w", opID, ErrUnknownOp)
+	}
+	if err := c.permanentRefusal(); err != nil {
+		return Outcome{}, false, fmt.Errorf("await %s: %w", opID, err)
+	}
+	select {
+	case <-h.ch:
+	case <-wake:
+	case <-ctx.Done():
+		return Outcome{}, false, ctx.Err()
+	}
+	// A decision hands its outcome over before it wakes every Await.
+	if o, ok := h.handed(); ok {
+		return o, false, nil
+	}
+	if c.isClosed() {
+		return Outcome{}, false, ErrClosed
+	}
+	return Outcome{}, true, nil
 }
 
 // Lookup returns a write's outcome if it has one.

@@ -16,9 +16,11 @@ import (
 // reconnect when it ended on its own), the feed forwarder (hands the
 // subscription's frames to the driver), the keepalive (pings the server,
 // so an idle client is not closed for idleness and a dead connection is
-// noticed), one goroutine per push awaiting its answer, and a snapshot
-// download. The link owns them all: stop ends them and waits. None of them
-// decides anything; what they learn goes to the driver as an event.
+// noticed), a snapshot download, and, rarely, a push's fetch of a conflict
+// winner its answer left out. The connection's reader hands push answers
+// to the driver itself. The link owns its goroutines: stop ends them and
+// waits. None of them decides anything; what they learn goes to the driver
+// as an event.
 type link struct {
 	c      *Client
 	conn   *conn
@@ -160,25 +162,38 @@ func (l *link) forwardFeed() {
 	}
 }
 
-// push sends one batch and hands its answer to the driver. A connection
-// that fails meanwhile is closed: its end tells the driver, whose core
-// resends the batch on the next connection, charged nothing.
+// push sends one batch; the connection's reader hands its answer to the
+// driver, without a goroutine of its own unless a conflict winner must be
+// fetched (fetchOmitted sends requests whose answers that reader reads). A
+// connection that fails meanwhile is closed: its end tells the driver,
+// whose core resends the batch on the next connection, charged nothing.
 func (l *link) push(id uint64, muts []syncproto.Mutation) {
-	l.spawn(func() {
-		results, err := l.conn.push(l.ctx, muts)
-		if err == nil {
-			if err = fetchOmitted(l.ctx, l.conn, muts, results); err != nil {
-				l.lose("fetching an omitted winner", err)
-				return
-			}
+	err := l.conn.pushAsync(l.ctx, muts, func(results []syncproto.Result, err error) {
+		if err == nil && omitsWinner(results) {
+			l.spawn(func() {
+				if err := fetchOmitted(l.ctx, l.conn, muts, results); err != nil {
+					l.lose("fetching an omitted winner", err)
+					return
+				}
+				l.c.driver.post(event{link: l, in: synccore.Answered{Push: id, Results: results}})
+			})
+			return
 		}
 		in := pushAnswer(id, results, err)
 		if in == nil {
-			l.lose("push", err)
+			// The reader cannot wait for its own end: it abandons the
+			// connection, and the watcher tells the driver.
+			if l.ctx.Err() == nil {
+				l.c.log.Info("push failed; reconnecting", "err", err)
+			}
+			l.conn.abandon()
 			return
 		}
-		l.c.driver.post(event{link: l, in: in})
+		l.c.driver.postUntil(event{link: l, in: in}, l.conn.closing)
 	})
+	if err != nil {
+		l.lose("push", err)
+	}
 }
 
 // lose closes the connection after what failed on it, unless the link

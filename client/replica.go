@@ -99,6 +99,10 @@ type replica struct {
 
 	writeMu sync.Mutex // own file: one writer at a time
 	stmts   stmtCache
+	// handoffs gets the outcomes decideDone commits, for Await; echoes
+	// the versions it folds into the records, for applyChanges.
+	handoffs handoffs
+	echoes   echoes
 
 	// Meta values written lazily (see setLastSync, applyChanges): the
 	// newest value, and when or whether it was committed.
@@ -455,28 +459,34 @@ const pendingHWEvery = 256
 
 // enqueue makes m (payload, its JSON) durable in the queue under its op id
 // and adds it to the pending overlay. In the queue's file both are one
-// commit: they exist together or not at all. With a replica file of its own
-// the queue commits first; then overlayErr non-nil says the write is queued
-// (it replays) but the overlay missed it, and reconcile must repair it.
-func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Mutation) (overlayErr, err error) {
+// commit: they exist together or not at all, and fresh is the id of the
+// item this call inserted (0 for a dedup hit). With a replica file of its
+// own the queue commits first; then overlayErr non-nil says the write is
+// queued (it replays) but the overlay missed it, and reconcile must repair
+// it; fresh is 0.
+func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Mutation) (fresh offlinequeue.ID, overlayErr, err error) {
 	if r.shared != nil {
 		_, err := r.shared.EnqueueWith(ctx, payload, m.OpID, func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error {
 			x := r.inTx(ctx, tx)
 			if err := insertPending(x, id, m); err != nil {
 				return err
 			}
+			fresh = id // the hook runs for an inserted item only
 			if id%pendingHWEvery != 0 {
 				return nil
 			}
 			return raisePendingHW(x, id)
 		})
-		return nil, err
+		if err != nil {
+			return 0, nil, err
+		}
+		return fresh, nil, nil
 	}
 	id, err := r.queue.Enqueue(ctx, payload, m.OpID)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return r.addPending(ctx, id, m), nil
+	return 0, r.addPending(ctx, id, m), nil
 }
 
 // Statements of insertPending and raisePendingHW.
@@ -679,8 +689,8 @@ func keyRange(o ListOptions) (string, []any) {
 // already applied from its own push result is not applied twice.
 //
 // Most entries a busy device receives are its own writes echoed back, which
-// settling their push already folded into the records. Those are found by
-// one read and skipped; a page of nothing else writes nothing, and its
+// settling their push already folded into the records. Those are known
+// from the settling (echoes), or found by one read, and skipped; a page of nothing else writes nothing, and its
 // cursor is only held, committed at most once per heldMetaEvery (or with
 // the next page that writes, or at close). A cursor lost to a crash is an
 // older one: the feed resends entries the replica already holds, and they
@@ -721,10 +731,12 @@ func (r *replica) applyChanges(ctx context.Context, entries []syncproto.Change, 
 const heldMetaEvery = time.Second
 
 // unapplied returns the entries the records do not yet hold (at their
-// version or newer), in order, with one query. A record's version never
+// version or newer), in order: echoes of this client's settled writes are
+// known (echoes), the rest found with one query. A record's version never
 // goes down but by resetFromSnapshot, which the feed's reader does not run
 // beside, so an entry found applied stays applied.
 func (r *replica) unapplied(ctx context.Context, entries []syncproto.Change) ([]syncproto.Change, error) {
+	entries = r.echoes.drop(entries)
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -783,6 +795,8 @@ func upsertArgs(model, key string, value []byte, version uint64, hlc syncproto.T
 // of the two rather than their sum. In the queue's file the load holds the
 // queue's committer: a Put waits for it (reads do not).
 func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotReader) (uint64, error) {
+	r.echoes.reset()
+	defer r.echoes.reset()
 	var head uint64
 	err := r.write(ctx, func(_ context.Context, tx *sql.Tx) error {
 		// The caller's ctx, not the committer's: giving up cancels the
@@ -927,14 +941,31 @@ type decision struct {
 // leaves both or neither. With a replica file of its own, the outcomes
 // commit first (one commit for the batch), then the items: a crash between
 // the two resends the writes and the ledger answers duplicate.
+// The outcomes are handed to the Await calls waiting for them once they
+// are committed (handoffs).
 func (r *replica) decideDone(ctx context.Context, ds []decision, ids []offlinequeue.ID) error {
+	gen := r.echoes.generation()
 	if r.shared != nil {
-		return r.shared.MarkDoneWith(ctx, r.decideHook(ds), ids...)
+		if err := r.shared.MarkDoneWith(ctx, r.decideHook(ds), ids...); err != nil {
+			return err
+		}
+		r.recorded(gen, ds)
+		return nil
 	}
 	if err := r.write(ctx, r.decideHook(ds)); err != nil {
 		return err
 	}
+	r.recorded(gen, ds)
 	return r.queue.MarkDone(ctx, ids...)
+}
+
+// recorded tells the Await calls waiting for them and the feed's echo
+// check (begun at generation gen) of committed decisions.
+func (r *replica) recorded(gen uint64, ds []decision) {
+	r.echoes.note(gen, ds)
+	for _, d := range ds {
+		r.handoffs.hand(d.outcome)
+	}
 }
 
 // decideHook records ds in a transaction: each write's final outcome,
@@ -1039,33 +1070,34 @@ func decideIn(x *txStmts, m *syncproto.Mutation, o Outcome) error {
 
 // outcome returns a decided write's outcome.
 func (r *replica) outcome(ctx context.Context, opID string) (Outcome, bool, error) {
-	o := Outcome{OpID: opID}
-	var status string
-	var version, seq, decided int64
+	o, found, _, err := r.outcomeOrPending(ctx, opID)
+	return o, found, err
+}
+
+// outcomeOrPending returns a write's outcome if it was decided, else
+// whether it is still in the pending overlay, read in one statement (one
+// snapshot: a decision removes the pending row and records the outcome in
+// one transaction, so a write neither decided nor pending is unknown).
+func (r *replica) outcomeOrPending(ctx context.Context, opID string) (o Outcome, found, pending bool, err error) {
+	var status, reason, rebasedAs sql.Null[string]
+	var version, seq, decided sql.Null[int64]
 	var winner []byte
-	err := r.queryRow(ctx, `SELECT status, version, seq, reason, winner, rebased_as, decided_at FROM outcomes WHERE op_id = ?`,
-		opID).Scan(&status, &version, &seq, &o.Reason, &winner, &o.RebasedAs, &decided)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Outcome{}, false, nil
+	err = r.queryRow(ctx, `SELECT o.status, o.version, o.seq, o.reason, o.winner, o.rebased_as, o.decided_at,
+			EXISTS (SELECT 1 FROM pending WHERE op_id = ?1)
+		FROM (SELECT ?1 AS op_id) k LEFT JOIN outcomes o ON o.op_id = k.op_id`,
+		opID).Scan(&status, &version, &seq, &reason, &winner, &rebasedAs, &decided, &pending)
+	if err != nil || !status.Valid {
+		return Outcome{}, false, pending, err
 	}
-	if err != nil {
-		return Outcome{}, false, err
-	}
-	o.Status, o.Version, o.Seq, o.DecidedAt = OutcomeStatus(status), uint64(version), uint64(seq), time.UnixMilli(decided)
+	o = Outcome{OpID: opID, Status: OutcomeStatus(status.V), Version: uint64(version.V), Seq: uint64(seq.V),
+		Reason: reason.V, RebasedAs: rebasedAs.V, DecidedAt: time.UnixMilli(decided.V)}
 	if len(winner) > 0 {
 		o.Winner = new(syncproto.Winner)
 		if err := json.Unmarshal(winner, o.Winner); err != nil {
-			return Outcome{}, false, err
+			return Outcome{}, false, false, err
 		}
 	}
-	return o, true, nil
-}
-
-// isPending reports whether a write is still in the pending overlay.
-func (r *replica) isPending(ctx context.Context, opID string) (bool, error) {
-	var n int
-	err := r.queryRow(ctx, `SELECT count(*) FROM pending WHERE op_id = ?`, opID).Scan(&n)
-	return n > 0, err
+	return o, true, pending, nil
 }
 
 // pruneOutcomes forgets outcomes decided before cutoff and returns how

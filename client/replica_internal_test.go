@@ -73,7 +73,7 @@ func testPendingAfterDecisionIsIgnored(t *testing.T, r *replica) {
 	require.NoError(t, r.decide(t.Context(), m, Outcome{OpID: m.OpID, Status: StatusApplied, Version: 1, Seq: 1, HLC: m.HLC, DecidedAt: time.Now()}))
 	require.NoError(t, r.addPending(t.Context(), 1, m))
 
-	pending, err := r.isPending(t.Context(), m.OpID)
+	pending, err := isPending(t.Context(), r, m.OpID)
 	require.NoError(t, err)
 	require.False(t, pending)
 	rec, found, err := r.get(t.Context(), "notes", "k")
@@ -97,13 +97,13 @@ func TestDecisionRemovesPending(t *testing.T) {
 func testDecisionRemovesPending(t *testing.T, r *replica) {
 	m := testMutation(t, "k", `{"n":1}`)
 	require.NoError(t, r.addPending(t.Context(), 1, m))
-	pending, err := r.isPending(t.Context(), m.OpID)
+	pending, err := isPending(t.Context(), r, m.OpID)
 	require.NoError(t, err)
 	require.True(t, pending)
 
 	w := &syncproto.Winner{Version: 4, Value: json.RawMessage(`{"n":"theirs"}`), HLC: syncproto.Timestamp{Wall: m.HLC.Wall + 1, Origin: "phone-2"}}
 	require.NoError(t, r.decide(t.Context(), m, Outcome{OpID: m.OpID, Status: StatusSuperseded, Winner: w, DecidedAt: time.Now()}))
-	pending, err = r.isPending(t.Context(), m.OpID)
+	pending, err = isPending(t.Context(), r, m.OpID)
 	require.NoError(t, err)
 	require.False(t, pending)
 	rec, found, err := r.get(t.Context(), "notes", "k")
@@ -135,13 +135,13 @@ func refuseInserts(t *testing.T, r *replica, table string) {
 func TestEnqueueIsOneCommitInTheQueuesFile(t *testing.T) {
 	forEachLayout(t, func(t *testing.T, r *replica) {
 		ok := testMutation(t, "a", `{"n":1}`)
-		overlayErr, err := r.enqueue(t.Context(), mustJSON(t, ok), ok)
+		_, overlayErr, err := r.enqueue(t.Context(), mustJSON(t, ok), ok)
 		require.NoError(t, err)
 		require.NoError(t, overlayErr)
 
 		refuseInserts(t, r, "pending")
 		m := testMutation(t, "b", `{"n":2}`)
-		overlayErr, err = r.enqueue(t.Context(), mustJSON(t, m), m)
+		_, overlayErr, err = r.enqueue(t.Context(), mustJSON(t, m), m)
 		n, lenErr := r.queue.Len(t.Context())
 		require.NoError(t, lenErr)
 		if r.shared != nil {
@@ -152,10 +152,10 @@ func TestEnqueueIsOneCommitInTheQueuesFile(t *testing.T) {
 			require.ErrorContains(t, overlayErr, "refused by the test")
 			require.Equal(t, 2, n, "queued; the overlay is repaired by reconcile")
 		}
-		pending, err := r.isPending(t.Context(), m.OpID)
+		pending, err := isPending(t.Context(), r, m.OpID)
 		require.NoError(t, err)
 		require.False(t, pending)
-		pending, err = r.isPending(t.Context(), ok.OpID)
+		pending, err = isPending(t.Context(), r, ok.OpID)
 		require.NoError(t, err)
 		require.True(t, pending)
 	})
@@ -168,7 +168,7 @@ func TestEnqueueIsOneCommitInTheQueuesFile(t *testing.T) {
 func TestDecideDoneLeavesNothingHalfDone(t *testing.T) {
 	forEachLayout(t, func(t *testing.T, r *replica) {
 		m := testMutation(t, "a", `{"n":1}`)
-		_, err := r.enqueue(t.Context(), mustJSON(t, m), m)
+		_, _, err := r.enqueue(t.Context(), mustJSON(t, m), m)
 		require.NoError(t, err)
 		items, err := r.queue.Peek(t.Context(), 0, 10)
 		require.NoError(t, err)
@@ -181,7 +181,7 @@ func TestDecideDoneLeavesNothingHalfDone(t *testing.T) {
 		n, err := r.queue.Len(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the item stays queued")
-		pending, err := r.isPending(t.Context(), m.OpID)
+		pending, err := isPending(t.Context(), r, m.OpID)
 		require.NoError(t, err)
 		require.True(t, pending, "and pending")
 
@@ -322,7 +322,7 @@ func TestReplicaFileIsImportedIntoTheQueuesFile(t *testing.T) {
 	require.NoError(t, old.applyChanges(ctx, []syncproto.Change{{Seq: 7, Model: "notes", Key: "s", Value: server.Value, Version: 3, HLC: server.HLC}}, 7))
 	pending, decided := testMutation(t, "p", `{"n":1}`), testMutation(t, "d", `{"n":2}`)
 	for _, m := range []*syncproto.Mutation{pending, decided} {
-		overlayErr, err := old.enqueue(ctx, mustJSON(t, m), m)
+		_, overlayErr, err := old.enqueue(ctx, mustJSON(t, m), m)
 		require.NoError(t, err)
 		require.NoError(t, overlayErr)
 	}
@@ -341,7 +341,7 @@ func TestReplicaFileIsImportedIntoTheQueuesFile(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, uint64(3), rec.Version)
-	isPending, err := r.isPending(ctx, pending.OpID)
+	isPending, err := isPending(ctx, r, pending.OpID)
 	require.NoError(t, err)
 	require.True(t, isPending)
 	o, found, err := r.outcome(ctx, decided.OpID)
@@ -417,7 +417,7 @@ func TestDecideManyAppliedWrites(t *testing.T) {
 		var ds []decision
 		var ids []offlinequeue.ID
 		add := func(m *syncproto.Mutation, o Outcome) {
-			_, err := r.enqueue(ctx, mustJSON(t, m), m)
+			_, _, err := r.enqueue(ctx, mustJSON(t, m), m)
 			require.NoError(t, err)
 			ds = append(ds, decision{mut: m, outcome: o})
 		}
@@ -450,7 +450,7 @@ func TestDecideManyAppliedWrites(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 		for _, d := range ds {
-			pending, err := r.isPending(ctx, d.mut.OpID)
+			pending, err := isPending(ctx, r, d.mut.OpID)
 			require.NoError(t, err)
 			require.False(t, pending)
 			o, found, err := r.outcome(ctx, d.mut.OpID)
@@ -476,4 +476,10 @@ func TestDecideManyAppliedWrites(t *testing.T) {
 // without touching the queue.
 func (r *replica) decide(ctx context.Context, m *syncproto.Mutation, o Outcome) error {
 	return r.write(ctx, r.decideHook([]decision{{mut: m, outcome: o}}))
+}
+
+// isPending reports whether opID is in r's pending overlay.
+func isPending(ctx context.Context, r *replica, opID string) (bool, error) {
+	_, _, pending, err := r.outcomeOrPending(ctx, opID)
+	return pending, err
 }

@@ -34,9 +34,10 @@ const (
 const feedBuffer = 16
 
 // conn is one websocket session with a syncd server. Requests may be sent
-// from several goroutines; answers are matched to requests by id. Frames of
-// the live subscription go to feed. The reader goroutine is owned by conn
-// and stops when the connection ends; close waits for it.
+// from several goroutines; answers are matched to requests by id and handed
+// to their waiters. Frames of the live subscription go to feed. The reader
+// goroutine is owned by conn and stops when the connection ends; close
+// waits for it.
 type conn struct {
 	ws      *websocket.Conn
 	url     string
@@ -44,7 +45,7 @@ type conn struct {
 
 	nextID  atomic.Uint64
 	mu      sync.Mutex
-	waiters map[string]chan syncproto.Message
+	waiters map[string]waiter
 	subID   string
 
 	feed    chan syncproto.Message // changes and resync of the subscription
@@ -79,7 +80,7 @@ func dial(ctx context.Context, baseURL, token string, hc *http.Client) (*conn, e
 		return nil, fmt.Errorf("dial %s: %w", u, &RefusedError{Code: codeIncompatible, Message: "server did not accept " + syncproto.Subprotocol})
 	}
 	ws.SetReadLimit(syncproto.MaxFrameBytes)
-	c := &conn{ws: ws, url: baseURL, waiters: map[string]chan syncproto.Message{}, feed: make(chan syncproto.Message, feedBuffer), closing: make(chan struct{}), done: make(chan struct{})}
+	c := &conn{ws: ws, url: baseURL, waiters: map[string]waiter{}, feed: make(chan syncproto.Message, feedBuffer), closing: make(chan struct{}), done: make(chan struct{})}
 	go c.readLoop()
 	return c, nil
 }
@@ -126,6 +127,12 @@ func (c *conn) readLoop() {
 	}
 }
 
+// waiter takes the answer to one request, or nil when the connection ended
+// before it. It runs on the reader goroutine, once; while it runs no frame
+// is read, so it must hand the answer on and return, waiting at most until
+// the connection closes (conn.closing).
+type waiter func(syncproto.Message)
+
 // route hands an answer to its waiter, or a feed frame to the feed.
 func (c *conn) route(msg syncproto.Message) {
 	id := msg.RequestID()
@@ -137,7 +144,7 @@ func (c *conn) route(msg syncproto.Message) {
 	sub := c.subID
 	c.mu.Unlock()
 	if ok {
-		w <- msg
+		w(msg)
 		return
 	}
 	if id != "" && id == sub {
@@ -157,10 +164,10 @@ func (c *conn) fail(err error) {
 		c.mu.Lock()
 		c.err = err
 		waiters := c.waiters
-		c.waiters = map[string]chan syncproto.Message{}
+		c.waiters = map[string]waiter{}
 		c.mu.Unlock()
 		for _, w := range waiters {
-			close(w)
+			w(nil)
 		}
 	})
 }
@@ -168,37 +175,62 @@ func (c *conn) fail(err error) {
 // request sends msg (its id set here) and waits for the answer. An error
 // answer is returned as *syncproto.Error.
 func (c *conn) request(ctx context.Context, msg syncproto.Message, setID func(string)) (syncproto.Message, error) {
+	answers := make(chan syncproto.Message, 1)
+	id, err := c.send(ctx, msg, setID, func(ans syncproto.Message) {
+		if ans == nil {
+			close(answers)
+			return
+		}
+		answers <- ans
+	})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case ans, ok := <-answers:
+		return c.answer(ans, ok)
+	case <-ctx.Done():
+		c.forget(id)
+		return nil, ctx.Err()
+	}
+}
+
+// send sends msg (its id set here) and registers w for its answer; when it
+// fails, w is not called. It returns the request id.
+func (c *conn) send(ctx context.Context, msg syncproto.Message, setID func(string), w waiter) (string, error) {
 	id := "r" + strconv.FormatUint(c.nextID.Add(1), 10)
 	setID(id)
 	frame, err := syncproto.Encode(msg)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	w := make(chan syncproto.Message, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: %v", ErrConnectionLost, c.err)
+		return "", fmt.Errorf("%w: %v", ErrConnectionLost, c.err)
 	}
 	c.waiters[id] = w
 	c.mu.Unlock()
 	if err := c.ws.Write(ctx, websocket.MessageText, frame); err != nil {
 		c.forget(id)
+		return "", fmt.Errorf("%w: %v", ErrConnectionLost, err)
+	}
+	return id, nil
+}
+
+// answer is what a request returns for the answer a waiter took (ok false:
+// the connection ended first).
+func (c *conn) answer(ans syncproto.Message, ok bool) (syncproto.Message, error) {
+	if !ok {
+		c.mu.Lock()
+		err := c.err
+		c.mu.Unlock()
 		return nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
 	}
-	select {
-	case ans, ok := <-w:
-		if !ok {
-			return nil, fmt.Errorf("%w: %v", ErrConnectionLost, c.err)
-		}
-		if e, isErr := ans.(*syncproto.Error); isErr {
-			return nil, e
-		}
-		return ans, nil
-	case <-ctx.Done():
-		c.forget(id)
-		return nil, ctx.Err()
+	if e, isErr := ans.(*syncproto.Error); isErr {
+		return nil, e
 	}
+	return ans, nil
 }
 
 func (c *conn) forget(id string) {
@@ -228,11 +260,29 @@ func (c *conn) hello(ctx context.Context, clientID string, cursor uint64, hlc sy
 func (c *conn) push(ctx context.Context, muts []syncproto.Mutation) ([]syncproto.Result, error) {
 	m := &syncproto.Push{Mutations: muts}
 	ans, err := c.request(ctx, m, func(id string) { m.ID = id })
+	return pushResults(ans, err, len(muts))
+}
+
+// pushAsync sends one batch and returns once it is written; answered then
+// runs on the reader goroutine (see waiter) with the results, in request
+// order, or the error push would return (ErrConnectionLost when the
+// connection ended first). When the send fails, answered is not called.
+func (c *conn) pushAsync(ctx context.Context, muts []syncproto.Mutation, answered func([]syncproto.Result, error)) error {
+	m := &syncproto.Push{Mutations: muts}
+	_, err := c.send(ctx, m, func(id string) { m.ID = id }, func(ans syncproto.Message) {
+		ans, err := c.answer(ans, ans != nil)
+		answered(pushResults(ans, err, len(muts)))
+	})
+	return err
+}
+
+// pushResults checks a push's answer: n results, in request order.
+func pushResults(ans syncproto.Message, err error, n int) ([]syncproto.Result, error) {
 	if err != nil {
 		return nil, err
 	}
 	pr, ok := ans.(*syncproto.PushResult)
-	if !ok || len(pr.Results) != len(muts) {
+	if !ok || len(pr.Results) != n {
 		return nil, fmt.Errorf("push: malformed answer %s", ans.Type())
 	}
 	return pr.Results, nil
@@ -265,9 +315,15 @@ func (c *conn) subscribe(ctx context.Context, cursor uint64) (string, error) {
 // and a handshake on a silent path would hold the caller, and with it the
 // next reconnect, for the library's handshake timeouts (seconds).
 func (c *conn) close() {
+	c.abandon()
+	<-c.done
+}
+
+// abandon closes the connection as close does, without waiting for the
+// reader: the reader's own way to end it.
+func (c *conn) abandon() {
 	c.closeMu.Do(func() { close(c.closing) })
 	c.ws.CloseNow()
-	<-c.done
 }
 
 // lost reports whether the connection has ended, and why.

@@ -90,10 +90,18 @@ func newDriver(c *Client, cursor uint64) *driver {
 
 // post hands ev to the driver, unless the client closes first.
 func (d *driver) post(ev event) bool {
+	return d.postUntil(ev, nil)
+}
+
+// postUntil hands ev to the driver, unless the client closes or stop
+// closes first.
+func (d *driver) postUntil(ev event, stop <-chan struct{}) bool {
 	select {
 	case d.events <- ev:
 		return true
 	case <-d.c.ctx.Done():
+		return false
+	case <-stop:
 		return false
 	}
 }
@@ -280,7 +288,8 @@ func (d *driver) fail(what string, err error) {
 	d.link.conn.close()
 }
 
-// read answers a ReadQueue from the queue.
+// read answers a ReadQueue from the writes this client queued since the
+// driver last read (Client.queued), else from the queue.
 func (d *driver) read(a synccore.ReadQueue) synccore.Input {
 	c := d.c
 	if a.After == 0 && d.passStart.IsZero() {
@@ -291,6 +300,9 @@ func (d *driver) read(a synccore.ReadQueue) synccore.Input {
 				c.log.Error("repairing the pending overlay", "err", err)
 			}
 		}
+	}
+	if page, ok := c.queued.page(a); ok {
+		return page
 	}
 	// Not cancelled (a page is read in well under a millisecond, and Close
 	// waits for the driver anyway): a cancellable read costs a goroutine.
@@ -524,6 +536,21 @@ func pushAnswer(push uint64, results []syncproto.Result, err error) synccore.Inp
 	return nil
 }
 
+// omitsWinner reports whether a conflict answer left its winner's value
+// out (fetchOmitted fetches it).
+func omitsWinner(results []syncproto.Result) bool {
+	for i := range results {
+		if omitted(&results[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func omitted(r *syncproto.Result) bool {
+	return r.Winner != nil && r.Winner.ValueOmitted && r.Action() == syncproto.ActionConflict
+}
+
 // fetchOmitted replaces each conflict answer whose winner value the server
 // left out to fit its frame (winner.value_omitted, PROTOCOL.md 5.4) by the
 // answer to that op resent alone: the replay ledger repeats the decision,
@@ -532,8 +559,7 @@ func pushAnswer(push uint64, results []syncproto.Result, err error) synccore.Inp
 // needs no value: the change feed brings the winner to the replica.
 func fetchOmitted(ctx context.Context, c *conn, muts []syncproto.Mutation, results []syncproto.Result) error {
 	for i := range results {
-		r := &results[i]
-		if r.Winner == nil || !r.Winner.ValueOmitted || r.Action() != syncproto.ActionConflict {
+		if !omitted(&results[i]) {
 			continue
 		}
 		again, err := c.push(ctx, muts[i:i+1])

@@ -238,6 +238,15 @@ func (l *SQLiteLog) AppendAll(ctx context.Context, tx *sql.Tx, es []Entry) ([]En
 	if err != nil {
 		return nil, fmt.Errorf("append oplog entries: %w", err)
 	}
+	return l.appendAfter(ctx, tx, head, es)
+}
+
+// appendAfter is AppendAll with the head tx holds, read by the caller in
+// tx.
+func (l *SQLiteLog) appendAfter(ctx context.Context, tx *sql.Tx, head uint64, es []Entry) ([]Entry, error) {
+	if len(es) == 0 {
+		return nil, nil
+	}
 	out := make([]Entry, len(es))
 	for i, e := range es {
 		if err := e.validate(); err != nil {

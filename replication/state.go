@@ -149,7 +149,9 @@ func identity(ctx context.Context, db *sql.DB, want string) (string, error) {
 	return id, nil
 }
 
-// In returns the State of s inside tx, a write transaction of s.DB.
+// In returns the State of s inside tx, a write transaction of s.DB. The
+// oplog must be appended to in tx only through it (Apply): it reads the
+// head once and follows what it appends.
 func (s *Store) In(tx *sql.Tx) State {
 	return &sqlState{s: s, tx: tx, ledger: s.Ledger.In(tx)}
 }
@@ -163,12 +165,29 @@ type sqlState struct {
 	s      *Store
 	tx     *sql.Tx
 	ledger ledger.Tx
+	// head is the oplog's head in tx once read (headRead): within its own
+	// write transaction only Save moves it, so it is read once per
+	// transaction, not by every Load and Save.
+	head     uint64
+	headRead bool
+}
+
+// logHead returns the oplog's head in tx.
+func (st *sqlState) logHead(ctx context.Context) (uint64, error) {
+	if !st.headRead {
+		head, err := st.s.Log.head(ctx, st.tx)
+		if err != nil {
+			return 0, err
+		}
+		st.head, st.headRead = head, true
+	}
+	return st.head, nil
 }
 
 func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
 	v := View{}
 	var err error
-	if v.Head, err = st.s.Log.head(ctx, st.tx); err != nil {
+	if v.Head, err = st.logHead(ctx); err != nil {
 		return View{}, fmt.Errorf("load batch: %w", err)
 	}
 	if v.Ledger, err = lookupBatch(ctx, st.ledger, b); err != nil {
@@ -212,8 +231,16 @@ func lookupBatch(ctx context.Context, tx ledger.Tx, b *Batch) (map[string]Ledger
 }
 
 func (st *sqlState) Save(ctx context.Context, fx *Effects) error {
-	if _, err := st.s.Log.AppendAll(ctx, st.tx, fx.Entries); err != nil {
+	head, err := st.logHead(ctx)
+	if err != nil {
 		return fmt.Errorf("save batch: %w", err)
+	}
+	if _, err := st.s.Log.appendAfter(ctx, st.tx, head, fx.Entries); err != nil {
+		st.headRead = false // the transaction is rolled back
+		return fmt.Errorf("save batch: %w", err)
+	}
+	if n := len(fx.Entries); n > 0 {
+		st.head = fx.Entries[n-1].Seq
 	}
 	recs := make([]Record, len(fx.Entries))
 	for i, e := range fx.Entries {

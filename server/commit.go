@@ -57,6 +57,7 @@ func newPushRequest(b *replication.Batch, arrived time.Time) *pushRequest {
 // writer, applies every batch waiting in one transaction and commits once.
 type groupCommitter struct {
 	store   *replication.Store
+	tail    *feedTail // given each commit's entries, so the feed need not read them
 	writer  *sql.Conn // the committer's own connection: readers never starve it
 	now     func() time.Time
 	metrics *metrics
@@ -67,13 +68,13 @@ type groupCommitter struct {
 	done   chan struct{} // closed when the committer has exited
 }
 
-func newGroupCommitter(ctx context.Context, store *replication.Store, now func() time.Time, m *metrics, logger *slog.Logger) (*groupCommitter, error) {
+func newGroupCommitter(ctx context.Context, store *replication.Store, tail *feedTail, now func() time.Time, m *metrics, logger *slog.Logger) (*groupCommitter, error) {
 	writer, err := store.DB.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open the committer's connection: %w", err)
 	}
 	c := &groupCommitter{
-		store: store, writer: writer, now: now, metrics: m, logger: logger,
+		store: store, tail: tail, writer: writer, now: now, metrics: m, logger: logger,
 		pushes: make(chan *pushRequest, maxGroupPushes),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
@@ -165,6 +166,7 @@ func (c *groupCommitter) commitGroup(group []*pushRequest) {
 		c.logger.Error("commit failed; pushes answered as not processed", "pushes", len(group), "err", err)
 	} else {
 		if head > 0 {
+			c.tail.committed(appended(group))
 			c.store.Committed(head)
 			c.metrics.oplogHead.Set(float64(head))
 		}
@@ -183,6 +185,22 @@ func (c *groupCommitter) commitGroup(group []*pushRequest) {
 		batches[i] = r.batch
 	}
 	c.store.Wrote(replication.CheckpointWeight(batches))
+}
+
+// appended returns the oplog entries a committed group appended, in seq
+// order, as the log reads them back (AppliedAt to the millisecond, UTC).
+func appended(group []*pushRequest) []replication.Entry {
+	var es []replication.Entry
+	for _, r := range group {
+		for _, e := range r.fx.Entries {
+			if e.AppliedAt.IsZero() {
+				return nil // stamped by the log: a refill reads it
+			}
+			e.AppliedAt = time.UnixMilli(e.AppliedAt.UnixMilli()).UTC()
+			es = append(es, e)
+		}
+	}
+	return es
 }
 
 // applyGroup decides every batch of the group in one transaction and

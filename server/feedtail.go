@@ -122,6 +122,25 @@ func (t *feedTail) refill(ctx context.Context) error {
 	return nil
 }
 
+// committed takes the entries a commit of the log's one writer appended,
+// as the log reads them back, before the writer reports the commit
+// (Log.Committed): the subscriptions it wakes find them here without
+// reading the log. Entries that do not follow the tail's head (the tail
+// is not filled yet, or another writer's entries came between), or that
+// come while a refill runs, are left for a refill to read.
+func (t *feedTail) committed(entries []replication.Entry) {
+	if len(entries) == 0 || !t.fill.TryLock() {
+		return
+	}
+	defer t.fill.Unlock()
+	t.mu.RLock()
+	follows := t.ready && entries[0].Seq == t.head+1
+	t.mu.RUnlock()
+	if follows {
+		t.append(replication.Page{Entries: entries, Next: entries[len(entries)-1].Seq})
+	}
+}
+
 // behind reports whether the log has committed beyond head.
 func (t *feedTail) behind(head uint64) bool {
 	select {

@@ -374,7 +374,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		})
 		s.commits = clusterCommitter{cluster: cfg.Cluster, metrics: s.metrics, now: cfg.Now}
 	} else if err == nil {
-		s.commits, err = newGroupCommitter(ctx, s.store, cfg.Now, s.metrics, cfg.Logger)
+		s.commits, err = newGroupCommitter(ctx, s.store, s.tail, cfg.Now, s.metrics, cfg.Logger)
 	}
 	if err != nil {
 		if s.snapshotDB != nil {

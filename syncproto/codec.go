@@ -136,6 +136,14 @@ func unmarshalPlainPush(frame []byte, p *Push) bool {
 // so that it costs next to nothing on a large push. The full decoding that
 // follows checks the rest of the frame.
 func envelope(frame []byte) (rawType, rawID json.RawMessage, err error) {
+	if rawType, rawID, ok := envelopePrefix(frame); ok {
+		return rawType, rawID, nil
+	}
+	return decodeEnvelope(frame)
+}
+
+// decodeEnvelope is envelope for any frame, with a JSON decoder.
+func decodeEnvelope(frame []byte) (rawType, rawID json.RawMessage, err error) {
 	notObject := func() error { return Errorf(CodeMalformed, "frame is not one JSON object") }
 	dec := json.NewDecoder(bytes.NewReader(frame))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
@@ -159,6 +167,44 @@ func envelope(frame []byte) (rawType, rawID json.RawMessage, err error) {
 		}
 	}
 	return rawType, rawID, nil
+}
+
+// envelopePrefix reads the envelope of a frame that begins as the encoders
+// write one, {"type":"…","id":"…" then a comma or the object's end, with
+// no escape in either string: what envelope's decoder would read there,
+// without one. ok is false for any other beginning.
+func envelopePrefix(frame []byte) (rawType, rawID json.RawMessage, ok bool) {
+	rest, ok := bytes.CutPrefix(frame, []byte(`{"type":`))
+	if !ok {
+		return nil, nil, false
+	}
+	if rawType, rest, ok = plainString(rest); !ok {
+		return nil, nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"id":`)); !ok {
+		return nil, nil, false
+	}
+	if rawID, rest, ok = plainString(rest); !ok || len(rest) == 0 || (rest[0] != ',' && rest[0] != '}') {
+		return nil, nil, false
+	}
+	return rawType, rawID, true
+}
+
+// plainString splits a JSON string with neither escapes nor control
+// characters, its quotes included, off the front of b.
+func plainString(b []byte) (s, rest []byte, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, nil, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return b[:i+1], b[i+1:], true
+		case c == '\\' || c < 0x20:
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
 }
 
 // envelopeID returns the frame's "id" when it is a well-formed request id,

@@ -1,0 +1,101 @@
+package client
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/client/synccore"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// The queue tail answers a read only with every write after its After, up
+// to the newest handed over, and forgets what it answered with or what a
+// read went past; anything else is read from the queue.
+func TestQueueTailAnswersOnlyWithoutGaps(t *testing.T) {
+	var tail queueTail
+	add := func(ids ...uint64) {
+		for _, id := range ids {
+			tail.add(synccore.Item{ID: id, Size: int(id)})
+		}
+	}
+	ids := func(p synccore.Page) []uint64 {
+		var out []uint64
+		for _, it := range p.Items {
+			out = append(out, it.ID)
+		}
+		return out
+	}
+	read := func(after uint64, limit int) (synccore.Page, bool) {
+		return tail.page(synccore.ReadQueue{Read: 7, After: after, Limit: limit})
+	}
+
+	add(2, 1, 3) // handed over out of order
+	p, ok := read(0, 10)
+	require.True(t, ok)
+	require.Equal(t, []uint64{1, 2, 3}, ids(p))
+	require.True(t, p.End)
+	require.Equal(t, uint64(7), p.Read)
+	_, ok = read(3, 10)
+	require.False(t, ok, "nothing handed over: read the queue")
+
+	add(5)
+	_, ok = read(3, 10)
+	require.False(t, ok, "4 is committed and not handed over yet")
+	add(4)
+	p, ok = read(3, 10)
+	require.True(t, ok)
+	require.Equal(t, []uint64{4, 5}, ids(p))
+
+	add(6, 7, 8)
+	p, ok = read(5, 2)
+	require.True(t, ok)
+	require.Equal(t, []uint64{6, 7}, ids(p))
+	require.False(t, p.End, "a full page")
+	p, ok = read(7, 2)
+	require.True(t, ok)
+	require.Equal(t, []uint64{8}, ids(p))
+	require.True(t, p.End)
+
+	add(9, 10)
+	_, ok = read(0, 10)
+	require.False(t, ok, "a pass from the head reads the writes answered before from the queue")
+	p, ok = read(8, 10)
+	require.True(t, ok)
+	require.Equal(t, []uint64{9, 10}, ids(p))
+
+	add(11, 12)
+	_, ok = read(20, 10)
+	require.False(t, ok)
+	require.Empty(t, tail.items, "a read past them forgets them")
+
+	for id := range uint64(maxQueueTail + 1) {
+		add(100 + id)
+	}
+	_, ok = read(99, 10)
+	require.False(t, ok, "past its bound the tail forgot the older writes")
+}
+
+// A write handed to the driver in memory is the item it would read back
+// from the queue: its value as the payload holds it, and not the app's
+// buffer.
+func TestQueuedItemIsTheQueuedPayload(t *testing.T) {
+	for _, value := range []string{`{ "text" : "<b>&amp;</b>",  "n": [1, 2] }`, `null`, ``} {
+		m := testMutation(t, "a", value)
+		if value == "" {
+			m.Op, m.Value = syncproto.OpDelete, nil
+		}
+		payload := mustJSON(t, m)
+		it, ok := queuedItem(9, payload, m)
+		require.True(t, ok)
+		decoded, err := decodeMutation(payload)
+		require.NoError(t, err)
+		require.Equal(t, synccore.Item{ID: 9, Size: len(payload), Mutation: *decoded}, it)
+		if len(m.Value) > 0 {
+			m.Value[0] = ' '
+			require.NotEqual(t, m.Value, it.Mutation.Value)
+		}
+	}
+	_, ok := queuedItem(0, nil, testMutation(t, "a", `1`))
+	require.False(t, ok, "a dedup hit inserted nothing")
+}
