@@ -170,41 +170,25 @@ func decodeEnvelope(frame []byte) (rawType, rawID json.RawMessage, err error) {
 }
 
 // envelopePrefix reads the envelope of a frame that begins as the encoders
-// write one, {"type":"…","id":"…" then a comma or the object's end, with
-// no escape in either string: what envelope's decoder would read there,
-// without one. ok is false for any other beginning.
+// write one, {"type":"…","id":"…" then a comma or the object's end, both
+// strings plain (printable ASCII, no escape; plainString): what envelope's
+// decoder would read there, without one. ok is false for any other
+// beginning.
 func envelopePrefix(frame []byte) (rawType, rawID json.RawMessage, ok bool) {
-	rest, ok := bytes.CutPrefix(frame, []byte(`{"type":`))
-	if !ok {
+	const typePrefix, idPrefix = `{"type":`, `,"id":`
+	if !bytes.HasPrefix(frame, []byte(typePrefix)) {
 		return nil, nil, false
 	}
-	if rawType, rest, ok = plainString(rest); !ok {
+	i := len(typePrefix)
+	_, end, ok := plainString(frame, i)
+	if !ok || !bytes.HasPrefix(frame[end:], []byte(idPrefix)) {
 		return nil, nil, false
 	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(`,"id":`)); !ok {
+	rawType, i = frame[i:end], end+len(idPrefix)
+	if _, end, ok = plainString(frame, i); !ok || end == len(frame) || (frame[end] != ',' && frame[end] != '}') {
 		return nil, nil, false
 	}
-	if rawID, rest, ok = plainString(rest); !ok || len(rest) == 0 || (rest[0] != ',' && rest[0] != '}') {
-		return nil, nil, false
-	}
-	return rawType, rawID, true
-}
-
-// plainString splits a JSON string with neither escapes nor control
-// characters, its quotes included, off the front of b.
-func plainString(b []byte) (s, rest []byte, ok bool) {
-	if len(b) == 0 || b[0] != '"' {
-		return nil, nil, false
-	}
-	for i := 1; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			return b[:i+1], b[i+1:], true
-		case c == '\\' || c < 0x20:
-			return nil, nil, false
-		}
-	}
-	return nil, nil, false
+	return rawType, frame[i:end], true
 }
 
 // envelopeID returns the frame's "id" when it is a well-formed request id,
