@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -125,9 +126,10 @@ func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) 
 }
 
 // identity returns the id of the database behind db, creating it the first
-// time (want, or a random UUID). A restored backup keeps its id; a fresh
-// database gets a new one, so a client's cursor from another database is
-// never mistaken for a position in this one.
+// time (want, or a random UUID). A fresh database gets a new one, so a
+// client's cursor from another database is never mistaken for a position
+// in this one; a copy keeps its id, and a restore gives it a new one
+// (Reidentify).
 func identity(ctx context.Context, db *sql.DB, want string) (string, error) {
 	const schema = `CREATE TABLE IF NOT EXISTS syncd_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)`
 	if _, err := db.ExecContext(ctx, schema); err != nil {
@@ -147,6 +149,42 @@ func identity(ctx context.Context, db *sql.DB, want string) (string, error) {
 		return "", fmt.Errorf("open store: %w: it is %s, not %s", ErrOtherDatabase, id, want)
 	}
 	return id, nil
+}
+
+// ErrNotSyncdDatabase is returned by Reidentify for a database that has no
+// syncd identity.
+var ErrNotSyncdDatabase = errors.New("not a syncd database (no database_id in syncd_meta)")
+
+// Reidentify gives the database behind db a new random id and returns the
+// old and the new one. A database restored from a backup must get one
+// before syncd serves it (syncctl restore does it): the restored oplog
+// gives its next seqs to other writes than the ones devices saw before the
+// restore, so a device whose cursor came from the lost history would
+// resume from it, silently missing writes, once the head passes it again.
+// With a new id every device sees another database at its next welcome
+// and resyncs from a snapshot, keeping its queued writes. Run it with
+// syncd stopped; its cluster nodes must not share the restored file.
+func Reidentify(ctx context.Context, db *sql.DB) (old, id string, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return "", "", fmt.Errorf("reidentify: %w", err)
+	}
+	defer tx.Rollback()
+	err = tx.QueryRowContext(ctx, `SELECT value FROM syncd_meta WHERE name = 'database_id'`).Scan(&old)
+	if errors.Is(err, sql.ErrNoRows) || (err != nil && strings.Contains(err.Error(), "no such table")) {
+		return "", "", ErrNotSyncdDatabase
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("reidentify: read database id: %w", err)
+	}
+	id = uuid.NewString()
+	if _, err := tx.ExecContext(ctx, `UPDATE syncd_meta SET value = ? WHERE name = 'database_id'`, id); err != nil {
+		return "", "", fmt.Errorf("reidentify: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return "", "", fmt.Errorf("reidentify: %w", err)
+	}
+	return old, id, nil
 }
 
 // In returns the State of s inside tx, a write transaction of s.DB. The

@@ -23,7 +23,7 @@ const (
 	exitUnreachable  = 3   // the server (or its admin API) could not be reached
 	exitUnauthorized = 4   // the server refused the token
 	exitNotFound     = 5   // a file, op id or token id does not exist
-	exitBadFile      = 6   // not a queue, a corrupt queue, a locked queue, not a token file
+	exitBadFile      = 6   // not a queue, a corrupt queue, a locked queue, not a token file, a bad backup
 	exitNotApplied   = 7   // put: the server decided against the write
 	exitInterrupted  = 130 // SIGINT or SIGTERM; what was done is consistent
 )
@@ -148,6 +148,7 @@ Every command prints a table for people, or JSON with --json.`,
 		a.getCommand(),
 		a.watchCommand(),
 		a.benchCommand(),
+		a.restoreCommand(),
 	)
 	return root
 }
