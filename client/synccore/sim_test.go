@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -26,7 +27,10 @@ var (
 
 // TestSimulation runs seeded schedules of several cores against the
 // server's decision code (replication.Admit, replication.Memory) over a
-// simulated network and clock, and checks the invariants after each.
+// simulated network and clock (frames dropped with cut connections,
+// reordered, duplicated; devices crashed; the server crashed, compacted,
+// and restored from a backup under a new database id), and checks the
+// invariants after each.
 func TestSimulation(t *testing.T) {
 	first, n := uint64(1), uint64(*simSeeds)
 	if raceEnabled && n > raceSeeds {
@@ -36,12 +40,17 @@ func TestSimulation(t *testing.T) {
 		first, n = *simSeed, 1
 	}
 	start := time.Now()
+	restored := 0
 	for seed := first; seed < first+n; seed++ {
-		if err := runSchedule(seed, faults{}); err != nil {
+		restores, err := runSchedule(seed, faults{})
+		if err != nil {
 			t.Fatalf("seed %d: %v\nreplay: go test ./client/synccore -run 'TestSimulation$' -count=1 -v -sim.seed=%d", seed, err, seed)
 		}
+		if restores > 0 {
+			restored++
+		}
 	}
-	t.Logf("%d schedules (seeds %d..%d) passed every invariant in %s", n, first, first+n-1, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d schedules (seeds %d..%d) passed every invariant in %s; %d of them restored the server from a backup", n, first, first+n-1, time.Since(start).Round(time.Millisecond), restored)
 }
 
 // TestSimulationCatchesBrokenComponents runs the same schedules with a
@@ -55,10 +64,11 @@ func TestSimulationCatchesBrokenComponents(t *testing.T) {
 		{"queue forgets attempts", faults{queueForgetsAttempts: true}},
 		{"ledger forgets decisions", faults{ledgerForgets: true}},
 		{"core skips a result", faults{coreSkipsResult: true}},
+		{"restore keeps the database id", faults{restoreKeepsID: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 500; seed++ {
-				if err := runSchedule(seed, tc.f); err != nil {
+				if _, err := runSchedule(seed, tc.f); err != nil {
 					t.Logf("caught at seed %d: %v", seed, err)
 					return
 				}
@@ -73,6 +83,7 @@ type faults struct {
 	queueForgetsAttempts bool // SetAttempts does nothing
 	ledgerForgets        bool // the server's ledger evicts every decision at once
 	coreSkipsResult      bool // the driver drops the settle of some writes
+	restoreKeepsID       bool // a restored server keeps its database id (a restore by plain copy)
 }
 
 // raceSeeds bounds the schedules of one run under the race detector,
@@ -103,6 +114,7 @@ type msg struct {
 	changes  *Changes
 	snapshot *Snapshot
 	records  []syncproto.Change // with snapshot: the records at its head
+	dbID     int                // with snapshot: the database it was read from
 	feedLost bool
 }
 
@@ -130,6 +142,7 @@ type simClient struct {
 	outcomes map[string][]Verdict
 	replica  map[replication.RecordKey]syncproto.Change
 	cursor   uint64
+	dbID     int // the database the replica was synced from
 	// volatile
 	core  *Core
 	conn  *conn
@@ -152,14 +165,40 @@ type sim struct {
 	applied map[string][]replication.Entry
 	decided map[string]syncproto.Result
 	writes  map[string]syncproto.Mutation // every write an app made
+	// history is every change of the server's state since it started
+	// empty, in order, for a restore to replay up to its backup.
+	history  []serverEvent
+	backup   *serverBackup
+	dbID     int // the server database's identity; a restore gives a new one
+	restores int
+	lost     map[string]bool // ops a restore took away after the server applied them
 }
 
-func runSchedule(seed uint64, f faults) error {
+// serverEvent is one change of the server's state: a push applied at a
+// time, or a compaction.
+type serverEvent struct {
+	now      time.Time
+	clientID string
+	muts     []syncproto.Mutation
+	compact  int // with muts nil: Compact(compact)
+}
+
+// serverBackup is the server as a backup taken at one point holds it: the
+// events up to it, and what the checker had observed by then.
+type serverBackup struct {
+	events  int
+	applied map[string][]replication.Entry
+	decided map[string]syncproto.Result
+}
+
+// runSchedule runs one seeded schedule and checks it; it reports how many
+// times the server was restored from a backup.
+func runSchedule(seed uint64, f faults) (restores int, err error) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s := &sim{rng: rng, f: f, now: time.UnixMilli(1_700_000_000_000).UTC(), chaos: true,
-		applied: map[string][]replication.Entry{}, decided: map[string]syncproto.Result{}, writes: map[string]syncproto.Mutation{}}
+		applied: map[string][]replication.Entry{}, decided: map[string]syncproto.Result{}, writes: map[string]syncproto.Mutation{}, lost: map[string]bool{}}
 	if err := s.newServer(); err != nil {
-		return err
+		return 0, err
 	}
 	for i := range 2 + rng.IntN(3) {
 		c := &simClient{id: fmt.Sprintf("c%d", i), skew: time.Duration(rng.IntN(40)-20) * time.Second,
@@ -170,27 +209,27 @@ func runSchedule(seed uint64, f faults) error {
 	}
 	for range chaosSteps {
 		if err := s.chaosStep(); err != nil {
-			return err
+			return s.restores, err
 		}
 	}
 	s.chaos = false
 	for _, c := range s.clients {
 		if c.conn == nil {
 			if err := s.connect(c); err != nil {
-				return err
+				return s.restores, err
 			}
 		}
 	}
 	for range quiesceSteps {
 		progressed, err := s.quietStep()
 		if err != nil {
-			return err
+			return s.restores, err
 		}
 		if !progressed {
-			return s.check()
+			return s.restores, s.check()
 		}
 	}
-	return fmt.Errorf("not quiescent after %d steps: %s", quiesceSteps, s.pending())
+	return s.restores, fmt.Errorf("not quiescent after %d steps: %s", quiesceSteps, s.pending())
 }
 
 func (s *sim) newServer() error {
@@ -227,7 +266,15 @@ func (s *sim) chaosStep() error {
 			s.cut(c) // the server crashes: its committed state survives
 		}
 	case r < 83:
-		s.srv.Compact(s.rng.IntN(5))
+		return s.replay(s.record(serverEvent{compact: s.rng.IntN(5)}))
+	case r < 84:
+		if s.backup == nil {
+			s.backup = &serverBackup{events: len(s.history), applied: maps.Clone(s.applied), decided: maps.Clone(s.decided)}
+		}
+	case r < 85:
+		if s.backup != nil {
+			return s.restore()
+		}
 	default:
 		if c.conn == nil {
 			return s.connect(c)
@@ -303,7 +350,7 @@ func (s *sim) connect(c *simClient) error {
 	s.conns = append(s.conns, cn)
 	// hello/welcome: the server checks the replica's cursor.
 	bounds, _ := s.srv.Bounds(context.Background(), replication.Scope{Tenant: simTenant, AllModels: true}) // Memory's never fails
-	resync := bounds.Check(c.cursor) != nil
+	resync := bounds.Check(c.cursor) != nil || c.dbID != s.dbID
 	return s.feed(c, Welcomed{MaxBatch: 3, Cursor: c.cursor, Resync: resync})
 }
 
@@ -382,7 +429,7 @@ func (s *sim) deliver(cn *conn) error {
 		for _, e := range m.records {
 			c.replica[replication.RecordKey{Model: e.Model, Key: e.Key}] = e
 		}
-		c.cursor = m.snapshot.Head
+		c.cursor, c.dbID = m.snapshot.Head, m.dbID
 		return s.feed(c, *m.snapshot)
 	case m.feedLost:
 		return s.feed(c, FeedLost{})
@@ -395,7 +442,7 @@ func (s *sim) serve(cn *conn, m msg) error {
 	switch {
 	case m.resync:
 		head, recs := s.srv.Snapshot(replication.Scope{Tenant: simTenant, AllModels: true})
-		m := msg{snapshot: &Snapshot{Head: head}}
+		m := msg{snapshot: &Snapshot{Head: head}, dbID: s.dbID}
 		for _, r := range recs {
 			m.records = append(m.records, change(r.Seq, r))
 		}
@@ -409,21 +456,9 @@ func (s *sim) serve(cn *conn, m msg) error {
 		cn.down = append(cn.down, msg{push: m.push, err: &syncproto.Error{Code: syncproto.CodeServerBusy, Retryable: true, RetryAfterMS: 500}})
 		return nil
 	}
-	a := replication.Author{Tenant: simTenant, ClientID: cn.client.id, CanWrite: func(model string) bool { return model != "ro" }}
-	b := replication.Admit(a, m.muts, simPolicies, s.now, simMaxSkew)
-	for i := range b.Writes {
-		if b.Writes[i].Mutation.Model == "flaky" && b.Writes[i].Refusal == nil {
-			b.Writes[i].Refusal = syncproto.Errorf(syncproto.CodeInternal, "this model always fails")
-		}
-	}
-	fx, err := s.srv.Apply(context.Background(), &b)
+	fx, err := s.apply(s.record(serverEvent{now: s.now, clientID: cn.client.id, muts: m.muts}))
 	if err != nil {
-		return fmt.Errorf("server apply: %w", err)
-	}
-	if s.f.ledgerForgets {
-		if _, err := s.srv.Ledger().Prune(context.Background(), s.now); err != nil {
-			return err
-		}
+		return err
 	}
 	for _, e := range fx.Entries {
 		s.applied[e.OpID] = append(s.applied[e.OpID], e)
@@ -431,10 +466,88 @@ func (s *sim) serve(cn *conn, m msg) error {
 	for _, r := range fx.Results {
 		if r.Status == syncproto.StatusApplied || r.Status == syncproto.StatusSuperseded || r.Status == syncproto.StatusConflict {
 			s.decided[r.OpID] = r
+			delete(s.lost, r.OpID) // decided again, in this history
 		}
 	}
 	cn.down = append(cn.down, msg{push: m.push, results: fx.Results})
 	return s.publish()
+}
+
+// record adds ev to the server's history and returns it.
+func (s *sim) record(ev serverEvent) serverEvent {
+	s.history = append(s.history, ev)
+	return ev
+}
+
+// apply carries out a push event on the server: Admit, the flaky model's
+// refusal, Apply.
+func (s *sim) apply(ev serverEvent) (replication.Effects, error) {
+	a := replication.Author{Tenant: simTenant, ClientID: ev.clientID, CanWrite: func(model string) bool { return model != "ro" }}
+	b := replication.Admit(a, ev.muts, simPolicies, ev.now, simMaxSkew)
+	for i := range b.Writes {
+		if b.Writes[i].Mutation.Model == "flaky" && b.Writes[i].Refusal == nil {
+			b.Writes[i].Refusal = syncproto.Errorf(syncproto.CodeInternal, "this model always fails")
+		}
+	}
+	fx, err := s.srv.Apply(context.Background(), &b)
+	if err != nil {
+		return replication.Effects{}, fmt.Errorf("server apply: %w", err)
+	}
+	if s.f.ledgerForgets {
+		if _, err := s.srv.Ledger().Prune(context.Background(), ev.now); err != nil {
+			return replication.Effects{}, err
+		}
+	}
+	return fx, nil
+}
+
+// replay carries out ev on the server.
+func (s *sim) replay(ev serverEvent) error {
+	if ev.muts == nil {
+		s.srv.Compact(ev.compact)
+		return nil
+	}
+	_, err := s.apply(ev)
+	return err
+}
+
+// restore is the operator restoring the backup (syncctl restore): the
+// server stops (every connection is cut), comes back with the state the
+// backup holds and a new database id, so every device resyncs. What the
+// server decided after the backup is lost; a device that settled such a
+// write keeps its outcome (docs/operations.md says so), so the checker
+// excuses those writes, and only those, from agreeing with the server:
+// a write decided again after the restore is checked as any other.
+func (s *sim) restore() error {
+	for _, c := range s.clients {
+		s.cut(c)
+	}
+	b := s.backup
+	s.backup = nil
+	events := s.history[:b.events]
+	s.history = nil
+	now := s.now
+	defer func() { s.now = now }()
+	if err := s.newServer(); err != nil {
+		return err
+	}
+	for _, ev := range events {
+		s.now = ev.now // the ledger stamps its decisions with the clock
+		if err := s.replay(s.record(ev)); err != nil {
+			return err
+		}
+	}
+	for op := range s.decided {
+		if _, kept := b.decided[op]; !kept {
+			s.lost[op] = true
+		}
+	}
+	s.applied, s.decided = b.applied, b.decided
+	s.restores++
+	if !s.f.restoreKeepsID {
+		s.dbID++
+	}
+	return nil
 }
 
 // publish sends every subscribed connection the feed it has not seen.
@@ -599,6 +712,9 @@ func (s *sim) check() error {
 		}
 		v := outs[0]
 		applied := len(s.applied[op]) == 1
+		if s.lost[op] {
+			continue // decided, then lost with the server's history by a restore
+		}
 		switch v.Action {
 		case DeadLetter:
 			if applied {
