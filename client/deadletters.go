@@ -59,6 +59,7 @@ func (c *Client) RequeueDeadLetters(ctx context.Context, ids ...offlinequeue.ID)
 	if err := c.queue.Requeue(ctx, ids...); err != nil {
 		return err
 	}
+	c.queued.queuedElsewhere() // the requeued items are not in the tail
 	// The old outcome goes first: the overlay takes no write that has an
 	// outcome. Until the overlay has it, Await may answer ErrUnknownOp.
 	if err := c.replica.forgetDeadLettered(ctx, ops); err != nil {

@@ -33,11 +33,23 @@ type link struct {
 	stopping bool // under mu: spawn starts nothing more
 	wg       sync.WaitGroup
 	stopped  sync.Once
+
+	// pushes are the batches the driver handed over, written in order by
+	// the link's writer (writePushes), so that a large push on a slow
+	// uplink never holds the driver. The core has at most InFlight pushes
+	// unanswered, so the driver never waits for room.
+	pushes chan outgoingPush
+}
+
+// outgoingPush is one batch for the link's writer.
+type outgoingPush struct {
+	id   uint64
+	muts []syncproto.Mutation
 }
 
 func newLink(c *Client, cn *conn) *link {
 	ctx, cancel := context.WithCancel(c.ctx)
-	return &link{c: c, conn: cn, ctx: ctx, cancel: cancel, since: c.now()}
+	return &link{c: c, conn: cn, ctx: ctx, cancel: cancel, since: c.now(), pushes: make(chan outgoingPush, c.cfg.InFlight)}
 }
 
 // spawn runs f on a goroutine the link owns, unless the link is stopping.
@@ -111,6 +123,7 @@ func (l *link) bind(ctx context.Context) error {
 	c.metrics.connected.Set(1)
 	c.log.Info("connected", "server", l.conn.url, "node", w.NodeID, "cursor", cursor, "head", w.Head)
 	l.spawn(l.forwardFeed)
+	l.spawn(l.writePushes)
 	l.spawn(func() { l.keepalive(time.Duration(w.Limits.IdleTimeoutMS) * time.Millisecond / 3) })
 	return nil
 }
@@ -162,12 +175,34 @@ func (l *link) forwardFeed() {
 	}
 }
 
-// push sends one batch; the connection's reader hands its answer to the
+// push hands one batch to the link's writer. A link that ended drops it:
+// the core resends it on the next connection, charged nothing.
+func (l *link) push(id uint64, muts []syncproto.Mutation) {
+	select {
+	case l.pushes <- outgoingPush{id: id, muts: muts}:
+	case <-l.ctx.Done():
+	}
+}
+
+// writePushes writes the batches push handed over, in order, until the
+// link ends.
+func (l *link) writePushes() {
+	for {
+		select {
+		case p := <-l.pushes:
+			l.write(p.id, p.muts)
+		case <-l.ctx.Done():
+			return
+		}
+	}
+}
+
+// write sends one batch; the connection's reader hands its answer to the
 // driver, without a goroutine of its own unless a conflict winner must be
 // fetched (fetchOmitted sends requests whose answers that reader reads). A
 // connection that fails meanwhile is closed: its end tells the driver,
 // whose core resends the batch on the next connection, charged nothing.
-func (l *link) push(id uint64, muts []syncproto.Mutation) {
+func (l *link) write(id uint64, muts []syncproto.Mutation) {
 	err := l.conn.pushAsync(l.ctx, muts, func(results []syncproto.Result, err error) {
 		if err == nil && omitsWinner(results) {
 			l.spawn(func() {

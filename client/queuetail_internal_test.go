@@ -99,3 +99,78 @@ func TestQueuedItemIsTheQueuedPayload(t *testing.T) {
 	_, ok := queuedItem(0, nil, testMutation(t, "a", `1`))
 	require.False(t, ok, "a dedup hit inserted nothing")
 }
+
+// A write queued without being handed over (a requeued dead letter) sends
+// the next read to the queue, once; an item handed over after the driver
+// read it from the queue is not taken; the tail forgets everything past
+// its byte bound.
+func TestQueueTailDefersToTheQueue(t *testing.T) {
+	var tail queueTail
+	read := func(after uint64) bool {
+		_, ok := tail.page(synccore.ReadQueue{After: after, Limit: 10})
+		return ok
+	}
+	tail.add(synccore.Item{ID: 1})
+	tail.queuedElsewhere()
+	require.False(t, read(0), "item 2 was requeued: the queue holds it, the tail does not")
+	tail.readFromQueue(2)
+	tail.add(synccore.Item{ID: 3})
+	require.True(t, read(2), "the read after that uses the tail again")
+
+	tail.readFromQueue(5) // the driver read 4 and 5 from the queue before their Puts handed them over
+	tail.add(synccore.Item{ID: 4})
+	tail.add(synccore.Item{ID: 5})
+	require.False(t, read(3), "items the driver already read are never answered from memory")
+
+	tail.add(synccore.Item{ID: 6, Size: maxQueueTailBytes / 2})
+	tail.add(synccore.Item{ID: 7, Size: maxQueueTailBytes / 2})
+	tail.add(synccore.Item{ID: 8, Size: 1})
+	require.False(t, read(5), "past its byte bound the tail forgot 6 and 7")
+	require.Equal(t, 1, tail.bytes)
+}
+
+// The coalesced wake-up of a Put and a requeue: the driver, woken once,
+// must still send the requeued write (a model of the driver's reads with
+// the real core and tail).
+func TestRequeuedWriteIsSentDespiteAMergedWakeUp(t *testing.T) {
+	var queue []uint64
+	item := func(id uint64) synccore.Item {
+		return synccore.Item{ID: id, Size: 10, Mutation: syncproto.Mutation{OpID: "op-" + string(rune('a'+id)), Model: "notes", Key: "k", Op: syncproto.OpPut}}
+	}
+	var tail queueTail
+	core := synccore.New(synccore.Config{InFlight: 2, MaxBatch: 100, MaxPushBytes: 1 << 20}, 0)
+	var sent []uint64
+	var run func(acts []synccore.Action)
+	run = func(acts []synccore.Action) {
+		for _, a := range acts {
+			switch a := a.(type) {
+			case synccore.ReadQueue:
+				if p, ok := tail.page(a); ok {
+					run(core.Step(p))
+					continue
+				}
+				p := synccore.Page{Read: a.Read}
+				for _, id := range queue {
+					if id > a.After && len(p.Items) < a.Limit {
+						p.Items = append(p.Items, item(id))
+					}
+				}
+				p.End = len(p.Items) < a.Limit
+				if n := len(p.Items); n > 0 {
+					tail.readFromQueue(p.Items[n-1].ID)
+				}
+				run(core.Step(p))
+			case synccore.Send:
+				for _, it := range a.Items {
+					sent = append(sent, it.ID)
+				}
+			}
+		}
+	}
+	run(core.Step(synccore.Welcomed{MaxBatch: 100, MaxPushBytes: 1 << 20})) // an empty queue
+	queue = []uint64{1, 2}                                                  // a Put committed 1, a requeue committed 2
+	tail.queuedElsewhere()                                                  // the requeue, after its commit
+	tail.add(item(1))                                                       // the Put hands 1 over; its wake-up merges with the requeue's
+	run(core.Step(synccore.Enqueued{}))
+	require.Equal(t, []uint64{1, 2}, sent, "the requeued write is sent with the Put's")
+}

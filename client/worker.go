@@ -311,6 +311,9 @@ func (d *driver) read(a synccore.ReadQueue) synccore.Input {
 		d.fail("reading the queue", err)
 		return nil
 	}
+	if len(items) > 0 {
+		c.queued.readFromQueue(uint64(items[len(items)-1].ID))
+	}
 	page := synccore.Page{Read: a.Read, Items: make([]synccore.Item, len(items)), End: len(items) < a.Limit}
 	for i, it := range items {
 		ci := synccore.Item{ID: uint64(it.ID), Attempts: int(it.Attempts), Size: len(it.Payload)}
