@@ -3,7 +3,6 @@ package syncproto
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 
 	"github.com/syncd-dev/syncd/internal/jsonscan"
 )
@@ -123,9 +122,9 @@ func scanChanges(frame []byte, c *Changes) bool {
 		case "id":
 			c.ID, end, ok = plainText(frame, v)
 		case "cursor":
-			c.Cursor, end, ok = plainUint(frame, v)
+			c.Cursor, end, ok = jsonscan.Uint(frame, v)
 		case "head":
-			c.Head, end, ok = plainUint(frame, v)
+			c.Head, end, ok = jsonscan.Uint(frame, v)
 		case "more":
 			c.More, end, ok = plainBool(frame, v)
 		case "entries":
@@ -150,9 +149,9 @@ func scanChange(b []byte, i int, ch *Change) (int, bool) {
 	return jsonscan.Object(b, i, func(key []byte, v int) (end int, ok bool) {
 		switch string(key) {
 		case "seq":
-			ch.Seq, end, ok = plainUint(b, v)
+			ch.Seq, end, ok = jsonscan.Uint(b, v)
 		case "version":
-			ch.Version, end, ok = plainUint(b, v)
+			ch.Version, end, ok = jsonscan.Uint(b, v)
 		case "deleted":
 			ch.Deleted, end, ok = plainBool(b, v)
 		default:
@@ -216,28 +215,14 @@ func plainString(b []byte, i int) (s []byte, end int, ok bool) {
 	return nil, 0, false
 }
 
-// plainVersion reads null or a plainUint.
+// plainVersion reads null or a plain unsigned integer (jsonscan.Uint).
 func plainVersion(b []byte, i int) (*uint64, int, bool) {
 	if end := i + 4; bytes.HasPrefix(b[i:], []byte("null")) && (end == len(b) || jsonscan.Delimiter(b[end])) {
 		return nil, end, true
 	}
-	v, end, ok := plainUint(b, i)
+	v, end, ok := jsonscan.Uint(b, i)
 	if !ok {
 		return nil, 0, false
 	}
 	return &v, end, true
-}
-
-// plainUint reads an unsigned integer without sign, fraction, exponent or
-// leading zero, within uint64.
-func plainUint(b []byte, i int) (uint64, int, bool) {
-	end := i
-	for end < len(b) && '0' <= b[end] && b[end] <= '9' {
-		end++
-	}
-	if end == i || (b[i] == '0' && end > i+1) || (end < len(b) && !jsonscan.Delimiter(b[end])) {
-		return 0, 0, false
-	}
-	v, err := strconv.ParseUint(string(b[i:end]), 10, 64)
-	return v, end, err == nil
 }

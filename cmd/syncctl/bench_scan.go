@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"strconv"
 
 	"github.com/syncd-dev/syncd/internal/jsonscan"
 )
@@ -34,14 +33,14 @@ func scanChanges(data []byte, seen func(seq uint64)) (cursor uint64, ok bool) {
 						end, _, ok := jsonscan.ValueEnd(data, v)
 						return end, ok
 					}
-					n, end, ok := number(data, v)
+					n, end, ok := jsonscan.Uint(data, v)
 					seqs, found = append(seqs, n), ok
 					return end, ok
 				})
 				return end, ok && found
 			})
 		case "cursor":
-			n, end, ok := number(data, v)
+			n, end, ok := jsonscan.Uint(data, v)
 			cursor, gotCursor = n, ok
 			return end, ok
 		}
@@ -55,14 +54,4 @@ func scanChanges(data []byte, seen func(seq uint64)) (cursor uint64, ok bool) {
 		seen(s)
 	}
 	return cursor, true
-}
-
-// number reads the unsigned integer starting at i.
-func number(b []byte, i int) (uint64, int, bool) {
-	end := i
-	for end < len(b) && b[end] >= '0' && b[end] <= '9' {
-		end++
-	}
-	n, err := strconv.ParseUint(string(b[i:end]), 10, 64)
-	return n, end, err == nil
 }

@@ -9,7 +9,10 @@
 // past what it read; ok is false when the text there is not what it reads.
 package jsonscan
 
-import "bytes"
+import (
+	"bytes"
+	"strconv"
+)
 
 // Object calls member for each member of the object starting at b[i], with
 // the member's key (its bytes between the quotes, escapes as written) and
@@ -129,6 +132,21 @@ func StringEnd(b []byte, i int) (int, bool) {
 			return i + 1, true
 		}
 	}
+}
+
+// Uint reads the unsigned integer starting at b[i], written plainly: no
+// sign, fraction, exponent or leading zero, within uint64, followed by a
+// delimiter or the end of b.
+func Uint(b []byte, i int) (uint64, int, bool) {
+	end := i
+	for end < len(b) && '0' <= b[end] && b[end] <= '9' {
+		end++
+	}
+	if end == i || (b[i] == '0' && end > i+1) || (end < len(b) && !Delimiter(b[end])) {
+		return 0, 0, false
+	}
+	v, err := strconv.ParseUint(string(b[i:end]), 10, 64)
+	return v, end, err == nil
 }
 
 // SkipSpace returns the index of the first byte at or after b[i] that is
