@@ -362,6 +362,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		err = s.setOplogGauges(ctx)
 	}
 	if err == nil {
+		err = reg.Register(newInfoCollector(s.store.ID, s.store.Ledger))
+	}
+	if err == nil {
 		s.snapshotDB, err = openSnapshotPool(ctx, cfg)
 	}
 	if err == nil && cfg.Cluster != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/time/rate"
 
+	"github.com/syncd-dev/syncd/internal/buildinfo"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -408,6 +409,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		Limits: ss.srv.limits(), Models: ss.srv.modelAccess(ss.p),
 		DefaultPolicy: syncproto.Policy(ss.srv.cfg.Policies.Default()),
 		LedgerFloorMS: floorMS(floor),
+		ServerBuild:   buildinfo.Read().String(),
 	})
 	return nil
 }

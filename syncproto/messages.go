@@ -173,6 +173,10 @@ type Welcome struct {
 	// policy, or PolicyNone when the server refuses undeclared models
 	// (invalid_model). Absent (from an older server) means PolicyLWW.
 	DefaultPolicy Policy `json:"default_policy,omitempty"`
+	// ServerBuild, optional, names the server's build (release version,
+	// source revision): for logs and support, never for deciding what the
+	// client does, which follows the members above.
+	ServerBuild string `json:"server_build,omitempty"`
 }
 
 // Policy is a model's conflict policy, as a client sees it.
