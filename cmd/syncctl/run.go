@@ -172,6 +172,19 @@ func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 	return cmd
 }
 
+// groupWithDefault returns a command group that, run without a
+// subcommand, does what its obvious subcommand does, with that
+// subcommand's flags: syncctl conflicts lists like syncctl conflicts ls.
+// def builds the subcommand; it is built twice, once as the group itself.
+func groupWithDefault(use, short string, def func() *cobra.Command, subs ...*cobra.Command) *cobra.Command {
+	cmd := def()
+	sub := cmd.Name()
+	cmd.Use, cmd.Aliases = use, nil
+	cmd.Short = short + " (alone: " + sub + ")"
+	cmd.AddCommand(append([]*cobra.Command{def()}, subs...)...)
+	return cmd
+}
+
 // exactArgs is cobra.ExactArgs with a usage error naming the arguments.
 func exactArgs(n int, names string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
