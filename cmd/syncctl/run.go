@@ -150,6 +150,7 @@ Every command prints a table for people, or JSON with --json.`,
 		a.benchCommand(),
 		a.restoreCommand(),
 		a.versionCommand(),
+		a.backupCommand(),
 	)
 	return root
 }
