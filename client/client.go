@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,32 +247,6 @@ func (c *Client) stamp() syncproto.Timestamp {
 	c.clockMu.Lock()
 	defer c.clockMu.Unlock()
 	return c.clock.Now()
-}
-
-// ErrSnapshotTooLarge: a snapshot exceeded Config.MaxSnapshotBytes. The
-// replica was left as it was.
-var ErrSnapshotTooLarge = errors.New("client: snapshot larger than MaxSnapshotBytes")
-
-// boundedReader reads at most left bytes of r, then fails with
-// ErrSnapshotTooLarge and remembers it (exceeded): a line reader above it
-// may report the cut as a malformed last line instead.
-type boundedReader struct {
-	r        io.Reader
-	left     int64
-	exceeded bool
-}
-
-func (b *boundedReader) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		b.exceeded = true
-		return 0, ErrSnapshotTooLarge
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.r.Read(p)
-	b.left -= int64(n)
-	return n, err
 }
 
 // MaxObservedClockAhead bounds how far ahead of the server's wall clock (as
@@ -783,39 +755,4 @@ func (c *Client) permanentRefusal() error {
 		return re
 	}
 	return nil
-}
-
-// loadSnapshot replaces the replica's records with the server's snapshot.
-func (c *Client) loadSnapshot(ctx context.Context, baseURL string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, httpURL(baseURL, syncproto.SnapshotPath), nil)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	resp, err := c.cfg.HTTPClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("snapshot: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return 0, fmt.Errorf("snapshot: %s", resp.Status)
-	}
-	body := &boundedReader{r: resp.Body, left: c.cfg.MaxSnapshotBytes}
-	sr, err := syncproto.NewSnapshotReader(body)
-	if err == nil {
-		var head uint64
-		head, err = c.replica.resetFromSnapshot(ctx, sr)
-		if err == nil {
-			c.metrics.resyncs.Inc()
-			c.changes.publish(ChangeEvent{Resync: true})
-			return head, nil
-		}
-	}
-	if body.exceeded {
-		return 0, fmt.Errorf("snapshot: %w (%d bytes)", ErrSnapshotTooLarge, c.cfg.MaxSnapshotBytes)
-	}
-	return 0, fmt.Errorf("snapshot: %w", err)
 }

@@ -84,9 +84,11 @@ type Config struct {
 	// OutcomeRetention is how long decided writes' outcomes are kept.
 	OutcomeRetention time.Duration
 	// MaxSnapshotBytes and SnapshotTimeout bound one snapshot download: a
-	// larger or slower one is abandoned with ErrSnapshotTooLarge or a
-	// deadline error and the replica is left as it was; 0 means the
-	// defaults (DefaultMaxSnapshotBytes, DefaultSnapshotTimeout).
+	// larger or slower one is abandoned with ErrSnapshotTooLarge or
+	// ErrSnapshotTimeout and the replica is left as it was; 0 means the
+	// defaults (DefaultMaxSnapshotBytes, DefaultSnapshotTimeout). Memory
+	// does not grow with a snapshot: it is stored in pages of at most
+	// about 1 MiB as it arrives (the bytes go to the replica's file).
 	MaxSnapshotBytes int64
 	SnapshotTimeout  time.Duration
 	// HTTPClient dials websockets, probes and fetches snapshots; nil means

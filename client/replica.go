@@ -829,7 +829,7 @@ func storeSnapshot(ctx context.Context, tx *sql.Tx, sr *syncproto.SnapshotReader
 	defer stmt.Close()
 
 	ctx, cancel := context.WithCancel(ctx)
-	pages := make(chan []syncproto.SnapshotRecord, 4)
+	pages := make(chan []syncproto.SnapshotRecord, snapshotPages)
 	var readErr error
 	var reading sync.WaitGroup
 	reading.Go(func() {
@@ -864,14 +864,23 @@ func storeSnapshot(ctx context.Context, tx *sql.Tx, sr *syncproto.SnapshotReader
 	return head, setMeta(ctx, tx, metaCursor, head)
 }
 
-// snapshotPage is how many records resetFromSnapshot's reader hands over at
-// a time.
-const snapshotPage = 256
+// snapshotPage and snapshotPageBytes bound a page resetFromSnapshot's
+// reader hands over: 256 records, or fewer holding at least 1 MiB of keys
+// and values. With snapshotPages pages waiting, one being stored and one
+// being read, a load holds at most (snapshotPages+2) pages of at most
+// snapshotPageBytes plus one record (MaxPayloadBytes) each, about 8 MiB,
+// whatever the snapshot's size.
+const (
+	snapshotPage      = 256
+	snapshotPageBytes = 1 << 20
+	snapshotPages     = 4
+)
 
 // readSnapshotPages reads sr to its end in pages sent on pages; it returns
 // nil after the trailer, sr's error, or ctx's when the consumer gave up.
 func readSnapshotPages(ctx context.Context, sr *syncproto.SnapshotReader, pages chan<- []syncproto.SnapshotRecord) error {
 	page := make([]syncproto.SnapshotRecord, 0, snapshotPage)
+	size := 0
 	for {
 		rec, err := sr.Next()
 		eof := errors.Is(err, io.EOF)
@@ -880,14 +889,15 @@ func readSnapshotPages(ctx context.Context, sr *syncproto.SnapshotReader, pages 
 		}
 		if !eof {
 			page = append(page, rec)
+			size += len(rec.Key) + len(rec.Value)
 		}
-		if len(page) == snapshotPage || (eof && len(page) > 0) {
+		if len(page) == snapshotPage || size >= snapshotPageBytes || (eof && len(page) > 0) {
 			select {
 			case pages <- page:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			page = make([]syncproto.SnapshotRecord, 0, snapshotPage)
+			page, size = make([]syncproto.SnapshotRecord, 0, snapshotPage), 0
 		}
 		if eof {
 			return nil
