@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +52,7 @@ type Client struct {
 
 	monitor *netmonitor.Monitor
 	coord   *reconnect.Coordinator
-	driver  *driver                    // runs the sync core; see worker.go
+	driver  *driver                    // runs the sync core; see driver.go
 	models  atomic.Pointer[modelRules] // from the last welcome; nil before one
 
 	mu        sync.Mutex
@@ -168,48 +167,6 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// probe checks that any of the servers answers /healthz.
-func (c *Client) probe() (netmonitor.Probe, error) {
-	probes := make([]netmonitor.Probe, len(c.cfg.ServerURLs))
-	for i, u := range c.cfg.ServerURLs {
-		p, err := netmonitor.HTTPProbe(c.cfg.HTTPClient, httpURL(u, "/healthz"))
-		if err != nil {
-			return nil, err
-		}
-		probes[i] = p
-	}
-	return func(ctx context.Context) error {
-		var errs []error
-		for _, p := range probes {
-			err := p(ctx)
-			if err == nil {
-				return nil
-			}
-			errs = append(errs, err)
-		}
-		return errors.Join(errs...)
-	}, nil
-}
-
-// followNetwork turns monitor events into coordinator signals.
-func (c *Client) followNetwork(events <-chan netmonitor.Event) {
-	for ev := range events {
-		c.driver.post(event{in: synccore.Network{Online: ev.State == netmonitor.Online}})
-		switch ev.State {
-		case netmonitor.Online:
-			c.coord.OnOnline()
-		case netmonitor.Offline:
-			c.coord.OnOffline()
-			c.dropLink(nil)
-		}
-		c.statusChanged()
-	}
-}
-
-func (c *Client) onOutcome(o reconnect.Outcome) {
-	c.log.Debug("reconnect run ended", "outcome", o.String())
-}
-
 // Close stops the background link (a replay in progress is cancelled; its
 // unanswered writes stay queued), then closes the replica and the queue.
 func (c *Client) Close() error {
@@ -240,61 +197,6 @@ func (c *Client) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
-}
-
-// stamp issues the next timestamp of this device's clock.
-func (c *Client) stamp() syncproto.Timestamp {
-	c.clockMu.Lock()
-	defer c.clockMu.Unlock()
-	return c.clock.Now()
-}
-
-// MaxObservedClockAhead bounds how far ahead of the server's wall clock (as
-// the last welcome measured it) a timestamp the client observes may be: the
-// server accepts writes up to its skew bound ahead, so a legitimate one is
-// within twice the default bound. One further ahead (a broken or hostile
-// peer's, say year 9999) is not adopted, so it cannot drag every later
-// write of the device to the end of time; it is logged and counted.
-const MaxObservedClockAhead = 2 * syncproto.DefaultMaxClockSkew
-
-// observe advances the device clock past a server timestamp, unless the
-// timestamp is more than MaxObservedClockAhead ahead of the server's clock.
-func (c *Client) observe(ts syncproto.Timestamp) {
-	c.clockMu.Lock()
-	defer c.clockMu.Unlock()
-	serverNow := c.now().UnixMilli() + c.serverOffset
-	if ts.Wall > serverNow+MaxObservedClockAhead.Milliseconds() {
-		c.metrics.clockRefused.Inc()
-		c.log.Warn("not adopting a timestamp far ahead of the server's clock", "hlc", ts.String(), "ahead_ms", ts.Wall-serverNow)
-		return
-	}
-	c.clock.Observe(ts)
-}
-
-// measureOffset records the server's clock offset from a welcome.
-func (c *Client) measureOffset(w *syncproto.Welcome) {
-	if w.ServerTime == 0 {
-		return // an older server: assume the clocks agree
-	}
-	c.clockMu.Lock()
-	defer c.clockMu.Unlock()
-	c.serverOffset = w.ServerTime - c.now().UnixMilli()
-}
-
-// correctClock runs after the server refused writes for clock skew: this
-// device's clock is ahead of the server's by more than the bound. The clock
-// is replaced by one that reads the device's time shifted by the offset
-// measured at welcome, so re-stamped writes fall within the bound. This is
-// the one place a device clock may step back; writes already applied with
-// the fast clock's stamps may win over later ones for up to the bound.
-func (c *Client) correctClock(w *syncproto.Welcome) {
-	offset := time.Duration(w.ServerTime-c.now().UnixMilli()) * time.Millisecond
-	c.clockMu.Lock()
-	defer c.clockMu.Unlock()
-	now := c.now
-	c.clock = syncproto.NewClock(c.cfg.ClientID, func() time.Time { return now().Add(offset) })
-	c.clock.Observe(w.ServerHLC)
-	c.log.Warn("device clock ahead of the server; re-stamping refused writes", "offset", offset)
 }
 
 // --- writes -----------------------------------------------------------
@@ -587,172 +489,4 @@ func (c *Client) Sync(ctx context.Context) error {
 		return ErrOffline
 	}
 	return c.driver.sync(ctx)
-}
-
-// --- the reconnect steps ------------------------------------------------
-
-// stepReconnect dials the servers in turn, starting after the last one tried.
-func (c *Client) stepReconnect(ctx context.Context) error {
-	c.mu.Lock()
-	if c.candidate != nil {
-		c.candidate.close()
-		c.candidate = nil
-	}
-	c.mu.Unlock()
-	var errs []error
-	for _, u := range c.cfg.ServerURLs {
-		cn, err := dial(ctx, u, c.cfg.Token, c.cfg.HTTPClient)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.mu.Lock()
-		c.candidate = cn
-		c.mu.Unlock()
-		return nil
-	}
-	err := errors.Join(errs...)
-	c.refused(err)
-	return err
-}
-
-// stepActivate makes the dialled connection the active one, replacing any
-// previous link.
-func (c *Client) stepActivate(ctx context.Context) error {
-	c.dropLink(nil)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.candidate == nil {
-		return errors.New("activate: no connection")
-	}
-	if c.closed {
-		return ErrClosed
-	}
-	c.active = newLink(c, c.candidate)
-	c.candidate = nil
-	return nil
-}
-
-// stepBind sends hello, bootstraps a fresh replica from a snapshot,
-// subscribes to the change feed and starts the link's goroutines.
-func (c *Client) stepBind(ctx context.Context) error {
-	c.mu.Lock()
-	l := c.active
-	c.mu.Unlock()
-	if l == nil {
-		return errors.New("bind: no active connection")
-	}
-	if err := l.bind(ctx); err != nil {
-		c.refused(err)
-		c.dropLink(l)
-		if re := sessionRefusal(err); re != nil && re != err {
-			err = fmt.Errorf("%w: %w", err, re) // its retry hint reaches the coordinator
-		}
-		return err
-	}
-	c.refusal.Store(nil)
-	c.statusChanged()
-	return nil
-}
-
-// stepReplay waits for the first pass over the queue on the bound link.
-func (c *Client) stepReplay(ctx context.Context) error {
-	return c.driver.sync(ctx)
-}
-
-// dropLink tears down the active link (only if it is l, when l is given).
-func (c *Client) dropLink(l *link) {
-	c.mu.Lock()
-	cur := c.active
-	if cur == nil || (l != nil && cur != l) {
-		c.mu.Unlock()
-		return
-	}
-	c.active = nil
-	c.mu.Unlock()
-	cur.stop()
-	c.statusChanged()
-}
-
-// linkLost runs when a bound connection ends on its own: reconnect if the
-// network is still up.
-func (c *Client) linkLost(l *link, err error) {
-	c.log.Info("connection lost", "server", l.conn.url, "err", err)
-	c.refused(err)
-	c.dropLink(l)
-	if c.isClosed() {
-		return
-	}
-	c.coord.OnOffline()
-	lived := c.now().Sub(l.since)
-	delay := c.relinkDelay(lived)
-	if delay == 0 {
-		if c.monitor.Current() == netmonitor.Online {
-			c.coord.OnOnline()
-		}
-		return
-	}
-	// A link lost soon after it was made (a server that accepts and then
-	// drops, or refuses after the bind) is retried after a jittered,
-	// growing wait, never in a tight loop; any other after a jittered
-	// wait, so devices that lost one server together do not return in step.
-	c.log.Info("waiting before reconnecting", "wait", delay, "link_lived", lived)
-	c.wg.Go(func() {
-		select {
-		case <-c.ctx.Done():
-		case <-time.After(delay):
-			if !c.isClosed() && c.monitor.Current() == netmonitor.Online {
-				c.coord.OnOnline()
-			}
-		}
-	})
-}
-
-// healthyLinkLife is how long a link must last for its loss to count as
-// an ordinary disconnection, reconnected within RetryInterval, rather
-// than a quick loss.
-const healthyLinkLife = 30 * time.Second
-
-// relinkDelay returns how long to wait before reconnecting after a link
-// that lived for lived was lost: after a healthy link (which also resets
-// the count), a random wait below RetryInterval, which spreads the
-// reconnects of every device a server restart dropped at once; else
-// RetryInterval doubled per consecutive quick loss, capped at
-// MaxRetryInterval, with jitter in [1/2, 1).
-func (c *Client) relinkDelay(lived time.Duration) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if lived >= healthyLinkLife {
-		c.quickLosses = 0
-		return time.Duration(rand.Int64N(int64(c.cfg.RetryInterval)))
-	}
-	c.quickLosses++
-	d := c.cfg.RetryInterval << min(c.quickLosses-1, 16)
-	d = min(d, c.cfg.MaxRetryInterval)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-}
-
-// refused records the refusal err carries, if any, and wakes Await so it
-// can report it.
-func (c *Client) refused(err error) {
-	re := sessionRefusal(err)
-	if re == nil {
-		return
-	}
-	c.log.Warn("the server refused the session", "code", re.Code, "message", re.Message, "retry_after", re.RetryAfter)
-	c.refusal.Store(re)
-	if !re.Transient() {
-		c.driver.post(event{in: synccore.Refused{Err: &syncproto.Error{Code: re.Code, Message: re.Message}}})
-	}
-	c.outcomes.wake()
-	c.statusChanged()
-}
-
-// permanentRefusal returns the server's refusal of the session when only
-// the app can end it (a bad or revoked token, a wrong client id), else nil.
-func (c *Client) permanentRefusal() error {
-	if re := c.refusal.Load(); re != nil && !re.Transient() {
-		return re
-	}
-	return nil
 }

@@ -1,7 +1,7 @@
 // Package synccore is the client's sync decisions as one pure state
-// machine (DESIGN section 3, "Client core"): what to read from the queue,
-// what to push, how to act on each answer, when to retry, when to
-// subscribe or resync, and what status to report.
+// machine: what to read from the queue, what to push, how to act on each
+// answer, when to retry, when to subscribe or resync, and what status to
+// report.
 //
 // A Core has no goroutines, clocks or I/O. Its driver feeds it inputs
 // (Step) and carries out the actions it returns, in order, then feeds the

@@ -23,7 +23,7 @@ const DefaultInFlight = synccore.DefaultInFlight
 const driverEvents = 64
 
 // driver is the one goroutine that runs the client's sync core
-// (synccore.Core, DESIGN 3 "Client core"). It feeds the core what
+// (synccore.Core, a pure state machine of inputs and actions). It feeds the core what
 // happened (a connection welcomed or lost, a refusal, a queued write, a
 // push answer, a feed frame, a snapshot loaded, the retry timer, a Sync
 // request, Close) and carries out the actions the core returns (read the
