@@ -72,9 +72,12 @@ type Config struct {
 	// InFlight is how many push batches may await their answers at once;
 	// 0 means DefaultInFlight.
 	InFlight int
-	// RetryInterval is the first wait before replaying writes that were
-	// refused or left queued; it doubles up to MaxRetryInterval. A link
-	// that lasted and was lost is reconnected after a random wait below it.
+	// RetryInterval is the ceiling of the first wait before replaying
+	// writes that were refused or left queued, or reconnecting after a
+	// lost link; it doubles per consecutive failure up to
+	// MaxRetryInterval. Each wait is uniform between half its ceiling and
+	// the ceiling, and never below a retry hint of the server's
+	// (reconnect.Backoff.Wait, the client's one jitter rule).
 	RetryInterval    time.Duration
 	MaxRetryInterval time.Duration
 	// ProbeInterval is how often reachability is probed (GET /healthz).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/syncd-dev/syncd/client/netmonitor"
@@ -177,23 +176,30 @@ func (c *Client) linkLost(l *link, err error) {
 // than a quick loss.
 const healthyLinkLife = 30 * time.Second
 
+// backoff is the client's one backoff for its own waits (a pass that left
+// writes queued, a lost link): RetryInterval doubling to MaxRetryInterval,
+// jittered as reconnect.Backoff.Wait says. The reconnect coordinator's
+// waits between dial attempts use Config.Backoff, the same rule.
+func (c *Client) backoff() reconnect.Backoff {
+	return reconnect.Backoff{Base: c.cfg.RetryInterval, Cap: c.cfg.MaxRetryInterval}
+}
+
 // relinkDelay returns how long to wait before reconnecting after a link
 // that lived for lived was lost: after a healthy link (which also resets
-// the count), a random wait below RetryInterval, which spreads the
-// reconnects of every device a server restart dropped at once; else
-// RetryInterval doubled per consecutive quick loss, capped at
-// MaxRetryInterval, with jitter in [1/2, 1).
+// the count) the backoff's first wait, in [RetryInterval/2,
+// RetryInterval], which spreads the reconnects of every device a server
+// restart dropped at once; else the backoff's wait for the count of
+// consecutive quick losses, so a server that accepts and then drops is
+// never retried in a tight loop.
 func (c *Client) relinkDelay(lived time.Duration) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if lived >= healthyLinkLife {
 		c.quickLosses = 0
-		return time.Duration(rand.Int64N(int64(c.cfg.RetryInterval)))
+		return c.backoff().Delay(1)
 	}
 	c.quickLosses++
-	d := c.cfg.RetryInterval << min(c.quickLosses-1, 16)
-	d = min(d, c.cfg.MaxRetryInterval)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return c.backoff().Delay(c.quickLosses)
 }
 
 // refused records the refusal err carries, if any, and wakes Await so it

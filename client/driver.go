@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/client/reconnect"
 	"github.com/syncd-dev/syncd/client/synccore"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -77,7 +77,7 @@ func newDriver(c *Client, cursor uint64) *driver {
 		events: make(chan event, driverEvents),
 		core: synccore.New(synccore.Config{
 			MaxBatch: syncproto.MaxBatch, MaxPushBytes: pushBytes(syncproto.Limits{}), InFlight: c.cfg.InFlight,
-			MaxAttempts: c.cfg.MaxAttempts, RetryBase: c.cfg.RetryInterval, RetryMax: c.cfg.MaxRetryInterval,
+			MaxAttempts: c.cfg.MaxAttempts,
 		}, cursor),
 		timer:   time.NewTimer(time.Hour),
 		syncs:   map[uint64]chan<- error{},
@@ -261,10 +261,10 @@ func (d *driver) do(a synccore.Action) synccore.Input {
 	case synccore.Resync:
 		d.resync()
 	case synccore.SetTimer:
-		// Jitter above the core's delay, never below: the delay honours
-		// the server's retry hint.
+		// The client's one backoff rule; the server's hint is capped as
+		// the reconnect coordinator caps it.
 		d.timerID = a.Timer
-		d.timer.Reset(a.Delay + time.Duration(rand.Int64N(int64(a.Delay/4)+1)))
+		d.timer.Reset(c.backoff().Wait(a.Failures, min(a.Hint, reconnect.MaxRetryHint)))
 	case synccore.Report:
 		// Published with the network verdict at the end of the step.
 	case synccore.PassEnded:
