@@ -75,7 +75,7 @@ func insertPending(x *txStmts, queueID offlinequeue.ID, m *syncproto.Mutation) e
 	if m.BaseVersion != nil {
 		base = int64(*m.BaseVersion)
 	}
-	// A write already decided is not pending: the sync worker can replay
+	// A write already decided is not pending: the driver can replay
 	// and decide a queued write before its Put gets here.
 	if err := x.exec(sqlInsertPending, int64(queueID), m.OpID, m.Model, m.Key, string(m.Op), []byte(m.Value), base, m.HLC.Wall); err != nil {
 		return fmt.Errorf("add pending: %w", err)
@@ -113,7 +113,7 @@ func (r *replica) reconcile(ctx context.Context, q offlinequeue.Queue) error {
 			for _, it := range items {
 				m, err := decodeMutation(it.Payload)
 				if err != nil {
-					continue // the worker dead-letters it with the reason
+					continue // the driver dead-letters it with the reason
 				}
 				if err := insertPending(x, it.ID, m); err != nil {
 					return err
