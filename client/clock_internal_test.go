@@ -95,3 +95,22 @@ func TestRelinkBacksOffAfterQuickLosses(t *testing.T) {
 	require.Greater(t, len(healthy), 1, "at a random moment, so devices a restart dropped together do not return in step")
 	require.LessOrEqual(t, c.relinkDelay(time.Millisecond), time.Second, "and the count starts over")
 }
+
+// A link whose snapshot download was abandoned counts as a quick loss
+// however long it lived, so a server whose snapshots fail slowly is
+// retried after a growing wait, not every RetryInterval.
+func TestAbandonedSnapshotCountsAsAQuickLoss(t *testing.T) {
+	c := &Client{cfg: Config{RetryInterval: time.Second, MaxRetryInterval: 8 * time.Second}}
+	l := &link{}
+	require.Equal(t, time.Hour, l.healthy(time.Hour))
+	l.snapshotAbandoned.Store(true)
+	var waits []time.Duration
+	for range 4 {
+		waits = append(waits, c.relinkDelay(l.healthy(time.Hour)))
+	}
+	for i, want := range []time.Duration{1, 2, 4, 8} {
+		want *= time.Second
+		require.GreaterOrEqual(t, waits[i], want/2, "loss %d", i+1)
+		require.LessOrEqual(t, waits[i], want, "loss %d", i+1)
+	}
+}

@@ -148,7 +148,7 @@ func (c *Client) linkLost(l *link, err error) {
 	}
 	c.coord.OnOffline()
 	lived := c.now().Sub(l.since)
-	delay := c.relinkDelay(lived)
+	delay := c.relinkDelay(l.healthy(lived))
 	if delay == 0 {
 		if c.monitor.Current() == netmonitor.Online {
 			c.coord.OnOnline()
@@ -182,6 +182,17 @@ const healthyLinkLife = 30 * time.Second
 // waits between dial attempts use Config.Backoff, the same rule.
 func (c *Client) backoff() reconnect.Backoff {
 	return reconnect.Backoff{Base: c.cfg.RetryInterval, Cap: c.cfg.MaxRetryInterval}
+}
+
+// healthy returns how long a lost link counts as having lived: lived, or 0
+// when its snapshot download was abandoned, so that a server whose
+// snapshots fail (too large, too slow, malformed) is retried after the
+// growing wait of a quick loss however long each attempt held the link.
+func (l *link) healthy(lived time.Duration) time.Duration {
+	if l.snapshotAbandoned.Load() {
+		return 0
+	}
+	return lived
 }
 
 // relinkDelay returns how long to wait before reconnecting after a link

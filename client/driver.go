@@ -354,6 +354,7 @@ func (d *driver) resync() {
 		if err != nil {
 			if l.ctx.Err() == nil {
 				d.c.log.Error("loading a snapshot failed; reconnecting", "err", err)
+				l.snapshotAbandoned.Store(true)
 			}
 			l.conn.close()
 			return

@@ -12,9 +12,10 @@ import (
 
 // Errors of a snapshot download the client abandoned. Either way the
 // replica and the queue are left as they were; the link is closed and
-// the client reconnects and fetches the snapshot again after the wait of a
-// quick link loss (see relinkDelay), so a hostile or broken server costs
-// one bounded download per wait, never the device's memory or its writes.
+// the client reconnects and fetches the snapshot again after the growing
+// wait of a quick link loss however long the download took (link.healthy,
+// relinkDelay), so a hostile or broken server costs one bounded download
+// per wait, never the device's memory or its writes.
 var (
 	// ErrSnapshotTooLarge: a snapshot exceeded Config.MaxSnapshotBytes.
 	ErrSnapshotTooLarge = errors.New("client: snapshot larger than MaxSnapshotBytes")
