@@ -99,9 +99,20 @@ type ResolverOptions struct {
 	Hook Hook
 	// HookTimeout bounds each hook call; 0 means DefaultHookTimeout.
 	HookTimeout time.Duration
-	// Logger receives one warning per hook fallback (without values);
-	// nil discards.
+	// Logger receives one warning per hook fallback (without values) and
+	// one line per breaker transition; nil discards.
 	Logger *slog.Logger
+	// Breaker sets each hook model's circuit breaker; the zero value is
+	// the defaults (see BreakerConfig). While a model's breaker is open,
+	// AskHooks refuses its writes hook_unavailable (retryable) at once
+	// instead of calling the hook.
+	Breaker BreakerConfig
+	// Now is the breakers' clock; nil means time.Now.
+	Now func() time.Time
+	// OnBreaker, when set, is called after every breaker transition, with
+	// the breaker's name (see BreakerStatus.Model); it must not call back
+	// into the Resolver.
+	OnBreaker func(model string, t BreakerTransition)
 }
 
 // Resolver is the edge's side of the conflict policies: it knows each
@@ -115,6 +126,7 @@ type Resolver struct {
 	hook     Hook
 	timeout  time.Duration
 	log      *slog.Logger
+	breakers *hookBreakers
 
 	mu       sync.Mutex
 	inflight int           // hook calls still running, abandoned ones included
@@ -153,6 +165,14 @@ func NewResolver(opts ResolverOptions) (*Resolver, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	var err error
+	if r.breakers, err = newHookBreakers(opts.Policies, opts.Breaker, now, r.log, opts.OnBreaker); err != nil {
+		return nil, fmt.Errorf("new resolver: %w", err)
+	}
 	close(r.idle)
 	return r, nil
 }
@@ -166,7 +186,10 @@ type CurrentFunc func(ctx context.Context, tenant, model, key string) (rec Recor
 
 // AskHooks asks the hook about every write of b that is under PolicyHook
 // and not refused, against the key's current record as current reads it,
-// and stores each answer in the write (Write.Hook). It never fails because
+// and stores each answer in the write (Write.Hook). A write whose model's
+// circuit breaker is open is not asked: it is refused hook_unavailable
+// (Write.Refusal, retryable), and every fallback but FallbackStale counts
+// as a failure on that breaker. It never fails because
 // of the hook: a hook that times out, errs, panics or answers nonsense
 // leaves a HookAnswer with Fallback set, and last-writer-wins decides. It
 // fails only when current fails or ctx itself ends; then b is unchanged
@@ -181,8 +204,14 @@ func (r *Resolver) AskHooks(ctx context.Context, b *Batch, current CurrentFunc) 
 			return fmt.Errorf("ask hook: %w", ErrNoHook)
 		}
 		m := &w.Mutation
+		tk, ok := r.breakers.allow(m.Model)
+		if !ok {
+			w.Refusal = hookUnavailable(m.Model)
+			return nil
+		}
 		rec, exists, err := current(ctx, b.Tenant, m.Model, m.Key)
 		if err != nil {
+			r.breakers.release(m.Model, tk)
 			return fmt.Errorf("ask hook about %s/%s: %w", m.Model, m.Key, err)
 		}
 		if !exists {
@@ -196,10 +225,12 @@ func (r *Resolver) AskHooks(ctx context.Context, b *Batch, current CurrentFunc) 
 		w.Hook = &HookAnswer{Version: rec.Version, Result: res}
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
+				r.breakers.release(m.Model, tk)
 				return fmt.Errorf("ask hook about %s/%s op %s: %w", m.Model, m.Key, m.OpID, ctxErr)
 			}
 			w.Hook = &HookAnswer{Version: rec.Version, Fallback: r.failed(p, err)}
 		}
+		r.breakers.record(m.Model, tk, err == nil)
 		return nil
 	}
 	for i := range b.Writes {

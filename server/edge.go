@@ -65,6 +65,7 @@ func (s *Server) pushWithHooks(ctx context.Context, b *replication.Batch) (*push
 		} else if err := s.resolver.AskHooks(ctx, round, s.store.Records.Current); err != nil {
 			return nil, err
 		}
+		s.breakers.countRefusals(round, s.resolver.BreakerOf)
 		for _, w := range round.Writes {
 			if isHookWrite(w) && w.Hook.Fallback != "" {
 				s.metrics.hookFallbacks.Inc()

@@ -73,6 +73,10 @@ type Config struct {
 	// HookTimeout (0: replication.DefaultHookTimeout), else LWW decides.
 	Hook        replication.Hook
 	HookTimeout time.Duration
+	// HookBreaker sets the circuit breaker of each hook model (the zero
+	// value: replication.BreakerConfig's defaults). While it is open, the
+	// model's writes are refused hook_unavailable (retryable) at once.
+	HookBreaker replication.BreakerConfig
 	// MaxClockSkew is how far ahead of the server's clock a mutation's
 	// timestamp may be; 0 means syncproto.DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
@@ -289,6 +293,7 @@ type Server struct {
 	resolver      *replication.Resolver
 	registry      *prometheus.Registry
 	metrics       *metrics
+	breakers      *breakerMetrics
 	started       time.Time
 
 	// hardStop ends every session at once; Shutdown cancels it when its
@@ -314,8 +319,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	resolver, err := replication.NewResolver(replication.ResolverOptions{Policies: cfg.Policies, Hook: cfg.Hook, HookTimeout: cfg.HookTimeout, Logger: cfg.Logger})
+	breakers := newBreakerMetrics()
+	resolver, err := replication.NewResolver(replication.ResolverOptions{Policies: cfg.Policies, Hook: cfg.Hook, HookTimeout: cfg.HookTimeout, Logger: cfg.Logger,
+		Breaker: cfg.HookBreaker, Now: cfg.Now, OnBreaker: breakers.transition})
 	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if err := breakers.register(reg, resolver); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	var clusterID string
@@ -341,6 +351,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg, checkpoints: checkpoints,
 		metrics:  newMetrics(reg),
+		breakers: breakers,
 		clock:    syncproto.NewClock(cfg.NodeID, cfg.Now),
 		started:  cfg.Now(),
 		sessions: map[*session]struct{}{},

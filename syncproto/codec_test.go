@@ -197,6 +197,7 @@ func TestErrorMeaning(t *testing.T) {
 	retryable := map[syncproto.Code]bool{
 		syncproto.CodeRateLimited: true, syncproto.CodeServerBusy: true,
 		syncproto.CodeShuttingDown: true, syncproto.CodeInternal: true, syncproto.CodeIdleTimeout: true,
+		syncproto.CodeHookUnavailable: true,
 	}
 	for _, c := range syncproto.Codes {
 		e := syncproto.Errorf(c, "x")

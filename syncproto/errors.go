@@ -86,6 +86,12 @@ const (
 	// CodeInternal: the server failed before committing anything of the
 	// request. Retryable.
 	CodeInternal Code = "internal"
+	// CodeHookUnavailable: the mutation's model is decided by a conflict
+	// hook whose circuit breaker is open (the hook kept failing or timing
+	// out), so the server refused the mutation at once without deciding or
+	// recording it. Retryable: resend the same mutation (same op id) after
+	// a backoff, charging no attempt; never dead-letter it for this.
+	CodeHookUnavailable Code = "hook_unavailable"
 	// CodeIdleTimeout: nothing arrived on the connection for
 	// Limits.IdleTimeoutMS; it closes with CloseIdleTimeout. Reconnect when
 	// there is something to do.
@@ -100,7 +106,7 @@ var Codes = []Code{
 	CodeMissingBaseVersion, CodeOpIDReused, CodeClockSkew, CodeUnauthorized,
 	CodeForbiddenOrigin, CodeForbiddenModel, CodeWrongClientID,
 	CodeHelloRequired, CodeCursorAhead, CodeRateLimited, CodeServerBusy,
-	CodeShuttingDown, CodeInternal, CodeIdleTimeout,
+	CodeShuttingDown, CodeInternal, CodeIdleTimeout, CodeHookUnavailable,
 }
 
 // Retryable reports whether a request refused with c was not processed at
@@ -110,7 +116,7 @@ var Codes = []Code{
 // attempt). An unknown code is not retryable: "I don't know" is rejected.
 func (c Code) Retryable() bool {
 	switch c {
-	case CodeRateLimited, CodeServerBusy, CodeShuttingDown, CodeInternal, CodeIdleTimeout:
+	case CodeRateLimited, CodeServerBusy, CodeShuttingDown, CodeInternal, CodeIdleTimeout, CodeHookUnavailable:
 		return true
 	}
 	return false

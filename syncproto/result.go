@@ -185,7 +185,9 @@ func (a Action) String() string {
 //	duplicate                     -> as OriginalStatus: done, or conflict when the
 //	                                 original decision was a conflict the client never saw
 //	conflict                      -> ActionConflict
-//	rejected                      -> ActionCharge
+//	rejected                      -> ActionCharge; ActionResend for
+//	                                 hook_unavailable (nothing was decided or
+//	                                 recorded: the model's hook is cut off)
 //	expired                       -> ActionDeadLetter
 //	anything else                 -> ActionCharge ("I don't know" is rejected)
 func (r *Result) Action() Action {
@@ -201,6 +203,10 @@ func (r *Result) Action() Action {
 		return ActionConflict
 	case StatusExpired:
 		return ActionDeadLetter
+	case StatusRejected:
+		if r.Code == CodeHookUnavailable {
+			return ActionResend
+		}
 	}
 	return ActionCharge
 }

@@ -284,6 +284,7 @@ func TestJudge(t *testing.T) {
 		{syncproto.Result{Status: syncproto.StatusConflict}, 0, Conflict, syncproto.StatusConflict},
 		{syncproto.Result{Status: syncproto.StatusExpired}, 0, DeadLetter, ""},
 		{syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeClockSkew}, 0, Restamp, ""},
+		{syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeHookUnavailable}, 4, Left, ""},
 		{syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeInternal}, 3, Charge, ""},
 		{syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeInternal}, 4, DeadLetter, ""},
 		{syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeForbiddenModel}, 0, DeadLetter, ""},
