@@ -77,6 +77,11 @@ type Config struct {
 	// value: replication.BreakerConfig's defaults). While it is open, the
 	// model's writes are refused hook_unavailable (retryable) at once.
 	HookBreaker replication.BreakerConfig
+	// SLOObjective is the share of good events each SLI aims for, in
+	// (0, 1); 0 means DefaultSLOObjective. SLOPushLatency is the push ack
+	// latency SLI's threshold; 0 means DefaultSLOPushLatency.
+	SLOObjective   float64
+	SLOPushLatency time.Duration
 	// MaxClockSkew is how far ahead of the server's clock a mutation's
 	// timestamp may be; 0 means syncproto.DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
@@ -294,6 +299,7 @@ type Server struct {
 	registry      *prometheus.Registry
 	metrics       *metrics
 	breakers      *breakerMetrics
+	slo           *sloMetrics
 	started       time.Time
 
 	// hardStop ends every session at once; Shutdown cancels it when its
@@ -328,6 +334,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := breakers.register(reg, resolver); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	slo, err := newSLOMetrics(reg, cfg.SLOObjective, cfg.SLOPushLatency)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	var clusterID string
 	if cfg.Cluster != nil {
 		if _, err := cfg.Cluster.PrepareData(ctx, cfg.DataPath); err != nil {
@@ -352,6 +362,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg, checkpoints: checkpoints,
 		metrics:  newMetrics(reg),
 		breakers: breakers,
+		slo:      slo,
 		clock:    syncproto.NewClock(cfg.NodeID, cfg.Now),
 		started:  cfg.Now(),
 		sessions: map[*session]struct{}{},

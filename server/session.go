@@ -440,7 +440,9 @@ func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 			ss.log.Error("push not decided", "err", err)
 			code = syncproto.CodeInternal
 		}
-		ss.refuse(m.ID, syncproto.Errorf(code, "push not applied (%s); resend it", code))
+		refusal := syncproto.Errorf(code, "push not applied (%s); resend it", code)
+		ss.srv.slo.answered(refusal, 0)
+		ss.refuse(m.ID, refusal)
 		return
 	}
 	// The frame's budget stays held until the commit ends (handle).
@@ -734,6 +736,7 @@ func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail co
 		}
 		ss.pending.Add(-1)
 		o.msg = pushAnswer(o.pushID, o.push)
+		ss.srv.slo.answered(o.msg, ss.srv.now().Sub(o.push.arrived))
 	}
 	if *broken {
 		return

@@ -54,6 +54,8 @@ type options struct {
 	logFormat       string
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
+	sloObjective    float64
+	sloPushLatency  time.Duration
 	retention       server.Retention
 	retentionEvery  time.Duration
 	cluster         clusterOptions
@@ -113,6 +115,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take before sessions are cut")
+	fs.Float64Var(&o.sloObjective, "slo-objective", server.DefaultSLOObjective, "objective of the push availability and push latency SLIs: the share of pushes that should be answered without a server failure, and in time (0.999 is 99.9%; the error budget is the rest)")
+	fs.DurationVar(&o.sloPushLatency, "slo-push-latency", server.DefaultSLOPushLatency, "a push answered later than this after its arrival is a bad event of the push latency SLI")
 	o.cluster.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -324,6 +328,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		RetentionInterval:        o.retentionEvery,
 		Logger:                   log,
 		Registry:                 reg,
+		SLOObjective:             o.sloObjective,
+		SLOPushLatency:           o.sloPushLatency,
 	}
 	if member != nil {
 		cfg.Cluster = member.cluster
