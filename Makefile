@@ -12,7 +12,7 @@ SOAK_DURATION ?= 10m
 SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build deps test abuse bench fuzz lint clean soak cluster cluster-test cluster-chaos simulate
+.PHONY: run build deps rules test abuse bench fuzz lint clean soak cluster cluster-test cluster-chaos simulate
 
 # Root installs packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -51,20 +51,30 @@ cluster: build
 	wait
 
 ## deps: what the suite needs beyond Go and gcc: Debian's chromium, for the test
-## that connects a real browser to syncd (server/browser_test.go)
+## that connects a real browser to syncd (server/browser_test.go), and Debian's
+## prometheus package for promtool (make rules)
 deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing Debian's chromium for the browser test"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing Debian's prometheus for promtool (the alert rules' checks)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 ## test: vet, the whole suite with the race detector (./soak holds the short soaks, single
 ## node and three-node cluster, about a minute each; ./cmd/syncd the cluster's process-level
 ## proofs, about three minutes), then the client's seeded simulation at its full 10,000
 ## schedules without the race detector (which slows it tenfold)
-test: deps
+test: deps rules
 	$(GO) vet ./...
 	$(GO) test -race -timeout 14m ./...
 	$(GO) test -count=1 -run 'TestSimulation$$' -v ./client/synccore
+
+## rules: check the Prometheus rules (docs/alerts/syncd.rules.yml) and run their tests
+## (input series and the recordings and alerts they must give)
+rules: deps
+	promtool check rules docs/alerts/syncd.rules.yml
+	cd docs/alerts && promtool test rules syncd.rules.test.yml
 
 ## simulate: the client's seeded simulation (client/synccore) over SEEDS schedules
 ## (default 100000), without the race detector; a failing seed prints its replay command
