@@ -27,11 +27,16 @@ import (
 //	GET /v1/admin/conflicts?tenant=T&model=M&before=ID&limit=N
 //	GET /v1/admin/ledger/{op_id}?tenant=T     what was decided for an op, and when
 //	GET /debug/pprof/...                      Go's profiles (net/http/pprof)
+//	GET /startupz                             503 until the boot is over (MarkServing), then 200
+//	GET /debug/snapshot                       sessions, pools, breakers, lease, queues (DebugSnapshot, at most 1 MB)
 //
-// Every path but /healthz needs an admin token, /debug/pprof included.
+// Every path but /healthz and /startupz needs an admin token, /debug/pprof
+// included.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /startupz", s.startupz)
+	mux.Handle("GET /debug/snapshot", s.adminOnly(http.HandlerFunc(s.debugSnapshot)))
 	mux.Handle("GET /v1/admin/status", s.admin(s.adminStatus))
 	mux.Handle("GET /v1/admin/clients", s.admin(s.adminClients))
 	mux.Handle("GET /v1/admin/oplog", s.admin(s.adminOplog))

@@ -308,6 +308,7 @@ type Server struct {
 	cancel   context.CancelFunc
 
 	draining atomic.Bool
+	serving  atomic.Bool // MarkServing was called: /startupz answers 200
 	conns    atomic.Int64
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -418,7 +419,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // Handler serves the public endpoints: the sync websocket, the snapshot,
-// /healthz, /readyz and /metrics.
+// /healthz, /readyz, /startupz and /metrics.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(syncproto.SyncPath, s.serveSync)
@@ -426,6 +427,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("OPTIONS "+syncproto.SnapshotPath, s.crossOrigin(http.HandlerFunc(s.snapshotPreflight)))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /startupz", s.startupz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, syncproto.Errorf(syncproto.CodeBadRequest, "no endpoint at %s", r.URL.Path))

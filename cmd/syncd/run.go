@@ -55,6 +55,7 @@ type options struct {
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 	sloObjective    float64
+	startupTimeout  time.Duration
 	sloPushLatency  time.Duration
 	retention       server.Retention
 	retentionEvery  time.Duration
@@ -115,6 +116,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take before sessions are cut")
+	fs.DurationVar(&o.startupTimeout, "startup-timeout", 0, "how long the boot (cluster quorum, database open and migrations) may take before syncd exits non-zero; /startupz answers 503 until it is over (default 60s, plus --cluster-start-timeout in cluster mode)")
 	fs.Float64Var(&o.sloObjective, "slo-objective", server.DefaultSLOObjective, "objective of the push availability and push latency SLIs: the share of pushes that should be answered without a server failure, and in time (0.999 is 99.9%; the error budget is the rest)")
 	fs.DurationVar(&o.sloPushLatency, "slo-push-latency", server.DefaultSLOPushLatency, "a push answered later than this after its arrival is a bad event of the push latency SLI")
 	o.cluster.register(fs)
@@ -302,12 +304,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer lock.Release()
 
+	budget := bootBudget(o)
+	bootCtx, booted := context.WithTimeout(ctx, budget)
+	defer booted()
+	probe, err := startBootProbe(o.listen, o.tlsCert, o.tlsKey)
+	if err != nil {
+		return err
+	}
+	defer probe.close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var member *membership
 	if o.cluster.enabled {
-		if member, err = joinCluster(ctx, o, log, reg); err != nil {
-			return err
+		if member, err = joinCluster(bootCtx, o, log, reg); err != nil {
+			return bootFailed(bootCtx, budget, err)
 		}
 		defer member.close()
 		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
@@ -334,8 +344,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if member != nil {
 		cfg.Cluster = member.cluster
 	}
-	srv, err := server.New(ctx, cfg)
+	srv, err := server.New(bootCtx, cfg)
 	if err != nil {
+		err = bootFailed(bootCtx, budget, err)
 		if member != nil {
 			member.cluster.Close()
 			if errors.Is(err, replication.ErrOtherDatabase) {
@@ -347,7 +358,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer srv.Close()
 
 	listeners := []*listener{{name: "public", srv: srv.HTTPServer(srv.Handler()), cert: o.tlsCert, key: o.tlsKey}}
-	addrs := []string{o.listen}
+	addrs := []string{probe.close()}
 	if o.adminListen != "" {
 		listeners = append(listeners, &listener{name: "admin", srv: srv.HTTPServer(srv.AdminHandler()), cert: o.adminTLSCert, key: o.adminTLSKey})
 		addrs = append(addrs, o.adminListen)
@@ -382,6 +393,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			serveErr <- fmt.Errorf("%s listener: %w", l.name, err)
 		}()
 	}
+	booted()
+	srv.MarkServing()
 	log.Info("syncd listening", "addr", listeners[0].ln.Addr().String(), "admin_addr", adminAddr(listeners),
 		"tls", o.tlsCert != "", "data", o.data, "synchronous", strings.ToUpper(o.synchronous), "models", o.models.String())
 

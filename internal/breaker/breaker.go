@@ -52,6 +52,17 @@ func (s State) String() string {
 // MarshalText writes the state's name, so JSON shows "open", not 1.
 func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText reads a name MarshalText wrote.
+func (s *State) UnmarshalText(b []byte) error {
+	for i, name := range stateNames {
+		if string(b) == name {
+			*s = State(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown breaker state %q", b)
+}
+
 // Defaults: the operability plan's numbers.
 const (
 	DefaultWindow       = 10 * time.Second

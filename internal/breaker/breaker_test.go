@@ -214,5 +214,12 @@ func TestStateNames(t *testing.T) {
 	for s, want := range map[breaker.State]string{breaker.Closed: "closed", breaker.Open: "open", breaker.HalfOpen: "half_open", 7: "state(7)"} {
 		got, _ := s.MarshalText()
 		require.Equal(t, want, string(got))
+		if s <= breaker.HalfOpen {
+			var back breaker.State
+			require.NoError(t, back.UnmarshalText(got))
+			require.Equal(t, s, back)
+		}
 	}
+	var s breaker.State
+	require.Error(t, s.UnmarshalText([]byte("ajar")))
 }

@@ -105,6 +105,7 @@ func (s *Server) start(t testing.TB, cfg server.Config) {
 	s.listeners = nil
 	s.URL = s.serve(t, s.addr, srv.Handler(), srv.LimitListener)
 	s.AdminURL = s.serve(t, "", srv.AdminHandler(), nil)
+	srv.MarkServing()
 	t.Cleanup(func() { s.Stop(t) })
 }
 
