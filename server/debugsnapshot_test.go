@@ -17,15 +17,23 @@ import (
 	"github.com/syncd-dev/syncd/server/auth"
 )
 
-// TestStartupzAnswers503UntilServing: a server answers /startupz 503
-// "starting" until MarkServing, 200 "serving" after, on both handlers.
-func TestStartupzAnswers503UntilServing(t *testing.T) {
+// newUnserved opens a server over cfg with a fresh database and an empty
+// token file, serving nothing.
+func newUnserved(t *testing.T, cfg server.Config) (*server.Server, error) {
+	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.json")
 	require.NoError(t, os.WriteFile(tokens, []byte(`{"version":1,"tokens":[]}`), 0o600))
 	a, err := auth.NewAuthenticator(tokens, nil)
 	require.NoError(t, err)
-	srv, err := server.New(context.Background(), server.Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: a, RetentionInterval: -1})
+	cfg.DataPath, cfg.Authenticator = filepath.Join(dir, "syncd.db"), a
+	return server.New(context.Background(), cfg)
+}
+
+// TestStartupzAnswers503UntilServing: a server answers /startupz 503
+// "starting" until MarkServing, 200 "serving" after, on both handlers.
+func TestStartupzAnswers503UntilServing(t *testing.T) {
+	srv, err := newUnserved(t, server.Config{RetentionInterval: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, srv.Close()) })
 	startupz := func(h http.Handler) (int, string) {

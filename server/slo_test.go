@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
-	"github.com/syncd-dev/syncd/server/auth"
 )
 
 // TestSLOCountsGoodAndSlowPushes: every push answered is a push
@@ -62,13 +59,7 @@ func TestSLOCountsGoodAndSlowPushes(t *testing.T) {
 // threshold is a configuration error at New.
 func TestSLOObjectiveIsValidated(t *testing.T) {
 	for _, cfg := range []server.Config{{SLOObjective: 1}, {SLOObjective: 99.9}, {SLOObjective: -0.5}, {SLOPushLatency: -time.Second}} {
-		dir := t.TempDir()
-		tokens := filepath.Join(dir, "tokens.json")
-		require.NoError(t, os.WriteFile(tokens, []byte(`{"version":1,"tokens":[]}`), 0o600))
-		a, err := auth.NewAuthenticator(tokens, nil)
-		require.NoError(t, err)
-		cfg.DataPath, cfg.Authenticator = filepath.Join(dir, "syncd.db"), a
-		_, err = server.New(context.Background(), cfg)
+		_, err := newUnserved(t, cfg)
 		require.ErrorContains(t, err, "SLO", "%+v", cfg)
 	}
 }
