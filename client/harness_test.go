@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/syncdtest"
@@ -107,12 +108,12 @@ func (s *syncd) adminGet(t testing.TB, path string, out any) {
 
 // oplog reads the test tenant's whole oplog through the admin API, page by
 // page.
-func (s *syncd) oplog(t testing.TB) []server.OplogEntry {
+func (s *syncd) oplog(t testing.TB) []adminapi.OplogEntry {
 	t.Helper()
-	var all []server.OplogEntry
+	var all []adminapi.OplogEntry
 	for from, pages := uint64(0), 0; ; pages++ {
 		require.Less(t, pages, 10_000, "oplog paging does not end")
-		var page server.OplogPage
+		var page adminapi.OplogPage
 		s.adminGet(t, fmt.Sprintf("/v1/admin/oplog?tenant=%s&from=%d&limit=%d", tenant, from, syncproto.MaxPullLimit), &page)
 		all = append(all, page.Entries...)
 		if len(page.Entries) == 0 || page.Next >= page.Head {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
@@ -112,13 +113,13 @@ func TestAbuseOneTenantCannotExpireOrPruneAnother(t *testing.T) {
 		require.Equal(t, syncproto.StatusSuperseded, res[0].Status)
 	}
 	ts.runRetention(t)
-	var theirs []server.Conflict
+	var theirs []adminapi.Conflict
 	ts.Admin(t, "/v1/admin/conflicts?tenant=attacker&limit=1000", &theirs)
 	require.Len(t, theirs, perTenant, "the attacker's own conflict log was pruned to its bound")
 
 	res := victim.push("late", offline)
 	require.Equal(t, syncproto.StatusApplied, res[0].Status, "the other tenant's flood expired this write: %+v", res[0])
-	var conflicts []server.Conflict
+	var conflicts []adminapi.Conflict
 	ts.Admin(t, "/v1/admin/conflicts?tenant=victim", &conflicts)
 	require.Len(t, conflicts, 3, "the victim's conflict history survived")
 }

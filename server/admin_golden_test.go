@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication"
-	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -58,7 +58,7 @@ func TestAdminAnswersAreStable(t *testing.T) {
 	require.Equal(t, syncproto.StatusConflict, c.push("p2", stale)[0].Status)
 	c.waitLive(3)
 
-	var clients []server.Client
+	var clients []adminapi.Session
 	require.Eventually(t, func() bool {
 		clients = nil
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/clients", ts.adminToken, &clients))
@@ -99,10 +99,10 @@ func adminRaw(t *testing.T, ts *testServer, path string) []byte {
 // two nodes, one holding the lease and one not ready.
 func TestAdminClusterStatusIsStable(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	st := server.Status{
+	st := adminapi.Status{
 		NodeID: "n1", StartedAt: at, UptimeSeconds: 90.5, Connections: 2, OplogHead: 40, OplogOldest: 3, OplogFloor: 2,
 		LedgerEntries: 41, LedgerFloor: at.Add(-time.Hour), MaxClientLagEntries: 5,
-		Cluster: &server.ClusterStatus{ID: "c-1", LeaseHolder: "n1", Nodes: []cluster.Status{
+		Cluster: &adminapi.ClusterStatus{ID: "c-1", LeaseHolder: "n1", Nodes: []adminapi.Node{
 			{Node: "n1", AppliedSeq: 44, Digest: "00ff", StreamHead: 44, LeaseHeld: true, Ready: true, At: at},
 			{Node: "n2", AppliedSeq: 40, Digest: "0abc", StreamHead: 44, Lag: 4, Problem: "catching up: 4 commands behind", At: at.Add(-time.Second)},
 		}},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -51,7 +52,7 @@ func TestAdminAPI(t *testing.T) {
 	})
 
 	t.Run("clients show the connected client and its cursor", func(t *testing.T) {
-		var clients []server.Client
+		var clients []adminapi.Session
 		require.Eventually(t, func() bool {
 			clients = nil
 			require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/clients", ts.adminToken, &clients))
@@ -64,7 +65,7 @@ func TestAdminAPI(t *testing.T) {
 	})
 
 	t.Run("oplog tail", func(t *testing.T) {
-		var page server.OplogPage
+		var page adminapi.OplogPage
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/oplog?from=1", ts.adminToken, &page))
 		require.Len(t, page.Entries, 1)
 		require.Equal(t, m2.OpID, page.Entries[0].OpID)
@@ -78,12 +79,12 @@ func TestAdminAPI(t *testing.T) {
 	})
 
 	t.Run("conflicts", func(t *testing.T) {
-		var rows []server.Conflict
+		var rows []adminapi.Conflict
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme", ts.adminToken, &rows))
 		require.Len(t, rows, 1)
 		require.Equal(t, stale.OpID, rows[0].Loser.OpID)
 		require.Equal(t, m2.OpID, rows[0].Winner.OpID)
-		require.Equal(t, string(replication.PolicyOptimistic), rows[0].Policy)
+		require.Equal(t, syncproto.PolicyOptimistic, rows[0].Policy)
 		rows = nil
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?before="+strconv.FormatInt(rowsID(t, ts), 10), ts.adminToken, &rows))
 		require.Empty(t, rows, "paging past the oldest row")
@@ -107,7 +108,7 @@ func TestAdminAPI(t *testing.T) {
 // rowsID is the id of the only conflict row.
 func rowsID(t *testing.T, ts *testServer) int64 {
 	t.Helper()
-	var rows []server.Conflict
+	var rows []adminapi.Conflict
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts", ts.adminToken, &rows))
 	require.Len(t, rows, 1)
 	return rows[0].ID

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
@@ -506,9 +507,9 @@ func get(t testing.TB, url, token string) *http.Response {
 }
 
 // status reads /v1/admin/status.
-func (ts *testServer) status(t testing.TB) server.Status {
+func (ts *testServer) status(t testing.TB) adminapi.Status {
 	t.Helper()
-	var st server.Status
+	var st adminapi.Status
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/status", ts.adminToken, &st))
 	return st
 }
@@ -517,21 +518,21 @@ func (ts *testServer) status(t testing.TB) server.Status {
 func (ts *testServer) head(t testing.TB) uint64 { t.Helper(); return ts.status(t).OplogHead }
 
 // decided reports whether the ledger holds a decision for opID in tenant.
-func (ts *testServer) decided(t testing.TB, tenant, opID string) (server.LedgerAnswer, bool) {
+func (ts *testServer) decided(t testing.TB, tenant, opID string) (adminapi.LedgerAnswer, bool) {
 	t.Helper()
-	var ans server.LedgerAnswer
+	var ans adminapi.LedgerAnswer
 	code := ts.adminGet(t, "/v1/admin/ledger/"+opID+"?tenant="+tenant, ts.adminToken, &ans)
 	require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code)
 	return ans, code == http.StatusOK
 }
 
 // oplog reads the whole oplog through the admin API, page by page.
-func (ts *testServer) oplog(t testing.TB, query string) []server.OplogEntry {
+func (ts *testServer) oplog(t testing.TB, query string) []adminapi.OplogEntry {
 	t.Helper()
-	var all []server.OplogEntry
+	var all []adminapi.OplogEntry
 	from := uint64(0)
 	for range 1000 {
-		var page server.OplogPage
+		var page adminapi.OplogPage
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/oplog?limit=1000&from="+strconv.FormatUint(from, 10)+query, ts.adminToken, &page))
 		all = append(all, page.Entries...)
 		if page.Next >= page.Head {

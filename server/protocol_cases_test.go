@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
@@ -98,8 +99,8 @@ func TestAbsentAndZeroVersionsDifferOnTheWire(t *testing.T) {
 	require.Equal(t, syncproto.StatusApplied, r.Status, "absent base_version is unconditional: %+v", r)
 	require.Equal(t, uint64(2), r.Version)
 
-	conflicts := func() []server.Conflict {
-		var out []server.Conflict
+	conflicts := func() []adminapi.Conflict {
+		var out []adminapi.Conflict
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme", ts.adminToken, &out))
 		return out
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -162,7 +163,7 @@ func TestOptimisticRaceHasExactlyOneWinner(t *testing.T) {
 	}
 	require.Equal(t, want, versions, "versions per key increase by one, no gaps")
 
-	var conflicts []server.Conflict
+	var conflicts []adminapi.Conflict
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme&model=accounts", ts.adminToken, &conflicts))
 	require.Len(t, conflicts, rounds, "every loser is logged")
 	for _, c := range conflicts {
@@ -203,7 +204,7 @@ func TestLWWHigherHLCWinsWhateverTheArrivalOrder(t *testing.T) {
 		require.Equal(t, "laptop", r.HLC.Origin)
 	}
 
-	var conflicts []server.Conflict
+	var conflicts []adminapi.Conflict
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme", ts.adminToken, &conflicts))
 	require.Len(t, conflicts, 1)
 	c := conflicts[0]

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
@@ -221,22 +222,22 @@ func (s *Server) Admin(t testing.TB, path string, out any) {
 }
 
 // Status reads /v1/admin/status.
-func (s *Server) Status(t testing.TB) server.Status {
+func (s *Server) Status(t testing.TB) adminapi.Status {
 	t.Helper()
-	var st server.Status
-	s.Admin(t, "/v1/admin/status", &st)
+	var st adminapi.Status
+	s.Admin(t, adminapi.PathStatus, &st)
 	return st
 }
 
 // Oplog reads the whole oplog through the admin API, page by page; query
 // adds filters ("&tenant=acme").
-func (s *Server) Oplog(t testing.TB, query string) []server.OplogEntry {
+func (s *Server) Oplog(t testing.TB, query string) []adminapi.OplogEntry {
 	t.Helper()
-	var all []server.OplogEntry
+	var all []adminapi.OplogEntry
 	for from, pages := uint64(0), 0; ; pages++ {
 		require.Less(t, pages, 10_000, "oplog paging does not end")
-		var page server.OplogPage
-		s.Admin(t, fmt.Sprintf("/v1/admin/oplog?limit=%d&from=%d%s", syncproto.MaxPullLimit, from, query), &page)
+		var page adminapi.OplogPage
+		s.Admin(t, fmt.Sprintf("%s?limit=%d&from=%d%s", adminapi.PathOplog, adminapi.MaxOplogPage, from, query), &page)
 		all = append(all, page.Entries...)
 		if len(page.Entries) == 0 || page.Next >= page.Head {
 			return all
