@@ -18,8 +18,8 @@ import (
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // envAwaitN is how many sequential Put+Await writes BenchmarkAwaitedPut

@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/adminapi"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -28,7 +28,7 @@ import (
 const ioTimeout = 10 * time.Second
 
 // testServer is a real syncd on a loopback port with its own SQLite file
-// and token file (internal/syncdtest), or, in cluster mode, one node of a
+// and token file (syncdtest), or, in cluster mode, one node of a
 // 3-node cluster.
 type testServer struct {
 	*syncdtest.Server

@@ -23,9 +23,9 @@ import (
 
 	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/internal/loopback"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 

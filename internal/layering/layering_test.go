@@ -47,7 +47,7 @@ var allowed = map[string][]string{
 // testOnly is the package that starts real syncd servers for tests: only
 // _test.go files may import it (go list's Deps leave test files out, so any
 // import it sees is a non-test one).
-const testOnly = "internal/syncdtest"
+const testOnly = "syncdtest"
 
 // thirdParty lists, for the packages that promise to stay small, the only
 // modules outside the standard library they may depend on: syncproto is
