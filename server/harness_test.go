@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -588,24 +587,4 @@ func (ts *testServer) metric(t testing.TB, series string) string {
 // models and write none.
 func readOnly(tenant, clientID string, models ...string) auth.Principal {
 	return auth.Principal{Tenant: tenant, ClientID: clientID, Read: models}
-}
-
-// fakeClock is a settable clock for the server and for clients.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
 }

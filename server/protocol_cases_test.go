@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
@@ -59,14 +60,14 @@ func TestDefaultPageIs100Entries(t *testing.T) {
 // clock computes an offset of zero, while server_hlc runs ahead.
 func TestOneFastDeviceDoesNotDragAnotherDevicesClock(t *testing.T) {
 	now := time.UnixMilli(1_733_140_000_000)
-	ts := startServer(t, server.Config{Now: newFakeClock(now).Now})
-	fast := syncproto.NewClock("phone", newFakeClock(now.Add(55*time.Second)).Now)
+	ts := startServer(t, server.Config{Now: fakeclock.New(now).Now})
+	fast := syncproto.NewClock("phone", fakeclock.New(now.Add(55*time.Second)).Now)
 	phone := dial(t, ts, ts.member(t, "acme", "phone"))
 	phone.hello("phone", 0, fast)
 	ahead := put(t, fast, "notes", "n", `"from the fast phone"`)
 	requireApplied(t, phone.push("p1", ahead))
 
-	correct := newFakeClock(now)
+	correct := fakeclock.New(now)
 	laptop := dial(t, ts, ts.member(t, "acme", "laptop"))
 	w := laptop.hello("laptop", 0, syncproto.NewClock("laptop", correct.Now))
 	require.GreaterOrEqual(t, w.ServerHLC.Wall, ahead.HLC.Wall, "server_hlc observed the fast write")
@@ -500,7 +501,7 @@ func TestTombstonesKeepTheirVersion(t *testing.T) {
 // answered rate_limited with retry_after_ms and the session stays open,
 // waiting for a hello, which succeeds once the quota has refilled.
 func TestHelloOverTheQuotaIsRateLimited(t *testing.T) {
-	now := newFakeClock(time.UnixMilli(1_733_140_000_000))
+	now := fakeclock.New(time.UnixMilli(1_733_140_000_000))
 	ts := startServer(t, server.Config{Now: now.Now, Quotas: server.Quotas{TokenMutationsPerSecond: 1, TokenMutationBurst: syncproto.MaxBatch}})
 	token := ts.member(t, "acme", "phone")
 	busy := dial(t, ts, token)

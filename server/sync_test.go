@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -174,14 +175,14 @@ func TestOptimisticRaceHasExactlyOneWinner(t *testing.T) {
 
 func TestLWWHigherHLCWinsWhateverTheArrivalOrder(t *testing.T) {
 	base := time.UnixMilli(1_733_140_000_000)
-	ts := startServer(t, server.Config{Now: newFakeClock(base).Now})
+	ts := startServer(t, server.Config{Now: fakeclock.New(base).Now})
 	// The phone's clock runs 30 s behind, within the skew bound.
-	behind := newFakeClock(base.Add(-30 * time.Second))
+	behind := fakeclock.New(base.Add(-30 * time.Second))
 	phone := dial(t, ts, ts.member(t, "acme", "phone"))
 	phoneClock := syncproto.NewClock("phone", behind.Now)
 	phone.hello("phone", 0, phoneClock)
 	laptop := dial(t, ts, ts.member(t, "acme", "laptop"))
-	laptopClock := syncproto.NewClock("laptop", newFakeClock(base).Now)
+	laptopClock := syncproto.NewClock("laptop", fakeclock.New(base).Now)
 	laptop.hello("laptop", 0, laptopClock)
 
 	// k1: the newer write arrives first; the older one loses on arrival.
@@ -218,8 +219,8 @@ func TestLWWHigherHLCWinsWhateverTheArrivalOrder(t *testing.T) {
 
 func TestTimestampBeyondSkewBoundIsRefusedThenRestamped(t *testing.T) {
 	now := time.UnixMilli(1_733_140_000_000)
-	ts := startServer(t, server.Config{Now: newFakeClock(now).Now, MaxClockSkew: 5 * time.Second})
-	device := newFakeClock(now.Add(time.Minute)) // a hand-set clock, a minute fast
+	ts := startServer(t, server.Config{Now: fakeclock.New(now).Now, MaxClockSkew: 5 * time.Second})
+	device := fakeclock.New(now.Add(time.Minute)) // a hand-set clock, a minute fast
 	c := dial(t, ts, ts.member(t, "acme", "phone"))
 	clock := syncproto.NewClock("phone", device.Now)
 	w := c.hello("phone", 0, clock)
@@ -244,7 +245,7 @@ func TestTimestampBeyondSkewBoundIsRefusedThenRestamped(t *testing.T) {
 	require.Equal(t, restamped.HLC, res.HLC)
 
 	// The refused reading never reached the server's clock.
-	w = dial(t, ts, ts.member(t, "acme", "tablet")).hello("tablet", 0, syncproto.NewClock("tablet", newFakeClock(now).Now))
+	w = dial(t, ts, ts.member(t, "acme", "tablet")).hello("tablet", 0, syncproto.NewClock("tablet", fakeclock.New(now).Now))
 	require.Less(t, w.ServerHLC.Wall, now.Add(5*time.Second).UnixMilli())
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -73,7 +74,7 @@ func TestSmallClientKeepsStateWithStateDir(t *testing.T) {
 }
 
 func TestOplogTailFollow(t *testing.T) {
-	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}})
+	ts := startServer(t, serverOptions{clock: fakeclock.New(t0)})
 	c := newCLI(t, ts.adminEnv())
 	out, outErr, stop := c.background("oplog", "tail", "--follow", "--interval", "5ms")
 	outJSON, _, stopJSON := c.background("oplog", "tail", "--follow", "--interval", "5ms", "--json", "--model", "docs")

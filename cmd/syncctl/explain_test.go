@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -18,7 +19,7 @@ import (
 // each state, with every server-side fact made by real pushes to a live
 // syncd, and checks explain's verdict for each.
 func TestExplainAgainstLiveServer(t *testing.T) {
-	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}, retention: true})
+	ts := startServer(t, serverOptions{clock: fakeclock.New(t0), retention: true})
 	seed(t, ts) // ops 1..6, see seed
 	ts.waitForStatus(t, "a ledger floor", func(st statusView) bool { return !st.LedgerFloor.IsZero() })
 

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
@@ -185,24 +186,6 @@ func requireKeys(t testing.TB, obj map[string]any, want ...string) {
 
 // --- a live syncd ------------------------------------------------------
 
-// fakeClock is a settable clock for the server.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // Test identities: tenant acme, client dev-a (reads everything, writes the
 // notes and docs models: a write to any other model is rejected).
 const (
@@ -224,7 +207,7 @@ type testServer struct {
 // serverOptions shape a test server.
 type serverOptions struct {
 	// clock, when set, is the server's clock (golden tests fix it at t0).
-	clock *fakeClock
+	clock *fakeclock.Clock
 	// retention runs the janitor every few milliseconds with a one-hour
 	// ledger, after dev-a wrote notes/aged (op 12, seq 1) an hour before
 	// clock's time: the janitor evicts that decision, so tenant acme's
@@ -268,12 +251,12 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 	if o.retention {
 		require.NotNil(t, o.clock, "retention needs a clock to age a decision")
 		now := o.clock.Now()
-		o.clock.set(now.Add(-time.Hour))
+		o.clock.Set(now.Add(-time.Hour))
 		s := ts.dial(t, 0)
 		res := s.push(write(12, syncproto.OpPut, "notes", "aged", `{"v":12}`, now.Add(-time.Hour), nil))
 		s.close()
 		require.Equal(t, syncproto.StatusApplied, res[0].Status)
-		o.clock.set(now)
+		o.clock.Set(now)
 	}
 	return ts
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -17,7 +18,7 @@ import (
 // Go type, and its objects carry exactly the documented keys.
 
 func TestAdminCommandsJSON(t *testing.T) {
-	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}, retention: true})
+	ts := startServer(t, serverOptions{clock: fakeclock.New(t0), retention: true})
 	seed(t, ts)
 	ts.waitForStatus(t, "a ledger floor", func(st statusView) bool { return !st.LedgerFloor.IsZero() })
 	ts.dial(t, 3)

@@ -41,6 +41,7 @@ var allowed = map[string][]string{
 	"internal/sqlitedb":             {},
 	"internal/textsafe":             {},
 	"internal/loopback":             {},
+	"internal/fakeclock":            {},
 	"replication":                   {"syncproto", "ledger"},
 	"client/offlinequeue":           {"internal/sqlitedb"},
 	"client/netmonitor":             {},
