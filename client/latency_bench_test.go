@@ -227,7 +227,7 @@ func BenchmarkOfflinePut(b *testing.B) {
 		require.NoError(b, err)
 		payloads[i] = p
 	}
-	c := openBenchClient(b, unreachableURL(b), "token", clientID, filepath.Join(dir, "queue.db"), filepath.Join(dir, "replica.db"))
+	c := openBenchClient(b, "http://"+syncdtest.FreeAddr(b), "token", clientID, filepath.Join(dir, "queue.db"), filepath.Join(dir, "replica.db"))
 	b.Cleanup(func() { c.Close() })
 
 	b.ResetTimer()

@@ -16,6 +16,7 @@ import (
 	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -44,7 +45,7 @@ func TestAdminAnswersAreStable(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	fixed := func() time.Time { return at }
 	ts := startServer(t, server.Config{NodeID: "node-7", Now: fixed, Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	c := dial(t, ts, token)
 	clock := syncproto.NewClock("phone", fixed)
 	c.hello("phone", 0, clock)
@@ -87,7 +88,7 @@ func TestAdminAnswersAreStable(t *testing.T) {
 // adminRaw returns the body of an admin GET as sent.
 func adminRaw(t *testing.T, ts *testServer, path string) []byte {
 	t.Helper()
-	resp := get(t, ts.adminURL+path, ts.adminToken)
+	resp := syncdtest.Get(t, ts.adminURL+path, ts.adminToken)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)

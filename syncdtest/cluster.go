@@ -3,7 +3,6 @@ package syncdtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -37,7 +36,7 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	a, err := auth.NewAuthenticator(tokens, nil)
 	require.NoError(t, err)
 
-	nats := startNATS(t, n)
+	nats := StartNATS(t, n)
 	nodes := make([]*Server, n)
 	for i := range n {
 		node := &Server{TokenPath: tokens, AdminToken: admin}
@@ -56,17 +55,15 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	return nodes
 }
 
-// startNATS starts n embedded NATS servers routed to each other.
-func startNATS(t testing.TB, n int) []*natsserver.Server {
+// StartNATS starts n embedded NATS servers with JetStream, routed to each
+// other when n > 1, and shuts them down when the test ends.
+func StartNATS(t testing.TB, n int) []*natsserver.Server {
 	t.Helper()
 	var routes []string
 	ports := make([]int, n)
 	if n > 1 {
 		for i := range n {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			ports[i] = ln.Addr().(*net.TCPAddr).Port
-			ln.Close()
+			ports[i] = FreePort(t)
 			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
 		}
 	}

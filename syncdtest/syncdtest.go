@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -246,13 +247,33 @@ func (s *Server) Oplog(t testing.TB, query string) []adminapi.OplogEntry {
 	}
 }
 
+// Decided reads the ledger's answer for opID in tenant and reports
+// whether the ledger holds a decision for it.
+func (s *Server) Decided(t testing.TB, tenant, opID string) (adminapi.LedgerAnswer, bool) {
+	t.Helper()
+	var ans adminapi.LedgerAnswer
+	q := url.Values{adminapi.ParamTenant: {tenant}}
+	code := GetJSON(t, s.AdminURL+adminapi.LedgerPath(opID)+"?"+q.Encode(), s.AdminToken, &ans)
+	require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code)
+	return ans, code == http.StatusOK
+}
+
 // Snapshot fetches /v1/snapshot with token and returns its head and
-// records.
+// records. While the server answers 503 server_busy (a token reads one
+// snapshot at a time: a device may be reading its own with the same
+// token) it asks again, within Timeout.
 func (s *Server) Snapshot(t testing.TB, token string) (uint64, []syncproto.SnapshotRecord) {
 	t.Helper()
+	deadline := time.Now().Add(Timeout)
 	resp := Get(t, s.URL+syncproto.SnapshotPath, token)
+	for resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+		resp.Body.Close()
+		time.Sleep(10 * time.Millisecond)
+		resp = Get(t, s.URL+syncproto.SnapshotPath, token)
+	}
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, syncproto.SnapshotContentType, resp.Header.Get("Content-Type"))
 	r, err := syncproto.NewSnapshotReader(resp.Body)
 	require.NoError(t, err)
 	var recs []syncproto.SnapshotRecord

@@ -13,6 +13,7 @@ import (
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -22,7 +23,7 @@ func TestSmallClientPutGetWatch(t *testing.T) {
 
 	watched, watchErr, stopWatch := c.background("watch", "--model", "notes")
 	watchedJSON, watchJSONErr, stopWatchJSON := c.background("watch", "--json")
-	for _, w := range []*syncBuffer{watchErr, watchJSONErr} {
+	for _, w := range []*syncdtest.Buffer{watchErr, watchJSONErr} {
 		require.Eventually(t, func() bool { return strings.Contains(w.String(), "watching") }, ioTimeout, 10*time.Millisecond, "watch never started: %s", w)
 	}
 

@@ -7,13 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -83,29 +81,11 @@ func (c *cli) ok(args ...string) string {
 	return r.stdout
 }
 
-// syncBuffer is a buffer a command writes while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // background runs a long command (--follow, watch) until the returned
 // stop is called; stop cancels it and returns its error.
-func (c *cli) background(args ...string) (stdout, stderr *syncBuffer, stop func() error) {
+func (c *cli) background(args ...string) (stdout, stderr *syncdtest.Buffer, stop func() error) {
 	c.t.Helper()
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	stdout, stderr = &syncdtest.Buffer{}, &syncdtest.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.app(stdout, stderr).run(ctx, args) }()
@@ -276,16 +256,6 @@ func (ts *testServer) waitForStatus(t testing.TB, what string, ok func(statusVie
 		r := c.run("status", "--json")
 		return r.err == nil && json.Unmarshal([]byte(r.stdout), &st) == nil && ok(st)
 	}, ioTimeout, 10*time.Millisecond, "the server's status never showed %s", what)
-}
-
-// unusedURL is a loopback URL nothing listens on.
-func unusedURL(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return "http://" + addr
 }
 
 // --- a raw protocol session, to set up server state as a device would --

@@ -22,7 +22,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/adminapi"
-	"github.com/syncd-dev/syncd/internal/loopback"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncdtest"
@@ -73,15 +72,6 @@ type procCluster struct {
 	adminToken string
 }
 
-// freeAddr reserves a free loopback port, outside the ephemeral range (see
-// loopback.FreeAddr), and releases it for a child to bind.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	addr, err := loopback.FreeAddr()
-	require.NoError(t, err)
-	return addr
-}
-
 // startProcCluster starts three nodes as processes and waits until each
 // is ready. extra are added to every node's flags. Every node is killed
 // when t ends.
@@ -102,11 +92,11 @@ func startProcClusterVia(t testing.TB, via func(from, to int, addr string) strin
 	require.NoError(t, err)
 	routes := make([]string, 3)
 	for i := range 3 {
-		routes[i] = freeAddr(t)
+		routes[i] = syncdtest.FreeAddr(t)
 	}
 	for i := range 3 {
 		n := &procNode{name: fmt.Sprintf("node-%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("node-%d", i+1))}
-		listen, admin, natsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+		listen, admin, natsAddr := syncdtest.FreeAddr(t), syncdtest.FreeAddr(t), syncdtest.FreeAddr(t)
 		n.url, n.adminURL, n.natsURL = "http://"+listen, "http://"+admin, "nats://"+natsAddr
 		n.logPath = filepath.Join(dir, n.name+".log")
 		n.args = []string{"--cluster", "--node-id", n.name, "--data", filepath.Join(n.dir, "syncd.db"), "--tokens", pc.tokens,
