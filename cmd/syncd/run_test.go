@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -17,13 +16,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 func TestFlagsFallBackToEnvironment(t *testing.T) {
@@ -55,28 +54,10 @@ func TestFlagsRejectBadInput(t *testing.T) {
 	require.ErrorContains(t, err, "embed the server package")
 }
 
-// syncWriter lets the test read the log while syncd writes it.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
 // startRun runs syncd with args in the background, logging to logs, and
 // returns the public address it logged and stop, which cancels it and
 // requires it to stop cleanly within 30 s (call it once).
-func startRun(t *testing.T, args []string, logs *syncWriter) (addr string, stop func()) {
+func startRun(t *testing.T, args []string, logs *syncdtest.Buffer) (addr string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -101,7 +82,7 @@ func startRun(t *testing.T, args []string, logs *syncWriter) (addr string, stop 
 }
 
 func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	data := filepath.Join(t.TempDir(), "nested", "syncd.db")
 	addr, stop := startRun(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", data, "--tokens", filepath.Join(t.TempDir(), "tokens.json"), "--dev-tokens"}, logs)
 
@@ -124,7 +105,7 @@ func TestEveryListenerCapsConnectionsPerAddress(t *testing.T) {
 	const perAddress = 2
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "syncd.db"),
@@ -183,7 +164,7 @@ func TestRetentionFlags(t *testing.T) {
 // Without a token file syncd starts only with --dev-tokens: it never makes
 // up credentials in production, and never logs any without being asked.
 func TestMissingTokenFileNeedsDevTokens(t *testing.T) {
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	err := run(t.Context(), []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", filepath.Join(t.TempDir(), "syncd.db"), "--tokens", tokens}, func(string) string { return "" }, logs)
 	require.ErrorIs(t, err, errNoTokenFile)
@@ -251,7 +232,7 @@ func TestAdminListenerServesTLS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	certPath, keyPath, pool := selfSigned(t)
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--dev-tokens",

@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 	"replication/logtest":           {"replication", "syncproto", "ledger"},
 	"replication/cluster":           {"replication", "syncproto", "ledger", "internal/sqlitedb"},
 	"ledger/ledgertest":             {"ledger"},
-	"client/offlinequeue/queuetest": {"client/offlinequeue", "internal/sqlitedb"},
+	"client/offlinequeue/queuetest": {"client/offlinequeue", "internal/sqlitedb", "internal/fakeclock"},
 	"internal/layering":             {},
 	"internal/metricscatalogue":     {},
 	"cmd/syncctl":                   {"adminapi", "syncproto", "client", "client/offlinequeue", "server/auth", "replication", "internal/jsonscan", "internal/sqlitedb", "internal/textsafe"},
