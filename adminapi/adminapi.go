@@ -80,7 +80,11 @@ type Error struct {
 
 // Status is the answer of PathStatus: one node as it sees itself.
 type Status struct {
-	NodeID        string    `json:"node_id"`
+	NodeID string `json:"node_id"`
+	// Build is the answering syncd's build (syncd --version) and
+	// DatabaseID the database it serves (welcome.database_id).
+	Build         string    `json:"build"`
+	DatabaseID    string    `json:"database_id"`
 	StartedAt     time.Time `json:"started_at"`
 	UptimeSeconds float64   `json:"uptime_seconds"`
 	// Connections counts the open sync sessions.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -39,8 +40,9 @@ func goldenAdmin(t *testing.T, name string, got []byte) {
 // TestAdminAnswersAreStable pins the admin API's JSON, byte for byte, as
 // syncctl, the console and scripts read it: status, clients, an oplog
 // page, conflicts and a ledger answer from a real server on a fixed clock
-// with fixed op ids. The two values a run cannot fix (the session's
-// remote address and token id) are replaced by placeholders.
+// with fixed op ids. The values a run cannot fix (the build, the database
+// id, the session's remote address and token id) are replaced by
+// placeholders.
 func TestAdminAnswersAreStable(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	fixed := func() time.Time { return at }
@@ -65,7 +67,11 @@ func TestAdminAnswersAreStable(t *testing.T) {
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/clients", ts.adminToken, &clients))
 		return len(clients) == 1 && clients[0].Cursor == 3
 	}, ioTimeout, 5*time.Millisecond, "clients: %+v", clients)
+	st := ts.Status(t)
+	field := func(name, value string) []byte { return []byte(`"` + name + `": ` + strconv.Quote(value)) }
 	volatile := func(b []byte) []byte {
+		b = bytes.ReplaceAll(b, field("build", st.Build), field("build", "BUILD"))
+		b = bytes.ReplaceAll(b, field("database_id", st.DatabaseID), field("database_id", "DATABASE_ID"))
 		b = bytes.ReplaceAll(b, []byte(clients[0].Remote), []byte("REMOTE"))
 		return bytes.ReplaceAll(b, []byte(clients[0].TokenID), []byte("TOKEN_ID"))
 	}
@@ -101,7 +107,7 @@ func adminRaw(t *testing.T, ts *testServer, path string) []byte {
 func TestAdminClusterStatusIsStable(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	st := adminapi.Status{
-		NodeID: "n1", StartedAt: at, UptimeSeconds: 90.5, Connections: 2, OplogHead: 40, OplogOldest: 3, OplogFloor: 2,
+		NodeID: "n1", Build: "syncd v1.2.3", DatabaseID: "db-1", StartedAt: at, UptimeSeconds: 90.5, Connections: 2, OplogHead: 40, OplogOldest: 3, OplogFloor: 2,
 		LedgerEntries: 41, LedgerFloor: at.Add(-time.Hour), MaxClientLagEntries: 5,
 		Cluster: &adminapi.ClusterStatus{ID: "c-1", LeaseHolder: "n1", Nodes: []adminapi.Node{
 			{Node: "n1", AppliedSeq: 44, Digest: "00ff", StreamHead: 44, LeaseHeld: true, Ready: true, At: at},
