@@ -40,6 +40,7 @@ var allowed = map[string][]string{
 	"internal/loopback":             {},
 	"internal/fakeclock":            {},
 	"internal/buildinfo":            {},
+	"internal/datalock":             {},
 	"replication":                   {"syncproto", "ledger"},
 	"client/offlinequeue":           {"internal/sqlitedb"},
 	"client/netmonitor":             {},
