@@ -164,9 +164,9 @@ func TestWatchEndsWhenItsTokenIsRevoked(t *testing.T) {
 	c := newCLI(t, map[string]string{"SYNCCTL_SYNC_URL": ts.url, "SYNCCTL_CLIENT_TOKEN": ts.member, "SYNCCTL_CLIENT_ID": clientID})
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
-	stderr := &syncBuffer{}
+	stderr := &syncdtest.Buffer{}
 	done := make(chan error, 1)
-	go func() { done <- c.app(&syncBuffer{}, stderr).run(ctx, []string{"watch"}) }()
+	go func() { done <- c.app(&syncdtest.Buffer{}, stderr).run(ctx, []string{"watch"}) }()
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "watching") }, ioTimeout, 10*time.Millisecond, "watch never started: %s", stderr)
 
 	revoked := time.Now()

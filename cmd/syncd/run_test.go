@@ -75,7 +75,7 @@ func startRun(t *testing.T, args []string, logs *syncdtest.Buffer) (addr string,
 
 // runInBackground runs syncd with args until cancel, and returns the public
 // address it logged and what run returned, once it does.
-func runInBackground(t *testing.T, args []string, logs *syncWriter) (addr string, done <-chan error, cancel func()) {
+func runInBackground(t *testing.T, args []string, logs *syncdtest.Buffer) (addr string, done <-chan error, cancel func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -96,14 +96,14 @@ func runInBackground(t *testing.T, args []string, logs *syncWriter) (addr string
 func TestOneSyncdPerDatabase(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", filepath.Join(dir, "syncd.db"), "--tokens", filepath.Join(dir, "tokens.json"), "--dev-tokens"}
-	_, stop := startRun(t, args, &syncWriter{})
+	_, stop := startRun(t, args, &syncdtest.Buffer{})
 	err := run(t.Context(), args, func(string) string { return "" }, io.Discard)
 	var held *datalock.ErrHeld
 	require.ErrorAs(t, err, &held)
 	require.Equal(t, os.Getpid(), held.PID)
 	require.ErrorContains(t, err, "another syncd serves it")
 	stop()
-	_, stop = startRun(t, args, &syncWriter{})
+	_, stop = startRun(t, args, &syncdtest.Buffer{})
 	stop()
 }
 
@@ -129,7 +129,7 @@ func TestDatabaseReplacedWhileRunningStopsSyncd(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			data := filepath.Join(dir, "syncd.db")
-			logs := &syncWriter{}
+			logs := &syncdtest.Buffer{}
 			_, done, _ := runInBackground(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", data, "--tokens", filepath.Join(dir, "tokens.json"), "--dev-tokens"}, logs)
 			c.change(t, data)
 			select {
