@@ -24,7 +24,7 @@ const module = "github.com/syncd-dev/syncd"
 // reads and writes the files an operator hands it offline: device queue
 // files (client/...), the token file (server/auth) and a database backup
 // it re-identifies (replication). syncd is the one program that links the
-// server and never the client library. The soak drives syncd as a separate
+// server (and the client library only for its credential format). The soak drives syncd as a separate
 // process through its admin API: it links the client, never the server
 // (replication/cluster only to read the command stream). The example app
 // uses the client library alone.
@@ -39,8 +39,8 @@ var allowed = map[string][]string{
 	"internal/textsafe":             {},
 	"internal/loopback":             {},
 	"internal/fakeclock":            {},
-	"internal/buildinfo":            {},
 	"internal/datalock":             {},
+	"internal/buildinfo":            {},
 	"replication":                   {"syncproto", "ledger"},
 	"client/offlinequeue":           {"internal/sqlitedb"},
 	"client/netmonitor":             {},
@@ -56,8 +56,8 @@ var allowed = map[string][]string{
 	"client/offlinequeue/queuetest": {"client/offlinequeue", "internal/sqlitedb", "internal/fakeclock"},
 	"internal/layering":             {},
 	"internal/metricscatalogue":     {},
-	"cmd/syncctl":                   {"adminapi", "syncproto", "client", "client/offlinequeue", "server/auth", "replication", "internal/jsonscan", "internal/sqlitedb", "internal/textsafe", "internal/buildinfo"},
-	"cmd/syncd":                     {"server", "server/auth", "replication", "replication/cluster", "internal/sqlitedb", "internal/buildinfo"},
+	"cmd/syncctl":                   {"adminapi", "syncproto", "client", "client/offlinequeue", "server/auth", "replication", "internal/jsonscan", "internal/sqlitedb", "internal/textsafe", "internal/buildinfo", "internal/datalock"},
+	"cmd/syncd":                     {"server", "server/auth", "replication", "replication/cluster", "client", "internal/sqlitedb", "internal/buildinfo", "internal/datalock"},
 	"soak":                          {"adminapi", "client", "client/offlinequeue", "client/reconnect", "server/auth", "replication/cluster", "internal/loopback", "internal/sqlitedb", "soak/checker", "soak/faultproxy", "soak/journal", "soak/report"},
 	"soak/checker":                  {"client", "client/offlinequeue", "replication", "syncproto", "internal/sqlitedb", "soak/journal"},
 	"soak/report":                   {"soak/checker"},
