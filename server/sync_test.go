@@ -169,7 +169,7 @@ func TestOptimisticRaceHasExactlyOneWinner(t *testing.T) {
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme&model=accounts", ts.adminToken, &conflicts))
 	require.Len(t, conflicts, rounds, "every loser is logged")
 	for _, c := range conflicts {
-		require.Equal(t, string(replication.PolicyOptimistic), c.Policy)
+		require.Equal(t, syncproto.PolicyOptimistic, c.Policy)
 	}
 	t.Logf("winners by client: %v", winners)
 }
@@ -210,7 +210,7 @@ func TestLWWHigherHLCWinsWhateverTheArrivalOrder(t *testing.T) {
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme", ts.adminToken, &conflicts))
 	require.Len(t, conflicts, 1)
 	c := conflicts[0]
-	require.Equal(t, string(replication.PolicyLWW), c.Policy)
+	require.Equal(t, syncproto.PolicyLWW, c.Policy)
 	require.Equal(t, "k1", c.Key)
 	require.Equal(t, older.OpID, c.Loser.OpID)
 	require.Equal(t, older.HLC, c.Loser.HLC)
