@@ -98,7 +98,7 @@ func ParseSecret(text []byte) (Secret, error) {
 // or others may read (ErrSecretFileMode), one larger than a secret, and
 // one that does not hold a secret (ErrBadSecret).
 func LoadSecret(path string) (Secret, error) {
-	b, err := ReadPrivateFile(path, maxSecretFileBytes)
+	b, err := readPrivateFile(path, maxSecretFileBytes)
 	if err != nil {
 		return Secret{}, fmt.Errorf("load cluster secret: %w", err)
 	}
@@ -109,11 +109,11 @@ func LoadSecret(path string) (Secret, error) {
 	return s, nil
 }
 
-// ReadPrivateFile reads a small file holding a credential: it refuses one
+// readPrivateFile reads a small file holding a credential: it refuses one
 // its group or others may read (ErrSecretFileMode), and one larger than
 // limit bytes. Both the cluster secret and a NATS password file go through
 // it.
-func ReadPrivateFile(path string, limit int64) ([]byte, error) {
+func readPrivateFile(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
