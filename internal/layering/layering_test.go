@@ -31,6 +31,7 @@ var allowed = map[string][]string{
 	"internal/loopback":             {},
 	"internal/atomicfile":           {},
 	"internal/buildinfo":            {},
+	"internal/datalock":             {},
 	"replication":                   {"syncproto", "ledger"},
 	"client/offlinequeue":           {"internal/sqlitedb"},
 	"client/netmonitor":             {},
