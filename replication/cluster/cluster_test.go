@@ -25,6 +25,15 @@ import (
 // machine elects JetStream leaders slowly.
 const waitFor = 60 * time.Second
 
+// testSecret is the cluster secret of every NATS server these tests start.
+var testSecret = func() cluster.Secret {
+	s, err := cluster.NewSecret()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
 // node is one syncd node's replication: its NATS connection, its store
 // and its cluster membership.
 type node struct {
@@ -36,9 +45,13 @@ type node struct {
 	db    *sql.DB
 }
 
+// connect connects to ns over its client listener as the node user of
+// testSecret (over TCP: a test restarts a server on its port, which an
+// in-process connection would not reach again).
 func connect(t testing.TB, ns *server.Server) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(cluster.NodeUser, testSecret.NodePassword()),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc
@@ -203,7 +216,7 @@ func put(clock *syncproto.Clock, model, key, value string) syncproto.Mutation {
 // threeNodes starts a 3-server NATS cluster (R3) with a syncd node on each.
 func threeNodes(t *testing.T, o cluster.Options) ([]*server.Server, []*node) {
 	t.Helper()
-	servers := syncdtest.StartNATS(t, 3)
+	servers := syncdtest.StartNATS(t, 3, testSecret)
 	o.Replicas = 3
 	var nodes []*node
 	for i, ns := range servers {
@@ -337,7 +350,7 @@ func TestOptimisticRaceHasOneWinnerAcrossNodes(t *testing.T) {
 // commands at a time, yet the batches one client submits back to back
 // (as a session pipelines its pushes) are applied in the order submitted.
 func TestAClientsBatchesApplyInSubmissionOrder(t *testing.T) {
-	servers := syncdtest.StartNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{})
 	const clients, batches = 4, 40
 	var wg sync.WaitGroup
