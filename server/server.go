@@ -38,6 +38,7 @@ const (
 	DefaultTokenRecheck      = time.Second
 	DefaultHelloTimeout      = 10 * time.Second
 	DefaultRetentionInterval = time.Minute
+	DefaultMaxTenantLabels   = 100
 )
 
 // maxDBConns caps syncd's SQLite connections: one writer, the rest readers.
@@ -121,6 +122,17 @@ type Config struct {
 	// Quotas bound each token's and tenant's mutation rate, sessions and
 	// share of the frame budget; zero fields take their defaults.
 	Quotas Quotas
+	// TenantWeights are the tenants' weights in the committer's fair
+	// order (fairQueue): when it is saturated, each tenant with pushes
+	// waiting gets mutations committed in proportion to its weight, from
+	// 1 to MaxTenantWeight. A tenant absent has weight 1. A single node
+	// only: a cluster's command stream keeps its arrival order.
+	TenantWeights map[string]int
+	// MaxTenantLabels caps the tenants given their own tenant label in the
+	// committer's per-tenant metrics (syncd_commit_*), beyond those of
+	// TenantWeights: the first seen since start; the others share the
+	// label "~other". 0 means DefaultMaxTenantLabels; negative, none.
+	MaxTenantLabels int
 	// FrameBudgetBytes bounds the bytes of frames being read, decoded or
 	// applied, over all sessions (frameBudget); 0 means
 	// DefaultFrameBudgetBytes, and it is never below one largest frame.
@@ -251,6 +263,17 @@ func (c *Config) setDefaults() error {
 	if c.RequestBurst == 0 {
 		c.RequestBurst = DefaultRequestBurst
 	}
+	if c.MaxTenantLabels == 0 {
+		c.MaxTenantLabels = DefaultMaxTenantLabels
+	}
+	for tenant, w := range c.TenantWeights {
+		if err := syncproto.ValidateID(tenant); err != nil {
+			return fmt.Errorf("tenant weight of %q: %w", tenant, err)
+		}
+		if w < 1 || w > MaxTenantWeight {
+			return fmt.Errorf("tenant weight of %q is %d: want 1 to %d", tenant, w, MaxTenantWeight)
+		}
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -374,7 +397,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		})
 		s.commits = clusterCommitter{cluster: cfg.Cluster, metrics: s.metrics, now: cfg.Now}
 	} else if err == nil {
-		s.commits, err = newGroupCommitter(ctx, s.store, s.tail, cfg.Now, s.metrics, cfg.Logger)
+		share := newCommitShareMetrics(reg, cfg.TenantWeights, max(0, cfg.MaxTenantLabels))
+		s.commits, err = newGroupCommitter(ctx, s.store, s.tail, cfg.Now, s.metrics, share, cfg.TenantWeights, cfg.Logger)
 	}
 	if err != nil {
 		if s.snapshotDB != nil {
