@@ -407,9 +407,9 @@ type commitShareMetrics struct {
 	served          *prometheus.CounterVec   // tenant
 	wait            *prometheus.HistogramVec // tenant
 
-	mu        sync.Mutex
-	labels    map[string]bool // tenants with their own label
-	maxLabels int             // labels beyond the weighted tenants'
+	mu         sync.Mutex
+	labels     map[string]bool // tenants with their own label
+	maxLabels  int             // labels beyond the weighted tenants'
 	unweighted int
 }
 

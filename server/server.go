@@ -29,11 +29,19 @@ import (
 )
 
 // Defaults of Config's zero fields.
+//
+// DefaultRequestsPerSecond and DefaultRequestBurst are each session's
+// request limit: a backstop against one session spinning on cheap frames,
+// above what one honest device sends. A device waits a round trip (and,
+// for a write, a commit) per awaited request, tens of microseconds at the
+// least on loopback, and moves volume in pushes of up to
+// syncproto.MaxBatch mutations; so neither sequential awaited writes nor a
+// backlog replay reach it.
 const (
 	DefaultNodeID            = "syncd-1"
 	DefaultMaxConnections    = 10_000
-	DefaultRequestsPerSecond = 200
-	DefaultRequestBurst      = 400
+	DefaultRequestsPerSecond = 20_000
+	DefaultRequestBurst      = 40_000
 	DefaultWriteTimeout      = 10 * time.Second
 	DefaultTokenRecheck      = time.Second
 	DefaultHelloTimeout      = 10 * time.Second
@@ -146,7 +154,8 @@ type Config struct {
 	// DefaultEventLogInterval.
 	EventLogInterval time.Duration
 	// RequestsPerSecond and RequestBurst rate-limit each session's
-	// requests; 0 means the defaults.
+	// requests (announced in welcome); 0 means the defaults
+	// (DefaultRequestsPerSecond, DefaultRequestBurst).
 	RequestsPerSecond float64
 	RequestBurst      int
 	// IdleTimeout closes a session that sent nothing for this long (4000);
