@@ -358,14 +358,21 @@ func (q *fairQueue) push(r *pushRequest) {
 
 // take removes and returns the next pushes in the fair order: at most
 // maxPushes, and no more than maxMutations mutations unless the first push
-// alone holds more. A tenant whose turn a full group cut keeps it for the
-// next call.
+// alone holds more. While several tenants wait, a group holds at most one
+// round (each tenant's one turn), so a tenant's push waits for at most
+// one round's commit besides its own; one tenant alone fills the group.
+// A tenant whose turn a full group cut keeps it for the next call.
 func (q *fairQueue) take(maxPushes, maxMutations int) []*pushRequest {
 	var group []*pushRequest
 	n := 0
+	turns := map[*tenantLine]bool{} // turns begun in this group
 	for len(group) < maxPushes && len(q.active) > 0 {
 		l := q.active[0]
 		if !l.inTurn {
+			if turns[l] && len(q.active) > 1 {
+				break // a new round: the next group's
+			}
+			turns[l] = true
 			l.deficit += commitQuantum * l.weight
 			l.inTurn = true
 		}

@@ -123,3 +123,21 @@ func TestFairQueueIdleTenantKeepsNoCredit(t *testing.T) {
 	g := q.take(2, maxGroupMutations)
 	require.Equal(t, []string{"a", "b"}, []string{g[0].batch.Tenant, g[1].batch.Tenant}, "one push each per round")
 }
+
+// While several tenants wait, a group holds one round at most, so a
+// tenant's push waits for one round's commit besides its own; one tenant
+// alone fills the group to its bounds.
+func TestFairQueueGroupsHoldOneRoundUnderContention(t *testing.T) {
+	q := newFairQueue(nil)
+	for i := range 10 {
+		q.push(queued("a", i, 100))
+		q.push(queued("b", i, 100))
+	}
+	g := q.take(maxGroupPushes, maxGroupMutations)
+	require.Len(t, g, 10, "a's turn (5 pushes of 100) and b's")
+	q = newFairQueue(nil)
+	for i := range 40 {
+		q.push(queued("a", i, 100))
+	}
+	require.Len(t, q.take(maxGroupPushes, maxGroupMutations), maxGroupMutations/100, "alone: up to the group's bounds")
+}

@@ -19,7 +19,8 @@ import (
 
 // The fairness scenario of issue 24: tenant A floods the committer from
 // floodConns connections in closed loop (each waits for its push's answer
-// before the next), pushes of floodPushSize mutations; tenant B's one
+// before the next), pushes of floodPushSize mutations (the test's are
+// smaller, for its time on a loaded machine); tenant B's one
 // device does honestWrites sequential awaited writes.
 const (
 	floodConns    = 50
@@ -38,9 +39,10 @@ type flood struct {
 }
 
 // startFlood opens A's sessions (on the test goroutine) and starts their
-// loops, each ending after maxPushes pushes or when ctx ends. wait returns
+// loops of pushes of pushSize mutations, each ending after maxPushes
+// pushes or when ctx ends. wait returns
 // the first error of a loop: a failed connection or a write not applied.
-func startFlood(tb testing.TB, ctx context.Context, ts *testServer, tenant string, maxPushes int) *flood {
+func startFlood(tb testing.TB, ctx context.Context, ts *testServer, tenant string, maxPushes, pushSize int) *flood {
 	tb.Helper()
 	f := &flood{errs: make(chan error, floodConns)}
 	for i := range floodConns {
@@ -52,7 +54,7 @@ func startFlood(tb testing.TB, ctx context.Context, ts *testServer, tenant strin
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
-			if err := f.loop(ctx, c, fmt.Sprintf("%s-%d", tenant, i), maxPushes); err != nil {
+			if err := f.loop(ctx, c, fmt.Sprintf("%s-%d", tenant, i), maxPushes, pushSize); err != nil {
 				f.errs <- err
 			}
 		}()
@@ -61,10 +63,10 @@ func startFlood(tb testing.TB, ctx context.Context, ts *testServer, tenant strin
 }
 
 // loop pushes in closed loop; it uses no require (not the test goroutine).
-func (f *flood) loop(ctx context.Context, c *wsClient, clientID string, maxPushes int) error {
+func (f *flood) loop(ctx context.Context, c *wsClient, clientID string, maxPushes, pushSize int) error {
 	clock := syncproto.NewClock(clientID, nil)
 	for p := 0; p < maxPushes && ctx.Err() == nil; p++ {
-		muts := make([]syncproto.Mutation, floodPushSize)
+		muts := make([]syncproto.Mutation, pushSize)
 		for i := range muts {
 			op, err := syncproto.NewOpID()
 			if err != nil {
@@ -141,7 +143,7 @@ func TestFairnessFloodingTenantLeavesAnotherItsWrites(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Bounded in count (and stopped once B is done).
-	a := startFlood(t, ctx, ts, "flooder", 40)
+	a := startFlood(t, ctx, ts, "flooder", 40, 20)
 	honestDevice(t, ts, "honest", honestWrites)
 	cancel()
 	require.NoError(t, a.wait())
@@ -190,7 +192,7 @@ func BenchmarkFairness(b *testing.B) {
 func floodRate(b *testing.B, ts *testServer, tenant string, during func()) float64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f := startFlood(b, ctx, ts, tenant, 1<<20)
+	f := startFlood(b, ctx, ts, tenant, 1<<20, floodPushSize)
 	time.Sleep(200 * time.Millisecond) // the flood reaches its pace
 	from := f.mutations.Load()
 	start := time.Now()
