@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"fmt"
 	"net"
@@ -20,6 +21,15 @@ import (
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/syncproto"
 )
+
+// testKey is the command key of every node of these tests.
+var testKey = func() []byte {
+	k := make([]byte, cluster.MinCommandKeyBytes)
+	if _, err := rand.Read(k); err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 // waitFor bounds every wait of these tests: generous, since a loaded
 // machine elects JetStream leaders slowly.
@@ -109,6 +119,9 @@ func startNodeWith(t testing.TB, ns *server.Server, name, path string, o cluster
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	o.Node = name
+	if o.CommandKey == nil {
+		o.CommandKey = testKey
+	}
 	if o.Replicas == 0 {
 		o.Replicas = 1
 	}

@@ -261,7 +261,8 @@ func (c *Cluster) publish(ctx context.Context, cmd Command) (uint64, error) {
 	defer cancel()
 	var ack *jetstream.PubAck
 	err = c.retry(ctx, "publish a command", func(ctx context.Context) (err error) {
-		msg := &nats.Msg{Subject: Subject, Data: data}
+		msg := &nats.Msg{Subject: Subject, Data: data, Header: nats.Header{}}
+		msg.Header.Set(HeaderAuth, Authenticate(c.opts.CommandKey, data))
 		ack, err = c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(cmd.ID), jetstream.WithExpectStream(StreamName))
 		return err
 	})

@@ -42,7 +42,9 @@ func publishJob(t testing.TB, nc *nats.Conn, job cluster.Job) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	_, err = js.Publish(ctx, cluster.Subject, data)
+	msg := &nats.Msg{Subject: cluster.Subject, Data: data, Header: nats.Header{}}
+	msg.Header.Set(cluster.HeaderAuth, cluster.Authenticate(testKey, data))
+	_, err = js.PublishMsg(ctx, msg)
 	require.NoError(t, err)
 }
 
@@ -216,13 +218,13 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "syncd.db")
 	startNode(t, servers[0], "node-a", path, cluster.Options{}).stop()
 
-	_, err := cluster.Connect(ctx, nc, cluster.Options{Node: "node-b", Replicas: 3, APITimeout: time.Second})
+	_, err := cluster.Connect(ctx, nc, cluster.Options{Node: "node-b", Replicas: 3, APITimeout: time.Second, CommandKey: testKey})
 	require.ErrorIs(t, err, cluster.ErrMisconfigured)
 	require.ErrorContains(t, err, "1 replicas, this node is configured for 3")
 
 	// The data of node-a opened for another cluster.
 	other := startNATS(t, 1)
-	cl, err := cluster.Connect(ctx, connect(t, other[0]), cluster.Options{Node: "node-a", Replicas: 1})
+	cl, err := cluster.Connect(ctx, connect(t, other[0]), cluster.Options{Node: "node-a", Replicas: 1, CommandKey: testKey})
 	require.NoError(t, err)
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
 	require.NoError(t, err)
@@ -237,7 +239,7 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cluster.StreamName, Subjects: []string{"orders.>"}})
 	require.NoError(t, err)
-	_, err = cluster.Connect(ctx, fnc, cluster.Options{Node: "node-a", Replicas: 1})
+	_, err = cluster.Connect(ctx, fnc, cluster.Options{Node: "node-a", Replicas: 1, CommandKey: testKey})
 	require.ErrorIs(t, err, cluster.ErrMisconfigured)
 	require.ErrorContains(t, err, "not created by syncd")
 
@@ -245,7 +247,7 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	small, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "small", Port: -1, StoreDir: t.TempDir(), MaxPayload: 1 << 20})
 	require.NoError(t, err)
 	t.Cleanup(func() { small.Shutdown(); small.WaitForShutdown() })
-	_, err = cluster.Connect(ctx, connect(t, small), cluster.Options{Node: "node-a", Replicas: 1})
+	_, err = cluster.Connect(ctx, connect(t, small), cluster.Options{Node: "node-a", Replicas: 1, CommandKey: testKey})
 	require.ErrorIs(t, err, cluster.ErrMisconfigured)
 	require.ErrorContains(t, err, "max_payload")
 }

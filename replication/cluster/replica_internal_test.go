@@ -31,7 +31,7 @@ func TestReplicaReaderReadsInOrder(t *testing.T) {
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: StreamName, Subjects: []string{Subject}, Storage: jetstream.FileStorage,
 		Metadata: map[string]string{metaCluster: "c1"}})
 	require.NoError(t, err)
-	c, err := Connect(ctx, nc, Options{Node: "reader", Replicas: 1})
+	c, err := Connect(ctx, nc, Options{Node: "reader", Replicas: 1, CommandKey: make([]byte, MinCommandKeyBytes)})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	s, err := js.Stream(ctx, StreamName)
