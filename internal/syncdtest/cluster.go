@@ -2,8 +2,10 @@ package syncdtest
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -37,12 +39,17 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	a, err := auth.NewAuthenticator(tokens, nil)
 	require.NoError(t, err)
 
+	key := make([]byte, cluster.MinCommandKeyBytes)
+	_, err = rand.Read(key)
+	require.NoError(t, err)
+
 	nats := startNATS(t, n)
 	nodes := make([]*Server, n)
 	for i := range n {
-		node := &Server{TokenPath: tokens, AdminToken: admin}
+		node := &Server{TokenPath: tokens, AdminToken: admin, CommandKey: key, NATSURL: nats[i].ClientURL()}
 		node.join = func(t testing.TB, cfg server.Config) *cluster.Cluster {
 			return joinNATS(t, nats[i], cluster.Options{Node: fmt.Sprintf("node-%d", i+1), Replicas: replicas,
+				CommandKey: key, MaxClockSkew: cfg.MaxClockSkew, Policies: cfg.Policies, Agreement: TokenFileAgreement(tokens),
 				Now: cfg.Now, Registerer: cfg.Registry})
 		}
 		c := cfg
@@ -54,6 +61,20 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 		node.start(t, c)
 	}
 	return nodes
+}
+
+// TokenFileAgreement is an Options.Agreement that publishes the hash of
+// the token file at path (part "tokens"): a node whose file differs from
+// the majority's (a revocation it missed) refuses to serve. A file that
+// cannot be read hashes as its error.
+func TokenFileAgreement(path string) func() map[string]string {
+	return func() map[string]string {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			data = []byte("unreadable: " + err.Error())
+		}
+		return map[string]string{"tokens": cluster.HashPart(data)}
+	}
 }
 
 // startNATS starts n embedded NATS servers routed to each other.

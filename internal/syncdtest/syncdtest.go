@@ -48,6 +48,11 @@ type Server struct {
 	DataPath string
 	// Registry is the server's metrics registry.
 	Registry *prometheus.Registry
+	// On a cluster node: CommandKey is the cluster's command key
+	// (cluster.Options.CommandKey), NATSURL its embedded NATS server's
+	// client URL, for tests that publish to the command stream themselves.
+	CommandKey []byte
+	NATSURL    string
 
 	cfg       server.Config
 	addr      string // the public listener's fixed address; "" for a fresh port

@@ -92,6 +92,10 @@ func disagreement(mine map[string]string, peers []map[string]string) []string {
 	return out
 }
 
+// mismatchSurveys is how many surveys in a row (one every reportEvery)
+// must find this node's configuration differing before it stops serving.
+const mismatchSurveys = 3
+
 // checkAgreement publishes nothing itself: it compares this node's parts,
 // as of its report, with the live peers' statuses, and refuses to serve
 // while they differ (ErrConfigMismatch), serving again once they agree.
@@ -104,10 +108,16 @@ func (c *Cluster) checkAgreement(mine map[string]string, peers []Status) {
 	}
 	parts := disagreement(mine, theirs)
 	if len(parts) == 0 {
+		c.seenMismatch = 0
 		if c.mismatch.Swap(nil) != nil {
 			c.log.Info("this node's configuration agrees with the cluster's again")
 			c.metrics.configMismatch.Set(0)
 		}
+		return
+	}
+	// A file changed on every node at once is read by each at its own
+	// report: judge only a difference that outlives a round of reports.
+	if c.seenMismatch++; c.seenMismatch < mismatchSurveys {
 		return
 	}
 	var err error = &MismatchError{Parts: parts}

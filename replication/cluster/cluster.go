@@ -212,6 +212,7 @@ type Cluster struct {
 	misconfig     atomic.Pointer[error]  // set while the stream drifted from want, or is gone (checkShape)
 	mismatch      atomic.Pointer[error]  // set while this node's configuration differs from the cluster's (checkAgreement)
 	agreed        atomic.Pointer[map[string]string]
+	seenMismatch  int // surveys in a row that found a mismatch; the report loop's
 	waitingQuorum atomic.Bool
 	quorumLogged  atomic.Int64                 // unix nanos of the last "waiting for cluster quorum" log
 	failed        atomic.Pointer[error]        // set when this node must stop serving

@@ -31,6 +31,10 @@ var testKey = func() []byte {
 	return k
 }()
 
+// testPolicies are the model declarations of these tests' edges (batchFor)
+// and nodes.
+var testPolicies = replication.Config{"docs": replication.PolicyOptimistic}
+
 // waitFor bounds every wait of these tests: generous, since a loaded
 // machine elects JetStream leaders slowly.
 const waitFor = 60 * time.Second
@@ -121,6 +125,9 @@ func startNodeWith(t testing.TB, ns *server.Server, name, path string, o cluster
 	o.Node = name
 	if o.CommandKey == nil {
 		o.CommandKey = testKey
+	}
+	if o.Policies == nil {
+		o.Policies = testPolicies
 	}
 	if o.Replicas == 0 {
 		o.Replicas = 1
@@ -253,7 +260,7 @@ func batchOf(client string, muts ...syncproto.Mutation) replication.Batch {
 // batchFor admits muts as client of tenant sent them at now.
 func batchFor(tenant, client string, muts ...syncproto.Mutation) replication.Batch {
 	return replication.Admit(replication.Author{Tenant: tenant, ClientID: client, CanWrite: everything},
-		muts, replication.Config{"docs": replication.PolicyOptimistic}, time.Now(), time.Minute)
+		muts, testPolicies, time.Now(), time.Minute)
 }
 
 func put(clock *syncproto.Clock, model, key, value string) syncproto.Mutation {

@@ -61,9 +61,12 @@ func oplogCount(t testing.TB, n *node) int {
 // successor.
 func TestStaleTokenJobIsIgnored(t *testing.T) {
 	servers := startNATS(t, 1)
-	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
+	// Entries live 30 s; a job may run as of at most the skew bound (a
+	// minute) past its stream time.
+	n := startNodeWith(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour},
+		replication.StoreOptions{Log: replication.Retention{MaxAge: 30 * time.Second}})
 	writeMany(t, n, "phone", 5)
-	farFuture := time.Now().Add(365 * 24 * time.Hour) // every entry is beyond the retention then
+	farFuture := time.Now().Add(59 * time.Second) // every entry is beyond the retention then
 
 	publishJob(t, n.nc, cluster.Job{Kind: cluster.JobCompactOplog, Token: 1_000_000, Now: time.Now(), Limit: 1000})
 	writeMany(t, n, "phone-2", 1) // a barrier: the job before it was applied
@@ -190,7 +193,7 @@ func TestEmptyNodeRestoresFromSnapshot(t *testing.T) {
 // has no snapshot, says so and changes nothing.
 func TestNoSnapshotIsAClearError(t *testing.T) {
 	servers := startNATS(t, 1)
-	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: time.Hour}
+	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: time.Hour, CommandKey: testKey}
 	a := startNode(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o)
 	writeMany(t, a, "laptop", 400)
 
