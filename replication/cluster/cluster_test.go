@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
@@ -99,6 +100,36 @@ type node struct {
 	cl    *cluster.Cluster
 	store *replication.Store
 	db    *sql.DB
+	reg   *prometheus.Registry // the node's metrics, unless the test gave a Registerer
+}
+
+// metric is the value of the node's metric name whose label is value (0
+// when absent).
+func (n *node) metric(t testing.TB, name, label, value string) float64 {
+	t.Helper()
+	families, err := n.reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					switch {
+					case m.GetCounter() != nil:
+						return m.GetCounter().GetValue()
+					case m.GetGauge() != nil:
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+			if label == "" && m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func connect(t testing.TB, ns *server.Server) *nats.Conn {
@@ -129,10 +160,14 @@ func startNodeWith(t testing.TB, ns *server.Server, name, path string, o cluster
 	if o.Policies == nil {
 		o.Policies = testPolicies
 	}
+	reg := prometheus.NewRegistry()
+	if o.Registerer == nil {
+		o.Registerer = reg
+	}
 	if o.Replicas == 0 {
 		o.Replicas = 1
 	}
-	n := &node{name: name, path: path, nc: connect(t, ns)}
+	n := &node{name: name, path: path, nc: connect(t, ns), reg: reg}
 	var err error
 	n.cl, err = cluster.Connect(ctx, n.nc, o)
 	require.NoError(t, err)
