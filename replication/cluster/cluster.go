@@ -171,6 +171,9 @@ func (o *Options) setDefaults() error {
 	if o.Replicas < 1 || o.Replicas > 5 {
 		return fmt.Errorf("replicas %d: want 1 to 5", o.Replicas)
 	}
+	if o.JobInterval < 0 {
+		return fmt.Errorf("job interval %s: want a positive interval (--retention-interval: retention cannot be switched off in a cluster)", o.JobInterval)
+	}
 	if o.Poll < time.Millisecond || o.Poll > time.Second {
 		return fmt.Errorf("poll %s: want 1ms to 1s", o.Poll)
 	}
