@@ -46,7 +46,7 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	nats := startNATS(t, n)
 	nodes := make([]*Server, n)
 	for i := range n {
-		node := &Server{TokenPath: tokens, AdminToken: admin, CommandKey: key, NATSURL: nats[i].ClientURL()}
+		node := &Server{TokenPath: tokens, AdminToken: admin, CommandKey: key, nats: nats[i]}
 		node.join = func(t testing.TB, cfg server.Config) *cluster.Cluster {
 			return joinNATS(t, nats[i], cluster.Options{Node: fmt.Sprintf("node-%d", i+1), Replicas: replicas,
 				CommandKey: key, MaxClockSkew: cfg.MaxClockSkew, Policies: cfg.Policies, Agreement: TokenFileAgreement(tokens),
@@ -61,6 +61,18 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 		node.start(t, c)
 	}
 	return nodes
+}
+
+// NATS connects to a cluster node's embedded NATS server as anyone who
+// reaches its client port may (a test's raw client, to publish forged
+// commands); the connection closes when t ends.
+func (s *Server) NATS(t testing.TB) *nats.Conn {
+	t.Helper()
+	require.NotNil(t, s.nats, "not a cluster node")
+	nc, err := nats.Connect(s.nats.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 // TokenFileAgreement is an Options.Agreement that publishes the hash of

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -48,11 +49,10 @@ type Server struct {
 	DataPath string
 	// Registry is the server's metrics registry.
 	Registry *prometheus.Registry
-	// On a cluster node: CommandKey is the cluster's command key
-	// (cluster.Options.CommandKey), NATSURL its embedded NATS server's
-	// client URL, for tests that publish to the command stream themselves.
+	// CommandKey is, on a cluster node, the cluster's command key
+	// (cluster.Options.CommandKey), for tests that publish commands as a
+	// node would (see NATS).
 	CommandKey []byte
-	NATSURL    string
 
 	cfg       server.Config
 	addr      string // the public listener's fixed address; "" for a fresh port
@@ -60,6 +60,8 @@ type Server struct {
 	stopOnce  sync.Once
 	// join, on a cluster node, makes a new membership for each start.
 	join func(testing.TB, server.Config) *cluster.Cluster
+	// nats, on a cluster node, is its embedded NATS server.
+	nats *natsserver.Server
 }
 
 // Start starts syncd with cfg and stops it when t ends. Empty DataPath,

@@ -278,3 +278,19 @@ func TestForgedSnapshotIsRefused(t *testing.T) {
 		require.ErrorIs(t, statErr, os.ErrNotExist, "nothing restored")
 	}
 }
+
+// TestAuthenticatedNewerVersionStopsTheNode: a command of a newer version
+// that carries a valid authenticator is a newer node's (a rolling
+// upgrade): skipping it would diverge from the nodes that apply it, so
+// the node stops, saying to upgrade it. The same bytes unauthenticated
+// were skipped (TestForgedCommandsAreRefusedAlike).
+func TestAuthenticatedNewerVersionStopsTheNode(t *testing.T) {
+	servers := startNATS(t, 1)
+	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
+	writeMany(t, n, "phone", 1)
+	data := []byte(`{"v":2,"id":"from-a-newer-node"}`)
+	publishRaw(t, n.nc, data, cluster.Authenticate(testKey, data))
+	require.Eventually(t, func() bool { return n.cl.Ready() != nil }, waitFor, 20*time.Millisecond)
+	require.ErrorIs(t, n.cl.Ready(), cluster.ErrBadCommand)
+	require.ErrorContains(t, n.cl.Ready(), "upgrade this node")
+}
