@@ -60,8 +60,10 @@ type Server struct {
 	stopOnce  sync.Once
 	// join, on a cluster node, makes a new membership for each start.
 	join func(testing.TB, server.Config) *cluster.Cluster
-	// nats, on a cluster node, is its embedded NATS server.
-	nats *natsserver.Server
+	// nats, on a cluster node, is its embedded NATS server, whose
+	// credentials derive from secret.
+	nats   *natsserver.Server
+	secret cluster.Secret
 }
 
 // Start starts syncd with cfg and stops it when t ends. Empty DataPath,

@@ -100,7 +100,7 @@ type Options struct {
 	// that carry it; every other message is refused and skipped
 	// (RefusedUnauthenticated). Snapshots are authenticated with a key
 	// derived from it. Required, at least MinCommandKeyBytes, the same on
-	// every node.
+	// every node: Secret.CommandKey.
 	CommandKey []byte
 	// MaxClockSkew is the edge's bound on how far ahead of its clock a
 	// write's timestamp may be (server.Config.MaxClockSkew; 0 means

@@ -105,7 +105,7 @@ func forgeries(t testing.TB) []forgery {
 }
 
 // TestForgedCommandsAreRefusedAlike: each forged command of the attack
-// round, published by a raw NATS client without an authenticator, with
+// round, published by a raw NATS client (with node credentials) without an authenticator, with
 // one under another key, and (where the materializer can tell) with a
 // valid one, is refused by every node the same way: the nodes keep
 // serving, their digests stay equal, nothing of the forgeries is applied,
