@@ -220,9 +220,7 @@ func (c *Cluster) runReports(ctx context.Context) {
 // there are. When the statuses cannot be read, the agreement keeps its
 // last verdict.
 func (c *Cluster) survey(ctx context.Context) int {
-	lctx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
-	defer cancel()
-	nodes, err := c.Nodes(lctx)
+	nodes, err := c.readNodes(ctx)
 	if err != nil {
 		return 0
 	}
@@ -234,13 +232,18 @@ func (c *Cluster) survey(ctx context.Context) int {
 
 // livePeers counts the other nodes that reported their status recently.
 func (c *Cluster) livePeers(ctx context.Context) int {
-	lctx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
-	defer cancel()
-	nodes, err := c.Nodes(lctx)
+	nodes, err := c.readNodes(ctx)
 	if err != nil {
 		return 0
 	}
 	return c.countLive(nodes)
+}
+
+// readNodes is Nodes within one API timeout.
+func (c *Cluster) readNodes(ctx context.Context) ([]Status, error) {
+	lctx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
+	defer cancel()
+	return c.Nodes(lctx)
 }
 
 func (c *Cluster) countLive(nodes []Status) int {
