@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -72,8 +73,17 @@ func newPublisher(c *Cluster) *publisher {
 
 // Submit publishes b (grouped with other batches waiting) and calls done
 // once this node applied it. It returns an error only when b was not taken:
-// too large, or ctx ended or the node closed while waiting for room.
+// too large, the node does not serve (its configuration differs from the
+// cluster's, ErrConfigMismatch: a token the others revoked must not write
+// through it; or the stream drifted or is gone, ErrMisconfigured,
+// ErrStreamDeleted), or ctx ended or the node closed while waiting for
+// room.
 func (c *Cluster) Submit(ctx context.Context, b *replication.Batch, done DoneFunc) error {
+	for _, p := range []*atomic.Pointer[error]{&c.mismatch, &c.misconfig} {
+		if errp := p.Load(); errp != nil {
+			return fmt.Errorf("submit: %w", *errp)
+		}
+	}
 	data, err := json.Marshal(b)
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)

@@ -184,8 +184,8 @@ func TestStreamDriftAndDeletionAreNamed(t *testing.T) {
 
 // TestNodesAgreeOnConfiguration: a node whose token file missed a
 // revocation the others have, and whose model declarations differ, stops
-// serving naming both; once its file is fixed only the models are named;
-// its peers serve on.
+// serving naming both, and takes no write; once its file is fixed only the
+// models are named; its peers serve on.
 func TestNodesAgreeOnConfiguration(t *testing.T) {
 	servers := startNATS(t, 3)
 	dir := t.TempDir()
@@ -209,6 +209,10 @@ func TestNodesAgreeOnConfiguration(t *testing.T) {
 	for _, n := range nodes[:2] {
 		require.NoError(t, n.cl.Ready(), n.name)
 	}
+	clock := syncproto.NewClock("phone", nil)
+	_, err := nodes[2].tryCommit(batchOf("phone", put(clock, "notes", "k", `"through the stale node"`)))
+	require.ErrorIs(t, err, cluster.ErrConfigMismatch, "a token the others revoked does not write through it")
+	nodes[0].commit(t, batchOf("phone", put(clock, "notes", "k", `"through a current node"`)))
 
 	require.NoError(t, os.WriteFile(files[2], []byte(`{"tokens":[]}`), 0o600))
 	require.Eventually(t, func() bool {
