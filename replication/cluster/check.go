@@ -153,13 +153,11 @@ func (m *materializer) check(msg streamMsg, pos position) (Command, *RefusedErro
 }
 
 // maxToken is the highest fencing token a job at stream time at may carry,
-// after the jobs pos records.
+// after the jobs pos records. Integer arithmetic only, so that nodes of
+// every architecture decide alike.
 func maxToken(pos position, at time.Time) uint64 {
-	secs := at.Sub(time.Unix(0, pos.jobAt)).Seconds()
-	if secs < 0 {
-		secs = 0
-	}
-	growth := uint64(math.Min(secs*maxLeaseRevisionsPerSecond, float64(math.MaxUint64/4)))
+	elapsed := max(at.Sub(time.Unix(0, pos.jobAt)), 0) // saturates at about 292 years
+	growth := uint64(elapsed/time.Millisecond) * maxLeaseRevisionsPerSecond / 1000
 	if pos.jobToken > math.MaxUint64-1-growth {
 		return math.MaxUint64
 	}
