@@ -298,3 +298,18 @@ func TestAuthenticatedNewerVersionStopsTheNode(t *testing.T) {
 	require.ErrorIs(t, n.cl.Ready(), cluster.ErrBadCommand)
 	require.ErrorContains(t, n.cl.Ready(), "upgrade this node")
 }
+
+// TestOptionsNameWhatIsMissing: a node without a command key of at least
+// MinCommandKeyBytes, or with retention switched off, is refused before it
+// touches NATS, the error naming the field.
+func TestOptionsNameWhatIsMissing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	nc := connect(t, startNATS(t, 1)[0])
+	_, err := cluster.Connect(ctx, nc, cluster.Options{Node: "node-1", Replicas: 1})
+	require.ErrorContains(t, err, "CommandKey: 0 bytes, want at least 32")
+	_, err = cluster.Connect(ctx, nc, cluster.Options{Node: "node-1", Replicas: 1, CommandKey: testKey[:31]})
+	require.ErrorContains(t, err, "CommandKey: 31 bytes")
+	_, err = cluster.Connect(ctx, nc, cluster.Options{Node: "node-1", Replicas: 1, CommandKey: testKey, JobInterval: -time.Second})
+	require.ErrorContains(t, err, "--retention-interval")
+}
