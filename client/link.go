@@ -82,7 +82,11 @@ func (l *link) bind(ctx context.Context) error {
 	if resync {
 		cursor = 0
 	}
-	w, err := l.conn.hello(ctx, c.cfg.ClientID, cursor, c.stamp())
+	dbID, err := c.replica.databaseID(ctx)
+	if err != nil {
+		return err
+	}
+	w, err := l.conn.hello(ctx, c.cfg.ClientID, cursor, c.stamp(), dbID)
 	if err != nil {
 		var pe *syncproto.Error
 		if errors.As(err, &pe) && pe.Code == syncproto.CodeCursorAhead {

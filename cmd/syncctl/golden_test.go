@@ -44,7 +44,12 @@ func seed(t testing.TB, ts *testServer) {
 	require.Equal(t, []syncproto.Status{"applied", "applied", "applied", "conflict", "superseded", "applied"}, statuses)
 }
 
-var remotePort = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+var (
+	remotePort = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+	// The build and the database id differ per build and per run.
+	buildLine    = regexp.MustCompile(`(?m)^(build\s+)\S.*$`)
+	databaseLine = regexp.MustCompile(`(?m)^(database\s+)\S.*$`)
+)
 
 func TestAdminCommandsGolden(t *testing.T) {
 	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}, retention: true})
@@ -73,6 +78,8 @@ func TestAdminCommandsGolden(t *testing.T) {
 			out := c.ok(tc.args...)
 			out = strings.ReplaceAll(out, memberID, "tokenid00001")
 			out = remotePort.ReplaceAllString(out, "127.0.0.1:PORT")
+			out = buildLine.ReplaceAllString(out, "${1}BUILD")
+			out = databaseLine.ReplaceAllString(out, "${1}DATABASE-ID")
 			requireGolden(t, tc.name, out)
 		})
 	}

@@ -149,6 +149,7 @@ Every command prints a table for people, or JSON with --json.`,
 		a.watchCommand(),
 		a.benchCommand(),
 		a.restoreCommand(),
+		a.versionCommand(),
 	)
 	return root
 }

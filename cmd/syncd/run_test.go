@@ -23,6 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/replication"
 )
 
@@ -100,6 +101,14 @@ func startRun(t *testing.T, args []string, logs *syncWriter) (addr string, stop 
 	}
 }
 
+func TestVersionFlagPrintsTheBuildAndStarts(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "never.db")
+	err := run(t.Context(), []string{"--version", "--data", data}, func(string) string { return "" }, io.Discard)
+	require.ErrorIs(t, err, errShowVersion, "main prints the build and exits 0")
+	require.NoFileExists(t, data, "--version starts nothing")
+	require.Regexp(t, `^syncd \S+ \(go1\.\d+`, versionLine())
+}
+
 func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 	logs := &syncWriter{}
 	data := filepath.Join(t.TempDir(), "nested", "syncd.db")
@@ -112,6 +121,16 @@ func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 		require.Equal(t, want, resp.StatusCode, path)
 	}
 	require.FileExists(t, data, "the database is created with its directory")
+
+	// The development tokens come with commands ready to paste: a device
+	// credential the example app takes, and the admin token for syncctl.
+	m := regexp.MustCompile(`--credential (\S+) add shopping`).FindStringSubmatch(logs.String())
+	require.NotNil(t, m, "no ready-to-paste credential in %s", logs)
+	id, token, err := client.ParseCredential(m[1])
+	require.NoError(t, err)
+	require.Equal(t, "dev-client", id)
+	require.Contains(t, logs.String(), "client_token="+token)
+	require.Regexp(t, `SYNCCTL_TOKEN=sdk_\S+ go run ./cmd/syncctl status`, logs.String())
 
 	stop()
 	require.Contains(t, logs.String(), "syncd stopped")
