@@ -28,6 +28,9 @@ type link struct {
 	cancel context.CancelFunc
 	since  time.Time   // when the link was made
 	bound  atomic.Bool // hello was answered and the driver told
+	// snapshotAbandoned: a snapshot download on this link failed, and
+	// the link was closed for it (see link.healthy).
+	snapshotAbandoned atomic.Bool
 
 	mu       sync.Mutex
 	stopping bool // under mu: spawn starts nothing more

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/internal/buildinfo"
+	"github.com/syncd-dev/syncd/internal/datalock"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
@@ -283,6 +285,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 
+	// One syncd per database: a second one, or syncctl restore while this
+	// one runs, is refused (datalock). The lock's directory is created
+	// here, as server.New would create it.
+	if err := os.MkdirAll(filepath.Dir(o.data), 0o700); err != nil {
+		return fmt.Errorf("--data %s: %w", o.data, err)
+	}
+	lock, err := datalock.Acquire(o.data)
+	if err != nil {
+		var held *datalock.ErrHeld
+		if errors.As(err, &held) {
+			return fmt.Errorf("--data %s: another syncd serves it (%w); stop it first", o.data, err)
+		}
+		return err
+	}
+	defer lock.Release()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var member *membership
@@ -342,7 +360,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	for _, l := range listeners {
 		l.ln = srv.LimitListener(l.ln)
 	}
-	serveErr := make(chan error, len(listeners))
+	serveErr := make(chan error, len(listeners)+1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := watchDataFile(watchCtx, o.data, dataCheckInterval); err != nil {
+			serveErr <- err
+		}
+	}()
 	for _, l := range listeners {
 		go func() {
 			var err error
@@ -360,7 +385,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var failed error
 	select {
 	case failed = <-serveErr:
-		log.Error("listener failed; shutting down", "err", failed)
+		log.Error("serving failed; shutting down", "err", failed)
 	case <-ctx.Done():
 	}
 	log.Info("syncd shutting down", "timeout", o.shutdownTimeout)

@@ -30,6 +30,7 @@ var allowed = map[string][]string{
 	"internal/textsafe":             {},
 	"internal/loopback":             {},
 	"internal/buildinfo":            {},
+	"internal/datalock":             {},
 	"replication":                   {"syncproto", "ledger"},
 	"client/offlinequeue":           {"internal/sqlitedb"},
 	"client/netmonitor":             {},
