@@ -121,7 +121,7 @@ func (e ExternalNATS) Options() ([]nats.Option, error) {
 		opts = append(opts, nats.UserCredentials(e.CredsFile))
 	}
 	if e.User != "" {
-		b, err := ReadPrivateFile(e.PasswordFile, maxPasswordFileBytes)
+		b, err := readPrivateFile(e.PasswordFile, maxPasswordFileBytes)
 		if err != nil {
 			return nil, fmt.Errorf("NATS password file: %w", err)
 		}

@@ -9,8 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/syncd-dev/syncd/internal/atomicfile"
 )
 
 // SecretBytes is the size of a cluster secret; its file holds them
@@ -97,7 +98,7 @@ func ParseSecret(text []byte) (Secret, error) {
 // or others may read (ErrSecretFileMode), one larger than a secret, and
 // one that does not hold a secret (ErrBadSecret).
 func LoadSecret(path string) (Secret, error) {
-	b, err := ReadPrivateFile(path, maxSecretFileBytes)
+	b, err := readPrivateFile(path, maxSecretFileBytes)
 	if err != nil {
 		return Secret{}, fmt.Errorf("load cluster secret: %w", err)
 	}
@@ -108,11 +109,11 @@ func LoadSecret(path string) (Secret, error) {
 	return s, nil
 }
 
-// ReadPrivateFile reads a small file holding a credential: it refuses one
+// readPrivateFile reads a small file holding a credential: it refuses one
 // its group or others may read (ErrSecretFileMode), and one larger than
 // limit bytes. Both the cluster secret and a NATS password file go through
 // it.
-func ReadPrivateFile(path string, limit int64) ([]byte, error) {
+func readPrivateFile(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -146,56 +147,14 @@ func WriteSecretFile(path string, s Secret) error {
 	if !s.Valid() {
 		return fmt.Errorf("write cluster secret %s: %w: the zero secret", path, ErrBadSecret)
 	}
-	if err := writeSecretFile(path, s); err != nil {
+	err := atomicfile.Create(path, []byte(hex.EncodeToString(s.key[:])+"\n"), 0o600, 0o700)
+	if errors.Is(err, atomicfile.ErrExists) {
+		err = ErrSecretExists
+	}
+	if err != nil {
 		return fmt.Errorf("write cluster secret %s: %w", path, err)
 	}
 	return nil
-}
-
-func writeSecretFile(path string, s Secret) error {
-	if _, err := os.Lstat(path); err == nil {
-		return ErrSecretExists
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.WriteString(hex.EncodeToString(s.key[:]) + "\n"); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	// Link, not rename: a file created meanwhile by another writer is
-	// never replaced.
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return ErrSecretExists
-		}
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Valid reports whether s holds a secret (the zero Secret does not).
