@@ -113,7 +113,7 @@ func refusal(a Author, m *syncproto.Mutation, policy Policy, now time.Time, maxS
 func (b *Batch) proposal(m *syncproto.Mutation) Proposal {
 	return Proposal{
 		Tenant: b.Tenant, OpID: m.OpID, Model: m.Model, Key: m.Key,
-		Op: Op(m.Op), Value: m.Value, HLC: m.HLC,
+		Op: m.Op, Value: m.Value, HLC: m.HLC,
 		BaseVersion: m.BaseVersion, SeenVersion: m.SeenVersion, ClientID: b.ClientID,
 	}
 }

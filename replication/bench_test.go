@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	r "github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // The row writes of the apply path, per mutation, measured three ways for
@@ -67,7 +68,7 @@ func benchRowWrites(b *testing.B, mode string, batch int) {
 	write := func(tx *sql.Tx, i int) error {
 		p := r.Proposal{
 			Tenant: "tenant-1", OpID: uuid.Must(uuid.NewV7()).String(), Model: "notes",
-			Key: fmt.Sprintf("note-%09d", i), Op: r.OpPut, Value: value,
+			Key: fmt.Sprintf("note-%09d", i), Op: syncproto.OpPut, Value: value,
 			HLC: ts(1_700_000_000_000+int64(i), 0, "client-1"), ClientID: "client-1",
 		}
 		switch mode {

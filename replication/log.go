@@ -23,13 +23,13 @@ type Entry struct {
 	Model   string
 	Key     string
 	OpID    string
-	Op      Op
+	Op      syncproto.Op
 	Value   []byte // raw JSON; nil for a delete
 	Version uint64 // the record version this write produced
 	HLC     syncproto.Timestamp
 	// ClientID is the client that sent the write.
 	ClientID string
-	// Deleted is true exactly when Op is OpDelete.
+	// Deleted is true exactly when Op is syncproto.OpDelete.
 	Deleted bool
 	// AppliedAt is when the log accepted the entry (millisecond precision),
 	// stamped by Append.
@@ -39,9 +39,9 @@ type Entry struct {
 // NewEntry returns the log entry for an applied write that produced rec,
 // sent by clientID. Seq and AppliedAt are left for Append.
 func NewEntry(rec Record, clientID string) Entry {
-	op := OpPut
+	op := syncproto.OpPut
 	if rec.Deleted {
-		op = OpDelete
+		op = syncproto.OpDelete
 	}
 	return Entry{
 		Tenant:   rec.Tenant,
@@ -89,9 +89,9 @@ func (e Entry) validate() error {
 		problem = "version 0"
 	case e.HLC.IsZero():
 		problem = "zero hlc"
-	case e.Op != OpPut && e.Op != OpDelete:
+	case e.Op != syncproto.OpPut && e.Op != syncproto.OpDelete:
 		problem = fmt.Sprintf("unknown op %q", e.Op)
-	case e.Deleted != (e.Op == OpDelete):
+	case e.Deleted != (e.Op == syncproto.OpDelete):
 		problem = "deleted disagrees with op"
 	default:
 		return nil

@@ -44,7 +44,7 @@ func TestMemoryLogConformance(t *testing.T) {
 				var out []r.Entry
 				for _, e := range es {
 					fx, err := mem.Apply(context.Background(), &r.Batch{Tenant: e.Tenant, ClientID: e.ClientID, At: at, Writes: []r.Write{{
-						Mutation: syncproto.Mutation{OpID: e.OpID, Model: e.Model, Key: e.Key, Op: syncproto.Op(e.Op), Value: e.Value, HLC: e.HLC},
+						Mutation: syncproto.Mutation{OpID: e.OpID, Model: e.Model, Key: e.Key, Op: e.Op, Value: e.Value, HLC: e.HLC},
 						Policy:   r.PolicyLWW,
 					}}})
 					require.NoError(t, err)

@@ -32,7 +32,7 @@ func randomWrites(rng *rand.Rand, n int) []r.Proposal {
 		p.OpID = fmt.Sprintf("op-%d", i)
 		p.Value = []byte(fmt.Sprintf(`{"i":%d}`, i))
 		if rng.IntN(4) == 0 {
-			p.Op, p.Value = r.OpDelete, nil
+			p.Op, p.Value = syncproto.OpDelete, nil
 		}
 		ps = append(ps, p)
 	}
@@ -87,7 +87,7 @@ func TestLWWConvergesOnMaxHLC(t *testing.T) {
 			require.Equal(t, maxW.OpID, cur.OpID, "seed %d: final state is not the max-HLC write", seed)
 			require.Equal(t, maxW.HLC, cur.HLC, "seed %d", seed)
 			require.Equal(t, maxW.Value, cur.Value, "seed %d", seed)
-			require.Equal(t, maxW.Op == r.OpDelete, cur.Deleted, "seed %d", seed)
+			require.Equal(t, maxW.Op == syncproto.OpDelete, cur.Deleted, "seed %d", seed)
 			require.Equal(t, uint64(applied), cur.Version, "seed %d: versions are not gap-free", seed)
 		}
 	}
@@ -111,7 +111,7 @@ func TestOptimisticVersionsGapFree(t *testing.T) {
 			p := put(ts(int64(i+1), 0, "c"), ptr(seen[c]))
 			p.OpID = fmt.Sprintf("op-%d", i)
 			if exists && rng.IntN(5) == 0 {
-				p.Op, p.Value = r.OpDelete, nil
+				p.Op, p.Value = syncproto.OpDelete, nil
 			}
 			d, err := r.Resolve(r.PolicyOptimistic, cur, exists, p)
 			require.NoError(t, err, "seed %d", seed)

@@ -24,14 +24,14 @@ var (
 // put and del build the incoming proposal of a table case.
 func put(hlc syncproto.Timestamp, base *uint64) r.Proposal {
 	return r.Proposal{
-		Tenant: "t1", OpID: "op-new", Model: "notes", Key: "k", Op: r.OpPut,
+		Tenant: "t1", OpID: "op-new", Model: "notes", Key: "k", Op: syncproto.OpPut,
 		Value: []byte(`{"v":"new"}`), HLC: hlc, BaseVersion: base, ClientID: "c1",
 	}
 }
 
 func del(hlc syncproto.Timestamp, base *uint64) r.Proposal {
 	p := put(hlc, base)
-	p.Op, p.Value = r.OpDelete, nil
+	p.Op, p.Value = syncproto.OpDelete, nil
 	return p
 }
 
@@ -39,12 +39,12 @@ func del(hlc syncproto.Timestamp, base *uint64) r.Proposal {
 func applied(p r.Proposal, prev uint64) r.Record {
 	return r.Record{
 		Tenant: p.Tenant, Model: p.Model, Key: p.Key, Value: p.Value, Version: prev + 1,
-		HLC: p.HLC, Deleted: p.Op == r.OpDelete, OpID: p.OpID,
+		HLC: p.HLC, Deleted: p.Op == syncproto.OpDelete, OpID: p.OpID,
 	}
 }
 
 func proposalSide(p r.Proposal) r.Side {
-	return r.Side{OpID: p.OpID, Value: p.Value, HLC: p.HLC, Deleted: p.Op == r.OpDelete}
+	return r.Side{OpID: p.OpID, Value: p.Value, HLC: p.HLC, Deleted: p.Op == syncproto.OpDelete}
 }
 
 func recordSide(rec r.Record) r.Side {
@@ -173,7 +173,7 @@ func TestResolveRefuses(t *testing.T) {
 		{"empty key", r.PolicyLWW, with(func(p *r.Proposal) { p.Key = "" }), r.ErrInvalidProposal},
 		{"zero hlc", r.PolicyLWW, with(func(p *r.Proposal) { p.HLC = syncproto.Timestamp{} }), r.ErrInvalidProposal},
 		{"put without value", r.PolicyLWW, with(func(p *r.Proposal) { p.Value = nil }), r.ErrInvalidProposal},
-		{"delete with value", r.PolicyLWW, with(func(p *r.Proposal) { p.Op = r.OpDelete }), r.ErrInvalidProposal},
+		{"delete with value", r.PolicyLWW, with(func(p *r.Proposal) { p.Op = syncproto.OpDelete }), r.ErrInvalidProposal},
 		{"unknown op", r.PolicyLWW, with(func(p *r.Proposal) { p.Op = "upsert" }), r.ErrInvalidProposal},
 		{"optimistic without base", r.PolicyOptimistic, with(func(p *r.Proposal) { p.BaseVersion = nil }), r.ErrBaseVersionRequired},
 		{"hook needs a Resolver", r.PolicyHook, valid, r.ErrNoHook},

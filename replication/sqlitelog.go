@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // DefaultOplogEntriesPerTenant is the oplog's count bound when
@@ -358,13 +360,11 @@ func (l *SQLiteLog) Read(ctx context.Context, req ReadRequest) (Page, error) {
 func scanEntry(rows *sql.Rows) (Entry, error) {
 	var (
 		e         Entry
-		op        string
 		appliedAt int64
 	)
-	err := rows.Scan(&e.Seq, &e.Tenant, &e.Model, &e.Key, &e.OpID, &op, &e.Value, &e.Version,
+	err := rows.Scan(&e.Seq, &e.Tenant, &e.Model, &e.Key, &e.OpID, &e.Op, &e.Value, &e.Version,
 		&e.HLC.Wall, &e.HLC.Logical, &e.HLC.Origin, &e.ClientID, &appliedAt)
-	e.Op = Op(op)
-	e.Deleted = e.Op == OpDelete
+	e.Deleted = e.Op == syncproto.OpDelete
 	e.AppliedAt = time.UnixMilli(appliedAt).UTC()
 	return e, err
 }

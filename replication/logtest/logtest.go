@@ -157,7 +157,7 @@ func testAppendAndRead(t *testing.T, open Opener) {
 	require.Equal(t, replication.Page{}, Read(t, h, replication.ReadRequest{Scope: tenant("t1")}))
 
 	want := Entry("t1", "notes", "a")
-	want.Op, want.Deleted, want.Value = replication.OpDelete, true, nil
+	want.Op, want.Deleted, want.Value = syncproto.OpDelete, true, nil
 	got := AppendCommitted(t, h, want)[0]
 	want.Seq, want.AppliedAt = 1, time.UnixMilli(h.Now().UnixMilli()).UTC()
 	require.Equal(t, want, got)
@@ -402,7 +402,7 @@ func testInvalidEntry(t *testing.T, open Opener) {
 		"zero hlc":           func(e *replication.Entry) { e.HLC = syncproto.Timestamp{} },
 		"unknown op":         func(e *replication.Entry) { e.Op = "upsert" },
 		"deleted put":        func(e *replication.Entry) { e.Deleted = true },
-		"delete not deleted": func(e *replication.Entry) { e.Op = replication.OpDelete },
+		"delete not deleted": func(e *replication.Entry) { e.Op = syncproto.OpDelete },
 	} {
 		e := Entry("t1", "notes", "a")
 		mutate(&e)
