@@ -36,7 +36,7 @@ func newBatchGen(seed uint64) *batchGen {
 	}
 }
 
-var genPolicies = r.Config{"accounts": r.PolicyOptimistic}
+var genPolicies = r.Config{"accounts": syncproto.PolicyOptimistic}
 
 func (g *batchGen) batch() r.Batch {
 	c := g.clients[g.rng.IntN(len(g.clients))]
@@ -262,7 +262,7 @@ func TestDecide(t *testing.T) {
 		return syncproto.Mutation{OpID: op(n), Model: "notes", Key: key, Op: syncproto.OpPut,
 			Value: []byte(fmt.Sprintf(`{"n":%d}`, n)), HLC: ts(wall, 0, "c1")}
 	}
-	write := func(m syncproto.Mutation) r.Write { return r.Write{Mutation: m, Policy: r.PolicyLWW} }
+	write := func(m syncproto.Mutation) r.Write { return r.Write{Mutation: m, Policy: syncproto.PolicyLWW} }
 	miss := r.LedgerAnswer{Outcome: ledger.Miss}
 	cur := r.Record{Tenant: "t1", Model: "notes", Key: "k", Value: []byte(`{"v":"old"}`), Version: 3,
 		HLC: ts(1000, 0, "c2"), OpID: op(900), Seq: 7}
@@ -339,7 +339,7 @@ func TestDecide(t *testing.T) {
 	})
 	t.Run("an optimistic write without a base version is refused, not recorded", func(t *testing.T) {
 		w := write(mut(1, "k", 2000))
-		w.Policy = r.PolicyOptimistic
+		w.Policy = syncproto.PolicyOptimistic
 		fx, err := r.Decide(r.View{Ledger: map[string]r.LedgerAnswer{op(1): miss}}, batch(w))
 		require.NoError(t, err)
 		require.Equal(t, syncproto.CodeMissingBaseVersion, fx.Results[0].Code)
@@ -347,7 +347,7 @@ func TestDecide(t *testing.T) {
 	})
 	t.Run("a hook answer is carried out while the key is at its version", func(t *testing.T) {
 		w := write(mut(1, "k", 500)) // older: LWW would supersede it
-		w.Policy, w.Hook = r.PolicyHook, &r.HookAnswer{Version: 3, Result: r.Accept()}
+		w.Policy, w.Hook = syncproto.PolicyHook, &r.HookAnswer{Version: 3, Result: r.Accept()}
 		view := r.View{Head: 7, Ledger: map[string]r.LedgerAnswer{op(1): miss},
 			Records: map[r.RecordKey]r.Record{{Model: "notes", Key: "k"}: cur}}
 		fx, err := r.Decide(view, batch(w))
@@ -374,7 +374,7 @@ func TestDecide(t *testing.T) {
 		_, err := r.Decide(r.View{}, batch(write(mut(1, "k", 2000))))
 		require.ErrorIs(t, err, r.ErrMalformedBatch, "no ledger answer")
 		w := write(mut(1, "k", 2000))
-		w.Policy = r.PolicyHook
+		w.Policy = syncproto.PolicyHook
 		_, err = r.Decide(r.View{Ledger: map[string]r.LedgerAnswer{op(1): miss}}, batch(w))
 		require.ErrorIs(t, err, r.ErrMalformedBatch, "no hook answer")
 	})
@@ -409,6 +409,6 @@ func TestAdmit(t *testing.T) {
 	}
 	require.Equal(t, []syncproto.Code{"", syncproto.CodeInvalidKey, syncproto.CodeForbiddenModel,
 		syncproto.CodeInvalidHLC, syncproto.CodeClockSkew, syncproto.CodeMissingBaseVersion}, codes)
-	require.Equal(t, r.PolicyOptimistic, b.Writes[5].Policy)
-	require.Equal(t, r.PolicyLWW, b.Writes[0].Policy)
+	require.Equal(t, syncproto.PolicyOptimistic, b.Writes[5].Policy)
+	require.Equal(t, syncproto.PolicyLWW, b.Writes[0].Policy)
 }

@@ -95,7 +95,7 @@ func benchRowWrites(b *testing.B, mode string, batch int) {
 			return s.records.Put(ctx, tx, e.Record())
 		default:
 			pending.Tenant, pending.ClientID, pending.At = p.Tenant, p.ClientID, time.UnixMilli(p.HLC.Wall)
-			pending.Writes = append(pending.Writes, r.Write{Mutation: mutationOf(p), Policy: r.PolicyLWW})
+			pending.Writes = append(pending.Writes, r.Write{Mutation: mutationOf(p), Policy: syncproto.PolicyLWW})
 			return nil
 		}
 	}

@@ -209,7 +209,7 @@ func (d *decider) record(key RecordKey) recordState {
 // decideWrite applies w's policy. stale reports a hook answer about a
 // version that is no longer current.
 func decideWrite(w *Write, current Record, exists bool, p Proposal) (dec Decision, stale bool, err error) {
-	if w.Policy != PolicyHook {
+	if w.Policy != syncproto.PolicyHook {
 		dec, err = Resolve(w.Policy, current, exists, p)
 		return dec, false, err
 	}

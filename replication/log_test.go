@@ -45,7 +45,7 @@ func TestMemoryLogConformance(t *testing.T) {
 				for _, e := range es {
 					fx, err := mem.Apply(context.Background(), &r.Batch{Tenant: e.Tenant, ClientID: e.ClientID, At: at, Writes: []r.Write{{
 						Mutation: syncproto.Mutation{OpID: e.OpID, Model: e.Model, Key: e.Key, Op: e.Op, Value: e.Value, HLC: e.HLC},
-						Policy:   r.PolicyLWW,
+						Policy:   syncproto.PolicyLWW,
 					}}})
 					require.NoError(t, err)
 					require.Len(t, fx.Entries, 1)

@@ -47,7 +47,7 @@ type Proposal struct {
 	// HLC is the client's timestamp for the write; it must not be zero.
 	HLC syncproto.Timestamp
 	// BaseVersion is the version the client saw when it made the write (0:
-	// "the key did not exist"); nil when it did not say. PolicyOptimistic
+	// "the key did not exist"); nil when it did not say. syncproto.PolicyOptimistic
 	// requires it; under every policy a write that carries it is
 	// conditional: a stale base is a conflict.
 	BaseVersion *uint64

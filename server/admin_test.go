@@ -19,7 +19,7 @@ import (
 )
 
 func TestAdminAPI(t *testing.T) {
-	ts := startServer(t, server.Config{NodeID: "node-7", Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	ts := startServer(t, server.Config{NodeID: "node-7", Policies: replication.Config{"accounts": syncproto.PolicyOptimistic}})
 	token := ts.member(t, "acme", "phone")
 	c, clock := session(t, ts, token, "phone")
 	c.subscribe("s1", 0)
@@ -83,7 +83,7 @@ func TestAdminAPI(t *testing.T) {
 		require.Len(t, rows, 1)
 		require.Equal(t, stale.OpID, rows[0].Loser.OpID)
 		require.Equal(t, m2.OpID, rows[0].Winner.OpID)
-		require.Equal(t, string(replication.PolicyOptimistic), rows[0].Policy)
+		require.Equal(t, string(syncproto.PolicyOptimistic), rows[0].Policy)
 		rows = nil
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?before="+strconv.FormatInt(rowsID(t, ts), 10), ts.adminToken, &rows))
 		require.Empty(t, rows, "paging past the oldest row")
@@ -114,7 +114,7 @@ func rowsID(t *testing.T, ts *testServer) int64 {
 }
 
 func TestMetricsAfterAScenario(t *testing.T) {
-	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": syncproto.PolicyOptimistic}})
 	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
 	older := put(t, clock, "notes", "n", `"older"`)
 	m := put(t, clock, "notes", "n", `"newer"`)

@@ -51,7 +51,7 @@ func (g *gate) waitEntered(t *testing.T) {
 func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 	g := newGate()
 	ts := startServer(t, server.Config{
-		Policies: replication.Config{"gated": replication.PolicyHook},
+		Policies: replication.Config{"gated": syncproto.PolicyHook},
 		Hook:     g.hook, HookTimeout: time.Minute,
 	})
 	token := ts.member(t, "acme", "phone")
@@ -90,7 +90,7 @@ func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 func TestShutdownDeadlineCutsSessions(t *testing.T) {
 	g := newGate()
 	ts := startServer(t, server.Config{
-		Policies: replication.Config{"gated": replication.PolicyHook},
+		Policies: replication.Config{"gated": syncproto.PolicyHook},
 		Hook:     g.hook, HookTimeout: time.Minute,
 	})
 	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")

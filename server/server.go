@@ -560,7 +560,7 @@ func (s *Server) modelAccess(p auth.Principal) map[string]syncproto.ModelAccess 
 		}
 		r, w := p.CanRead(model), p.CanWrite(model)
 		if r || w {
-			out[model] = syncproto.ModelAccess{Policy: syncproto.Policy(policy), Read: r, Write: w}
+			out[model] = syncproto.ModelAccess{Policy: policy, Read: r, Write: w}
 		}
 	}
 	return out

@@ -122,7 +122,7 @@ func TestResendIsDuplicateWithOriginalResult(t *testing.T) {
 }
 
 func TestOptimisticRaceHasExactlyOneWinner(t *testing.T) {
-	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": syncproto.PolicyOptimistic}})
 	a, aClock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
 	b, bClock := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
 
@@ -166,7 +166,7 @@ func TestOptimisticRaceHasExactlyOneWinner(t *testing.T) {
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme&model=accounts", ts.adminToken, &conflicts))
 	require.Len(t, conflicts, rounds, "every loser is logged")
 	for _, c := range conflicts {
-		require.Equal(t, string(replication.PolicyOptimistic), c.Policy)
+		require.Equal(t, string(syncproto.PolicyOptimistic), c.Policy)
 	}
 	t.Logf("winners by client: %v", winners)
 }
@@ -207,7 +207,7 @@ func TestLWWHigherHLCWinsWhateverTheArrivalOrder(t *testing.T) {
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme", ts.adminToken, &conflicts))
 	require.Len(t, conflicts, 1)
 	c := conflicts[0]
-	require.Equal(t, string(replication.PolicyLWW), c.Policy)
+	require.Equal(t, string(syncproto.PolicyLWW), c.Policy)
 	require.Equal(t, "k1", c.Key)
 	require.Equal(t, older.OpID, c.Loser.OpID)
 	require.Equal(t, older.HLC, c.Loser.HLC)
@@ -436,7 +436,7 @@ func TestConditionalWriteOnLWWModelIsRefusedWhenStale(t *testing.T) {
 // lists only declared models, and a server started with default policy
 // "none" refuses them invalid_model, as section 12 says.
 func TestUndeclaredModelsFollowTheAnnouncedDefault(t *testing.T) {
-	open := startServer(t, server.Config{Policies: replication.Config{"docs": replication.PolicyOptimistic}})
+	open := startServer(t, server.Config{Policies: replication.Config{"docs": syncproto.PolicyOptimistic}})
 	c := dial(t, open, open.member(t, "acme", "phone"))
 	clock := syncproto.NewClock("phone", nil)
 	w := c.hello("phone", 0, clock)
@@ -444,7 +444,7 @@ func TestUndeclaredModelsFollowTheAnnouncedDefault(t *testing.T) {
 	require.Equal(t, []string{"docs"}, slices.Sorted(maps.Keys(w.Models)))
 	requireApplied(t, c.push("p1", put(t, clock, "anything", "k", `1`)))
 
-	strict := startServer(t, server.Config{Policies: replication.Config{"notes": replication.PolicyLWW, replication.AnyModel: replication.PolicyNone}})
+	strict := startServer(t, server.Config{Policies: replication.Config{"notes": syncproto.PolicyLWW, replication.AnyModel: syncproto.PolicyNone}})
 	c = dial(t, strict, strict.member(t, "acme", "phone"))
 	w = c.hello("phone", 0, clock)
 	require.Equal(t, syncproto.PolicyNone, w.DefaultPolicy)

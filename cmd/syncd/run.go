@@ -20,6 +20,7 @@ import (
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // options are syncd's command-line settings. Every flag can also be set by
@@ -129,7 +130,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if err := checkAdminListen(o); err != nil {
 		return o, err
 	}
-	if o.models.Uses(replication.PolicyHook) {
+	if o.models.Uses(syncproto.PolicyHook) {
 		return o, errors.New("--model NAME=hook needs a Go hook: embed the server package to use it")
 	}
 	if err := o.cluster.validate(); err != nil {

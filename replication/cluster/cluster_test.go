@@ -240,7 +240,7 @@ func batchOf(client string, muts ...syncproto.Mutation) replication.Batch {
 // batchFor admits muts as client of tenant sent them at now.
 func batchFor(tenant, client string, muts ...syncproto.Mutation) replication.Batch {
 	return replication.Admit(replication.Author{Tenant: tenant, ClientID: client, CanWrite: everything},
-		muts, replication.Config{"docs": replication.PolicyOptimistic}, time.Now(), time.Minute)
+		muts, replication.Config{"docs": syncproto.PolicyOptimistic}, time.Now(), time.Minute)
 }
 
 func put(clock *syncproto.Clock, model, key, value string) syncproto.Mutation {

@@ -34,23 +34,23 @@ func goldenCommands() map[string]Command {
 					{
 						Mutation: syncproto.Mutation{OpID: "0193a5c2-7f00-7000-8000-000000000001", Model: "todos", Key: "t/1", Op: syncproto.OpPut,
 							Value: json.RawMessage(`{"title":"milk <&>","done":false}`), HLC: hlc(1733140000000, 0, "phone-1")},
-						Policy: replication.PolicyLWW,
+						Policy: syncproto.PolicyLWW,
 					},
 					{
 						Mutation: syncproto.Mutation{OpID: "0193a5c2-7f00-7000-8000-000000000002", Model: "docs", Key: "readme", Op: syncproto.OpPut,
 							Value: json.RawMessage(`"v2"`), HLC: hlc(1733140000000, 1, "phone-1"), BaseVersion: u64(3)},
-						Policy: replication.PolicyOptimistic,
+						Policy: syncproto.PolicyOptimistic,
 					},
 					{
 						Mutation: syncproto.Mutation{OpID: "0193a5c2-7f00-7000-8000-000000000003", Model: "todos", Key: "t/2", Op: syncproto.OpDelete,
 							HLC: hlc(1733140000000, 2, "phone-1"), SeenVersion: u64(7)},
-						Policy: replication.PolicyLWW,
+						Policy: syncproto.PolicyLWW,
 					},
 					{
 						Mutation: syncproto.Mutation{OpID: "0193a5c2-7f00-7000-8000-000000000004", Model: "secret", Key: "k", Op: syncproto.OpPut,
 							Value: json.RawMessage(`1`), HLC: hlc(1733140000000, 3, "phone-1")},
 						Refusal: syncproto.Errorf(syncproto.CodeForbiddenModel, "this token may not write model %s", "secret"),
-						Policy:  replication.PolicyLWW,
+						Policy:  syncproto.PolicyLWW,
 					},
 				},
 			},
@@ -60,13 +60,13 @@ func goldenCommands() map[string]Command {
 					{
 						Mutation: syncproto.Mutation{OpID: "0193a5c2-7f00-7000-8000-000000000005", Model: "notes", Key: "n/1", Op: syncproto.OpPut,
 							Value: json.RawMessage(`{"body":"merged"}`), HLC: hlc(1733140000001, 0, "laptop-2")},
-						Policy: replication.PolicyHook,
+						Policy: syncproto.PolicyHook,
 						Hook:   &replication.HookAnswer{Version: 4, Result: replication.Merge([]byte(`{"body":"a+b"}`))},
 					},
 					{
 						Mutation: syncproto.Mutation{OpID: "0193a5c2-7f00-7000-8000-000000000006", Model: "notes", Key: "n/2", Op: syncproto.OpPut,
 							Value: json.RawMessage(`{"body":"x"}`), HLC: hlc(1733140000001, 1, "laptop-2")},
-						Policy: replication.PolicyHook,
+						Policy: syncproto.PolicyHook,
 						Hook:   &replication.HookAnswer{Version: 0, Result: replication.Reject("no"), Fallback: replication.FallbackTimeout},
 					},
 				},
