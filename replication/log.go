@@ -13,24 +13,20 @@ import (
 )
 
 // Entry is one applied write in the oplog: what the change feed delivers
-// and what a materializer applies to a store of records.
+// and what a materializer applies to a store of records. It is the wire's
+// change (syncproto.Change: seq, op id, model, key, op, value, version,
+// hlc, deleted) plus what only the server keeps: whose it is and when it
+// was applied. The change feed sends Change as it is.
+//
+// Seq is the entry's position in the log, assigned by Append: the first
+// entry is 1 and every committed entry is one more than the previous
+// committed one. A seq is never reused, even after compaction. Deleted is
+// true exactly when Op is syncproto.OpDelete.
 type Entry struct {
-	// Seq is the entry's position in the log, assigned by Append: the first
-	// entry is 1 and every committed entry is one more than the previous
-	// committed one. A seq is never reused, even after compaction.
-	Seq     uint64
-	Tenant  string
-	Model   string
-	Key     string
-	OpID    string
-	Op      syncproto.Op
-	Value   []byte // raw JSON; nil for a delete
-	Version uint64 // the record version this write produced
-	HLC     syncproto.Timestamp
+	syncproto.Change
+	Tenant string
 	// ClientID is the client that sent the write.
 	ClientID string
-	// Deleted is true exactly when Op is syncproto.OpDelete.
-	Deleted bool
 	// AppliedAt is when the log accepted the entry (millisecond precision),
 	// stamped by Append.
 	AppliedAt time.Time
@@ -44,16 +40,18 @@ func NewEntry(rec Record, clientID string) Entry {
 		op = syncproto.OpDelete
 	}
 	return Entry{
+		Change: syncproto.Change{
+			OpID:    rec.OpID,
+			Model:   rec.Model,
+			Key:     rec.Key,
+			Op:      op,
+			Value:   rec.Value,
+			Version: rec.Version,
+			HLC:     rec.HLC,
+			Deleted: rec.Deleted,
+		},
 		Tenant:   rec.Tenant,
-		Model:    rec.Model,
-		Key:      rec.Key,
-		OpID:     rec.OpID,
-		Op:       op,
-		Value:    rec.Value,
-		Version:  rec.Version,
-		HLC:      rec.HLC,
 		ClientID: clientID,
-		Deleted:  rec.Deleted,
 	}
 }
 

@@ -362,7 +362,7 @@ func scanEntry(rows *sql.Rows) (Entry, error) {
 		e         Entry
 		appliedAt int64
 	)
-	err := rows.Scan(&e.Seq, &e.Tenant, &e.Model, &e.Key, &e.OpID, &e.Op, &e.Value, &e.Version,
+	err := rows.Scan(&e.Seq, &e.Tenant, &e.Model, &e.Key, &e.OpID, &e.Op, (*[]byte)(&e.Value), &e.Version,
 		&e.HLC.Wall, &e.HLC.Logical, &e.HLC.Origin, &e.ClientID, &appliedAt)
 	e.Deleted = e.Op == syncproto.OpDelete
 	e.AppliedAt = time.UnixMilli(appliedAt).UTC()

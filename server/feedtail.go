@@ -227,7 +227,7 @@ func (t *feedTail) dropFloorsAtOrBelow(seq uint64) {
 // writes it; nil if it cannot be encoded (the frame is then encoded the
 // ordinary way, which reports the error).
 func encodeChange(e replication.Entry) []byte {
-	c := changesOf("", replication.Page{Entries: []replication.Entry{e}}).Entries[0]
+	c := e.Change
 	if c.Validate() != nil {
 		return nil
 	}

@@ -476,7 +476,7 @@ func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int
 func changesOf(id string, page replication.Page) *syncproto.Changes {
 	c := &syncproto.Changes{ID: id, Entries: make([]syncproto.Change, len(page.Entries)), Cursor: page.Next, Head: page.Head, More: !page.CaughtUp()}
 	for i, e := range page.Entries {
-		c.Entries[i] = syncproto.Change{Seq: e.Seq, OpID: e.OpID, Model: e.Model, Key: e.Key, Op: e.Op, Value: e.Value, Version: e.Version, HLC: e.HLC, Deleted: e.Deleted}
+		c.Entries[i] = e.Change
 	}
 	return c
 }
