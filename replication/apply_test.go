@@ -263,12 +263,12 @@ func TestDecide(t *testing.T) {
 			Value: []byte(fmt.Sprintf(`{"n":%d}`, n)), HLC: ts(wall, 0, "c1")}
 	}
 	write := func(m syncproto.Mutation) r.Write { return r.Write{Mutation: m, Policy: syncproto.PolicyLWW} }
-	miss := r.LedgerAnswer{Outcome: ledger.Miss}
+	miss := ledger.Answer{Outcome: ledger.Miss}
 	cur := r.Record{Tenant: "t1", Model: "notes", Key: "k", Value: []byte(`{"v":"old"}`), Version: 3,
 		HLC: ts(1000, 0, "c2"), OpID: op(900), Seq: 7}
 	batch := func(ws ...r.Write) r.Batch { return r.Batch{Tenant: "t1", ClientID: "c1", At: at, Writes: ws} }
-	stored := func(res syncproto.Result, m syncproto.Mutation) r.LedgerAnswer {
-		return r.LedgerAnswer{Outcome: ledger.Hit, Decision: ledger.Decision{Scope: "t1", OpID: m.OpID,
+	stored := func(res syncproto.Result, m syncproto.Mutation) ledger.Answer {
+		return ledger.Answer{Outcome: ledger.Hit, Decision: ledger.Decision{Scope: "t1", OpID: m.OpID,
 			Digest: []byte(m.Digest()), Result: []byte(mustJSON(t, res))}}
 	}
 
@@ -283,7 +283,7 @@ func TestDecide(t *testing.T) {
 	})
 	t.Run("an applied write is an entry, a record and a ledger row stamped with the batch time", func(t *testing.T) {
 		m := mut(1, "k", 2000)
-		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]r.LedgerAnswer{op(1): miss},
+		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]ledger.Answer{op(1): miss},
 			Records: map[r.RecordKey]r.Record{{Model: "notes", Key: "k"}: cur}}, batch(write(m)))
 		require.NoError(t, err)
 		res := syncproto.Result{OpID: op(1), Status: syncproto.StatusApplied, Version: 4, Seq: 8, HLC: m.HLC}
@@ -298,7 +298,7 @@ func TestDecide(t *testing.T) {
 	t.Run("a resend is answered with the first result", func(t *testing.T) {
 		m := mut(1, "k", 2000)
 		first := syncproto.Result{OpID: op(1), Status: syncproto.StatusApplied, Version: 1, Seq: 3, HLC: m.HLC}
-		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]r.LedgerAnswer{op(1): stored(first, m)}}, batch(write(m)))
+		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]ledger.Answer{op(1): stored(first, m)}}, batch(write(m)))
 		require.NoError(t, err)
 		first.OriginalStatus, first.Status = first.Status, syncproto.StatusDuplicate
 		require.Equal(t, []syncproto.Result{first}, fx.Results)
@@ -310,13 +310,13 @@ func TestDecide(t *testing.T) {
 		first := syncproto.Result{OpID: op(1), Status: syncproto.StatusApplied, Version: 1, Seq: 3, HLC: m.HLC}
 		other := m
 		other.Value = []byte(`{"other":true}`)
-		fx, err := r.Decide(r.View{Ledger: map[string]r.LedgerAnswer{op(1): stored(first, m)}}, batch(write(other)))
+		fx, err := r.Decide(r.View{Ledger: map[string]ledger.Answer{op(1): stored(first, m)}}, batch(write(other)))
 		require.NoError(t, err)
 		require.Equal(t, syncproto.CodeOpIDReused, fx.Results[0].Code)
 		require.Empty(t, fx.Decisions)
 	})
 	t.Run("an op the ledger may have forgotten is expired, never applied", func(t *testing.T) {
-		fx, err := r.Decide(r.View{Ledger: map[string]r.LedgerAnswer{op(1): {Outcome: ledger.Expired}}}, batch(write(mut(1, "k", 2000))))
+		fx, err := r.Decide(r.View{Ledger: map[string]ledger.Answer{op(1): {Outcome: ledger.Expired}}}, batch(write(mut(1, "k", 2000))))
 		require.NoError(t, err)
 		require.Equal(t, syncproto.StatusExpired, fx.Results[0].Status)
 		require.Empty(t, fx.Entries)
@@ -324,7 +324,7 @@ func TestDecide(t *testing.T) {
 	})
 	t.Run("later writes of a batch see the earlier ones", func(t *testing.T) {
 		a, b := mut(1, "k", 2000), mut(2, "k", 1500) // b is older: it loses to a
-		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]r.LedgerAnswer{op(1): miss, op(2): miss}},
+		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]ledger.Answer{op(1): miss, op(2): miss}},
 			batch(write(a), write(b), write(a)))
 		require.NoError(t, err)
 		require.Equal(t, syncproto.StatusApplied, fx.Results[0].Status)
@@ -340,7 +340,7 @@ func TestDecide(t *testing.T) {
 	t.Run("an optimistic write without a base version is refused, not recorded", func(t *testing.T) {
 		w := write(mut(1, "k", 2000))
 		w.Policy = syncproto.PolicyOptimistic
-		fx, err := r.Decide(r.View{Ledger: map[string]r.LedgerAnswer{op(1): miss}}, batch(w))
+		fx, err := r.Decide(r.View{Ledger: map[string]ledger.Answer{op(1): miss}}, batch(w))
 		require.NoError(t, err)
 		require.Equal(t, syncproto.CodeMissingBaseVersion, fx.Results[0].Code)
 		require.Empty(t, fx.Decisions)
@@ -348,7 +348,7 @@ func TestDecide(t *testing.T) {
 	t.Run("a hook answer is carried out while the key is at its version", func(t *testing.T) {
 		w := write(mut(1, "k", 500)) // older: LWW would supersede it
 		w.Policy, w.Hook = syncproto.PolicyHook, &r.HookAnswer{Version: 3, Result: r.Accept()}
-		view := r.View{Head: 7, Ledger: map[string]r.LedgerAnswer{op(1): miss},
+		view := r.View{Head: 7, Ledger: map[string]ledger.Answer{op(1): miss},
 			Records: map[r.RecordKey]r.Record{{Model: "notes", Key: "k"}: cur}}
 		fx, err := r.Decide(view, batch(w))
 		require.NoError(t, err)
@@ -375,7 +375,7 @@ func TestDecide(t *testing.T) {
 		require.ErrorIs(t, err, r.ErrMalformedBatch, "no ledger answer")
 		w := write(mut(1, "k", 2000))
 		w.Policy = syncproto.PolicyHook
-		_, err = r.Decide(r.View{Ledger: map[string]r.LedgerAnswer{op(1): miss}}, batch(w))
+		_, err = r.Decide(r.View{Ledger: map[string]ledger.Answer{op(1): miss}}, batch(w))
 		require.ErrorIs(t, err, r.ErrMalformedBatch, "no hook answer")
 	})
 }
