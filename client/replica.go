@@ -150,15 +150,7 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 		}
 		return r, nil
 	}
-	level := sqlitedb.Full
-	switch sync {
-	case offlinequeue.SyncFull:
-	case offlinequeue.SyncNormal:
-		level = sqlitedb.Normal
-	default:
-		return nil, fmt.Errorf("unknown ReplicaSynchronous value %d", int(sync))
-	}
-	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Synchronous: level})
+	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Synchronous: sync})
 	if err != nil {
 		return nil, err
 	}

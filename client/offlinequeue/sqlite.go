@@ -17,31 +17,22 @@ import (
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 )
 
-// Synchronous is the SQLite synchronous level of a queue's database: how
-// much a returned call survives.
-type Synchronous int
+// Synchronous is the SQLite synchronous level of a queue's database (and
+// of a client's replica): how much a returned call survives. It is
+// sqlitedb.Synchronous, the one durability type of every SQLite file the
+// project writes (syncd's Config names it server.Synchronous).
+type Synchronous = sqlitedb.Synchronous
 
 const (
 	// SyncFull syncs the write-ahead log on every commit, so a call that
 	// returned survives a process crash and a power cut. The default.
-	SyncFull Synchronous = iota
+	SyncFull = sqlitedb.Full
 	// SyncNormal syncs only at checkpoints. A call that returned survives a
 	// process crash, but a power cut (or an OS crash) can roll back the most
 	// recent commits: not power-loss safe. Choose it only where losing the
 	// newest enqueues to a power cut is acceptable.
-	SyncNormal
+	SyncNormal = sqlitedb.Normal
 )
-
-// sqlitedb returns the level as sqlitedb names it.
-func (s Synchronous) sqlitedb() (sqlitedb.Synchronous, error) {
-	switch s {
-	case SyncFull:
-		return sqlitedb.Full, nil
-	case SyncNormal:
-		return sqlitedb.Normal, nil
-	}
-	return "", fmt.Errorf("unknown Synchronous value %d", int(s))
-}
 
 // DefaultBusyTimeout is how long a SQLite queue waits for a lock held by
 // another connection to the same file before failing.
@@ -174,10 +165,6 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 		return nil, err
 	}
 	opts.Options = opts.Options.withDefaults()
-	synchronous, err := opts.Synchronous.sqlitedb()
-	if err != nil {
-		return nil, err
-	}
 	files := sqliteFiles(path)
 	if err := checkRegular(files...); err != nil {
 		return nil, err
@@ -186,7 +173,7 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 	created := errors.Is(statErr, fs.ErrNotExist)
 	ctx := context.Background()
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{
-		Synchronous:      synchronous,
+		Synchronous:      opts.Synchronous,
 		BusyTimeout:      opts.BusyTimeout,
 		Inspect:          refuseForeign,
 		NoAutoCheckpoint: true,

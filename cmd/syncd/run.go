@@ -264,9 +264,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		defer member.close()
 		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
 	}
+	synchronous, err := sqlitedb.ParseSynchronous(o.synchronous)
+	if err != nil {
+		return fmt.Errorf("--synchronous: %w", err)
+	}
 	cfg := server.Config{
 		DataPath:                 o.data,
-		Synchronous:              sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
+		Synchronous:              synchronous,
 		Authenticator:            authn,
 		NodeID:                   o.nodeID,
 		Policies:                 o.models,
