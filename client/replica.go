@@ -17,6 +17,7 @@ import (
 	"github.com/mattn/go-sqlite3"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/dirsync"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -214,7 +215,7 @@ func (r *replica) importFile(ctx context.Context, path string) error {
 			return err
 		}
 	}
-	return sqlitedb.SyncDir(filepath.Dir(path))
+	return dirsync.Sync(filepath.Dir(path))
 }
 
 // refuseNonReplica is importFile's sqlitedb Options.Inspect: a database

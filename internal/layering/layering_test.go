@@ -19,6 +19,7 @@ const module = "github.com/syncd-dev/syncd"
 // directly; what those may depend on is allowed with them (reachable).
 // internal/sqlitedb is a leaf shared by both sides: it opens SQLite with the
 // pragma order durability depends on, and imports nothing of the module.
+// internal/dirsync, the one directory fsync, is a leaf under it.
 // internal/jsonscan, the JSON walker under syncproto's fast readers, is a
 // leaf too: syncproto may import it and nothing else of the module.
 // cmd/, soak/, examples/ and tools/ may import anything.
@@ -26,19 +27,20 @@ var allowed = map[string][]string{
 	"syncproto":                     {"internal/jsonscan"},
 	"internal/jsonscan":             {},
 	"ledger":                        {},
-	"internal/sqlitedb":             {},
+	"internal/sqlitedb":             {"internal/dirsync"},
+	"internal/dirsync":              {},
 	"internal/textsafe":             {},
 	"internal/loopback":             {},
 	"replication":                   {"syncproto", "ledger"},
-	"client/offlinequeue":           {"internal/sqlitedb"},
+	"client/offlinequeue":           {"internal/sqlitedb", "internal/dirsync"},
 	"client/netmonitor":             {},
 	"client/reconnect":              {},
 	"client/synccore":               {"syncproto"},
-	"client":                        {"syncproto", "client/synccore", "client/offlinequeue", "client/netmonitor", "client/reconnect", "internal/sqlitedb"},
+	"client":                        {"syncproto", "client/synccore", "client/offlinequeue", "client/netmonitor", "client/reconnect", "internal/sqlitedb", "internal/dirsync"},
 	"server/auth":                   {"syncproto"},
 	"server":                        {"syncproto", "replication", "replication/cluster", "ledger", "server/auth", "internal/sqlitedb"},
 	"replication/logtest":           {"replication", "syncproto", "ledger"},
-	"replication/cluster":           {"replication", "syncproto", "ledger", "internal/sqlitedb"},
+	"replication/cluster":           {"replication", "syncproto", "ledger", "internal/dirsync"},
 	"ledger/ledgertest":             {"ledger"},
 	"client/offlinequeue/queuetest": {"client/offlinequeue", "internal/sqlitedb"},
 }

@@ -21,10 +21,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
+
+	"github.com/syncd-dev/syncd/internal/dirsync"
 )
 
 // Synchronous is the durability level of a SQLite database the project
@@ -214,7 +215,7 @@ func open(ctx context.Context, path string, o Options) (*sql.DB, error) {
 		return nil, err
 	}
 	for _, dir := range toSync {
-		if err := SyncDir(dir); err != nil {
+		if err := dirsync.Sync(dir); err != nil {
 			_ = db.Close()
 			return nil, err
 		}
@@ -379,21 +380,6 @@ func createDirs(file string) ([]string, error) {
 		return nil, err
 	}
 	return toSync, nil
-}
-
-// SyncDir fsyncs a directory, making its entries durable after a create or
-// a rename in it. A file system that cannot sync directories (EINVAL,
-// ENOTSUP) is not an error; a failed sync is.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for sync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, syscall.EINVAL) {
-		return fmt.Errorf("sync directory: %w", err)
-	}
-	return nil
 }
 
 // connector opens connections with one driver instance (and its hook)
