@@ -21,7 +21,7 @@ import (
 //
 //   - raw: the ceiling, plain SQL doing the same two row writes (record
 //     upsert, oplog insert) into the same tables;
-//   - store: Log.Append plus Records.Put (validation, the applied-seq
+//   - store: SQLiteLog.AppendAll plus Records.Put (validation, the applied-seq
 //     update, the version guard);
 //   - apply: the state machine's step, replication.Apply over a Store in
 //     the transaction, one Batch per transaction under LWW (the record
@@ -86,13 +86,13 @@ func benchRowWrites(b *testing.B, mode string, batch int) {
 				p.HLC.Wall, 0, p.HLC.Origin, false, p.OpID, seq)
 			return err
 		case "store":
-			e, err := s.log.Append(ctx, tx, r.NewEntry(r.Record{
+			es, err := s.log.AppendNext(ctx, tx, r.NewEntry(r.Record{
 				Tenant: p.Tenant, Model: p.Model, Key: p.Key, Value: p.Value, Version: 1, HLC: p.HLC, OpID: p.OpID,
 			}, p.ClientID))
 			if err != nil {
 				return err
 			}
-			return s.records.Put(ctx, tx, e.Record())
+			return s.records.Put(ctx, tx, es[0].Record())
 		default:
 			pending.Tenant, pending.ClientID, pending.At = p.Tenant, p.ClientID, time.UnixMilli(p.HLC.Wall)
 			pending.Writes = append(pending.Writes, r.Write{Mutation: mutationOf(p), Policy: syncproto.PolicyLWW})

@@ -2,7 +2,6 @@ package replication
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sort"
@@ -70,9 +69,8 @@ func (e Entry) Record() Record {
 	}
 }
 
-// ErrInvalidEntry is wrapped by Append and AppendAll when an entry is
-// malformed (a seq Append should assign, or AppendAll seqs that do not
-// follow the head one by one, an empty model, key or op id, version 0, a
+// ErrInvalidEntry is wrapped by SQLiteLog.AppendAll when an entry is
+// malformed (seqs that do not follow the head one by one, an empty model, key or op id, version 0, a
 // zero HLC, an op that disagrees with Deleted). Nothing was appended; it is a bug in the
 // caller.
 var ErrInvalidEntry = errors.New("invalid oplog entry")
@@ -257,22 +255,19 @@ type Feed interface {
 }
 
 // Log is the ordered, durable record of applied writes that the change feed
-// serves. SQLiteLog keeps it in the server's database, beside the records;
-// in a cluster every node keeps its own, identical one (see the package
-// manual: the replicas apply the same batches in the same order).
+// serves, as its readers and its writer's commit reports see it. SQLiteLog
+// keeps it in the server's database, beside the records; in a cluster
+// every node keeps its own, identical one (see the package manual: the
+// replicas apply the same batches in the same order). Entries are written
+// by the state machine (Store), never through this interface: a reader
+// declares the part it consumes (the server's feed tail reads a Feed and
+// Notify).
 //
 // Implementations are safe for concurrent use, and their tests run the
 // conformance suite in package logtest.
 type Log interface {
-	// Append adds e as the next entry, as part of tx (the apply unit that
-	// also updates the record, the ledger and the conflict log), and
-	// returns it with Seq and AppliedAt set. Appends within one transaction
-	// get consecutive seqs in call order. The entry becomes visible to
-	// readers when tx commits and, for SQLiteLog, disappears with it on
-	// rollback, leaving no gap.
-	Append(ctx context.Context, tx *sql.Tx, e Entry) (Entry, error)
 	// Committed tells the log that a transaction holding appends up to
-	// head has committed, waking waiters. The caller must call it after
+	// head has committed, waking waiters. The writer must call it after
 	// every commit that appended; never before the commit.
 	Committed(head uint64)
 	Feed
@@ -288,6 +283,8 @@ type Log interface {
 	// it removed entries of, and no other. Head never moves backwards.
 	Compact(ctx context.Context) (int64, error)
 }
+
+var _ Log = (*SQLiteLog)(nil)
 
 // headNotifier is the wake-up broadcast behind Committed, Notify and Wait:
 // one channel, closed and replaced each time the head advances. It starts
