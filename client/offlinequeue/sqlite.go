@@ -247,7 +247,8 @@ func refuseForeign(c *sqlite3.SQLiteConn) error {
 	return err
 }
 
-// schemaVersion is the PRAGMA user_version of the schema below.
+// schemaVersion is the PRAGMA user_version this build writes: the number
+// of migrations.
 const schemaVersion = 1
 
 // schema creates a version-1 queue. Payloads, keys and reasons are BLOBs so
@@ -290,31 +291,33 @@ func checkSchema(version, objects int64) (fresh bool, err error) {
 	return true, nil
 }
 
-// migrate creates the schema in an empty database. It checks again inside
-// its transaction, so two openers racing on a new file cannot both create it.
+// migrations are the queue file's schema versions (sqlitedb.Migrate, the
+// one scheme of every SQLite file the project writes): migration i brings
+// a file from version i to i+1. Version 1 is the first shipped.
+var migrations = []sqlitedb.Migration{
+	// 1: the items and dead letters of a new file, which must be empty
+	// (a file of another application is refused, not added to).
+	func(ctx context.Context, tx sqlitedb.Execer) error {
+		var objects int64
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&objects); err != nil {
+			return fmt.Errorf("read schema: %w", err)
+		}
+		if _, err := checkSchema(0, objects); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, schema); err != nil {
+			return fmt.Errorf("create schema: %w", err)
+		}
+		return nil
+	},
+}
+
+// migrate brings the file to schemaVersion. Two openers racing on a new
+// file cannot both create it: each migration takes the write lock and reads
+// the version again first.
 func migrate(ctx context.Context, db *sql.DB) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin schema check: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	var version, objects int64
-	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	}
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&objects); err != nil {
-		return fmt.Errorf("read schema: %w", err)
-	}
-	if fresh, err := checkSchema(version, objects); !fresh || err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, schema+fmt.Sprintf("PRAGMA user_version = %d;", schemaVersion)); err != nil {
-		return fmt.Errorf("create schema: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit schema: %w", err)
-	}
-	return nil
+	_, err := sqlitedb.Migrate(ctx, db, migrations[:schemaVersion])
+	return err
 }
 
 // The queue's statements. Key lookups repeat the partial index's WHERE term
