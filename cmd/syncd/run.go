@@ -261,8 +261,12 @@ func checkAdminListen(o options) error {
 }
 
 // run starts syncd and blocks until ctx is cancelled (SIGINT or SIGTERM),
-// then shuts down gracefully within the shutdown timeout.
+// then shuts down gracefully within the shutdown timeout; with the first
+// argument `cluster-secret` it runs that subcommand instead.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == clusterSecretCmd {
+		return runClusterSecret(args[1:], stderr)
+	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
