@@ -13,8 +13,8 @@ import (
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/loopback"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 var updateSchemas = flag.Bool("update", false, "rewrite testdata/schema_*.sql from the files the code writes now")
