@@ -38,7 +38,7 @@ func (b *Batch) Recheck(policies Config, maxSkew time.Duration) error {
 		if w.Policy != want {
 			return fmt.Errorf("%w: write %d (op %s) carries policy %q, model %s is declared %q", ErrMalformedBatch, i, m.OpID, w.Policy, m.Model, want)
 		}
-		if w.Policy == PolicyHook && w.Hook == nil {
+		if w.Policy == syncproto.PolicyHook && w.Hook == nil {
 			return fmt.Errorf("%w: write %d (op %s) of hook model %s has no hook answer", ErrMalformedBatch, i, m.OpID, m.Model)
 		}
 	}

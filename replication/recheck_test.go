@@ -16,7 +16,7 @@ import (
 // malformed.
 func TestRecheck(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
-	policies := replication.Config{"docs": replication.PolicyOptimistic, "notes": replication.PolicyLWW}
+	policies := replication.Config{"docs": syncproto.PolicyOptimistic, "notes": syncproto.PolicyLWW}
 	mut := func(model string, wall int64, origin string) syncproto.Mutation {
 		return syncproto.Mutation{OpID: "0193a8f0-0000-7000-8000-00000000000a", Model: model, Key: "k", Op: syncproto.OpPut,
 			Value: []byte(`1`), HLC: ts(wall, 0, origin), BaseVersion: ptr(uint64(0))}
@@ -36,7 +36,7 @@ func TestRecheck(t *testing.T) {
 		"refusal struck":   func(b *replication.Batch) { b.Writes[2].Refusal = nil },
 		"another's stamp":  func(b *replication.Batch) { b.Writes[0].Mutation.HLC.Origin = "laptop" },
 		"invalid mutation": func(b *replication.Batch) { b.Writes[0].Mutation.Key = "" },
-		"policy":           func(b *replication.Batch) { b.Writes[1].Policy = replication.PolicyLWW },
+		"policy":           func(b *replication.Batch) { b.Writes[1].Policy = syncproto.PolicyLWW },
 		"undeclared model": func(b *replication.Batch) { b.Writes[0].Mutation.Model = "other" },
 		"no base version":  func(b *replication.Batch) { b.Writes[1].Mutation.BaseVersion = nil },
 	} {
@@ -44,12 +44,12 @@ func TestRecheck(t *testing.T) {
 		tamper(&b)
 		policies := policies
 		if name == "undeclared model" {
-			policies = replication.Config{"docs": replication.PolicyOptimistic, "notes": replication.PolicyLWW, replication.AnyModel: replication.PolicyNone}
+			policies = replication.Config{"docs": syncproto.PolicyOptimistic, "notes": syncproto.PolicyLWW, replication.AnyModel: syncproto.PolicyNone}
 		}
 		require.ErrorIs(t, b.Recheck(policies, time.Minute), replication.ErrMalformedBatch, name)
 	}
 
-	hooked := replication.Config{"notes": replication.PolicyHook}
+	hooked := replication.Config{"notes": syncproto.PolicyHook}
 	b := replication.Admit(replication.Author{Tenant: "acme", ClientID: "phone", CanWrite: func(string) bool { return true }},
 		[]syncproto.Mutation{mut("notes", now.UnixMilli(), "phone")}, hooked, now, time.Minute)
 	require.ErrorIs(t, b.Recheck(hooked, time.Minute), replication.ErrMalformedBatch, "a hook write without the hook's answer")

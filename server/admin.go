@@ -151,7 +151,7 @@ func (s *Server) adminOplog(r *http.Request) (any, int, error) {
 	out := adminapi.OplogPage{Entries: make([]adminapi.OplogEntry, len(page.Entries)), Next: page.Next, Head: page.Head}
 	for i, e := range page.Entries {
 		out.Entries[i] = adminapi.OplogEntry{
-			Change: syncproto.Change{Seq: e.Seq, OpID: e.OpID, Model: e.Model, Key: e.Key, Op: syncproto.Op(e.Op), Value: e.Value, Version: e.Version, HLC: e.HLC, Deleted: e.Deleted},
+			Change: e.Change,
 			Tenant: e.Tenant, ClientID: e.ClientID, AppliedAt: e.AppliedAt,
 		}
 	}
@@ -174,7 +174,7 @@ func (s *Server) adminConflicts(r *http.Request) (any, int, error) {
 	out := make([]adminapi.Conflict, len(rows))
 	for i, c := range rows {
 		out[i] = adminapi.Conflict{
-			ID: c.ID, Tenant: c.Tenant, Model: c.Model, Key: c.Key, Policy: syncproto.Policy(c.Policy), Reason: c.Reason,
+			ID: c.ID, Tenant: c.Tenant, Model: c.Model, Key: c.Key, Policy: c.Policy, Reason: c.Reason,
 			Loser: conflictSide(c.Loser), Winner: conflictSide(c.Winner), DecidedAt: c.DecidedAt,
 		}
 	}

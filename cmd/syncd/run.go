@@ -24,6 +24,7 @@ import (
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // options are syncd's command-line settings. Every flag can also be set by
@@ -137,7 +138,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if err := checkAdminListen(o); err != nil {
 		return o, err
 	}
-	if o.models.Uses(replication.PolicyHook) {
+	if o.models.Uses(syncproto.PolicyHook) {
 		return o, errors.New("--model NAME=hook needs a Go hook: embed the server package to use it")
 	}
 	if err := o.cluster.validate(); err != nil {
@@ -314,9 +315,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		defer member.close()
 		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
 	}
+	synchronous, err := sqlitedb.ParseSynchronous(o.synchronous)
+	if err != nil {
+		return fmt.Errorf("--synchronous: %w", err)
+	}
 	cfg := server.Config{
 		DataPath:                 o.data,
-		Synchronous:              sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
+		Synchronous:              synchronous,
 		Authenticator:            authn,
 		NodeID:                   o.nodeID,
 		Policies:                 o.models,

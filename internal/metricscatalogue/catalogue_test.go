@@ -116,7 +116,7 @@ func runScenario(t *testing.T) *scenario {
 	sc := &scenario{serverLogs: &syncdtest.Buffer{}, clientLogs: &syncdtest.Buffer{}, clientRegistry: prometheus.NewRegistry()}
 
 	srv := syncdtest.Start(t, server.Config{
-		Policies:          replication.Config{"docs": replication.PolicyOptimistic},
+		Policies:          replication.Config{"docs": syncproto.PolicyOptimistic},
 		RetentionInterval: -1,
 		Logger:            debugLogger(sc.serverLogs),
 		EventLogInterval:  20 * time.Millisecond,

@@ -24,7 +24,7 @@ import (
 
 // testPolicies are the model declarations of these tests' edges (batchFor)
 // and nodes.
-var testPolicies = replication.Config{"docs": replication.PolicyOptimistic}
+var testPolicies = replication.Config{"docs": syncproto.PolicyOptimistic}
 
 // waitFor bounds every wait of these tests: generous, since a loaded
 // machine elects JetStream leaders slowly.

@@ -34,7 +34,7 @@ func TestCommandEncodingIsPinned(t *testing.T) {
 			Writes: []replication.Write{{
 				Mutation: syncproto.Mutation{OpID: "0193a8f0-0000-7000-8000-00000000000a", Model: "notes", Key: "k",
 					Op: syncproto.OpPut, Value: []byte(`{"text":"hi"}`), HLC: syncproto.Timestamp{Wall: at.UnixMilli(), Origin: "phone"}},
-				Policy: replication.PolicyLWW,
+				Policy: syncproto.PolicyLWW,
 			}},
 		}}},
 		{ID: "0193a8f0-0000-7000-8000-000000000002", Job: &Job{Kind: JobPruneLedger, Token: 42, Now: at, Limit: 1000}},

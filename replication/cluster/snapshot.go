@@ -17,7 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/internal/dirsync"
 )
 
 // snapshotName is the object holding the newest snapshot; each store
@@ -181,7 +181,7 @@ func (c *Cluster) PrepareData(ctx context.Context, path string) (bool, error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return false, err
 	}
-	if err := sqlitedb.SyncDir(filepath.Dir(path)); err != nil {
+	if err := dirsync.Sync(filepath.Dir(path)); err != nil {
 		return false, err
 	}
 	c.log.Info("restored the newest snapshot", "applied_seq", snapAt)

@@ -21,8 +21,8 @@ import (
 
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
-	"github.com/syncd-dev/syncd/syncproto"
 	"github.com/syncd-dev/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // publishRaw publishes data on the command subject as anyone who reaches
@@ -197,7 +197,7 @@ func TestNodesAgreeOnConfiguration(t *testing.T) {
 		require.NoError(t, os.WriteFile(files[i], []byte(`{"tokens":[]}`), 0o600))
 		o := cluster.Options{Replicas: 3, Agreement: tokenAgreement(files[i])}
 		if i == 2 {
-			o.Policies = replication.Config{"docs": replication.PolicyLWW}
+			o.Policies = replication.Config{"docs": syncproto.PolicyLWW}
 			require.NoError(t, os.WriteFile(files[i], []byte(`{"tokens":[{"revoked":"not here"}]}`), 0o600))
 		}
 		nodes = append(nodes, startNode(t, ns, fmt.Sprintf("node-%d", i+1), filepath.Join(t.TempDir(), "syncd.db"), o))
