@@ -165,6 +165,9 @@ type Welcome struct {
 	// policy, or PolicyNone when the server refuses undeclared models
 	// (invalid_model). Absent (from an older server) means PolicyLWW.
 	DefaultPolicy Policy `json:"default_policy,omitempty"`
+	// User is the user the connection's token acts for, absent when the
+	// token names none.
+	User string `json:"user,omitempty"`
 }
 
 // Policy is a model's conflict policy, as a client sees it.
