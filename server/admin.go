@@ -171,8 +171,9 @@ type Client struct {
 func (s *Server) adminClients(*http.Request) (any, int, error) {
 	out := []Client{}
 	for _, ss := range s.sessionList() {
+		p := ss.principal()
 		out = append(out, Client{
-			ClientID: ss.p.ClientID, Tenant: ss.p.Tenant, TokenID: ss.p.TokenID, Remote: ss.remote,
+			ClientID: p.ClientID, Tenant: p.Tenant, TokenID: p.TokenID, Remote: ss.remote,
 			ConnectedAt: ss.since, Cursor: ss.cursor.Load(), PendingPushes: ss.pending.Load(),
 		})
 	}

@@ -58,4 +58,3 @@ func InDeviceNamespace(clientID, namespace string) bool {
 	device, ok := strings.CutPrefix(clientID, namespace)
 	return ok && device != "" && isID(clientID)
 }
-

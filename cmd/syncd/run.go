@@ -53,6 +53,7 @@ type options struct {
 	retention       server.Retention
 	retentionEvery  time.Duration
 	cluster         clusterOptions
+	jwt             jwtOptions
 }
 
 // stringList is a repeatable string flag.
@@ -71,7 +72,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the sync, snapshot, health and metrics listener")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "address of the admin API listener (keep it on loopback); empty disables it")
 	fs.StringVar(&o.data, "data", "var/syncd.db", "SQLite database file (created with its directory if missing)")
-	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token issue); syncd refuses to start without one unless --dev-tokens")
+	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token issue); syncd refuses to start without one unless --dev-tokens or JWT verification (--jwt-*) is configured")
 	fs.BoolVar(&o.devTokens, "dev-tokens", false, "development only: when the token file is missing, generate one with a client token for every model and an admin token, and log both once")
 	fs.StringVar(&o.nodeID, "node-id", server.DefaultNodeID, "this server's name (welcome, and the origin of its clock)")
 	fs.StringVar(&o.synchronous, "synchronous", "FULL", "SQLite synchronous level: FULL (acknowledged writes survive a power cut) or NORMAL (survive a crash only)")
@@ -108,6 +109,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take before sessions are cut")
 	o.cluster.register(fs)
+	o.jwt.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -245,16 +247,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := newLogger(o, stderr)
-	if err := ensureTokens(o.tokens, o.devTokens, log); err != nil {
-		return fmt.Errorf("token file: %w", err)
-	}
-	authn, err := auth.NewAuthenticator(o.tokens, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	authn, err := newAuthenticator(o, log, reg)
 	if err != nil {
 		return err
 	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	defer authn.Close()
 	var member *membership
 	if o.cluster.enabled {
 		if member, err = joinCluster(ctx, o, log, reg); err != nil {

@@ -36,6 +36,7 @@ var allowed = map[string][]string{
 	"client/synccore":               {"syncproto"},
 	"client":                        {"syncproto", "client/synccore", "client/offlinequeue", "client/netmonitor", "client/reconnect", "internal/sqlitedb"},
 	"server/auth":                   {"syncproto"},
+	"server/auth/authtest":          {"server/auth"},
 	"server":                        {"syncproto", "replication", "replication/cluster", "ledger", "server/auth", "internal/sqlitedb"},
 	"replication/logtest":           {"replication", "syncproto", "ledger"},
 	"replication/cluster":           {"replication", "syncproto", "ledger", "internal/sqlitedb"},
