@@ -31,8 +31,12 @@ type syncBuffer struct {
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 type jwtEnv struct {
 	p     *authtest.Provider
@@ -394,4 +398,3 @@ func TestSigningKeyRoundTripsThroughPEM(t *testing.T) {
 	_, err := auth.ParseSigningKey([]byte("nope"))
 	require.Error(t, err)
 }
-
