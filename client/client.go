@@ -70,6 +70,7 @@ type Client struct {
 	watch      *statusHub                   // WatchStatus channels
 	reconcile  atomic.Bool                  // the overlay missed a queued write
 	refusal    atomic.Pointer[RefusedError] // the server's last refusal of the session; nil once bound
+	tokens     *tokens                      // the bearer token, from Config.Token or Config.TokenSource
 	resyncNext atomic.Bool                  // the server answered cursor_ahead: the next bind resyncs
 
 	ctx    context.Context // the client's lifetime
@@ -97,7 +98,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		closeQueue()
 		return nil, fmt.Errorf("client: open replica: %w", err)
 	}
-	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1), watch: newStatusHub()}
+	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1), watch: newStatusHub(), tokens: newTokens(cfg)}
 	fail := func(err error) (*Client, error) {
 		rep.close()
 		closeQueue()
@@ -587,6 +588,9 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	if re := c.refusal.Load(); re != nil {
 		out.LastError = re
 	}
+	if err := c.tokens.err(); err != nil {
+		out.LastError = err
+	}
 	out.State = v.status.State // the sync core's
 	if !connected && c.permanentRefusal() != nil {
 		// The core hears of a refusal through the driver's events, a
@@ -629,7 +633,12 @@ func (c *Client) stepReconnect(ctx context.Context) error {
 	c.mu.Unlock()
 	var errs []error
 	for _, u := range c.cfg.ServerURLs {
-		cn, err := dial(ctx, u, c.cfg.Token, c.cfg.HTTPClient)
+		token, err := c.tokens.get(ctx)
+		if err != nil {
+			c.statusChanged()
+			return err
+		}
+		cn, err := dial(ctx, u, token, c.cfg.HTTPClient)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -769,7 +778,10 @@ func (c *Client) refused(err error) {
 	}
 	c.log.Warn("the server refused the session", "code", re.Code, "message", re.Message, "retry_after", re.RetryAfter)
 	c.refusal.Store(re)
-	if !re.Transient() {
+	if c.refreshable(re) {
+		c.tokens.invalidate()
+	}
+	if !re.Transient() && !c.refreshable(re) {
 		c.driver.post(event{in: synccore.Refused{Err: &syncproto.Error{Code: re.Code, Message: re.Message}}})
 	}
 	c.outcomes.wake()
@@ -779,10 +791,16 @@ func (c *Client) refused(err error) {
 // permanentRefusal returns the server's refusal of the session when only
 // the app can end it (a bad or revoked token, a wrong client id), else nil.
 func (c *Client) permanentRefusal() error {
-	if re := c.refusal.Load(); re != nil && !re.Transient() {
+	if re := c.refusal.Load(); re != nil && !re.Transient() && !c.refreshable(re) {
 		return re
 	}
 	return nil
+}
+
+// refreshable reports whether a refusal is the token's and a TokenSource
+// may end it with a fresh token.
+func (c *Client) refreshable(re *RefusedError) bool {
+	return c.cfg.TokenSource != nil && (errors.Is(re, ErrTokenExpired) || errors.Is(re, ErrUnauthorized))
 }
 
 // loadSnapshot replaces the replica's records with the server's snapshot.
@@ -793,7 +811,11 @@ func (c *Client) loadSnapshot(ctx context.Context, baseURL string) (uint64, erro
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	token, err := c.tokens.get(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("snapshot: %w", err)
