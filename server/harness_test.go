@@ -19,6 +19,7 @@ import (
 	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/server/auth/authtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -39,6 +40,8 @@ type testServer struct {
 	// nodes are every node of the cluster in cluster mode (the first is
 	// this one), else this server alone.
 	nodes []*syncdtest.Server
+	// idp, in JWT mode (jwtMode), signs the tokens member hands out.
+	idp *authtest.Provider
 }
 
 // startServer starts syncd with cfg (DataPath and Authenticator filled in
@@ -48,6 +51,9 @@ type testServer struct {
 // returns its first node.
 func startServer(t testing.TB, cfg server.Config) *testServer {
 	t.Helper()
+	if jwtMode(t) {
+		return startJWTServer(t, cfg, func(c *auth.JWTConfig) { c.ClientIDClaim = jwtClientIDClaim }).testServer
+	}
 	var nodes []*syncdtest.Server
 	if clusterMode(t) {
 		nodes = syncdtest.StartCluster(t, 3, cfg)
@@ -89,6 +95,9 @@ func (ts *testServer) issue(t testing.TB, p auth.Principal) string {
 // every model.
 func (ts *testServer) member(t testing.TB, tenant, clientID string) string {
 	t.Helper()
+	if ts.idp != nil {
+		return ts.idp.Sign("EdDSA", authtest.Claims(clientID+"@"+tenant, tenant, time.Now(), 10*time.Minute, map[string]any{jwtClientIDClaim: clientID}))
+	}
 	return ts.issue(t, auth.Principal{Tenant: tenant, ClientID: clientID, Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}})
 }
 

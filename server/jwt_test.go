@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ type jwtServer struct {
 	deny string
 }
 
-func startJWTServer(t *testing.T, cfg server.Config, tune func(*auth.JWTConfig)) *jwtServer {
+func startJWTServer(t testing.TB, cfg server.Config, tune func(*auth.JWTConfig)) *jwtServer {
 	t.Helper()
 	idp := authtest.NewProvider(t, "RS256", "ES256", "EdDSA")
 	dir := t.TempDir()
@@ -46,7 +47,42 @@ func startJWTServer(t *testing.T, cfg server.Config, tune func(*auth.JWTConfig))
 	cfg.Authenticator, cfg.Registry = a, reg
 	s := syncdtest.Start(t, cfg)
 	s.AdminToken, s.TokenPath = admin, tokens
-	return &jwtServer{testServer: &testServer{Server: s, srv: s.Server, url: s.URL, adminURL: s.AdminURL, tokenPath: tokens, adminToken: admin, nodes: []*syncdtest.Server{s}}, idp: idp, deny: deny}
+	return &jwtServer{testServer: &testServer{Server: s, srv: s.Server, url: s.URL, adminURL: s.AdminURL, tokenPath: tokens, adminToken: admin, nodes: []*syncdtest.Server{s}, idp: idp}, idp: idp, deny: deny}
+}
+
+// jwtClientIDClaim is the client id claim of JWT mode's tokens.
+const jwtClientIDClaim = "device_id"
+
+// jwtTests holds the tests (and subtests) that run in JWT mode:
+// startServer gives them a server verifying JWTs, and member hands out
+// JWTs (user clientID@tenant, the client id in a claim) instead of
+// token-file tokens.
+var jwtTests sync.Map // testing.TB -> struct{}
+
+// jwtMode reports whether t runs in JWT mode.
+func jwtMode(t testing.TB) bool {
+	_, ok := jwtTests.Load(t)
+	return ok
+}
+
+// TestTenantIsolationWithJWTPrincipals runs the tenant isolation cases of
+// the behaviour and abuse suites with JWT principals: the tenant comes from
+// a signed claim instead of the token file.
+func TestTenantIsolationWithJWTPrincipals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"TenantsCannotSeeOrTouchEachOther", TestTenantsCannotSeeOrTouchEachOther},
+		{"OneTenantCannotExpireOrPruneAnother", TestAbuseOneTenantCannotExpireOrPruneAnother},
+		{"OneTenantsChurnResyncsNoOther", TestAbuseOneTenantsChurnResyncsNoOther},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jwtTests.Store(t, struct{}{})
+			defer jwtTests.Delete(t)
+			tc.test(t)
+		})
+	}
 }
 
 func TestJWTDevicesSyncAsTheirUser(t *testing.T) {
