@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -91,27 +90,24 @@ func New(cfg Config) (*Authenticator, error) {
 			return nil, fmt.Errorf("auth: jwt: %w", err)
 		}
 		m := newAuthMetrics(cfg.Registerer)
-		v := &jwtVerifier{cfg: jc, now: cfg.Now, m: m}
-		v.parser = jwt.NewParser(jwt.WithValidMethods(jc.Algorithms), jwt.WithIssuer(jc.Issuer), jwt.WithAudience(jc.Audience),
-			jwt.WithLeeway(jc.Leeway), jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithTimeFunc(cfg.Now))
 		if jc.HS256SecretFile != "" {
 			secret, err := readSecret(jc.HS256SecretFile)
 			if err != nil {
 				return nil, fmt.Errorf("auth: jwt: %w", err)
 			}
-			v.secret = secret
+			a.jwt = newVerifier(jc, secret, nil, cfg.Now, m)
 		} else {
-			v.keys = newKeySet(jc.JWKSURL, jc.JWKSFile, jc.HTTPClient, jc.FetchTimeout, jc.MinRefreshInterval, cfg.Now, cfg.Logger, m)
+			keys := newKeySet(jc.JWKSURL, jc.JWKSFile, jc.HTTPClient, jc.FetchTimeout, jc.MinRefreshInterval, cfg.Now, cfg.Logger, m)
+			a.jwt = newVerifier(jc, nil, keys, cfg.Now, m)
 			ctx, cancel := context.WithCancel(context.Background())
 			a.stop = cancel
-			v.keys.refresh(ctx, false)
+			keys.refresh(ctx, false)
 			a.done.Add(1)
 			go func() {
 				defer a.done.Done()
-				v.keys.run(ctx, jc.RefreshInterval)
+				keys.run(ctx, jc.RefreshInterval)
 			}()
 		}
-		a.jwt = v
 	}
 	return a, nil
 }

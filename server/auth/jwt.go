@@ -183,6 +183,14 @@ type jwtVerifier struct {
 	m      *authMetrics
 }
 
+// newVerifier verifies with secret (HS256) or keys (a JWKS), per a
+// validated cfg, on the clock now.
+func newVerifier(cfg JWTConfig, secret []byte, keys *keySet, now func() time.Time, m *authMetrics) *jwtVerifier {
+	return &jwtVerifier{cfg: cfg, secret: secret, keys: keys, now: now, m: m,
+		parser: jwt.NewParser(jwt.WithValidMethods(cfg.Algorithms), jwt.WithIssuer(cfg.Issuer), jwt.WithAudience(cfg.Audience),
+			jwt.WithLeeway(cfg.Leeway), jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithTimeFunc(now))}
+}
+
 func readSecret(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
