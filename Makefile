@@ -26,8 +26,14 @@ run: build
 	@echo "  go run ./examples/notes --jwt var/alice.jwt --client-id alice:laptop add k v"
 	./$(BIN)/syncd --data var/syncd.db --dev-tokens $(ARGS)
 
+# The build names its source revision (syncd --version, welcome, syncd_build_info)
+# even where the toolchain's own VCS stamping is off.
+REVISION := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+VERSION  := $(shell git describe --tags --match 'v*' 2>/dev/null)
+LDFLAGS  := -X github.com/syncd-dev/syncd/internal/buildinfo.linkedRevision=$(REVISION) $(if $(VERSION),-X github.com/syncd-dev/syncd/internal/buildinfo.linkedVersion=$(VERSION))
+
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 ## cluster: three syncd nodes on loopback, each with an embedded NATS server and its own
 ## data directory under var/cluster/; they share one token file. Ctrl-C stops all three.

@@ -25,14 +25,15 @@ type ChangeEvent struct {
 	Lagged bool
 }
 
-// changeBuffer bounds the events waiting for one subscriber.
+// changeBuffer bounds the events waiting for one subscriber (Subscription.C's
+// doc says the number).
 const changeBuffer = 256
 
 // Subscription delivers change events until Close.
 type Subscription struct {
-	// C receives the events. A subscriber that falls more than
-	// changeBuffer events behind gets one event with Lagged set instead of
-	// the ones it missed: the feed never waits for a slow app.
+	// C receives the events. A subscriber that falls more than 256
+	// events behind gets one event with Lagged set instead of the ones it
+	// missed: the feed never waits for a slow app.
 	C    <-chan ChangeEvent
 	hub  *changeHub
 	sub  *subscriber

@@ -73,7 +73,7 @@ func TestSnapshotIsBoundedInBytes(t *testing.T) {
 
 // Links lost soon after they were made are retried after a growing,
 // jittered wait (never in a tight loop); a healthy link resets it and is
-// retried after a jittered wait below RetryInterval.
+// retried after a jittered wait in [RetryInterval/2, RetryInterval].
 func TestRelinkBacksOffAfterQuickLosses(t *testing.T) {
 	c := &Client{cfg: Config{RetryInterval: time.Second, MaxRetryInterval: 8 * time.Second}}
 	var waits []time.Duration
@@ -88,9 +88,29 @@ func TestRelinkBacksOffAfterQuickLosses(t *testing.T) {
 	healthy := map[time.Duration]bool{}
 	for range 10 {
 		d := c.relinkDelay(healthyLinkLife)
-		require.Less(t, d, time.Second, "a link that lasted reconnects within RetryInterval")
+		require.LessOrEqual(t, d, time.Second, "a link that lasted reconnects within RetryInterval")
+		require.GreaterOrEqual(t, d, time.Second/2, "the backoff's first wait")
 		healthy[d] = true
 	}
 	require.Greater(t, len(healthy), 1, "at a random moment, so devices a restart dropped together do not return in step")
 	require.LessOrEqual(t, c.relinkDelay(time.Millisecond), time.Second, "and the count starts over")
+}
+
+// A link whose snapshot download was abandoned counts as a quick loss
+// however long it lived, so a server whose snapshots fail slowly is
+// retried after a growing wait, not every RetryInterval.
+func TestAbandonedSnapshotCountsAsAQuickLoss(t *testing.T) {
+	c := &Client{cfg: Config{RetryInterval: time.Second, MaxRetryInterval: 8 * time.Second}}
+	l := &link{}
+	require.Equal(t, time.Hour, l.healthy(time.Hour))
+	l.snapshotAbandoned.Store(true)
+	var waits []time.Duration
+	for range 4 {
+		waits = append(waits, c.relinkDelay(l.healthy(time.Hour)))
+	}
+	for i, want := range []time.Duration{1, 2, 4, 8} {
+		want *= time.Second
+		require.GreaterOrEqual(t, waits[i], want/2, "loss %d", i+1)
+		require.LessOrEqual(t, waits[i], want, "loss %d", i+1)
+	}
 }

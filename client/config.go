@@ -83,9 +83,12 @@ type Config struct {
 	// InFlight is how many push batches may await their answers at once;
 	// 0 means DefaultInFlight.
 	InFlight int
-	// RetryInterval is the first wait before replaying writes that were
-	// refused or left queued; it doubles up to MaxRetryInterval. A link
-	// that lasted and was lost is reconnected after a random wait below it.
+	// RetryInterval is the ceiling of the first wait before replaying
+	// writes that were refused or left queued, or reconnecting after a
+	// lost link; it doubles per consecutive failure up to
+	// MaxRetryInterval. Each wait is uniform between half its ceiling and
+	// the ceiling, and never below a retry hint of the server's
+	// (reconnect.Backoff.Wait, the client's one jitter rule).
 	RetryInterval    time.Duration
 	MaxRetryInterval time.Duration
 	// ProbeInterval is how often reachability is probed (GET /healthz).
@@ -95,9 +98,11 @@ type Config struct {
 	// OutcomeRetention is how long decided writes' outcomes are kept.
 	OutcomeRetention time.Duration
 	// MaxSnapshotBytes and SnapshotTimeout bound one snapshot download: a
-	// larger or slower one is abandoned with ErrSnapshotTooLarge or a
-	// deadline error and the replica is left as it was; 0 means the
-	// defaults (DefaultMaxSnapshotBytes, DefaultSnapshotTimeout).
+	// larger or slower one is abandoned with ErrSnapshotTooLarge or
+	// ErrSnapshotTimeout and the replica is left as it was; 0 means the
+	// defaults (DefaultMaxSnapshotBytes, DefaultSnapshotTimeout). Memory
+	// does not grow with a snapshot: it is stored in pages of at most
+	// about 1 MiB as it arrives (the bytes go to the replica's file).
 	MaxSnapshotBytes int64
 	SnapshotTimeout  time.Duration
 	// HTTPClient dials websockets, probes and fetches snapshots; nil means

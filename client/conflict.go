@@ -34,7 +34,7 @@ func Rebase(value json.RawMessage) Resolution { return Resolution{rebase: true, 
 func Drop() Resolution { return Resolution{} }
 
 // ConflictHandler decides an optimistic conflict. It runs on the sync
-// worker's goroutine: keep it short, and do not call Sync from it.
+// driver's goroutine: keep it short, and do not call Sync from it.
 type ConflictHandler func(ctx context.Context, c Conflict) Resolution
 
 // resolveConflict asks the handler and performs its decision. A handler

@@ -35,13 +35,14 @@
 // reconnect (dial, trying each server URL), activate, bind (hello/welcome;
 // a replica that never synced loads a snapshot, and so does one synced from
 // another database than the welcome's database_id, which Status.DatabaseID
-// then names; subscribe to the change feed) and replay (the sync worker). Going offline cancels a run between
-// steps without waiting on any lock, so no replay starts on a connection
-// known to be down. While connected, new writes are replayed as they come.
+// then names; subscribe to the change feed) and replay (the driver's first
+// pass over the queue). Going offline cancels a run between steps without
+// waiting on any lock, so no replay starts on a connection known to be
+// down. While connected, new writes are replayed as they come.
 //
-// The sync worker pages through the queue (a million queued writes never
-// load at once), sends pushes within the server's batch and frame limits,
-// keeps several in flight, and acts on each result as DESIGN 4.2 says
+// The driver pages through the queue (a million queued writes never load
+// at once), sends pushes within the server's batch and frame limits, keeps
+// several in flight, and acts on each result as package synccore decides
 // (fully, even if the connection drops meanwhile): applied, duplicate and
 // superseded are marked done; a conflict goes to the ConflictHandler
 // (Rebase or Drop); a rejection charges one durable attempt and the attempt

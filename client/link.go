@@ -28,6 +28,9 @@ type link struct {
 	cancel context.CancelFunc
 	since  time.Time   // when the link was made
 	bound  atomic.Bool // hello was answered and the driver told
+	// snapshotAbandoned: a snapshot download on this link failed, and
+	// the link was closed for it (see link.healthy).
+	snapshotAbandoned atomic.Bool
 
 	mu       sync.Mutex
 	stopping bool // under mu: spawn starts nothing more
@@ -82,7 +85,11 @@ func (l *link) bind(ctx context.Context) error {
 	if resync {
 		cursor = 0
 	}
-	w, err := l.conn.hello(ctx, c.cfg.ClientID, cursor, c.stamp())
+	dbID, err := c.replica.databaseID(ctx)
+	if err != nil {
+		return err
+	}
+	w, err := l.conn.hello(ctx, c.cfg.ClientID, cursor, c.stamp(), dbID)
 	if err != nil {
 		var pe *syncproto.Error
 		if errors.As(err, &pe) && pe.Code == syncproto.CodeCursorAhead {

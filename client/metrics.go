@@ -12,7 +12,10 @@ type metrics struct {
 	deadLetters   prometheus.Counter
 	feedEntries   prometheus.Counter
 	resyncs       prometheus.Counter
-	clockRefused  prometheus.Counter
+	// snapshotsAbandoned counts snapshot downloads given up, by reason
+	// (see the abandoned* constants).
+	snapshotsAbandoned *prometheus.CounterVec
+	clockRefused       prometheus.Counter
 	// outcomesPruned counts outcomes forgotten (OutcomeRetention, MaxOutcomes).
 	outcomesPruned prometheus.Counter
 }
@@ -41,6 +44,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_client_resyncs_total", Help: "Snapshots loaded into the local replica (bootstrap or resync).",
 		}),
+		snapshotsAbandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_client_snapshots_abandoned_total", Help: "Snapshot downloads given up, the replica left as it was, by reason (too_large, timeout, status, truncated, invalid, failed).",
+		}, []string{"reason"}),
 		clockRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_client_clock_refused_total", Help: "Observed timestamps not adopted: more than MaxObservedClockAhead ahead of the server's clock.",
 		}),
@@ -51,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.clockRefused, m.outcomesPruned} {
+	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.snapshotsAbandoned, m.clockRefused, m.outcomesPruned} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // The durable outcome the driver records for each verdict of the core's
-// judge (synccore.Judge, DESIGN 4.2, PROTOCOL.md section 6).
+// judge (synccore.Judge, PROTOCOL.md section 6).
 func TestOutcomeOfVerdict(t *testing.T) {
 	now := time.UnixMilli(1_733_140_000_000)
 	ts := syncproto.Timestamp{Wall: 1_733_139_999_000, Origin: "phone-1"}

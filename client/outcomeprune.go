@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"database/sql"
 	"time"
 )
 
@@ -58,19 +57,4 @@ func (c *Client) runOutcomePruning() {
 			}
 		}
 	}
-}
-
-// trimOutcomes forgets the oldest decided outcomes beyond keep and
-// returns how many.
-func (r *replica) trimOutcomes(ctx context.Context, keep int) (int64, error) {
-	var n int64
-	err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM outcomes WHERE op_id IN
-			(SELECT op_id FROM outcomes ORDER BY decided_at DESC LIMIT -1 OFFSET ?)`, keep)
-		if err == nil {
-			n, err = res.RowsAffected()
-		}
-		return err
-	})
-	return n, err
 }

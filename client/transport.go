@@ -240,8 +240,9 @@ func (c *conn) forget(id string) {
 }
 
 // hello binds the connection to the client and returns the welcome.
-func (c *conn) hello(ctx context.Context, clientID string, cursor uint64, hlc syncproto.Timestamp) (*syncproto.Welcome, error) {
-	m := &syncproto.Hello{ClientID: clientID, Cursor: cursor, HLC: hlc}
+// dbID is the database the cursor came from ("" when unknown).
+func (c *conn) hello(ctx context.Context, clientID string, cursor uint64, hlc syncproto.Timestamp, dbID string) (*syncproto.Welcome, error) {
+	m := &syncproto.Hello{ClientID: clientID, Cursor: cursor, HLC: hlc, DatabaseID: dbID}
 	ctx, cancel := context.WithTimeout(ctx, helloTimeout)
 	defer cancel()
 	ans, err := c.request(ctx, m, func(id string) { m.ID = id })

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncd-dev/syncd/internal/buildinfo"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -82,7 +83,11 @@ func (s *Server) admin(h func(*http.Request) (any, int, error)) http.Handler {
 
 // Status is the answer of /v1/admin/status.
 type Status struct {
-	NodeID        string    `json:"node_id"`
+	NodeID string `json:"node_id"`
+	// Build is the answering syncd's build (syncd --version) and
+	// DatabaseID the database it serves (welcome.database_id).
+	Build         string    `json:"build"`
+	DatabaseID    string    `json:"database_id"`
 	StartedAt     time.Time `json:"started_at"`
 	UptimeSeconds float64   `json:"uptime_seconds"`
 	Connections   int       `json:"connections"`
@@ -125,7 +130,7 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 	}
 	sessions := s.sessionList()
 	st := Status{
-		NodeID: s.cfg.NodeID, StartedAt: s.started, UptimeSeconds: s.now().Sub(s.started).Seconds(),
+		NodeID: s.cfg.NodeID, Build: buildinfo.Read().String(), DatabaseID: s.store.ID, StartedAt: s.started, UptimeSeconds: s.now().Sub(s.started).Seconds(),
 		Connections: len(sessions), Draining: s.draining.Load(), OplogHead: b.Head, OplogOldest: b.Oldest, OplogFloor: b.Floor,
 		LedgerEntries: ls.Entries, LedgerFloor: ls.MaxFloor,
 	}

@@ -181,6 +181,45 @@ func TestPingMessagesKeepASessionWithoutPongs(t *testing.T) {
 	}
 }
 
+// A device restored away from its server (syncctl restore gave the
+// database a new id) says hello with its old database id and a cursor
+// beyond the head: it is welcomed to resync, and that is a resync, not a
+// protocol error (PROTOCOL.md 5.1).
+func TestHelloFromAnotherDatabaseIsAResync(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	c := dial(t, ts, ts.member(t, "acme", "phone"))
+	clock := syncproto.NewClock("phone", nil)
+	c.send(&syncproto.Hello{ID: "h1", ClientID: "phone", Cursor: 1000, HLC: clock.Now(), DatabaseID: "an-older-database"})
+	w := expect[*syncproto.Welcome](c)
+	require.NotEqual(t, "an-older-database", w.DatabaseID)
+	require.Equal(t, "1", ts.metric(t, "syncd_resyncs_total"))
+	require.Empty(t, ts.metric(t, `syncd_protocol_errors_total{code="cursor_ahead"}`), "no protocol error counted")
+
+	other := dial(t, ts, ts.member(t, "acme", "laptop"))
+	other.send(&syncproto.Hello{ID: "h1", ClientID: "laptop", Cursor: 1000, HLC: syncproto.NewClock("laptop", nil).Now(), DatabaseID: w.DatabaseID})
+	require.Equal(t, syncproto.CodeCursorAhead, other.expectRefusalClose(syncproto.CodeCursorAhead).Code, "the same database: the cursor is checked")
+}
+
+// A client that sends websocket pings and nothing else, its own stack
+// answering none of the server's pings (it does not read), keeps its
+// session (PROTOCOL.md section 14: a websocket ping is a frame heard).
+func TestWebsocketPingsKeepASession(t *testing.T) {
+	const idle = 1200 * time.Millisecond
+	ts := startServer(t, server.Config{IdleTimeout: idle, PingInterval: 20 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
+	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	for range 12 { // three idle timeouts' worth, a ping every quarter
+		// Nothing reads the server's pong, so each Ping gives up waiting
+		// for it; the ping frame itself was sent.
+		ctx, cancel := context.WithTimeout(t.Context(), idle/4)
+		err := c.conn.Ping(ctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+	c.send(&syncproto.Ping{ID: "k1"})
+	pong := expect[*syncproto.Pong](c)
+	require.Equal(t, "k1", pong.ID, "the session outlived three idle timeouts of websocket pings")
+}
+
 // A revoked token's open sessions end (PROTOCOL.md sections 12 and 13):
 // error unauthorized, then close 1008, within about the token file's
 // reload interval.

@@ -123,7 +123,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "syncd_oplog_oldest_seq", Help: "Sequence number of the oldest retained oplog entry, of any tenant.",
 		}),
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "syncd_resyncs_total", Help: "Pulls and subscriptions answered resync: entries of the device's own tenant after its cursor were compacted.",
+			Name: "syncd_resyncs_total", Help: "Devices sent to a snapshot: pulls and subscriptions answered resync (entries of the device's own tenant after its cursor were compacted), and hellos from a replica of another database (a restore).",
 		}),
 		syncLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "syncd_sync_lag_seconds", Help: "Time from an entry's commit to its delivery to a live subscriber.",

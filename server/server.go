@@ -362,6 +362,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		err = s.setOplogGauges(ctx)
 	}
 	if err == nil {
+		err = reg.Register(newInfoCollector(s.store.ID, s.store.Ledger))
+	}
+	if err == nil {
 		s.snapshotDB, err = openSnapshotPool(ctx, cfg)
 	}
 	if err == nil && cfg.Cluster != nil {
@@ -464,10 +467,20 @@ func (s *Server) serveSync(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.releaseUpgrade(p)
+	// A websocket ping from the client keeps its session as any frame does
+	// (PROTOCOL.md section 14); the stack answers it. The callback runs on
+	// the session's reader, which starts after heard is set.
+	var heard atomic.Pointer[session]
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols: []string{syncproto.Subprotocol},
 		// admitUpgrade applied the origin allow-list already.
 		InsecureSkipVerify: true,
+		OnPingReceived: func(context.Context, []byte) bool {
+			if ss := heard.Load(); ss != nil {
+				ss.heard()
+			}
+			return true
+		},
 	})
 	if err != nil {
 		// Accept has answered; admitUpgrade checked everything it checks.
@@ -481,6 +494,7 @@ func (s *Server) serveSync(w http.ResponseWriter, r *http.Request) {
 	s.metrics.connectionsTotal.WithLabelValues("accepted").Inc()
 
 	ss := newSession(s, conn, p, r.RemoteAddr)
+	heard.Store(ss)
 	if !s.track(ss) {
 		e := syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down")
 		if frame, err := syncproto.Encode(e); err == nil {

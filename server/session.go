@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/time/rate"
 
+	"github.com/syncd-dev/syncd/internal/buildinfo"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -53,8 +54,9 @@ type session struct {
 	sub       context.CancelFunc
 	subDone   chan struct{}
 
-	idleMu sync.Mutex
-	idle   *time.Timer // closes the session with 4000 when nothing was heard for IdleTimeout
+	idleMu   sync.Mutex
+	idle     *time.Timer // closes the session with 4000 when nothing was heard for IdleTimeout
+	idleOver bool        // reading ended: nothing restarts idle any more
 
 	helloSeen atomic.Bool   // hello was answered; the hello deadline is off
 	cursor    atomic.Uint64 // the newest seq delivered on the live feed
@@ -131,6 +133,7 @@ func (ss *session) run(ctx context.Context) {
 	closing := ss.readLoop(ctx)
 	ss.idleMu.Lock()
 	ss.idle.Stop()
+	ss.idleOver = true
 	ss.idleMu.Unlock()
 
 	ss.stopSubscription()
@@ -375,7 +378,17 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 	if err != nil {
 		return ss.refuseAndClose(m.ID, internalError(err))
 	}
-	if m.Cursor > bounds.Head {
+	cursor := m.Cursor
+	if m.DatabaseID != "" && m.DatabaseID != ss.srv.store.ID {
+		// The client's state is from another database (a restore gave
+		// this one a new id): its cursor means nothing here. Welcome it;
+		// it resyncs from a snapshot on seeing database_id. A resync, not a
+		// protocol error.
+		ss.log.Info("hello from a replica of another database; the client resyncs", "hello_database_id", m.DatabaseID)
+		ss.srv.metrics.resyncs.Inc()
+		cursor = 0
+	}
+	if cursor > bounds.Head {
 		return ss.refuseAndClose(m.ID, syncproto.Errorf(syncproto.CodeCursorAhead, "cursor %d is past the head %d: the client's state is not from this server", m.Cursor, bounds.Head))
 	}
 	// A hello timestamp too far ahead is not observed, so a broken device
@@ -390,13 +403,14 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 	}
 	ss.helloDone = true
 	ss.helloSeen.Store(true)
-	ss.cursor.Store(m.Cursor)
+	ss.cursor.Store(cursor)
 	ss.send(&syncproto.Welcome{
 		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), ServerTime: ss.srv.now().UnixMilli(),
 		DatabaseID: ss.srv.store.ID, Head: bounds.Head,
 		Limits: ss.srv.limits(), Models: ss.srv.modelAccess(ss.p),
 		DefaultPolicy: syncproto.Policy(ss.srv.cfg.Policies.Default()),
 		LedgerFloorMS: floorMS(floor), User: ss.p.User,
+		ServerBuild: buildinfo.Read().String(),
 	})
 	return nil
 }
@@ -775,11 +789,14 @@ func pushAnswer(id string, r *pushRequest) syncproto.Message {
 	return &syncproto.PushResult{ID: id, Results: r.fx.Results}
 }
 
-// heard restarts the idle timer.
+// heard restarts the idle timer, unless the session's reading ended (a
+// websocket ping can still arrive during the close handshake).
 func (ss *session) heard() {
 	ss.idleMu.Lock()
 	defer ss.idleMu.Unlock()
-	ss.idle.Reset(ss.srv.cfg.IdleTimeout)
+	if !ss.idleOver {
+		ss.idle.Reset(ss.srv.cfg.IdleTimeout)
+	}
 }
 
 // keepalive pings the client; a pong counts as hearing from it. A ping

@@ -96,6 +96,12 @@ type Hello struct {
 	Cursor uint64 `json:"cursor"`
 	// HLC is the client's current clock reading; its origin is ClientID.
 	HLC Timestamp `json:"hlc"`
+	// DatabaseID, optional, names the database (welcome.database_id) the
+	// client's cursor came from. When it names another database than the
+	// server's, the cursor means nothing here: the server does not refuse
+	// it as cursor_ahead, welcomes the client (which then resyncs from a
+	// snapshot, seeing welcome's database_id) and counts a resync.
+	DatabaseID string `json:"database_id,omitempty"`
 
 	// decodeErrs: members whose JSON did not fit (UnmarshalJSON), reported
 	// by Validate in the member's place.
@@ -118,6 +124,7 @@ func (m *Hello) UnmarshalJSON(b []byte) error {
 		ClientID json.RawMessage `json:"client_id"`
 		Cursor   json.RawMessage `json:"cursor"`
 		HLC      json.RawMessage `json:"hlc"`
+		Database json.RawMessage `json:"database_id"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
@@ -127,6 +134,7 @@ func (m *Hello) UnmarshalJSON(b []byte) error {
 		{"client_id", raw.ClientID, &m.ClientID, CodeInvalidClientID},
 		{"cursor", raw.Cursor, &m.Cursor, CodeBadRequest},
 		{"hlc", raw.HLC, &m.HLC, CodeInvalidHLC},
+		{"database_id", raw.Database, &m.DatabaseID, CodeBadRequest},
 	})
 	return nil
 }
@@ -168,6 +176,10 @@ type Welcome struct {
 	// User is the user the connection's token acts for, absent when the
 	// token names none.
 	User string `json:"user,omitempty"`
+	// ServerBuild, optional, names the server's build (release version,
+	// source revision): for logs and support, never for deciding what the
+	// client does, which follows the members above.
+	ServerBuild string `json:"server_build,omitempty"`
 }
 
 // Policy is a model's conflict policy, as a client sees it.
@@ -334,6 +346,12 @@ func (m *Hello) Validate() error {
 			}
 			if m.HLC.Origin != m.ClientID {
 				return Errorf(CodeInvalidHLC, "hlc origin %q is not client_id %q", m.HLC.Origin, m.ClientID)
+			}
+			return nil
+		}},
+		{"database_id", func() error {
+			if m.DatabaseID != "" && !isID(m.DatabaseID) {
+				return Errorf(CodeBadRequest, "database_id %q must match %s", truncate(m.DatabaseID), IDPattern)
 			}
 			return nil
 		}},

@@ -6,10 +6,15 @@ import (
 	"time"
 )
 
-// Backoff computes the wait after a failed attempt: exponential, capped,
-// with full jitter. It is a pure function of its fields and the failure
-// count; the coordinator does the waiting, with its own clock, and cuts the
-// wait short when its context ends.
+// Backoff computes every wait of the client after a failure: a reconnect
+// attempt that failed (the coordinator), a link lost soon after it was
+// made, a replay pass that left writes queued (the client's driver). It is
+// exponential and capped, with one jitter rule (see Wait): a wait is
+// uniform in [C/2, C] for the ceiling C of the failure count, so repeated
+// failures never retry in a tight loop and devices that failed together do
+// not come back in step. It is a pure function of its fields, the failure
+// count and the server's retry hint; the caller does the waiting, with its
+// own clock, and cuts the wait short when its context ends.
 //
 // The zero value means the defaults. A Backoff is safe for concurrent use
 // if Rand is.
@@ -58,10 +63,24 @@ func (b Backoff) Ceiling(failures int) time.Duration {
 }
 
 // Delay returns the wait after the given number of consecutive failed
-// attempts: uniform in [0, Ceiling(failures)] ("full jitter"), so clients
-// that lost the network together do not come back in step.
+// attempts when the server gave no hint: Wait(failures, 0).
 func (b Backoff) Delay(failures int) time.Duration {
+	return b.Wait(failures, 0)
+}
+
+// Wait returns the wait after the given number of consecutive failed
+// attempts (failures >= 1) when the server asked for at least hint (0: no
+// hint): uniform in [C/2, C] ("equal jitter"), where C is
+// Ceiling(failures), raised to twice the hint when that is more. The wait
+// is therefore never below the hint nor below half the ceiling, and waits
+// of devices given the same hint are spread over as long as the hint. A
+// caller caps a hint it did not choose (see MaxRetryHint). Failures < 1
+// and no hint: 0.
+func (b Backoff) Wait(failures int, hint time.Duration) time.Duration {
 	ceiling := b.Ceiling(failures)
+	if hint > 0 && hint > ceiling/2 {
+		ceiling = 2 * hint
+	}
 	if ceiling <= 0 {
 		return 0
 	}
@@ -69,5 +88,6 @@ func (b Backoff) Delay(failures int) time.Duration {
 	if random == nil {
 		random = rand.Int64N
 	}
-	return time.Duration(random(int64(ceiling) + 1))
+	half := ceiling / 2
+	return ceiling - half + time.Duration(random(int64(half)+1))
 }

@@ -42,7 +42,9 @@ func TestBackoffCeiling(t *testing.T) {
 		"Cap bounds even the first wait")
 }
 
-func TestBackoffDelayIsFullJitter(t *testing.T) {
+// The one jitter rule: uniform in [C/2, C], C the ceiling, raised to
+// twice a hint that is more than half of it.
+func TestBackoffWaitIsEqualJitter(t *testing.T) {
 	ms := time.Millisecond
 	top := reconnect.Backoff{Base: 100 * ms, Cap: 500 * ms, Rand: highest}
 	var got []time.Duration
@@ -52,18 +54,27 @@ func TestBackoffDelayIsFullJitter(t *testing.T) {
 	require.Equal(t, []time.Duration{100 * ms, 200 * ms, 400 * ms, 500 * ms, 500 * ms}, got)
 
 	bottom := reconnect.Backoff{Base: 100 * ms, Rand: func(int64) int64 { return 0 }}
-	require.Zero(t, bottom.Delay(3))
+	require.Equal(t, 200*ms, bottom.Delay(3), "never below half the ceiling")
+	require.Zero(t, bottom.Delay(0))
 
 	var asked int64
 	half := reconnect.Backoff{Base: 100 * ms, Rand: func(n int64) int64 { asked = n; return n / 2 }}
-	require.Equal(t, 200*ms, half.Delay(3))
-	require.Equal(t, int64(400*ms)+1, asked, "the range includes the ceiling")
+	require.Equal(t, 300*ms, half.Delay(3))
+	require.Equal(t, int64(200*ms)+1, asked, "the range includes the ceiling")
 
-	// The default source stays within [0, ceiling].
+	// A hint beyond half the ceiling is a floor, and waits above it are
+	// spread over as long as the hint; one below changes nothing.
+	require.Equal(t, 3*time.Second, bottom.Wait(3, 3*time.Second))
+	require.Equal(t, 6*time.Second, top.Wait(3, 3*time.Second))
+	require.Equal(t, 200*ms, bottom.Wait(3, 150*ms))
+	require.Equal(t, 400*ms, top.Wait(3, 150*ms))
+	require.Equal(t, 3*time.Second, bottom.Wait(0, 3*time.Second), "a hint alone is honoured")
+
+	// The default source stays within [ceiling/2, ceiling].
 	var random reconnect.Backoff
 	for range 1000 {
 		d := random.Delay(3)
-		require.GreaterOrEqual(t, d, time.Duration(0))
+		require.GreaterOrEqual(t, d, random.Ceiling(3)/2)
 		require.LessOrEqual(t, d, random.Ceiling(3))
 	}
 }

@@ -69,7 +69,7 @@ func (s Steps) call(ctx context.Context, step Step) error {
 // default; New rejects negative values.
 type Config struct {
 	// Backoff shapes the wait between failed attempts (exponential, capped,
-	// full jitter). Zero fields mean the defaults.
+	// jittered as Backoff.Wait says). Zero fields mean the defaults.
 	Backoff Backoff
 
 	// MaxAttempts bounds the attempts of one run; the run then ends GaveUp.

@@ -56,8 +56,9 @@
 //     Reconnected, and one stopped during Replay is Aborted with ReplayRan
 //     set. GaveUp carries the last failure as a *StepError.
 //   - Backoff: the wait after the n-th failed attempt is uniform in
-//     [0, min(Cap, Base*2^(n-1))] (full jitter), and a wait is cut short by
-//     cancellation. No wait follows the attempt that makes a run give up.
+//     [C/2, C] for C = min(Cap, Base*2^(n-1)), raised to twice a server's
+//     retry hint when that is more (Backoff.Wait, the client's one jitter
+//     rule), and a wait is cut short by cancellation. No wait follows the attempt that makes a run give up.
 //   - One run per online period. OnOnline while a run is in progress, or
 //     after a run reconnected, starts nothing. After OnOffline the next
 //     OnOnline starts a fresh run, which first lets the cancelled one

@@ -208,25 +208,26 @@ func (s *sequence) stepReturned(err, cause error) action {
 	if s.maxAttempts > 0 && s.out.Attempts >= s.maxAttempts {
 		return s.finish(GaveUp, failure)
 	}
-	delay := s.backoff.Delay(s.out.Attempts)
+	var hint time.Duration
 	var h RetryHinter
 	if errors.As(err, &h) {
-		delay = max(delay, min(h.RetryHint(), MaxRetryHint))
+		hint = min(h.RetryHint(), MaxRetryHint)
 	}
-	return action{kind: doWait, delay: delay}
+	return action{kind: doWait, delay: s.backoff.Wait(s.out.Attempts, hint)}
 }
 
 // RetryHinter is a step error carrying the server's hint of when to try
 // again (an HTTP Retry-After, an error frame's retry_after_ms). The next
-// attempt waits at least the hint, at most MaxRetryHint, and never less
-// than the backoff.
+// attempt waits as Backoff.Wait says for the hint, capped at MaxRetryHint:
+// at least the hint, never less than half the backoff's ceiling.
 type RetryHinter interface {
 	error
 	RetryHint() time.Duration
 }
 
-// MaxRetryHint caps how long a server's retry hint may hold the next
-// attempt, so a wrong or hostile hint cannot keep a client away for long.
+// MaxRetryHint caps a server's retry hint, so a wrong or hostile hint
+// cannot keep a client away for long: the next attempt waits at most twice
+// it (Backoff.Wait spreads waits above a hint over as long as the hint).
 const MaxRetryHint = 5 * time.Minute
 
 // waited is called when a backoff wait elapsed with the context live: the

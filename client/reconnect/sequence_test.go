@@ -206,19 +206,25 @@ func (h hinted) Error() string            { return "busy" }
 func (h hinted) RetryHint() time.Duration { return time.Duration(h) }
 
 // A failed attempt whose error carries the server's retry hint waits at
-// least the hint (capped by MaxRetryHint), never less than the backoff.
+// least the hint (capped by MaxRetryHint) and at most twice it, never less
+// than half the backoff's ceiling (Backoff.Wait).
 func TestRetryHintHoldsTheNextAttempt(t *testing.T) {
 	for _, tc := range []struct {
-		hint, want time.Duration
+		hint, low, high time.Duration
 	}{
-		{5 * time.Second, 5 * time.Second},
-		{time.Millisecond, 100 * time.Millisecond}, // the backoff is longer
-		{time.Hour, MaxRetryHint},
+		{5 * time.Second, 5 * time.Second, 10 * time.Second},
+		{time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond}, // the backoff is longer
+		{time.Hour, MaxRetryHint, 2 * MaxRetryHint},
 	} {
-		s := sequence{backoff: Backoff{Base: 100 * time.Millisecond, Cap: 300 * time.Millisecond, Rand: func(n int64) int64 { return n - 1 }}}
-		s.begin()
-		act := s.stepReturned(fmt.Errorf("dial: %w", hinted(tc.hint)), nil)
-		require.Equal(t, doWait, act.kind)
-		require.Equal(t, tc.want, act.delay, "hint %v", tc.hint)
+		for _, r := range []struct {
+			pick func(int64) int64
+			want time.Duration
+		}{{func(int64) int64 { return 0 }, tc.low}, {func(n int64) int64 { return n - 1 }, tc.high}} {
+			s := sequence{backoff: Backoff{Base: 100 * time.Millisecond, Cap: 300 * time.Millisecond, Rand: r.pick}}
+			s.begin()
+			act := s.stepReturned(fmt.Errorf("dial: %w", hinted(tc.hint)), nil)
+			require.Equal(t, doWait, act.kind)
+			require.Equal(t, r.want, act.delay, "hint %v", tc.hint)
+		}
 	}
 }

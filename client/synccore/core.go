@@ -1,7 +1,7 @@
 // Package synccore is the client's sync decisions as one pure state
-// machine (DESIGN section 3, "Client core"): what to read from the queue,
-// what to push, how to act on each answer, when to retry, when to
-// subscribe or resync, and what status to report.
+// machine: what to read from the queue, what to push, how to act on each
+// answer, when to retry, when to subscribe or resync, and what status to
+// report.
 //
 // A Core has no goroutines, clocks or I/O. Its driver feeds it inputs
 // (Step) and carries out the actions it returns, in order, then feeds the
@@ -42,9 +42,6 @@ type Config struct {
 	InFlight int
 	// MaxAttempts is the retry budget of a write refused transiently.
 	MaxAttempts int
-	// RetryBase is the first wait before a pass is retried after a write
-	// was left queued; it doubles per consecutive pass up to RetryMax.
-	RetryBase, RetryMax time.Duration
 }
 
 // Defaults for Config's zero fields.
@@ -52,8 +49,6 @@ const (
 	DefaultMaxBatch    = 100
 	DefaultInFlight    = 4
 	DefaultMaxAttempts = 5
-	DefaultRetryBase   = 200 * time.Millisecond
-	DefaultRetryMax    = 30 * time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -65,12 +60,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.RetryBase <= 0 {
-		c.RetryBase = DefaultRetryBase
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = DefaultRetryMax
 	}
 	return c
 }
@@ -240,11 +229,16 @@ type (
 		Left  int
 		Lost  bool
 	}
-	// SetTimer arms the one timer, replacing any earlier: after Delay,
-	// feed TimerFired{Timer}. The driver adds jitter of its own.
+	// SetTimer arms the one timer, replacing any earlier, to retry a pass
+	// that left writes queued: after the driver's backoff wait for the
+	// Failures-th consecutive such pass (1 for the first) and the server's
+	// retry hint Hint (0: none), feed TimerFired{Timer}. The core has no
+	// clock or randomness: the wait and its jitter are the driver's one
+	// backoff rule (the client's reconnect.Backoff.Wait).
 	SetTimer struct {
-		Timer uint64
-		Delay time.Duration
+		Timer    uint64
+		Failures int
+		Hint     time.Duration
 	}
 	// Report is the status the app is told, sent whenever it changes.
 	Report struct{ Status Status }
@@ -584,14 +578,11 @@ func (c *Core) passEnd(out []Action) []Action {
 		c.status.Err = nil
 		return out
 	}
-	d := c.cfg.RetryBase << min(c.failures, 20)
-	d = min(d, c.cfg.RetryMax)
-	d = max(d, c.retryHint)
 	c.failures++
 	c.timer++
 	c.left = 0
 	c.waiting = true
-	return append(out, SetTimer{Timer: c.timer, Delay: d})
+	return append(out, SetTimer{Timer: c.timer, Failures: c.failures, Hint: c.retryHint})
 }
 
 func (c *Core) changes(in Changes, out []Action) []Action {

@@ -151,8 +151,8 @@ func TestAnsweredSettlesEachInOrder(t *testing.T) {
 	if len(s) != 2 || s[0].Verdict.Action != Done || s[1].Verdict.Action != Charge || s[1].Verdict.Attempts != 1 {
 		t.Fatalf("settles = %#v, want done then charge 1", s)
 	}
-	if tm := only[SetTimer](acts); len(tm) != 1 || tm[0].Delay != DefaultRetryBase {
-		t.Fatalf("a pass that left a write queued: actions %#v, want a retry timer of %v", acts, DefaultRetryBase)
+	if tm := only[SetTimer](acts); len(tm) != 1 || tm[0].Failures != 1 || tm[0].Hint != 0 {
+		t.Fatalf("a pass that left a write queued: actions %#v, want a retry timer after a first failure, no hint", acts)
 	}
 	if c.Status().Err == nil || c.Status().Err.Code != syncproto.CodeInternal {
 		t.Fatalf("status = %+v, want the refusal as its error", c.Status())
@@ -185,10 +185,10 @@ func TestPushRefused(t *testing.T) {
 		name    string
 		err     syncproto.Error
 		settles int
-		delay   time.Duration
+		hint    time.Duration
 	}{
 		{"retryable honours retry_after", syncproto.Error{Code: syncproto.CodeServerBusy, Retryable: true, RetryAfterMS: 5000}, 0, 5 * time.Second},
-		{"permanent charges each write", syncproto.Error{Code: syncproto.CodeBatchTooLarge}, 2, DefaultRetryBase},
+		{"permanent charges each write", syncproto.Error{Code: syncproto.CodeBatchTooLarge}, 2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := welcomed(t)
@@ -205,8 +205,8 @@ func TestPushRefused(t *testing.T) {
 					t.Fatalf("settle = %#v, want charge 1", x)
 				}
 			}
-			if tm := only[SetTimer](acts); len(tm) != 1 || tm[0].Delay != tc.delay {
-				t.Fatalf("actions = %#v, want a timer of %v", acts, tc.delay)
+			if tm := only[SetTimer](acts); len(tm) != 1 || tm[0].Failures != 1 || tm[0].Hint != tc.hint {
+				t.Fatalf("actions = %#v, want a timer after a first failure with hint %v", acts, tc.hint)
 			}
 		})
 	}

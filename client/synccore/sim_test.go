@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/syncd-dev/syncd/client/reconnect"
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -98,6 +99,11 @@ const (
 	simMaxSkew     = time.Minute
 	chaosSteps     = 120
 	quiesceSteps   = 4000
+	// simRetryBase and simRetryMax are the client's defaults
+	// (client.DefaultRetryInterval, DefaultMaxRetryInterval), which its
+	// driver gives its backoff.
+	simRetryBase = 2 * time.Second
+	simRetryMax  = time.Minute
 )
 
 var simPolicies = replication.Config{"notes": replication.PolicyLWW, "docs": replication.PolicyOptimistic, "flaky": replication.PolicyLWW}
@@ -146,7 +152,8 @@ type simClient struct {
 	// volatile
 	core  *Core
 	conn  *conn
-	timer uint64 // armed timer, 0 when none
+	timer uint64    // armed timer, 0 when none
+	due   time.Time // when it fires: the wait the client's backoff chose
 	// resyncing: a Resync was asked on this connection; its snapshot
 	// answer (one per request, as an HTTP GET) replaces the replica.
 	resyncing bool
@@ -161,6 +168,9 @@ type sim struct {
 	conns   []*conn
 	nextCon int
 	chaos   bool
+	// backoff is the client's one backoff (its defaults), drawing its
+	// jitter from the schedule's rng: every retry timer waits what it says.
+	backoff reconnect.Backoff
 	// what the server did, observed from every Apply's effects
 	applied map[string][]replication.Entry
 	decided map[string]syncproto.Result
@@ -196,6 +206,7 @@ type serverBackup struct {
 func runSchedule(seed uint64, f faults) (restores int, err error) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s := &sim{rng: rng, f: f, now: time.UnixMilli(1_700_000_000_000).UTC(), chaos: true,
+		backoff: reconnect.Backoff{Base: simRetryBase, Cap: simRetryMax, Rand: rng.Int64N},
 		applied: map[string][]replication.Entry{}, decided: map[string]syncproto.Result{}, writes: map[string]syncproto.Mutation{}, lost: map[string]bool{}}
 	if err := s.newServer(); err != nil {
 		return 0, err
@@ -293,7 +304,6 @@ func (s *sim) quietStep() (bool, error) {
 	}
 	for _, c := range s.clients {
 		if c.timer != 0 {
-			s.now = s.now.Add(time.Second)
 			return true, s.fire(c)
 		}
 	}
@@ -374,9 +384,14 @@ func (s *sim) crash(c *simClient) {
 	c.core = New(c.core.cfg, c.cursor)
 }
 
+// fire moves the clock to the armed timer's due time, if it is not past
+// it, and fires it.
 func (s *sim) fire(c *simClient) error {
 	t := c.timer
 	c.timer = 0
+	if s.now.Before(c.due) {
+		s.now = c.due
+	}
 	return s.feed(c, TimerFired{Timer: t})
 }
 
@@ -638,7 +653,12 @@ func (s *sim) act(c *simClient, a Action) (Input, error) {
 		c.cursor = a.Cursor
 	case PassEnded:
 	case SetTimer:
-		c.timer = a.Timer
+		wait := s.backoff.Wait(a.Failures, a.Hint)
+		ceiling := s.backoff.Ceiling(a.Failures)
+		if a.Failures < 1 || wait < a.Hint || wait < ceiling/2 || wait > max(ceiling, 2*a.Hint) {
+			return nil, fmt.Errorf("%s: retry timer after %d failures with hint %v waits %v, outside the backoff's range", c.id, a.Failures, a.Hint, wait)
+		}
+		c.timer, c.due = a.Timer, s.now.Add(wait)
 	case Report:
 	case Settle:
 		return nil, s.settle(c, a)

@@ -5,7 +5,7 @@ import "github.com/syncd-dev/syncd/syncproto"
 // VerdictAction is what the driver does with one answered item.
 type VerdictAction int
 
-// Verdict actions (DESIGN section 4.2).
+// Verdict actions: what the driver does with each server answer.
 const (
 	// Done: delivered and decided; record Outcome, then mark the item done.
 	Done VerdictAction = iota + 1

@@ -131,7 +131,8 @@ func TestSelectionMistakesChangeNothing(t *testing.T) {
 	requireOneLineError(t, c.run("queue", "purge", "--path", path, "3", "77"), exitNotFound, "no dead letter with id 77")
 	requireOneLineError(t, c.run("queue", "requeue", "--path", path, "x"), exitUsage, `"x" is not an item id`)
 	requireOneLineError(t, c.run("queue", "requeue", "--path", path, "--all", "--batch", "0"), exitUsage, "--batch")
-	requireOneLineError(t, c.run("queue", "ls"), exitUsage, `required flag(s) "path" not set`)
+	requireOneLineError(t, c.run("queue", "ls"), exitUsage, "name the device's queue file")
+	requireOneLineError(t, c.run("queue", "requeue", "--all"), exitUsage, `required flag(s) "path" not set`)
 	require.Equal(t, before, snapshotDir(t, dir))
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -151,5 +152,29 @@ func TestWaitSyncedStopsAtTheRefusal(t *testing.T) {
 			err = d.waitSynced(t.Context(), time.Hour)
 			require.Equal(t, exitUnauthorized, ExitCode(err), "%v", err)
 		})
+	}
+}
+
+// watch ends, with the unauthorized exit status, when its token is revoked
+// while it runs (a session's token is rechecked every second).
+func TestWatchEndsWhenItsTokenIsRevoked(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := newCLI(t, map[string]string{"SYNCCTL_SYNC_URL": ts.url, "SYNCCTL_CLIENT_TOKEN": ts.member, "SYNCCTL_CLIENT_ID": clientID})
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	stderr := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- c.app(&syncBuffer{}, stderr).run(ctx, []string{"watch"}) }()
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "watching") }, ioTimeout, 10*time.Millisecond, "watch never started: %s", stderr)
+
+	revoked := time.Now()
+	require.NoError(t, auth.Revoke(ts.tokenPath, strings.SplitN(ts.member, "_", 3)[1]))
+	select {
+	case err := <-done:
+		require.Equal(t, exitUnauthorized, ExitCode(err), "watch: %v", err)
+		require.ErrorContains(t, err, "refused the client token")
+		t.Logf("watch ended %s after the revocation", time.Since(revoked).Round(time.Millisecond))
+	case <-ctx.Done():
+		t.Fatalf("watch kept running after its token was revoked: %s", stderr)
 	}
 }

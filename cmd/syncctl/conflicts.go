@@ -11,7 +11,7 @@ import (
 )
 
 func (a *app) conflictsCommand() *cobra.Command {
-	return group("conflicts", "Read the server's conflict log", a.conflictsListCommand())
+	return groupWithDefault("conflicts", "Read the server's conflict log", a.conflictsListCommand)
 }
 
 func (a *app) conflictsListCommand() *cobra.Command {

@@ -44,7 +44,12 @@ func seed(t testing.TB, ts *testServer) {
 	require.Equal(t, []syncproto.Status{"applied", "applied", "applied", "conflict", "superseded", "applied"}, statuses)
 }
 
-var remotePort = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+var (
+	remotePort = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+	// The build and the database id differ per build and per run.
+	buildLine    = regexp.MustCompile(`(?m)^(build\s+)\S.*$`)
+	databaseLine = regexp.MustCompile(`(?m)^(database\s+)\S.*$`)
+)
 
 func TestAdminCommandsGolden(t *testing.T) {
 	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}, retention: true})
@@ -65,6 +70,9 @@ func TestAdminCommandsGolden(t *testing.T) {
 		{"oplog_tail_model", []string{"oplog", "tail", "--model", "docs"}},
 		{"oplog_tail_from", []string{"oplog", "tail", "--from", "3"}},
 		{"conflicts_ls", []string{"conflicts", "ls"}},
+		{"conflicts_ls", []string{"conflicts"}}, // the group alone lists
+		{"oplog_tail", []string{"oplog"}},       // the group alone tails
+		{"oplog_tail", []string{"oplog", "tail", "-n", "10"}},
 		{"ledger_get_applied", []string{"ledger", "get", opID(1), "--tenant", tenant}},
 		{"ledger_get_conflict", []string{"ledger", "get", opID(4), "--tenant", tenant}},
 		{"ledger_get_superseded", []string{"ledger", "get", opID(5), "--tenant", tenant}},
@@ -73,6 +81,8 @@ func TestAdminCommandsGolden(t *testing.T) {
 			out := c.ok(tc.args...)
 			out = strings.ReplaceAll(out, memberID, "tokenid00001")
 			out = remotePort.ReplaceAllString(out, "127.0.0.1:PORT")
+			out = buildLine.ReplaceAllString(out, "${1}BUILD")
+			out = databaseLine.ReplaceAllString(out, "${1}DATABASE-ID")
 			requireGolden(t, tc.name, out)
 		})
 	}
@@ -135,6 +145,12 @@ func TestQueueCommandsGolden(t *testing.T) {
 			// Listings are the same whatever the format.
 			requireGolden(t, "queue_ls", norm(c.ok("queue", "ls", "--path", path)))
 			requireGolden(t, "queue_dead", norm(c.ok("queue", "dead", "--path", path)))
+			// The file is the subject: it may be the argument instead of --path.
+			for _, sub := range []string{"stats", "ls", "dead"} {
+				require.Equal(t, c.ok("queue", sub, "--path", path), c.ok("queue", sub, path), sub)
+			}
+			requireOneLineError(t, c.run("queue", "stats", path, "--path", path+".other"), exitUsage, "the queue file is given twice")
+			requireOneLineError(t, c.run("queue", "stats"), exitUsage, "name the device's queue file")
 
 			r := c.run("queue", "ls", "--path", path, "--limit", "2")
 			require.NoError(t, r.err)

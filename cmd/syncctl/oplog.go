@@ -18,7 +18,7 @@ import (
 const oplogPageLimit = 500
 
 func (a *app) oplogCommand() *cobra.Command {
-	return group("oplog", "Read the server's oplog", a.oplogTailCommand())
+	return groupWithDefault("oplog", "Read the server's oplog", a.oplogTailCommand)
 }
 
 type oplogTailFlags struct {
@@ -46,7 +46,7 @@ object per line.`,
 	o := addAdminFlags(cmd)
 	var f oplogTailFlags
 	cmd.Flags().Uint64Var(&f.from, "from", 0, "print the entries after this seq (default: the last --lines entries)")
-	cmd.Flags().Uint64Var(&f.lines, "lines", 10, "without --from, how many entries before the head to start at")
+	cmd.Flags().Uint64VarP(&f.lines, "lines", "n", 10, "without --from, how many entries before the head to start at")
 	cmd.Flags().StringVar(&f.model, "model", "", "only entries of this model")
 	cmd.Flags().StringVar(&f.tenant, "tenant", "", "only entries of this tenant")
 	cmd.Flags().BoolVarP(&f.follow, "follow", "f", false, "keep printing new entries until interrupted")

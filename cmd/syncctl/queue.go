@@ -42,6 +42,31 @@ func addPathFlag(cmd *cobra.Command) *string {
 	return &path
 }
 
+// addFileArg lets a command whose subject is one queue file take it as its
+// one argument (syncctl queue stats FILE) or as --path; the returned func
+// resolves the two after parsing.
+func addFileArg(cmd *cobra.Command) func(args []string) (string, error) {
+	var path string
+	cmd.Flags().StringVar(&path, "path", "", "the device's queue file (or give it as the argument)")
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 1 {
+			return failf(exitUsage, "%s takes one queue FILE, got %d arguments (see %s --help)", cmd.CommandPath(), len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+	return func(args []string) (string, error) {
+		switch {
+		case len(args) == 1 && path != "" && args[0] != path:
+			return "", failf(exitUsage, "the queue file is given twice: %q and --path %q", args[0], path)
+		case len(args) == 1:
+			return args[0], nil
+		case path != "":
+			return path, nil
+		}
+		return "", failf(exitUsage, "name the device's queue file: %s FILE (or --path FILE)", cmd.CommandPath())
+	}
+}
+
 // itemView is one pending item in --json output. The payload itself is not
 // printed: Write describes it when it is a syncd write.
 type itemView struct {

@@ -10,18 +10,21 @@ import (
 
 func (a *app) queueDeadCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "dead --path FILE",
+		Use:   "dead FILE",
 		Short: "List dead letters with the reason each was given up on",
 		Long: `List dead letters in id order with their reason. The client library writes
 the server's refusal as "CODE: message" (for example "forbidden_model: ..."),
 or "expired: ..." for a write older than the server's replay ledger covers.`,
-		Args: exactArgs(0, "no arguments"),
 	}
-	path := addPathFlag(cmd)
+	pathArg := addFileArg(cmd)
 	lf := addListFlags(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
-		q, err := a.openQueue(*path, false)
+		path, err := pathArg(args)
+		if err != nil {
+			return err
+		}
+		q, err := a.openQueue(path, false)
 		if err != nil {
 			return err
 		}
@@ -39,7 +42,7 @@ or "expired: ..." for a write older than the server's replay ledger covers.`,
 		if a.json {
 			return printJSON(a.stdout, views)
 		}
-		t := newTable(a.stdout, "ID", "DEAD AT", "ATTEMPTS", "KEY", "WRITE", "REASON")
+		t := newTable(a.stdout, "ID", "DEAD AT", "ATTEMPTS", "OP ID", "WRITE", "REASON")
 		for _, v := range views {
 			t.row(strconv.FormatUint(uint64(v.ID), 10), stamp(v.DeadAt), strconv.FormatUint(uint64(v.Attempts), 10), v.Key, v.describe(), v.Reason)
 		}

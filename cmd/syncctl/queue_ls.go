@@ -56,16 +56,19 @@ func collect[T any](f *listFlags, read func(after offlinequeue.ID, n int) ([]T, 
 
 func (a *app) queueListCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "ls --path FILE",
+		Use:     "ls FILE",
 		Aliases: []string{"list"},
 		Short:   "List pending items in delivery order, with attempts and keys",
-		Args:    exactArgs(0, "no arguments"),
 	}
-	path := addPathFlag(cmd)
+	pathArg := addFileArg(cmd)
 	lf := addListFlags(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
-		q, err := a.openQueue(*path, false)
+		path, err := pathArg(args)
+		if err != nil {
+			return err
+		}
+		q, err := a.openQueue(path, false)
 		if err != nil {
 			return err
 		}
@@ -83,7 +86,7 @@ func (a *app) queueListCommand() *cobra.Command {
 		if a.json {
 			return printJSON(a.stdout, views)
 		}
-		t := newTable(a.stdout, "ID", "ENQUEUED", "ATTEMPTS", "KEY", "WRITE")
+		t := newTable(a.stdout, "ID", "ENQUEUED", "ATTEMPTS", "OP ID", "WRITE")
 		for _, v := range views {
 			t.row(strconv.FormatUint(uint64(v.ID), 10), stamp(v.EnqueuedAt), strconv.FormatUint(uint64(v.Attempts), 10), v.Key, v.describe())
 		}

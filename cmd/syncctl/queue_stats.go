@@ -24,14 +24,17 @@ type queueStatsView struct {
 
 func (a *app) queueStatsCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "stats --path FILE",
+		Use:   "stats FILE",
 		Short: "Count a queue's pending items and dead letters",
-		Args:  exactArgs(0, "no arguments"),
 	}
-	path := addPathFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	pathArg := addFileArg(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
-		q, err := a.openQueue(*path, false)
+		path, err := pathArg(args)
+		if err != nil {
+			return err
+		}
+		q, err := a.openQueue(path, false)
 		if err != nil {
 			return err
 		}
@@ -40,7 +43,7 @@ func (a *app) queueStatsCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		v := queueStatsView{Path: *path, Format: q.format, FileBytes: fileSize(*path), Pending: st.Pending, DeadLetters: st.DeadLetters}
+		v := queueStatsView{Path: path, Format: q.format, FileBytes: fileSize(path), Pending: st.Pending, DeadLetters: st.DeadLetters}
 		head, err := q.Peek(ctx, 0, 1)
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/syncd-dev/syncd/internal/datalock"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 )
@@ -28,12 +29,14 @@ const restoreDevices = "every device resyncs from a snapshot at its next connect
 
 func (a *app) restoreCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "restore --backup FILE --data FILE",
+		Use:   "restore --backup FILE --data FILE [--move-aside DIR]",
 		Short: "Put a backup of syncd's database in place, under a new database id",
 		Long: `Restore copies a backup of syncd's database (sqlite3 .backup or VACUUM INTO, see
 docs/operations.md) to the path syncd's --data names, after checking it, and
-gives the copy a new database id. Run it with syncd stopped, after moving the
-old database and its -wal and -shm files aside: it refuses a --data that exists.
+gives the copy a new database id. Run it with syncd stopped (it refuses while
+a syncd holds the database's lock); --move-aside DIR first moves the old
+database and whichever of its -wal and -shm files exist into DIR (created,
+mode 0700); without it, restore refuses a --data that exists.
 
 The new id is what makes a restore safe for devices. The restored oplog gives
 its next seqs to other writes than the ones devices saw after the backup was
@@ -44,10 +47,23 @@ queued writes. Writes acknowledged after the backup was taken are gone.`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	backup := cmd.Flags().String("backup", "", "the backup file to restore (required)")
-	data := cmd.Flags().String("data", "", "the database path syncd's --data names; it must not exist (required)")
+	data := cmd.Flags().String("data", "", "the database path syncd's --data names; it must not exist unless --move-aside (required)")
+	aside := cmd.Flags().String("move-aside", "", "move the database at --data and its -wal and -shm files into this directory first (created if missing)")
 	cmd.MarkFlagRequired("backup")
 	cmd.MarkFlagRequired("data")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := datalock.Check(*data); err != nil {
+			var held *datalock.ErrHeld
+			if errors.As(err, &held) {
+				return failf(exitUsage, "--data %s: syncd is running on it (%v); stop it first", *data, err)
+			}
+			return err
+		}
+		if *aside != "" {
+			if err := moveAside(*data, *aside); err != nil {
+				return err
+			}
+		}
 		v, err := restore(cmd, *backup, *data)
 		if err != nil {
 			return err
@@ -118,6 +134,37 @@ func restore(cmd *cobra.Command, backup, data string) (v restoreView, err error)
 		return v, err
 	}
 	return v, db.Close()
+}
+
+// moveAside moves the database at data and whichever of its -wal and -shm
+// files exist into dir, creating it (0700), and refuses to overwrite
+// anything already there.
+func moveAside(data, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("--move-aside %s: %w", dir, err)
+	}
+	last := ""
+	for _, p := range []string{data, data + "-wal", data + "-shm"} {
+		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		to := filepath.Join(dir, filepath.Base(p))
+		if _, err := os.Lstat(to); err == nil {
+			return failf(exitUsage, "--move-aside %s already holds %s: choose an empty directory", dir, filepath.Base(p))
+		}
+		if err := os.Rename(p, to); err != nil {
+			return fmt.Errorf("--move-aside: %w", err)
+		}
+		last = to
+	}
+	if last == "" {
+		return nil
+	}
+	// The renames are durable once both directories are.
+	if err := syncNewFile(last); err != nil {
+		return err
+	}
+	return sqlitedb.SyncDir(filepath.Dir(data))
 }
 
 // checkBackup refuses a file SQLite finds damaged, or that is not SQLite.

@@ -150,6 +150,8 @@ Every command prints a table for people, or JSON with --json.`,
 		a.watchCommand(),
 		a.benchCommand(),
 		a.restoreCommand(),
+		a.versionCommand(),
+		a.backupCommand(),
 	)
 	return root
 }
@@ -169,6 +171,19 @@ func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 		},
 	}
 	cmd.AddCommand(subs...)
+	return cmd
+}
+
+// groupWithDefault returns a command group that, run without a
+// subcommand, does what its obvious subcommand does, with that
+// subcommand's flags: syncctl conflicts lists like syncctl conflicts ls.
+// def builds the subcommand; it is built twice, once as the group itself.
+func groupWithDefault(use, short string, def func() *cobra.Command, subs ...*cobra.Command) *cobra.Command {
+	cmd := def()
+	sub := cmd.Name()
+	cmd.Use, cmd.Aliases = use, nil
+	cmd.Short = short + " (alone: " + sub + ")"
+	cmd.AddCommand(append([]*cobra.Command{def()}, subs...)...)
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -53,6 +54,11 @@ func (a *app) watchCommand() *cobra.Command {
 		}
 		sub := d.c.Changes()
 		defer sub.Close()
+		// A refusal only the user can fix (a revoked or expired token)
+		// ends watch with its exit status, as it ends put and get.
+		statusCtx, stopStatus := context.WithCancel(ctx)
+		defer stopStatus()
+		status := d.c.WatchStatus(statusCtx)
 		fmt.Fprintf(a.stderr, "watching %s as %s; Ctrl-C to stop\n", d.url, d.id)
 		if !a.json {
 			fmt.Fprintf(a.stdout, watchRowFormat, "VERSION", "OP", "MODEL/KEY", "VALUE")
@@ -61,6 +67,15 @@ func (a *app) watchCommand() *cobra.Command {
 			select {
 			case <-ctx.Done():
 				return nil
+			case st, ok := <-status:
+				if !ok {
+					return nil
+				}
+				// A transient refusal (busy) never ends watch: the client
+				// retries it by itself.
+				if err := refusalFailure(d.url, st.LastError, math.MaxInt64); err != nil {
+					return err
+				}
 			case ev, ok := <-sub.C:
 				if !ok {
 					return nil

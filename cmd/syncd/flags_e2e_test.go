@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/buildinfo"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -57,6 +58,7 @@ func TestFlagsLetAClientMeetStrictModelsAndResync(t *testing.T) {
 	clock := syncproto.NewClock("phone", nil)
 	w, ok := roundTrip(&syncproto.Hello{ID: "h1", ClientID: "phone", HLC: clock.Now()}).(*syncproto.Welcome)
 	require.True(t, ok)
+	require.Equal(t, buildinfo.Read().String(), w.ServerBuild, "welcome names the build that answers")
 	require.Equal(t, syncproto.PolicyNone, w.DefaultPolicy)
 	require.Contains(t, w.Models, "notes")
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -93,7 +94,7 @@ func (j *jwtOptions) config() (*auth.JWTConfig, error) {
 // newAuthenticator builds syncd's authenticator: the token file (required
 // unless JWT verification is configured, then used when present) and JWT
 // verification with its deny list.
-func newAuthenticator(o options, log *slog.Logger, reg prometheus.Registerer) (*auth.Authenticator, error) {
+func newAuthenticator(o options, log *slog.Logger, reg prometheus.Registerer, stderr io.Writer) (*auth.Authenticator, error) {
 	jc, err := o.jwt.config()
 	if err != nil {
 		return nil, err
@@ -102,7 +103,7 @@ func newAuthenticator(o options, log *slog.Logger, reg prometheus.Registerer) (*
 	if _, statErr := os.Stat(tokens); jc != nil && errors.Is(statErr, os.ErrNotExist) && !o.devTokens {
 		log.Info("no token file: JWTs only, and the admin API refuses every request", "tokens", tokens)
 		tokens = ""
-	} else if err := ensureTokens(tokens, o.devTokens, log); err != nil {
+	} else if err := ensureTokens(tokens, o.devTokens, log, stderr); err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
 	cfg := auth.Config{TokenFile: tokens, JWT: jc, Logger: log, Registerer: reg}

@@ -10,12 +10,16 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/internal/buildinfo"
+	"github.com/syncd-dev/syncd/internal/datalock"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
@@ -54,6 +58,7 @@ type options struct {
 	retentionEvery  time.Duration
 	cluster         clusterOptions
 	jwt             jwtOptions
+	version         bool
 }
 
 // stringList is a repeatable string flag.
@@ -69,6 +74,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	var o options
 	fs := flag.NewFlagSet("syncd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.BoolVar(&o.version, "version", false, "print the build (release version, source revision, Go toolchain) and exit")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the sync, snapshot, health and metrics listener")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "address of the admin API listener (keep it on loopback); empty disables it")
 	fs.StringVar(&o.data, "data", "var/syncd.db", "SQLite database file (created with its directory if missing)")
@@ -177,6 +183,16 @@ func newLogger(o options, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, ho))
 }
 
+// errShowVersion: --version asked for the build, which main prints on
+// standard output.
+var errShowVersion = errors.New("show version")
+
+// versionLine is what --version prints.
+func versionLine() string {
+	b := buildinfo.Read()
+	return fmt.Sprintf("syncd %s (%s)", b.String(), b.GoVersion)
+}
+
 // errNoTokenFile: syncd was started without a token file and without
 // --dev-tokens.
 var errNoTokenFile = errors.New("no token file")
@@ -185,8 +201,9 @@ var errNoTokenFile = errors.New("no token file")
 // refuses (errNoTokenFile, naming the fix) unless dev is set; then it
 // creates a development token file: one client token (tenant "dev", client
 // "dev-client", every model) and one admin token, logged once, here (the
-// file keeps only hashes).
-func ensureTokens(path string, dev bool, log *slog.Logger) error {
+// file keeps only hashes), with the commands that use them written to
+// hint, ready to paste.
+func ensureTokens(path string, dev bool, log *slog.Logger, hint io.Writer) error {
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -194,7 +211,7 @@ func ensureTokens(path string, dev bool, log *slog.Logger) error {
 		return fmt.Errorf("%w at %s: issue tokens with `syncctl token issue --tokens %s --admin` (and one per device), or start with --dev-tokens on a development machine", errNoTokenFile, path, path)
 	}
 	now := time.Now()
-	client, err := auth.Issue(path, auth.Principal{Tenant: "dev", ClientID: "dev-client", Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}}, now)
+	clientToken, err := auth.Issue(path, auth.Principal{Tenant: "dev", ClientID: "dev-client", Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}}, now)
 	if err != nil {
 		return err
 	}
@@ -202,8 +219,16 @@ func ensureTokens(path string, dev bool, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	credential := client.FormatCredential("dev-client", clientToken)
 	log.Warn("no token file: generated development tokens; they are shown only this once",
-		"file", path, "client_token", client, "client_id", "dev-client", "tenant", "dev", "admin_token", admin)
+		"file", path, "credential", credential, "client_token", clientToken, "client_id", "dev-client", "tenant", "dev", "admin_token", admin)
+	fmt.Fprintf(hint, `
+Development tokens (shown only this once; %s keeps only their hashes). Try, in another terminal:
+  go run ./examples/notes --credential %s add shopping "milk, eggs"
+  go run ./examples/notes --credential %s sync
+  SYNCCTL_TOKEN=%s go run ./cmd/syncctl status
+
+`, path, credential, credential, admin)
 	return nil
 }
 
@@ -246,14 +271,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		return err
 	}
+	if o.version {
+		return errShowVersion
+	}
 	log := newLogger(o, stderr)
+	log.Info("syncd starting", "build", buildinfo.Read().String(), "go", buildinfo.Read().GoVersion)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	authn, err := newAuthenticator(o, log, reg)
+	authn, err := newAuthenticator(o, log, reg, stderr)
 	if err != nil {
 		return err
 	}
 	defer authn.Close()
+
+	// One syncd per database: a second one, or syncctl restore while this
+	// one runs, is refused (datalock). The lock's directory is created
+	// here, as server.New would create it.
+	if err := os.MkdirAll(filepath.Dir(o.data), 0o700); err != nil {
+		return fmt.Errorf("--data %s: %w", o.data, err)
+	}
+	lock, err := datalock.Acquire(o.data)
+	if err != nil {
+		var held *datalock.ErrHeld
+		if errors.As(err, &held) {
+			return fmt.Errorf("--data %s: another syncd serves it (%w); stop it first", o.data, err)
+		}
+		return err
+	}
+	defer lock.Release()
 	var member *membership
 	if o.cluster.enabled {
 		if member, err = joinCluster(ctx, o, log, reg); err != nil {
@@ -311,7 +356,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	for _, l := range listeners {
 		l.ln = srv.LimitListener(l.ln)
 	}
-	serveErr := make(chan error, len(listeners))
+	serveErr := make(chan error, len(listeners)+1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := watchDataFile(watchCtx, o.data, dataCheckInterval); err != nil {
+			serveErr <- err
+		}
+	}()
 	for _, l := range listeners {
 		go func() {
 			var err error
@@ -329,7 +381,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var failed error
 	select {
 	case failed = <-serveErr:
-		log.Error("listener failed; shutting down", "err", failed)
+		log.Error("serving failed; shutting down", "err", failed)
 	case <-ctx.Done():
 	}
 	log.Info("syncd shutting down", "timeout", o.shutdownTimeout)

@@ -23,6 +23,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/internal/datalock"
 	"github.com/syncd-dev/syncd/replication"
 )
 
@@ -78,17 +80,7 @@ func (w *syncWriter) String() string {
 // requires it to stop cleanly within 30 s (call it once).
 func startRun(t *testing.T, args []string, logs *syncWriter) (addr string, stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, func(string) string { return "" }, logs) }()
-	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
-	require.Eventually(t, func() bool {
-		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
-			addr = m[1]
-		}
-		return addr != ""
-	}, 30*time.Second, 10*time.Millisecond, "syncd never logged its address: %s", logs)
+	addr, done, cancel := runInBackground(t, args, logs)
 	return addr, func() {
 		cancel()
 		select {
@@ -98,6 +90,85 @@ func startRun(t *testing.T, args []string, logs *syncWriter) (addr string, stop 
 			t.Fatal("syncd did not stop after cancellation")
 		}
 	}
+}
+
+// runInBackground runs syncd with args until cancel, and returns the public
+// address it logged and what run returned, once it does.
+func runInBackground(t *testing.T, args []string, logs *syncWriter) (addr string, done <-chan error, cancel func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ended := make(chan error, 1)
+	go func() { ended <- run(ctx, args, func(string) string { return "" }, logs) }()
+	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
+	require.Eventually(t, func() bool {
+		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	}, 30*time.Second, 10*time.Millisecond, "syncd never logged its address: %s", logs)
+	return addr, ended, cancel
+}
+
+// One syncd per database: a second one on the same --data is refused,
+// naming the first; once the first stops, the database is free again.
+func TestOneSyncdPerDatabase(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", filepath.Join(dir, "syncd.db"), "--tokens", filepath.Join(dir, "tokens.json"), "--dev-tokens"}
+	_, stop := startRun(t, args, &syncWriter{})
+	err := run(t.Context(), args, func(string) string { return "" }, io.Discard)
+	var held *datalock.ErrHeld
+	require.ErrorAs(t, err, &held)
+	require.Equal(t, os.Getpid(), held.PID)
+	require.ErrorContains(t, err, "another syncd serves it")
+	stop()
+	_, stop = startRun(t, args, &syncWriter{})
+	stop()
+}
+
+// A database moved away or replaced under a running syncd stops it with an
+// error (exit status 1) instead of letting it acknowledge writes into a
+// file that is no longer at --data.
+func TestDatabaseReplacedWhileRunningStopsSyncd(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		change func(t *testing.T, data string)
+		want   string
+	}{
+		{"moved away", func(t *testing.T, data string) {
+			require.NoError(t, os.Rename(data, data+".aside"))
+		}, "is gone"},
+		{"replaced", func(t *testing.T, data string) {
+			body, err := os.ReadFile(data)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(data+".copy", body, 0o600))
+			require.NoError(t, os.Rename(data+".copy", data))
+		}, "is another file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			data := filepath.Join(dir, "syncd.db")
+			logs := &syncWriter{}
+			_, done, _ := runInBackground(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", data, "--tokens", filepath.Join(dir, "tokens.json"), "--dev-tokens"}, logs)
+			c.change(t, data)
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, errDataReplaced)
+				require.ErrorContains(t, err, c.want)
+				require.Contains(t, logs.String(), "serving failed; shutting down")
+			case <-time.After(30 * time.Second):
+				t.Fatalf("syncd kept serving a database that is no longer at --data: %s", logs)
+			}
+		})
+	}
+}
+
+func TestVersionFlagPrintsTheBuildAndStarts(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "never.db")
+	err := run(t.Context(), []string{"--version", "--data", data}, func(string) string { return "" }, io.Discard)
+	require.ErrorIs(t, err, errShowVersion, "main prints the build and exits 0")
+	require.NoFileExists(t, data, "--version starts nothing")
+	require.Regexp(t, `^syncd \S+ \(go1\.\d+`, versionLine())
 }
 
 func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
@@ -112,6 +183,16 @@ func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 		require.Equal(t, want, resp.StatusCode, path)
 	}
 	require.FileExists(t, data, "the database is created with its directory")
+
+	// The development tokens come with commands ready to paste: a device
+	// credential the example app takes, and the admin token for syncctl.
+	m := regexp.MustCompile(`--credential (\S+) add shopping`).FindStringSubmatch(logs.String())
+	require.NotNil(t, m, "no ready-to-paste credential in %s", logs)
+	id, token, err := client.ParseCredential(m[1])
+	require.NoError(t, err)
+	require.Equal(t, "dev-client", id)
+	require.Contains(t, logs.String(), "client_token="+token)
+	require.Regexp(t, `SYNCCTL_TOKEN=sdk_\S+ go run ./cmd/syncctl status`, logs.String())
 
 	stop()
 	require.Contains(t, logs.String(), "syncd stopped")

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/client/reconnect"
 	"github.com/syncd-dev/syncd/client/synccore"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -23,7 +23,7 @@ const DefaultInFlight = synccore.DefaultInFlight
 const driverEvents = 64
 
 // driver is the one goroutine that runs the client's sync core
-// (synccore.Core, DESIGN 3 "Client core"). It feeds the core what
+// (synccore.Core, a pure state machine of inputs and actions). It feeds the core what
 // happened (a connection welcomed or lost, a refusal, a queued write, a
 // push answer, a feed frame, a snapshot loaded, the retry timer, a Sync
 // request, Close) and carries out the actions the core returns (read the
@@ -77,7 +77,7 @@ func newDriver(c *Client, cursor uint64) *driver {
 		events: make(chan event, driverEvents),
 		core: synccore.New(synccore.Config{
 			MaxBatch: syncproto.MaxBatch, MaxPushBytes: pushBytes(syncproto.Limits{}), InFlight: c.cfg.InFlight,
-			MaxAttempts: c.cfg.MaxAttempts, RetryBase: c.cfg.RetryInterval, RetryMax: c.cfg.MaxRetryInterval,
+			MaxAttempts: c.cfg.MaxAttempts,
 		}, cursor),
 		timer:   time.NewTimer(time.Hour),
 		syncs:   map[uint64]chan<- error{},
@@ -261,10 +261,10 @@ func (d *driver) do(a synccore.Action) synccore.Input {
 	case synccore.Resync:
 		d.resync()
 	case synccore.SetTimer:
-		// Jitter above the core's delay, never below: the delay honours
-		// the server's retry hint.
+		// The client's one backoff rule; the server's hint is capped as
+		// the reconnect coordinator caps it.
 		d.timerID = a.Timer
-		d.timer.Reset(a.Delay + time.Duration(rand.Int64N(int64(a.Delay/4)+1)))
+		d.timer.Reset(c.backoff().Wait(a.Failures, min(a.Hint, reconnect.MaxRetryHint)))
 	case synccore.Report:
 		// Published with the network verdict at the end of the step.
 	case synccore.PassEnded:
@@ -354,6 +354,7 @@ func (d *driver) resync() {
 		if err != nil {
 			if l.ctx.Err() == nil {
 				d.c.log.Error("loading a snapshot failed; reconnecting", "err", err)
+				l.snapshotAbandoned.Store(true)
 			}
 			l.conn.close()
 			return

@@ -1,0 +1,129 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// Errors of a snapshot download the client abandoned. Either way the
+// replica and the queue are left as they were; the link is closed and
+// the client reconnects and fetches the snapshot again after the growing
+// wait of a quick link loss however long the download took (link.healthy,
+// relinkDelay), so a hostile or broken server costs one bounded download
+// per wait, never the device's memory or its writes.
+var (
+	// ErrSnapshotTooLarge: a snapshot exceeded Config.MaxSnapshotBytes.
+	ErrSnapshotTooLarge = errors.New("client: snapshot larger than MaxSnapshotBytes")
+	// ErrSnapshotTimeout: a snapshot took longer than
+	// Config.SnapshotTimeout. It is returned joined with
+	// context.DeadlineExceeded.
+	ErrSnapshotTimeout = errors.New("client: snapshot took longer than SnapshotTimeout")
+)
+
+// Reasons a snapshot download was abandoned
+// (syncd_client_snapshots_abandoned_total's reason label).
+const (
+	abandonedTooLarge = "too_large" // beyond MaxSnapshotBytes
+	abandonedTimeout  = "timeout"   // beyond SnapshotTimeout
+	abandonedStatus   = "status"    // the server answered other than 200
+	abandonedTruncate = "truncated" // the body ended without its trailer
+	abandonedInvalid  = "invalid"   // a line that does not decode or validate
+	abandonedFailed   = "failed"    // the transport or the replica failed
+)
+
+// boundedReader reads at most left bytes of r, then fails with
+// ErrSnapshotTooLarge and remembers it (exceeded): a line reader above it
+// may report the cut as a malformed last line instead.
+type boundedReader struct {
+	r        io.Reader
+	left     int64
+	exceeded bool
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		b.exceeded = true
+		return 0, ErrSnapshotTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+// loadSnapshot replaces the replica's records with the server's snapshot.
+// The body is streamed into the replica in pages bounded in records and
+// bytes (replica.resetFromSnapshot), so memory stays flat whatever its
+// size; MaxSnapshotBytes and SnapshotTimeout end one that does not. A
+// download that fails is counted by reason unless ctx ended it (the link
+// was stopped).
+func (c *Client) loadSnapshot(ctx context.Context, baseURL string) (uint64, error) {
+	head, reason, err := c.fetchSnapshot(ctx, baseURL)
+	if err == nil {
+		c.metrics.resyncs.Inc()
+		c.changes.publish(ChangeEvent{Resync: true})
+		return head, nil
+	}
+	if ctx.Err() == nil {
+		c.metrics.snapshotsAbandoned.WithLabelValues(reason).Inc()
+	}
+	return 0, fmt.Errorf("snapshot: %w", err)
+}
+
+// fetchSnapshot is loadSnapshot's download and load; a failure comes with
+// its reason.
+func (c *Client) fetchSnapshot(parent context.Context, baseURL string) (uint64, string, error) {
+	ctx, cancel := context.WithTimeout(parent, c.cfg.SnapshotTimeout)
+	defer cancel()
+	body := &boundedReader{left: c.cfg.MaxSnapshotBytes}
+	fail := func(err error) (uint64, string, error) {
+		switch {
+		case body.exceeded:
+			return 0, abandonedTooLarge, fmt.Errorf("%w (%d bytes)", ErrSnapshotTooLarge, c.cfg.MaxSnapshotBytes)
+		case parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return 0, abandonedTimeout, fmt.Errorf("%w (%s): %w", ErrSnapshotTimeout, c.cfg.SnapshotTimeout, context.DeadlineExceeded)
+		case errors.Is(err, syncproto.ErrSnapshotTruncated):
+			return 0, abandonedTruncate, err
+		}
+		var pe *syncproto.Error
+		if errors.As(err, &pe) {
+			return 0, abandonedInvalid, err
+		}
+		return 0, abandonedFailed, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, httpURL(baseURL, syncproto.SnapshotPath), nil)
+	if err != nil {
+		return fail(err)
+	}
+	token, err := c.tokens.get(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return fail(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return 0, abandonedStatus, fmt.Errorf("server answered %s", resp.Status)
+	}
+	body.r = resp.Body
+	sr, err := syncproto.NewSnapshotReader(body)
+	if err != nil {
+		return fail(err)
+	}
+	head, err := c.replica.resetFromSnapshot(ctx, sr)
+	if err != nil {
+		return fail(err)
+	}
+	return head, "", nil
+}
