@@ -225,6 +225,14 @@ func TestConnectionsBeyondThePerAddressCapAreClosedAtAccept(t *testing.T) {
 	}, ioTimeout, 20*time.Millisecond, "a closed connection makes room")
 }
 
+// quotaDefault is how section 11 states a mutation quota's default.
+func quotaDefault(rate float64, burst int) string {
+	if rate < 0 {
+		return "off"
+	}
+	return fmt.Sprintf("%g/s, burst %d", rate, burst)
+}
+
 // PROTOCOL.md states the server's defaults that a client meets but
 // welcome does not announce (section 11's table, and where sections 1, 2
 // and 4 name them), and ledger_retention_ms's default, with the values the
@@ -238,8 +246,9 @@ func TestProtocolStatesServerDefaults(t *testing.T) {
 		"`hello` within, after the upgrade":                        fmt.Sprintf("%d s", int(server.DefaultHelloTimeout.Seconds())),
 		"open connections, whole server":                           fmt.Sprint(server.DefaultMaxConnections),
 		"open connections per token / per tenant (all its tokens)": fmt.Sprintf("%d / half the server's", server.DefaultMaxConnectionsPerToken),
-		"mutations per token / per tenant (section 14)": fmt.Sprintf("%d/s, burst %d / %d/s, burst %d",
-			server.DefaultTokenMutationsPerSecond, server.DefaultTokenMutationBurst, server.DefaultTenantMutationsPerSecond, server.DefaultTenantMutationBurst),
+		"mutations per token / per tenant (section 14)": quotaDefault(server.DefaultTokenMutationsPerSecond, server.DefaultTokenMutationBurst) + " / " +
+			quotaDefault(server.DefaultTenantMutationsPerSecond, server.DefaultTenantMutationBurst),
+		"a tenant's share of the commits when the server is saturated (section 14)": "equal weights",
 		"bytes of frames being read or applied, whole server / per token / per tenant (section 14)": mib(server.DefaultFrameBudgetBytes) + " / " +
 			mib(server.DefaultTokenFrameBytes) + " / " + mib(server.DefaultTenantFrameBytes),
 		"a frame, once started, arrives whole within":             fmt.Sprintf("%d s", int(server.DefaultFrameReadTimeout.Seconds())),

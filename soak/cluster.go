@@ -172,9 +172,9 @@ func (r *routes) Close() {
 }
 
 // clusterArgs are node i's flags beyond a single syncd's: its id, its
-// embedded NATS server's listeners and its routes.
-func clusterArgs(i int, natsAddr, routeAddr string, routeFlags []string) []string {
-	return append([]string{"--cluster", "--node-id", nodeName(i), "--nats-listen", natsAddr,
+// embedded NATS server's listeners, the cluster secret and its routes.
+func clusterArgs(i int, natsAddr, routeAddr, secretFile string, routeFlags []string) []string {
+	return append([]string{"--cluster", "--node-id", nodeName(i), "--cluster-secret", secretFile, "--nats-listen", natsAddr,
 		"--nats-cluster-listen", routeAddr, "--cluster-start-timeout", clusterReadyTimeout.String()}, routeFlags...)
 }
 
@@ -239,17 +239,17 @@ func streamLast(ctx context.Context, nodes []*syncdProc) (uint64, error) {
 	err := errors.New("no node")
 	for _, n := range nodes {
 		var last uint64
-		if last, err = askStreamLast(ctx, n.natsAddr); err == nil {
+		if last, err = askStreamLast(ctx, n.natsAddr, n.natsPassword); err == nil {
 			return last, nil
 		}
 	}
 	return 0, err
 }
 
-func askStreamLast(ctx context.Context, natsAddr string) (uint64, error) {
+func askStreamLast(ctx context.Context, natsAddr, password string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	nc, err := nats.Connect("nats://"+natsAddr, nats.Timeout(2*time.Second))
+	nc, err := nats.Connect("nats://"+natsAddr, nats.Timeout(2*time.Second), nats.UserInfo(cluster.NodeUser, password))
 	if err != nil {
 		return 0, err
 	}

@@ -112,6 +112,9 @@ type syncdProc struct {
 	// readyTimeout bounds a start (longer for a cluster node, which waits
 	// for its quorum and catches up).
 	readyTimeout time.Duration
+	// natsPassword is a cluster node's NATS node-user password (its
+	// cluster secret's), for reading the command stream's head.
+	natsPassword string
 
 	cmd     *exec.Cmd
 	done    chan struct{}

@@ -52,13 +52,15 @@ const (
 // procNode is one `syncd --cluster` OS process with an embedded NATS
 // server. Its ports stay fixed across restarts.
 type procNode struct {
-	name     string
-	dir      string
-	args     []string
-	url      string // http://127.0.0.1:port, the public listener
-	adminURL string
-	natsURL  string // the embedded NATS server's client listener
-	logPath  string
+	name      string
+	dir       string
+	args      []string
+	url       string // http://127.0.0.1:port, the public listener
+	adminURL  string
+	natsURL   string // the embedded NATS server's client listener, with the node user's credentials
+	natsAddr  string // that listener's host:port
+	routeAddr string // the embedded NATS server's route listener
+	logPath   string
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd's process has been waited for
@@ -66,11 +68,12 @@ type procNode struct {
 }
 
 // procCluster is three syncd processes forming one cluster (R3), sharing
-// one token file.
+// one token file and one cluster secret.
 type procCluster struct {
 	nodes      []*procNode
 	tokens     string
 	adminToken string
+	secret     cluster.Secret
 }
 
 // freeAddr reserves a free loopback port, outside the ephemeral range (see
@@ -95,11 +98,20 @@ func startProcCluster(t testing.TB, extra ...string) *procCluster {
 // a test puts a fault proxy there to cut routes.
 func startProcClusterVia(t testing.TB, via func(from, to int, addr string) string, extra ...string) *procCluster {
 	t.Helper()
+	return startProcClusterEach(t, via, nil, extra...)
+}
+
+// startProcClusterEach is startProcClusterVia with each(i)'s flags added
+// to node i's (each may be nil).
+func startProcClusterEach(t testing.TB, via func(from, to int, addr string) string, each func(i int) []string, extra ...string) *procCluster {
+	t.Helper()
 	dir := t.TempDir()
 	pc := &procCluster{tokens: filepath.Join(dir, "tokens.json")}
 	var err error
 	pc.adminToken, err = auth.Issue(pc.tokens, auth.Principal{Admin: true}, time.Now())
 	require.NoError(t, err)
+	var secretFile string
+	pc.secret, secretFile = newSecretFile(t)
 	routes := make([]string, 3)
 	for i := range 3 {
 		routes[i] = freeAddr(t)
@@ -107,15 +119,19 @@ func startProcClusterVia(t testing.TB, via func(from, to int, addr string) strin
 	for i := range 3 {
 		n := &procNode{name: fmt.Sprintf("node-%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("node-%d", i+1))}
 		listen, admin, natsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-		n.url, n.adminURL, n.natsURL = "http://"+listen, "http://"+admin, "nats://"+natsAddr
+		n.url, n.adminURL, n.natsAddr, n.routeAddr = "http://"+listen, "http://"+admin, natsAddr, routes[i]
+		n.natsURL = "nats://" + cluster.NodeUser + ":" + pc.secret.NodePassword() + "@" + natsAddr
 		n.logPath = filepath.Join(dir, n.name+".log")
-		n.args = []string{"--cluster", "--node-id", n.name, "--data", filepath.Join(n.dir, "syncd.db"), "--tokens", pc.tokens,
+		n.args = []string{"--cluster", "--node-id", n.name, "--data", filepath.Join(n.dir, "syncd.db"), "--tokens", pc.tokens, "--cluster-secret", secretFile,
 			"--listen", listen, "--admin-listen", admin, "--nats-listen", natsAddr, "--nats-cluster-listen", routes[i],
 			"--cluster-start-timeout", procStartTimeout.String()}
 		for j, r := range routes {
 			if j != i {
 				n.args = append(n.args, "--nats-route", "nats-route://"+via(i, j, r))
 			}
+		}
+		if each != nil {
+			n.args = append(n.args, each(i)...)
 		}
 		n.args = append(n.args, extra...)
 		pc.nodes = append(pc.nodes, n)

@@ -25,8 +25,18 @@ import (
 // machine elects JetStream leaders slowly.
 const waitFor = 60 * time.Second
 
+// testSecret is the cluster secret of every NATS server these tests start.
+var testSecret = func() cluster.Secret {
+	s, err := cluster.NewSecret()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
 // startNATS starts n embedded NATS servers that form one cluster (n = 1:
-// a server alone) and shuts them down when the test ends.
+// a server alone), authenticating with testSecret, and shuts them down
+// when the test ends.
 func startNATS(t testing.TB, n int) []*server.Server {
 	t.Helper()
 	routePorts := freePorts(t, n)
@@ -38,7 +48,7 @@ func startNATS(t testing.TB, n int) []*server.Server {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		o := cluster.EmbeddedOptions{Name: fmt.Sprintf("nats-%d", i+1), Port: -1, StoreDir: t.TempDir()}
+		o := cluster.EmbeddedOptions{Name: fmt.Sprintf("nats-%d", i+1), Port: -1, StoreDir: t.TempDir(), Secret: testSecret}
 		if n > 1 {
 			o.ClusterPort, o.Routes = routePorts[i], routes
 		}
@@ -87,9 +97,13 @@ type node struct {
 	db    *sql.DB
 }
 
+// connect connects to ns over its client listener as the node user of
+// testSecret (over TCP: a test restarts a server on its port, which an
+// in-process connection would not reach again).
 func connect(t testing.TB, ns *server.Server) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(cluster.NodeUser, testSecret.NodePassword()),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc

@@ -242,7 +242,7 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "not created by syncd")
 
 	// Servers that refuse messages as large as a command.
-	small, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "small", Port: -1, StoreDir: t.TempDir(), MaxPayload: 1 << 20})
+	small, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "small", Port: -1, StoreDir: t.TempDir(), MaxPayload: 1 << 20, Secret: testSecret})
 	require.NoError(t, err)
 	t.Cleanup(func() { small.Shutdown(); small.WaitForShutdown() })
 	_, err = cluster.Connect(ctx, connect(t, small), cluster.Options{Node: "node-a", Replicas: 1})
@@ -279,7 +279,7 @@ func TestDivergentNodeStopsServing(t *testing.T) {
 // job to run here: the lease holder's next round is an hour away).
 func TestReadyAgainOnceTheStreamAnswers(t *testing.T) {
 	dir := t.TempDir()
-	eo := cluster.EmbeddedOptions{Name: "nats-1", Port: -1, StoreDir: dir}
+	eo := cluster.EmbeddedOptions{Name: "nats-1", Port: -1, StoreDir: dir, Secret: testSecret}
 	ns, err := cluster.StartEmbedded(eo)
 	require.NoError(t, err)
 	n := startNode(t, ns, "node-1", filepath.Join(t.TempDir(), "syncd.db"),
