@@ -31,7 +31,7 @@ func startJWTSyncd(t *testing.T, idp *authtest.Provider, cfg server.Config) *syn
 	t.Cleanup(func() { a.Close() })
 	cfg.Authenticator, cfg.Registry = a, reg
 	s := startSyncd(t, cfg)
-	s.tokenPath, s.adminToken = tokens, admin
+	s.TokenPath, s.AdminToken = tokens, admin
 	return s
 }
 
@@ -61,7 +61,7 @@ func TestTokenSourceCarriesQueuedWritesThroughExpiries(t *testing.T) {
 	d.online()
 
 	// Keep writing while three sessions end at their token's exp.
-	expired := func() float64 { return metric(t, s.registry, "syncd_protocol_errors_total", "code=token_expired") }
+	expired := func() float64 { return metric(t, s.Registry, "syncd_protocol_errors_total", "code=token_expired") }
 	deadline := time.Now().Add(waitFor)
 	for i := 0; expired() < 3; i++ {
 		require.True(t, time.Now().Before(deadline), "three expiries within %s (saw %v)", waitFor, expired())

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -25,7 +26,7 @@ func TestJWTOnlyNeedsNoTokenFile(t *testing.T) {
 	require.NoError(t, err)
 	jwksPath := filepath.Join(dir, "jwks.json")
 	require.NoError(t, os.WriteFile(jwksPath, jwks, 0o600))
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	addr, stop := startRun(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", filepath.Join(dir, "syncd.db"),
 		"--tokens", filepath.Join(dir, "absent.json"), "--jwt-jwks-file", jwksPath, "--jwt-issuer", "https://id.example/", "--jwt-audience", "app",
 		"--jwt-deny-file", filepath.Join(dir, "deny.json")}, logs)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -33,58 +33,6 @@ var testSecret = func() cluster.Secret {
 	}
 	return s
 }()
-
-// startNATS starts n embedded NATS servers that form one cluster (n = 1:
-// a server alone), authenticating with testSecret, and shuts them down
-// when the test ends.
-func startNATS(t testing.TB, n int) []*server.Server {
-	t.Helper()
-	routePorts := freePorts(t, n)
-	var routes []string
-	for _, p := range routePorts {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-	}
-	servers := make([]*server.Server, n)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		o := cluster.EmbeddedOptions{Name: fmt.Sprintf("nats-%d", i+1), Port: -1, StoreDir: t.TempDir(), Secret: testSecret}
-		if n > 1 {
-			o.ClusterPort, o.Routes = routePorts[i], routes
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			servers[i], errs[i] = cluster.StartEmbedded(o)
-		}()
-	}
-	wg.Wait()
-	for i, s := range servers {
-		require.NoError(t, errs[i])
-		t.Cleanup(func() {
-			s.Shutdown()
-			s.WaitForShutdown()
-		})
-	}
-	return servers
-}
-
-// freePorts returns n ports free on 127.0.0.1 a moment ago.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
 
 // node is one syncd node's replication: its NATS connection, its store
 // and its cluster membership.
@@ -268,7 +216,7 @@ func put(clock *syncproto.Clock, model, key, value string) syncproto.Mutation {
 // threeNodes starts a 3-server NATS cluster (R3) with a syncd node on each.
 func threeNodes(t *testing.T, o cluster.Options) ([]*server.Server, []*node) {
 	t.Helper()
-	servers := startNATS(t, 3)
+	servers := syncdtest.StartNATS(t, 3, testSecret)
 	o.Replicas = 3
 	var nodes []*node
 	for i, ns := range servers {
@@ -402,7 +350,7 @@ func TestOptimisticRaceHasOneWinnerAcrossNodes(t *testing.T) {
 // commands at a time, yet the batches one client submits back to back
 // (as a session pipelines its pushes) are applied in the order submitted.
 func TestAClientsBatchesApplyInSubmissionOrder(t *testing.T) {
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{})
 	const clients, batches = 4, 40
 	var wg sync.WaitGroup

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/server/auth/authtest"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -41,7 +42,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 type jwtEnv struct {
 	p     *authtest.Provider
 	a     *auth.Authenticator
-	clock *fakeClock
+	clock *fakeclock.Clock
 	reg   *prometheus.Registry
 	logs  *syncBuffer
 	deny  string
@@ -51,7 +52,7 @@ type jwtEnv struct {
 // EdDSA keys, on a fake clock, with its metrics and logs at hand.
 func newJWTEnv(t *testing.T, tune func(*auth.JWTConfig)) *jwtEnv {
 	t.Helper()
-	e := &jwtEnv{p: authtest.NewProvider(t, algs...), clock: &fakeClock{t: time.Now()}, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	e := &jwtEnv{p: authtest.NewProvider(t, algs...), clock: fakeclock.New(time.Now()), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 	cfg := e.p.Config()
 	if tune != nil {
 		tune(cfg)

@@ -3,7 +3,6 @@ package syncdtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -41,7 +40,7 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 
 	secret, err := cluster.NewSecret()
 	require.NoError(t, err)
-	nats := startNATS(t, n, secret)
+	nats := StartNATS(t, n, secret)
 	nodes := make([]*Server, n)
 	for i := range n {
 		node := &Server{TokenPath: tokens, AdminToken: admin}
@@ -60,18 +59,16 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	return nodes
 }
 
-// startNATS starts n embedded NATS servers routed to each other, all
-// authenticating with secret.
-func startNATS(t testing.TB, n int, secret cluster.Secret) []*natsserver.Server {
+// StartNATS starts n embedded NATS servers with JetStream, routed to each
+// other when n > 1, all authenticating with secret, and shuts them down
+// when the test ends.
+func StartNATS(t testing.TB, n int, secret cluster.Secret) []*natsserver.Server {
 	t.Helper()
 	var routes []string
 	ports := make([]int, n)
 	if n > 1 {
 		for i := range n {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			ports[i] = ln.Addr().(*net.TCPAddr).Port
-			ln.Close()
+			ports[i] = FreePort(t)
 			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
 		}
 	}
