@@ -122,8 +122,9 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 func (s *Server) adminClients(*http.Request) (any, int, error) {
 	out := []adminapi.Session{}
 	for _, ss := range s.sessionList() {
+		p := ss.principal()
 		out = append(out, adminapi.Session{
-			ClientID: ss.p.ClientID, Tenant: ss.p.Tenant, TokenID: ss.p.TokenID, Remote: ss.remote,
+			ClientID: p.ClientID, Tenant: p.Tenant, TokenID: p.TokenID, Remote: ss.remote,
 			ConnectedAt: ss.since, Cursor: ss.cursor.Load(), PendingPushes: ss.pending.Load(),
 		})
 	}

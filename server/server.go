@@ -499,10 +499,11 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request, admin bool) (
 		err = auth.ErrUnauthorized
 	}
 	if err != nil {
+		e := authError(err)
 		s.metrics.connectionsTotal.WithLabelValues("unauthorized").Inc()
-		s.events.add("authentication failed", string(syncproto.CodeUnauthorized), r.RemoteAddr)
+		s.events.add("authentication failed", string(e.Code), r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="syncd"`)
-		httpError(w, http.StatusUnauthorized, syncproto.Errorf(syncproto.CodeUnauthorized, "a valid bearer token is required"))
+		httpError(w, http.StatusUnauthorized, e)
 		return auth.Principal{}, false
 	}
 	return p, true

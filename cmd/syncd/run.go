@@ -58,6 +58,7 @@ type options struct {
 	retention       server.Retention
 	retentionEvery  time.Duration
 	cluster         clusterOptions
+	jwt             jwtOptions
 	version         bool
 	limits          limitOptions
 }
@@ -79,7 +80,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the sync, snapshot, health and metrics listener")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "address of the admin API listener (keep it on loopback); empty disables it")
 	fs.StringVar(&o.data, "data", "var/syncd.db", "SQLite database file (created with its directory if missing)")
-	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token issue); syncd refuses to start without one unless --dev-tokens")
+	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token issue); syncd refuses to start without one unless --dev-tokens or JWT verification (--jwt-*) is configured")
 	fs.BoolVar(&o.devTokens, "dev-tokens", false, "development only: when the token file is missing, generate one with a client token for every model and an admin token, and log both once")
 	fs.StringVar(&o.nodeID, "node-id", server.DefaultNodeID, "this server's name (welcome, and the origin of its clock)")
 	fs.StringVar(&o.synchronous, "synchronous", "FULL", "SQLite synchronous level: FULL (acknowledged writes survive a power cut) or NORMAL (survive a crash only)")
@@ -117,6 +118,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take before sessions are cut")
 	o.limits.register(fs)
 	o.cluster.register(fs)
+	o.jwt.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -281,13 +283,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := newLogger(o, stderr)
 	log.Info("syncd starting", "build", buildinfo.Read().String(), "go", buildinfo.Read().GoVersion)
-	if err := ensureTokens(o.tokens, o.devTokens, log, stderr); err != nil {
-		return fmt.Errorf("token file: %w", err)
-	}
-	authn, err := auth.NewAuthenticator(o.tokens, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	authn, err := newAuthenticator(o, log, reg, stderr)
 	if err != nil {
 		return err
 	}
+	defer authn.Close()
 
 	// One syncd per database: a second one, or syncctl restore while this
 	// one runs, is refused (datalock). The lock's directory is created
@@ -304,9 +306,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer lock.Release()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var member *membership
 	if o.cluster.enabled {
 		if member, err = joinCluster(ctx, o, log, reg); err != nil {

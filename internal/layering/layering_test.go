@@ -51,6 +51,7 @@ var allowed = map[string][]string{
 	"client/synccore":               {"syncproto"},
 	"client":                        {"syncproto", "client/synccore", "client/offlinequeue", "client/netmonitor", "client/reconnect", "internal/sqlitedb", "internal/dirsync"},
 	"server/auth":                   {"syncproto", "internal/atomicfile"},
+	"server/auth/authtest":          {"server/auth"},
 	"server":                        {"syncproto", "replication", "replication/cluster", "ledger", "server/auth", "adminapi", "internal/sqlitedb", "internal/buildinfo"},
 	"adminapi":                      {"syncproto"},
 	"replication/logtest":           {"replication", "syncproto", "ledger"},
