@@ -410,6 +410,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		DefaultPolicy: syncproto.Policy(ss.srv.cfg.Policies.Default()),
 		LedgerFloorMS: floorMS(floor),
 		ServerBuild:   buildinfo.Read().String(),
+		Servers:       ss.srv.cfg.PeerURLs,
 	})
 	return nil
 }
