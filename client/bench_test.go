@@ -19,6 +19,7 @@ import (
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -119,7 +120,7 @@ func BenchmarkReplay(b *testing.B) {
 //	ratio              records/s over ceiling_records/s (target >= 0.3)
 //
 // Before the timer, syncd's database is seeded through replication's
-// SQLiteLog.Append and Records.Put in transactions of seedTxRows (seedSyncd),
+// SQLiteLog.AppendAll and Records.Put in transactions of seedTxRows (seedSyncd),
 // as if one other device had written every record once. After the timer, a
 // sample of the records is read back through Client.Get.
 func BenchmarkInitialSync(b *testing.B) {
@@ -360,7 +361,7 @@ func requireApplied(ctx context.Context, b *testing.B, c *client.Client, muts []
 // empty.
 func requireSampleApplied(ctx context.Context, b *testing.B, token, clientID, queuePath, replicaPath string, opIDs []string) {
 	b.Helper()
-	c := openBenchClient(b, unreachableURL(b), token, clientID, queuePath, replicaPath)
+	c := openBenchClient(b, "http://"+syncdtest.FreeAddr(b), token, clientID, queuePath, replicaPath)
 	defer c.Close()
 	st, err := c.Status(ctx)
 	require.NoError(b, err)
@@ -413,7 +414,7 @@ func openBenchClient(b *testing.B, url, token, clientID, queuePath, replicaPath 
 // offline.
 func benchBuildOverlay(b *testing.B, token, clientID, queuePath, replicaPath string) {
 	b.Helper()
-	c := openBenchClient(b, unreachableURL(b), token, clientID, queuePath, replicaPath)
+	c := openBenchClient(b, "http://"+syncdtest.FreeAddr(b), token, clientID, queuePath, replicaPath)
 	require.NoError(b, c.Close())
 }
 

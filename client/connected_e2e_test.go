@@ -66,7 +66,7 @@ func TestWaitConnected(t *testing.T) {
 	t.Run("a permanent refusal ends it", func(t *testing.T) {
 		token := s.token(t, "phone-3")
 		id, _, _ := strings.Cut(strings.TrimPrefix(token, "sdk_"), "_")
-		require.NoError(t, auth.Revoke(s.tokenPath, id))
+		require.NoError(t, auth.Revoke(s.TokenPath, id))
 		d := openDevice(t, s, s.proxy(t), t.TempDir(), "phone-3", deviceOptions{token: token})
 		ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 		defer cancel()

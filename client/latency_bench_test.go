@@ -18,8 +18,8 @@ import (
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // envAwaitN is how many sequential Put+Await writes BenchmarkAwaitedPut
@@ -223,7 +223,7 @@ func BenchmarkOfflinePut(b *testing.B) {
 		require.NoError(b, err)
 		payloads[i] = p
 	}
-	c := openBenchClient(b, unreachableURL(b), "token", clientID, filepath.Join(dir, "queue.db"), filepath.Join(dir, "replica.db"))
+	c := openBenchClient(b, "http://"+syncdtest.FreeAddr(b), "token", clientID, filepath.Join(dir, "queue.db"), filepath.Join(dir, "replica.db"))
 	b.Cleanup(func() { c.Close() })
 
 	b.ResetTimer()

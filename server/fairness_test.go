@@ -47,7 +47,7 @@ func startFlood(tb testing.TB, ctx context.Context, ts *testServer, tenant strin
 	f := &flood{errs: make(chan error, floodConns)}
 	for i := range floodConns {
 		id := fmt.Sprintf("%s-%d", tenant, i)
-		c, _ := session(tb, ts, ts.member(tb, tenant, id), id)
+		c, _ := session(tb, ts, ts.Member(tb, tenant, id), id)
 		f.conns = append(f.conns, c)
 	}
 	for i, c := range f.conns {
@@ -121,7 +121,7 @@ func (f *flood) wait() error {
 // write applied.
 func honestDevice(tb testing.TB, ts *testServer, tenant string, n int) []time.Duration {
 	tb.Helper()
-	c, clock := session(tb, ts, ts.member(tb, tenant, "device"), "device")
+	c, clock := session(tb, ts, ts.Member(tb, tenant, "device"), "device")
 	lat := make([]time.Duration, n)
 	for i := range n {
 		m := put(tb, clock, "notes", fmt.Sprintf("k%d", i), `{"n":1}`)
@@ -149,10 +149,10 @@ func TestFairnessFloodingTenantLeavesAnotherItsWrites(t *testing.T) {
 	require.NoError(t, a.wait())
 	require.Positive(t, a.pushes.Load(), "A's pushes were served while B wrote")
 
-	require.Equal(t, fmt.Sprint(honestWrites), ts.metric(t, `syncd_commit_served_mutations_total{tenant="honest"}`))
-	require.Equal(t, fmt.Sprint(a.mutations.Load()), ts.metric(t, `syncd_commit_served_mutations_total{tenant="flooder"}`))
-	require.Equal(t, "0", ts.metric(t, `syncd_commit_queued_mutations{tenant="flooder"}`), "nothing left queued")
-	require.Equal(t, fmt.Sprint(honestWrites), ts.metric(t, `syncd_commit_wait_seconds_count{tenant="honest"}`))
+	require.Equal(t, fmt.Sprint(honestWrites), ts.Metric(t, `syncd_commit_served_mutations_total{tenant="honest"}`))
+	require.Equal(t, fmt.Sprint(a.mutations.Load()), ts.Metric(t, `syncd_commit_served_mutations_total{tenant="flooder"}`))
+	require.Equal(t, "0", ts.Metric(t, `syncd_commit_queued_mutations{tenant="flooder"}`), "nothing left queued")
+	require.Equal(t, fmt.Sprint(honestWrites), ts.Metric(t, `syncd_commit_wait_seconds_count{tenant="honest"}`))
 }
 
 // BenchmarkFairness is issue 24's fairness figure, at syncd's defaults

@@ -407,7 +407,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), ServerTime: ss.srv.now().UnixMilli(),
 		DatabaseID: ss.srv.store.ID, Head: bounds.Head,
 		Limits: ss.srv.limits(), Models: ss.srv.modelAccess(ss.p),
-		DefaultPolicy: syncproto.Policy(ss.srv.cfg.Policies.Default()),
+		DefaultPolicy: ss.srv.cfg.Policies.Default(),
 		LedgerFloorMS: floorMS(floor),
 		ServerBuild:   buildinfo.Read().String(),
 		Servers:       ss.srv.cfg.PeerURLs,
@@ -491,7 +491,7 @@ func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int
 func changesOf(id string, page replication.Page) *syncproto.Changes {
 	c := &syncproto.Changes{ID: id, Entries: make([]syncproto.Change, len(page.Entries)), Cursor: page.Next, Head: page.Head, More: !page.CaughtUp()}
 	for i, e := range page.Entries {
-		c.Entries[i] = syncproto.Change{Seq: e.Seq, OpID: e.OpID, Model: e.Model, Key: e.Key, Op: syncproto.Op(e.Op), Value: e.Value, Version: e.Version, HLC: e.HLC, Deleted: e.Deleted}
+		c.Entries[i] = e.Change
 	}
 	return c
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/soak/faultproxy"
 )
@@ -181,10 +182,10 @@ func clusterArgs(i int, natsAddr, routeAddr, secretFile string, routeFlags []str
 func nodeName(i int) string { return fmt.Sprintf("node-%d", i+1) }
 
 // clusterSelf is node s's own cluster status from its admin API.
-func (s *syncdProc) clusterSelf(ctx context.Context, name string) (cluster.Status, error) {
+func (s *syncdProc) clusterSelf(ctx context.Context, name string) (adminapi.Node, error) {
 	st, err := s.status(ctx)
 	if err != nil {
-		return cluster.Status{}, err
+		return adminapi.Node{}, err
 	}
 	if st.Cluster != nil {
 		for _, n := range st.Cluster.Nodes {
@@ -193,7 +194,7 @@ func (s *syncdProc) clusterSelf(ctx context.Context, name string) (cluster.Statu
 			}
 		}
 	}
-	return cluster.Status{}, fmt.Errorf("%s: no cluster status of itself", name)
+	return adminapi.Node{}, fmt.Errorf("%s: no cluster status of itself", name)
 }
 
 // converge waits, within convergeTimeout, until every node is ready and has
@@ -204,7 +205,7 @@ func converge(ctx context.Context, nodes []*syncdProc) ([]string, bool) {
 	deadline := time.Now().Add(convergeTimeout)
 	for {
 		var lines []string
-		var sts []cluster.Status
+		var sts []adminapi.Node
 		head, err := streamLast(ctx, nodes)
 		if err != nil {
 			lines = append(lines, fmt.Sprintf("the stream's last seq: %v", err))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // runSyncdToExit runs syncd (this test binary re-executed) with args to
@@ -79,17 +80,17 @@ func TestClusterProcessMisconfiguration(t *testing.T) {
 	}
 	node := func(name string, extra ...string) []string {
 		return append([]string{"--cluster", "--node-id", name, "--data", filepath.Join(dir, name, "syncd.db"), "--tokens", tokens, "--cluster-secret", secretFile,
-			"--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--cluster-start-timeout", "5s"}, extra...)
+			"--listen", syncdtest.FreeAddr(t), "--admin-listen", syncdtest.FreeAddr(t), "--cluster-start-timeout", "5s"}, extra...)
 	}
 
 	t.Run("NATS unreachable", func(t *testing.T) {
-		code, out := runSyncdToExit(t, node("a", ext("nats://"+freeAddr(t))...)...)
+		code, out := runSyncdToExit(t, node("a", ext("nats://"+syncdtest.FreeAddr(t))...)...)
 		require.Equal(t, 1, code, out)
 		require.Contains(t, out, "is the NATS cluster running, and --nats-url and its credentials right?")
 	})
 	t.Run("routes unreachable", func(t *testing.T) {
-		code, out := runSyncdToExit(t, node("b", "--nats-listen", freeAddr(t), "--nats-cluster-listen", freeAddr(t),
-			"--nats-route", "nats-route://"+freeAddr(t), "--nats-route", "nats-route://"+freeAddr(t))...)
+		code, out := runSyncdToExit(t, node("b", "--nats-listen", syncdtest.FreeAddr(t), "--nats-cluster-listen", syncdtest.FreeAddr(t),
+			"--nats-route", "nats-route://"+syncdtest.FreeAddr(t), "--nats-route", "nats-route://"+syncdtest.FreeAddr(t))...)
 		require.Equal(t, 1, code, out)
 		require.Contains(t, out, "waiting for cluster quorum")
 		require.Contains(t, out, "their NATS routes reachable: --nats-route")

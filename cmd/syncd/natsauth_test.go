@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -33,7 +34,7 @@ import (
 func newSecretFile(t testing.TB) (cluster.Secret, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "cluster.secret")
-	require.NoError(t, run(context.Background(), []string{clusterSecretCmd, "--out", path}, func(string) string { return "" }, &syncWriter{}))
+	require.NoError(t, run(context.Background(), []string{clusterSecretCmd, "--out", path}, func(string) string { return "" }, &syncdtest.Buffer{}))
 	s, err := cluster.LoadSecret(path)
 	require.NoError(t, err)
 	return s, path
@@ -54,7 +55,7 @@ func TestClusterSecretCommand(t *testing.T) {
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	err = run(context.Background(), []string{clusterSecretCmd, "--out", path}, func(string) string { return "" }, logs)
 	require.ErrorIs(t, err, cluster.ErrSecretExists)
 	again, err := cluster.LoadSecret(path)
@@ -100,7 +101,7 @@ func TestNATSFlagsRefusePlaintextBeyondLoopback(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := parseFlags(c.args, func(string) string { return "" }, &syncWriter{})
+			_, err := parseFlags(c.args, func(string) string { return "" }, &syncdtest.Buffer{})
 			switch {
 			case c.plain:
 				require.ErrorIs(t, err, cluster.ErrPlaintext)
@@ -362,10 +363,10 @@ func TestClusterProcessThreeHostsTLS(t *testing.T) {
 // at every start.
 func TestInsecurePlaintextIsLoggedAtStart(t *testing.T) {
 	_, secret := newSecretFile(t)
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	_, stop := startRun(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--dev-tokens",
 		"--data", filepath.Join(t.TempDir(), "syncd.db"), "--tokens", filepath.Join(t.TempDir(), "tokens.json"),
-		"--cluster", "--replicas", "1", "--cluster-secret", secret, "--nats-listen", freeAddr(t), "--nats-insecure-plaintext"}, logs)
+		"--cluster", "--replicas", "1", "--cluster-secret", secret, "--nats-listen", syncdtest.FreeAddr(t), "--nats-insecure-plaintext"}, logs)
 	defer stop()
 	require.True(t, strings.Contains(logs.String(), "INSECURE: --nats-insecure-plaintext"), "no warning in %s", logs)
 }

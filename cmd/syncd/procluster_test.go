@@ -21,11 +21,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncd-dev/syncd/internal/loopback"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication/cluster"
-	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -76,15 +75,6 @@ type procCluster struct {
 	secret     cluster.Secret
 }
 
-// freeAddr reserves a free loopback port, outside the ephemeral range (see
-// loopback.FreeAddr), and releases it for a child to bind.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	addr, err := loopback.FreeAddr()
-	require.NoError(t, err)
-	return addr
-}
-
 // startProcCluster starts three nodes as processes and waits until each
 // is ready. extra are added to every node's flags. Every node is killed
 // when t ends.
@@ -114,11 +104,11 @@ func startProcClusterEach(t testing.TB, via func(from, to int, addr string) stri
 	pc.secret, secretFile = newSecretFile(t)
 	routes := make([]string, 3)
 	for i := range 3 {
-		routes[i] = freeAddr(t)
+		routes[i] = syncdtest.FreeAddr(t)
 	}
 	for i := range 3 {
 		n := &procNode{name: fmt.Sprintf("node-%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("node-%d", i+1))}
-		listen, admin, natsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+		listen, admin, natsAddr := syncdtest.FreeAddr(t), syncdtest.FreeAddr(t), syncdtest.FreeAddr(t)
 		n.url, n.adminURL, n.natsAddr, n.routeAddr = "http://"+listen, "http://"+admin, natsAddr, routes[i]
 		n.natsURL = "nats://" + cluster.NodeUser + ":" + pc.secret.NodePassword() + "@" + natsAddr
 		n.logPath = filepath.Join(dir, n.name+".log")
@@ -334,9 +324,9 @@ func (pc *procCluster) node(name string) *procNode {
 // waitConverged waits until every node applied the stream's last message
 // (as the stream tells, asked through a node's NATS server) with the same
 // digest, and returns that status.
-func (pc *procCluster) waitConverged(t testing.TB) cluster.Status {
+func (pc *procCluster) waitConverged(t testing.TB) adminapi.Node {
 	t.Helper()
-	var last []cluster.Status
+	var last []adminapi.Node
 	var head uint64
 	deadline := time.Now().Add(procStartTimeout)
 	for time.Now().Before(deadline) {
@@ -355,12 +345,12 @@ func (pc *procCluster) waitConverged(t testing.TB) cluster.Status {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Fatalf("nodes did not converge on stream seq %d: %+v", head, last)
-	return cluster.Status{}
+	return adminapi.Node{}
 }
 
 // agree reports whether every node is ready at the stream's last seq head
 // with the same digest.
-func agree(sts []cluster.Status, head uint64) bool {
+func agree(sts []adminapi.Node, head uint64) bool {
 	for _, st := range sts {
 		if !st.Ready || st.AppliedSeq != head || st.Digest != sts[0].Digest {
 			return false
@@ -384,29 +374,29 @@ func (pc *procCluster) askAnyStream() *jetstream.StreamInfo {
 }
 
 // selfStatus is n's own cluster status from its admin API.
-func (pc *procCluster) selfStatus(n *procNode) (cluster.Status, bool) {
+func (pc *procCluster) selfStatus(n *procNode) (adminapi.Node, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.adminURL+"/v1/admin/status", nil)
 	if err != nil {
-		return cluster.Status{}, false
+		return adminapi.Node{}, false
 	}
 	req.Header.Set("Authorization", "Bearer "+pc.adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return cluster.Status{}, false
+		return adminapi.Node{}, false
 	}
 	defer resp.Body.Close()
-	var st server.Status
+	var st adminapi.Status
 	if resp.StatusCode != http.StatusOK || decodeJSONBody(resp, &st) != nil || st.Cluster == nil {
-		return cluster.Status{}, false
+		return adminapi.Node{}, false
 	}
 	for _, s := range st.Cluster.Nodes {
 		if s.Node == n.name {
 			return s, true
 		}
 	}
-	return cluster.Status{}, false
+	return adminapi.Node{}, false
 }
 
 // pushConn is one websocket session of a writer, on one node.

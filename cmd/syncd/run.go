@@ -24,6 +24,7 @@ import (
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // options are syncd's command-line settings. Every flag can also be set by
@@ -89,7 +90,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Int64Var(&o.retention.Oplog.MaxEntries, "oplog-max-entries", 0, "keep at most this many oplog entries of each tenant: one tenant's writes never compact another's, and only a device whose own tenant's entries after its cursor were compacted resyncs (default 1000000 per tenant; negative: no count bound)")
 	fs.DurationVar(&o.retention.Conflicts.MaxAge, "conflicts-max-age", 0, "prune conflict-log rows older than this (default 168h; negative: no age bound)")
 	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
-	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
+	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m); with --cluster, how often the lease holder publishes the retention jobs every node applies")
 	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on each listener (public and admin, counted apart); negative: no cap (behind a load balancer every peer has its address)")
 	fs.Float64Var(&o.quotas.TokenMutationsPerSecond, "token-mutations-per-second", server.DefaultTokenMutationsPerSecond, "mutations per second one token may push over all its sessions (every other frame counts one); negative: no limit (the default: one device is bound by the commit rate, and the committer's fair order per tenant protects the others)")
 	fs.IntVar(&o.quotas.TokenMutationBurst, "token-mutation-burst", server.DefaultTokenMutationBurst, "burst of --token-mutations-per-second (at least max_batch, 500)")
@@ -137,7 +138,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if err := checkAdminListen(o); err != nil {
 		return o, err
 	}
-	if o.models.Uses(replication.PolicyHook) {
+	if o.models.Uses(syncproto.PolicyHook) {
 		return o, errors.New("--model NAME=hook needs a Go hook: embed the server package to use it")
 	}
 	if err := o.cluster.validate(); err != nil {
@@ -314,9 +315,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		defer member.close()
 		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
 	}
+	synchronous, err := sqlitedb.ParseSynchronous(o.synchronous)
+	if err != nil {
+		return fmt.Errorf("--synchronous: %w", err)
+	}
 	cfg := server.Config{
 		DataPath:                 o.data,
-		Synchronous:              sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
+		Synchronous:              synchronous,
 		Authenticator:            authn,
 		NodeID:                   o.nodeID,
 		Policies:                 o.models,
