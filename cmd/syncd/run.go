@@ -42,6 +42,7 @@ type options struct {
 	synchronous     string
 	models          replication.Config
 	origins         stringList
+	peerURLs        stringList
 	maxClockSkew    time.Duration
 	maxConnections  int
 	maxConnsPerAddr int
@@ -70,7 +71,7 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // listFlags take several values from one environment variable.
-var listFlags = map[string]bool{"model": true, "allowed-origin": true, "nats-route": true, "tenant-weight": true}
+var listFlags = map[string]bool{"model": true, "allowed-origin": true, "nats-route": true, "tenant-weight": true, "peer-url": true}
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
@@ -108,6 +109,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Func("default-policy", "policy of models no --model declares: lww, optimistic, or none to refuse writes to them (invalid_model) (default lww)", func(v string) error {
 		return o.models.Set(replication.AnyModel + "=" + v)
 	})
+	fs.Var(&o.peerURLs, "peer-url", "a public base URL through which devices reach this database (this node's, and on a cluster every node's); repeatable; welcome announces them so a device configured with one URL can fail over (PROTOCOL.md 5.2, servers)")
 	fs.Var(&o.origins, "allowed-origin", "a browser origin allowed to connect, as a host[:port] pattern (*.example.com, localhost:*) or with its scheme (https://app.example.com); repeatable; the server's own host is always allowed, and native clients send no origin (PROTOCOL.md section 1)")
 	fs.DurationVar(&o.maxClockSkew, "max-clock-skew", time.Minute, "how far ahead of the server's clock a mutation's timestamp may be")
 	fs.IntVar(&o.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on open websocket sessions")
@@ -326,6 +328,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Policies:                 o.models,
 		MaxClockSkew:             o.maxClockSkew,
 		AllowedOrigins:           o.origins,
+		PeerURLs:                 o.peerURLs,
 		MaxConnections:           o.maxConnections,
 		MaxConnectionsPerAddress: o.maxConnsPerAddr,
 		Quotas:                   o.quotas,
