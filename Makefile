@@ -20,6 +20,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ## run: build syncd and start it on 127.0.0.1:8080 with its SQLite database under ./var/
 run: build
 	mkdir -p var
+	@echo "JWT sign-in without an identity provider: ./$(BIN)/syncctl jwt keygen; then"
+	@echo "  make run ARGS='--jwt-jwks-file var/jwt/jwks.json --jwt-issuer syncd-dev --jwt-audience syncd'"
+	@echo "  ./$(BIN)/syncctl jwt sign --sub alice --tenant dev > var/alice.jwt"
+	@echo "  go run ./examples/notes --jwt var/alice.jwt --client-id alice:laptop add k v"
 	./$(BIN)/syncd --data var/syncd.db --dev-tokens $(ARGS)
 
 # The build names its source revision (syncd --version, welcome, syncd_build_info)
@@ -32,14 +36,16 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 ## cluster: three syncd nodes on loopback, each with an embedded NATS server and its own
-## data directory under var/cluster/; they share one token file. Ctrl-C stops all three.
+## data directory under var/cluster/; they share one token file and one cluster secret
+## (var/cluster/cluster.secret, created when missing). Ctrl-C stops all three.
 cluster: build
 	@mkdir -p var/cluster
+	@[ -f var/cluster/cluster.secret ] || ./$(BIN)/syncd cluster-secret --out var/cluster/cluster.secret
 	@set -e; trap 'kill $$(jobs -p) 2>/dev/null; wait' INT TERM EXIT; \
 	node() { \
 	  routes=""; for j in 1 2 3; do [ $$j = $$1 ] || routes="$$routes --nats-route nats-route://127.0.0.1:622$$j"; done; \
 	  ./$(BIN)/syncd --cluster --node-id node-$$1 --data var/cluster/node-$$1/syncd.db --tokens var/cluster/tokens.json --dev-tokens \
-	    --listen 127.0.0.1:818$$1 --admin-listen 127.0.0.1:828$$1 \
+	    --cluster-secret var/cluster/cluster.secret --listen 127.0.0.1:818$$1 --admin-listen 127.0.0.1:828$$1 \
 	    --nats-listen 127.0.0.1:422$$1 --nats-cluster-listen 127.0.0.1:622$$1 $$routes $(ARGS) \
 	    > var/cluster/node-$$1.log 2>&1 & \
 	}; \

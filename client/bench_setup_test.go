@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -18,10 +17,10 @@ import (
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -78,17 +77,6 @@ func startBenchSyncd(b *testing.B, dataPath, clientID string) *benchSyncd {
 	b.Helper()
 	srv := syncdtest.Start(b, server.Config{DataPath: dataPath})
 	return &benchSyncd{url: srv.URL, token: srv.Member(b, benchTenant, clientID)}
-}
-
-// unreachableURL is the URL of a loopback port nothing listens on (it was
-// bound and released), for opening a client offline.
-func unreachableURL(b *testing.B) string {
-	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(b, err)
-	addr := ln.Addr().String()
-	require.NoError(b, ln.Close())
-	return "http://" + addr
 }
 
 // benchKey and benchValue are record i's key and value in every benchmark:
@@ -252,7 +240,7 @@ const seedTxRows = 50_000
 
 // seedSyncd creates syncd's database at dataPath holding n records (version
 // 1 of benchKey(i) in benchModel of benchTenant), each with its oplog entry,
-// written through replication's SQLiteLog.Append and Records.Put in
+// written through replication's SQLiteLog.AppendAll and Records.Put in
 // transactions of seedTxRows. It returns the oplog head.
 func seedSyncd(ctx context.Context, b *testing.B, dataPath string, n int) uint64 {
 	b.Helper()
@@ -267,12 +255,14 @@ func seedSyncd(ctx context.Context, b *testing.B, dataPath string, n int) uint64
 		tx, err := db.BeginTx(ctx, nil)
 		require.NoError(b, err)
 		for i := lo; i < min(lo+seedTxRows, n); i++ {
-			e, err := oplog.Append(ctx, tx, replication.NewEntry(replication.Record{
+			e := replication.NewEntry(replication.Record{
 				Tenant: benchTenant, Model: benchModel, Key: benchKey(i), Value: benchValue(i),
 				Version: 1, HLC: seedStamp(i), OpID: uuid.Must(uuid.NewV7()).String(),
-			}, seedWriter))
+			}, seedWriter)
+			e.Seq = uint64(i + 1) // the database is new: entry i is seq i+1
+			es, err := oplog.AppendAll(ctx, tx, []replication.Entry{e})
 			require.NoError(b, err)
-			require.NoError(b, records.Put(ctx, tx, e.Record()))
+			require.NoError(b, records.Put(ctx, tx, es[0].Record()))
 		}
 		require.NoError(b, tx.Commit())
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -118,7 +120,7 @@ func BenchmarkReplay(b *testing.B) {
 //	ratio              records/s over ceiling_records/s (target >= 0.3)
 //
 // Before the timer, syncd's database is seeded through replication's
-// SQLiteLog.Append and Records.Put in transactions of seedTxRows (seedSyncd),
+// SQLiteLog.AppendAll and Records.Put in transactions of seedTxRows (seedSyncd),
 // as if one other device had written every record once. After the timer, a
 // sample of the records is read back through Client.Get.
 func BenchmarkInitialSync(b *testing.B) {
@@ -359,7 +361,7 @@ func requireApplied(ctx context.Context, b *testing.B, c *client.Client, muts []
 // empty.
 func requireSampleApplied(ctx context.Context, b *testing.B, token, clientID, queuePath, replicaPath string, opIDs []string) {
 	b.Helper()
-	c := openBenchClient(b, unreachableURL(b), token, clientID, queuePath, replicaPath)
+	c := openBenchClient(b, "http://"+syncdtest.FreeAddr(b), token, clientID, queuePath, replicaPath)
 	defer c.Close()
 	st, err := c.Status(ctx)
 	require.NoError(b, err)
@@ -412,7 +414,7 @@ func openBenchClient(b *testing.B, url, token, clientID, queuePath, replicaPath 
 // offline.
 func benchBuildOverlay(b *testing.B, token, clientID, queuePath, replicaPath string) {
 	b.Helper()
-	c := openBenchClient(b, unreachableURL(b), token, clientID, queuePath, replicaPath)
+	c := openBenchClient(b, "http://"+syncdtest.FreeAddr(b), token, clientID, queuePath, replicaPath)
 	require.NoError(b, c.Close())
 }
 
@@ -446,4 +448,18 @@ func benchEnvInt(b *testing.B, name string, def int) int {
 		b.Fatalf("%s=%q: want a positive count", name, v)
 	}
 	return n
+}
+
+// BenchmarkReplayAfterTheServerReturns: at the library's default probe and
+// retry intervals, the time from the server's return (its path restored)
+// to the write queued meanwhile applied. Aim: within a second.
+func BenchmarkReplayAfterTheServerReturns(b *testing.B) {
+	s := startSyncd(b, server.Config{})
+	d := openDevice(b, s, s.proxy(b), b.TempDir(), "phone-1", deviceOptions{tweak: atDefaults})
+	require.NoError(b, d.WaitConnected(b.Context()))
+	var total time.Duration
+	for b.Loop() {
+		total += replayAfterReturn(b, d)
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/return")
 }

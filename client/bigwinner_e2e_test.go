@@ -22,7 +22,7 @@ import (
 // sees every winner whole, and the replica converges with the server.
 func TestConflictHandlerSeesLargeWinnersWhole(t *testing.T) {
 	const model, keys = "docs", 18 // 18 winners of ~256 KiB: about 4.5 MiB
-	s := startSyncd(t, server.Config{Policies: replication.Config{model: replication.PolicyOptimistic}})
+	s := startSyncd(t, server.Config{Policies: replication.Config{model: syncproto.PolicyOptimistic}})
 	conflicts := make(chan client.Conflict, keys)
 	drop := func(_ context.Context, c client.Conflict) client.Resolution {
 		conflicts <- c
@@ -65,6 +65,6 @@ func TestConflictHandlerSeesLargeWinnersWhole(t *testing.T) {
 		require.Equal(t, uint64(1), c.Winner.Version)
 		require.Equal(t, big(i), string(c.Winner.Value), "%s: winner value", c.Key)
 	}
-	require.Positive(t, metric(t, s.registry, "syncd_winner_values_omitted_total"), "the batch's answer left no value out")
+	require.Positive(t, metric(t, s.Registry, "syncd_winner_values_omitted_total"), "the batch's answer left no value out")
 	require.Eventually(t, func() bool { return b.convergesWithServer(t, s, model) }, waitFor, pollTick)
 }

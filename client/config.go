@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,9 @@ const (
 	DefaultMaxRetryInterval = time.Minute
 	DefaultOutcomeRetention = 30 * 24 * time.Hour
 	DefaultProbeInterval    = 5 * time.Second
+	// DefaultOfflineProbeInterval is short so that the first write after
+	// the server returns is replayed within a second.
+	DefaultOfflineProbeInterval = 400 * time.Millisecond
 	// DefaultMaxSnapshotBytes bounds the bytes of one snapshot the client
 	// reads, and DefaultSnapshotTimeout how long it may take.
 	DefaultMaxSnapshotBytes = 4 << 30
@@ -38,8 +42,18 @@ type Config struct {
 	// both Token and ClientID. Set it, or both of them.
 	Credential string
 	// Token is the bearer token (see syncctl token issue). Required unless
-	// Credential is set.
+	// Credential or TokenSource is set.
 	Token string
+	// TokenSource, instead of Token, supplies the bearer token (a JWT from
+	// the app's identity provider): asked before the first connection,
+	// again within TokenRefreshMargin of the token's exp (read without
+	// verifying), and after the server refused the token (token_expired,
+	// unauthorized); the client then reconnects with the fresh token
+	// without dropping or charging a queued write. An error leaves the
+	// client offline, retrying with backoff, and shows in
+	// Status.LastError as a *TokenSourceError. It is called from the
+	// client's goroutines, one call at a time.
+	TokenSource func(ctx context.Context) (string, error)
 	// ClientID is the client id the token acts as. Required unless
 	// Credential is set.
 	ClientID string
@@ -80,8 +94,17 @@ type Config struct {
 	// (reconnect.Backoff.Wait, the client's one jitter rule).
 	RetryInterval    time.Duration
 	MaxRetryInterval time.Duration
-	// ProbeInterval is how often reachability is probed (GET /healthz).
+	// ProbeInterval is how often reachability is probed (GET /healthz)
+	// while the server answers; 0 means DefaultProbeInterval.
 	ProbeInterval time.Duration
+	// OfflineProbeInterval is how often it is probed while the server does
+	// not answer: how soon its return is noticed (two successes in a row
+	// decide it, so a return is seen within about two of these, and the
+	// queue replays at once). Each wait is uniform between half of it and
+	// it, so devices that lost one server together do not probe it in
+	// step. 0 means DefaultOfflineProbeInterval; it may not exceed
+	// ProbeInterval.
+	OfflineProbeInterval time.Duration
 	// Backoff shapes reconnect attempts; zero fields mean reconnect's defaults.
 	Backoff reconnect.Backoff
 	// OutcomeRetention is how long decided writes' outcomes are kept.
@@ -117,8 +140,10 @@ func (c *Config) setDefaults() error {
 	switch {
 	case len(c.ServerURLs) == 0:
 		return fmt.Errorf("field ServerURLs %w", errMissing)
-	case c.Token == "":
-		return fmt.Errorf("field Token %w", errMissing)
+	case c.Token == "" && c.TokenSource == nil:
+		return fmt.Errorf("field Token (or TokenSource) %w", errMissing)
+	case c.Token != "" && c.TokenSource != nil:
+		return errors.New("set Token or TokenSource, not both")
 	case c.Queue == nil:
 		return fmt.Errorf("field Queue %w", errMissing)
 	case c.ReplicaPath == "" && !replicaSharesQueue(c.Queue):
@@ -140,6 +165,7 @@ func (c *Config) setDefaults() error {
 	def(&c.RetryInterval, DefaultRetryInterval)
 	def(&c.MaxRetryInterval, DefaultMaxRetryInterval)
 	def(&c.ProbeInterval, DefaultProbeInterval)
+	def(&c.OfflineProbeInterval, min(DefaultOfflineProbeInterval, c.ProbeInterval))
 	def(&c.OutcomeRetention, DefaultOutcomeRetention)
 	def(&c.SnapshotTimeout, DefaultSnapshotTimeout)
 	if c.MaxSnapshotBytes == 0 {
@@ -151,7 +177,7 @@ func (c *Config) setDefaults() error {
 	if c.InFlight == 0 {
 		c.InFlight = DefaultInFlight
 	}
-	if c.MaxAttempts < 0 || c.InFlight < 0 || c.RetryInterval < 0 || c.MaxRetryInterval < c.RetryInterval || c.ProbeInterval < 0 || c.OutcomeRetention < 0 || c.MaxSnapshotBytes < 0 || c.SnapshotTimeout < 0 {
+	if c.MaxAttempts < 0 || c.InFlight < 0 || c.RetryInterval < 0 || c.MaxRetryInterval < c.RetryInterval || c.ProbeInterval < 0 || c.OfflineProbeInterval < 0 || c.OfflineProbeInterval > c.ProbeInterval || c.OutcomeRetention < 0 || c.MaxSnapshotBytes < 0 || c.SnapshotTimeout < 0 {
 		return errors.New("limits and intervals must be positive (MaxRetryInterval >= RetryInterval)")
 	}
 	if c.HTTPClient == nil {

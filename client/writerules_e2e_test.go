@@ -19,10 +19,10 @@ import (
 // fail at the call with a typed error and queue nothing.
 func TestWritesRefusedForGoodFailFast(t *testing.T) {
 	s := startSyncd(t, server.Config{Policies: replication.Config{
-		"notes": replication.PolicyLWW, "docs": replication.PolicyOptimistic, "secret": replication.PolicyLWW,
-		replication.AnyModel: replication.PolicyNone,
+		"notes": syncproto.PolicyLWW, "docs": syncproto.PolicyOptimistic, "secret": syncproto.PolicyLWW,
+		replication.AnyModel: syncproto.PolicyNone,
 	}})
-	tok := s.tokenFor(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes", "docs"}})
+	tok := s.Issue(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes", "docs"}})
 	p := s.proxy(t)
 	d := openDevice(t, s, p, t.TempDir(), "phone-1", deviceOptions{token: tok})
 	d.offline()

@@ -33,9 +33,9 @@ type BreakerTransition = breaker.Transition
 
 // BreakerStatus is one hook breaker as Resolver.Breakers reports it.
 type BreakerStatus struct {
-	// Model is the model declared with PolicyHook, or AnyModel for the
+	// Model is the model declared with syncproto.PolicyHook, or AnyModel for the
 	// breaker that every undeclared model shares when the default policy
-	// is PolicyHook.
+	// is syncproto.PolicyHook.
 	Model string `json:"model"`
 	// State is the breaker's state now.
 	State BreakerState `json:"state"`
@@ -45,10 +45,10 @@ type BreakerStatus struct {
 	Failures int `json:"failures"`
 }
 
-// hookBreakers holds one circuit breaker per model under PolicyHook, so a
+// hookBreakers holds one circuit breaker per model under syncproto.PolicyHook, so a
 // hook that fails or hangs for one model is cut off for that model only.
 // The set is bounded by the configuration: each model declared with
-// PolicyHook has its own breaker, and every model that is hook-decided
+// syncproto.PolicyHook has its own breaker, and every model that is hook-decided
 // through the AnyModel default shares the AnyModel breaker. Breakers live
 // at the edge, like the hook: a refusal is carried in the batch
 // (Write.Refusal), so every replica decides the same.
@@ -65,7 +65,7 @@ type hookBreakers struct {
 func newHookBreakers(policies Config, cfg BreakerConfig, now func() time.Time, log *slog.Logger, on func(string, BreakerTransition)) (*hookBreakers, error) {
 	h := &hookBreakers{now: now, log: log, on: on, byName: map[string]*breaker.Breaker{}}
 	for model, p := range policies {
-		if p != PolicyHook {
+		if p != syncproto.PolicyHook {
 			continue
 		}
 		b, err := breaker.New(cfg)
@@ -166,10 +166,10 @@ func hookUnavailable(model string) *syncproto.Error {
 }
 
 // Breakers reports the state of every hook breaker, one per model
-// declared with PolicyHook (AnyModel for the one undeclared models share),
-// in name order; empty when no model uses PolicyHook.
+// declared with syncproto.PolicyHook (AnyModel for the one undeclared models share),
+// in name order; empty when no model uses syncproto.PolicyHook.
 func (r *Resolver) Breakers() []BreakerStatus { return r.breakers.status() }
 
 // BreakerOf names the breaker that guards model's hook calls: model
-// itself when it is declared with PolicyHook, else AnyModel.
+// itself when it is declared with syncproto.PolicyHook, else AnyModel.
 func (r *Resolver) BreakerOf(model string) string { return r.breakers.name(model) }

@@ -62,7 +62,8 @@ type DebugPools struct {
 
 // DebugQueues are the queues between the sessions and the store.
 type DebugQueues struct {
-	// Commit is the pushes waiting for the committer (single node).
+	// Commit is the pushes waiting for the committer, over every
+	// tenant's line (single node).
 	Commit           int `json:"commit"`
 	SnapshotsRunning int `json:"snapshots_running"`
 	SnapshotsWaiting int `json:"snapshots_waiting"`
@@ -106,7 +107,11 @@ func (s *Server) takeDebugSnapshot() *DebugSnapshot {
 		f.mu.Unlock()
 	}
 	if gc, ok := s.commits.(*groupCommitter); ok {
-		snap.Queues.Commit = len(gc.pushes)
+		gc.mu.Lock()
+		for _, line := range gc.queue.active {
+			snap.Queues.Commit += len(line.pushes)
+		}
+		gc.mu.Unlock()
 	}
 	if g := s.snapshots; g != nil {
 		g.mu.Lock()

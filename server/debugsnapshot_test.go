@@ -11,10 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // newUnserved opens a server over cfg with a fresh database and an empty
@@ -62,13 +63,13 @@ func TestStartupzAnswers503UntilServing(t *testing.T) {
 // the token it is refused, and the public listener does not serve it.
 func TestDebugSnapshotShowsTheServersMovingParts(t *testing.T) {
 	srv := syncdtest.Start(t, server.Config{
-		Policies: replication.Config{"notes": replication.PolicyHook},
+		Policies: replication.Config{"notes": syncproto.PolicyHook},
 		Hook: func(context.Context, replication.Record, bool, replication.Proposal) (replication.HookResult, error) {
 			return replication.Accept(), nil
 		},
 	})
 	ts := &testServer{Server: srv, srv: srv.Server, url: srv.URL, adminURL: srv.AdminURL, tokenPath: srv.TokenPath, adminToken: srv.AdminToken}
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	c, clock := session(t, ts, token, "phone")
 	requireApplied(t, c.push("p1", put(t, clock, "notes", "k", `"secret-value"`)))
 

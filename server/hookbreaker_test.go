@@ -13,9 +13,9 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -53,7 +53,7 @@ func (h *flakyHook) hook(ctx context.Context, _ replication.Record, _ bool, _ re
 func TestHookBreakerRefusesRetryablyAndNothingIsLost(t *testing.T) {
 	h := &flakyHook{}
 	srv := syncdtest.Start(t, server.Config{
-		Policies:    replication.Config{"notes": replication.PolicyHook, "tasks": replication.PolicyLWW},
+		Policies:    replication.Config{"notes": syncproto.PolicyHook, "tasks": syncproto.PolicyLWW},
 		Hook:        h.hook,
 		HookTimeout: 100 * time.Millisecond,
 		HookBreaker: replication.BreakerConfig{OpenFor: 300 * time.Millisecond},
@@ -154,13 +154,13 @@ func TestHookBreakerAnswersAtOnceWhileOpen(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
 	ts := startServer(t, server.Config{
-		Policies:    replication.Config{"notes": replication.PolicyHook},
+		Policies:    replication.Config{"notes": syncproto.PolicyHook},
 		Hook:        hook,
 		HookTimeout: time.Hour,
 		HookBreaker: replication.BreakerConfig{MaxFailures: 1},
 		Now:         func() time.Time { return time.Unix(0, now.Load()) },
 	})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 
 	res := c.push("p1", put(t, clock, "notes", "a", `1`))
 	require.Equal(t, syncproto.StatusApplied, res[0].Status, "the failed hook falls back to last-writer-wins")

@@ -29,20 +29,44 @@ import (
 )
 
 // Defaults of Config's zero fields.
+//
+// DefaultRequestsPerSecond and DefaultRequestBurst are each session's
+// request limit: a backstop against one session spinning on cheap frames,
+// above what one honest device sends. A device waits a round trip (and,
+// for a write, a commit) per awaited request, tens of microseconds at the
+// least on loopback, and moves volume in pushes of up to
+// syncproto.MaxBatch mutations; so neither sequential awaited writes nor a
+// backlog replay reach it.
 const (
 	DefaultNodeID            = "syncd-1"
 	DefaultMaxConnections    = 10_000
-	DefaultRequestsPerSecond = 200
-	DefaultRequestBurst      = 400
+	DefaultRequestsPerSecond = 20_000
+	DefaultRequestBurst      = 40_000
 	DefaultWriteTimeout      = 10 * time.Second
 	DefaultTokenRecheck      = time.Second
 	DefaultHelloTimeout      = 10 * time.Second
 	DefaultRetentionInterval = time.Minute
+	DefaultMaxTenantLabels   = 100
 )
 
 // maxDBConns caps syncd's SQLite connections: one writer, the rest readers.
 // Readers beyond it wait for a free connection rather than open files.
 const maxDBConns = 8
+
+// Synchronous is the durability level of syncd's database (PRAGMA
+// synchronous). It is the type a device's files use too
+// (offlinequeue.Synchronous): one type, sqlitedb.Synchronous, named here so
+// that an embedder can set Config.Synchronous.
+type Synchronous = sqlitedb.Synchronous
+
+// The durability levels.
+const (
+	// SyncFull: an acknowledged result survives a power cut. The default.
+	SyncFull = sqlitedb.Full
+	// SyncNormal: an acknowledged result survives a process crash; a power
+	// cut may roll back the newest commits.
+	SyncNormal = sqlitedb.Normal
+)
 
 // checkpointOptions are syncd's database's (sqlitedb.Checkpointer): the
 // defaults, with writes weighed by replication.CheckpointWeight, so that
@@ -57,10 +81,10 @@ type Config struct {
 	// DataPath is the SQLite database file; it and its directory are
 	// created if missing. Required.
 	DataPath string
-	// Synchronous is the durability level; "" means sqlitedb.Full, so an
-	// acknowledged result survives a power cut. sqlitedb.Normal survives a
+	// Synchronous is the durability level; the zero value is SyncFull, so
+	// an acknowledged result survives a power cut. SyncNormal survives a
 	// process crash only.
-	Synchronous sqlitedb.Synchronous
+	Synchronous Synchronous
 	// Authenticator maps bearer tokens to principals. Required.
 	Authenticator *auth.Authenticator
 	// NodeID names this server in welcome and as the origin of its clock.
@@ -90,6 +114,12 @@ type Config struct {
 	// allowed to open a websocket besides the server's own host; requests
 	// without an Origin header (native clients) are always allowed.
 	AllowedOrigins []string
+	// PeerURLs are the public base URLs (http(s):// or ws(s)://) through
+	// which devices reach this database: this node's and, on a cluster, the
+	// other nodes'. welcome announces them (servers), so a device
+	// configured with one URL can fail over to another node. Empty: none
+	// announced.
+	PeerURLs []string
 	// MaxConnections caps open websocket sessions; 0 means DefaultMaxConnections.
 	MaxConnections int
 	// HTTPTimeouts are the timeouts of the listeners HTTPServer builds;
@@ -130,6 +160,17 @@ type Config struct {
 	// Quotas bound each token's and tenant's mutation rate, sessions and
 	// share of the frame budget; zero fields take their defaults.
 	Quotas Quotas
+	// TenantWeights are the tenants' weights in the committer's fair
+	// order (fairQueue): when it is saturated, each tenant with pushes
+	// waiting gets mutations committed in proportion to its weight, from
+	// 1 to MaxTenantWeight. A tenant absent has weight 1. A single node
+	// only: a cluster's command stream keeps its arrival order.
+	TenantWeights map[string]int
+	// MaxTenantLabels caps the tenants given their own tenant label in the
+	// committer's per-tenant metrics (syncd_commit_*), beyond those of
+	// TenantWeights: the first seen since start; the others share the
+	// label "~other". 0 means DefaultMaxTenantLabels; negative, none.
+	MaxTenantLabels int
 	// FrameBudgetBytes bounds the bytes of frames being read, decoded or
 	// applied, over all sessions (frameBudget); 0 means
 	// DefaultFrameBudgetBytes, and it is never below one largest frame.
@@ -143,7 +184,8 @@ type Config struct {
 	// DefaultEventLogInterval.
 	EventLogInterval time.Duration
 	// RequestsPerSecond and RequestBurst rate-limit each session's
-	// requests; 0 means the defaults.
+	// requests (announced in welcome); 0 means the defaults
+	// (DefaultRequestsPerSecond, DefaultRequestBurst).
 	RequestsPerSecond float64
 	RequestBurst      int
 	// IdleTimeout closes a session that sent nothing for this long (4000);
@@ -203,6 +245,14 @@ func (c *Config) setDefaults() error {
 	if c.Authenticator == nil {
 		return errors.New("Config.Authenticator is required")
 	}
+	if len(c.PeerURLs) > syncproto.MaxServers {
+		return fmt.Errorf("Config.PeerURLs: %d URLs, at most %d", len(c.PeerURLs), syncproto.MaxServers)
+	}
+	for _, u := range c.PeerURLs {
+		if err := syncproto.ValidateServerURL(u); err != nil {
+			return fmt.Errorf("Config.PeerURLs: %w", err)
+		}
+	}
 	if c.NodeID == "" {
 		c.NodeID = DefaultNodeID
 	}
@@ -259,6 +309,17 @@ func (c *Config) setDefaults() error {
 	}
 	if c.RequestBurst == 0 {
 		c.RequestBurst = DefaultRequestBurst
+	}
+	if c.MaxTenantLabels == 0 {
+		c.MaxTenantLabels = DefaultMaxTenantLabels
+	}
+	for tenant, w := range c.TenantWeights {
+		if err := syncproto.ValidateID(tenant); err != nil {
+			return fmt.Errorf("tenant weight of %q: %w", tenant, err)
+		}
+		if w < 1 || w > MaxTenantWeight {
+			return fmt.Errorf("tenant weight of %q is %d: want 1 to %d", tenant, w, MaxTenantWeight)
+		}
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -400,7 +461,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		})
 		s.commits = clusterCommitter{cluster: cfg.Cluster, metrics: s.metrics, now: cfg.Now}
 	} else if err == nil {
-		s.commits, err = newGroupCommitter(ctx, s.store, s.tail, cfg.Now, s.metrics, cfg.Logger)
+		share := newCommitShareMetrics(reg, cfg.TenantWeights, max(0, cfg.MaxTenantLabels))
+		s.commits, err = newGroupCommitter(ctx, s.store, s.tail, cfg.Now, s.metrics, share, cfg.TenantWeights, cfg.Logger)
 	}
 	if err != nil {
 		if s.snapshotDB != nil {
@@ -475,10 +537,11 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request, admin bool) (
 		err = auth.ErrUnauthorized
 	}
 	if err != nil {
+		e := authError(err)
 		s.metrics.connectionsTotal.WithLabelValues("unauthorized").Inc()
-		s.events.add("authentication failed", string(syncproto.CodeUnauthorized), r.RemoteAddr)
+		s.events.add("authentication failed", string(e.Code), r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="syncd"`)
-		httpError(w, http.StatusUnauthorized, syncproto.Errorf(syncproto.CodeUnauthorized, "a valid bearer token is required"))
+		httpError(w, http.StatusUnauthorized, e)
 		return auth.Principal{}, false
 	}
 	return p, true
@@ -598,7 +661,7 @@ func (s *Server) modelAccess(p auth.Principal) map[string]syncproto.ModelAccess 
 		}
 		r, w := p.CanRead(model), p.CanWrite(model)
 		if r || w {
-			out[model] = syncproto.ModelAccess{Policy: syncproto.Policy(policy), Read: r, Write: w}
+			out[model] = syncproto.ModelAccess{Policy: policy, Read: r, Write: w}
 		}
 	}
 	return out

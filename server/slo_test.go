@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // TestSLOCountsGoodAndSlowPushes: every push answered is a push
@@ -25,13 +26,13 @@ func TestSLOCountsGoodAndSlowPushes(t *testing.T) {
 		return replication.Accept(), nil
 	}
 	ts := startServer(t, server.Config{
-		Policies:       replication.Config{"slow": replication.PolicyHook},
+		Policies:       replication.Config{"slow": syncproto.PolicyHook},
 		Hook:           slowHook,
 		HookTimeout:    time.Minute,
 		SLOObjective:   0.995,
 		SLOPushLatency: 50 * time.Millisecond,
 	})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	metric := func(series string) float64 { return ts.MetricValue(t, series) }
 
 	require.Equal(t, 0.995, metric(`syncd_slo_objective_ratio{sli="push_availability"}`))

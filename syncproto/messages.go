@@ -173,10 +173,19 @@ type Welcome struct {
 	// policy, or PolicyNone when the server refuses undeclared models
 	// (invalid_model). Absent (from an older server) means PolicyLWW.
 	DefaultPolicy Policy `json:"default_policy,omitempty"`
+	// User is the user the connection's token acts for, absent when the
+	// token names none.
+	User string `json:"user,omitempty"`
 	// ServerBuild, optional, names the server's build (release version,
 	// source revision): for logs and support, never for deciding what the
 	// client does, which follows the members above.
 	ServerBuild string `json:"server_build,omitempty"`
+	// Servers, optional, are the public base URLs of the servers through
+	// which this database is reached (this one's included, on a cluster
+	// every node's, as their operator configured them). A client may add
+	// them to the URLs it was configured with, to fail over to another
+	// node; it never follows one to a weaker scheme (http after https).
+	Servers []string `json:"servers,omitempty"`
 }
 
 // Policy is a model's conflict policy, as a client sees it.
@@ -389,6 +398,14 @@ func (m *Welcome) Validate() error {
 	}
 	if p := m.DefaultPolicy; p != "" && p != PolicyNone && !p.Valid() {
 		return Errorf(CodeBadRequest, "default_policy %q is not lww, optimistic, hook or none", p)
+	}
+	if len(m.Servers) > MaxServers {
+		return Errorf(CodeBadRequest, "servers lists %d URLs, more than %d", len(m.Servers), MaxServers)
+	}
+	for _, u := range m.Servers {
+		if err := ValidateServerURL(u); err != nil {
+			return prefixed(err, "servers")
+		}
 	}
 	return nil
 }

@@ -100,6 +100,7 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 		"MaxValueDepth":       fmt.Sprint(syncproto.MaxValueDepth),
 		"MaxFrameDepth":       fmt.Sprint(syncproto.MaxFrameDepth),
 		"MaxSafeInteger":      fmt.Sprint(syncproto.MaxSafeInteger),
+		"MaxUserBytes":        fmt.Sprint(syncproto.MaxUserBytes),
 		"MaxWall":             fmt.Sprint(syncproto.MaxWall),
 		"DefaultMaxClockSkew": fmt.Sprint(syncproto.DefaultMaxClockSkew.Milliseconds()),
 		"DefaultIdleTimeout":  fmt.Sprint(syncproto.DefaultIdleTimeout.Milliseconds()),
@@ -110,6 +111,8 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 		"IDPattern":           syncproto.IDPattern,
 		"ModelPattern":        syncproto.ModelPattern,
 		"ResyncCursorExpired": syncproto.ResyncCursorExpired,
+		"MaxServerURLBytes":   fmt.Sprint(syncproto.MaxServerURLBytes),
+		"MaxServers":          fmt.Sprint(syncproto.MaxServers),
 	}
 	var untyped []string
 	for typ, names := range exportedConsts(t) {

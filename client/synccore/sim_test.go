@@ -106,7 +106,7 @@ const (
 	simRetryMax  = time.Minute
 )
 
-var simPolicies = replication.Config{"notes": replication.PolicyLWW, "docs": replication.PolicyOptimistic, "flaky": replication.PolicyLWW}
+var simPolicies = replication.Config{"notes": syncproto.PolicyLWW, "docs": syncproto.PolicyOptimistic, "flaky": syncproto.PolicyLWW}
 
 // msg is one frame on a simulated connection.
 type msg struct {

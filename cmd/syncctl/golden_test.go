@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -52,7 +53,7 @@ var (
 )
 
 func TestAdminCommandsGolden(t *testing.T) {
-	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}, retention: true})
+	ts := startServer(t, serverOptions{clock: fakeclock.New(t0), retention: true})
 	seed(t, ts)
 	ts.waitForStatus(t, "a ledger floor", func(st statusView) bool { return !st.LedgerFloor.IsZero() })
 	ts.dial(t, 3) // a connected client two entries behind the head
@@ -177,7 +178,7 @@ func TestTokenCommandsGolden(t *testing.T) {
 	adminID := strings.SplitN(admin, "_", 3)[1]
 	require.Equal(t, "issued token "+adminID+" for an admin token in "+path+"; it is shown only this once\n", r.stderr)
 
-	member := strings.TrimSpace(c.ok("token", "issue", "--tenant", "acme", "--client-id", "phone-1", "--read", "*", "--write", "notes,docs"))
+	member := strings.TrimSpace(c.ok("token", "issue", "--tenant", "acme", "--client-id", "phone-1", "--user", "alice", "--read", "*", "--write", "notes,docs"))
 	memberID := strings.SplitN(member, "_", 3)[1]
 
 	norm := func(s string) string {

@@ -24,6 +24,7 @@ import (
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // options are syncd's command-line settings. Every flag can also be set by
@@ -41,6 +42,7 @@ type options struct {
 	synchronous     string
 	models          replication.Config
 	origins         stringList
+	peerURLs        stringList
 	maxClockSkew    time.Duration
 	maxConnections  int
 	maxConnsPerAddr int
@@ -60,7 +62,9 @@ type options struct {
 	retention       server.Retention
 	retentionEvery  time.Duration
 	cluster         clusterOptions
+	jwt             jwtOptions
 	version         bool
+	limits          limitOptions
 }
 
 // stringList is a repeatable string flag.
@@ -70,7 +74,7 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // listFlags take several values from one environment variable.
-var listFlags = map[string]bool{"model": true, "allowed-origin": true, "nats-route": true}
+var listFlags = map[string]bool{"model": true, "allowed-origin": true, "nats-route": true, "tenant-weight": true, "peer-url": true}
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
@@ -80,7 +84,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the sync, snapshot, health and metrics listener")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "address of the admin API listener (keep it on loopback); empty disables it")
 	fs.StringVar(&o.data, "data", "var/syncd.db", "SQLite database file (created with its directory if missing)")
-	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token issue); syncd refuses to start without one unless --dev-tokens")
+	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token issue); syncd refuses to start without one unless --dev-tokens or JWT verification (--jwt-*) is configured")
 	fs.BoolVar(&o.devTokens, "dev-tokens", false, "development only: when the token file is missing, generate one with a client token for every model and an admin token, and log both once")
 	fs.StringVar(&o.nodeID, "node-id", server.DefaultNodeID, "this server's name (welcome, and the origin of its clock)")
 	fs.StringVar(&o.synchronous, "synchronous", "FULL", "SQLite synchronous level: FULL (acknowledged writes survive a power cut) or NORMAL (survive a crash only)")
@@ -91,11 +95,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Int64Var(&o.retention.Oplog.MaxEntries, "oplog-max-entries", 0, "keep at most this many oplog entries of each tenant: one tenant's writes never compact another's, and only a device whose own tenant's entries after its cursor were compacted resyncs (default 1000000 per tenant; negative: no count bound)")
 	fs.DurationVar(&o.retention.Conflicts.MaxAge, "conflicts-max-age", 0, "prune conflict-log rows older than this (default 168h; negative: no age bound)")
 	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
-	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
+	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m); with --cluster, how often the lease holder publishes the retention jobs every node applies")
 	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on each listener (public and admin, counted apart); negative: no cap (behind a load balancer every peer has its address)")
-	fs.Float64Var(&o.quotas.TokenMutationsPerSecond, "token-mutations-per-second", server.DefaultTokenMutationsPerSecond, "mutations per second one token may push over all its sessions (every other frame counts one); negative: no limit")
+	fs.Float64Var(&o.quotas.TokenMutationsPerSecond, "token-mutations-per-second", server.DefaultTokenMutationsPerSecond, "mutations per second one token may push over all its sessions (every other frame counts one); negative: no limit (the default: one device is bound by the commit rate, and the committer's fair order per tenant protects the others)")
 	fs.IntVar(&o.quotas.TokenMutationBurst, "token-mutation-burst", server.DefaultTokenMutationBurst, "burst of --token-mutations-per-second (at least max_batch, 500)")
-	fs.Float64Var(&o.quotas.TenantMutationsPerSecond, "tenant-mutations-per-second", server.DefaultTenantMutationsPerSecond, "mutations per second one tenant's tokens may push together; negative: no limit")
+	fs.Float64Var(&o.quotas.TenantMutationsPerSecond, "tenant-mutations-per-second", server.DefaultTenantMutationsPerSecond, "mutations per second one tenant's tokens may push together, a hard quota for plans; negative: no limit (the default: the committer's fair order, --tenant-weight, shares the node)")
 	fs.IntVar(&o.quotas.TenantMutationBurst, "tenant-mutation-burst", server.DefaultTenantMutationBurst, "burst of --tenant-mutations-per-second (at least max_batch, 500)")
 	fs.IntVar(&o.quotas.MaxConnectionsPerToken, "max-connections-per-token", server.DefaultMaxConnectionsPerToken, "cap on open websocket sessions per token; negative: no cap")
 	fs.IntVar(&o.quotas.MaxConnectionsPerTenant, "max-connections-per-tenant", 0, "cap on open websocket sessions of one tenant's tokens together (default half of --max-connections); negative: no cap")
@@ -108,6 +112,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Func("default-policy", "policy of models no --model declares: lww, optimistic, or none to refuse writes to them (invalid_model) (default lww)", func(v string) error {
 		return o.models.Set(replication.AnyModel + "=" + v)
 	})
+	fs.Var(&o.peerURLs, "peer-url", "a public base URL through which devices reach this database (this node's, and on a cluster every node's); repeatable; welcome announces them so a device configured with one URL can fail over (PROTOCOL.md 5.2, servers)")
 	fs.Var(&o.origins, "allowed-origin", "a browser origin allowed to connect, as a host[:port] pattern (*.example.com, localhost:*) or with its scheme (https://app.example.com); repeatable; the server's own host is always allowed, and native clients send no origin (PROTOCOL.md section 1)")
 	fs.DurationVar(&o.maxClockSkew, "max-clock-skew", time.Minute, "how far ahead of the server's clock a mutation's timestamp may be")
 	fs.IntVar(&o.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on open websocket sessions")
@@ -119,7 +124,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.DurationVar(&o.startupTimeout, "startup-timeout", 0, "how long the boot (cluster quorum, database open and migrations) may take before syncd exits non-zero; /startupz answers 503 until it is over (default 60s, plus --cluster-start-timeout in cluster mode)")
 	fs.Float64Var(&o.sloObjective, "slo-objective", server.DefaultSLOObjective, "objective of the push availability and push latency SLIs: the share of pushes that should be answered without a server failure, and in time (0.999 is 99.9%; the error budget is the rest)")
 	fs.DurationVar(&o.sloPushLatency, "slo-push-latency", server.DefaultSLOPushLatency, "a push answered later than this after its arrival is a bad event of the push latency SLI")
+	o.limits.register(fs)
 	o.cluster.register(fs)
+	o.jwt.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -141,7 +148,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if err := checkAdminListen(o); err != nil {
 		return o, err
 	}
-	if o.models.Uses(replication.PolicyHook) {
+	if o.models.Uses(syncproto.PolicyHook) {
 		return o, errors.New("--model NAME=hook needs a Go hook: embed the server package to use it")
 	}
 	if err := o.cluster.validate(); err != nil {
@@ -266,8 +273,12 @@ func checkAdminListen(o options) error {
 }
 
 // run starts syncd and blocks until ctx is cancelled (SIGINT or SIGTERM),
-// then shuts down gracefully within the shutdown timeout.
+// then shuts down gracefully within the shutdown timeout; with the first
+// argument `cluster-secret` it runs that subcommand instead.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == clusterSecretCmd {
+		return runClusterSecret(args[1:], stderr)
+	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -280,13 +291,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := newLogger(o, stderr)
 	log.Info("syncd starting", "build", buildinfo.Read().String(), "go", buildinfo.Read().GoVersion)
-	if err := ensureTokens(o.tokens, o.devTokens, log, stderr); err != nil {
-		return fmt.Errorf("token file: %w", err)
-	}
-	authn, err := auth.NewAuthenticator(o.tokens, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	authn, err := newAuthenticator(o, log, reg, stderr)
 	if err != nil {
 		return err
 	}
+	defer authn.Close()
 
 	// One syncd per database: a second one, or syncctl restore while this
 	// one runs, is refused (datalock). The lock's directory is created
@@ -312,8 +323,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer probe.close()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var member *membership
 	if o.cluster.enabled {
 		if member, err = joinCluster(bootCtx, o, log, reg); err != nil {
@@ -322,14 +331,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		defer member.close()
 		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
 	}
+	synchronous, err := sqlitedb.ParseSynchronous(o.synchronous)
+	if err != nil {
+		return fmt.Errorf("--synchronous: %w", err)
+	}
 	cfg := server.Config{
 		DataPath:                 o.data,
-		Synchronous:              sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
+		Synchronous:              synchronous,
 		Authenticator:            authn,
 		NodeID:                   o.nodeID,
 		Policies:                 o.models,
 		MaxClockSkew:             o.maxClockSkew,
 		AllowedOrigins:           o.origins,
+		PeerURLs:                 o.peerURLs,
 		MaxConnections:           o.maxConnections,
 		MaxConnectionsPerAddress: o.maxConnsPerAddr,
 		Quotas:                   o.quotas,
@@ -341,6 +355,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		SLOObjective:             o.sloObjective,
 		SLOPushLatency:           o.sloPushLatency,
 	}
+	o.limits.apply(&cfg)
 	if member != nil {
 		cfg.Cluster = member.cluster
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // getStatus GETs url and returns its status code and body's "status".
@@ -42,9 +44,9 @@ func TestBootProbeAnswersStartingUntilClosed(t *testing.T) {
 // 200 "serving" on both listeners.
 func TestStartupzIsServingOnceBooted(t *testing.T) {
 	dir := t.TempDir()
-	admin := freeAddr(t)
+	admin := syncdtest.FreeAddr(t)
 	addr, stop := startRun(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", admin, "--data", filepath.Join(dir, "syncd.db"),
-		"--tokens", filepath.Join(dir, "tokens.json"), "--dev-tokens"}, &syncWriter{})
+		"--tokens", filepath.Join(dir, "tokens.json"), "--dev-tokens"}, &syncdtest.Buffer{})
 	for _, base := range []string{"http://" + addr, "http://" + admin} {
 		code, status := getStatus(t, base+"/startupz")
 		require.Equal(t, http.StatusOK, code, base)

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,10 +26,10 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -91,25 +90,7 @@ func readCatalogue(t *testing.T) map[string]entry {
 	return out
 }
 
-// logBuffer collects JSON logs written from several goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func debugLogger(w *logBuffer) *slog.Logger {
+func debugLogger(w *syncdtest.Buffer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
@@ -122,9 +103,10 @@ const valueMarker = "marker-7f3a-value"
 type scenario struct {
 	publicURL, adminURL string
 	clusterNodeURL      string // a cluster node, for the syncd_cluster_* metrics
+	jwtNodeURL          string // a server verifying JWTs, for the syncd_jwt_* and syncd_jwks_* metrics
 	clientRegistry      *prometheus.Registry
-	serverLogs          *logBuffer
-	clientLogs          *logBuffer
+	serverLogs          *syncdtest.Buffer
+	clientLogs          *syncdtest.Buffer
 	tokens              []string // every token used, good and bad
 }
 
@@ -132,10 +114,10 @@ func runScenario(t *testing.T) *scenario {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	sc := &scenario{serverLogs: &logBuffer{}, clientLogs: &logBuffer{}, clientRegistry: prometheus.NewRegistry()}
+	sc := &scenario{serverLogs: &syncdtest.Buffer{}, clientLogs: &syncdtest.Buffer{}, clientRegistry: prometheus.NewRegistry()}
 
 	srv := syncdtest.Start(t, server.Config{
-		Policies: replication.Config{"docs": replication.PolicyOptimistic, "tallies": replication.PolicyHook},
+		Policies: replication.Config{"docs": syncproto.PolicyOptimistic, "tallies": syncproto.PolicyHook},
 		Hook: func(context.Context, replication.Record, bool, replication.Proposal) (replication.HookResult, error) {
 			return replication.Accept(), nil
 		},
@@ -156,6 +138,7 @@ func runScenario(t *testing.T) *scenario {
 	sc.tokens = append(sc.tokens, wrong)
 	sc.publicURL, sc.adminURL = srv.URL, srv.AdminURL
 	sc.clusterNodeURL = syncdtest.StartCluster(t, 1, server.Config{RetentionInterval: -1})[0].URL
+	sc.jwtNodeURL = startJWTNode(t, sc)
 
 	qm, err := offlinequeue.NewMetrics(sc.clientRegistry)
 	require.NoError(t, err)
@@ -267,6 +250,19 @@ func (sc *scenario) scrape(t *testing.T) map[string]*dto.MetricFamily {
 		}
 	}
 
+	// The JWT metrics, from the server verifying JWTs.
+	resp, err = http.Get(sc.jwtNodeURL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body.Reset()
+	_, err = body.ReadFrom(resp.Body)
+	require.NoError(t, err)
+	for name, f := range parse(t, body.Bytes()) {
+		if strings.HasPrefix(name, "syncd_jwt_") || strings.HasPrefix(name, "syncd_jwks_") {
+			all[name] = f
+		}
+	}
+
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(sc.clientRegistry, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for name, f := range parse(t, rec.Body.Bytes()) {
@@ -373,11 +369,14 @@ func TestLogsHoldNoTokensOrValues(t *testing.T) {
 		require.Eventually(t, func() bool { return strings.Contains(sc.serverLogs.String(), `"msg":"`+msg+`"`) },
 			waitFor, 10*time.Millisecond, "syncd never logged %q", msg)
 	}
-	for name, logs := range map[string]*logBuffer{"syncd": sc.serverLogs, "client": sc.clientLogs} {
+	for name, logs := range map[string]*syncdtest.Buffer{"syncd": sc.serverLogs, "client": sc.clientLogs} {
 		text := logs.String()
 		require.NotEmpty(t, text, name)
 		for _, tok := range sc.tokens {
 			_, secret, _ := strings.Cut(strings.TrimPrefix(tok, "sdk_"), "_")
+			if !strings.HasPrefix(tok, "sdk_") { // a JWT: its signature
+				secret = tok[strings.LastIndex(tok, ".")+1:]
+			}
 			require.NotContains(t, text, tok, "%s logged a token", name)
 			require.NotContains(t, text, secret, "%s logged a token's secret", name)
 		}
@@ -405,4 +404,34 @@ func TestLogsHoldNoTokensOrValues(t *testing.T) {
 			require.Contains(t, events[want.msg][0], k, "%q without %s", want.msg, k)
 		}
 	}
+}
+
+// startJWTNode starts a server verifying JWTs from a JWKS file and
+// downloads a snapshot with one, so its JWT metrics have series.
+func startJWTNode(t *testing.T, sc *scenario) string {
+	t.Helper()
+	key, err := auth.GenerateSigningKey("EdDSA")
+	require.NoError(t, err)
+	jwks, err := auth.JWKS(key)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	require.NoError(t, os.WriteFile(path, jwks, 0o600))
+	reg := prometheus.NewRegistry()
+	a, err := auth.New(auth.Config{JWT: &auth.JWTConfig{JWKSFile: path, Issuer: "iss", Audience: "aud"}, Registerer: reg})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	srv := syncdtest.Start(t, server.Config{Authenticator: a, Registry: reg, RetentionInterval: -1})
+	now := time.Now()
+	tok, err := key.Sign(map[string]any{"iss": "iss", "aud": "aud", "sub": "alice", "tenant": "acme", "read": "*",
+		"iat": now.Unix(), "exp": now.Add(time.Minute).Unix()})
+	require.NoError(t, err)
+	sc.tokens = append(sc.tokens, tok)
+	req, err := http.NewRequest(http.MethodGet, srv.URL+syncproto.SnapshotPath, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return srv.URL
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -13,68 +12,35 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
+
+// testPolicies are the model declarations of these tests' edges (batchFor)
+// and nodes.
+var testPolicies = replication.Config{"docs": syncproto.PolicyOptimistic}
 
 // waitFor bounds every wait of these tests: generous, since a loaded
 // machine elects JetStream leaders slowly.
 const waitFor = 60 * time.Second
 
-// startNATS starts n embedded NATS servers that form one cluster (n = 1:
-// a server alone) and shuts them down when the test ends.
-func startNATS(t testing.TB, n int) []*server.Server {
-	t.Helper()
-	routePorts := freePorts(t, n)
-	var routes []string
-	for _, p := range routePorts {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+// testSecret is the cluster secret of every NATS server these tests start.
+var testSecret = func() cluster.Secret {
+	s, err := cluster.NewSecret()
+	if err != nil {
+		panic(err)
 	}
-	servers := make([]*server.Server, n)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		o := cluster.EmbeddedOptions{Name: fmt.Sprintf("nats-%d", i+1), Port: -1, StoreDir: t.TempDir()}
-		if n > 1 {
-			o.ClusterPort, o.Routes = routePorts[i], routes
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			servers[i], errs[i] = cluster.StartEmbedded(o)
-		}()
-	}
-	wg.Wait()
-	for i, s := range servers {
-		require.NoError(t, errs[i])
-		t.Cleanup(func() {
-			s.Shutdown()
-			s.WaitForShutdown()
-		})
-	}
-	return servers
-}
+	return s
+}()
 
-// freePorts returns n ports free on 127.0.0.1 a moment ago.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
+// testKey is the command key of every node of these tests: testSecret's.
+var testKey = testSecret.CommandKey()
 
 // node is one syncd node's replication: its NATS connection, its store
 // and its cluster membership.
@@ -85,11 +51,45 @@ type node struct {
 	cl    *cluster.Cluster
 	store *replication.Store
 	db    *sql.DB
+	reg   *prometheus.Registry // the node's metrics, unless the test gave a Registerer
 }
 
+// metric is the value of the node's metric name whose label is value (0
+// when absent).
+func (n *node) metric(t testing.TB, name, label, value string) float64 {
+	t.Helper()
+	families, err := n.reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					switch {
+					case m.GetCounter() != nil:
+						return m.GetCounter().GetValue()
+					case m.GetGauge() != nil:
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+			if label == "" && m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// connect connects to ns over its client listener as the node user of
+// testSecret (over TCP: a test restarts a server on its port, which an
+// in-process connection would not reach again).
 func connect(t testing.TB, ns *server.Server) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(cluster.NodeUser, testSecret.NodePassword()),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc
@@ -109,10 +109,20 @@ func startNodeWith(t testing.TB, ns *server.Server, name, path string, o cluster
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	o.Node = name
+	if o.CommandKey == nil {
+		o.CommandKey = testKey
+	}
+	if o.Policies == nil {
+		o.Policies = testPolicies
+	}
+	reg := prometheus.NewRegistry()
+	if o.Registerer == nil {
+		o.Registerer = reg
+	}
 	if o.Replicas == 0 {
 		o.Replicas = 1
 	}
-	n := &node{name: name, path: path, nc: connect(t, ns)}
+	n := &node{name: name, path: path, nc: connect(t, ns), reg: reg}
 	var err error
 	n.cl, err = cluster.Connect(ctx, n.nc, o)
 	require.NoError(t, err)
@@ -240,7 +250,7 @@ func batchOf(client string, muts ...syncproto.Mutation) replication.Batch {
 // batchFor admits muts as client of tenant sent them at now.
 func batchFor(tenant, client string, muts ...syncproto.Mutation) replication.Batch {
 	return replication.Admit(replication.Author{Tenant: tenant, ClientID: client, CanWrite: everything},
-		muts, replication.Config{"docs": replication.PolicyOptimistic}, time.Now(), time.Minute)
+		muts, testPolicies, time.Now(), time.Minute)
 }
 
 func put(clock *syncproto.Clock, model, key, value string) syncproto.Mutation {
@@ -254,7 +264,7 @@ func put(clock *syncproto.Clock, model, key, value string) syncproto.Mutation {
 // threeNodes starts a 3-server NATS cluster (R3) with a syncd node on each.
 func threeNodes(t *testing.T, o cluster.Options) ([]*server.Server, []*node) {
 	t.Helper()
-	servers := startNATS(t, 3)
+	servers := syncdtest.StartNATS(t, 3, testSecret)
 	o.Replicas = 3
 	var nodes []*node
 	for i, ns := range servers {
@@ -388,7 +398,7 @@ func TestOptimisticRaceHasOneWinnerAcrossNodes(t *testing.T) {
 // commands at a time, yet the batches one client submits back to back
 // (as a session pipelines its pushes) are applied in the order submitted.
 func TestAClientsBatchesApplyInSubmissionOrder(t *testing.T) {
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{})
 	const clients, batches = 4, 40
 	var wg sync.WaitGroup

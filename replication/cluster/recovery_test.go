@@ -20,6 +20,7 @@ import (
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -42,7 +43,9 @@ func publishJob(t testing.TB, nc *nats.Conn, job cluster.Job) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	_, err = js.Publish(ctx, cluster.Subject, data)
+	msg := &nats.Msg{Subject: cluster.Subject, Data: data, Header: nats.Header{}}
+	msg.Header.Set(cluster.HeaderAuth, cluster.Authenticate(testKey, data))
+	_, err = js.PublishMsg(ctx, msg)
 	require.NoError(t, err)
 }
 
@@ -58,10 +61,13 @@ func oplogCount(t testing.TB, n *node) int {
 // applied: a lease holder that lost its lease cannot act after its
 // successor.
 func TestStaleTokenJobIsIgnored(t *testing.T) {
-	servers := startNATS(t, 1)
-	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
+	servers := syncdtest.StartNATS(t, 1, testSecret)
+	// Entries live 30 s; a job may run as of at most the skew bound (a
+	// minute) past its stream time.
+	n := startNodeWith(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour},
+		replication.StoreOptions{Log: replication.Retention{MaxAge: 30 * time.Second}})
 	writeMany(t, n, "phone", 5)
-	farFuture := time.Now().Add(365 * 24 * time.Hour) // every entry is beyond the retention then
+	farFuture := time.Now().Add(59 * time.Second) // every entry is beyond the retention then
 
 	publishJob(t, n.nc, cluster.Job{Kind: cluster.JobCompactOplog, Token: 1_000_000, Now: time.Now(), Limit: 1000})
 	writeMany(t, n, "phone-2", 1) // a barrier: the job before it was applied
@@ -81,7 +87,7 @@ func TestStaleTokenJobIsIgnored(t *testing.T) {
 // an upgrade) cannot apply it as the older peers did, so it stops serving,
 // saying why, instead of removing other rows than they do.
 func TestOlderCompactionJobStopsTheNode(t *testing.T) {
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
 	writeMany(t, n, "phone", 2)
 	publishJob(t, n.nc, cluster.Job{Kind: cluster.JobKind("compact_oplog"), Token: 1_000_000, Now: time.Now(), Limit: 1000})
@@ -99,7 +105,7 @@ func TestOlderCompactionJobStopsTheNode(t *testing.T) {
 // quiet tenant's entries, and its readers' cursors, alone.
 func TestRetentionJobsKeepUp(t *testing.T) {
 	ctx := context.Background()
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	o := cluster.Options{JobInterval: 200 * time.Millisecond, JobLimit: 4, LeaseTTL: time.Second}
 	so := replication.StoreOptions{Log: replication.Retention{MaxEntries: 3}, Ledger: ledger.Options{MaxEntries: 2}}
 	a := startNodeWith(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o, so)
@@ -157,7 +163,7 @@ func TestLeaseHasOneHolderAndMovesOn(t *testing.T) {
 // position fell below the stream's retention, restores the newest
 // snapshot and catches up from the stream, ending with the same state.
 func TestEmptyNodeRestoresFromSnapshot(t *testing.T) {
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: 200 * time.Millisecond, LeaseTTL: time.Second, JobInterval: time.Hour}
 	a := startNode(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o)
 	bPath := filepath.Join(t.TempDir(), "syncd.db")
@@ -187,8 +193,8 @@ func TestEmptyNodeRestoresFromSnapshot(t *testing.T) {
 // TestNoSnapshotIsAClearError: a node that must restore, in a cluster that
 // has no snapshot, says so and changes nothing.
 func TestNoSnapshotIsAClearError(t *testing.T) {
-	servers := startNATS(t, 1)
-	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: time.Hour}
+	servers := syncdtest.StartNATS(t, 1, testSecret)
+	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: time.Hour, CommandKey: testKey}
 	a := startNode(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o)
 	writeMany(t, a, "laptop", 400)
 
@@ -211,18 +217,18 @@ func TestNoSnapshotIsAClearError(t *testing.T) {
 func TestMisconfigurationIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	nc := connect(t, servers[0])
 	path := filepath.Join(t.TempDir(), "syncd.db")
 	startNode(t, servers[0], "node-a", path, cluster.Options{}).stop()
 
-	_, err := cluster.Connect(ctx, nc, cluster.Options{Node: "node-b", Replicas: 3, APITimeout: time.Second})
+	_, err := cluster.Connect(ctx, nc, cluster.Options{Node: "node-b", Replicas: 3, APITimeout: time.Second, CommandKey: testKey})
 	require.ErrorIs(t, err, cluster.ErrMisconfigured)
 	require.ErrorContains(t, err, "1 replicas, this node is configured for 3")
 
 	// The data of node-a opened for another cluster.
-	other := startNATS(t, 1)
-	cl, err := cluster.Connect(ctx, connect(t, other[0]), cluster.Options{Node: "node-a", Replicas: 1})
+	other := syncdtest.StartNATS(t, 1, testSecret)
+	cl, err := cluster.Connect(ctx, connect(t, other[0]), cluster.Options{Node: "node-a", Replicas: 1, CommandKey: testKey})
 	require.NoError(t, err)
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
 	require.NoError(t, err)
@@ -231,21 +237,21 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, replication.ErrOtherDatabase)
 
 	// A stream of the same name that syncd did not create.
-	foreign := startNATS(t, 1)
+	foreign := syncdtest.StartNATS(t, 1, testSecret)
 	fnc := connect(t, foreign[0])
 	js, err := jetstream.New(fnc)
 	require.NoError(t, err)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cluster.StreamName, Subjects: []string{"orders.>"}})
 	require.NoError(t, err)
-	_, err = cluster.Connect(ctx, fnc, cluster.Options{Node: "node-a", Replicas: 1})
+	_, err = cluster.Connect(ctx, fnc, cluster.Options{Node: "node-a", Replicas: 1, CommandKey: testKey})
 	require.ErrorIs(t, err, cluster.ErrMisconfigured)
 	require.ErrorContains(t, err, "not created by syncd")
 
 	// Servers that refuse messages as large as a command.
-	small, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "small", Port: -1, StoreDir: t.TempDir(), MaxPayload: 1 << 20})
+	small, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "small", Port: -1, StoreDir: t.TempDir(), MaxPayload: 1 << 20, Secret: testSecret})
 	require.NoError(t, err)
 	t.Cleanup(func() { small.Shutdown(); small.WaitForShutdown() })
-	_, err = cluster.Connect(ctx, connect(t, small), cluster.Options{Node: "node-a", Replicas: 1})
+	_, err = cluster.Connect(ctx, connect(t, small), cluster.Options{Node: "node-a", Replicas: 1, CommandKey: testKey})
 	require.ErrorIs(t, err, cluster.ErrMisconfigured)
 	require.ErrorContains(t, err, "max_payload")
 }
@@ -279,7 +285,7 @@ func TestDivergentNodeStopsServing(t *testing.T) {
 // job to run here: the lease holder's next round is an hour away).
 func TestReadyAgainOnceTheStreamAnswers(t *testing.T) {
 	dir := t.TempDir()
-	eo := cluster.EmbeddedOptions{Name: "nats-1", Port: -1, StoreDir: dir}
+	eo := cluster.EmbeddedOptions{Name: "nats-1", Port: -1, StoreDir: dir, Secret: testSecret}
 	ns, err := cluster.StartEmbedded(eo)
 	require.NoError(t, err)
 	n := startNode(t, ns, "node-1", filepath.Join(t.TempDir(), "syncd.db"),

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -16,10 +15,12 @@ import (
 // follow; past the end it returns none; a stream created without direct
 // gets (by an earlier syncd) is given them when a node connects.
 func TestReplicaReaderReadsInOrder(t *testing.T) {
-	ns, err := StartEmbedded(EmbeddedOptions{Name: "reader", Port: -1, StoreDir: t.TempDir()})
+	secret, err := NewSecret()
+	require.NoError(t, err)
+	ns, err := StartEmbedded(EmbeddedOptions{Name: "reader", Port: -1, StoreDir: t.TempDir(), Secret: secret})
 	require.NoError(t, err)
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := ConnectEmbedded(ns, secret)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -29,9 +30,9 @@ func TestReplicaReaderReadsInOrder(t *testing.T) {
 
 	// The stream as syncd created it before nodes read their replicas.
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: StreamName, Subjects: []string{Subject}, Storage: jetstream.FileStorage,
-		Metadata: map[string]string{metaCluster: "c1"}})
+		MaxAge: DefaultStreamMaxAge, DenyDelete: true, DenyPurge: true, Metadata: map[string]string{metaCluster: "c1"}})
 	require.NoError(t, err)
-	c, err := Connect(ctx, nc, Options{Node: "reader", Replicas: 1})
+	c, err := Connect(ctx, nc, Options{Node: "reader", Replicas: 1, CommandKey: make([]byte, MinCommandKeyBytes)})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	s, err := js.Stream(ctx, StreamName)
