@@ -73,6 +73,11 @@ type Config struct {
 	// HookTimeout (0: replication.DefaultHookTimeout), else LWW decides.
 	Hook        replication.Hook
 	HookTimeout time.Duration
+	// ValueVersions declares, by model, the value versions the server
+	// accepts and the upcasters that turn older ones into the current
+	// shape (ModelVersions); welcome announces them. A model it does not
+	// list takes writes of every value version as they are.
+	ValueVersions map[string]ModelVersions
 	// MaxClockSkew is how far ahead of the server's clock a mutation's
 	// timestamp may be; 0 means syncproto.DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
@@ -289,6 +294,7 @@ type Server struct {
 	resolver      *replication.Resolver
 	registry      *prometheus.Registry
 	metrics       *metrics
+	versions      *valueVersions // Config.ValueVersions, checked at the edge
 	started       time.Time
 
 	// hardStop ends every session at once; Shutdown cancels it when its
@@ -318,6 +324,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	versions, err := newValueVersions(cfg.ValueVersions, cfg.Logger, reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	var clusterID string
 	if cfg.Cluster != nil {
 		if _, err := cfg.Cluster.PrepareData(ctx, cfg.DataPath); err != nil {
@@ -340,7 +350,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	db.SetMaxIdleConns(maxDBConns)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, resolver: resolver, registry: reg, checkpoints: checkpoints,
-		metrics:  newMetrics(reg),
+		metrics: newMetrics(reg), versions: versions,
 		clock:    syncproto.NewClock(cfg.NodeID, cfg.Now),
 		started:  cfg.Now(),
 		sessions: map[*session]struct{}{},
