@@ -501,6 +501,9 @@ func (d *driver) settle(s synccore.Settle) error {
 			d.corrected = true
 		}
 		d.restamp[m.OpID] = true
+	case synccore.Pause:
+		c.log.Warn("write paused with its model until a server accepts its value version", "op_id", m.OpID, "model", m.Model,
+			"value_version", m.EffectiveValueVersion(), "reason", v.Reason)
 	case synccore.Left:
 	default:
 		return fmt.Errorf("verdict %d has no action", v.Action)
