@@ -446,7 +446,7 @@ func (d *driver) settleDone(done []synccore.Settle) {
 	for i := range done {
 		c.metrics.replayResults.WithLabelValues(string(done[i].Verdict.Result.Status)).Inc()
 		delete(d.restamp, done[i].Item.Mutation.OpID)
-		ds[i] = decision{mut: &done[i].Item.Mutation, outcome: outcome(done[i], c.now())}
+		ds[i] = decision{mut: &done[i].Item.Mutation, outcome: outcome(done[i], c.now()), upcast: done[i].Verdict.Result.Upcast}
 		ids[i] = offlinequeue.ID(done[i].Item.ID)
 	}
 	if err := c.replica.decideDone(c.ctx, ds, ids); err != nil {

@@ -164,7 +164,7 @@ func (d *decider) decide(i int) error {
 		e.Seq, e.AppliedAt = d.head, d.batch.At
 		d.fx.Entries = append(d.fx.Entries, e)
 		d.records[key] = len(d.fx.Entries) - 1
-		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusApplied, Version: e.Version, Seq: e.Seq, HLC: e.HLC}
+		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusApplied, Version: e.Version, Seq: e.Seq, HLC: e.HLC, Upcast: w.Upcast != nil}
 	case OutcomeSuperseded:
 		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusSuperseded, Message: dec.Reason, Winner: winner(dec.Winner)}
 	case OutcomeConflict:

@@ -49,6 +49,11 @@ type Result struct {
 	Message string `json:"message,omitempty"`
 	// Winner is the record state the write lost to (superseded, conflict).
 	Winner *Winner `json:"winner,omitempty"`
+	// Upcast reports that an applied write was applied in its model's
+	// current value shape, turned from the older value_version it was
+	// sent in (applied only): the record's value is not the one sent, and
+	// reaches the device by the change feed.
+	Upcast bool `json:"upcast,omitempty"`
 	// AcceptedVersions are the value versions the server accepts for the
 	// write's model, ascending (rejected with CodeNeedsUpgrade only).
 	AcceptedVersions []uint64 `json:"accepted_versions,omitempty"`
