@@ -159,10 +159,12 @@ func TestWritesOfAVersionNotAcceptedPauseThenResume(t *testing.T) {
 // go on.
 func TestUpcasterFailuresRefuseTheWriteAlone(t *testing.T) {
 	for name, up := range map[string]server.Upcaster{
-		"error":     func(json.RawMessage) (json.RawMessage, error) { return nil, errors.New("no title") },
-		"panic":     func(json.RawMessage) (json.RawMessage, error) { panic("upcaster bug") },
-		"not JSON":  func(json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`{"name":`), nil },
-		"too large": func(json.RawMessage) (json.RawMessage, error) { return bytes.Repeat([]byte("1"), syncproto.MaxPayloadBytes+1), nil },
+		"error":    func(json.RawMessage) (json.RawMessage, error) { return nil, errors.New("no title") },
+		"panic":    func(json.RawMessage) (json.RawMessage, error) { panic("upcaster bug") },
+		"not JSON": func(json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`{"name":`), nil },
+		"too large": func(json.RawMessage) (json.RawMessage, error) {
+			return bytes.Repeat([]byte("1"), syncproto.MaxPayloadBytes+1), nil
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := startUpgradable(t, map[string]server.ModelVersions{"notes": {Current: 2, Upcasters: map[uint64]server.Upcaster{1: up}}})

@@ -157,7 +157,7 @@ type simClient struct {
 	outcomes map[string][]Verdict
 	replica  map[replication.RecordKey]syncproto.Change
 	cursor   uint64
-	dbID     int // the database the replica was synced from
+	dbID     int    // the database the replica was synced from
 	build    uint64 // the value version of "shapes" this device's build writes
 	// volatile
 	core  *Core
