@@ -32,14 +32,16 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 ## cluster: three syncd nodes on loopback, each with an embedded NATS server and its own
-## data directory under var/cluster/; they share one token file. Ctrl-C stops all three.
+## data directory under var/cluster/; they share one token file and one cluster secret
+## (var/cluster/cluster.secret, created when missing). Ctrl-C stops all three.
 cluster: build
 	@mkdir -p var/cluster
+	@[ -f var/cluster/cluster.secret ] || ./$(BIN)/syncd cluster-secret --out var/cluster/cluster.secret
 	@set -e; trap 'kill $$(jobs -p) 2>/dev/null; wait' INT TERM EXIT; \
 	node() { \
 	  routes=""; for j in 1 2 3; do [ $$j = $$1 ] || routes="$$routes --nats-route nats-route://127.0.0.1:622$$j"; done; \
 	  ./$(BIN)/syncd --cluster --node-id node-$$1 --data var/cluster/node-$$1/syncd.db --tokens var/cluster/tokens.json --dev-tokens \
-	    --listen 127.0.0.1:818$$1 --admin-listen 127.0.0.1:828$$1 \
+	    --cluster-secret var/cluster/cluster.secret --listen 127.0.0.1:818$$1 --admin-listen 127.0.0.1:828$$1 \
 	    --nats-listen 127.0.0.1:422$$1 --nats-cluster-listen 127.0.0.1:622$$1 $$routes $(ARGS) \
 	    > var/cluster/node-$$1.log 2>&1 & \
 	}; \

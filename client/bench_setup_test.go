@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -18,10 +17,10 @@ import (
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -78,17 +77,6 @@ func startBenchSyncd(b *testing.B, dataPath, clientID string) *benchSyncd {
 	b.Helper()
 	srv := syncdtest.Start(b, server.Config{DataPath: dataPath})
 	return &benchSyncd{url: srv.URL, token: srv.Member(b, benchTenant, clientID)}
-}
-
-// unreachableURL is the URL of a loopback port nothing listens on (it was
-// bound and released), for opening a client offline.
-func unreachableURL(b *testing.B) string {
-	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(b, err)
-	addr := ln.Addr().String()
-	require.NoError(b, ln.Close())
-	return "http://" + addr
 }
 
 // benchKey and benchValue are record i's key and value in every benchmark:

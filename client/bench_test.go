@@ -18,6 +18,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -359,7 +360,7 @@ func requireApplied(ctx context.Context, b *testing.B, c *client.Client, muts []
 // empty.
 func requireSampleApplied(ctx context.Context, b *testing.B, token, clientID, queuePath, replicaPath string, opIDs []string) {
 	b.Helper()
-	c := openBenchClient(b, unreachableURL(b), token, clientID, queuePath, replicaPath)
+	c := openBenchClient(b, "http://"+syncdtest.FreeAddr(b), token, clientID, queuePath, replicaPath)
 	defer c.Close()
 	st, err := c.Status(ctx)
 	require.NoError(b, err)
@@ -412,7 +413,7 @@ func openBenchClient(b *testing.B, url, token, clientID, queuePath, replicaPath 
 // offline.
 func benchBuildOverlay(b *testing.B, token, clientID, queuePath, replicaPath string) {
 	b.Helper()
-	c := openBenchClient(b, unreachableURL(b), token, clientID, queuePath, replicaPath)
+	c := openBenchClient(b, "http://"+syncdtest.FreeAddr(b), token, clientID, queuePath, replicaPath)
 	require.NoError(b, c.Close())
 }
 

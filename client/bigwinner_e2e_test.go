@@ -65,6 +65,6 @@ func TestConflictHandlerSeesLargeWinnersWhole(t *testing.T) {
 		require.Equal(t, uint64(1), c.Winner.Version)
 		require.Equal(t, big(i), string(c.Winner.Value), "%s: winner value", c.Key)
 	}
-	require.Positive(t, metric(t, s.registry, "syncd_winner_values_omitted_total"), "the batch's answer left no value out")
+	require.Positive(t, metric(t, s.Registry, "syncd_winner_values_omitted_total"), "the batch's answer left no value out")
 	require.Eventually(t, func() bool { return b.convergesWithServer(t, s, model) }, waitFor, pollTick)
 }

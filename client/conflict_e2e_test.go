@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
@@ -101,7 +102,7 @@ func TestOfflineEditsOfSameKeysConverge(t *testing.T) {
 		losses[lost.Status]++
 		// Whichever arrived first, the race is in the conflict log with
 		// the loser and the winner named.
-		var row *conflictRow
+		var row *adminapi.Conflict
 		for i := range conflicts {
 			if conflicts[i].Loser.OpID == lose.op {
 				row = &conflicts[i]
@@ -109,7 +110,7 @@ func TestOfflineEditsOfSameKeysConverge(t *testing.T) {
 		}
 		require.NotNil(t, row, "key %s: the losing write %s (%s) is not in the conflict log", k, lose.op, lost.Status)
 		require.Equal(t, k, row.Key)
-		require.Equal(t, string(replication.PolicyLWW), row.Policy)
+		require.Equal(t, syncproto.PolicyLWW, row.Policy)
 		require.Equal(t, win.op, row.Winner.OpID, "key %s: the logged winner", k)
 		switch lost.Status {
 		case client.StatusSuperseded: // arrived second
@@ -197,7 +198,7 @@ func TestOptimisticConflictRebased(t *testing.T) {
 
 	logged := false
 	for _, e := range s.conflicts(t, model) {
-		logged = logged || (e.Loser.OpID == fromB && e.Policy == string(replication.PolicyOptimistic) && e.Winner.Version == 2)
+		logged = logged || (e.Loser.OpID == fromB && e.Policy == syncproto.PolicyOptimistic && e.Winner.Version == 2)
 	}
 	require.True(t, logged, "the refused write is in the conflict log")
 	for _, d := range []*device{a, b} {

@@ -95,7 +95,7 @@ func TestKilledMidReplay(t *testing.T) {
 	s.requireAppliedOnce(t, reported)
 	require.Empty(t, d.queued(t))
 	t.Logf("%d reported writes, %d answered from the ledger as duplicates", len(reported),
-		int(metric(t, s.registry, "syncd_mutations_total", "status=duplicate")))
+		int(metric(t, s.Registry, "syncd_mutations_total", "status=duplicate")))
 }
 
 // childProgress is what runAndKill knows of a running child.
@@ -144,12 +144,12 @@ func (s *syncd) runAndKill(t *testing.T, cfg killChild, step func(childProgress)
 			}
 		}
 	}()
-	applied0 := metric(t, s.registry, "syncd_mutations_total", "status=applied")
+	applied0 := metric(t, s.Registry, "syncd_mutations_total", "status=applied")
 	var ops, other []string // other: anything else the child said (a test failure)
 	wrote := false
 	tick := time.NewTicker(pollTick)
 	defer tick.Stop()
-	for !step(childProgress{len(ops), wrote, metric(t, s.registry, "syncd_mutations_total", "status=applied") - applied0}) {
+	for !step(childProgress{len(ops), wrote, metric(t, s.Registry, "syncd_mutations_total", "status=applied") - applied0}) {
 		select {
 		case line, ok := <-lines:
 			if !ok {

@@ -56,7 +56,7 @@ func TestCredentialConfiguresTheClient(t *testing.T) {
 			dir := t.TempDir()
 			q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
 			require.NoError(t, err)
-			cfg := client.Config{ServerURLs: []string{s.url}, Token: "sdk_x_y", Queue: q, ReplicaPath: filepath.Join(dir, "replica.db")}
+			cfg := client.Config{ServerURLs: []string{s.URL}, Token: "sdk_x_y", Queue: q, ReplicaPath: filepath.Join(dir, "replica.db")}
 			tc.cfg(&cfg)
 			_, err = client.Open(context.Background(), cfg)
 			require.ErrorIs(t, err, client.ErrInvalidCredential)

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // A device whose server was replaced by another database (same address,
@@ -33,7 +33,7 @@ func TestOtherDatabaseResyncs(t *testing.T) {
 	require.NoError(t, err)
 
 	first := syncdtest.Start(t, server.Config{DataPath: filepath.Join(dir, "first.db"), Authenticator: authn})
-	s1 := &syncd{url: first.URL}
+	s1 := &syncd{first}
 	d := openDevice(t, s1, s1.proxy(t), t.TempDir(), "phone-1", deviceOptions{token: phone})
 	d.requireApplied(t, []string{d.put(t, "notes", "old", `{"n":0}`)})
 	d.waitStatus(t, "the feed brought the write", func(st client.Status) bool { return st.Cursor >= 1 })
@@ -46,7 +46,7 @@ func TestOtherDatabaseResyncs(t *testing.T) {
 	u, err := url.Parse(first.URL)
 	require.NoError(t, err)
 	second := syncdtest.StartAt(t, u.Host, server.Config{DataPath: filepath.Join(dir, "second.db"), Authenticator: authn})
-	s2 := &syncd{url: second.URL}
+	s2 := &syncd{second}
 	other := openDevice(t, s2, s2.proxy(t), t.TempDir(), "laptop-1", deviceOptions{token: laptop})
 	other.requireApplied(t, []string{
 		other.put(t, "notes", "new-1", `{"n":1}`), other.put(t, "notes", "new-2", `{"n":2}`), other.put(t, "notes", "new-3", `{"n":3}`),

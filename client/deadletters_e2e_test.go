@@ -20,7 +20,7 @@ import (
 // reaching into the queue.
 func TestDeadLettersThroughTheClient(t *testing.T) {
 	s := startSyncd(t, server.Config{})
-	tok := s.tokenFor(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes"}})
+	tok := s.Issue(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes"}})
 	d := openDevice(t, s, s.proxy(t), t.TempDir(), "phone-1", deviceOptions{token: tok})
 	ctx := t.Context()
 	a := d.put(t, "secret", "a", `{"n":1}`)
@@ -87,7 +87,7 @@ func (w watchedFile) MoveToDeadLetters(ctx context.Context, id offlinequeue.ID, 
 // readers while the outcome commits).
 func TestAwaitedDeadLetterIsListed(t *testing.T) {
 	s := startSyncd(t, server.Config{})
-	tok := s.tokenFor(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes"}})
+	tok := s.Issue(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes"}})
 	for _, backend := range []string{"sqlite", "file"} {
 		t.Run(backend, func(t *testing.T) {
 			dir := t.TempDir()

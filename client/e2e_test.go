@@ -53,7 +53,7 @@ func TestStatus(t *testing.T) {
 	var head struct {
 		OplogHead uint64 `json:"oplog_head"`
 	}
-	s.adminGet(t, "/v1/admin/status", &head)
+	s.Admin(t, "/v1/admin/status", &head)
 	require.Equal(t, uint64(2), head.OplogHead)
 	d.waitStatus(t, "synced to the head", func(st client.Status) bool {
 		return st.Online && st.Connected && st.Pending == 0 && st.DeadLetters == 0 && st.Cursor == head.OplogHead && !st.LastSync.IsZero() && st.State == client.StateIdle
@@ -246,7 +246,7 @@ func TestResyncAfterOplogCompaction(t *testing.T) {
 		var st struct {
 			OplogOldest uint64 `json:"oplog_oldest"`
 		}
-		s.adminGet(t, "/v1/admin/status", &st)
+		s.Admin(t, "/v1/admin/status", &st)
 		return st.OplogOldest > cursor+1
 	}, waitFor, pollTick, "the oplog was never compacted past the offline device's cursor")
 	mine := b.put(t, "notes", "mine", `{"n":"b"}`)

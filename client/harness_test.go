@@ -1,18 +1,13 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,12 +16,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
-	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/soak/faultproxy"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -45,42 +40,31 @@ const (
 	tenant   = "acme"
 )
 
-// syncd is a real server on a loopback port for client tests.
+// syncd is a real server on a loopback port for client tests
+// (syncdtest), with the test tenant's shorthands.
 type syncd struct {
-	url        string // public listener: sync websocket, snapshot, healthz
-	adminURL   string // admin listener
-	tokenPath  string
-	adminToken string
-	registry   *prometheus.Registry
+	*syncdtest.Server
 }
 
 // startSyncd starts syncd with cfg (DataPath, Authenticator and Registry
 // filled in when empty) and stops it when the test ends.
 func startSyncd(t testing.TB, cfg server.Config) *syncd {
 	t.Helper()
-	srv := syncdtest.Start(t, cfg)
-	return &syncd{url: srv.URL, adminURL: srv.AdminURL, tokenPath: srv.TokenPath, adminToken: srv.AdminToken, registry: srv.Registry}
+	return &syncd{syncdtest.Start(t, cfg)}
 }
 
 // token issues a token for clientID in the test tenant that may read and
 // write every model.
 func (s *syncd) token(t testing.TB, clientID string) string {
 	t.Helper()
-	return s.tokenFor(t, auth.Principal{Tenant: tenant, ClientID: clientID, Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}})
-}
-
-func (s *syncd) tokenFor(t testing.TB, p auth.Principal) string {
-	t.Helper()
-	tok, err := auth.Issue(s.tokenPath, p, time.Now())
-	require.NoError(t, err)
-	return tok
+	return s.Member(t, tenant, clientID)
 }
 
 // proxy starts a fault proxy in front of the server's public listener; it
 // stands for one device's network path.
 func (s *syncd) proxy(t testing.TB) *faultproxy.Proxy {
 	t.Helper()
-	u, err := url.Parse(s.url)
+	u, err := url.Parse(s.URL)
 	require.NoError(t, err)
 	p, err := faultproxy.New(u.Host, faultproxy.Options{})
 	require.NoError(t, err)
@@ -88,38 +72,10 @@ func (s *syncd) proxy(t testing.TB) *faultproxy.Proxy {
 	return p
 }
 
-// adminGet decodes the JSON answer of an admin API path into out.
-func (s *syncd) adminGet(t testing.TB, path string, out any) {
+// oplog reads the test tenant's whole oplog through the admin API.
+func (s *syncd) oplog(t testing.TB) []adminapi.OplogEntry {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.adminURL+path, nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+s.adminToken)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s: %s", path, body)
-	require.NoError(t, json.Unmarshal(body, out), "GET %s", path)
-}
-
-// oplog reads the test tenant's whole oplog through the admin API, page by
-// page.
-func (s *syncd) oplog(t testing.TB) []server.OplogEntry {
-	t.Helper()
-	var all []server.OplogEntry
-	for from, pages := uint64(0), 0; ; pages++ {
-		require.Less(t, pages, 10_000, "oplog paging does not end")
-		var page server.OplogPage
-		s.adminGet(t, fmt.Sprintf("/v1/admin/oplog?tenant=%s&from=%d&limit=%d", tenant, from, syncproto.MaxPullLimit), &page)
-		all = append(all, page.Entries...)
-		if len(page.Entries) == 0 || page.Next >= page.Head {
-			return all
-		}
-		from = page.Next
-	}
+	return s.Oplog(t, "&"+url.Values{adminapi.ParamTenant: {tenant}}.Encode())
 }
 
 // oplogCounts counts the test tenant's oplog entries by op id.
@@ -145,26 +101,12 @@ func (s *syncd) requireAppliedOnce(t testing.TB, ops []string) {
 	}
 }
 
-// conflictRow is what the tests read of a /v1/admin/conflicts row.
-type conflictRow struct {
-	Key    string       `json:"key"`
-	Policy string       `json:"policy"`
-	Reason string       `json:"reason"`
-	Loser  conflictSide `json:"loser"`
-	Winner conflictSide `json:"winner"`
-}
-
-type conflictSide struct {
-	OpID    string          `json:"op_id"`
-	Version uint64          `json:"version"`
-	Value   json.RawMessage `json:"value"`
-}
-
 // conflicts reads the test tenant's conflict log for model (newest first).
-func (s *syncd) conflicts(t testing.TB, model string) []conflictRow {
+func (s *syncd) conflicts(t testing.TB, model string) []adminapi.Conflict {
 	t.Helper()
-	var rows []conflictRow
-	s.adminGet(t, fmt.Sprintf("/v1/admin/conflicts?tenant=%s&model=%s&limit=1000", tenant, model), &rows)
+	var rows []adminapi.Conflict
+	q := url.Values{adminapi.ParamTenant: {tenant}, adminapi.ParamModel: {model}, adminapi.ParamLimit: {strconv.Itoa(adminapi.MaxConflicts)}}
+	s.Admin(t, adminapi.PathConflicts+"?"+q.Encode(), &rows)
 	return rows
 }
 
@@ -172,43 +114,14 @@ func (s *syncd) conflicts(t testing.TB, model string) []conflictRow {
 // the snapshot endpoint (read with token, beside the proxy), keyed by key.
 func (s *syncd) serverRecords(t testing.TB, token, model string) map[string]syncproto.SnapshotRecord {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	// A token may download one snapshot at a time (server.MaxSnapshotsPerToken):
-	// while the device itself loads one with this token, the server answers
-	// 503 server_busy, and the read is tried again.
-	var resp *http.Response
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+syncproto.SnapshotPath, nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err = http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			break
-		}
-		resp.Body.Close()
-		select {
-		case <-ctx.Done():
-			require.FailNow(t, "the snapshot endpoint stayed busy")
-		case <-time.After(pollTick):
-		}
-	}
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	sr, err := syncproto.NewSnapshotReader(resp.Body)
-	require.NoError(t, err)
+	_, recs := s.Snapshot(t, token)
 	out := map[string]syncproto.SnapshotRecord{}
-	for {
-		rec, err := sr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		require.NoError(t, err)
+	for _, rec := range recs {
 		if rec.Model == model {
 			out[rec.Key] = rec
 		}
 	}
+	return out
 }
 
 // metric sums the values of the samples of the named counter or gauge in
@@ -459,29 +372,11 @@ func jsonEqual(a, b []byte) bool {
 // the test fails, so a failing end-to-end test shows what its client did.
 func failureLog(t testing.TB, name string) *slog.Logger {
 	t.Helper()
-	buf := &lockedBuffer{}
+	buf := &syncdtest.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("log of %s:\n%s", name, buf.String())
 		}
 	})
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

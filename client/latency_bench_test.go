@@ -18,8 +18,8 @@ import (
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // envAwaitN is how many sequential Put+Await writes BenchmarkAwaitedPut
@@ -34,9 +34,8 @@ const (
 // one record and waits until syncd applied it before the next, over
 // loopback, with synchronous=FULL and with synchronous=NORMAL on syncd and
 // on the client's SQLite queue (the replica lives in the queue's file, at
-// its level). syncd's per-session request rate limit is lifted: at its
-// default (200 requests/s, DefaultRequestsPerSecond) the limiter, not the
-// write path, would bound a loop of awaited writes. It reports, per level:
+// its level). syncd runs at the defaults its binary runs with (no limit
+// lifted: none of them throttles one device). It reports, per level:
 //
 //	p50_ms, p99_ms    Put+Await latency of one write
 //	writes/s          awaited writes per second (targets: NORMAL >= 1300)
@@ -61,10 +60,7 @@ func BenchmarkAwaitedPut(b *testing.B) {
 			ctx := benchContext(b)
 			dir := b.TempDir()
 			clientID := "bench-await"
-			// The session rate limit is lifted: at its default (200
-			// requests/s) it, not the write path, would bound the loop.
-			srv := syncdtest.Start(b, server.Config{DataPath: filepath.Join(dir, "syncd.db"), Synchronous: level.server,
-				RequestsPerSecond: 1e9, RequestBurst: 1 << 30})
+			srv := syncdtest.Start(b, server.Config{DataPath: filepath.Join(dir, "syncd.db"), Synchronous: level.server})
 			token := srv.Member(b, benchTenant, clientID)
 			q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{Synchronous: level.queue})
 			require.NoError(b, err)
@@ -227,7 +223,7 @@ func BenchmarkOfflinePut(b *testing.B) {
 		require.NoError(b, err)
 		payloads[i] = p
 	}
-	c := openBenchClient(b, unreachableURL(b), "token", clientID, filepath.Join(dir, "queue.db"), filepath.Join(dir, "replica.db"))
+	c := openBenchClient(b, "http://"+syncdtest.FreeAddr(b), "token", clientID, filepath.Join(dir, "queue.db"), filepath.Join(dir, "replica.db"))
 	b.Cleanup(func() { c.Close() })
 
 	b.ResetTimer()

@@ -54,6 +54,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "syncd_client_outcomes_pruned_total", Help: "Outcomes of decided writes forgotten: older than OutcomeRetention, or the oldest beyond MaxOutcomes.",
 		}),
 	}
+	// Every reason is exported from the start (at zero), so a rate over
+	// one is defined before its first abandon.
+	for _, r := range []string{abandonedTooLarge, abandonedTimeout, abandonedStatus, abandonedTruncate, abandonedInvalid, abandonedFailed} {
+		m.snapshotsAbandoned.WithLabelValues(r)
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -23,8 +23,8 @@ func TestFlapDuringReconnectAbortsBeforeReplay(t *testing.T) {
 	d := openDevice(t, s, p, t.TempDir(), "phone-1", deviceOptions{})
 	d.waitOffline(t)
 	ops := []string{d.put(t, "notes", "a", `{"n":1}`), d.put(t, "notes", "b", `{"n":2}`)}
-	accepted := metric(t, s.registry, "syncd_connections_total", "result=accepted")
-	pushes := metric(t, s.registry, "syncd_pushes_total")
+	accepted := metric(t, s.Registry, "syncd_connections_total", "result=accepted")
+	pushes := metric(t, s.Registry, "syncd_pushes_total")
 
 	// Every answer from the server now takes a while: probes still succeed,
 	// so the network is reported back, but the websocket's upgrade answer
@@ -34,7 +34,7 @@ func TestFlapDuringReconnectAbortsBeforeReplay(t *testing.T) {
 	p.SetDelay(0, time.Second)
 	p.SetMode(faultproxy.Pass)
 	require.Eventually(t, func() bool {
-		return metric(t, s.registry, "syncd_connections_total", "result=accepted") > accepted
+		return metric(t, s.Registry, "syncd_connections_total", "result=accepted") > accepted
 	}, waitFor, pollTick, "the reconnect never reached the server")
 	p.SetMode(faultproxy.Blackhole)
 	d.waitStatus(t, "offline again", func(st client.Status) bool { return !st.Online })
@@ -47,7 +47,7 @@ func TestFlapDuringReconnectAbortsBeforeReplay(t *testing.T) {
 		"the run was cut short by the offline report, not by a step failing")
 	require.Zero(t, metric(t, d.registry, "syncd_client_replay_runs_total"), "a replay ran")
 	require.Zero(t, metric(t, d.registry, "syncd_client_replays_total"), "a replay pass ran")
-	require.Equal(t, pushes, metric(t, s.registry, "syncd_pushes_total"), "a push reached the server")
+	require.Equal(t, pushes, metric(t, s.Registry, "syncd_pushes_total"), "a push reached the server")
 	require.Equal(t, len(ops), d.status(t).Pending)
 
 	p.SetDelay(0, 0)

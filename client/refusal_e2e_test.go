@@ -79,7 +79,7 @@ func TestRevokedDeviceIsReported(t *testing.T) {
 
 	id, _, ok := strings.Cut(strings.TrimPrefix(d.token, "sdk_"), "_")
 	require.True(t, ok, "token %q", d.token)
-	require.NoError(t, auth.Revoke(s.tokenPath, id))
+	require.NoError(t, auth.Revoke(s.TokenPath, id))
 	// The server rechecks tokens every 50 ms here; within the deadline the
 	// session is cut and the device reports why.
 	require.Eventually(t, func() bool {

@@ -161,7 +161,7 @@ func TestNetworkDropMidReplay(t *testing.T) {
 	// The writes committed without their answer arriving are resent and
 	// answered from the ledger (more may have been committed after the
 	// oplog was read, by pushes the server had already received).
-	dups := int(metric(t, s.registry, "syncd_mutations_total", "status=duplicate"))
+	dups := int(metric(t, s.Registry, "syncd_mutations_total", "status=duplicate"))
 	require.GreaterOrEqual(t, dups, ackLost)
 	require.LessOrEqual(t, dups, len(queued))
 }
@@ -178,7 +178,7 @@ func TestPoisonWriteDeadLetteredAtFirstRefusal(t *testing.T) {
 	// The token may write notes but not secret: every write to secret is
 	// rejected with forbidden_model. The server declares no models, so the
 	// welcome cannot tell the client beforehand: the write is queued.
-	tok := s.tokenFor(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes"}})
+	tok := s.Issue(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes"}})
 	// No retry timer fires during the test.
 	noTimer := func(c *client.Config) { c.RetryInterval, c.MaxRetryInterval = time.Hour, time.Hour }
 	d := openDevice(t, s, p, dir, "phone-1", deviceOptions{token: tok, tweak: noTimer})
@@ -215,7 +215,7 @@ func TestPoisonWriteDeadLetteredAtFirstRefusal(t *testing.T) {
 	st := d.status(t)
 	require.Equal(t, 1, st.DeadLetters)
 	require.Zero(t, st.Pending)
-	require.Equal(t, float64(1), metric(t, s.registry, "syncd_mutations_total", "status=rejected"),
+	require.Equal(t, float64(1), metric(t, s.Registry, "syncd_mutations_total", "status=rejected"),
 		"the server refused the poison exactly once")
 	s.requireAppliedOnce(t, behind)
 	_, found, err := d.Get(t.Context(), "secret", "s1")
@@ -256,8 +256,8 @@ func TestLargeWritesReplayWithinFrameLimit(t *testing.T) {
 	d.online()
 	d.waitSynced(t)
 	d.requireApplied(t, ops)
-	require.Equal(t, float64(n), metric(t, s.registry, "syncd_mutations_total", "status=applied"))
-	require.Greater(t, metric(t, s.registry, "syncd_pushes_total"), float64(1), "split over several pushes")
+	require.Equal(t, float64(n), metric(t, s.Registry, "syncd_mutations_total", "status=applied"))
+	require.Greater(t, metric(t, s.Registry, "syncd_pushes_total"), float64(1), "split over several pushes")
 }
 
 // A device whose clock runs far ahead of the server's has its writes
@@ -279,7 +279,7 @@ func TestClockSkewRestamped(t *testing.T) {
 	d.waitSynced(t)
 	d.requireApplied(t, ops)
 	s.requireAppliedOnce(t, ops)
-	require.Equal(t, float64(len(ops)), metric(t, s.registry, "syncd_mutations_total", "status=rejected"), "each was refused once")
+	require.Equal(t, float64(len(ops)), metric(t, s.Registry, "syncd_mutations_total", "status=rejected"), "each was refused once")
 	for _, e := range s.oplog(t) {
 		require.Less(t, e.HLC.Wall, time.Now().Add(time.Minute).UnixMilli(), "applied with a corrected stamp")
 	}

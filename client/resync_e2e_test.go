@@ -78,7 +78,7 @@ func TestStalledSnapshotIsAbandonedAtItsTimeout(t *testing.T) {
 		var st struct {
 			OplogOldest uint64 `json:"oplog_oldest"`
 		}
-		s.adminGet(t, "/v1/admin/status", &st)
+		s.Admin(t, "/v1/admin/status", &st)
 		return st.OplogOldest > 1
 	}, waitFor, pollTick, "the oplog was never compacted: a new device would not need a snapshot")
 

@@ -22,7 +22,7 @@ func TestWritesRefusedForGoodFailFast(t *testing.T) {
 		"notes": replication.PolicyLWW, "docs": replication.PolicyOptimistic, "secret": replication.PolicyLWW,
 		replication.AnyModel: replication.PolicyNone,
 	}})
-	tok := s.tokenFor(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes", "docs"}})
+	tok := s.Issue(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes", "docs"}})
 	p := s.proxy(t)
 	d := openDevice(t, s, p, t.TempDir(), "phone-1", deviceOptions{token: tok})
 	d.offline()

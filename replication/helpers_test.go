@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"encoding/json"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -35,13 +35,13 @@ type store struct {
 	log       *replication.SQLiteLog
 	records   *replication.Records
 	conflicts *replication.ConflictLog
-	clock     *fakeClock
+	clock     *fakeclock.Clock
 }
 
 func openStore(tb testing.TB, logRet, conflictRet replication.Retention) *store {
 	tb.Helper()
 	ctx := context.Background()
-	s := &store{db: openDB(tb), clock: newFakeClock()}
+	s := &store{db: openDB(tb), clock: fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	var err error
 	s.log, err = replication.NewSQLiteLog(ctx, s.db, replication.LogOptions{Retention: logRet, Now: s.clock.Now})
 	require.NoError(tb, err)
@@ -62,28 +62,6 @@ func inTx(tb testing.TB, db *sql.DB, fn func(tx *sql.Tx) error) {
 		require.NoError(tb, err)
 	}
 	require.NoError(tb, tx.Commit())
-}
-
-// fakeClock is a settable clock for AppliedAt, DecidedAt and retention.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 func ts(wall int64, logical uint32, origin string) syncproto.Timestamp {

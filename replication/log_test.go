@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/ledger"
 	r "github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/logtest"
@@ -82,7 +83,7 @@ func TestSQLiteLogMigratesVersion1(t *testing.T) {
 	_, err = db.ExecContext(ctx, `DELETE FROM oplog WHERE seq <= 3`)
 	require.NoError(t, err)
 
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	open := func() *r.SQLiteLog {
 		l, err := r.NewSQLiteLog(ctx, db, r.LogOptions{Retention: r.Retention{MaxEntries: 1, MaxAge: -1}, Now: clock.Now})
 		require.NoError(t, err)

@@ -32,9 +32,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -82,7 +84,7 @@ func TestAbuseOneTenantCannotExpireOrPruneAnother(t *testing.T) {
 		},
 		RetentionInterval: -1,
 	})
-	victim, vClock := session(t, ts, ts.member(t, "victim", "phone"), "phone")
+	victim, vClock := session(t, ts, ts.Member(t, "victim", "phone"), "phone")
 	// The victim's offline write, made now, delivered after the flood.
 	offline := put(t, vClock, "notes", "offline", `"written on a plane"`)
 	// Victim conflicts: writes that lose LWW to a newer one.
@@ -93,7 +95,7 @@ func TestAbuseOneTenantCannotExpireOrPruneAnother(t *testing.T) {
 		require.Equal(t, syncproto.StatusSuperseded, res[0].Status)
 	}
 
-	attacker, aClock := session(t, ts, ts.member(t, "attacker", "bot"), "bot")
+	attacker, aClock := session(t, ts, ts.Member(t, "attacker", "bot"), "bot")
 	ahead := syncproto.NewClock("bot", func() time.Time { return time.Now().Add(59 * time.Second) })
 	n := 10 * perTenant * abuseScale(t)
 	for i := 0; i < n; i += 50 {
@@ -112,13 +114,13 @@ func TestAbuseOneTenantCannotExpireOrPruneAnother(t *testing.T) {
 		require.Equal(t, syncproto.StatusSuperseded, res[0].Status)
 	}
 	ts.runRetention(t)
-	var theirs []server.Conflict
+	var theirs []adminapi.Conflict
 	ts.Admin(t, "/v1/admin/conflicts?tenant=attacker&limit=1000", &theirs)
 	require.Len(t, theirs, perTenant, "the attacker's own conflict log was pruned to its bound")
 
 	res := victim.push("late", offline)
 	require.Equal(t, syncproto.StatusApplied, res[0].Status, "the other tenant's flood expired this write: %+v", res[0])
-	var conflicts []server.Conflict
+	var conflicts []adminapi.Conflict
 	ts.Admin(t, "/v1/admin/conflicts?tenant=victim", &conflicts)
 	require.Len(t, conflicts, 3, "the victim's conflict history survived")
 }
@@ -133,14 +135,14 @@ func TestAbuseOneTenantsChurnResyncsNoOther(t *testing.T) {
 		Retention:         server.Retention{Oplog: replication.Retention{MaxEntries: perTenant, MaxAge: -1}},
 		RetentionInterval: -1,
 	})
-	victimToken := ts.member(t, "victim", "phone")
+	victimToken := ts.Member(t, "victim", "phone")
 	victim, vClock := session(t, ts, victimToken, "phone")
 	requireApplied(t, victim.push("v0", put(t, vClock, "notes", "v0", `0`)))
 	requireApplied(t, victim.push("v1", put(t, vClock, "notes", "v1", `1`)))
 	// The victim's tablet synced up to here, then went offline.
 	tabletCursor := victim.pull("tablet", 0).Cursor
 
-	attackerToken := ts.member(t, "attacker", "bot")
+	attackerToken := ts.Member(t, "attacker", "bot")
 	attacker, aClock := session(t, ts, attackerToken, "bot")
 	requireApplied(t, attacker.push("a-first", put(t, aClock, "notes", "first", `0`)))
 	staleBotCursor := attacker.pull("bot-early", 0).Cursor
@@ -192,7 +194,7 @@ func TestAbuseOneTenantsChurnResyncsNoOther(t *testing.T) {
 // cut after the per-write deadline.
 func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
 	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 2, MaxQueuedSnapshots: -1, SnapshotWriteTimeout: 300 * time.Millisecond})
-	writer, clock := session(t, ts, ts.member(t, "acme", "seeder"), "seeder")
+	writer, clock := session(t, ts, ts.Member(t, "acme", "seeder"), "seeder")
 	big := `"` + strings.Repeat("x", 8<<10) + `"`
 	for i := range 20 * abuseScale(t) { // ~8 MiB: more than socket buffers hold
 		muts := make([]syncproto.Mutation, 50)
@@ -206,7 +208,7 @@ func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
 	statuses := map[int]int{}
 	var stalled []*http.Response
 	for i := range 8 {
-		resp := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", fmt.Sprintf("device-%d", i)))
+		resp := syncdtest.Get(t, ts.url+syncproto.SnapshotPath, ts.Member(t, "acme", fmt.Sprintf("device-%d", i)))
 		statuses[resp.StatusCode]++
 		if resp.StatusCode == http.StatusOK {
 			stalled = append(stalled, resp)
@@ -219,10 +221,10 @@ func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
 	require.Equal(t, map[int]int{http.StatusOK: 2, http.StatusServiceUnavailable: 6}, statuses, "the concurrency limit admits two")
 
 	answersWithin(t, "/readyz", time.Second, func() {
-		require.Equal(t, http.StatusOK, getJSON(t, ts.url+"/readyz", "", nil))
+		require.Equal(t, http.StatusOK, syncdtest.GetJSON(t, ts.url+"/readyz", "", nil))
 	})
 	answersWithin(t, "a new tenant's hello and push", time.Second, func() {
-		c, clock := session(t, ts, ts.member(t, "newcomer", "phone"), "phone")
+		c, clock := session(t, ts, ts.Member(t, "newcomer", "phone"), "phone")
 		requireApplied(t, c.push("p1", put(t, clock, "notes", "hello", `1`)))
 	})
 	answersWithin(t, "the admin API", time.Second, func() { ts.Status(t) })
@@ -230,13 +232,13 @@ func TestAbuseStalledSnapshotsFreezeNobody(t *testing.T) {
 	// The stalled readers are cut by the write deadline and their slots
 	// come back.
 	require.Eventually(t, func() bool {
-		v, _ := strconv.Atoi(ts.metric(t, "syncd_snapshots_cut_total"))
+		v, _ := strconv.Atoi(ts.Metric(t, "syncd_snapshots_cut_total"))
 		return v == len(stalled)
 	}, ioTimeout, 20*time.Millisecond)
 	for _, resp := range stalled {
 		resp.Body.Close()
 	}
-	_, recs := ts.snapshot(t, ts.member(t, "acme", "patient"))
+	_, recs := ts.Snapshot(t, ts.Member(t, "acme", "patient"))
 	require.Equal(t, 20*abuseScale(t)*50, len(recs), "a reader that reads gets the whole snapshot")
 }
 
@@ -248,11 +250,11 @@ func TestAbuseOneTenantCannotTakeEverySnapshotTurn(t *testing.T) {
 	seedLarge(t, ts)
 	var stalled []*http.Response
 	for i := range 2 {
-		resp := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", fmt.Sprintf("device-%d", i)))
+		resp := syncdtest.Get(t, ts.url+syncproto.SnapshotPath, ts.Member(t, "acme", fmt.Sprintf("device-%d", i)))
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		stalled = append(stalled, resp) // stops reading after the headers
 	}
-	over := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "device-2"))
+	over := syncdtest.Get(t, ts.url+syncproto.SnapshotPath, ts.Member(t, "acme", "device-2"))
 	body := httpErrorBody(t, over)
 	require.Equal(t, http.StatusServiceUnavailable, over.StatusCode, "a third of acme's snapshots is over its tenant's cap")
 	require.Equal(t, syncproto.CodeServerBusy, body.Code)
@@ -262,7 +264,7 @@ func TestAbuseOneTenantCannotTakeEverySnapshotTurn(t *testing.T) {
 	over.Body.Close()
 
 	answersWithin(t, "another tenant's snapshot", time.Second, func() {
-		_, recs := ts.snapshot(t, ts.member(t, "globex", "phone"))
+		_, recs := ts.Snapshot(t, ts.Member(t, "globex", "phone"))
 		require.Empty(t, recs, "globex has written nothing")
 	})
 	for _, resp := range stalled {
@@ -277,7 +279,7 @@ func TestAbuseOneTenantCannotTakeEverySnapshotTurn(t *testing.T) {
 func TestAbusePoisonedValueIsRefused(t *testing.T) {
 	const depth = 1000 // within the frame's nesting limit, far beyond the value's
 	ts := startServer(t, server.Config{})
-	attacker, aClock := session(t, ts, ts.member(t, "acme", "bot"), "bot")
+	attacker, aClock := session(t, ts, ts.Member(t, "acme", "bot"), "bot")
 	poison := strings.Repeat("[", depth) + "1" + strings.Repeat("]", depth)
 	res := attacker.push("p1", put(t, aClock, "notes", "shared", poison), put(t, aClock, "notes", "mine", `1`))
 	require.Equal(t, syncproto.StatusRejected, res[0].Status)
@@ -289,9 +291,9 @@ func TestAbusePoisonedValueIsRefused(t *testing.T) {
 	// poisoned value applied, its answer would carry that value as the
 	// winner; refused, the key is its.
 	behind := syncproto.NewClock("phone", func() time.Time { return time.Now().Add(-time.Minute) })
-	victim, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	victim, _ := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	requireApplied(t, victim.push("v1", put(t, behind, "notes", "shared", `"mine"`), put(t, behind, "notes", "other", `2`)))
-	_, recs := ts.snapshot(t, ts.member(t, "acme", "reader"))
+	_, recs := ts.Snapshot(t, ts.Member(t, "acme", "reader"))
 	values := map[string]string{}
 	for _, r := range recs {
 		values[r.Key] = string(r.Value)
@@ -303,7 +305,7 @@ func TestAbusePoisonedValueIsRefused(t *testing.T) {
 // deadline, even while its websocket stack answers pings.
 func TestAbuseSessionWithoutHelloIsClosed(t *testing.T) {
 	ts := startServer(t, server.Config{HelloTimeout: 200 * time.Millisecond, PingInterval: 20 * time.Millisecond})
-	c := dial(t, ts, ts.member(t, "acme", "phone"))
+	c := dial(t, ts, ts.Member(t, "acme", "phone"))
 	c.expectRefusalClose(syncproto.CodeHelloRequired) // reading answers the pings
 }
 
@@ -417,7 +419,7 @@ func TestAbuseIdleConnectionsAreBounded(t *testing.T) {
 func TestAbuseLargeWinnersStillGetAnAnswer(t *testing.T) {
 	const keys, perPush = 18, 6 // 18 winners of ~256 KiB: about 4.5 MiB together
 	ts := startServer(t, server.Config{})
-	c, clock := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	c, clock := session(t, ts, ts.Member(t, "acme", "laptop"), "laptop")
 	big := func(i int) string {
 		return `"` + strings.Repeat(string(rune('a'+i%26)), syncproto.MaxPayloadBytes-64) + `"`
 	}
@@ -446,7 +448,7 @@ func TestAbuseLargeWinnersStillGetAnAnswer(t *testing.T) {
 	}
 	require.Positive(t, omitted, "the answer held every winner value")
 	require.Less(t, omitted, keys, "more values were left out than needed")
-	require.Equal(t, strconv.Itoa(omitted), ts.metric(t, "syncd_winner_values_omitted_total"))
+	require.Equal(t, strconv.Itoa(omitted), ts.Metric(t, "syncd_winner_values_omitted_total"))
 
 	// Each op resent alone: the ledger repeats the decision, whole.
 	for i, r := range results {
@@ -469,7 +471,7 @@ var noQuotas = server.Quotas{TokenMutationsPerSecond: -1, TenantMutationsPerSeco
 // with an exponent).
 func (ts *testServer) metricValue(t *testing.T, series string) float64 {
 	t.Helper()
-	v, err := strconv.ParseFloat(ts.metric(t, series), 64)
+	v, err := strconv.ParseFloat(ts.Metric(t, series), 64)
 	require.NoError(t, err, series)
 	return v
 }
@@ -477,7 +479,7 @@ func (ts *testServer) metricValue(t *testing.T, series string) float64 {
 // quotaRefusals reads syncd_quota_refusals_total{quota=quota}.
 func (ts *testServer) quotaRefusals(t *testing.T, quota string) int {
 	t.Helper()
-	v, err := strconv.Atoi(ts.metric(t, `syncd_quota_refusals_total{quota="`+quota+`"}`))
+	v, err := strconv.Atoi(ts.Metric(t, `syncd_quota_refusals_total{quota="`+quota+`"}`))
 	require.NoError(t, err)
 	return v
 }
@@ -513,7 +515,7 @@ func TestAbuseMutationQuotasPerTokenAndTenant(t *testing.T) {
 	// One token, two sessions: the first push of max_batch mutations
 	// spends the token's burst, so the other session's one-mutation push is
 	// refused: the bucket is the token's, and counts mutations.
-	tok := ts.member(t, "acme", "bot")
+	tok := ts.Member(t, "acme", "bot")
 	a1, clock := session(t, ts, tok, "bot")
 	a2, _ := session(t, ts, tok, "bot")
 	full(a1, clock, "p1")
@@ -524,7 +526,7 @@ func TestAbuseMutationQuotasPerTokenAndTenant(t *testing.T) {
 	// A second token of the tenant spends the rest of the tenant's burst
 	// with a hello, a full push and a frame the server cannot decode:
 	// that one is metered like any other, so the next is refused.
-	b, bClock := session(t, ts, ts.member(t, "acme", "bot-2"), "bot-2")
+	b, bClock := session(t, ts, ts.Member(t, "acme", "bot-2"), "bot-2")
 	full(b, bClock, "q1")
 	b.write(websocket.MessageText, []byte(`{"type":"frobnicate","id":"q2"}`))
 	b.recvError("q2", syncproto.CodeUnknownType)
@@ -534,14 +536,14 @@ func TestAbuseMutationQuotasPerTokenAndTenant(t *testing.T) {
 
 	// A third token of the tenant has its own burst left, the tenant only
 	// its hello.
-	c, cClock := session(t, ts, ts.member(t, "acme", "bot-3"), "bot-3")
+	c, cClock := session(t, ts, ts.Member(t, "acme", "bot-3"), "bot-3")
 	c.send(&syncproto.Push{ID: "r1", Mutations: []syncproto.Mutation{put(t, cClock, "notes", "r1", `1`)}})
 	limited(c, "r1")
 	require.Equal(t, 1, ts.quotaRefusals(t, "tenant_mutations"))
 	require.Equal(t, uint64(2*syncproto.MaxBatch), ts.head(t), "refused frames applied nothing")
 
 	// Another tenant is untouched.
-	other, oClock := session(t, ts, ts.member(t, "other", "phone"), "phone")
+	other, oClock := session(t, ts, ts.Member(t, "other", "phone"), "phone")
 	requireApplied(t, other.push("o1", put(t, oClock, "notes", "mine", `1`)))
 }
 
@@ -550,7 +552,7 @@ func TestAbuseMutationQuotasPerTokenAndTenant(t *testing.T) {
 func TestAbuseOneTokenCannotHoldEveryConnection(t *testing.T) {
 	const perToken = 2
 	ts := startServer(t, server.Config{Quotas: server.Quotas{MaxConnectionsPerToken: perToken}})
-	tok := ts.member(t, "acme", "bot")
+	tok := ts.Member(t, "acme", "bot")
 	var held []*wsClient
 	for range perToken {
 		held = append(held, dial(t, ts, tok))
@@ -564,7 +566,7 @@ func TestAbuseOneTokenCannotHoldEveryConnection(t *testing.T) {
 		require.Positive(t, e.RetryAfterMS)
 	}
 	require.Equal(t, 3*abuseScale(t), ts.quotaRefusals(t, "token_connections"))
-	session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 
 	held[0].conn.Close(websocket.StatusNormalClosure, "")
 	require.Eventually(t, func() bool {
@@ -584,10 +586,10 @@ func TestAbuseOneTenantCannotHoldEveryConnection(t *testing.T) {
 	const maxConns = 4 // the tenant's cap is half of it
 	ts := startServer(t, server.Config{MaxConnections: maxConns})
 	for i := range maxConns / 2 {
-		dial(t, ts, ts.member(t, "attacker", fmt.Sprintf("bot-%d", i)))
+		dial(t, ts, ts.Member(t, "attacker", fmt.Sprintf("bot-%d", i)))
 	}
 	for i := range 3 * abuseScale(t) {
-		resp := refusal(t, ts, dialOptions(ts.member(t, "attacker", fmt.Sprintf("more-%d", i))), http.StatusTooManyRequests)
+		resp := refusal(t, ts, dialOptions(ts.Member(t, "attacker", fmt.Sprintf("more-%d", i))), http.StatusTooManyRequests)
 		require.Equal(t, "5", resp.Header.Get("Retry-After"))
 		e := httpErrorBody(t, resp)
 		resp.Body.Close()
@@ -598,7 +600,7 @@ func TestAbuseOneTenantCannotHoldEveryConnection(t *testing.T) {
 	require.Zero(t, ts.quotaRefusals(t, "token_connections"))
 
 	answersWithin(t, "a new tenant's hello and push", time.Second, func() {
-		c, clock := session(t, ts, ts.member(t, "victim", "phone"), "phone")
+		c, clock := session(t, ts, ts.Member(t, "victim", "phone"), "phone")
 		requireApplied(t, c.push("p1", put(t, clock, "notes", "k", `1`)))
 	})
 }
@@ -607,7 +609,7 @@ func TestAbuseOneTenantCannotHoldEveryConnection(t *testing.T) {
 // are logged as counts per interval, not one line per event, so a peer
 // cannot flood the log.
 func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &syncdtest.Buffer{}
 	ts := startServer(t, server.Config{
 		Logger:           slog.New(slog.NewJSONHandler(logs, nil)),
 		EventLogInterval: 200 * time.Millisecond,
@@ -619,7 +621,7 @@ func TestAbuseRefusalsAreLoggedInAggregate(t *testing.T) {
 	for range n {
 		refusedUpgrade(t, ts, dialOptions("sdk_nope_nope"), http.StatusUnauthorized)
 	}
-	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, _ := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	for i := range n {
 		c.write(websocket.MessageText, []byte(fmt.Sprintf(`{"type":"frobnicate","id":"u%d"}`, i)))
 		c.recvError(fmt.Sprintf("u%d", i), syncproto.CodeUnknownType)
@@ -686,8 +688,8 @@ func TestAbuseFramesShareOneByteBudget(t *testing.T) {
 		// A budget of one largest frame: while a frame is in flight,
 		// every other waits.
 		ts := startServer(t, server.Config{FrameBudgetBytes: 1, FrameReadTimeout: time.Minute})
-		a, _ := session(t, ts, ts.member(t, "acme", "a"), "a")
-		b, bClock := session(t, ts, ts.member(t, "other", "b"), "b")
+		a, _ := session(t, ts, ts.Member(t, "acme", "a"), "a")
+		b, bClock := session(t, ts, ts.Member(t, "other", "b"), "b")
 		w := startFrame(t, a)
 		require.Eventually(t, func() bool {
 			return ts.metricValue(t, "syncd_frame_budget_bytes") == syncproto.MaxFrameBytes
@@ -708,13 +710,13 @@ func TestAbuseFramesShareOneByteBudget(t *testing.T) {
 	t.Run("stalled frame is cut", func(t *testing.T) {
 		ts := startServer(t, server.Config{FrameReadTimeout: 200 * time.Millisecond})
 		for i := range 3 * abuseScale(t) {
-			c, _ := session(t, ts, ts.member(t, "acme", fmt.Sprintf("c%d", i)), fmt.Sprintf("c%d", i))
+			c, _ := session(t, ts, ts.Member(t, "acme", fmt.Sprintf("c%d", i)), fmt.Sprintf("c%d", i))
 			startFrame(t, c)
 			_, err := c.next()
 			require.Error(t, err, "the connection is cut")
 		}
 		require.Eventually(t, func() bool { return ts.metricValue(t, "syncd_frame_budget_bytes") == 0 }, ioTimeout, 10*time.Millisecond)
-		c, clock := session(t, ts, ts.member(t, "acme", "patient"), "patient")
+		c, clock := session(t, ts, ts.Member(t, "acme", "patient"), "patient")
 		requireApplied(t, c.push("p1", put(t, clock, "notes", "k", `1`)))
 	})
 }
@@ -748,7 +750,7 @@ func TestAbuseStalledFramesOfOneTenantDelayNoOther(t *testing.T) {
 	var attackers []*wsClient
 	for i := range tokens {
 		id := fmt.Sprintf("bot-%d", i)
-		tok := ts.member(t, "attacker", id)
+		tok := ts.Member(t, "attacker", id)
 		for range perToken {
 			c, _ := session(t, ts, tok, id)
 			attackers = append(attackers, c)
@@ -776,11 +778,11 @@ func TestAbuseStalledFramesOfOneTenantDelayNoOther(t *testing.T) {
 	var victim *wsClient
 	var clock *syncproto.Clock
 	answersWithin(t, "another tenant's hello and push", time.Second, func() {
-		victim, clock = session(t, ts, ts.member(t, "victim", "phone"), "phone")
+		victim, clock = session(t, ts, ts.Member(t, "victim", "phone"), "phone")
 		requireApplied(t, victim.push("small", put(t, clock, "notes", "small", `1`)))
 	})
 	answersWithin(t, "/readyz", time.Second, func() {
-		require.Equal(t, http.StatusOK, getJSON(t, ts.url+"/readyz", "", nil))
+		require.Equal(t, http.StatusOK, syncdtest.GetJSON(t, ts.url+"/readyz", "", nil))
 	})
 	big := `"` + strings.Repeat("v", syncproto.MaxPayloadBytes-64) + `"`
 	muts := make([]syncproto.Mutation, 8) // ~2 MiB: a frame that takes a whole reservation
@@ -822,7 +824,7 @@ func BenchmarkAbuseParallelLargePushes(b *testing.B) {
 			clients := make([]*wsClient, sessions)
 			var clock *syncproto.Clock
 			for i := range clients {
-				clients[i], clock = session(b, ts, ts.member(b, fmt.Sprintf("t%d", i), "bench"), "bench")
+				clients[i], clock = session(b, ts, ts.Member(b, fmt.Sprintf("t%d", i), "bench"), "bench")
 			}
 			big := `"` + strings.Repeat("x", syncproto.MaxPayloadBytes-4<<10) + `"`
 			muts := make([]syncproto.Mutation, values)

@@ -8,16 +8,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/internal/buildinfo"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// AdminHandler serves the admin API: JSON over HTTP, every request
-// authorised by an admin token. Serve it on its own listener, bound to
+// AdminHandler serves the admin API (package adminapi holds its paths and
+// answers): JSON over HTTP, every request authorised by an admin token. Serve it on its own listener, bound to
 // loopback unless an operator decides otherwise.
 //
 //	GET /healthz
@@ -31,13 +31,13 @@ import (
 // Every path but /healthz needs an admin token, /debug/pprof included.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.Handle("GET /v1/admin/status", s.admin(s.adminStatus))
-	mux.Handle("GET /v1/admin/clients", s.admin(s.adminClients))
-	mux.Handle("GET /v1/admin/oplog", s.admin(s.adminOplog))
-	mux.Handle("GET /v1/admin/conflicts", s.admin(s.adminConflicts))
-	mux.Handle("GET /v1/admin/ledger/{op_id}", s.admin(s.adminLedger))
-	mux.Handle("/debug/pprof/", s.adminOnly(http.HandlerFunc(pprof.Index)))
+	mux.HandleFunc("GET "+adminapi.PathHealth, s.healthz)
+	mux.Handle("GET "+adminapi.PathStatus, s.admin(s.adminStatus))
+	mux.Handle("GET "+adminapi.PathSessions, s.admin(s.adminClients))
+	mux.Handle("GET "+adminapi.PathOplog, s.admin(s.adminOplog))
+	mux.Handle("GET "+adminapi.PathConflicts, s.admin(s.adminConflicts))
+	mux.Handle("GET "+adminapi.PathLedgerPrefix+"{op_id}", s.admin(s.adminLedger))
+	mux.Handle(adminapi.PathProfiles, s.adminOnly(http.HandlerFunc(pprof.Index)))
 	mux.Handle("/debug/pprof/cmdline", s.adminOnly(http.HandlerFunc(pprof.Cmdline)))
 	mux.Handle("/debug/pprof/profile", s.adminOnly(http.HandlerFunc(pprof.Profile)))
 	mux.Handle("/debug/pprof/symbol", s.adminOnly(http.HandlerFunc(pprof.Symbol)))
@@ -54,11 +54,6 @@ func (s *Server) adminOnly(h http.Handler) http.Handler {
 	})
 }
 
-// adminError is the body of every admin error answer.
-type adminError struct {
-	Error string `json:"error"`
-}
-
 // admin authorises an admin handler and writes its result or error as JSON.
 func (s *Server) admin(h func(*http.Request) (any, int, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -71,7 +66,7 @@ func (s *Server) admin(h func(*http.Request) (any, int, error)) http.Handler {
 				status = http.StatusInternalServerError
 				s.log.Error("admin request failed", "path", r.URL.Path, "err", err)
 			}
-			body = adminError{Error: err.Error()}
+			body = adminapi.Error{Error: err.Error()}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(max(status, http.StatusOK))
@@ -79,44 +74,6 @@ func (s *Server) admin(h func(*http.Request) (any, int, error)) http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(body)
 	})
-}
-
-// Status is the answer of /v1/admin/status.
-type Status struct {
-	NodeID string `json:"node_id"`
-	// Build is the answering syncd's build (syncd --version) and
-	// DatabaseID the database it serves (welcome.database_id).
-	Build         string    `json:"build"`
-	DatabaseID    string    `json:"database_id"`
-	StartedAt     time.Time `json:"started_at"`
-	UptimeSeconds float64   `json:"uptime_seconds"`
-	Connections   int       `json:"connections"`
-	Draining      bool      `json:"draining"`
-	OplogHead     uint64    `json:"oplog_head"`
-	OplogOldest   uint64    `json:"oplog_oldest"`
-	// OplogFloor is the highest of the tenants' oplog floors: a reader of
-	// every tenant (the admin oplog) may start at it or after; a device
-	// is checked against its own tenant's floor, which is at most this.
-	OplogFloor    uint64 `json:"oplog_floor"`
-	LedgerEntries int    `json:"ledger_entries"`
-	// LedgerFloor is the highest of the tenants' ledger floors: no resend
-	// stamped after it is answered "expired", whatever its tenant. Zero
-	// while retention never evicted a decision.
-	LedgerFloor time.Time `json:"ledger_floor,omitzero"`
-	// MaxClientLagEntries is the largest head-minus-cursor among live
-	// subscribers: how far the slowest connected client is behind.
-	MaxClientLagEntries uint64 `json:"max_client_lag_entries"`
-	// Cluster is set on a cluster node: every node as it last reported.
-	Cluster *ClusterStatus `json:"cluster,omitempty"`
-}
-
-// ClusterStatus is the cluster as one node sees it.
-type ClusterStatus struct {
-	ID string `json:"id"`
-	// LeaseHolder is the node holding the singleton-job lease, as the nodes
-	// report it ("" when none reports it).
-	LeaseHolder string           `json:"lease_holder"`
-	Nodes       []cluster.Status `json:"nodes"`
 }
 
 func (s *Server) adminStatus(r *http.Request) (any, int, error) {
@@ -129,7 +86,7 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	sessions := s.sessionList()
-	st := Status{
+	st := adminapi.Status{
 		NodeID: s.cfg.NodeID, Build: buildinfo.Read().String(), DatabaseID: s.store.ID, StartedAt: s.started, UptimeSeconds: s.now().Sub(s.started).Seconds(),
 		Connections: len(sessions), Draining: s.draining.Load(), OplogHead: b.Head, OplogOldest: b.Oldest, OplogFloor: b.Floor,
 		LedgerEntries: ls.Entries, LedgerFloor: ls.MaxFloor,
@@ -145,13 +102,13 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 			return nil, 0, err
 		}
 		self := c.Status()
-		cs := &ClusterStatus{ID: c.ID(), Nodes: []cluster.Status{self}}
+		cs := &adminapi.ClusterStatus{ID: c.ID(), Nodes: []adminapi.Node{adminNode(self)}}
 		for _, n := range nodes {
 			if n.Node != self.Node {
-				cs.Nodes = append(cs.Nodes, n)
+				cs.Nodes = append(cs.Nodes, adminNode(n))
 			}
 		}
-		slices.SortFunc(cs.Nodes, func(a, b cluster.Status) int { return strings.Compare(a.Node, b.Node) })
+		slices.SortFunc(cs.Nodes, func(a, b adminapi.Node) int { return strings.Compare(a.Node, b.Node) })
 		for _, n := range cs.Nodes {
 			if n.LeaseHeld {
 				cs.LeaseHolder = n.Node
@@ -162,21 +119,10 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 	return st, 0, nil
 }
 
-// Client is one connected session in /v1/admin/clients.
-type Client struct {
-	ClientID      string    `json:"client_id"`
-	Tenant        string    `json:"tenant"`
-	TokenID       string    `json:"token_id"`
-	Remote        string    `json:"remote"`
-	ConnectedAt   time.Time `json:"connected_at"`
-	Cursor        uint64    `json:"cursor"`
-	PendingPushes int64     `json:"pending_pushes"`
-}
-
 func (s *Server) adminClients(*http.Request) (any, int, error) {
-	out := []Client{}
+	out := []adminapi.Session{}
 	for _, ss := range s.sessionList() {
-		out = append(out, Client{
+		out = append(out, adminapi.Session{
 			ClientID: ss.p.ClientID, Tenant: ss.p.Tenant, TokenID: ss.p.TokenID, Remote: ss.remote,
 			ConnectedAt: ss.since, Cursor: ss.cursor.Load(), PendingPushes: ss.pending.Load(),
 		})
@@ -184,32 +130,17 @@ func (s *Server) adminClients(*http.Request) (any, int, error) {
 	return out, 0, nil
 }
 
-// OplogPage is the answer of /v1/admin/oplog.
-type OplogPage struct {
-	Entries []OplogEntry `json:"entries"`
-	Next    uint64       `json:"next"`
-	Head    uint64       `json:"head"`
-}
-
-// OplogEntry is one oplog entry as the admin API shows it.
-type OplogEntry struct {
-	syncproto.Change
-	Tenant    string    `json:"tenant"`
-	ClientID  string    `json:"client_id"`
-	AppliedAt time.Time `json:"applied_at"`
-}
-
 func (s *Server) adminOplog(r *http.Request) (any, int, error) {
 	q := r.URL.Query()
-	from, err := uintParam(q.Get("from"))
+	from, err := uintParam(q.Get(adminapi.ParamFrom))
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	limit, err := uintParam(q.Get("limit"))
+	limit, err := uintParam(q.Get(adminapi.ParamLimit))
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	page, err := s.store.Log.Read(r.Context(), replication.ReadRequest{After: from, Scope: adminScope(r), Limit: int(min(limit, syncproto.MaxPullLimit))})
+	page, err := s.store.Log.Read(r.Context(), replication.ReadRequest{After: from, Scope: adminScope(r), Limit: int(min(limit, adminapi.MaxOplogPage))})
 	if err != nil {
 		var ce *replication.CursorError
 		if errors.As(err, &ce) {
@@ -217,9 +148,9 @@ func (s *Server) adminOplog(r *http.Request) (any, int, error) {
 		}
 		return nil, 0, err
 	}
-	out := OplogPage{Entries: make([]OplogEntry, len(page.Entries)), Next: page.Next, Head: page.Head}
+	out := adminapi.OplogPage{Entries: make([]adminapi.OplogEntry, len(page.Entries)), Next: page.Next, Head: page.Head}
 	for i, e := range page.Entries {
-		out.Entries[i] = OplogEntry{
+		out.Entries[i] = adminapi.OplogEntry{
 			Change: syncproto.Change{Seq: e.Seq, OpID: e.OpID, Model: e.Model, Key: e.Key, Op: syncproto.Op(e.Op), Value: e.Value, Version: e.Version, HLC: e.HLC, Deleted: e.Deleted},
 			Tenant: e.Tenant, ClientID: e.ClientID, AppliedAt: e.AppliedAt,
 		}
@@ -228,71 +159,40 @@ func (s *Server) adminOplog(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) adminConflicts(r *http.Request) (any, int, error) {
-	before, err := uintParam(r.URL.Query().Get("before"))
+	before, err := uintParam(r.URL.Query().Get(adminapi.ParamBefore))
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	limit, err := uintParam(r.URL.Query().Get("limit"))
+	limit, err := uintParam(r.URL.Query().Get(adminapi.ParamLimit))
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	rows, err := s.store.Conflicts.List(r.Context(), replication.ConflictFilter{Scope: adminScope(r), BeforeID: int64(before), Limit: int(min(limit, 1000))})
+	rows, err := s.store.Conflicts.List(r.Context(), replication.ConflictFilter{Scope: adminScope(r), BeforeID: int64(before), Limit: int(min(limit, adminapi.MaxConflicts))})
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make([]Conflict, len(rows))
+	out := make([]adminapi.Conflict, len(rows))
 	for i, c := range rows {
-		out[i] = Conflict{
-			ID: c.ID, Tenant: c.Tenant, Model: c.Model, Key: c.Key, Policy: string(c.Policy), Reason: c.Reason,
+		out[i] = adminapi.Conflict{
+			ID: c.ID, Tenant: c.Tenant, Model: c.Model, Key: c.Key, Policy: syncproto.Policy(c.Policy), Reason: c.Reason,
 			Loser: conflictSide(c.Loser), Winner: conflictSide(c.Winner), DecidedAt: c.DecidedAt,
 		}
 	}
 	return out, 0, nil
 }
 
-// Conflict is one conflict-log row in /v1/admin/conflicts, newest first.
-type Conflict struct {
-	ID     int64  `json:"id"`
-	Tenant string `json:"tenant"`
-	Model  string `json:"model"`
-	Key    string `json:"key"`
-	Policy string `json:"policy"`
-	Reason string `json:"reason"`
-	// Loser is the write that was not applied as sent; Winner the state
-	// that stands (version 0: the key did not exist).
-	Loser     ConflictSide `json:"loser"`
-	Winner    ConflictSide `json:"winner"`
-	DecidedAt time.Time    `json:"decided_at"`
+// adminNode is a cluster node's report as the admin API shows it.
+func adminNode(n cluster.Status) adminapi.Node {
+	return adminapi.Node{Node: n.Node, AppliedSeq: n.AppliedSeq, Digest: n.Digest, StreamHead: n.StreamHead, Lag: n.Lag,
+		LeaseHeld: n.LeaseHeld, Ready: n.Ready, Problem: n.Problem, At: n.At}
 }
 
-// ConflictSide is one party to a conflict.
-type ConflictSide struct {
-	OpID    string              `json:"op_id,omitempty"`
-	Version uint64              `json:"version"`
-	Value   json.RawMessage     `json:"value,omitempty"`
-	HLC     syncproto.Timestamp `json:"hlc,omitzero"`
-	Deleted bool                `json:"deleted"`
-}
-
-func conflictSide(s replication.Side) ConflictSide {
-	return ConflictSide{OpID: s.OpID, Version: s.Version, Value: s.Value, HLC: s.HLC, Deleted: s.Deleted}
-}
-
-// LedgerAnswer is the answer of /v1/admin/ledger/{op_id}.
-type LedgerAnswer struct {
-	Tenant    string            `json:"tenant"`
-	OpID      string            `json:"op_id"`
-	Found     bool              `json:"found"`
-	OpTime    time.Time         `json:"op_time,omitzero"`
-	DecidedAt time.Time         `json:"decided_at,omitzero"`
-	Result    *syncproto.Result `json:"result,omitempty"`
-	// Floor is the tenant's ledger floor: an op of the tenant that is not
-	// held and is at or before it would be answered "expired" if resent.
-	Floor time.Time `json:"floor,omitzero"`
+func conflictSide(s replication.Side) adminapi.ConflictSide {
+	return adminapi.ConflictSide{OpID: s.OpID, Version: s.Version, Value: s.Value, HLC: s.HLC, Deleted: s.Deleted}
 }
 
 func (s *Server) adminLedger(r *http.Request) (any, int, error) {
-	tenant, opID := r.URL.Query().Get("tenant"), r.PathValue("op_id")
+	tenant, opID := r.URL.Query().Get(adminapi.ParamTenant), r.PathValue("op_id")
 	if tenant == "" {
 		return nil, http.StatusBadRequest, errors.New("tenant is required: op ids are recorded per tenant")
 	}
@@ -300,7 +200,7 @@ func (s *Server) adminLedger(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	ans := LedgerAnswer{Tenant: tenant, OpID: opID, Found: found}
+	ans := adminapi.LedgerAnswer{Tenant: tenant, OpID: opID, Found: found}
 	if floor, err := s.store.Ledger.Floor(r.Context(), tenant); err == nil {
 		ans.Floor = floor
 	}
@@ -320,8 +220,8 @@ func (s *Server) adminLedger(r *http.Request) (any, int, error) {
 // otherwise, and one model when ?model= is given.
 func adminScope(r *http.Request) replication.Scope {
 	q := r.URL.Query()
-	sc := replication.Scope{Tenant: q.Get("tenant"), AllTenants: q.Get("tenant") == "", AllModels: true}
-	if m := q.Get("model"); m != "" {
+	sc := replication.Scope{Tenant: q.Get(adminapi.ParamTenant), AllTenants: q.Get(adminapi.ParamTenant) == "", AllModels: true}
+	if m := q.Get(adminapi.ParamModel); m != "" {
 		sc.Models, sc.AllModels = []string{m}, false
 	}
 	return sc

@@ -1,26 +1,26 @@
 package server_test
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
 func TestAdminAPI(t *testing.T) {
 	ts := startServer(t, server.Config{NodeID: "node-7", Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	c, clock := session(t, ts, token, "phone")
 	c.subscribe("s1", 0)
 	m1 := put(t, clock, "notes", "n1", `"one"`)
@@ -37,11 +37,11 @@ func TestAdminAPI(t *testing.T) {
 			require.Equal(t, http.StatusUnauthorized, ts.adminGet(t, path, token, nil), "a client token is not an admin token: %s", path)
 			require.Equal(t, http.StatusUnauthorized, ts.adminGet(t, path, ts.adminToken+"x", nil), path)
 		}
-		require.Equal(t, http.StatusNotFound, getJSON(t, ts.url+"/v1/admin/status", ts.adminToken, nil), "the admin API is not on the public listener")
+		require.Equal(t, http.StatusNotFound, syncdtest.GetJSON(t, ts.url+"/v1/admin/status", ts.adminToken, nil), "the admin API is not on the public listener")
 	})
 
 	t.Run("status", func(t *testing.T) {
-		st := ts.status(t)
+		st := ts.Status(t)
 		require.Equal(t, "node-7", st.NodeID)
 		require.Equal(t, 1, st.Connections)
 		require.False(t, st.Draining)
@@ -51,7 +51,7 @@ func TestAdminAPI(t *testing.T) {
 	})
 
 	t.Run("clients show the connected client and its cursor", func(t *testing.T) {
-		var clients []server.Client
+		var clients []adminapi.Session
 		require.Eventually(t, func() bool {
 			clients = nil
 			require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/clients", ts.adminToken, &clients))
@@ -64,41 +64,41 @@ func TestAdminAPI(t *testing.T) {
 	})
 
 	t.Run("oplog tail", func(t *testing.T) {
-		var page server.OplogPage
+		var page adminapi.OplogPage
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/oplog?from=1", ts.adminToken, &page))
 		require.Len(t, page.Entries, 1)
 		require.Equal(t, m2.OpID, page.Entries[0].OpID)
 		require.Equal(t, "acme", page.Entries[0].Tenant)
 		require.Equal(t, "phone", page.Entries[0].ClientID)
 		require.Equal(t, uint64(2), page.Head)
-		require.Len(t, ts.oplog(t, "&model=notes"), 1)
-		require.Empty(t, ts.oplog(t, "&tenant=globex"))
+		require.Len(t, ts.Oplog(t, "&model=notes"), 1)
+		require.Empty(t, ts.Oplog(t, "&tenant=globex"))
 		require.Equal(t, http.StatusBadRequest, ts.adminGet(t, "/v1/admin/oplog?from=-1", ts.adminToken, nil))
 		require.Equal(t, http.StatusConflict, ts.adminGet(t, "/v1/admin/oplog?from=99", ts.adminToken, nil), "a cursor past the head")
 	})
 
 	t.Run("conflicts", func(t *testing.T) {
-		var rows []server.Conflict
+		var rows []adminapi.Conflict
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme", ts.adminToken, &rows))
 		require.Len(t, rows, 1)
 		require.Equal(t, stale.OpID, rows[0].Loser.OpID)
 		require.Equal(t, m2.OpID, rows[0].Winner.OpID)
-		require.Equal(t, string(replication.PolicyOptimistic), rows[0].Policy)
+		require.Equal(t, syncproto.PolicyOptimistic, rows[0].Policy)
 		rows = nil
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?before="+strconv.FormatInt(rowsID(t, ts), 10), ts.adminToken, &rows))
 		require.Empty(t, rows, "paging past the oldest row")
 	})
 
 	t.Run("ledger lookup", func(t *testing.T) {
-		ans, found := ts.decided(t, "acme", m1.OpID)
+		ans, found := ts.Decided(t, "acme", m1.OpID)
 		require.True(t, found)
 		require.Equal(t, syncproto.StatusApplied, ans.Result.Status)
 		require.Equal(t, uint64(1), ans.Result.Seq)
 		require.Equal(t, m1.HLC.Wall, ans.OpTime.UnixMilli())
-		ans, found = ts.decided(t, "acme", stale.OpID)
+		ans, found = ts.Decided(t, "acme", stale.OpID)
 		require.True(t, found)
 		require.Equal(t, syncproto.StatusConflict, ans.Result.Status)
-		_, found = ts.decided(t, "globex", m1.OpID)
+		_, found = ts.Decided(t, "globex", m1.OpID)
 		require.False(t, found, "op ids are per tenant")
 		require.Equal(t, http.StatusBadRequest, ts.adminGet(t, "/v1/admin/ledger/"+m1.OpID, ts.adminToken, nil), "tenant is required")
 	})
@@ -107,7 +107,7 @@ func TestAdminAPI(t *testing.T) {
 // rowsID is the id of the only conflict row.
 func rowsID(t *testing.T, ts *testServer) int64 {
 	t.Helper()
-	var rows []server.Conflict
+	var rows []adminapi.Conflict
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts", ts.adminToken, &rows))
 	require.Len(t, rows, 1)
 	return rows[0].ID
@@ -115,7 +115,7 @@ func rowsID(t *testing.T, ts *testServer) int64 {
 
 func TestMetricsAfterAScenario(t *testing.T) {
 	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	older := put(t, clock, "notes", "n", `"older"`)
 	m := put(t, clock, "notes", "n", `"newer"`)
 	requireApplied(t, c.push("p1", m, putIf(t, clock, "accounts", "a", `1`, 0)))
@@ -139,16 +139,16 @@ func TestMetricsAfterAScenario(t *testing.T) {
 		`syncd_oplog_head_seq`:                       "2",
 		`syncd_connections_total{result="accepted"}`: "1",
 	} {
-		require.Equal(t, want, ts.metric(t, series), series)
+		require.Equal(t, want, ts.Metric(t, series), series)
 	}
-	require.NotEmpty(t, ts.metric(t, `syncd_apply_duration_seconds_bucket{le="+Inf"}`))
-	require.Equal(t, http.StatusOK, getJSON(t, ts.url+"/healthz", "", nil))
+	require.NotEmpty(t, ts.Metric(t, `syncd_apply_duration_seconds_bucket{le="+Inf"}`))
+	require.Equal(t, http.StatusOK, syncdtest.GetJSON(t, ts.url+"/healthz", "", nil))
 }
 
 func TestLogsHoldNoTokensOrValues(t *testing.T) {
-	var logs syncBuffer
+	var logs syncdtest.Buffer
 	ts := startServer(t, server.Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	c, clock := session(t, ts, token, "phone")
 	const secretValue = `"a value that must never be logged"`
 	requireApplied(t, c.push("p1", put(t, clock, "notes", "n", secretValue)))
@@ -166,27 +166,9 @@ func TestLogsHoldNoTokensOrValues(t *testing.T) {
 	require.NotContains(t, out, "must never be logged")
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's concurrent logging.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestProfilesNeedTheAdminToken(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	resp := get(t, ts.adminURL+"/debug/pprof/goroutine?debug=1", ts.adminToken)
+	resp := syncdtest.Get(t, ts.adminURL+"/debug/pprof/goroutine?debug=1", ts.adminToken)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	body, err := io.ReadAll(resp.Body)

@@ -123,8 +123,8 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
 	e := &badEnv{
 		t: t, ts: ts,
-		phone:  ts.issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{"*"}, Write: []string{"notes", "accounts"}}),
-		globex: ts.member(t, "globex", "intruder"),
+		phone:  ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{"*"}, Write: []string{"notes", "accounts"}}),
+		globex: ts.Member(t, "globex", "intruder"),
 		clock:  syncproto.NewClock("phone", nil),
 	}
 	c, _ := session(t, ts, e.phone, "phone")
@@ -330,7 +330,7 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		{name: "another tenant's key in the snapshot", frames: func(*badEnv) []wsFrame { return nil },
 			answer: "the snapshot holds only the token's tenant's records",
 			check: func(e *badEnv, _ *wsClient) {
-				_, recs := e.ts.snapshot(e.t, e.phone)
+				_, recs := e.ts.Snapshot(e.t, e.phone)
 				require.NotEmpty(e.t, recs)
 				for _, r := range recs {
 					require.NotEqual(e.t, e.globexKey, r.Key)
@@ -352,7 +352,7 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 
 	// The setup writes are the only ones: nothing the cases sent reached
 	// the oplog.
-	require.Len(t, ts.oplog(t, ""), 2)
+	require.Len(t, ts.Oplog(t, ""), 2)
 }
 
 func runBadInput(t *testing.T, e *badEnv, tc badInput) {
@@ -391,7 +391,7 @@ func runBadInput(t *testing.T, e *badEnv, tc badInput) {
 				require.Empty(t, r.OpID, "an invalid op id is not echoed (section 5.4)")
 			}
 			if r.OpID != "" && r.OpID != e.takenOp {
-				_, found := e.ts.decided(t, "acme", r.OpID)
+				_, found := e.ts.Decided(t, "acme", r.OpID)
 				require.False(t, found, "a rejection is not recorded")
 			}
 		}
@@ -411,7 +411,7 @@ func runBadInput(t *testing.T, e *badEnv, tc badInput) {
 // and the session applied nothing.
 func TestOversizeFragmentedMessageIsRefused(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, _ := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	head := ts.head(t)
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()

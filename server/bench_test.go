@@ -52,7 +52,7 @@ func benchServerApply(b *testing.B, size int) {
 	ceiling.write(b, pushes[:half])
 
 	ts := startServer(b, server.Config{RequestsPerSecond: 1e9, RequestBurst: 1 << 30, Quotas: noQuotas, RetentionInterval: -1})
-	c, _ := session(b, ts, ts.member(b, "bench", "bench-client"), "bench-client")
+	c, _ := session(b, ts, ts.Member(b, "bench", "bench-client"), "bench-client")
 	frames := make([][]byte, len(pushes))
 	for i, muts := range pushes {
 		frame, err := syncproto.Encode(&syncproto.Push{ID: fmt.Sprintf("p%d", i), Mutations: muts})

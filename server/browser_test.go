@@ -99,7 +99,7 @@ func TestBrowserConnectsWithTokenInSubprotocol(t *testing.T) {
 	require.NoError(t, err, "the browser test needs Debian's chromium: run `make deps` (apt-get install chromium)")
 
 	ts := startServer(t, server.Config{AllowedOrigins: []string{"127.0.0.1:*"}})
-	token := ts.member(t, "acme", "browser")
+	token := ts.Member(t, "acme", "browser")
 
 	results := make(chan browserResult, 1)
 	var once sync.Once

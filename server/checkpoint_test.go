@@ -23,7 +23,7 @@ import (
 func TestWALStaysBoundedUnderAStreamOfPushes(t *testing.T) {
 	ts := startServer(t, server.Config{Synchronous: sqlitedb.Normal,
 		RequestsPerSecond: 1e9, RequestBurst: 1 << 30})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 
 	// The session rate limit is lifted so that the pushes come as one
 	// stream. Each value is about two pages, written twice (the record

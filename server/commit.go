@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -54,7 +57,10 @@ func newPushRequest(b *replication.Batch, arrived time.Time) *pushRequest {
 }
 
 // groupCommitter is the single node's committer: one goroutine, the only
-// writer, applies every batch waiting in one transaction and commits once.
+// writer, applies the pushes it takes in one transaction and commits once.
+// Pushes wait in one line per tenant (fairQueue) and are taken in a
+// weighted fair order, so a tenant pushing far more than its share waits
+// in its own line while the other tenants' pushes go on.
 type groupCommitter struct {
 	store   *replication.Store
 	tail    *feedTail // given each commit's entries, so the feed need not read them
@@ -62,22 +68,40 @@ type groupCommitter struct {
 	now     func() time.Time
 	metrics *metrics
 	logger  *slog.Logger
+	share   *commitShareMetrics
 
-	pushes chan *pushRequest
-	stop   chan struct{} // closed by close: no more pushes are taken
-	done   chan struct{} // closed when the committer has exited
+	mu     sync.Mutex
+	queue  *fairQueue
+	slots  map[string]*tenantSlots // admission to a tenant's line
+	closed bool                    // set by the loop once stop closed: no push is queued after it
+
+	wake chan struct{} // one token: a push was queued
+	stop chan struct{} // closed by close: no more pushes are taken
+	done chan struct{} // closed when the committer has exited
 }
 
-func newGroupCommitter(ctx context.Context, store *replication.Store, tail *feedTail, now func() time.Time, m *metrics, logger *slog.Logger) (*groupCommitter, error) {
+// tenantSlots admits a tenant's pushes to its line: at most
+// maxQueuedPerTenant wait there, the next submit waits for one to be taken
+// (backpressure on that tenant's sessions alone). refs counts the submits
+// holding or waiting for a slot; the entry goes when it falls to zero, so
+// the map holds only tenants with pushes in flight.
+type tenantSlots struct {
+	ch   chan struct{}
+	refs int
+}
+
+func newGroupCommitter(ctx context.Context, store *replication.Store, tail *feedTail, now func() time.Time, m *metrics, share *commitShareMetrics, weights map[string]int, logger *slog.Logger) (*groupCommitter, error) {
 	writer, err := store.DB.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open the committer's connection: %w", err)
 	}
 	c := &groupCommitter{
-		store: store, tail: tail, writer: writer, now: now, metrics: m, logger: logger,
-		pushes: make(chan *pushRequest, maxGroupPushes),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		store: store, tail: tail, writer: writer, now: now, metrics: m, logger: logger, share: share,
+		queue: newFairQueue(weights),
+		slots: map[string]*tenantSlots{},
+		wake:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
 	go c.loop()
 	return c, nil
@@ -85,13 +109,49 @@ func newGroupCommitter(ctx context.Context, store *replication.Store, tail *feed
 
 func (c *groupCommitter) submit(ctx context.Context, b *replication.Batch) (*pushRequest, error) {
 	r := newPushRequest(b, c.now())
+	c.mu.Lock()
+	sl := c.slots[b.Tenant]
+	if sl == nil {
+		sl = &tenantSlots{ch: make(chan struct{}, maxQueuedPerTenant)}
+		c.slots[b.Tenant] = sl
+	}
+	sl.refs++
+	c.mu.Unlock()
 	select {
-	case c.pushes <- r:
-		return r, nil
+	case sl.ch <- struct{}{}:
 	case <-c.stop:
+		c.release(b.Tenant, sl, false)
 		return nil, errStoreClosed
 	case <-ctx.Done():
+		c.release(b.Tenant, sl, false)
 		return nil, ctx.Err()
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.release(b.Tenant, sl, true)
+		return nil, errStoreClosed
+	}
+	c.queue.push(r)
+	c.share.queued(b.Tenant, r)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return r, nil
+}
+
+// release gives up a submit's claim on its tenant's slots, and the slot
+// itself when held.
+func (c *groupCommitter) release(tenant string, sl *tenantSlots, held bool) {
+	if held {
+		<-sl.ch
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sl.refs--; sl.refs == 0 {
+		delete(c.slots, tenant)
 	}
 }
 
@@ -105,50 +165,53 @@ func (c *groupCommitter) close() {
 	c.writer.Close()
 }
 
-// loop is the only writer. It takes the pushes waiting, applies them in one
-// transaction and commits once: the group commit that keeps
-// synchronous=FULL fast. It exits after draining the queue once stop closes.
+// loop is the only writer. It takes a group of the pushes waiting, in the
+// fair order, applies it in one transaction and commits once (the group
+// commit that keeps synchronous=FULL fast), until no push waits. Once stop
+// closes it refuses new pushes, commits the ones queued, and exits.
 func (c *groupCommitter) loop() {
 	defer close(c.done)
 	for {
-		var first *pushRequest
 		select {
-		case first = <-c.pushes:
+		case <-c.wake:
 		case <-c.stop:
-			c.drainQueued()
+			c.mu.Lock()
+			c.closed = true
+			c.mu.Unlock()
+			c.commitQueued()
 			return
 		}
-		c.commitGroup(c.gather(first))
+		c.commitQueued()
 	}
 }
 
-// gather collects the pushes already waiting behind first, within the group bounds.
-func (c *groupCommitter) gather(first *pushRequest) []*pushRequest {
-	group := []*pushRequest{first}
-	n := len(first.batch.Writes)
-	for len(group) < maxGroupPushes && n < maxGroupMutations {
-		select {
-		case r := <-c.pushes:
-			group = append(group, r)
-			n += len(r.batch.Writes)
-		default:
-			return group
+// commitQueued commits groups until no push waits.
+func (c *groupCommitter) commitQueued() {
+	for {
+		group := c.take()
+		if len(group) == 0 {
+			return
 		}
+		c.commitGroup(group)
+	}
+}
+
+// take takes the next group from the fair queue, within the group bounds,
+// and frees the slots its pushes held.
+func (c *groupCommitter) take() []*pushRequest {
+	c.mu.Lock()
+	group := c.queue.take(maxGroupPushes, maxGroupMutations)
+	taken := c.now()
+	held := make([]*tenantSlots, len(group))
+	for i, r := range group {
+		held[i] = c.slots[r.batch.Tenant]
+		c.share.taken(r.batch.Tenant, r, taken)
+	}
+	c.mu.Unlock()
+	for i, r := range group {
+		c.release(r.batch.Tenant, held[i], true)
 	}
 	return group
-}
-
-// drainQueued commits pushes that were queued before stop closed, so an
-// accepted push is answered rather than dropped.
-func (c *groupCommitter) drainQueued() {
-	for {
-		select {
-		case r := <-c.pushes:
-			c.commitGroup(c.gather(r))
-		default:
-			return
-		}
-	}
 }
 
 func (c *groupCommitter) commitGroup(group []*pushRequest) {
@@ -228,4 +291,178 @@ func (c *groupCommitter) applyGroup(ctx context.Context, group []*pushRequest) (
 		return 0, fmt.Errorf("commit: %w", err)
 	}
 	return head, nil
+}
+
+// Fair sharing of the commit path.
+const (
+	// commitQuantum is the mutations a tenant of weight 1 may have taken
+	// per round of the fair queue (a push costs its mutations, at least
+	// one). It is syncproto.MaxBatch, so every turn takes at least one
+	// push: a tenant with queued work is served within one round.
+	commitQuantum = syncproto.MaxBatch
+	// maxQueuedPerTenant caps the pushes one tenant has waiting for the
+	// committer; its next push waits in its session, unread frames behind
+	// it (TCP backpressure), while other tenants' pushes are queued.
+	maxQueuedPerTenant = maxGroupPushes
+	// MaxTenantWeight caps Config.TenantWeights' values.
+	MaxTenantWeight = 1000
+)
+
+// fairQueue is the committer's input: one FIFO line per tenant, taken in
+// deficit round robin order. Each round, a tenant in turn gains
+// commitQuantum times its weight in credit and has pushes taken from the
+// head of its line while their cost (mutations) fits its credit; an idle
+// tenant keeps no credit. So when the committer is saturated each tenant
+// with queued work gets mutations in proportion to its weight, one that
+// pushes more than its share waits in its own line, and a tenant that
+// queues a push is served before any other tenant gets a second turn.
+// One session's pushes are one tenant's, taken in the order queued.
+// fairQueue has no lock and no goroutine: the committer guards it.
+type fairQueue struct {
+	weights map[string]int
+	lines   map[string]*tenantLine
+	// active holds the tenants with queued work in round order; active[0]
+	// has the turn.
+	active []*tenantLine
+}
+
+type tenantLine struct {
+	tenant  string
+	weight  int
+	pushes  []*pushRequest
+	deficit int
+	inTurn  bool // its turn's credit was added
+}
+
+// newFairQueue returns an empty queue; weights gives a tenant's weight
+// (absent: 1).
+func newFairQueue(weights map[string]int) *fairQueue {
+	return &fairQueue{weights: weights, lines: map[string]*tenantLine{}}
+}
+
+// pushCost is what a push costs in the fair order: its mutations, at
+// least one and at most commitQuantum (a push holds at most
+// syncproto.MaxBatch), so every turn takes at least one push.
+func pushCost(r *pushRequest) int { return min(max(1, len(r.batch.Writes)), commitQuantum) }
+
+// push queues r at the end of its tenant's line.
+func (q *fairQueue) push(r *pushRequest) {
+	l := q.lines[r.batch.Tenant]
+	if l == nil {
+		l = &tenantLine{tenant: r.batch.Tenant, weight: max(1, q.weights[r.batch.Tenant])}
+		q.lines[l.tenant] = l
+		q.active = append(q.active, l)
+	}
+	l.pushes = append(l.pushes, r)
+}
+
+// take removes and returns the next pushes in the fair order: at most
+// maxPushes, and no more than maxMutations mutations unless the first push
+// alone holds more. While several tenants wait, a group holds at most one
+// round (each tenant's one turn), so a tenant's push waits for at most
+// one round's commit besides its own; one tenant alone fills the group.
+// A tenant whose turn a full group cut keeps it for the next call.
+func (q *fairQueue) take(maxPushes, maxMutations int) []*pushRequest {
+	var group []*pushRequest
+	n := 0
+	turns := map[*tenantLine]bool{} // turns begun in this group
+	for len(group) < maxPushes && len(q.active) > 0 {
+		l := q.active[0]
+		if !l.inTurn {
+			if turns[l] && len(q.active) > 1 {
+				break // a new round: the next group's
+			}
+			turns[l] = true
+			l.deficit += commitQuantum * l.weight
+			l.inTurn = true
+		}
+		head := l.pushes[0]
+		cost := pushCost(head)
+		if cost > l.deficit {
+			// Its turn is over: to the back of the round.
+			l.inTurn = false
+			q.active = append(q.active[1:], l)
+			continue
+		}
+		if len(group) > 0 && n+cost > maxMutations {
+			break
+		}
+		l.pushes[0] = nil
+		l.pushes = l.pushes[1:]
+		l.deficit -= cost
+		group = append(group, head)
+		n += cost
+		if len(l.pushes) == 0 {
+			// Idle: it leaves the round and keeps no credit.
+			q.active = q.active[1:]
+			delete(q.lines, l.tenant)
+		}
+	}
+	return group
+}
+
+// otherTenants is the tenant label of the tenants beyond
+// Config.MaxTenantLabels (a value no tenant name can take: syncproto.IDPattern).
+const otherTenants = "~other"
+
+// commitShareMetrics are the fair queue's metrics per tenant: work queued,
+// mutations served and time waited. The tenant label is bounded: tenants
+// given a weight, then the first MaxTenantLabels other tenants seen since
+// start have their own; the rest share otherTenants.
+type commitShareMetrics struct {
+	queuedMutations *prometheus.GaugeVec     // tenant
+	served          *prometheus.CounterVec   // tenant
+	wait            *prometheus.HistogramVec // tenant
+
+	mu         sync.Mutex
+	labels     map[string]bool // tenants with their own label
+	maxLabels  int             // labels beyond the weighted tenants'
+	unweighted int
+}
+
+func newCommitShareMetrics(reg prometheus.Registerer, weights map[string]int, maxLabels int) *commitShareMetrics {
+	m := &commitShareMetrics{
+		queuedMutations: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "syncd_commit_queued_mutations", Help: "Mutations of pushes waiting for the committer, by tenant (tenants beyond --max-tenant-labels: ~other).",
+		}, []string{"tenant"}),
+		served: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_commit_served_mutations_total", Help: "Mutations the committer took from each tenant's line, by tenant: the share each tenant is served.",
+		}, []string{"tenant"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "syncd_commit_wait_seconds", Help: "Time a push waited in its tenant's line before the committer took it, by tenant.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"tenant"}),
+		labels: map[string]bool{}, maxLabels: maxLabels,
+	}
+	for t := range weights {
+		m.labels[t] = true
+	}
+	reg.MustRegister(m.queuedMutations, m.served, m.wait)
+	return m
+}
+
+// label is tenant's label value.
+func (m *commitShareMetrics) label(tenant string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.labels[tenant] {
+		return tenant
+	}
+	if m.unweighted < m.maxLabels {
+		m.unweighted++
+		m.labels[tenant] = true
+		return tenant
+	}
+	return otherTenants
+}
+
+func (m *commitShareMetrics) queued(tenant string, r *pushRequest) {
+	m.queuedMutations.WithLabelValues(m.label(tenant)).Add(float64(pushCost(r)))
+}
+
+func (m *commitShareMetrics) taken(tenant string, r *pushRequest, at time.Time) {
+	l := m.label(tenant)
+	m.queuedMutations.WithLabelValues(l).Sub(float64(pushCost(r)))
+	m.served.WithLabelValues(l).Add(float64(pushCost(r)))
+	m.wait.WithLabelValues(l).Observe(at.Sub(r.arrived).Seconds())
 }

@@ -16,10 +16,10 @@ import (
 // each must be byte for byte what the ordinary encoder writes, in scope.
 func TestFeedFramesFromTheSharedTailAreTheEncodersFrames(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	writer, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
-	all, _ := session(t, ts, ts.member(t, "acme", "tablet"), "tablet")
-	notes, _ := session(t, ts, ts.issue(t, readOnly("acme", "watch", "notes")), "watch")
-	other, _ := session(t, ts, ts.member(t, "globex", "laptop"), "laptop")
+	writer, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
+	all, _ := session(t, ts, ts.Member(t, "acme", "tablet"), "tablet")
+	notes, _ := session(t, ts, ts.Issue(t, readOnly("acme", "watch", "notes")), "watch")
+	other, _ := session(t, ts, ts.Member(t, "globex", "laptop"), "laptop")
 	for _, c := range []*wsClient{all, notes, other} {
 		c.subscribe("feed", 0)
 	}
@@ -61,10 +61,10 @@ func TestFeedFramesFromTheSharedTailAreTheEncodersFrames(t *testing.T) {
 // others and the pushes go on meanwhile.
 func TestSlowSubscriberIsCutAndResumesWithoutSlowingOthers(t *testing.T) {
 	ts := startServer(t, server.Config{WriteTimeout: 300 * time.Millisecond, PingInterval: time.Hour, IdleTimeout: time.Hour})
-	writer, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
-	slowToken := ts.member(t, "acme", "slow")
+	writer, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
+	slowToken := ts.Member(t, "acme", "slow")
 	slow, _ := session(t, ts, slowToken, "slow")
-	fast, _ := session(t, ts, ts.member(t, "acme", "fast"), "fast")
+	fast, _ := session(t, ts, ts.Member(t, "acme", "fast"), "fast")
 	slow.subscribe("feed", 0)
 	fast.subscribe("feed", 0)
 

@@ -44,7 +44,7 @@ func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 	// subprotocol, the token's session cap.
 	require.Equal(t, []string{"404", "405", "503", "401", "403", "400", "429"}, documentedCheckOrder(t))
 	ts := startServer(t, server.Config{AllowedOrigins: []string{"app.example.com"}, MaxConnections: 1})
-	good := "Bearer " + ts.member(t, "acme", "phone")
+	good := "Bearer " + ts.Member(t, "acme", "phone")
 	cases := []struct {
 		name         string
 		method, path string
@@ -75,7 +75,7 @@ func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 
 	t.Run("subprotocol before the token's session cap", func(t *testing.T) {
 		capped := startServer(t, server.Config{Quotas: server.Quotas{MaxConnectionsPerToken: 1}})
-		token := capped.member(t, "acme", "phone")
+		token := capped.Member(t, "acme", "phone")
 		first := dial(t, capped, token)
 		defer first.conn.CloseNow()
 		resp, err := http.DefaultClient.Do(upgradeRequest(t, capped, http.MethodGet, syncproto.SyncPath,
@@ -93,7 +93,7 @@ func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 	})
 
 	t.Run("connection cap before token, after method and upgrade headers", func(t *testing.T) {
-		first := dial(t, ts, ts.member(t, "acme", "phone"))
+		first := dial(t, ts, ts.Member(t, "acme", "phone"))
 		defer first.conn.CloseNow()
 		resp, err := http.DefaultClient.Do(upgradeRequest(t, ts, http.MethodGet, syncproto.SyncPath, nil))
 		require.NoError(t, err)
@@ -126,7 +126,7 @@ func TestUpgradeRefusalsFollowTheDocumentedOrder(t *testing.T) {
 // only (the token is never echoed), and the origin allow-list applies.
 func TestTokenInSubprotocolEntry(t *testing.T) {
 	ts := startServer(t, server.Config{AllowedOrigins: []string{"app.example.com"}})
-	token := ts.member(t, "acme", "browser")
+	token := ts.Member(t, "acme", "browser")
 	browser := func(origin string) *websocket.DialOptions {
 		return &websocket.DialOptions{
 			Subprotocols: []string{syncproto.Subprotocol, server.BearerSubprotocolPrefix + token},

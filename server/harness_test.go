@@ -1,24 +1,19 @@
 package server_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -27,7 +22,7 @@ import (
 const ioTimeout = 10 * time.Second
 
 // testServer is a real syncd on a loopback port with its own SQLite file
-// and token file (internal/syncdtest), or, in cluster mode, one node of a
+// and token file (syncdtest), or, in cluster mode, one node of a
 // 3-node cluster.
 type testServer struct {
 	*syncdtest.Server
@@ -75,21 +70,6 @@ func (ts *testServer) runRetention(t testing.TB) {
 		}
 		return false
 	}, ioTimeout, 20*time.Millisecond, "no node holds the job lease")
-}
-
-// issue adds a token to the server's token file.
-func (ts *testServer) issue(t testing.TB, p auth.Principal) string {
-	t.Helper()
-	tok, err := auth.Issue(ts.tokenPath, p, time.Now())
-	require.NoError(t, err)
-	return tok
-}
-
-// member issues a token for clientID in tenant that may read and write
-// every model.
-func (ts *testServer) member(t testing.TB, tenant, clientID string) string {
-	t.Helper()
-	return ts.issue(t, auth.Principal{Tenant: tenant, ClientID: clientID, Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}})
 }
 
 func (ts *testServer) syncURL() string {
@@ -478,133 +458,14 @@ func requireApplied(t testing.TB, results []syncproto.Result) {
 // body into out (when not nil) and returns the status.
 func (ts *testServer) adminGet(t testing.TB, path, token string, out any) int {
 	t.Helper()
-	return getJSON(t, ts.adminURL+path, token, out)
-}
-
-func getJSON(t testing.TB, url, token string, out any) int {
-	t.Helper()
-	resp := get(t, url, token)
-	defer resp.Body.Close()
-	if out != nil && resp.StatusCode/100 == 2 {
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
-	}
-	return resp.StatusCode
-}
-
-func get(t testing.TB, url, token string) *http.Response {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
-	t.Cleanup(cancel)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	return resp
-}
-
-// status reads /v1/admin/status.
-func (ts *testServer) status(t testing.TB) server.Status {
-	t.Helper()
-	var st server.Status
-	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/status", ts.adminToken, &st))
-	return st
+	return syncdtest.GetJSON(t, ts.adminURL+path, token, out)
 }
 
 // head is the oplog head, read through the admin API.
-func (ts *testServer) head(t testing.TB) uint64 { t.Helper(); return ts.status(t).OplogHead }
-
-// decided reports whether the ledger holds a decision for opID in tenant.
-func (ts *testServer) decided(t testing.TB, tenant, opID string) (server.LedgerAnswer, bool) {
-	t.Helper()
-	var ans server.LedgerAnswer
-	code := ts.adminGet(t, "/v1/admin/ledger/"+opID+"?tenant="+tenant, ts.adminToken, &ans)
-	require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code)
-	return ans, code == http.StatusOK
-}
-
-// oplog reads the whole oplog through the admin API, page by page.
-func (ts *testServer) oplog(t testing.TB, query string) []server.OplogEntry {
-	t.Helper()
-	var all []server.OplogEntry
-	from := uint64(0)
-	for range 1000 {
-		var page server.OplogPage
-		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/oplog?limit=1000&from="+strconv.FormatUint(from, 10)+query, ts.adminToken, &page))
-		all = append(all, page.Entries...)
-		if page.Next >= page.Head {
-			return all
-		}
-		from = page.Next
-	}
-	t.Fatalf("oplog longer than 1000 pages")
-	return nil
-}
-
-// snapshot fetches /v1/snapshot with token and returns its head and
-// records.
-func (ts *testServer) snapshot(t testing.TB, token string) (uint64, []syncproto.SnapshotRecord) {
-	t.Helper()
-	resp := get(t, ts.url+syncproto.SnapshotPath, token)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, syncproto.SnapshotContentType, resp.Header.Get("Content-Type"))
-	r, err := syncproto.NewSnapshotReader(resp.Body)
-	require.NoError(t, err)
-	var recs []syncproto.SnapshotRecord
-	for range 100_000 {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return r.Head(), recs
-		}
-		require.NoError(t, err)
-		recs = append(recs, rec)
-	}
-	t.Fatalf("snapshot longer than 100000 records")
-	return 0, nil
-}
-
-// metric returns the value of the sample named exactly series (name and
-// labels, as /metrics writes them), or "" when absent.
-func (ts *testServer) metric(t testing.TB, series string) string {
-	t.Helper()
-	resp := get(t, ts.url+"/metrics", "")
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			return v
-		}
-	}
-	require.NoError(t, sc.Err())
-	return ""
-}
+func (ts *testServer) head(t testing.TB) uint64 { t.Helper(); return ts.Status(t).OplogHead }
 
 // readOnly is a principal of tenant acting as clientID that may read the
 // models and write none.
 func readOnly(tenant, clientID string, models ...string) auth.Principal {
 	return auth.Principal{Tenant: tenant, ClientID: clientID, Read: models}
-}
-
-// fakeClock is a settable clock for the server and for clients.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
 }

@@ -74,8 +74,8 @@ func TestHookAnswerIsReaskedWhenTheKeyChanged(t *testing.T) {
 		Policies: replication.Config{"counters": replication.PolicyHook},
 		Hook:     h.hook, HookTimeout: time.Minute,
 	})
-	phone, phoneClock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
-	laptop, laptopClock := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	phone, phoneClock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
+	laptop, laptopClock := session(t, ts, ts.Member(t, "acme", "laptop"), "laptop")
 
 	// interfere answers the hook's n requests with a laptop write of value.
 	interfere := func(n int, value string) {
@@ -109,7 +109,7 @@ func TestHookAnswerIsReaskedWhenTheKeyChanged(t *testing.T) {
 	h.mu.Lock()
 	h.interferences = replication.MaxHookAttempts
 	h.mu.Unlock()
-	fallbacks := ts.metric(t, "syncd_conflict_hook_fallbacks_total")
+	fallbacks := ts.Metric(t, "syncd_conflict_hook_fallbacks_total")
 	m = put(t, phoneClock, "counters", "c", `1`)
 	phone.send(&syncproto.Push{ID: "p2", Mutations: []syncproto.Mutation{m}})
 	interfere(replication.MaxHookAttempts, `100`)
@@ -119,5 +119,5 @@ func TestHookAnswerIsReaskedWhenTheKeyChanged(t *testing.T) {
 	require.Equal(t, syncproto.StatusSuperseded, res[0].Status)
 	require.Equal(t, replication.ReasonOlderHLC, res[0].Message)
 	require.JSONEq(t, `311`, string(res[0].Winner.Value), "the laptop's merges stand")
-	require.Equal(t, "1", ts.metric(t, "syncd_conflict_hook_fallbacks_total"), "the fallback is counted (was %s)", fallbacks)
+	require.Equal(t, "1", ts.Metric(t, "syncd_conflict_hook_fallbacks_total"), "the fallback is counted (was %s)", fallbacks)
 }

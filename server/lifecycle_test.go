@@ -13,6 +13,7 @@ import (
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -54,9 +55,9 @@ func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 		Policies: replication.Config{"gated": replication.PolicyHook},
 		Hook:     g.hook, HookTimeout: time.Minute,
 	})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	c, clock := session(t, ts, token, "phone")
-	readyz := func() int { return getJSON(t, ts.url+"/readyz", "", nil) }
+	readyz := func() int { return syncdtest.GetJSON(t, ts.url+"/readyz", "", nil) }
 	require.Equal(t, http.StatusOK, readyz())
 
 	m := put(t, clock, "gated", "k", `"in flight"`)
@@ -74,7 +75,7 @@ func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 	require.Equal(t, syncproto.CodeShuttingDown, busy.Code)
 	require.True(t, busy.Retryable)
 	require.Equal(t, int64(5000), busy.RetryAfterMS, "the body says what Retry-After says")
-	require.True(t, ts.status(t).Draining)
+	require.True(t, ts.Status(t).Draining)
 
 	close(g.release)
 	res := c.pushResult("p1", 1)[0]
@@ -82,7 +83,7 @@ func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 	require.True(t, c.expectRefusalClose(syncproto.CodeShuttingDown).Retryable)
 	require.NoError(t, <-shutdown)
 
-	ans, found := ts.decided(t, "acme", m.OpID)
+	ans, found := ts.Decided(t, "acme", m.OpID)
 	require.True(t, found, "an answered push is durable")
 	require.Equal(t, res.Seq, ans.Result.Seq)
 }
@@ -93,7 +94,7 @@ func TestShutdownDeadlineCutsSessions(t *testing.T) {
 		Policies: replication.Config{"gated": replication.PolicyHook},
 		Hook:     g.hook, HookTimeout: time.Minute,
 	})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	c.send(&syncproto.Push{ID: "p1", Mutations: []syncproto.Mutation{put(t, clock, "gated", "k", `1`)}})
 	g.waitEntered(t)
 
@@ -113,7 +114,7 @@ func TestShutdownDeadlineCutsSessions(t *testing.T) {
 
 func TestConnectionCap(t *testing.T) {
 	ts := startServer(t, server.Config{MaxConnections: 1})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	first := dial(t, ts, token)
 	busy := refusedUpgrade(t, ts, dialOptions(token), http.StatusServiceUnavailable)
 	require.Equal(t, syncproto.CodeServerBusy, busy.Code)
@@ -134,7 +135,7 @@ func TestConnectionCap(t *testing.T) {
 func TestRateLimitRefusesWithoutApplying(t *testing.T) {
 	// Two requests in the burst (hello and one push), then one per 100 s.
 	ts := startServer(t, server.Config{RequestsPerSecond: 0.01, RequestBurst: 2})
-	c := dial(t, ts, ts.member(t, "acme", "phone"))
+	c := dial(t, ts, ts.Member(t, "acme", "phone"))
 	clock := syncproto.NewClock("phone", nil)
 	w := c.hello("phone", 0, clock)
 	require.Equal(t, 0.01, w.Limits.RequestsPerSecond)
@@ -147,16 +148,16 @@ func TestRateLimitRefusesWithoutApplying(t *testing.T) {
 	e := c.recvError("p2", syncproto.CodeRateLimited)
 	require.Equal(t, int64(100_000), e.RetryAfterMS)
 	require.Equal(t, head, ts.head(t), "nothing applied")
-	_, found := ts.decided(t, "acme", m.OpID)
+	_, found := ts.Decided(t, "acme", m.OpID)
 	require.False(t, found)
-	require.Equal(t, "1", ts.metric(t, "syncd_rate_limited_total"))
+	require.Equal(t, "1", ts.Metric(t, "syncd_rate_limited_total"))
 }
 
 func TestIdleSessionIsClosedWith4000(t *testing.T) {
 	// No keepalive pings, so the silent client sends no frame at all, not
 	// even a pong.
 	ts := startServer(t, server.Config{IdleTimeout: 200 * time.Millisecond, PingInterval: time.Hour})
-	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, _ := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	c.expectRefusalClose(syncproto.CodeIdleTimeout)
 }
 
@@ -169,7 +170,7 @@ func TestPingMessagesKeepASessionWithoutPongs(t *testing.T) {
 	// the session would rightly be closed.
 	const idle = 1200 * time.Millisecond
 	ts := startServer(t, server.Config{IdleTimeout: idle, PingInterval: 20 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
-	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, _ := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	const pings = 12 // three idle timeouts' worth, a ping every quarter
 	for i := range pings {
 		c.send(&syncproto.Ping{ID: fmt.Sprintf("k%d", i)})
@@ -187,15 +188,15 @@ func TestPingMessagesKeepASessionWithoutPongs(t *testing.T) {
 // protocol error (PROTOCOL.md 5.1).
 func TestHelloFromAnotherDatabaseIsAResync(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	c := dial(t, ts, ts.member(t, "acme", "phone"))
+	c := dial(t, ts, ts.Member(t, "acme", "phone"))
 	clock := syncproto.NewClock("phone", nil)
 	c.send(&syncproto.Hello{ID: "h1", ClientID: "phone", Cursor: 1000, HLC: clock.Now(), DatabaseID: "an-older-database"})
 	w := expect[*syncproto.Welcome](c)
 	require.NotEqual(t, "an-older-database", w.DatabaseID)
-	require.Equal(t, "1", ts.metric(t, "syncd_resyncs_total"))
-	require.Empty(t, ts.metric(t, `syncd_protocol_errors_total{code="cursor_ahead"}`), "no protocol error counted")
+	require.Equal(t, "1", ts.Metric(t, "syncd_resyncs_total"))
+	require.Empty(t, ts.Metric(t, `syncd_protocol_errors_total{code="cursor_ahead"}`), "no protocol error counted")
 
-	other := dial(t, ts, ts.member(t, "acme", "laptop"))
+	other := dial(t, ts, ts.Member(t, "acme", "laptop"))
 	other.send(&syncproto.Hello{ID: "h1", ClientID: "laptop", Cursor: 1000, HLC: syncproto.NewClock("laptop", nil).Now(), DatabaseID: w.DatabaseID})
 	require.Equal(t, syncproto.CodeCursorAhead, other.expectRefusalClose(syncproto.CodeCursorAhead).Code, "the same database: the cursor is checked")
 }
@@ -206,7 +207,7 @@ func TestHelloFromAnotherDatabaseIsAResync(t *testing.T) {
 func TestWebsocketPingsKeepASession(t *testing.T) {
 	const idle = 1200 * time.Millisecond
 	ts := startServer(t, server.Config{IdleTimeout: idle, PingInterval: 20 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
-	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, _ := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	for range 12 { // three idle timeouts' worth, a ping every quarter
 		// Nothing reads the server's pong, so each Ping gives up waiting
 		// for it; the ping frame itself was sent.
@@ -225,9 +226,9 @@ func TestWebsocketPingsKeepASession(t *testing.T) {
 // reload interval.
 func TestRevokedTokenClosesItsSessions(t *testing.T) {
 	ts := startServer(t, server.Config{TokenRecheck: 20 * time.Millisecond})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	c, clock := session(t, ts, token, "phone")
-	other, _ := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	other, _ := session(t, ts, ts.Member(t, "acme", "laptop"), "laptop")
 	requireApplied(t, c.push("p1", put(t, clock, "notes", "n", `1`)))
 
 	id := strings.SplitN(token, "_", 3)[1]

@@ -13,6 +13,8 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
@@ -27,7 +29,7 @@ import (
 // subscription hold DefaultPullLimit entries (sections 5.5, 5.6 and 11).
 func TestDefaultPageIs100Entries(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	const writes = syncproto.DefaultPullLimit + 50
 	muts := make([]syncproto.Mutation, writes)
 	for i := range muts {
@@ -58,15 +60,15 @@ func TestDefaultPageIs100Entries(t *testing.T) {
 // clock computes an offset of zero, while server_hlc runs ahead.
 func TestOneFastDeviceDoesNotDragAnotherDevicesClock(t *testing.T) {
 	now := time.UnixMilli(1_733_140_000_000)
-	ts := startServer(t, server.Config{Now: newFakeClock(now).Now})
-	fast := syncproto.NewClock("phone", newFakeClock(now.Add(55*time.Second)).Now)
-	phone := dial(t, ts, ts.member(t, "acme", "phone"))
+	ts := startServer(t, server.Config{Now: fakeclock.New(now).Now})
+	fast := syncproto.NewClock("phone", fakeclock.New(now.Add(55*time.Second)).Now)
+	phone := dial(t, ts, ts.Member(t, "acme", "phone"))
 	phone.hello("phone", 0, fast)
 	ahead := put(t, fast, "notes", "n", `"from the fast phone"`)
 	requireApplied(t, phone.push("p1", ahead))
 
-	correct := newFakeClock(now)
-	laptop := dial(t, ts, ts.member(t, "acme", "laptop"))
+	correct := fakeclock.New(now)
+	laptop := dial(t, ts, ts.Member(t, "acme", "laptop"))
 	w := laptop.hello("laptop", 0, syncproto.NewClock("laptop", correct.Now))
 	require.GreaterOrEqual(t, w.ServerHLC.Wall, ahead.HLC.Wall, "server_hlc observed the fast write")
 	require.Equal(t, now.UnixMilli(), w.ServerTime, "server_time_ms is the server's wall clock")
@@ -79,9 +81,9 @@ func TestOneFastDeviceDoesNotDragAnotherDevicesClock(t *testing.T) {
 // overwriting a version logs it as the loser, and absent says nothing.
 func TestAbsentAndZeroVersionsDifferOnTheWire(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	laptop, laptopClock := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	laptop, laptopClock := session(t, ts, ts.Member(t, "acme", "laptop"), "laptop")
 	requireApplied(t, laptop.push("l1", put(t, laptopClock, "notes", "n", `"laptop"`), put(t, laptopClock, "notes", "s", `"laptop"`)))
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	mutation := func(key, extra string) string {
 		return `{"type":"push","id":"p1","mutations":[{"op_id":"` + newOpID(t) + `","model":"notes","key":"` + key +
 			`","op":"put","value":"phone","hlc":"` + clock.Now().String() + `"` + extra + `}]}`
@@ -98,8 +100,8 @@ func TestAbsentAndZeroVersionsDifferOnTheWire(t *testing.T) {
 	require.Equal(t, syncproto.StatusApplied, r.Status, "absent base_version is unconditional: %+v", r)
 	require.Equal(t, uint64(2), r.Version)
 
-	conflicts := func() []server.Conflict {
-		var out []server.Conflict
+	conflicts := func() []adminapi.Conflict {
+		var out []adminapi.Conflict
 		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme", ts.adminToken, &out))
 		return out
 	}
@@ -117,7 +119,7 @@ func TestAbsentAndZeroVersionsDifferOnTheWire(t *testing.T) {
 // like the record's current one is superseded, with that record as winner.
 func TestEqualHLCIsSuperseded(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	first := put(t, clock, "notes", "n", `"first"`)
 	requireApplied(t, c.push("p1", first))
 	same := put(t, clock, "notes", "n", `"same stamp"`)
@@ -135,7 +137,7 @@ func TestEqualHLCIsSuperseded(t *testing.T) {
 // dots; a pattern holding "://" against scheme and host.
 func TestOriginAllowList(t *testing.T) {
 	ts := startServer(t, server.Config{AllowedOrigins: []string{"*.example.com", "localhost:*", "https://app.example.org"}})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	host := ts.url[len("http://"):]
 	hostname, portText, err := net.SplitHostPort(host)
 	require.NoError(t, err)
@@ -174,7 +176,7 @@ func TestOriginAllowList(t *testing.T) {
 // hello_required without an id, then close 1002 (sections 4 and 12).
 func TestNoHelloInTimeIsClosed(t *testing.T) {
 	ts := startServer(t, server.Config{HelloTimeout: 200 * time.Millisecond})
-	c := dial(t, ts, ts.member(t, "acme", "phone"))
+	c := dial(t, ts, ts.Member(t, "acme", "phone"))
 	e := c.expectRefusalClose(syncproto.CodeHelloRequired)
 	require.Empty(t, e.ID, "an error about the connection carries no id")
 }
@@ -186,7 +188,7 @@ func TestNoHelloInTimeIsClosed(t *testing.T) {
 // message anyway.
 func TestStalledFrameIsCutWithoutACloseFrame(t *testing.T) {
 	ts := startServer(t, server.Config{FrameReadTimeout: 200 * time.Millisecond})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	head := ts.head(t)
 	w, err := c.conn.Writer(t.Context(), websocket.MessageText)
 	require.NoError(t, err)
@@ -206,7 +208,7 @@ func TestStalledFrameIsCutWithoutACloseFrame(t *testing.T) {
 // HTTP answer (section 1); one that ends makes room.
 func TestConnectionsBeyondThePerAddressCapAreClosedAtAccept(t *testing.T) {
 	ts := startServer(t, server.Config{MaxConnectionsPerAddress: 2})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	first := dial(t, ts, token)
 	dial(t, ts, token)
 	c, resp, err := tryDial(ts, dialOptions(token))
@@ -225,6 +227,14 @@ func TestConnectionsBeyondThePerAddressCapAreClosedAtAccept(t *testing.T) {
 	}, ioTimeout, 20*time.Millisecond, "a closed connection makes room")
 }
 
+// quotaDefault is how section 11 states a mutation quota's default.
+func quotaDefault(rate float64, burst int) string {
+	if rate < 0 {
+		return "off"
+	}
+	return fmt.Sprintf("%g/s, burst %d", rate, burst)
+}
+
 // PROTOCOL.md states the server's defaults that a client meets but
 // welcome does not announce (section 11's table, and where sections 1, 2
 // and 4 name them), and ledger_retention_ms's default, with the values the
@@ -238,8 +248,9 @@ func TestProtocolStatesServerDefaults(t *testing.T) {
 		"`hello` within, after the upgrade":                        fmt.Sprintf("%d s", int(server.DefaultHelloTimeout.Seconds())),
 		"open connections, whole server":                           fmt.Sprint(server.DefaultMaxConnections),
 		"open connections per token / per tenant (all its tokens)": fmt.Sprintf("%d / half the server's", server.DefaultMaxConnectionsPerToken),
-		"mutations per token / per tenant (section 14)": fmt.Sprintf("%d/s, burst %d / %d/s, burst %d",
-			server.DefaultTokenMutationsPerSecond, server.DefaultTokenMutationBurst, server.DefaultTenantMutationsPerSecond, server.DefaultTenantMutationBurst),
+		"mutations per token / per tenant (section 14)": quotaDefault(server.DefaultTokenMutationsPerSecond, server.DefaultTokenMutationBurst) + " / " +
+			quotaDefault(server.DefaultTenantMutationsPerSecond, server.DefaultTenantMutationBurst),
+		"a tenant's share of the commits when the server is saturated (section 14)": "equal weights",
 		"bytes of frames being read or applied, whole server / per token / per tenant (section 14)": mib(server.DefaultFrameBudgetBytes) + " / " +
 			mib(server.DefaultTokenFrameBytes) + " / " + mib(server.DefaultTenantFrameBytes),
 		"a frame, once started, arrives whole within":             fmt.Sprintf("%d s", int(server.DefaultFrameReadTimeout.Seconds())),
@@ -279,7 +290,7 @@ func TestProtocolStatesServerDefaults(t *testing.T) {
 // preflight and its answers name no origin, so the browser hides them.
 func TestSnapshotAnswersBrowsersOnAllowedOrigins(t *testing.T) {
 	ts := startServer(t, server.Config{AllowedOrigins: []string{"app.example.com"}})
-	token := ts.member(t, "acme", "browser")
+	token := ts.Member(t, "acme", "browser")
 	request := func(method, origin, token string) *http.Response {
 		req, err := http.NewRequestWithContext(t.Context(), method, ts.url+syncproto.SnapshotPath, nil)
 		require.NoError(t, err)
@@ -343,7 +354,7 @@ func TestServerMutationChecksFollowTheDocumentedOrder(t *testing.T) {
 
 	ts := startServer(t, server.Config{Policies: replication.Config{"notes": replication.PolicyLWW, "audit": replication.PolicyLWW,
 		"accounts": replication.PolicyOptimistic, replication.AnyModel: replication.PolicyNone}})
-	token := ts.issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{auth.Wildcard}, Write: []string{"notes", "accounts"}})
+	token := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{auth.Wildcard}, Write: []string{"notes", "accounts"}})
 	c, clock := session(t, ts, token, "phone")
 	taken := put(t, clock, "notes", "taken", `"v1"`)
 	requireApplied(t, c.push("setup", taken))
@@ -390,8 +401,8 @@ func TestServerMutationChecksFollowTheDocumentedOrder(t *testing.T) {
 // (section 5.6). Unsubscribing with no subscription is answered pong.
 func TestSubscribeReplacesTheSubscription(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	c, _ := session(t, ts, ts.member(t, "acme", "phone"), "phone")
-	writer, wClock := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	c, _ := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
+	writer, wClock := session(t, ts, ts.Member(t, "acme", "laptop"), "laptop")
 	c.subscribe("s1", 0)
 	requireApplied(t, writer.push("w1", put(t, wClock, "notes", "a", `1`)))
 	c.waitLive(1)
@@ -433,7 +444,7 @@ func TestSubscribeReplacesTheSubscription(t *testing.T) {
 func TestWelcomeListsTheTokensModels(t *testing.T) {
 	ts := startServer(t, server.Config{Policies: replication.Config{"notes": replication.PolicyLWW,
 		"accounts": replication.PolicyOptimistic, "audit": replication.PolicyLWW, "secret": replication.PolicyLWW}})
-	token := ts.issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{"notes", "accounts", "audit"}, Write: []string{"notes", "accounts"}})
+	token := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{"notes", "accounts", "audit"}, Write: []string{"notes", "accounts"}})
 	c := dial(t, ts, token)
 	w := c.hello("phone", 0, syncproto.NewClock("phone", nil))
 	require.Equal(t, map[string]syncproto.ModelAccess{
@@ -448,7 +459,7 @@ func TestWelcomeListsTheTokensModels(t *testing.T) {
 // differs (section 6).
 func TestOpIDTwiceInOnePush(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	m := put(t, clock, "notes", "n", `"one"`)
 	res := c.push("p1", m, m)
 	require.Equal(t, syncproto.StatusApplied, res[0].Status)
@@ -472,7 +483,7 @@ func TestOpIDTwiceInOnePush(t *testing.T) {
 // written is version 0, deleted, with an empty hlc.
 func TestTombstonesKeepTheirVersion(t *testing.T) {
 	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	requireApplied(t, c.push("p1", putIf(t, clock, "accounts", "a", `1`, 0)))
 	one := uint64(1)
 	del := syncproto.Mutation{OpID: newOpID(t), Model: "accounts", Key: "a", Op: syncproto.OpDelete, HLC: clock.Now(), BaseVersion: &one}
@@ -499,9 +510,9 @@ func TestTombstonesKeepTheirVersion(t *testing.T) {
 // answered rate_limited with retry_after_ms and the session stays open,
 // waiting for a hello, which succeeds once the quota has refilled.
 func TestHelloOverTheQuotaIsRateLimited(t *testing.T) {
-	now := newFakeClock(time.UnixMilli(1_733_140_000_000))
+	now := fakeclock.New(time.UnixMilli(1_733_140_000_000))
 	ts := startServer(t, server.Config{Now: now.Now, Quotas: server.Quotas{TokenMutationsPerSecond: 1, TokenMutationBurst: syncproto.MaxBatch}})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	busy := dial(t, ts, token)
 	clock := syncproto.NewClock("phone", now.Now)
 	busy.hello("phone", 0, clock)

@@ -16,9 +16,15 @@ import (
 
 // Defaults of Quotas' zero fields.
 const (
-	DefaultTokenMutationsPerSecond  = 5_000
+	// The mutation quotas are off by default (negative): one device
+	// replaying a backlog is bound by the commit rate, which any token or
+	// tenant rate below it would throttle, and the committer's fair order
+	// (Config.TenantWeights) already keeps a tenant pushing more than its
+	// share from slowing the others. They remain for operators who sell
+	// plans: the bursts apply when a rate is set.
+	DefaultTokenMutationsPerSecond  = -1
 	DefaultTokenMutationBurst       = 10_000
-	DefaultTenantMutationsPerSecond = 20_000
+	DefaultTenantMutationsPerSecond = -1
 	DefaultTenantMutationBurst      = 40_000
 	DefaultMaxConnectionsPerToken   = 32
 	// A token's frames may hold an eighth of DefaultFrameBudgetBytes, a
@@ -32,8 +38,8 @@ const (
 // Config.RequestsPerSecond, is separate). Mutation rates are counted in
 // mutations: a push costs one per mutation it holds, and every other
 // frame, decodable or not, costs one. A zero field takes its default; a
-// negative one turns that quota off. A burst must be at least
-// syncproto.MaxBatch, so a full push can pass.
+// negative one turns that quota off (the mutation rates' default). A
+// burst must be at least syncproto.MaxBatch, so a full push can pass.
 type Quotas struct {
 	// TokenMutationsPerSecond and TokenMutationBurst meter one token (one
 	// client id); over it a frame is answered rate_limited with

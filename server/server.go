@@ -29,15 +29,24 @@ import (
 )
 
 // Defaults of Config's zero fields.
+//
+// DefaultRequestsPerSecond and DefaultRequestBurst are each session's
+// request limit: a backstop against one session spinning on cheap frames,
+// above what one honest device sends. A device waits a round trip (and,
+// for a write, a commit) per awaited request, tens of microseconds at the
+// least on loopback, and moves volume in pushes of up to
+// syncproto.MaxBatch mutations; so neither sequential awaited writes nor a
+// backlog replay reach it.
 const (
 	DefaultNodeID            = "syncd-1"
 	DefaultMaxConnections    = 10_000
-	DefaultRequestsPerSecond = 200
-	DefaultRequestBurst      = 400
+	DefaultRequestsPerSecond = 20_000
+	DefaultRequestBurst      = 40_000
 	DefaultWriteTimeout      = 10 * time.Second
 	DefaultTokenRecheck      = time.Second
 	DefaultHelloTimeout      = 10 * time.Second
 	DefaultRetentionInterval = time.Minute
+	DefaultMaxTenantLabels   = 100
 )
 
 // maxDBConns caps syncd's SQLite connections: one writer, the rest readers.
@@ -126,6 +135,17 @@ type Config struct {
 	// Quotas bound each token's and tenant's mutation rate, sessions and
 	// share of the frame budget; zero fields take their defaults.
 	Quotas Quotas
+	// TenantWeights are the tenants' weights in the committer's fair
+	// order (fairQueue): when it is saturated, each tenant with pushes
+	// waiting gets mutations committed in proportion to its weight, from
+	// 1 to MaxTenantWeight. A tenant absent has weight 1. A single node
+	// only: a cluster's command stream keeps its arrival order.
+	TenantWeights map[string]int
+	// MaxTenantLabels caps the tenants given their own tenant label in the
+	// committer's per-tenant metrics (syncd_commit_*), beyond those of
+	// TenantWeights: the first seen since start; the others share the
+	// label "~other". 0 means DefaultMaxTenantLabels; negative, none.
+	MaxTenantLabels int
 	// FrameBudgetBytes bounds the bytes of frames being read, decoded or
 	// applied, over all sessions (frameBudget); 0 means
 	// DefaultFrameBudgetBytes, and it is never below one largest frame.
@@ -139,7 +159,8 @@ type Config struct {
 	// DefaultEventLogInterval.
 	EventLogInterval time.Duration
 	// RequestsPerSecond and RequestBurst rate-limit each session's
-	// requests; 0 means the defaults.
+	// requests (announced in welcome); 0 means the defaults
+	// (DefaultRequestsPerSecond, DefaultRequestBurst).
 	RequestsPerSecond float64
 	RequestBurst      int
 	// IdleTimeout closes a session that sent nothing for this long (4000);
@@ -255,6 +276,17 @@ func (c *Config) setDefaults() error {
 	}
 	if c.RequestBurst == 0 {
 		c.RequestBurst = DefaultRequestBurst
+	}
+	if c.MaxTenantLabels == 0 {
+		c.MaxTenantLabels = DefaultMaxTenantLabels
+	}
+	for tenant, w := range c.TenantWeights {
+		if err := syncproto.ValidateID(tenant); err != nil {
+			return fmt.Errorf("tenant weight of %q: %w", tenant, err)
+		}
+		if w < 1 || w > MaxTenantWeight {
+			return fmt.Errorf("tenant weight of %q is %d: want 1 to %d", tenant, w, MaxTenantWeight)
+		}
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -387,7 +419,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		})
 		s.commits = clusterCommitter{cluster: cfg.Cluster, metrics: s.metrics, now: cfg.Now}
 	} else if err == nil {
-		s.commits, err = newGroupCommitter(ctx, s.store, s.tail, cfg.Now, s.metrics, cfg.Logger)
+		share := newCommitShareMetrics(reg, cfg.TenantWeights, max(0, cfg.MaxTenantLabels))
+		s.commits, err = newGroupCommitter(ctx, s.store, s.tail, cfg.Now, s.metrics, share, cfg.TenantWeights, cfg.Logger)
 	}
 	if err != nil {
 		if s.snapshotDB != nil {

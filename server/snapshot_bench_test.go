@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -38,7 +39,7 @@ func BenchmarkSnapshotServe(b *testing.B) {
 		require.NoError(b, err, "SYNCD_BENCH_SNAPSHOT_N")
 	}
 	ts := startServer(b, server.Config{RequestsPerSecond: 1e9, RequestBurst: 1 << 30, Quotas: noQuotas, RetentionInterval: -1, Synchronous: sqlitedb.Normal})
-	token := ts.member(b, "bench", "bench-client")
+	token := ts.Member(b, "bench", "bench-client")
 	preloadRecords(b, ts, token, n)
 	ceiling := openSnapshotCeiling(b, ts.DataPath)
 
@@ -96,7 +97,7 @@ func preloadRecords(b *testing.B, ts *testServer, token string, n int) {
 // size in bytes.
 func fetchWholeSnapshot(b *testing.B, base, token string, want int) int64 {
 	b.Helper()
-	resp := get(b, base+syncproto.SnapshotPath, token)
+	resp := syncdtest.Get(b, base+syncproto.SnapshotPath, token)
 	defer resp.Body.Close()
 	require.Equal(b, http.StatusOK, resp.StatusCode)
 	var lc lineCounter

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -22,7 +23,7 @@ import (
 // holds its turn.
 func seedLarge(t *testing.T, ts *testServer) int {
 	t.Helper()
-	writer, clock := session(t, ts, ts.member(t, "acme", "seeder"), "seeder")
+	writer, clock := session(t, ts, ts.Member(t, "acme", "seeder"), "seeder")
 	big := `"` + strings.Repeat("x", 8<<10) + `"`
 	const pushes, per = 20, 50
 	for i := range pushes {
@@ -59,7 +60,7 @@ func TestSnapshotsBeyondTheLimitWaitTheirTurn(t *testing.T) {
 	n := seedLarge(t, ts)
 
 	// The first device takes the only turn and stops reading.
-	stalled := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "stalled"))
+	stalled := syncdtest.Get(t, ts.url+syncproto.SnapshotPath, ts.Member(t, "acme", "stalled"))
 	require.Equal(t, http.StatusOK, stalled.StatusCode)
 
 	// Two more wait in the queue.
@@ -68,19 +69,19 @@ func TestSnapshotsBeyondTheLimitWaitTheirTurn(t *testing.T) {
 		err     error
 	}
 	results := make(chan fetched, 2)
-	tokens := []string{ts.member(t, "acme", "second"), ts.member(t, "acme", "third")}
+	tokens := []string{ts.Member(t, "acme", "second"), ts.Member(t, "acme", "third")}
 	for _, token := range tokens {
 		go func() {
 			recs, err := fetchSnapshotRecords(ts.url, token)
 			results <- fetched{len(recs), err}
 		}()
 	}
-	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_waiting") == "2" }, ioTimeout, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return ts.Metric(t, "syncd_snapshots_waiting") == "2" }, ioTimeout, 10*time.Millisecond)
 
 	// The queue is full: a fourth device is refused at once, and so is a
 	// second snapshot for a token already waiting.
-	refusedBusy(t, get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "fourth")))
-	refusedBusy(t, get(t, ts.url+syncproto.SnapshotPath, tokens[0]))
+	refusedBusy(t, syncdtest.Get(t, ts.url+syncproto.SnapshotPath, ts.Member(t, "acme", "fourth")))
+	refusedBusy(t, syncdtest.Get(t, ts.url+syncproto.SnapshotPath, tokens[0]))
 
 	// The stalled device goes away; the waiting ones are served in turn.
 	stalled.Body.Close()
@@ -93,9 +94,9 @@ func TestSnapshotsBeyondTheLimitWaitTheirTurn(t *testing.T) {
 			t.Fatal("a waiting snapshot was never served")
 		}
 	}
-	require.Equal(t, "0", ts.metric(t, "syncd_snapshots_waiting"))
-	require.Equal(t, "2", ts.metric(t, "syncd_snapshots_refused_total"))
-	require.Equal(t, "1", ts.metric(t, "syncd_snapshots_shared_total"), "the third joined the second's read")
+	require.Equal(t, "0", ts.Metric(t, "syncd_snapshots_waiting"))
+	require.Equal(t, "2", ts.Metric(t, "syncd_snapshots_refused_total"))
+	require.Equal(t, "1", ts.Metric(t, "syncd_snapshots_shared_total"), "the third joined the second's read")
 }
 
 // A device that waits longer than SnapshotQueueTimeout is refused with a
@@ -105,12 +106,12 @@ func TestSnapshotWaitIsBounded(t *testing.T) {
 	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 1, SnapshotQueueTimeout: 300 * time.Millisecond})
 	seedLarge(t, ts)
 	base := serveWithTimeouts(t, ts, 100*time.Millisecond)
-	stalled := get(t, base+syncproto.SnapshotPath, ts.member(t, "acme", "stalled"))
+	stalled := syncdtest.Get(t, base+syncproto.SnapshotPath, ts.Member(t, "acme", "stalled"))
 	defer stalled.Body.Close()
 	require.Equal(t, http.StatusOK, stalled.StatusCode)
 
-	refusedBusy(t, get(t, base+syncproto.SnapshotPath, ts.member(t, "acme", "patient")))
-	require.Equal(t, "0", ts.metric(t, "syncd_snapshots_waiting"))
+	refusedBusy(t, syncdtest.Get(t, base+syncproto.SnapshotPath, ts.Member(t, "acme", "patient")))
+	require.Equal(t, "0", ts.Metric(t, "syncd_snapshots_waiting"))
 }
 
 // serveWithTimeouts serves ts's public handler on a listener of its own
@@ -172,18 +173,18 @@ func TestSnapshotOutlivesTheHTTPTimeouts(t *testing.T) {
 	const timeouts = 200 * time.Millisecond
 	base := serveWithTimeouts(t, ts, timeouts)
 
-	first := get(t, base+syncproto.SnapshotPath, ts.member(t, "acme", "first"))
+	first := syncdtest.Get(t, base+syncproto.SnapshotPath, ts.Member(t, "acme", "first"))
 	defer first.Body.Close()
 	require.Equal(t, http.StatusOK, first.StatusCode)
 	second := make(chan error, 1)
 	go func() {
-		recs, err := fetchSnapshotRecords(base, ts.member(t, "acme", "second"))
+		recs, err := fetchSnapshotRecords(base, ts.Member(t, "acme", "second"))
 		if err == nil && len(recs) != n {
 			err = fmt.Errorf("%d records, want %d", len(recs), n)
 		}
 		second <- err
 	}()
-	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_waiting") == "1" }, ioTimeout, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return ts.Metric(t, "syncd_snapshots_waiting") == "1" }, ioTimeout, 10*time.Millisecond)
 	time.Sleep(3 * timeouts) // both requests outlive the timeouts
 
 	sr, err := syncproto.NewSnapshotReader(first.Body)
@@ -210,9 +211,9 @@ func TestSnapshotOutlivesTheHTTPTimeouts(t *testing.T) {
 func TestSnapshotReadIsSharedByTheDevicesWaitingForIt(t *testing.T) {
 	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 1})
 	n := seedLarge(t, ts)
-	other, otherClock := session(t, ts, ts.member(t, "globex", "seeder"), "seeder")
+	other, otherClock := session(t, ts, ts.Member(t, "globex", "seeder"), "seeder")
 	requireApplied(t, other.push("o1", put(t, otherClock, "notes", "theirs", `1`)))
-	stalled := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "stalled"))
+	stalled := syncdtest.Get(t, ts.url+syncproto.SnapshotPath, ts.Member(t, "acme", "stalled"))
 	require.Equal(t, http.StatusOK, stalled.StatusCode)
 
 	type fetched struct {
@@ -229,14 +230,14 @@ func TestSnapshotReadIsSharedByTheDevicesWaitingForIt(t *testing.T) {
 	}
 	waiting := func(k int) {
 		t.Helper()
-		require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_waiting") == strconv.Itoa(k) }, ioTimeout, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return ts.Metric(t, "syncd_snapshots_waiting") == strconv.Itoa(k) }, ioTimeout, 10*time.Millisecond)
 	}
-	fetch("early", ts.member(t, "acme", "early"))
+	fetch("early", ts.Member(t, "acme", "early"))
 	waiting(1)
-	writer, clock := session(t, ts, ts.member(t, "acme", "writer"), "writer")
+	writer, clock := session(t, ts, ts.Member(t, "acme", "writer"), "writer")
 	requireApplied(t, writer.push("w1", put(t, clock, "notes", "written-before-late-asked", `1`)))
-	fetch("late", ts.member(t, "acme", "late"))
-	fetch("globex", ts.member(t, "globex", "reader"))
+	fetch("late", ts.Member(t, "acme", "late"))
+	fetch("globex", ts.Member(t, "globex", "reader"))
 	waiting(3)
 
 	stalled.Body.Close()
@@ -254,7 +255,7 @@ func TestSnapshotReadIsSharedByTheDevicesWaitingForIt(t *testing.T) {
 	require.Equal(t, got["early"], got["late"], "one read served both")
 	require.True(t, slices.ContainsFunc(got["late"], func(r syncproto.SnapshotRecord) bool { return r.Key == "written-before-late-asked" }))
 	require.Len(t, got["globex"], 1, "the other tenant's own record alone")
-	require.Equal(t, "1", ts.metric(t, "syncd_snapshots_shared_total"))
+	require.Equal(t, "1", ts.Metric(t, "syncd_snapshots_shared_total"))
 }
 
 // A device that stops reading a shared read holds the others back only
@@ -263,27 +264,27 @@ func TestSnapshotReadIsSharedByTheDevicesWaitingForIt(t *testing.T) {
 func TestSnapshotSharedWithAStalledReader(t *testing.T) {
 	ts := startServer(t, server.Config{MaxConcurrentSnapshots: 1, SnapshotShareBytes: 256 << 10, SnapshotWriteTimeout: 300 * time.Millisecond})
 	n := seedLarge(t, ts)
-	first := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "first"))
+	first := syncdtest.Get(t, ts.url+syncproto.SnapshotPath, ts.Member(t, "acme", "first"))
 	require.Equal(t, http.StatusOK, first.StatusCode)
 
 	reader := make(chan error, 1)
 	go func() {
-		recs, err := fetchSnapshotRecords(ts.url, ts.member(t, "acme", "reader"))
+		recs, err := fetchSnapshotRecords(ts.url, ts.Member(t, "acme", "reader"))
 		if err == nil && len(recs) != n {
 			err = fmt.Errorf("%d records, want %d", len(recs), n)
 		}
 		reader <- err
 	}()
-	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_waiting") == "1" }, ioTimeout, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return ts.Metric(t, "syncd_snapshots_waiting") == "1" }, ioTimeout, 10*time.Millisecond)
 	staller := make(chan *http.Response, 1)
 	go func() {
-		resp, err := http.DefaultClient.Do(snapshotRequest(t, ts.url, ts.member(t, "acme", "staller")))
+		resp, err := http.DefaultClient.Do(snapshotRequest(t, ts.url, ts.Member(t, "acme", "staller")))
 		if err == nil {
 			staller <- resp
 		}
 		close(staller)
 	}()
-	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_waiting") == "2" }, ioTimeout, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return ts.Metric(t, "syncd_snapshots_waiting") == "2" }, ioTimeout, 10*time.Millisecond)
 
 	// The first device reads its whole snapshot; the second, sharing the
 	// read with a third that never reads, gets its whole one too.
@@ -296,8 +297,8 @@ func TestSnapshotSharedWithAStalledReader(t *testing.T) {
 	case <-time.After(2 * ioTimeout):
 		t.Fatal("the reading device was held back for good")
 	}
-	require.Equal(t, "1", ts.metric(t, "syncd_snapshots_shared_total"))
-	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_cut_total") == "1" }, ioTimeout, 10*time.Millisecond, "the staller was cut")
+	require.Equal(t, "1", ts.Metric(t, "syncd_snapshots_shared_total"))
+	require.Eventually(t, func() bool { return ts.Metric(t, "syncd_snapshots_cut_total") == "1" }, ioTimeout, 10*time.Millisecond, "the staller was cut")
 	if resp := <-staller; resp != nil {
 		resp.Body.Close()
 	}
@@ -317,7 +318,7 @@ func snapshotRequest(t *testing.T, base, token string) *http.Request {
 func TestSnapshotTimeoutBoundsASlowReader(t *testing.T) {
 	ts := startServer(t, server.Config{SnapshotTimeout: 300 * time.Millisecond})
 	seedLarge(t, ts)
-	resp := get(t, ts.url+syncproto.SnapshotPath, ts.member(t, "acme", "slow"))
+	resp := syncdtest.Get(t, ts.url+syncproto.SnapshotPath, ts.Member(t, "acme", "slow"))
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	sr, err := syncproto.NewSnapshotReader(&slowReader{r: resp.Body})
@@ -328,7 +329,7 @@ func TestSnapshotTimeoutBoundsASlowReader(t *testing.T) {
 		}
 	}
 	require.ErrorIs(t, err, syncproto.ErrSnapshotTruncated)
-	require.Eventually(t, func() bool { return ts.metric(t, "syncd_snapshots_cut_total") == "1" }, ioTimeout, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return ts.Metric(t, "syncd_snapshots_cut_total") == "1" }, ioTimeout, 10*time.Millisecond)
 }
 
 // slowReader reads at most 64 KiB every 20 ms.

@@ -10,15 +10,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
 func TestPushThenPullAndSubscribe(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	phone, phoneClock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
-	laptop, _ := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	phone, phoneClock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
+	laptop, _ := session(t, ts, ts.Member(t, "acme", "laptop"), "laptop")
 
 	first := laptop.subscribe("s1", 0).(*syncproto.Changes)
 	require.Empty(t, first.Entries, "nothing was written yet")
@@ -72,9 +75,9 @@ func TestPushThenPullAndSubscribe(t *testing.T) {
 
 func TestResendIsDuplicateWithOriginalResult(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	phone, clock := session(t, ts, token, "phone")
-	laptop, laptopClock := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	laptop, laptopClock := session(t, ts, ts.Member(t, "acme", "laptop"), "laptop")
 
 	m := put(t, clock, "notes", "n1", `{"text":"first"}`)
 	orig := phone.push("p1", m)[0]
@@ -112,7 +115,7 @@ func TestResendIsDuplicateWithOriginalResult(t *testing.T) {
 	require.JSONEq(t, `{"text":"second"}`, string(res[1].Winner.Value))
 	require.Equal(t, head, ts.head(t))
 
-	entries := ts.oplog(t, "&tenant=acme")
+	entries := ts.Oplog(t, "&tenant=acme")
 	seen := map[string]int{}
 	for _, e := range entries {
 		seen[e.OpID]++
@@ -123,8 +126,8 @@ func TestResendIsDuplicateWithOriginalResult(t *testing.T) {
 
 func TestOptimisticRaceHasExactlyOneWinner(t *testing.T) {
 	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
-	a, aClock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
-	b, bClock := session(t, ts, ts.member(t, "acme", "laptop"), "laptop")
+	a, aClock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
+	b, bClock := session(t, ts, ts.Member(t, "acme", "laptop"), "laptop")
 
 	const rounds = 20
 	winners := map[string]int{}
@@ -153,7 +156,7 @@ func TestOptimisticRaceHasExactlyOneWinner(t *testing.T) {
 	}
 
 	var versions []uint64
-	for _, e := range ts.oplog(t, "&tenant=acme&model=accounts") {
+	for _, e := range ts.Oplog(t, "&tenant=acme&model=accounts") {
 		versions = append(versions, e.Version)
 	}
 	want := make([]uint64, rounds)
@@ -162,25 +165,25 @@ func TestOptimisticRaceHasExactlyOneWinner(t *testing.T) {
 	}
 	require.Equal(t, want, versions, "versions per key increase by one, no gaps")
 
-	var conflicts []server.Conflict
+	var conflicts []adminapi.Conflict
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme&model=accounts", ts.adminToken, &conflicts))
 	require.Len(t, conflicts, rounds, "every loser is logged")
 	for _, c := range conflicts {
-		require.Equal(t, string(replication.PolicyOptimistic), c.Policy)
+		require.Equal(t, syncproto.PolicyOptimistic, c.Policy)
 	}
 	t.Logf("winners by client: %v", winners)
 }
 
 func TestLWWHigherHLCWinsWhateverTheArrivalOrder(t *testing.T) {
 	base := time.UnixMilli(1_733_140_000_000)
-	ts := startServer(t, server.Config{Now: newFakeClock(base).Now})
+	ts := startServer(t, server.Config{Now: fakeclock.New(base).Now})
 	// The phone's clock runs 30 s behind, within the skew bound.
-	behind := newFakeClock(base.Add(-30 * time.Second))
-	phone := dial(t, ts, ts.member(t, "acme", "phone"))
+	behind := fakeclock.New(base.Add(-30 * time.Second))
+	phone := dial(t, ts, ts.Member(t, "acme", "phone"))
 	phoneClock := syncproto.NewClock("phone", behind.Now)
 	phone.hello("phone", 0, phoneClock)
-	laptop := dial(t, ts, ts.member(t, "acme", "laptop"))
-	laptopClock := syncproto.NewClock("laptop", newFakeClock(base).Now)
+	laptop := dial(t, ts, ts.Member(t, "acme", "laptop"))
+	laptopClock := syncproto.NewClock("laptop", fakeclock.New(base).Now)
 	laptop.hello("laptop", 0, laptopClock)
 
 	// k1: the newer write arrives first; the older one loses on arrival.
@@ -196,18 +199,18 @@ func TestLWWHigherHLCWinsWhateverTheArrivalOrder(t *testing.T) {
 	requireApplied(t, phone.push("p2", put(t, phoneClock, "notes", "k2", `"phone"`)))
 	requireApplied(t, laptop.push("l2", put(t, laptopClock, "notes", "k2", `"laptop"`)))
 
-	_, recs := ts.snapshot(t, ts.member(t, "acme", "reader"))
+	_, recs := ts.Snapshot(t, ts.Member(t, "acme", "reader"))
 	require.Len(t, recs, 2)
 	for _, r := range recs {
 		require.JSONEq(t, `"laptop"`, string(r.Value), "key %s", r.Key)
 		require.Equal(t, "laptop", r.HLC.Origin)
 	}
 
-	var conflicts []server.Conflict
+	var conflicts []adminapi.Conflict
 	require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/conflicts?tenant=acme", ts.adminToken, &conflicts))
 	require.Len(t, conflicts, 1)
 	c := conflicts[0]
-	require.Equal(t, string(replication.PolicyLWW), c.Policy)
+	require.Equal(t, syncproto.PolicyLWW, c.Policy)
 	require.Equal(t, "k1", c.Key)
 	require.Equal(t, older.OpID, c.Loser.OpID)
 	require.Equal(t, older.HLC, c.Loser.HLC)
@@ -217,9 +220,9 @@ func TestLWWHigherHLCWinsWhateverTheArrivalOrder(t *testing.T) {
 
 func TestTimestampBeyondSkewBoundIsRefusedThenRestamped(t *testing.T) {
 	now := time.UnixMilli(1_733_140_000_000)
-	ts := startServer(t, server.Config{Now: newFakeClock(now).Now, MaxClockSkew: 5 * time.Second})
-	device := newFakeClock(now.Add(time.Minute)) // a hand-set clock, a minute fast
-	c := dial(t, ts, ts.member(t, "acme", "phone"))
+	ts := startServer(t, server.Config{Now: fakeclock.New(now).Now, MaxClockSkew: 5 * time.Second})
+	device := fakeclock.New(now.Add(time.Minute)) // a hand-set clock, a minute fast
+	c := dial(t, ts, ts.Member(t, "acme", "phone"))
 	clock := syncproto.NewClock("phone", device.Now)
 	w := c.hello("phone", 0, clock)
 	require.Equal(t, int64(5000), w.Limits.MaxClockSkewMS)
@@ -231,7 +234,7 @@ func TestTimestampBeyondSkewBoundIsRefusedThenRestamped(t *testing.T) {
 	require.Equal(t, syncproto.CodeClockSkew, res.Code)
 	require.Equal(t, m.OpID, res.OpID)
 	require.Equal(t, uint64(0), ts.head(t), "nothing applied")
-	_, found := ts.decided(t, "acme", m.OpID)
+	_, found := ts.Decided(t, "acme", m.OpID)
 	require.False(t, found, "a skew refusal is not recorded in the ledger")
 
 	// The client corrects its clock and re-stamps the same op.
@@ -243,15 +246,15 @@ func TestTimestampBeyondSkewBoundIsRefusedThenRestamped(t *testing.T) {
 	require.Equal(t, restamped.HLC, res.HLC)
 
 	// The refused reading never reached the server's clock.
-	w = dial(t, ts, ts.member(t, "acme", "tablet")).hello("tablet", 0, syncproto.NewClock("tablet", newFakeClock(now).Now))
+	w = dial(t, ts, ts.Member(t, "acme", "tablet")).hello("tablet", 0, syncproto.NewClock("tablet", fakeclock.New(now).Now))
 	require.Less(t, w.ServerHLC.Wall, now.Add(5*time.Second).UnixMilli())
 }
 
 func TestTenantsCannotSeeOrTouchEachOther(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	acmeToken := ts.member(t, "acme", "phone")
+	acmeToken := ts.Member(t, "acme", "phone")
 	acme, acmeClock := session(t, ts, acmeToken, "phone")
-	globexToken := ts.member(t, "globex", "phone") // the same client id, another tenant
+	globexToken := ts.Member(t, "globex", "phone") // the same client id, another tenant
 	globex, globexClock := session(t, ts, globexToken, "phone")
 
 	require.Empty(t, acme.subscribe("s1", 0).(*syncproto.Changes).Entries)
@@ -284,24 +287,24 @@ func TestTenantsCannotSeeOrTouchEachOther(t *testing.T) {
 	for _, e := range globex.pull("q2", 0).Entries {
 		require.Equal(t, `"globex"`, string(e.Value), "globex sees only its own entries")
 	}
-	_, recs := ts.snapshot(t, acmeToken)
+	_, recs := ts.Snapshot(t, acmeToken)
 	require.Len(t, recs, 2)
 	for _, rec := range recs {
 		require.NotEqual(t, `"globex"`, string(rec.Value))
 	}
-	_, recs = ts.snapshot(t, globexToken)
+	_, recs = ts.Snapshot(t, globexToken)
 	require.Len(t, recs, 2)
 	for _, rec := range recs {
 		require.Equal(t, `"globex"`, string(rec.Value))
 	}
-	_, found := ts.decided(t, "globex", marker.OpID)
+	_, found := ts.Decided(t, "globex", marker.OpID)
 	require.False(t, found)
 }
 
 func TestModelScopeOfTokensLimitsTheFeed(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	writer, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
-	readerToken := ts.issue(t, readOnly("acme", "watch", "notes"))
+	writer, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
+	readerToken := ts.Issue(t, readOnly("acme", "watch", "notes"))
 	reader, _ := session(t, ts, readerToken, "watch")
 
 	requireApplied(t, writer.push("p1",
@@ -314,7 +317,7 @@ func TestModelScopeOfTokensLimitsTheFeed(t *testing.T) {
 		require.Equal(t, "notes", e.Model)
 	}
 	require.Equal(t, uint64(3), page.Cursor, "the cursor skips entries the token may not read")
-	_, recs := ts.snapshot(t, readerToken)
+	_, recs := ts.Snapshot(t, readerToken)
 	require.Len(t, recs, 2)
 }
 
@@ -323,13 +326,13 @@ func TestSnapshotAndResyncAfterCompaction(t *testing.T) {
 		Retention:         server.Retention{Oplog: replication.Retention{MaxEntries: 2, MaxAge: -1}},
 		RetentionInterval: -1,
 	})
-	token := ts.member(t, "acme", "phone")
+	token := ts.Member(t, "acme", "phone")
 	c, clock := session(t, ts, token, "phone")
 	for i := range 5 {
 		requireApplied(t, c.push(fmt.Sprintf("p%d", i), put(t, clock, "notes", fmt.Sprintf("n%d", i%3), fmt.Sprintf(`%d`, i))))
 	}
 	ts.runRetention(t)
-	st := ts.status(t)
+	st := ts.Status(t)
 	require.Equal(t, uint64(5), st.OplogHead)
 	require.Equal(t, uint64(4), st.OplogOldest, "two entries retained")
 
@@ -346,7 +349,7 @@ func TestSnapshotAndResyncAfterCompaction(t *testing.T) {
 	require.Len(t, c.pull("q2", 3).Entries, 2)
 
 	// The snapshot holds every live key at the head; subscribe from there.
-	head, recs := ts.snapshot(t, token)
+	head, recs := ts.Snapshot(t, token)
 	require.Equal(t, uint64(5), head)
 	got := map[string]string{}
 	for _, r := range recs {
@@ -360,7 +363,7 @@ func TestSnapshotAndResyncAfterCompaction(t *testing.T) {
 	require.Len(t, live, 1)
 	require.Equal(t, m.OpID, live[0].OpID)
 
-	resp := get(t, ts.url+syncproto.SnapshotPath, "")
+	resp := syncdtest.Get(t, ts.url+syncproto.SnapshotPath, "")
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	require.Equal(t, syncproto.CodeUnauthorized, httpErrorBody(t, resp).Code)
@@ -371,19 +374,19 @@ func TestRetentionJanitorCompactsOnItsInterval(t *testing.T) {
 		Retention:         server.Retention{Oplog: replication.Retention{MaxEntries: 1, MaxAge: -1}},
 		RetentionInterval: 5 * time.Millisecond,
 	})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	requireApplied(t, c.push("p1", put(t, clock, "notes", "a", `1`), put(t, clock, "notes", "b", `2`), put(t, clock, "notes", "c", `3`)))
-	require.Eventually(t, func() bool { return ts.status(t).OplogOldest == 3 }, ioTimeout, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return ts.Status(t).OplogOldest == 3 }, ioTimeout, 5*time.Millisecond)
 }
 
 func TestResendOlderThanTheLedgerIsExpired(t *testing.T) {
 	ts := startServer(t, server.Config{Retention: server.Retention{LedgerMaxEntries: 1}, RetentionInterval: -1})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	first := put(t, clock, "notes", "a", `1`)
 	requireApplied(t, c.push("p1", first))
 	requireApplied(t, c.push("p2", put(t, clock, "notes", "b", `2`)))
 	ts.runRetention(t)
-	_, found := ts.decided(t, "acme", first.OpID)
+	_, found := ts.Decided(t, "acme", first.OpID)
 	require.False(t, found, "evicted")
 
 	head := ts.head(t)
@@ -392,10 +395,10 @@ func TestResendOlderThanTheLedgerIsExpired(t *testing.T) {
 	require.Equal(t, head, ts.head(t), "never applied a second time")
 
 	// welcome announces the floor the expiry was judged by.
-	again := dial(t, ts, ts.member(t, "acme", "phone"))
+	again := dial(t, ts, ts.Member(t, "acme", "phone"))
 	w := again.hello("phone", 0, clock)
 	require.Equal(t, first.HLC.Wall, w.LedgerFloorMS)
-	other := dial(t, ts, ts.member(t, "other", "phone"))
+	other := dial(t, ts, ts.Member(t, "other", "phone"))
 	require.Zero(t, other.hello("phone", 0, clock).LedgerFloorMS, "another tenant's floor is its own")
 }
 
@@ -404,7 +407,7 @@ func TestResendOlderThanTheLedgerIsExpired(t *testing.T) {
 // ago, and announces its retention and that it has no floor.
 func TestOldWritesAreNotExpiredWithoutEviction(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	c := dial(t, ts, ts.member(t, "acme", "phone"))
+	c := dial(t, ts, ts.Member(t, "acme", "phone"))
 	w := c.hello("phone", 0, syncproto.NewClock("phone", nil))
 	require.Zero(t, w.LedgerFloorMS)
 	require.Equal(t, (7 * 24 * time.Hour).Milliseconds(), w.Limits.LedgerRetentionMS)
@@ -422,7 +425,7 @@ func TestOldWritesAreNotExpiredWithoutEviction(t *testing.T) {
 // is newer.
 func TestConditionalWriteOnLWWModelIsRefusedWhenStale(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone"), "phone")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	requireApplied(t, c.push("p1", put(t, clock, "notes", "n", `"v1"`)))
 	requireApplied(t, c.push("p2", put(t, clock, "notes", "n", `"v2"`)))
 
@@ -437,7 +440,7 @@ func TestConditionalWriteOnLWWModelIsRefusedWhenStale(t *testing.T) {
 // "none" refuses them invalid_model, as section 12 says.
 func TestUndeclaredModelsFollowTheAnnouncedDefault(t *testing.T) {
 	open := startServer(t, server.Config{Policies: replication.Config{"docs": replication.PolicyOptimistic}})
-	c := dial(t, open, open.member(t, "acme", "phone"))
+	c := dial(t, open, open.Member(t, "acme", "phone"))
 	clock := syncproto.NewClock("phone", nil)
 	w := c.hello("phone", 0, clock)
 	require.Equal(t, syncproto.PolicyLWW, w.DefaultPolicy)
@@ -445,7 +448,7 @@ func TestUndeclaredModelsFollowTheAnnouncedDefault(t *testing.T) {
 	requireApplied(t, c.push("p1", put(t, clock, "anything", "k", `1`)))
 
 	strict := startServer(t, server.Config{Policies: replication.Config{"notes": replication.PolicyLWW, replication.AnyModel: replication.PolicyNone}})
-	c = dial(t, strict, strict.member(t, "acme", "phone"))
+	c = dial(t, strict, strict.Member(t, "acme", "phone"))
 	w = c.hello("phone", 0, clock)
 	require.Equal(t, syncproto.PolicyNone, w.DefaultPolicy)
 	require.Equal(t, []string{"notes"}, slices.Sorted(maps.Keys(w.Models)))

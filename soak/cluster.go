@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/soak/faultproxy"
 )
@@ -172,19 +173,19 @@ func (r *routes) Close() {
 }
 
 // clusterArgs are node i's flags beyond a single syncd's: its id, its
-// embedded NATS server's listeners and its routes.
-func clusterArgs(i int, natsAddr, routeAddr string, routeFlags []string) []string {
-	return append([]string{"--cluster", "--node-id", nodeName(i), "--nats-listen", natsAddr,
+// embedded NATS server's listeners, the cluster secret and its routes.
+func clusterArgs(i int, natsAddr, routeAddr, secretFile string, routeFlags []string) []string {
+	return append([]string{"--cluster", "--node-id", nodeName(i), "--cluster-secret", secretFile, "--nats-listen", natsAddr,
 		"--nats-cluster-listen", routeAddr, "--cluster-start-timeout", clusterReadyTimeout.String()}, routeFlags...)
 }
 
 func nodeName(i int) string { return fmt.Sprintf("node-%d", i+1) }
 
 // clusterSelf is node s's own cluster status from its admin API.
-func (s *syncdProc) clusterSelf(ctx context.Context, name string) (cluster.Status, error) {
+func (s *syncdProc) clusterSelf(ctx context.Context, name string) (adminapi.Node, error) {
 	st, err := s.status(ctx)
 	if err != nil {
-		return cluster.Status{}, err
+		return adminapi.Node{}, err
 	}
 	if st.Cluster != nil {
 		for _, n := range st.Cluster.Nodes {
@@ -193,7 +194,7 @@ func (s *syncdProc) clusterSelf(ctx context.Context, name string) (cluster.Statu
 			}
 		}
 	}
-	return cluster.Status{}, fmt.Errorf("%s: no cluster status of itself", name)
+	return adminapi.Node{}, fmt.Errorf("%s: no cluster status of itself", name)
 }
 
 // converge waits, within convergeTimeout, until every node is ready and has
@@ -204,7 +205,7 @@ func converge(ctx context.Context, nodes []*syncdProc) ([]string, bool) {
 	deadline := time.Now().Add(convergeTimeout)
 	for {
 		var lines []string
-		var sts []cluster.Status
+		var sts []adminapi.Node
 		head, err := streamLast(ctx, nodes)
 		if err != nil {
 			lines = append(lines, fmt.Sprintf("the stream's last seq: %v", err))
@@ -239,17 +240,17 @@ func streamLast(ctx context.Context, nodes []*syncdProc) (uint64, error) {
 	err := errors.New("no node")
 	for _, n := range nodes {
 		var last uint64
-		if last, err = askStreamLast(ctx, n.natsAddr); err == nil {
+		if last, err = askStreamLast(ctx, n.natsAddr, n.natsPassword); err == nil {
 			return last, nil
 		}
 	}
 	return 0, err
 }
 
-func askStreamLast(ctx context.Context, natsAddr string) (uint64, error) {
+func askStreamLast(ctx context.Context, natsAddr, password string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	nc, err := nats.Connect("nats://"+natsAddr, nats.Timeout(2*time.Second))
+	nc, err := nats.Connect("nats://"+natsAddr, nats.Timeout(2*time.Second), nats.UserInfo(cluster.NodeUser, password))
 	if err != nil {
 		return 0, err
 	}

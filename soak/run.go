@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/soak/checker"
 	"github.com/syncd-dev/syncd/soak/report"
@@ -271,6 +272,13 @@ func (r *runner) newNodes(bin, adminToken string) error {
 	if err != nil {
 		return err
 	}
+	secret, err := cluster.NewSecret()
+	if err != nil {
+		return err
+	}
+	if err := cluster.WriteSecretFile(r.path("cluster.secret"), secret); err != nil {
+		return err
+	}
 	var routeFlags [][]string
 	if r.routes, routeFlags, err = newRoutes(routeAddrs); err != nil {
 		return err
@@ -285,8 +293,8 @@ func (r *runner) newNodes(bin, adminToken string) error {
 			return err
 		}
 		n := newSyncd(bin, r.path("nodes", name, "syncd.db"), r.path("tokens.json"), a[0], a[1], adminToken, r.path("nodes", name, "syncd.log"),
-			r.cfg.MaxClockSkew, clusterArgs(i, a[2], routeAddrs[i], routeFlags[i])...)
-		n.name, n.readyTimeout, n.natsAddr = name, clusterReadyTimeout, a[2]
+			r.cfg.MaxClockSkew, clusterArgs(i, a[2], routeAddrs[i], r.path("cluster.secret"), routeFlags[i])...)
+		n.name, n.readyTimeout, n.natsAddr, n.natsPassword = name, clusterReadyTimeout, a[2], secret.NodePassword()
 		r.nodes = append(r.nodes, n)
 	}
 	r.syncd = r.nodes[0]

@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/internal/loopback"
-	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/soak/checker"
 )
 
@@ -112,6 +112,9 @@ type syncdProc struct {
 	// readyTimeout bounds a start (longer for a cluster node, which waits
 	// for its quorum and catches up).
 	readyTimeout time.Duration
+	// natsPassword is a cluster node's NATS node-user password (its
+	// cluster secret's), for reading the command stream's head.
+	natsPassword string
 
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -284,9 +287,9 @@ func (s *syncdProc) sample(ctx context.Context) (checker.Sample, []string, error
 }
 
 // status reads the admin API's /v1/admin/status.
-func (s *syncdProc) status(ctx context.Context) (server.Status, error) {
-	var st server.Status
-	err := s.adminGet(ctx, "http://"+s.adminAddr+"/v1/admin/status", &st)
+func (s *syncdProc) status(ctx context.Context) (adminapi.Status, error) {
+	var st adminapi.Status
+	err := s.adminGet(ctx, "http://"+s.adminAddr+adminapi.PathStatus, &st)
 	return st, err
 }
 
@@ -400,7 +403,7 @@ func (s *syncdProc) caughtUp(ctx context.Context, tenant string, models []string
 	for _, model := range models {
 		from := cursor
 		for range maxPages {
-			var page server.OplogPage
+			var page adminapi.OplogPage
 			url := fmt.Sprintf("http://%s/v1/admin/oplog?from=%d&limit=%d&tenant=%s&model=%s", s.adminAddr, from, pageLimit, tenant, model)
 			if err := s.adminGet(ctx, url, &page); err != nil {
 				return false, err

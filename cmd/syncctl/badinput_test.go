@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -75,7 +76,7 @@ func TestBadQueueFilesFailCleanlyAndChangeNothing(t *testing.T) {
 	dir := t.TempDir()
 	files := badQueueFiles(t, dir)
 	before := snapshotDir(t, dir)
-	c := newCLI(t, map[string]string{"SYNCCTL_SERVER": unusedURL(t), "SYNCCTL_TOKEN": "sdk_000000000000_nope"})
+	c := newCLI(t, map[string]string{"SYNCCTL_SERVER": "http://" + syncdtest.FreeAddr(t), "SYNCCTL_TOKEN": "sdk_000000000000_nope"})
 	for path, code := range files {
 		for _, args := range [][]string{
 			{"queue", "stats"}, {"queue", "ls"}, {"queue", "dead"},
@@ -138,7 +139,7 @@ func TestSelectionMistakesChangeNothing(t *testing.T) {
 
 func TestServerErrors(t *testing.T) {
 	ts := startServer(t, serverOptions{})
-	down := unusedURL(t)
+	down := "http://" + syncdtest.FreeAddr(t)
 	path := filepath.Join(t.TempDir(), "device.ndjson")
 	queueFixture(t, formatNDJSON, path)
 	before := snapshotDir(t, filepath.Dir(path))

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // benchScenario is one of issue 12's many-device scenarios at a scale a
@@ -50,7 +50,7 @@ var benchScenarios = []benchScenario{
 }
 
 // BenchmarkScenarios runs each scenario once per iteration: a real syncd in
-// this process (internal/syncdtest, its /metrics carrying this process's
+// this process (syncdtest, its /metrics carrying this process's
 // RSS and goroutines) and syncctl bench built and run as a process of its
 // own, as an operator runs it. It reports p99 ack and delivery latency, the
 // server's RSS and goroutines per connection with every session open, the

@@ -19,8 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -108,7 +108,7 @@ func TestBenchRefusesBadInputAndLeavesNothingRunning(t *testing.T) {
 		{"not a clients file", []string{"--url", s.URL, "--clients", garbage, "--connections", "1"}, exitBadFile, "line 1: want \"CLIENT_ID TOKEN\""},
 		{"refused token", []string{"--url", s.URL, "--clients", refused, "--connections", "1"}, exitUnauthorized, "refused the client token"},
 		{"not syncd", []string{"--url", notSyncd.URL, "--clients", clients, "--connections", "1"}, exitFailure, "refused the connection: 404"},
-		{"unreachable", []string{"--url", unusedURL(t), "--clients", clients, "--connections", "1", "--connect-timeout", "2s"}, exitUnreachable, "unreachable"},
+		{"unreachable", []string{"--url", "http://" + syncdtest.FreeAddr(t), "--clients", clients, "--connections", "1", "--connect-timeout", "2s"}, exitUnreachable, "unreachable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := c.run(append([]string{"bench"}, tc.args...)...)

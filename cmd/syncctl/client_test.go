@@ -12,7 +12,9 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -22,7 +24,7 @@ func TestSmallClientPutGetWatch(t *testing.T) {
 
 	watched, watchErr, stopWatch := c.background("watch", "--model", "notes")
 	watchedJSON, watchJSONErr, stopWatchJSON := c.background("watch", "--json")
-	for _, w := range []*syncBuffer{watchErr, watchJSONErr} {
+	for _, w := range []*syncdtest.Buffer{watchErr, watchJSONErr} {
 		require.Eventually(t, func() bool { return strings.Contains(w.String(), "watching") }, ioTimeout, 10*time.Millisecond, "watch never started: %s", w)
 	}
 
@@ -74,7 +76,7 @@ func TestSmallClientKeepsStateWithStateDir(t *testing.T) {
 }
 
 func TestOplogTailFollow(t *testing.T) {
-	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}})
+	ts := startServer(t, serverOptions{clock: fakeclock.New(t0)})
 	c := newCLI(t, ts.adminEnv())
 	out, outErr, stop := c.background("oplog", "tail", "--follow", "--interval", "5ms")
 	outJSON, _, stopJSON := c.background("oplog", "tail", "--follow", "--interval", "5ms", "--json", "--model", "docs")
@@ -162,9 +164,9 @@ func TestWatchEndsWhenItsTokenIsRevoked(t *testing.T) {
 	c := newCLI(t, map[string]string{"SYNCCTL_SYNC_URL": ts.url, "SYNCCTL_CLIENT_TOKEN": ts.member, "SYNCCTL_CLIENT_ID": clientID})
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
-	stderr := &syncBuffer{}
+	stderr := &syncdtest.Buffer{}
 	done := make(chan error, 1)
-	go func() { done <- c.app(&syncBuffer{}, stderr).run(ctx, []string{"watch"}) }()
+	go func() { done <- c.app(&syncdtest.Buffer{}, stderr).run(ctx, []string{"watch"}) }()
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "watching") }, ioTimeout, 10*time.Millisecond, "watch never started: %s", stderr)
 
 	revoked := time.Now()

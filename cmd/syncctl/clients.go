@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/adminapi"
 )
 
 func (a *app) clientsCommand() *cobra.Command {
@@ -20,15 +20,15 @@ func (a *app) clientsCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		var clients []server.Client
-		if err := c.get(cmd.Context(), "/v1/admin/clients", nil, &clients); err != nil {
+		var clients []adminapi.Session
+		if err := c.get(cmd.Context(), adminapi.PathSessions, nil, &clients); err != nil {
 			return err
 		}
 		if a.json {
 			return printJSON(a.stdout, clients)
 		}
-		var st server.Status
-		if err := c.get(cmd.Context(), "/v1/admin/status", nil, &st); err != nil {
+		var st adminapi.Status
+		if err := c.get(cmd.Context(), adminapi.PathStatus, nil, &st); err != nil {
 			return err
 		}
 		t := newTable(a.stdout, "CLIENT", "TENANT", "TOKEN", "CONNECTED", "CURSOR", "LAG", "PENDING", "REMOTE")

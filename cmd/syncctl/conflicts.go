@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/adminapi"
 )
 
 func (a *app) conflictsCommand() *cobra.Command {
@@ -51,8 +51,8 @@ saw. Page with --before ID (the last id of the previous page).`,
 		if model != "" {
 			q.Set("model", model)
 		}
-		var rows []server.Conflict
-		if err := c.get(cmd.Context(), "/v1/admin/conflicts", q, &rows); err != nil {
+		var rows []adminapi.Conflict
+		if err := c.get(cmd.Context(), adminapi.PathConflicts, q, &rows); err != nil {
 			return err
 		}
 		if a.json {
@@ -60,7 +60,7 @@ saw. Page with --before ID (the last id of the previous page).`,
 		}
 		t := newTable(a.stdout, "ID", "DECIDED", "POLICY", "TENANT", "MODEL/KEY", "LOSER", "WINNER", "REASON")
 		for _, r := range rows {
-			t.row(strconv.FormatInt(r.ID, 10), stamp(r.DecidedAt), r.Policy, r.Tenant, r.Model+"/"+r.Key,
+			t.row(strconv.FormatInt(r.ID, 10), stamp(r.DecidedAt), string(r.Policy), r.Tenant, r.Model+"/"+r.Key,
 				side(r.Loser), side(r.Winner), r.Reason)
 		}
 		return t.flush()
@@ -69,7 +69,7 @@ saw. Page with --before ID (the last id of the previous page).`,
 }
 
 // side names one side of a conflict: its version and op id.
-func side(s server.ConflictSide) string {
+func side(s adminapi.ConflictSide) string {
 	switch {
 	case s.OpID == "" && s.Version == 0:
 		return "none"

@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
-	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -79,7 +79,7 @@ type explanation struct {
 	Version  uint64          `json:"version,omitempty"` // the version it produced (applied) or lost to (superseded, conflict)
 	Why      string          `json:"why"`
 	// Ledger is the server's answer for the op, when it was asked.
-	Ledger *server.LedgerAnswer `json:"ledger,omitempty"`
+	Ledger *adminapi.LedgerAnswer `json:"ledger,omitempty"`
 }
 
 // reasonCode matches the "CODE: message" reasons the client library gives
@@ -89,7 +89,7 @@ var reasonCode = regexp.MustCompile(`^([a-z][a-z0-9_]{0,63}): `)
 // explain decides why a queued write is still pending or dead, from the
 // device's queue and the server's ledger answer (nil when the server was not
 // asked). It does no I/O.
-func explain(w queuedWrite, ans *server.LedgerAnswer) explanation {
+func explain(w queuedWrite, ans *adminapi.LedgerAnswer) explanation {
 	e := explanation{ID: w.ID, Queue: "pending", Attempts: uint32(w.Attempts), Ledger: ans}
 	if w.Dead {
 		e.Queue = "dead"
@@ -209,7 +209,7 @@ the device's token belongs to: ledgers are per tenant.`,
 		out := make([]explanation, 0, len(writes))
 		p := a.newProgress(mode, "explain", len(writes))
 		for i, w := range writes {
-			var ans *server.LedgerAnswer
+			var ans *adminapi.LedgerAnswer
 			if w.Write != nil {
 				if ans, err = lookupLedger(ctx, c, tenant, w.Write.OpID); err != nil {
 					p.end()
@@ -275,9 +275,9 @@ func queuedOf(it offlinequeue.Item, dead bool, reason string) queuedWrite {
 }
 
 // lookupLedger asks the server what it decided for opID in tenant.
-func lookupLedger(ctx context.Context, c *adminClient, tenant, opID string) (*server.LedgerAnswer, error) {
-	var ans server.LedgerAnswer
-	if err := c.get(ctx, "/v1/admin/ledger/"+url.PathEscape(opID), url.Values{"tenant": {tenant}}, &ans, http.StatusNotFound); err != nil {
+func lookupLedger(ctx context.Context, c *adminClient, tenant, opID string) (*adminapi.LedgerAnswer, error) {
+	var ans adminapi.LedgerAnswer
+	if err := c.get(ctx, adminapi.LedgerPath(opID), url.Values{"tenant": {tenant}}, &ans, http.StatusNotFound); err != nil {
 		return nil, err
 	}
 	return &ans, nil

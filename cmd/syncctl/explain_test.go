@@ -9,8 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
-	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -18,7 +19,7 @@ import (
 // each state, with every server-side fact made by real pushes to a live
 // syncd, and checks explain's verdict for each.
 func TestExplainAgainstLiveServer(t *testing.T) {
-	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}, retention: true})
+	ts := startServer(t, serverOptions{clock: fakeclock.New(t0), retention: true})
 	seed(t, ts) // ops 1..6, see seed
 	ts.waitForStatus(t, "a ledger floor", func(st statusView) bool { return !st.LedgerFloor.IsZero() })
 
@@ -108,19 +109,19 @@ func TestExplainAgainstLiveServer(t *testing.T) {
 func TestExplainVerdicts(t *testing.T) {
 	m := write(1, syncproto.OpPut, "notes", "a", `{}`, t0, nil)
 	floor := t0.Add(-time.Hour)
-	missing := &server.LedgerAnswer{Found: false, Floor: floor}
-	found := func(r syncproto.Result) *server.LedgerAnswer {
-		return &server.LedgerAnswer{Found: true, Result: &r, Floor: floor}
+	missing := &adminapi.LedgerAnswer{Found: false, Floor: floor}
+	found := func(r syncproto.Result) *adminapi.LedgerAnswer {
+		return &adminapi.LedgerAnswer{Found: true, Result: &r, Floor: floor}
 	}
 	winner := &syncproto.Winner{Version: 7, Value: json.RawMessage(`1`), HLC: m.HLC}
 	old := write(2, syncproto.OpPut, "notes", "a", `{}`, floor, nil)
 	for name, tc := range map[string]struct {
 		w    queuedWrite
-		ans  *server.LedgerAnswer
+		ans  *adminapi.LedgerAnswer
 		want itemState
 	}{
 		"never sent":           {queuedWrite{Write: &m}, missing, stateNeverSent},
-		"never sent, no floor": {queuedWrite{Write: &m}, &server.LedgerAnswer{}, stateNeverSent},
+		"never sent, no floor": {queuedWrite{Write: &m}, &adminapi.LedgerAnswer{}, stateNeverSent},
 		"refused twice":        {queuedWrite{Write: &m, Attempts: 2}, missing, stateRejected},
 		"at the floor":         {queuedWrite{Write: &old}, missing, stateExpired},
 		"applied":              {queuedWrite{Write: &m}, found(syncproto.Result{Status: syncproto.StatusApplied, Version: 3, Seq: 9}), stateAppliedUnacked},

@@ -7,13 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,10 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -82,29 +81,11 @@ func (c *cli) ok(args ...string) string {
 	return r.stdout
 }
 
-// syncBuffer is a buffer a command writes while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // background runs a long command (--follow, watch) until the returned
 // stop is called; stop cancels it and returns its error.
-func (c *cli) background(args ...string) (stdout, stderr *syncBuffer, stop func() error) {
+func (c *cli) background(args ...string) (stdout, stderr *syncdtest.Buffer, stop func() error) {
 	c.t.Helper()
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	stdout, stderr = &syncdtest.Buffer{}, &syncdtest.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.app(stdout, stderr).run(ctx, args) }()
@@ -185,24 +166,6 @@ func requireKeys(t testing.TB, obj map[string]any, want ...string) {
 
 // --- a live syncd ------------------------------------------------------
 
-// fakeClock is a settable clock for the server.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // Test identities: tenant acme, client dev-a (reads everything, writes the
 // notes and docs models: a write to any other model is rejected).
 const (
@@ -224,7 +187,7 @@ type testServer struct {
 // serverOptions shape a test server.
 type serverOptions struct {
 	// clock, when set, is the server's clock (golden tests fix it at t0).
-	clock *fakeClock
+	clock *fakeclock.Clock
 	// retention runs the janitor every few milliseconds with a one-hour
 	// ledger, after dev-a wrote notes/aged (op 12, seq 1) an hour before
 	// clock's time: the janitor evicts that decision, so tenant acme's
@@ -268,12 +231,12 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 	if o.retention {
 		require.NotNil(t, o.clock, "retention needs a clock to age a decision")
 		now := o.clock.Now()
-		o.clock.set(now.Add(-time.Hour))
+		o.clock.Set(now.Add(-time.Hour))
 		s := ts.dial(t, 0)
 		res := s.push(write(12, syncproto.OpPut, "notes", "aged", `{"v":12}`, now.Add(-time.Hour), nil))
 		s.close()
 		require.Equal(t, syncproto.StatusApplied, res[0].Status)
-		o.clock.set(now)
+		o.clock.Set(now)
 	}
 	return ts
 }
@@ -293,16 +256,6 @@ func (ts *testServer) waitForStatus(t testing.TB, what string, ok func(statusVie
 		r := c.run("status", "--json")
 		return r.err == nil && json.Unmarshal([]byte(r.stdout), &st) == nil && ok(st)
 	}, ioTimeout, 10*time.Millisecond, "the server's status never showed %s", what)
-}
-
-// unusedURL is a loopback URL nothing listens on.
-func unusedURL(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return "http://" + addr
 }
 
 // --- a raw protocol session, to set up server state as a device would --

@@ -8,8 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/client"
-	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -17,7 +18,7 @@ import (
 // Go type, and its objects carry exactly the documented keys.
 
 func TestAdminCommandsJSON(t *testing.T) {
-	ts := startServer(t, serverOptions{clock: &fakeClock{t: t0}, retention: true})
+	ts := startServer(t, serverOptions{clock: fakeclock.New(t0), retention: true})
 	seed(t, ts)
 	ts.waitForStatus(t, "a ledger floor", func(st statusView) bool { return !st.LedgerFloor.IsZero() })
 	ts.dial(t, 3)
@@ -35,7 +36,7 @@ func TestAdminCommandsJSON(t *testing.T) {
 	})
 	t.Run("clients", func(t *testing.T) {
 		out := c.ok("clients", "--json")
-		var v []server.Client
+		var v []adminapi.Session
 		decodeStrict(t, out, &v)
 		require.Len(t, v, 1)
 		require.Equal(t, clientID, v[0].ClientID)
@@ -46,7 +47,7 @@ func TestAdminCommandsJSON(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 5, "one JSON object per entry")
 		for _, line := range lines {
-			var e server.OplogEntry
+			var e adminapi.OplogEntry
 			decodeStrict(t, line, &e)
 		}
 		requireKeys(t, object(t, lines[0]), "seq", "op_id", "model", "key", "op", "value", "version", "hlc", "deleted", "tenant", "client_id", "applied_at")
@@ -54,14 +55,14 @@ func TestAdminCommandsJSON(t *testing.T) {
 	})
 	t.Run("conflicts ls", func(t *testing.T) {
 		out := c.ok("conflicts", "ls", "--json")
-		var v []server.Conflict
+		var v []adminapi.Conflict
 		decodeStrict(t, out, &v)
 		require.Len(t, v, 2)
 		requireKeys(t, objects(t, out)[0], "id", "tenant", "model", "key", "policy", "reason", "loser", "winner", "decided_at")
 	})
 	t.Run("ledger get", func(t *testing.T) {
 		out := c.ok("ledger", "get", opID(1), "--tenant", tenant, "--json")
-		var v server.LedgerAnswer
+		var v adminapi.LedgerAnswer
 		decodeStrict(t, out, &v)
 		require.True(t, v.Found)
 		require.Equal(t, syncproto.StatusApplied, v.Result.Status)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -58,7 +58,7 @@ Exit status 5 when the ledger holds no decision for the op.`,
 	return cmd
 }
 
-func (a *app) printLedgerAnswer(ans server.LedgerAnswer) error {
+func (a *app) printLedgerAnswer(ans adminapi.LedgerAnswer) error {
 	floor := "none yet"
 	if !ans.Floor.IsZero() {
 		floor = stamp(ans.Floor)

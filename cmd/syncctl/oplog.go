@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/adminapi"
 )
 
 // oplogPageLimit is how many entries one admin request asks for.
@@ -62,8 +62,8 @@ object per line.`,
 		ctx := cmd.Context()
 		after := f.from
 		if !cmd.Flags().Changed("from") {
-			var st server.Status
-			if err := c.get(ctx, "/v1/admin/status", nil, &st); err != nil {
+			var st adminapi.Status
+			if err := c.get(ctx, adminapi.PathStatus, nil, &st); err != nil {
 				return err
 			}
 			after = max(st.OplogHead, f.lines) - f.lines
@@ -96,8 +96,8 @@ func (a *app) tailOplog(ctx context.Context, c *adminClient, f oplogTailFlags, c
 	defer tick.Stop()
 	for {
 		q.Set("from", strconv.FormatUint(cursor, 10))
-		var page server.OplogPage
-		if err := c.get(ctx, "/v1/admin/oplog", q, &page); err != nil {
+		var page adminapi.OplogPage
+		if err := c.get(ctx, adminapi.PathOplog, q, &page); err != nil {
 			if r, ok := errors.AsType[*refusal](err); ok && r.status == http.StatusConflict {
 				return failf(exitNotFound, "seq %d is outside the retained oplog: pass a newer --from, or omit it (%s)", cursor, r.msg)
 			}
@@ -135,7 +135,7 @@ func (a *app) printOplogHeader() {
 	fmt.Fprintf(a.stdout, oplogRowFormat, "SEQ", "APPLIED", "OP", "VERSION", "OP ID", "TENANT/CLIENT", "MODEL/KEY")
 }
 
-func (a *app) printOplogEntry(e server.OplogEntry) error {
+func (a *app) printOplogEntry(e adminapi.OplogEntry) error {
 	if a.json {
 		return printJSONLine(a.stdout, e)
 	}

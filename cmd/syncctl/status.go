@@ -9,13 +9,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/adminapi"
 )
 
 // statusView is the --json output of syncctl status: the server's
 // /v1/admin/status answer plus the newest conflict-log row, if any.
 type statusView struct {
-	server.Status
+	adminapi.Status
 	// LatestConflictID is the id of the newest conflict-log row; ids only
 	// grow, so a rising value between two calls means new conflicts.
 	LatestConflictID int64 `json:"latest_conflict_id,omitempty"`
@@ -49,11 +49,11 @@ func (a *app) statusCommand() *cobra.Command {
 
 func fetchStatus(ctx context.Context, c *adminClient) (statusView, error) {
 	var v statusView
-	if err := c.get(ctx, "/v1/admin/status", nil, &v.Status); err != nil {
+	if err := c.get(ctx, adminapi.PathStatus, nil, &v.Status); err != nil {
 		return v, err
 	}
-	var newest []server.Conflict
-	if err := c.get(ctx, "/v1/admin/conflicts", url.Values{"limit": {"1"}}, &newest); err != nil {
+	var newest []adminapi.Conflict
+	if err := c.get(ctx, adminapi.PathConflicts, url.Values{"limit": {"1"}}, &newest); err != nil {
 		return v, err
 	}
 	if len(newest) > 0 {
@@ -97,7 +97,7 @@ func (a *app) printStatus(v statusView) error {
 
 // printCluster lists every node of the cluster as the answering node last
 // heard of it: applied stream seq, lag, the lease, and readiness.
-func (a *app) printCluster(c *server.ClusterStatus) error {
+func (a *app) printCluster(c *adminapi.ClusterStatus) error {
 	lease := c.LeaseHolder
 	if lease == "" {
 		lease = "none reported"

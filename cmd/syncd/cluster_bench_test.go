@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // Shape of BenchmarkClusterVsSingle: the issue's "16 concurrent clients
@@ -120,7 +121,7 @@ func startProcSingle(t testing.TB, extra ...string) *procCluster {
 	var err error
 	pc.adminToken, err = auth.Issue(pc.tokens, auth.Principal{Admin: true}, time.Now())
 	require.NoError(t, err)
-	listen, admin := freeAddr(t), freeAddr(t)
+	listen, admin := syncdtest.FreeAddr(t), syncdtest.FreeAddr(t)
 	n := &procNode{name: "single", dir: dir, url: "http://" + listen, adminURL: "http://" + admin, logPath: filepath.Join(dir, "single.log")}
 	n.args = append([]string{"--node-id", n.name, "--data", filepath.Join(dir, "syncd.db"), "--tokens", pc.tokens,
 		"--listen", listen, "--admin-listen", admin}, extra...)

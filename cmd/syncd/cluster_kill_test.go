@@ -11,8 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncd-dev/syncd/replication/cluster"
-	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/adminapi"
 )
 
 // killsEnv sets how many nodes TestClusterProcessKills kills (default
@@ -145,7 +144,7 @@ func (pc *procCluster) requireOnceEverywhere(t testing.TB, l *load) {
 	for i, n := range pc.nodes[1:] {
 		other := oplogs[i+1]
 		require.Equal(t, len(first), len(other), "%s's oplog length", n.name)
-		require.True(t, slices.EqualFunc(first, other, func(a, b server.OplogEntry) bool {
+		require.True(t, slices.EqualFunc(first, other, func(a, b adminapi.OplogEntry) bool {
 			return a.Seq == b.Seq && a.OpID == b.OpID && a.Version == b.Version && a.HLC == b.HLC && string(a.Value) == string(b.Value)
 		}), "%s's oplog differs from %s's", n.name, pc.nodes[0].name)
 	}
@@ -159,26 +158,26 @@ func (pc *procCluster) requireOnceEverywhere(t testing.TB, l *load) {
 // the lease holder's jobs (every minute) move it without touching the
 // oplog, and reading three large oplogs under the race detector takes
 // longer than that.
-func (pc *procCluster) oplogsAtOneSeq(t testing.TB) ([][]server.OplogEntry, cluster.Status) {
+func (pc *procCluster) oplogsAtOneSeq(t testing.TB) ([][]adminapi.OplogEntry, adminapi.Node) {
 	t.Helper()
 	for range 10 { // bounded: a late publish is one of a few pushes in flight
 		st := pc.waitConverged(t)
 		start := time.Now()
-		var oplogs [][]server.OplogEntry
+		var oplogs [][]adminapi.OplogEntry
 		for _, n := range pc.nodes {
 			oplogs = append(oplogs, pc.admin(n).Oplog(t, ""))
 		}
 		t.Logf("read %d nodes' oplogs (%d entries each) in %s", len(oplogs), len(oplogs[0]), time.Since(start).Round(time.Millisecond))
-		if slices.IndexFunc(oplogs, func(o []server.OplogEntry) bool { return oplogHead(o) != oplogHead(oplogs[0]) }) < 0 {
+		if slices.IndexFunc(oplogs, func(o []adminapi.OplogEntry) bool { return oplogHead(o) != oplogHead(oplogs[0]) }) < 0 {
 			return oplogs, st
 		}
 	}
 	t.Fatal("the nodes' oplogs kept growing while they were read")
-	return nil, cluster.Status{}
+	return nil, adminapi.Node{}
 }
 
 // oplogHead is the seq of an oplog's last entry, 0 when it is empty.
-func oplogHead(o []server.OplogEntry) uint64 {
+func oplogHead(o []adminapi.OplogEntry) uint64 {
 	if len(o) == 0 {
 		return 0
 	}

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // runSyncdToExit runs syncd (this test binary re-executed) with args to
@@ -36,19 +36,20 @@ func runSyncdToExit(t *testing.T, args ...string) (int, string) {
 }
 
 // externalNATS starts a NATS server with JetStream in the test process,
-// as an operator's external NATS.
-func externalNATS(t *testing.T, maxPayload int32) *natsserver.Server {
+// as an operator's external NATS, whose user is the node user of secret.
+func externalNATS(t *testing.T, secret cluster.Secret, maxPayload int32) *natsserver.Server {
 	t.Helper()
-	ns, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "ext", Port: -1, StoreDir: t.TempDir(), MaxPayload: maxPayload})
+	ns, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "ext", Port: -1, StoreDir: t.TempDir(), MaxPayload: maxPayload, Secret: secret})
 	require.NoError(t, err)
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	return ns
 }
 
-// streamState reads the command stream through ns.
-func streamState(t *testing.T, ns *natsserver.Server) *jetstream.StreamInfo {
+// streamState reads the command stream through ns as the node user of
+// secret.
+func streamState(t *testing.T, ns *natsserver.Server, secret cluster.Secret) *jetstream.StreamInfo {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := cluster.ConnectEmbedded(ns, secret)
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -71,34 +72,40 @@ func TestClusterProcessMisconfiguration(t *testing.T) {
 	tokens := filepath.Join(dir, "tokens.json")
 	_, err := auth.Issue(tokens, auth.Principal{Admin: true}, time.Now())
 	require.NoError(t, err)
+	secret, secretFile := newSecretFile(t)
+	password := writePrivateFile(t, "nats-password", secret.NodePassword())
+	// ext is the flags of a node on the external NATS at url.
+	ext := func(url string) []string {
+		return []string{"--nats-url", url, "--nats-user", cluster.NodeUser, "--nats-password-file", password}
+	}
 	node := func(name string, extra ...string) []string {
-		return append([]string{"--cluster", "--node-id", name, "--data", filepath.Join(dir, name, "syncd.db"), "--tokens", tokens,
-			"--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--cluster-start-timeout", "5s"}, extra...)
+		return append([]string{"--cluster", "--node-id", name, "--data", filepath.Join(dir, name, "syncd.db"), "--tokens", tokens, "--cluster-secret", secretFile,
+			"--listen", syncdtest.FreeAddr(t), "--admin-listen", syncdtest.FreeAddr(t), "--cluster-start-timeout", "5s"}, extra...)
 	}
 
 	t.Run("NATS unreachable", func(t *testing.T) {
-		code, out := runSyncdToExit(t, node("a", "--nats-url", "nats://"+freeAddr(t))...)
+		code, out := runSyncdToExit(t, node("a", ext("nats://"+syncdtest.FreeAddr(t))...)...)
 		require.Equal(t, 1, code, out)
-		require.Contains(t, out, "is the NATS cluster running, and --nats-url right?")
+		require.Contains(t, out, "is the NATS cluster running, and --nats-url and its credentials right?")
 	})
 	t.Run("routes unreachable", func(t *testing.T) {
-		code, out := runSyncdToExit(t, node("b", "--nats-listen", freeAddr(t), "--nats-cluster-listen", freeAddr(t),
-			"--nats-route", "nats-route://"+freeAddr(t), "--nats-route", "nats-route://"+freeAddr(t))...)
+		code, out := runSyncdToExit(t, node("b", "--nats-listen", syncdtest.FreeAddr(t), "--nats-cluster-listen", syncdtest.FreeAddr(t),
+			"--nats-route", "nats-route://"+syncdtest.FreeAddr(t), "--nats-route", "nats-route://"+syncdtest.FreeAddr(t))...)
 		require.Equal(t, 1, code, out)
 		require.Contains(t, out, "waiting for cluster quorum")
 		require.Contains(t, out, "their NATS routes reachable: --nats-route")
 	})
 	t.Run("message size limit", func(t *testing.T) {
-		ns := externalNATS(t, 1<<20)
-		code, out := runSyncdToExit(t, node("c", "--nats-url", ns.ClientURL(), "--replicas", "1")...)
+		ns := externalNATS(t, secret, 1<<20)
+		code, out := runSyncdToExit(t, node("c", append(ext(ns.ClientURL()), "--replicas", "1")...)...)
 		require.Equal(t, 1, code, out)
 		require.Contains(t, out, "set max_payload to at least")
 	})
 
 	// One external NATS whose stream a first node creates (R1).
-	ns := externalNATS(t, 0)
+	ns := externalNATS(t, secret, 0)
 	first := &procNode{name: "d", logPath: filepath.Join(dir, "d.log")}
-	first.args = node("d", "--nats-url", ns.ClientURL(), "--replicas", "1")
+	first.args = node("d", append(ext(ns.ClientURL()), "--replicas", "1")...)
 	for i, a := range first.args {
 		if a == "--listen" {
 			first.url = "http://" + first.args[i+1]
@@ -108,23 +115,23 @@ func TestClusterProcessMisconfiguration(t *testing.T) {
 	first.start(t)
 	first.waitReady(t)
 	first.kill(t)
-	before := streamState(t, ns)
+	before := streamState(t, ns, secret)
 
 	t.Run("stream with other settings", func(t *testing.T) {
-		code, out := runSyncdToExit(t, node("e", "--nats-url", ns.ClientURL(), "--replicas", "3")...)
+		code, out := runSyncdToExit(t, node("e", append(ext(ns.ClientURL()), "--replicas", "3")...)...)
 		require.Equal(t, 1, code, out)
 		require.Contains(t, out, "1 replicas, this node is configured for 3")
 	})
 	t.Run("another cluster's stream", func(t *testing.T) {
-		other := externalNATS(t, 0)
+		other := externalNATS(t, secret, 0)
 		// Node d's data belongs to the first cluster; other's stream is new.
-		code, out := runSyncdToExit(t, node("d", "--nats-url", other.ClientURL(), "--replicas", "1")...)
+		code, out := runSyncdToExit(t, node("d", append(ext(other.ClientURL()), "--replicas", "1")...)...)
 		require.Equal(t, 1, code, out)
 		require.Contains(t, out, "belongs to another cluster")
 		require.Contains(t, out, "or move the data file aside")
 		require.FileExists(t, filepath.Join(dir, "d", "syncd.db"), "the node's data is kept")
 	})
-	after := streamState(t, ns)
+	after := streamState(t, ns, secret)
 	require.Equal(t, before.Config.Replicas, after.Config.Replicas, "the refused node changed nothing")
 	require.Equal(t, before.Config.Metadata, after.Config.Metadata)
 	require.Equal(t, before.State.Msgs, after.State.Msgs, "no message lost")

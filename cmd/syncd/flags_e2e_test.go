@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncd-dev/syncd/internal/buildinfo"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -26,7 +27,7 @@ func TestFlagsLetAClientMeetStrictModelsAndResync(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	token, err := auth.Issue(tokens, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}}, time.Now())
 	require.NoError(t, err)
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	addr, stop := startRun(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", filepath.Join(t.TempDir(), "syncd.db"),
 		"--tokens", tokens, "--model", "notes=lww", "--default-policy", "none",
 		"--oplog-max-entries", "1", "--retention-interval", "20ms"}, logs)

@@ -21,11 +21,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncd-dev/syncd/internal/loopback"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication/cluster"
-	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -52,13 +51,15 @@ const (
 // procNode is one `syncd --cluster` OS process with an embedded NATS
 // server. Its ports stay fixed across restarts.
 type procNode struct {
-	name     string
-	dir      string
-	args     []string
-	url      string // http://127.0.0.1:port, the public listener
-	adminURL string
-	natsURL  string // the embedded NATS server's client listener
-	logPath  string
+	name      string
+	dir       string
+	args      []string
+	url       string // http://127.0.0.1:port, the public listener
+	adminURL  string
+	natsURL   string // the embedded NATS server's client listener, with the node user's credentials
+	natsAddr  string // that listener's host:port
+	routeAddr string // the embedded NATS server's route listener
+	logPath   string
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd's process has been waited for
@@ -66,20 +67,12 @@ type procNode struct {
 }
 
 // procCluster is three syncd processes forming one cluster (R3), sharing
-// one token file.
+// one token file and one cluster secret.
 type procCluster struct {
 	nodes      []*procNode
 	tokens     string
 	adminToken string
-}
-
-// freeAddr reserves a free loopback port, outside the ephemeral range (see
-// loopback.FreeAddr), and releases it for a child to bind.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	addr, err := loopback.FreeAddr()
-	require.NoError(t, err)
-	return addr
+	secret     cluster.Secret
 }
 
 // startProcCluster starts three nodes as processes and waits until each
@@ -95,27 +88,40 @@ func startProcCluster(t testing.TB, extra ...string) *procCluster {
 // a test puts a fault proxy there to cut routes.
 func startProcClusterVia(t testing.TB, via func(from, to int, addr string) string, extra ...string) *procCluster {
 	t.Helper()
+	return startProcClusterEach(t, via, nil, extra...)
+}
+
+// startProcClusterEach is startProcClusterVia with each(i)'s flags added
+// to node i's (each may be nil).
+func startProcClusterEach(t testing.TB, via func(from, to int, addr string) string, each func(i int) []string, extra ...string) *procCluster {
+	t.Helper()
 	dir := t.TempDir()
 	pc := &procCluster{tokens: filepath.Join(dir, "tokens.json")}
 	var err error
 	pc.adminToken, err = auth.Issue(pc.tokens, auth.Principal{Admin: true}, time.Now())
 	require.NoError(t, err)
+	var secretFile string
+	pc.secret, secretFile = newSecretFile(t)
 	routes := make([]string, 3)
 	for i := range 3 {
-		routes[i] = freeAddr(t)
+		routes[i] = syncdtest.FreeAddr(t)
 	}
 	for i := range 3 {
 		n := &procNode{name: fmt.Sprintf("node-%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("node-%d", i+1))}
-		listen, admin, natsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-		n.url, n.adminURL, n.natsURL = "http://"+listen, "http://"+admin, "nats://"+natsAddr
+		listen, admin, natsAddr := syncdtest.FreeAddr(t), syncdtest.FreeAddr(t), syncdtest.FreeAddr(t)
+		n.url, n.adminURL, n.natsAddr, n.routeAddr = "http://"+listen, "http://"+admin, natsAddr, routes[i]
+		n.natsURL = "nats://" + cluster.NodeUser + ":" + pc.secret.NodePassword() + "@" + natsAddr
 		n.logPath = filepath.Join(dir, n.name+".log")
-		n.args = []string{"--cluster", "--node-id", n.name, "--data", filepath.Join(n.dir, "syncd.db"), "--tokens", pc.tokens,
+		n.args = []string{"--cluster", "--node-id", n.name, "--data", filepath.Join(n.dir, "syncd.db"), "--tokens", pc.tokens, "--cluster-secret", secretFile,
 			"--listen", listen, "--admin-listen", admin, "--nats-listen", natsAddr, "--nats-cluster-listen", routes[i],
 			"--cluster-start-timeout", procStartTimeout.String()}
 		for j, r := range routes {
 			if j != i {
 				n.args = append(n.args, "--nats-route", "nats-route://"+via(i, j, r))
 			}
+		}
+		if each != nil {
+			n.args = append(n.args, each(i)...)
 		}
 		n.args = append(n.args, extra...)
 		pc.nodes = append(pc.nodes, n)
@@ -318,9 +324,9 @@ func (pc *procCluster) node(name string) *procNode {
 // waitConverged waits until every node applied the stream's last message
 // (as the stream tells, asked through a node's NATS server) with the same
 // digest, and returns that status.
-func (pc *procCluster) waitConverged(t testing.TB) cluster.Status {
+func (pc *procCluster) waitConverged(t testing.TB) adminapi.Node {
 	t.Helper()
-	var last []cluster.Status
+	var last []adminapi.Node
 	var head uint64
 	deadline := time.Now().Add(procStartTimeout)
 	for time.Now().Before(deadline) {
@@ -339,12 +345,12 @@ func (pc *procCluster) waitConverged(t testing.TB) cluster.Status {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Fatalf("nodes did not converge on stream seq %d: %+v", head, last)
-	return cluster.Status{}
+	return adminapi.Node{}
 }
 
 // agree reports whether every node is ready at the stream's last seq head
 // with the same digest.
-func agree(sts []cluster.Status, head uint64) bool {
+func agree(sts []adminapi.Node, head uint64) bool {
 	for _, st := range sts {
 		if !st.Ready || st.AppliedSeq != head || st.Digest != sts[0].Digest {
 			return false
@@ -368,29 +374,29 @@ func (pc *procCluster) askAnyStream() *jetstream.StreamInfo {
 }
 
 // selfStatus is n's own cluster status from its admin API.
-func (pc *procCluster) selfStatus(n *procNode) (cluster.Status, bool) {
+func (pc *procCluster) selfStatus(n *procNode) (adminapi.Node, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.adminURL+"/v1/admin/status", nil)
 	if err != nil {
-		return cluster.Status{}, false
+		return adminapi.Node{}, false
 	}
 	req.Header.Set("Authorization", "Bearer "+pc.adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return cluster.Status{}, false
+		return adminapi.Node{}, false
 	}
 	defer resp.Body.Close()
-	var st server.Status
+	var st adminapi.Status
 	if resp.StatusCode != http.StatusOK || decodeJSONBody(resp, &st) != nil || st.Cluster == nil {
-		return cluster.Status{}, false
+		return adminapi.Node{}, false
 	}
 	for _, s := range st.Cluster.Nodes {
 		if s.Node == n.name {
 			return s, true
 		}
 	}
-	return cluster.Status{}, false
+	return adminapi.Node{}, false
 }
 
 // pushConn is one websocket session of a writer, on one node.

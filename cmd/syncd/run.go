@@ -59,6 +59,7 @@ type options struct {
 	retentionEvery  time.Duration
 	cluster         clusterOptions
 	version         bool
+	limits          limitOptions
 }
 
 // stringList is a repeatable string flag.
@@ -68,7 +69,7 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // listFlags take several values from one environment variable.
-var listFlags = map[string]bool{"model": true, "allowed-origin": true, "nats-route": true}
+var listFlags = map[string]bool{"model": true, "allowed-origin": true, "nats-route": true, "tenant-weight": true}
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
@@ -91,9 +92,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
 	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
 	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on each listener (public and admin, counted apart); negative: no cap (behind a load balancer every peer has its address)")
-	fs.Float64Var(&o.quotas.TokenMutationsPerSecond, "token-mutations-per-second", server.DefaultTokenMutationsPerSecond, "mutations per second one token may push over all its sessions (every other frame counts one); negative: no limit")
+	fs.Float64Var(&o.quotas.TokenMutationsPerSecond, "token-mutations-per-second", server.DefaultTokenMutationsPerSecond, "mutations per second one token may push over all its sessions (every other frame counts one); negative: no limit (the default: one device is bound by the commit rate, and the committer's fair order per tenant protects the others)")
 	fs.IntVar(&o.quotas.TokenMutationBurst, "token-mutation-burst", server.DefaultTokenMutationBurst, "burst of --token-mutations-per-second (at least max_batch, 500)")
-	fs.Float64Var(&o.quotas.TenantMutationsPerSecond, "tenant-mutations-per-second", server.DefaultTenantMutationsPerSecond, "mutations per second one tenant's tokens may push together; negative: no limit")
+	fs.Float64Var(&o.quotas.TenantMutationsPerSecond, "tenant-mutations-per-second", server.DefaultTenantMutationsPerSecond, "mutations per second one tenant's tokens may push together, a hard quota for plans; negative: no limit (the default: the committer's fair order, --tenant-weight, shares the node)")
 	fs.IntVar(&o.quotas.TenantMutationBurst, "tenant-mutation-burst", server.DefaultTenantMutationBurst, "burst of --tenant-mutations-per-second (at least max_batch, 500)")
 	fs.IntVar(&o.quotas.MaxConnectionsPerToken, "max-connections-per-token", server.DefaultMaxConnectionsPerToken, "cap on open websocket sessions per token; negative: no cap")
 	fs.IntVar(&o.quotas.MaxConnectionsPerTenant, "max-connections-per-tenant", 0, "cap on open websocket sessions of one tenant's tokens together (default half of --max-connections); negative: no cap")
@@ -116,6 +117,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take before sessions are cut")
+	o.limits.register(fs)
 	o.cluster.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -263,8 +265,12 @@ func checkAdminListen(o options) error {
 }
 
 // run starts syncd and blocks until ctx is cancelled (SIGINT or SIGTERM),
-// then shuts down gracefully within the shutdown timeout.
+// then shuts down gracefully within the shutdown timeout; with the first
+// argument `cluster-secret` it runs that subcommand instead.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == clusterSecretCmd {
+		return runClusterSecret(args[1:], stderr)
+	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -329,6 +335,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Logger:                   log,
 		Registry:                 reg,
 	}
+	o.limits.apply(&cfg)
 	if member != nil {
 		cfg.Cluster = member.cluster
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -17,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/internal/datalock"
 	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 func TestFlagsFallBackToEnvironment(t *testing.T) {
@@ -57,28 +56,10 @@ func TestFlagsRejectBadInput(t *testing.T) {
 	require.ErrorContains(t, err, "embed the server package")
 }
 
-// syncWriter lets the test read the log while syncd writes it.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
 // startRun runs syncd with args in the background, logging to logs, and
 // returns the public address it logged and stop, which cancels it and
 // requires it to stop cleanly within 30 s (call it once).
-func startRun(t *testing.T, args []string, logs *syncWriter) (addr string, stop func()) {
+func startRun(t *testing.T, args []string, logs *syncdtest.Buffer) (addr string, stop func()) {
 	t.Helper()
 	addr, done, cancel := runInBackground(t, args, logs)
 	return addr, func() {
@@ -94,7 +75,7 @@ func startRun(t *testing.T, args []string, logs *syncWriter) (addr string, stop 
 
 // runInBackground runs syncd with args until cancel, and returns the public
 // address it logged and what run returned, once it does.
-func runInBackground(t *testing.T, args []string, logs *syncWriter) (addr string, done <-chan error, cancel func()) {
+func runInBackground(t *testing.T, args []string, logs *syncdtest.Buffer) (addr string, done <-chan error, cancel func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -115,14 +96,14 @@ func runInBackground(t *testing.T, args []string, logs *syncWriter) (addr string
 func TestOneSyncdPerDatabase(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", filepath.Join(dir, "syncd.db"), "--tokens", filepath.Join(dir, "tokens.json"), "--dev-tokens"}
-	_, stop := startRun(t, args, &syncWriter{})
+	_, stop := startRun(t, args, &syncdtest.Buffer{})
 	err := run(t.Context(), args, func(string) string { return "" }, io.Discard)
 	var held *datalock.ErrHeld
 	require.ErrorAs(t, err, &held)
 	require.Equal(t, os.Getpid(), held.PID)
 	require.ErrorContains(t, err, "another syncd serves it")
 	stop()
-	_, stop = startRun(t, args, &syncWriter{})
+	_, stop = startRun(t, args, &syncdtest.Buffer{})
 	stop()
 }
 
@@ -148,7 +129,7 @@ func TestDatabaseReplacedWhileRunningStopsSyncd(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			data := filepath.Join(dir, "syncd.db")
-			logs := &syncWriter{}
+			logs := &syncdtest.Buffer{}
 			_, done, _ := runInBackground(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", data, "--tokens", filepath.Join(dir, "tokens.json"), "--dev-tokens"}, logs)
 			c.change(t, data)
 			select {
@@ -172,7 +153,7 @@ func TestVersionFlagPrintsTheBuildAndStarts(t *testing.T) {
 }
 
 func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	data := filepath.Join(t.TempDir(), "nested", "syncd.db")
 	addr, stop := startRun(t, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", data, "--tokens", filepath.Join(t.TempDir(), "tokens.json"), "--dev-tokens"}, logs)
 
@@ -205,7 +186,7 @@ func TestEveryListenerCapsConnectionsPerAddress(t *testing.T) {
 	const perAddress = 2
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "syncd.db"),
@@ -264,7 +245,7 @@ func TestRetentionFlags(t *testing.T) {
 // Without a token file syncd starts only with --dev-tokens: it never makes
 // up credentials in production, and never logs any without being asked.
 func TestMissingTokenFileNeedsDevTokens(t *testing.T) {
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	err := run(t.Context(), []string{"--listen", "127.0.0.1:0", "--admin-listen", "", "--data", filepath.Join(t.TempDir(), "syncd.db"), "--tokens", tokens}, func(string) string { return "" }, logs)
 	require.ErrorIs(t, err, errNoTokenFile)
@@ -332,7 +313,7 @@ func TestAdminListenerServesTLS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	certPath, keyPath, pool := selfSigned(t)
-	logs := &syncWriter{}
+	logs := &syncdtest.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--dev-tokens",

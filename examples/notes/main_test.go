@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // TestOfflineThenSync writes a note while no server listens, then starts
@@ -22,10 +21,7 @@ func TestOfflineThenSync(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close()) // nobody listens: the device is offline
+	addr := syncdtest.FreeAddr(t) // nobody listens: the device is offline
 
 	tokens := filepath.Join(dir, "tokens.json")
 	token, err := auth.Issue(tokens, auth.Principal{Tenant: "dev", ClientID: "laptop", Read: []string{"*"}, Write: []string{"*"}}, time.Now())

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,10 +26,10 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -91,25 +90,7 @@ func readCatalogue(t *testing.T) map[string]entry {
 	return out
 }
 
-// logBuffer collects JSON logs written from several goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func debugLogger(w *logBuffer) *slog.Logger {
+func debugLogger(w *syncdtest.Buffer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
@@ -123,8 +104,8 @@ type scenario struct {
 	publicURL, adminURL string
 	clusterNodeURL      string // a cluster node, for the syncd_cluster_* metrics
 	clientRegistry      *prometheus.Registry
-	serverLogs          *logBuffer
-	clientLogs          *logBuffer
+	serverLogs          *syncdtest.Buffer
+	clientLogs          *syncdtest.Buffer
 	tokens              []string // every token used, good and bad
 }
 
@@ -132,7 +113,7 @@ func runScenario(t *testing.T) *scenario {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	sc := &scenario{serverLogs: &logBuffer{}, clientLogs: &logBuffer{}, clientRegistry: prometheus.NewRegistry()}
+	sc := &scenario{serverLogs: &syncdtest.Buffer{}, clientLogs: &syncdtest.Buffer{}, clientRegistry: prometheus.NewRegistry()}
 
 	srv := syncdtest.Start(t, server.Config{
 		Policies:          replication.Config{"docs": replication.PolicyOptimistic},
@@ -370,7 +351,7 @@ func TestLogsHoldNoTokensOrValues(t *testing.T) {
 		require.Eventually(t, func() bool { return strings.Contains(sc.serverLogs.String(), `"msg":"`+msg+`"`) },
 			waitFor, 10*time.Millisecond, "syncd never logged %q", msg)
 	}
-	for name, logs := range map[string]*logBuffer{"syncd": sc.serverLogs, "client": sc.clientLogs} {
+	for name, logs := range map[string]*syncdtest.Buffer{"syncd": sc.serverLogs, "client": sc.clientLogs} {
 		text := logs.String()
 		require.NotEmpty(t, text, name)
 		for _, tok := range sc.tokens {

@@ -98,6 +98,10 @@ type Options struct {
 	// means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// CommandKey is the key of the authenticator every command carries
+	// (Secret.CommandKey: 32 bytes, the same on every node): a node signs
+	// what it publishes with it and refuses to apply what fails it.
+	CommandKey []byte
 	// Registerer receives the cluster metrics; nil means none.
 	Registerer prometheus.Registerer
 }

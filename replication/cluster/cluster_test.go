@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -25,56 +25,14 @@ import (
 // machine elects JetStream leaders slowly.
 const waitFor = 60 * time.Second
 
-// startNATS starts n embedded NATS servers that form one cluster (n = 1:
-// a server alone) and shuts them down when the test ends.
-func startNATS(t testing.TB, n int) []*server.Server {
-	t.Helper()
-	routePorts := freePorts(t, n)
-	var routes []string
-	for _, p := range routePorts {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+// testSecret is the cluster secret of every NATS server these tests start.
+var testSecret = func() cluster.Secret {
+	s, err := cluster.NewSecret()
+	if err != nil {
+		panic(err)
 	}
-	servers := make([]*server.Server, n)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		o := cluster.EmbeddedOptions{Name: fmt.Sprintf("nats-%d", i+1), Port: -1, StoreDir: t.TempDir()}
-		if n > 1 {
-			o.ClusterPort, o.Routes = routePorts[i], routes
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			servers[i], errs[i] = cluster.StartEmbedded(o)
-		}()
-	}
-	wg.Wait()
-	for i, s := range servers {
-		require.NoError(t, errs[i])
-		t.Cleanup(func() {
-			s.Shutdown()
-			s.WaitForShutdown()
-		})
-	}
-	return servers
-}
-
-// freePorts returns n ports free on 127.0.0.1 a moment ago.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
+	return s
+}()
 
 // node is one syncd node's replication: its NATS connection, its store
 // and its cluster membership.
@@ -87,9 +45,13 @@ type node struct {
 	db    *sql.DB
 }
 
+// connect connects to ns over its client listener as the node user of
+// testSecret (over TCP: a test restarts a server on its port, which an
+// in-process connection would not reach again).
 func connect(t testing.TB, ns *server.Server) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(cluster.NodeUser, testSecret.NodePassword()),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc
@@ -254,7 +216,7 @@ func put(clock *syncproto.Clock, model, key, value string) syncproto.Mutation {
 // threeNodes starts a 3-server NATS cluster (R3) with a syncd node on each.
 func threeNodes(t *testing.T, o cluster.Options) ([]*server.Server, []*node) {
 	t.Helper()
-	servers := startNATS(t, 3)
+	servers := syncdtest.StartNATS(t, 3, testSecret)
 	o.Replicas = 3
 	var nodes []*node
 	for i, ns := range servers {
@@ -388,7 +350,7 @@ func TestOptimisticRaceHasOneWinnerAcrossNodes(t *testing.T) {
 // commands at a time, yet the batches one client submits back to back
 // (as a session pipelines its pushes) are applied in the order submitted.
 func TestAClientsBatchesApplyInSubmissionOrder(t *testing.T) {
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{})
 	const clients, batches = 4, 40
 	var wg sync.WaitGroup

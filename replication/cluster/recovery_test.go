@@ -20,6 +20,7 @@ import (
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -58,7 +59,7 @@ func oplogCount(t testing.TB, n *node) int {
 // applied: a lease holder that lost its lease cannot act after its
 // successor.
 func TestStaleTokenJobIsIgnored(t *testing.T) {
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
 	writeMany(t, n, "phone", 5)
 	farFuture := time.Now().Add(365 * 24 * time.Hour) // every entry is beyond the retention then
@@ -81,7 +82,7 @@ func TestStaleTokenJobIsIgnored(t *testing.T) {
 // an upgrade) cannot apply it as the older peers did, so it stops serving,
 // saying why, instead of removing other rows than they do.
 func TestOlderCompactionJobStopsTheNode(t *testing.T) {
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
 	writeMany(t, n, "phone", 2)
 	publishJob(t, n.nc, cluster.Job{Kind: cluster.JobKind("compact_oplog"), Token: 1_000_000, Now: time.Now(), Limit: 1000})
@@ -99,7 +100,7 @@ func TestOlderCompactionJobStopsTheNode(t *testing.T) {
 // quiet tenant's entries, and its readers' cursors, alone.
 func TestRetentionJobsKeepUp(t *testing.T) {
 	ctx := context.Background()
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	o := cluster.Options{JobInterval: 200 * time.Millisecond, JobLimit: 4, LeaseTTL: time.Second}
 	so := replication.StoreOptions{Log: replication.Retention{MaxEntries: 3}, Ledger: ledger.Options{MaxEntries: 2}}
 	a := startNodeWith(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o, so)
@@ -157,7 +158,7 @@ func TestLeaseHasOneHolderAndMovesOn(t *testing.T) {
 // position fell below the stream's retention, restores the newest
 // snapshot and catches up from the stream, ending with the same state.
 func TestEmptyNodeRestoresFromSnapshot(t *testing.T) {
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: 200 * time.Millisecond, LeaseTTL: time.Second, JobInterval: time.Hour}
 	a := startNode(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o)
 	bPath := filepath.Join(t.TempDir(), "syncd.db")
@@ -187,7 +188,7 @@ func TestEmptyNodeRestoresFromSnapshot(t *testing.T) {
 // TestNoSnapshotIsAClearError: a node that must restore, in a cluster that
 // has no snapshot, says so and changes nothing.
 func TestNoSnapshotIsAClearError(t *testing.T) {
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: time.Hour}
 	a := startNode(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o)
 	writeMany(t, a, "laptop", 400)
@@ -211,7 +212,7 @@ func TestNoSnapshotIsAClearError(t *testing.T) {
 func TestMisconfigurationIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	servers := startNATS(t, 1)
+	servers := syncdtest.StartNATS(t, 1, testSecret)
 	nc := connect(t, servers[0])
 	path := filepath.Join(t.TempDir(), "syncd.db")
 	startNode(t, servers[0], "node-a", path, cluster.Options{}).stop()
@@ -221,7 +222,7 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "1 replicas, this node is configured for 3")
 
 	// The data of node-a opened for another cluster.
-	other := startNATS(t, 1)
+	other := syncdtest.StartNATS(t, 1, testSecret)
 	cl, err := cluster.Connect(ctx, connect(t, other[0]), cluster.Options{Node: "node-a", Replicas: 1})
 	require.NoError(t, err)
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
@@ -231,7 +232,7 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, replication.ErrOtherDatabase)
 
 	// A stream of the same name that syncd did not create.
-	foreign := startNATS(t, 1)
+	foreign := syncdtest.StartNATS(t, 1, testSecret)
 	fnc := connect(t, foreign[0])
 	js, err := jetstream.New(fnc)
 	require.NoError(t, err)
@@ -242,7 +243,7 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "not created by syncd")
 
 	// Servers that refuse messages as large as a command.
-	small, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "small", Port: -1, StoreDir: t.TempDir(), MaxPayload: 1 << 20})
+	small, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "small", Port: -1, StoreDir: t.TempDir(), MaxPayload: 1 << 20, Secret: testSecret})
 	require.NoError(t, err)
 	t.Cleanup(func() { small.Shutdown(); small.WaitForShutdown() })
 	_, err = cluster.Connect(ctx, connect(t, small), cluster.Options{Node: "node-a", Replicas: 1})
@@ -279,7 +280,7 @@ func TestDivergentNodeStopsServing(t *testing.T) {
 // job to run here: the lease holder's next round is an hour away).
 func TestReadyAgainOnceTheStreamAnswers(t *testing.T) {
 	dir := t.TempDir()
-	eo := cluster.EmbeddedOptions{Name: "nats-1", Port: -1, StoreDir: dir}
+	eo := cluster.EmbeddedOptions{Name: "nats-1", Port: -1, StoreDir: dir, Secret: testSecret}
 	ns, err := cluster.StartEmbedded(eo)
 	require.NoError(t, err)
 	n := startNode(t, ns, "node-1", filepath.Join(t.TempDir(), "syncd.db"),

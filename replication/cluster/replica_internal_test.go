@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -16,10 +15,12 @@ import (
 // follow; past the end it returns none; a stream created without direct
 // gets (by an earlier syncd) is given them when a node connects.
 func TestReplicaReaderReadsInOrder(t *testing.T) {
-	ns, err := StartEmbedded(EmbeddedOptions{Name: "reader", Port: -1, StoreDir: t.TempDir()})
+	secret, err := NewSecret()
+	require.NoError(t, err)
+	ns, err := StartEmbedded(EmbeddedOptions{Name: "reader", Port: -1, StoreDir: t.TempDir(), Secret: secret})
 	require.NoError(t, err)
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := ConnectEmbedded(ns, secret)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)

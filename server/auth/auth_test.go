@@ -4,27 +4,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 	"github.com/syncd-dev/syncd/server/auth"
 )
-
-// fakeClock is a manually advanced clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 var alice = auth.Principal{Tenant: "acme", ClientID: "alice-phone", Read: []string{"*"}, Write: []string{"notes"}}
 
@@ -71,7 +58,7 @@ func TestRevocationTakesEffectAfterReloadInterval(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens.json")
 	tok, err := auth.Issue(path, alice, time.Now())
 	require.NoError(t, err)
-	clock := &fakeClock{t: time.Unix(1000, 0)}
+	clock := fakeclock.New(time.Unix(1000, 0))
 	a, err := auth.NewAuthenticator(path, clock.Now)
 	require.NoError(t, err)
 	p, err := a.Authenticate(tok)
@@ -88,7 +75,7 @@ func TestBrokenFileKeepsLastGoodTokens(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens.json")
 	tok, err := auth.Issue(path, alice, time.Now())
 	require.NoError(t, err)
-	clock := &fakeClock{t: time.Unix(1000, 0)}
+	clock := fakeclock.New(time.Unix(1000, 0))
 	a, err := auth.NewAuthenticator(path, clock.Now)
 	require.NoError(t, err)
 
@@ -141,7 +128,7 @@ func TestIssuedTokenWorksAtOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens.json")
 	_, err := auth.Issue(path, auth.Principal{Admin: true}, time.Now())
 	require.NoError(t, err)
-	clock := &fakeClock{t: time.Unix(1000, 0)}
+	clock := fakeclock.New(time.Unix(1000, 0))
 	a, err := auth.NewAuthenticator(path, clock.Now)
 	require.NoError(t, err)
 	tok, err := auth.Issue(path, alice, time.Now())

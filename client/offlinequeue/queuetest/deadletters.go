@@ -19,7 +19,8 @@ var deadLetterTests = []subtest{
 		keep := enqueue(t, e, q, "keep", "")
 		id := enqueue(t, e, q, "poison", "op-1")
 		require.NoError(t, q.SetAttempts(e.ctx(), id, 5))
-		deadAt := e.clock.Advance(3 * time.Hour)
+		e.clock.Advance(3 * time.Hour)
+		deadAt := e.clock.Now()
 		require.NoError(t, q.MoveToDeadLetters(e.ctx(), id, "rejected: schema mismatch"))
 
 		s := takeSnapshot(t, e, q)

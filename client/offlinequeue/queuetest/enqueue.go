@@ -32,7 +32,8 @@ var enqueueTests = []subtest{
 		q := e.openQueue(e.opts())
 		first := e.clock.Now()
 		a := enqueue(t, e, q, "a", "")
-		second := e.clock.Advance(90*time.Minute + time.Nanosecond)
+		e.clock.Advance(90*time.Minute + time.Nanosecond)
+		second := e.clock.Now()
 		b := enqueue(t, e, q, "b", "k")
 
 		items := pending(t, e, q)

@@ -30,6 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 )
 
 // opener opens the queue stored at one fixed location. Every call opens the
@@ -85,7 +86,7 @@ type env struct {
 	open    opener
 	durable bool
 	move    func(ctx context.Context, q offlinequeue.Queue, id offlinequeue.ID, reason string, record func(ctx context.Context) error) error
-	clock   *clock
+	clock   *fakeclock.Clock
 	reg     *prometheus.Registry
 	metrics *offlinequeue.Metrics
 }
@@ -100,7 +101,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 		open:    cfg.New(t),
 		durable: cfg.Durable,
 		move:    cfg.MoveWith,
-		clock:   newClock(time.Date(2024, 2, 29, 23, 59, 58, 123456789, time.FixedZone("UTC+1", 3600))),
+		clock:   fakeclock.New(time.Date(2024, 2, 29, 23, 59, 58, 123456789, time.FixedZone("UTC+1", 3600))),
 		reg:     reg,
 		metrics: m,
 	}

@@ -3,7 +3,6 @@ package syncdtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -23,8 +22,10 @@ import (
 // NATS servers form one cluster (the stream has 3 replicas when n >= 3,
 // else 1); the nodes share one token file, holding an admin token. cfg is
 // every node's configuration (DataPath, Authenticator, NodeID, Registry and
-// Cluster are set per node). Each returned Server is a node: Stop and
-// Restart act on it alone.
+// Cluster are set per node). The NATS servers require the credentials of
+// one cluster secret, made per call, which also keys the nodes' command
+// authenticator. Each returned Server is a node: Stop and Restart act on it
+// alone.
 func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	t.Helper()
 	require.True(t, n == 1 || n >= 3, "a cluster of %d: want 1, or 3 and more", n)
@@ -37,13 +38,15 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	a, err := auth.NewAuthenticator(tokens, nil)
 	require.NoError(t, err)
 
-	nats := startNATS(t, n)
+	secret, err := cluster.NewSecret()
+	require.NoError(t, err)
+	nats := StartNATS(t, n, secret)
 	nodes := make([]*Server, n)
 	for i := range n {
 		node := &Server{TokenPath: tokens, AdminToken: admin}
 		node.join = func(t testing.TB, cfg server.Config) *cluster.Cluster {
-			return joinNATS(t, nats[i], cluster.Options{Node: fmt.Sprintf("node-%d", i+1), Replicas: replicas,
-				Now: cfg.Now, Registerer: cfg.Registry})
+			return joinNATS(t, nats[i], secret, cluster.Options{Node: fmt.Sprintf("node-%d", i+1), Replicas: replicas,
+				Now: cfg.Now, Registerer: cfg.Registry, CommandKey: secret.CommandKey()})
 		}
 		c := cfg
 		c.DataPath = filepath.Join(t.TempDir(), "syncd.db")
@@ -56,17 +59,16 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	return nodes
 }
 
-// startNATS starts n embedded NATS servers routed to each other.
-func startNATS(t testing.TB, n int) []*natsserver.Server {
+// StartNATS starts n embedded NATS servers with JetStream, routed to each
+// other when n > 1, all authenticating with secret, and shuts them down
+// when the test ends.
+func StartNATS(t testing.TB, n int, secret cluster.Secret) []*natsserver.Server {
 	t.Helper()
 	var routes []string
 	ports := make([]int, n)
 	if n > 1 {
 		for i := range n {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			ports[i] = ln.Addr().(*net.TCPAddr).Port
-			ln.Close()
+			ports[i] = FreePort(t)
 			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
 		}
 	}
@@ -79,7 +81,7 @@ func startNATS(t testing.TB, n int) []*natsserver.Server {
 			defer wg.Done()
 			servers[i], errs[i] = cluster.StartEmbedded(cluster.EmbeddedOptions{
 				Name: fmt.Sprintf("node-%d", i+1), Port: -1, StoreDir: t.TempDir(),
-				ClusterPort: ports[i], Routes: routes,
+				ClusterPort: ports[i], Routes: routes, Secret: secret,
 				// Three JetStream servers starting at once under -race on
 				// a loaded 2-core machine once took over the 10 s default.
 				ReadyTimeout: 30 * time.Second,
@@ -97,11 +99,11 @@ func startNATS(t testing.TB, n int) []*natsserver.Server {
 	return servers
 }
 
-// joinNATS connects a node through ns and joins the cluster with o. The
-// connection closes when t ends.
-func joinNATS(t testing.TB, ns *natsserver.Server, o cluster.Options) *cluster.Cluster {
+// joinNATS connects a node through ns as the node user of secret and joins
+// the cluster with o. The connection closes when t ends.
+func joinNATS(t testing.TB, ns *natsserver.Server, secret cluster.Secret, o cluster.Options) *cluster.Cluster {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := cluster.ConnectEmbedded(ns, secret, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*Timeout)

@@ -10,6 +10,12 @@
 // (replicas 3 when n is 3 or more, else 1), sharing one token file, so a
 // test written against a *Server runs unchanged against any node.
 //
+// The rest of the kit is what the module's tests share beside a server:
+// the admin API read through adminapi's types (Status, Oplog, Decided,
+// Admin), snapshots, metrics, embedded NATS servers (StartNATS), a buffer
+// safe for concurrent writers (Buffer) and a free loopback address
+// (FreeAddr, FreePort). internal/fakeclock is the one settable clock.
+//
 // Only tests import this package (internal/layering keeps it so).
 //
 // The helpers fail the test (require) on any unexpected error and bound

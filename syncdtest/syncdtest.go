@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
@@ -221,22 +223,22 @@ func (s *Server) Admin(t testing.TB, path string, out any) {
 }
 
 // Status reads /v1/admin/status.
-func (s *Server) Status(t testing.TB) server.Status {
+func (s *Server) Status(t testing.TB) adminapi.Status {
 	t.Helper()
-	var st server.Status
-	s.Admin(t, "/v1/admin/status", &st)
+	var st adminapi.Status
+	s.Admin(t, adminapi.PathStatus, &st)
 	return st
 }
 
 // Oplog reads the whole oplog through the admin API, page by page; query
 // adds filters ("&tenant=acme").
-func (s *Server) Oplog(t testing.TB, query string) []server.OplogEntry {
+func (s *Server) Oplog(t testing.TB, query string) []adminapi.OplogEntry {
 	t.Helper()
-	var all []server.OplogEntry
+	var all []adminapi.OplogEntry
 	for from, pages := uint64(0), 0; ; pages++ {
 		require.Less(t, pages, 10_000, "oplog paging does not end")
-		var page server.OplogPage
-		s.Admin(t, fmt.Sprintf("/v1/admin/oplog?limit=%d&from=%d%s", syncproto.MaxPullLimit, from, query), &page)
+		var page adminapi.OplogPage
+		s.Admin(t, fmt.Sprintf("%s?limit=%d&from=%d%s", adminapi.PathOplog, adminapi.MaxOplogPage, from, query), &page)
 		all = append(all, page.Entries...)
 		if len(page.Entries) == 0 || page.Next >= page.Head {
 			return all
@@ -245,13 +247,33 @@ func (s *Server) Oplog(t testing.TB, query string) []server.OplogEntry {
 	}
 }
 
+// Decided reads the ledger's answer for opID in tenant and reports
+// whether the ledger holds a decision for it.
+func (s *Server) Decided(t testing.TB, tenant, opID string) (adminapi.LedgerAnswer, bool) {
+	t.Helper()
+	var ans adminapi.LedgerAnswer
+	q := url.Values{adminapi.ParamTenant: {tenant}}
+	code := GetJSON(t, s.AdminURL+adminapi.LedgerPath(opID)+"?"+q.Encode(), s.AdminToken, &ans)
+	require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code)
+	return ans, code == http.StatusOK
+}
+
 // Snapshot fetches /v1/snapshot with token and returns its head and
-// records.
+// records. While the server answers 503 server_busy (a token reads one
+// snapshot at a time: a device may be reading its own with the same
+// token) it asks again, within Timeout.
 func (s *Server) Snapshot(t testing.TB, token string) (uint64, []syncproto.SnapshotRecord) {
 	t.Helper()
+	deadline := time.Now().Add(Timeout)
 	resp := Get(t, s.URL+syncproto.SnapshotPath, token)
+	for resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+		resp.Body.Close()
+		time.Sleep(10 * time.Millisecond)
+		resp = Get(t, s.URL+syncproto.SnapshotPath, token)
+	}
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, syncproto.SnapshotContentType, resp.Header.Get("Content-Type"))
 	r, err := syncproto.NewSnapshotReader(resp.Body)
 	require.NoError(t, err)
 	var recs []syncproto.SnapshotRecord

@@ -1,0 +1,122 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+var updateAdmin = flag.Bool("update-admin", false, "rewrite the admin API's golden answers under testdata/admin/")
+
+// goldenAdmin compares got with testdata/admin/name, or rewrites the file
+// under -update-admin.
+func goldenAdmin(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", "admin", name)
+	if *updateAdmin {
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test ./server -run TestAdminAnswersAreStable -update-admin to create it")
+	require.Equal(t, string(want), string(got), "the admin API's JSON changed: %s", path)
+}
+
+// TestAdminAnswersAreStable pins the admin API's JSON, byte for byte, as
+// syncctl, the console and scripts read it: status, clients, an oplog
+// page, conflicts and a ledger answer from a real server on a fixed clock
+// with fixed op ids. The values a run cannot fix (the build, the database
+// id, the session's remote address and token id) are replaced by
+// placeholders.
+func TestAdminAnswersAreStable(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	fixed := func() time.Time { return at }
+	ts := startServer(t, server.Config{NodeID: "node-7", Now: fixed, Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	token := ts.Member(t, "acme", "phone")
+	c := dial(t, ts, token)
+	clock := syncproto.NewClock("phone", fixed)
+	c.hello("phone", 0, clock)
+	c.subscribe("s1", 0)
+	zero := uint64(0)
+	m1 := syncproto.Mutation{OpID: "01890a5d-ac96-774b-bcce-b302099a8051", Model: "notes", Key: "n1", Op: syncproto.OpPut, Value: []byte(`"one"`), HLC: clock.Now()}
+	m2 := syncproto.Mutation{OpID: "01890a5d-ac96-774b-bcce-b302099a8052", Model: "accounts", Key: "a1", Op: syncproto.OpPut, Value: []byte(`{"balance":1}`), HLC: clock.Now(), BaseVersion: &zero}
+	m3 := syncproto.Mutation{OpID: "01890a5d-ac96-774b-bcce-b302099a8053", Model: "notes", Key: "n1", Op: syncproto.OpDelete, HLC: clock.Now()}
+	requireApplied(t, c.push("p1", m1, m2, m3))
+	stale := syncproto.Mutation{OpID: "01890a5d-ac96-774b-bcce-b302099a8054", Model: "accounts", Key: "a1", Op: syncproto.OpPut, Value: []byte(`{"balance":2}`), HLC: clock.Now(), BaseVersion: &zero}
+	require.Equal(t, syncproto.StatusConflict, c.push("p2", stale)[0].Status)
+	c.waitLive(3)
+
+	var clients []adminapi.Session
+	require.Eventually(t, func() bool {
+		clients = nil
+		require.Equal(t, http.StatusOK, ts.adminGet(t, "/v1/admin/clients", ts.adminToken, &clients))
+		return len(clients) == 1 && clients[0].Cursor == 3
+	}, ioTimeout, 5*time.Millisecond, "clients: %+v", clients)
+	st := ts.Status(t)
+	field := func(name, value string) []byte { return []byte(`"` + name + `": ` + strconv.Quote(value)) }
+	volatile := func(b []byte) []byte {
+		b = bytes.ReplaceAll(b, field("build", st.Build), field("build", "BUILD"))
+		b = bytes.ReplaceAll(b, field("database_id", st.DatabaseID), field("database_id", "DATABASE_ID"))
+		b = bytes.ReplaceAll(b, []byte(clients[0].Remote), []byte("REMOTE"))
+		return bytes.ReplaceAll(b, []byte(clients[0].TokenID), []byte("TOKEN_ID"))
+	}
+
+	for _, tc := range []struct{ name, path string }{
+		{"status.json", "/v1/admin/status"},
+		{"clients.json", "/v1/admin/clients"},
+		{"oplog.json", "/v1/admin/oplog?from=0&limit=10"},
+		{"conflicts.json", "/v1/admin/conflicts"},
+		{"ledger.json", "/v1/admin/ledger/" + stale.OpID + "?tenant=acme"},
+		{"ledger_not_found.json", "/v1/admin/ledger/01890a5d-ac96-774b-bcce-b302099a8059?tenant=acme"},
+		{"error.json", "/v1/admin/oplog?from=-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			goldenAdmin(t, tc.name, volatile(adminRaw(t, ts, tc.path)))
+		})
+	}
+}
+
+// adminRaw returns the body of an admin GET as sent.
+func adminRaw(t *testing.T, ts *testServer, path string) []byte {
+	t.Helper()
+	resp := syncdtest.Get(t, ts.adminURL+path, ts.adminToken)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return body
+}
+
+// TestAdminClusterStatusIsStable pins the cluster part of the status
+// answer, which only a cluster node fills: the encoding of a status with
+// two nodes, one holding the lease and one not ready.
+func TestAdminClusterStatusIsStable(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	st := adminapi.Status{
+		NodeID: "n1", Build: "syncd v1.2.3", DatabaseID: "db-1", StartedAt: at, UptimeSeconds: 90.5, Connections: 2, OplogHead: 40, OplogOldest: 3, OplogFloor: 2,
+		LedgerEntries: 41, LedgerFloor: at.Add(-time.Hour), MaxClientLagEntries: 5,
+		Cluster: &adminapi.ClusterStatus{ID: "c-1", LeaseHolder: "n1", Nodes: []adminapi.Node{
+			{Node: "n1", AppliedSeq: 44, Digest: "00ff", StreamHead: 44, LeaseHeld: true, Ready: true, At: at},
+			{Node: "n2", AppliedSeq: 40, Digest: "0abc", StreamHead: 44, Lag: 4, Problem: "catching up: 4 commands behind", At: at.Add(-time.Second)},
+		}},
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	require.NoError(t, enc.Encode(st))
+	goldenAdmin(t, "status_cluster.json", buf.Bytes())
+}
