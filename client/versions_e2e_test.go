@@ -15,7 +15,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
-	"github.com/syncd-dev/syncd/internal/syncdtest"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -26,31 +26,25 @@ import (
 // rolling release does.
 type upgradable struct {
 	*syncd
-	srv *syncdtest.Server
 }
 
 func startUpgradable(t *testing.T, versions map[string]server.ModelVersions) *upgradable {
 	t.Helper()
-	srv := syncdtest.Start(t, server.Config{ValueVersions: versions})
-	return &upgradable{syncd: syncdOf(srv), srv: srv}
-}
-
-func syncdOf(srv *syncdtest.Server) *syncd {
-	return &syncd{url: srv.URL, adminURL: srv.AdminURL, tokenPath: srv.TokenPath, adminToken: srv.AdminToken, registry: srv.Registry}
+	return &upgradable{startSyncd(t, server.Config{ValueVersions: versions})}
 }
 
 // restartWith stops the server and starts it again on the same address
 // and database, accepting versions.
 func (u *upgradable) restartWith(t *testing.T, versions map[string]server.ModelVersions) {
 	t.Helper()
-	addr, err := url.Parse(u.srv.URL)
+	addr, err := url.Parse(u.URL)
 	require.NoError(t, err)
-	u.srv.Stop(t)
-	a, err := auth.NewAuthenticator(u.srv.TokenPath, nil)
+	u.Stop(t)
+	a, err := auth.NewAuthenticator(u.TokenPath, nil)
 	require.NoError(t, err)
-	next := syncdtest.StartAt(t, addr.Host, server.Config{DataPath: u.srv.DataPath, Authenticator: a, ValueVersions: versions})
-	next.TokenPath, next.AdminToken = u.srv.TokenPath, u.srv.AdminToken
-	u.srv, u.syncd = next, syncdOf(next)
+	next := syncdtest.StartAt(t, addr.Host, server.Config{DataPath: u.DataPath, Authenticator: a, ValueVersions: versions})
+	next.TokenPath, next.AdminToken = u.TokenPath, u.AdminToken
+	u.syncd = &syncd{next}
 }
 
 // renameTitle is the upcaster of the test's notes model from version 1
@@ -93,7 +87,7 @@ func TestOfflineWritesOfAnOldVersionAreUpcast(t *testing.T) {
 	require.JSONEq(t, `{"name":"milk"}`, string(recs["a"].Value))
 	require.JSONEq(t, `{"name":"eggs"}`, string(recs["b"].Value))
 	d.waitStatus(t, "replica in the new shape", func(client.Status) bool { return d.convergesWithServer(t, s.syncd, "notes") })
-	require.Equal(t, 2.0, s.srv.MetricValue(t, "syncd_upcasts_total"))
+	require.Equal(t, 2.0, s.MetricValue(t, "syncd_upcasts_total"))
 	require.Empty(t, d.status(t).Paused)
 }
 
@@ -131,7 +125,7 @@ func TestWritesOfAVersionNotAcceptedPauseThenResume(t *testing.T) {
 			pending, err := d.Pending(t.Context())
 			require.NoError(t, err)
 			require.Equal(t, map[string]int{"notes": 3}, pending)
-			require.GreaterOrEqual(t, s.srv.MetricValue(t, `syncd_value_version_refusals_total{code="needs_upgrade"}`), 1.0)
+			require.GreaterOrEqual(t, s.MetricValue(t, `syncd_value_version_refusals_total{code="needs_upgrade"}`), 1.0)
 
 			// Other models keep syncing while notes waits.
 			d.requireApplied(t, []string{d.put(t, "todos", "u", `{"done":true}`)})
@@ -179,7 +173,7 @@ func TestUpcasterFailuresRefuseTheWriteAlone(t *testing.T) {
 			_, found, err := d.Lookup(t.Context(), note)
 			require.NoError(t, err)
 			require.False(t, found, "no outcome: the write waits")
-			require.Equal(t, 1.0, s.srv.MetricValue(t, `syncd_value_version_refusals_total{code="upcast_failed"}`))
+			require.Equal(t, 1.0, s.MetricValue(t, `syncd_value_version_refusals_total{code="upcast_failed"}`))
 			// The committer goes on: another device's writes apply.
 			e := openDevice(t, s.syncd, s.proxy(t), t.TempDir(), "phone-2", withVersions(map[string]uint64{"notes": 2}))
 			e.requireApplied(t, []string{e.put(t, "notes", "b", `{"name":"y"}`)})
@@ -197,13 +191,13 @@ func TestDeclaredVersionGoingBackwardsIsRefused(t *testing.T) {
 
 	q, err := offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
 	require.NoError(t, err)
-	_, err = client.Open(t.Context(), client.Config{ServerURLs: []string{s.url}, Token: d.token, ClientID: "phone-1",
+	_, err = client.Open(t.Context(), client.Config{ServerURLs: []string{s.URL}, Token: d.token, ClientID: "phone-1",
 		Queue: q, ReplicaPath: filepath.Join(dir, "replica.db"), ModelVersions: map[string]uint64{"notes": 2}})
 	var back *client.VersionBackwardsError
 	require.ErrorAs(t, err, &back)
 	require.Equal(t, client.VersionBackwardsError{Model: "notes", Declared: 2, Recorded: 3}, *back)
 
-	_, err = client.Open(t.Context(), client.Config{ServerURLs: []string{s.url}, Token: d.token, ClientID: "phone-1",
+	_, err = client.Open(t.Context(), client.Config{ServerURLs: []string{s.URL}, Token: d.token, ClientID: "phone-1",
 		Queue: q, ReplicaPath: filepath.Join(dir, "replica.db"), ModelVersions: map[string]uint64{"notes": 0}})
 	require.ErrorContains(t, err, "ModelVersions[notes] = 0")
 }

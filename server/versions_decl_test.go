@@ -26,7 +26,7 @@ func TestDeclaredUpcastStepsApplyInOrder(t *testing.T) {
 	require.NoError(t, d.SetCurrent("notes=2"))
 
 	ts := startServer(t, server.Config{ValueVersions: d})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone-1"), "phone-1")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone-1"), "phone-1")
 	res := c.push("p1", put(t, clock, "notes", "a", `{"title":"milk","legacy":1}`), put(t, clock, "notes", "b", `[1]`))
 	requireApplied(t, res[:1])
 	require.Equal(t, syncproto.CodeUpcastFailed, res[1].Code, "a value that is not an object")

@@ -9,6 +9,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -35,7 +36,7 @@ func TestValueVersionsAreAnnouncedAndChecked(t *testing.T) {
 	ts := startServer(t, server.Config{ValueVersions: map[string]server.ModelVersions{
 		"notes": {Current: 3, Upcasters: map[uint64]server.Upcaster{2: renameTitle}},
 	}})
-	tok := ts.member(t, "acme", "phone-1")
+	tok := ts.Member(t, "acme", "phone-1")
 	c := dial(t, ts, tok)
 	clock := syncproto.NewClock("phone-1", nil)
 	w := c.hello("phone-1", 0, clock)
@@ -65,7 +66,7 @@ func TestUpcastWriteIsAppliedInTheCurrentShape(t *testing.T) {
 	ts := startServer(t, server.Config{ValueVersions: map[string]server.ModelVersions{
 		"notes": {Current: 2, Upcasters: map[uint64]server.Upcaster{1: renameTitle}},
 	}})
-	c, clock := session(t, ts, ts.member(t, "acme", "phone-1"), "phone-1")
+	c, clock := session(t, ts, ts.Member(t, "acme", "phone-1"), "phone-1")
 	old := put(t, clock, "notes", "a", `{"title":"milk"}`)
 	res := c.push("p1", old)
 	requireApplied(t, res)
@@ -81,7 +82,7 @@ func TestUpcastWriteIsAppliedInTheCurrentShape(t *testing.T) {
 	requireApplied(t, c.push("p3", versioned(put(t, clock, "notes", "b", `{"name":"new"}`), 2)))
 	res = c.push("p4", loser)
 	require.Equal(t, syncproto.StatusSuperseded, res[0].Status)
-	var conflicts []server.Conflict
+	var conflicts []adminapi.Conflict
 	ts.Admin(t, "/v1/admin/conflicts?tenant=acme", &conflicts)
 	require.Len(t, conflicts, 1)
 	require.JSONEq(t, `{"title":"old"}`, string(conflicts[0].Loser.Value))
@@ -99,7 +100,7 @@ func TestFailingUpcasterRefusesTheWriteAlone(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ts := startServer(t, server.Config{ValueVersions: map[string]server.ModelVersions{"notes": {Current: 2, Upcasters: map[uint64]server.Upcaster{1: up}}}})
-			c, clock := session(t, ts, ts.member(t, "acme", "phone-1"), "phone-1")
+			c, clock := session(t, ts, ts.Member(t, "acme", "phone-1"), "phone-1")
 			res := c.push("p1", put(t, clock, "notes", "a", `{"title":"x"}`), put(t, clock, "todos", "t", `{"done":false}`))
 			require.Equal(t, syncproto.StatusRejected, res[0].Status)
 			require.Equal(t, syncproto.CodeUpcastFailed, res[0].Code)
@@ -107,7 +108,7 @@ func TestFailingUpcasterRefusesTheWriteAlone(t *testing.T) {
 			requireApplied(t, res[1:])
 			require.Equal(t, 1.0, ts.MetricValue(t, `syncd_value_version_refusals_total{code="upcast_failed"}`))
 			// The committer goes on: another session's writes of the model apply.
-			c2, clock2 := session(t, ts, ts.member(t, "acme", "phone-2"), "phone-2")
+			c2, clock2 := session(t, ts, ts.Member(t, "acme", "phone-2"), "phone-2")
 			requireApplied(t, c2.push("p2", versioned(put(t, clock2, "notes", "b", `{"name":"y"}`), 2)))
 		})
 	}
@@ -115,7 +116,7 @@ func TestFailingUpcasterRefusesTheWriteAlone(t *testing.T) {
 
 func TestUnknownMembersAndCodesAreIgnored(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	c := dial(t, ts, ts.member(t, "acme", "phone-1"))
+	c := dial(t, ts, ts.Member(t, "acme", "phone-1"))
 	clock := syncproto.NewClock("phone-1", nil)
 	c.write(websocket.MessageText, []byte(`{"type":"hello","id":"h1","client_id":"phone-1","cursor":0,"hlc":"`+clock.Now().String()+`","from_the_future":{"x":1}}`))
 	expect[*syncproto.Welcome](c)
