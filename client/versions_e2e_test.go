@@ -15,9 +15,9 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
-	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -47,22 +47,18 @@ func (u *upgradable) restartWith(t *testing.T, versions map[string]server.ModelV
 	u.syncd = &syncd{next}
 }
 
-// renameTitle is the upcaster of the test's notes model from version 1
-// ({"title": ...}) to version 2 ({"name": ...}).
-func renameTitle(v json.RawMessage) (json.RawMessage, error) {
-	var m map[string]any
-	if err := json.Unmarshal(v, &m); err != nil {
-		return nil, err
-	}
-	m["name"] = m["title"]
-	delete(m, "title")
-	return json.Marshal(m)
-}
-
 var (
 	notesV1     = map[string]server.ModelVersions{"notes": {Current: 1}}
 	notesV2Only = map[string]server.ModelVersions{"notes": {Current: 2}}
-	notesV2     = map[string]server.ModelVersions{"notes": {Current: 2, Upcasters: map[uint64]server.Upcaster{1: renameTitle}}}
+	// notesV2 upcasts notes of version 1 ({"title"}) to version 2
+	// ({"name"}), declared as the binary's flags declare it.
+	notesV2 = func() map[string]server.ModelVersions {
+		var d server.ValueVersionDecls
+		if d.SetCurrent("notes=2") != nil || d.SetUpcast("notes@1=rename:title:name") != nil {
+			panic("notes version 2 declaration")
+		}
+		return d
+	}()
 )
 
 func withVersions(vs map[string]uint64) deviceOptions {
