@@ -20,6 +20,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ## run: build syncd and start it on 127.0.0.1:8080 with its SQLite database under ./var/
 run: build
 	mkdir -p var
+	@echo "JWT sign-in without an identity provider: ./$(BIN)/syncctl jwt keygen; then"
+	@echo "  make run ARGS='--jwt-jwks-file var/jwt/jwks.json --jwt-issuer syncd-dev --jwt-audience syncd'"
+	@echo "  ./$(BIN)/syncctl jwt sign --sub alice --tenant dev > var/alice.jwt"
+	@echo "  go run ./examples/notes --jwt var/alice.jwt --client-id alice:laptop add k v"
 	./$(BIN)/syncd --data var/syncd.db --dev-tokens $(ARGS)
 
 # The build names its source revision (syncd --version, welcome, syncd_build_info)

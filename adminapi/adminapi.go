@@ -142,6 +142,10 @@ type Node struct {
 	Problem string `json:"problem,omitempty"`
 	// At is when the node made this report.
 	At time.Time `json:"at"`
+	// Agreement holds a hash per part of the configuration every node
+	// must share (token file, models, retention...): a node whose part
+	// differs from the majority's does not serve.
+	Agreement map[string]string `json:"agreement,omitempty"`
 }
 
 // Session is one connected sync session in the answer of PathSessions.

@@ -240,7 +240,7 @@ const seedTxRows = 50_000
 
 // seedSyncd creates syncd's database at dataPath holding n records (version
 // 1 of benchKey(i) in benchModel of benchTenant), each with its oplog entry,
-// written through replication's SQLiteLog.Append and Records.Put in
+// written through replication's SQLiteLog.AppendAll and Records.Put in
 // transactions of seedTxRows. It returns the oplog head.
 func seedSyncd(ctx context.Context, b *testing.B, dataPath string, n int) uint64 {
 	b.Helper()
@@ -255,12 +255,14 @@ func seedSyncd(ctx context.Context, b *testing.B, dataPath string, n int) uint64
 		tx, err := db.BeginTx(ctx, nil)
 		require.NoError(b, err)
 		for i := lo; i < min(lo+seedTxRows, n); i++ {
-			e, err := oplog.Append(ctx, tx, replication.NewEntry(replication.Record{
+			e := replication.NewEntry(replication.Record{
 				Tenant: benchTenant, Model: benchModel, Key: benchKey(i), Value: benchValue(i),
 				Version: 1, HLC: seedStamp(i), OpID: uuid.Must(uuid.NewV7()).String(),
-			}, seedWriter))
+			}, seedWriter)
+			e.Seq = uint64(i + 1) // the database is new: entry i is seq i+1
+			es, err := oplog.AppendAll(ctx, tx, []replication.Entry{e})
 			require.NoError(b, err)
-			require.NoError(b, records.Put(ctx, tx, e.Record()))
+			require.NoError(b, records.Put(ctx, tx, es[0].Record()))
 		}
 		require.NoError(b, tx.Commit())
 	}

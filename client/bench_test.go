@@ -119,7 +119,7 @@ func BenchmarkReplay(b *testing.B) {
 //	ratio              records/s over ceiling_records/s (target >= 0.3)
 //
 // Before the timer, syncd's database is seeded through replication's
-// SQLiteLog.Append and Records.Put in transactions of seedTxRows (seedSyncd),
+// SQLiteLog.AppendAll and Records.Put in transactions of seedTxRows (seedSyncd),
 // as if one other device had written every record once. After the timer, a
 // sample of the records is read back through Client.Get.
 func BenchmarkInitialSync(b *testing.B) {

@@ -22,7 +22,7 @@ import (
 // sees every winner whole, and the replica converges with the server.
 func TestConflictHandlerSeesLargeWinnersWhole(t *testing.T) {
 	const model, keys = "docs", 18 // 18 winners of ~256 KiB: about 4.5 MiB
-	s := startSyncd(t, server.Config{Policies: replication.Config{model: replication.PolicyOptimistic}})
+	s := startSyncd(t, server.Config{Policies: replication.Config{model: syncproto.PolicyOptimistic}})
 	conflicts := make(chan client.Conflict, keys)
 	drop := func(_ context.Context, c client.Conflict) client.Resolution {
 		conflicts <- c

@@ -67,6 +67,7 @@ type Client struct {
 	watch      *statusHub                   // WatchStatus channels
 	reconcile  atomic.Bool                  // the overlay missed a queued write
 	refusal    atomic.Pointer[RefusedError] // the server's last refusal of the session; nil once bound
+	tokens     *tokens                      // the bearer token, from Config.Token or Config.TokenSource
 	resyncNext atomic.Bool                  // the server answered cursor_ahead: the next bind resyncs
 
 	ctx    context.Context // the client's lifetime
@@ -94,7 +95,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		closeQueue()
 		return nil, fmt.Errorf("client: open replica: %w", err)
 	}
-	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1), watch: newStatusHub()}
+	c := &Client{cfg: cfg, queue: cfg.Queue, replica: rep, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1), watch: newStatusHub(), tokens: newTokens(cfg)}
 	fail := func(err error) (*Client, error) {
 		rep.close()
 		closeQueue()
@@ -467,6 +468,9 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor, DatabaseID: dbID}
 	if re := c.refusal.Load(); re != nil {
 		out.LastError = re
+	}
+	if err := c.tokens.err(); err != nil {
+		out.LastError = err
 	}
 	out.State = v.status.State // the sync core's
 	if p := v.status.Paused; p != nil {

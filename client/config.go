@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,8 +39,18 @@ type Config struct {
 	// both Token and ClientID. Set it, or both of them.
 	Credential string
 	// Token is the bearer token (see syncctl token issue). Required unless
-	// Credential is set.
+	// Credential or TokenSource is set.
 	Token string
+	// TokenSource, instead of Token, supplies the bearer token (a JWT from
+	// the app's identity provider): asked before the first connection,
+	// again within TokenRefreshMargin of the token's exp (read without
+	// verifying), and after the server refused the token (token_expired,
+	// unauthorized); the client then reconnects with the fresh token
+	// without dropping or charging a queued write. An error leaves the
+	// client offline, retrying with backoff, and shows in
+	// Status.LastError as a *TokenSourceError. It is called from the
+	// client's goroutines, one call at a time.
+	TokenSource func(ctx context.Context) (string, error)
 	// ClientID is the client id the token acts as. Required unless
 	// Credential is set.
 	ClientID string
@@ -123,8 +134,10 @@ func (c *Config) setDefaults() error {
 	switch {
 	case len(c.ServerURLs) == 0:
 		return fmt.Errorf("field ServerURLs %w", errMissing)
-	case c.Token == "":
-		return fmt.Errorf("field Token %w", errMissing)
+	case c.Token == "" && c.TokenSource == nil:
+		return fmt.Errorf("field Token (or TokenSource) %w", errMissing)
+	case c.Token != "" && c.TokenSource != nil:
+		return errors.New("set Token or TokenSource, not both")
 	case c.Queue == nil:
 		return fmt.Errorf("field Queue %w", errMissing)
 	case c.ReplicaPath == "" && !replicaSharesQueue(c.Queue):

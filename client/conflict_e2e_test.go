@@ -137,7 +137,7 @@ func TestOfflineEditsOfSameKeysConverge(t *testing.T) {
 // the winner and rebases onto it, and the rebased write lands on top.
 func TestOptimisticConflictRebased(t *testing.T) {
 	const model = "docs"
-	s := startSyncd(t, server.Config{Policies: replication.Config{model: replication.PolicyOptimistic}})
+	s := startSyncd(t, server.Config{Policies: replication.Config{model: syncproto.PolicyOptimistic}})
 	conflicts := make(chan client.Conflict, 4)
 	rebase := func(ctx context.Context, c client.Conflict) client.Resolution {
 		conflicts <- c

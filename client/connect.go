@@ -64,7 +64,12 @@ func (c *Client) stepReconnect(ctx context.Context) error {
 	c.mu.Unlock()
 	var errs []error
 	for _, u := range c.cfg.ServerURLs {
-		cn, err := dial(ctx, u, c.cfg.Token, c.cfg.HTTPClient)
+		token, err := c.tokens.get(ctx)
+		if err != nil {
+			c.statusChanged()
+			return err
+		}
+		cn, err := dial(ctx, u, token, c.cfg.HTTPClient)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -222,7 +227,10 @@ func (c *Client) refused(err error) {
 	}
 	c.log.Warn("the server refused the session", "code", re.Code, "message", re.Message, "retry_after", re.RetryAfter)
 	c.refusal.Store(re)
-	if !re.Transient() {
+	if c.refreshable(re) {
+		c.tokens.invalidate()
+	}
+	if !re.Transient() && !c.refreshable(re) {
 		c.driver.post(event{in: synccore.Refused{Err: &syncproto.Error{Code: re.Code, Message: re.Message}}})
 	}
 	c.outcomes.wake()
@@ -232,10 +240,16 @@ func (c *Client) refused(err error) {
 // permanentRefusal returns the server's refusal of the session when only
 // the app can end it (a bad or revoked token, a wrong client id), else nil.
 func (c *Client) permanentRefusal() error {
-	if re := c.refusal.Load(); re != nil && !re.Transient() {
+	if re := c.refusal.Load(); re != nil && !re.Transient() && !c.refreshable(re) {
 		return re
 	}
 	return nil
+}
+
+// refreshable reports whether a refusal is the token's and a TokenSource
+// may end it with a fresh token.
+func (c *Client) refreshable(re *RefusedError) bool {
+	return c.cfg.TokenSource != nil && (errors.Is(re, ErrTokenExpired) || errors.Is(re, ErrUnauthorized))
 }
 
 // otherDatabase reports whether the replica was synced from another

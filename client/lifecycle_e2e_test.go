@@ -8,6 +8,7 @@ import (
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // After Close, every method says ErrClosed and every subscription's
@@ -48,7 +49,7 @@ func TestEveryMethodAfterCloseIsErrClosed(t *testing.T) {
 // while current, a conflict once stale.
 func TestDeleteIfVersion(t *testing.T) {
 	const model = "docs"
-	s := startSyncd(t, server.Config{Policies: replication.Config{model: replication.PolicyOptimistic}})
+	s := startSyncd(t, server.Config{Policies: replication.Config{model: syncproto.PolicyOptimistic}})
 	d := openDevice(t, s, s.proxy(t), t.TempDir(), "phone-1", deviceOptions{})
 	ctx := t.Context()
 	put, err := d.PutIfVersion(ctx, model, "a", []byte(`{"n":1}`), 0)

@@ -57,6 +57,8 @@ func (e *RefusedError) Is(target error) bool {
 	switch target {
 	case ErrUnauthorized:
 		return e.Code == syncproto.CodeUnauthorized
+	case ErrTokenExpired:
+		return e.Code == syncproto.CodeTokenExpired
 	case ErrWrongClientID:
 		return e.Code == syncproto.CodeWrongClientID
 	case ErrServerBusy:
@@ -135,7 +137,7 @@ func sessionRefusal(err error) *RefusedError {
 // refusalCode reports whether code refuses a whole session.
 func refusalCode(code syncproto.Code) bool {
 	switch code {
-	case syncproto.CodeUnauthorized, syncproto.CodeWrongClientID, syncproto.CodeServerBusy,
+	case syncproto.CodeUnauthorized, syncproto.CodeTokenExpired, syncproto.CodeWrongClientID, syncproto.CodeServerBusy,
 		syncproto.CodeShuttingDown, syncproto.CodeRateLimited, syncproto.CodeForbiddenOrigin:
 		return true
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/mattn/go-sqlite3"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/dirsync"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 )
 
@@ -147,15 +148,7 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 		}
 		return r, nil
 	}
-	level := sqlitedb.Full
-	switch sync {
-	case offlinequeue.SyncFull:
-	case offlinequeue.SyncNormal:
-		level = sqlitedb.Normal
-	default:
-		return nil, fmt.Errorf("unknown ReplicaSynchronous value %d", int(sync))
-	}
-	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Synchronous: level})
+	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Synchronous: sync})
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +212,7 @@ func (r *replica) importFile(ctx context.Context, path string) error {
 			return err
 		}
 	}
-	return sqlitedb.SyncDir(filepath.Dir(path))
+	return dirsync.Sync(filepath.Dir(path))
 }
 
 // refuseNonReplica is importFile's sqlitedb Options.Inspect: a database

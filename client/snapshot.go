@@ -102,7 +102,11 @@ func (c *Client) fetchSnapshot(parent context.Context, baseURL string) (uint64, 
 	if err != nil {
 		return fail(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	token, err := c.tokens.get(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
 		return fail(err)

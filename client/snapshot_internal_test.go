@@ -65,7 +65,8 @@ func TestAbandonedSnapshotIsTypedAndLeavesTheReplica(t *testing.T) {
 			r, err := openReplica(t.Context(), q, "", offlinequeue.SyncFull, time.Now)
 			require.NoError(t, err)
 			defer r.close()
-			c := &Client{cfg: Config{Token: "t", HTTPClient: srv.Client(), MaxSnapshotBytes: tc.maxBytes, SnapshotTimeout: tc.timeout}, replica: r}
+			cfg := Config{Token: "t", HTTPClient: srv.Client(), MaxSnapshotBytes: tc.maxBytes, SnapshotTimeout: tc.timeout}
+			c := &Client{cfg: cfg, replica: r, tokens: newTokens(cfg)}
 
 			_, reason, err := c.fetchSnapshot(t.Context(), srv.URL)
 			require.Error(t, err)

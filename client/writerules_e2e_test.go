@@ -19,8 +19,8 @@ import (
 // fail at the call with a typed error and queue nothing.
 func TestWritesRefusedForGoodFailFast(t *testing.T) {
 	s := startSyncd(t, server.Config{Policies: replication.Config{
-		"notes": replication.PolicyLWW, "docs": replication.PolicyOptimistic, "secret": replication.PolicyLWW,
-		replication.AnyModel: replication.PolicyNone,
+		"notes": syncproto.PolicyLWW, "docs": syncproto.PolicyOptimistic, "secret": syncproto.PolicyLWW,
+		replication.AnyModel: syncproto.PolicyNone,
 	}})
 	tok := s.Issue(t, auth.Principal{Tenant: tenant, ClientID: "phone-1", Read: []string{auth.Wildcard}, Write: []string{"notes", "docs"}})
 	p := s.proxy(t)

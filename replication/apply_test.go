@@ -36,7 +36,7 @@ func newBatchGen(seed uint64) *batchGen {
 	}
 }
 
-var genPolicies = r.Config{"accounts": r.PolicyOptimistic}
+var genPolicies = r.Config{"accounts": syncproto.PolicyOptimistic}
 
 func (g *batchGen) batch() r.Batch {
 	c := g.clients[g.rng.IntN(len(g.clients))]
@@ -262,13 +262,13 @@ func TestDecide(t *testing.T) {
 		return syncproto.Mutation{OpID: op(n), Model: "notes", Key: key, Op: syncproto.OpPut,
 			Value: []byte(fmt.Sprintf(`{"n":%d}`, n)), HLC: ts(wall, 0, "c1")}
 	}
-	write := func(m syncproto.Mutation) r.Write { return r.Write{Mutation: m, Policy: r.PolicyLWW} }
-	miss := r.LedgerAnswer{Outcome: ledger.Miss}
+	write := func(m syncproto.Mutation) r.Write { return r.Write{Mutation: m, Policy: syncproto.PolicyLWW} }
+	miss := ledger.Answer{Outcome: ledger.Miss}
 	cur := r.Record{Tenant: "t1", Model: "notes", Key: "k", Value: []byte(`{"v":"old"}`), Version: 3,
 		HLC: ts(1000, 0, "c2"), OpID: op(900), Seq: 7}
 	batch := func(ws ...r.Write) r.Batch { return r.Batch{Tenant: "t1", ClientID: "c1", At: at, Writes: ws} }
-	stored := func(res syncproto.Result, m syncproto.Mutation) r.LedgerAnswer {
-		return r.LedgerAnswer{Outcome: ledger.Hit, Decision: ledger.Decision{Scope: "t1", OpID: m.OpID,
+	stored := func(res syncproto.Result, m syncproto.Mutation) ledger.Answer {
+		return ledger.Answer{Outcome: ledger.Hit, Decision: ledger.Decision{Scope: "t1", OpID: m.OpID,
 			Digest: []byte(m.Digest()), Result: []byte(mustJSON(t, res))}}
 	}
 
@@ -283,7 +283,7 @@ func TestDecide(t *testing.T) {
 	})
 	t.Run("an applied write is an entry, a record and a ledger row stamped with the batch time", func(t *testing.T) {
 		m := mut(1, "k", 2000)
-		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]r.LedgerAnswer{op(1): miss},
+		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]ledger.Answer{op(1): miss},
 			Records: map[r.RecordKey]r.Record{{Model: "notes", Key: "k"}: cur}}, batch(write(m)))
 		require.NoError(t, err)
 		res := syncproto.Result{OpID: op(1), Status: syncproto.StatusApplied, Version: 4, Seq: 8, HLC: m.HLC}
@@ -298,7 +298,7 @@ func TestDecide(t *testing.T) {
 	t.Run("a resend is answered with the first result", func(t *testing.T) {
 		m := mut(1, "k", 2000)
 		first := syncproto.Result{OpID: op(1), Status: syncproto.StatusApplied, Version: 1, Seq: 3, HLC: m.HLC}
-		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]r.LedgerAnswer{op(1): stored(first, m)}}, batch(write(m)))
+		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]ledger.Answer{op(1): stored(first, m)}}, batch(write(m)))
 		require.NoError(t, err)
 		first.OriginalStatus, first.Status = first.Status, syncproto.StatusDuplicate
 		require.Equal(t, []syncproto.Result{first}, fx.Results)
@@ -310,13 +310,13 @@ func TestDecide(t *testing.T) {
 		first := syncproto.Result{OpID: op(1), Status: syncproto.StatusApplied, Version: 1, Seq: 3, HLC: m.HLC}
 		other := m
 		other.Value = []byte(`{"other":true}`)
-		fx, err := r.Decide(r.View{Ledger: map[string]r.LedgerAnswer{op(1): stored(first, m)}}, batch(write(other)))
+		fx, err := r.Decide(r.View{Ledger: map[string]ledger.Answer{op(1): stored(first, m)}}, batch(write(other)))
 		require.NoError(t, err)
 		require.Equal(t, syncproto.CodeOpIDReused, fx.Results[0].Code)
 		require.Empty(t, fx.Decisions)
 	})
 	t.Run("an op the ledger may have forgotten is expired, never applied", func(t *testing.T) {
-		fx, err := r.Decide(r.View{Ledger: map[string]r.LedgerAnswer{op(1): {Outcome: ledger.Expired}}}, batch(write(mut(1, "k", 2000))))
+		fx, err := r.Decide(r.View{Ledger: map[string]ledger.Answer{op(1): {Outcome: ledger.Expired}}}, batch(write(mut(1, "k", 2000))))
 		require.NoError(t, err)
 		require.Equal(t, syncproto.StatusExpired, fx.Results[0].Status)
 		require.Empty(t, fx.Entries)
@@ -324,7 +324,7 @@ func TestDecide(t *testing.T) {
 	})
 	t.Run("later writes of a batch see the earlier ones", func(t *testing.T) {
 		a, b := mut(1, "k", 2000), mut(2, "k", 1500) // b is older: it loses to a
-		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]r.LedgerAnswer{op(1): miss, op(2): miss}},
+		fx, err := r.Decide(r.View{Head: 7, Ledger: map[string]ledger.Answer{op(1): miss, op(2): miss}},
 			batch(write(a), write(b), write(a)))
 		require.NoError(t, err)
 		require.Equal(t, syncproto.StatusApplied, fx.Results[0].Status)
@@ -339,16 +339,16 @@ func TestDecide(t *testing.T) {
 	})
 	t.Run("an optimistic write without a base version is refused, not recorded", func(t *testing.T) {
 		w := write(mut(1, "k", 2000))
-		w.Policy = r.PolicyOptimistic
-		fx, err := r.Decide(r.View{Ledger: map[string]r.LedgerAnswer{op(1): miss}}, batch(w))
+		w.Policy = syncproto.PolicyOptimistic
+		fx, err := r.Decide(r.View{Ledger: map[string]ledger.Answer{op(1): miss}}, batch(w))
 		require.NoError(t, err)
 		require.Equal(t, syncproto.CodeMissingBaseVersion, fx.Results[0].Code)
 		require.Empty(t, fx.Decisions)
 	})
 	t.Run("a hook answer is carried out while the key is at its version", func(t *testing.T) {
 		w := write(mut(1, "k", 500)) // older: LWW would supersede it
-		w.Policy, w.Hook = r.PolicyHook, &r.HookAnswer{Version: 3, Result: r.Accept()}
-		view := r.View{Head: 7, Ledger: map[string]r.LedgerAnswer{op(1): miss},
+		w.Policy, w.Hook = syncproto.PolicyHook, &r.HookAnswer{Version: 3, Result: r.Accept()}
+		view := r.View{Head: 7, Ledger: map[string]ledger.Answer{op(1): miss},
 			Records: map[r.RecordKey]r.Record{{Model: "notes", Key: "k"}: cur}}
 		fx, err := r.Decide(view, batch(w))
 		require.NoError(t, err)
@@ -374,8 +374,8 @@ func TestDecide(t *testing.T) {
 		_, err := r.Decide(r.View{}, batch(write(mut(1, "k", 2000))))
 		require.ErrorIs(t, err, r.ErrMalformedBatch, "no ledger answer")
 		w := write(mut(1, "k", 2000))
-		w.Policy = r.PolicyHook
-		_, err = r.Decide(r.View{Ledger: map[string]r.LedgerAnswer{op(1): miss}}, batch(w))
+		w.Policy = syncproto.PolicyHook
+		_, err = r.Decide(r.View{Ledger: map[string]ledger.Answer{op(1): miss}}, batch(w))
 		require.ErrorIs(t, err, r.ErrMalformedBatch, "no hook answer")
 	})
 }
@@ -409,6 +409,6 @@ func TestAdmit(t *testing.T) {
 	}
 	require.Equal(t, []syncproto.Code{"", syncproto.CodeInvalidKey, syncproto.CodeForbiddenModel,
 		syncproto.CodeInvalidHLC, syncproto.CodeClockSkew, syncproto.CodeMissingBaseVersion}, codes)
-	require.Equal(t, r.PolicyOptimistic, b.Writes[5].Policy)
-	require.Equal(t, r.PolicyLWW, b.Writes[0].Policy)
+	require.Equal(t, syncproto.PolicyOptimistic, b.Writes[5].Policy)
+	require.Equal(t, syncproto.PolicyLWW, b.Writes[0].Policy)
 }

@@ -37,8 +37,8 @@ type Write struct {
 	Refusal *syncproto.Error `json:"refusal,omitempty"`
 	// Policy is the model's conflict policy as the edge's configuration
 	// declares it.
-	Policy Policy `json:"policy,omitempty"`
-	// Hook is the conflict hook's answer, for a write under PolicyHook.
+	Policy syncproto.Policy `json:"policy,omitempty"`
+	// Hook is the conflict hook's answer, for a write under syncproto.PolicyHook.
 	Hook *HookAnswer `json:"hook,omitempty"`
 	// Upcast, when set, is the value the write applies: the edge turned
 	// the mutation's value, of an older value version, into its model's
@@ -96,11 +96,11 @@ func Admit(a Author, muts []syncproto.Mutation, policies Config, now time.Time, 
 }
 
 // refusal returns why no policy may see m, or nil.
-func refusal(a Author, m *syncproto.Mutation, policy Policy, now time.Time, maxSkew time.Duration) *syncproto.Error {
+func refusal(a Author, m *syncproto.Mutation, policy syncproto.Policy, now time.Time, maxSkew time.Duration) *syncproto.Error {
 	if err := m.Validate(); err != nil {
 		return syncproto.AsError(err)
 	}
-	if policy == PolicyNone {
+	if policy == syncproto.PolicyNone {
 		return syncproto.Errorf(syncproto.CodeInvalidModel, "model %s is not declared on this server", m.Model)
 	}
 	if a.CanWrite == nil || !a.CanWrite(m.Model) {
@@ -112,7 +112,7 @@ func refusal(a Author, m *syncproto.Mutation, policy Policy, now time.Time, maxS
 	if err := CheckSkew(m.HLC, now, maxSkew); err != nil {
 		return syncproto.Errorf(syncproto.CodeClockSkew, "%v; re-stamp from a corrected clock and resend", err)
 	}
-	if policy == PolicyOptimistic && m.BaseVersion == nil {
+	if policy == syncproto.PolicyOptimistic && m.BaseVersion == nil {
 		return syncproto.Errorf(syncproto.CodeMissingBaseVersion, "model %s uses optimistic concurrency: base_version is required", m.Model)
 	}
 	return nil
@@ -122,7 +122,7 @@ func refusal(a Author, m *syncproto.Mutation, policy Policy, now time.Time, maxS
 func (b *Batch) proposal(m *syncproto.Mutation) Proposal {
 	return Proposal{
 		Tenant: b.Tenant, OpID: m.OpID, Model: m.Model, Key: m.Key,
-		Op: Op(m.Op), Value: m.Value, HLC: m.HLC,
+		Op: m.Op, Value: m.Value, HLC: m.HLC,
 		BaseVersion: m.BaseVersion, SeenVersion: m.SeenVersion, ClientID: b.ClientID,
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	r "github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // The row writes of the apply path, per mutation, measured three ways for
@@ -20,7 +21,7 @@ import (
 //
 //   - raw: the ceiling, plain SQL doing the same two row writes (record
 //     upsert, oplog insert) into the same tables;
-//   - store: Log.Append plus Records.Put (validation, the applied-seq
+//   - store: SQLiteLog.AppendAll plus Records.Put (validation, the applied-seq
 //     update, the version guard);
 //   - apply: the state machine's step, replication.Apply over a Store in
 //     the transaction, one Batch per transaction under LWW (the record
@@ -67,7 +68,7 @@ func benchRowWrites(b *testing.B, mode string, batch int) {
 	write := func(tx *sql.Tx, i int) error {
 		p := r.Proposal{
 			Tenant: "tenant-1", OpID: uuid.Must(uuid.NewV7()).String(), Model: "notes",
-			Key: fmt.Sprintf("note-%09d", i), Op: r.OpPut, Value: value,
+			Key: fmt.Sprintf("note-%09d", i), Op: syncproto.OpPut, Value: value,
 			HLC: ts(1_700_000_000_000+int64(i), 0, "client-1"), ClientID: "client-1",
 		}
 		switch mode {
@@ -85,16 +86,16 @@ func benchRowWrites(b *testing.B, mode string, batch int) {
 				p.HLC.Wall, 0, p.HLC.Origin, false, p.OpID, seq)
 			return err
 		case "store":
-			e, err := s.log.Append(ctx, tx, r.NewEntry(r.Record{
+			es, err := s.log.AppendNext(ctx, tx, r.NewEntry(r.Record{
 				Tenant: p.Tenant, Model: p.Model, Key: p.Key, Value: p.Value, Version: 1, HLC: p.HLC, OpID: p.OpID,
 			}, p.ClientID))
 			if err != nil {
 				return err
 			}
-			return s.records.Put(ctx, tx, e.Record())
+			return s.records.Put(ctx, tx, es[0].Record())
 		default:
 			pending.Tenant, pending.ClientID, pending.At = p.Tenant, p.ClientID, time.UnixMilli(p.HLC.Wall)
-			pending.Writes = append(pending.Writes, r.Write{Mutation: mutationOf(p), Policy: r.PolicyLWW})
+			pending.Writes = append(pending.Writes, r.Write{Mutation: mutationOf(p), Policy: syncproto.PolicyLWW})
 			return nil
 		}
 	}

@@ -17,7 +17,7 @@ type ConflictEntry struct {
 	Tenant string
 	Model  string
 	Key    string
-	Policy Policy
+	Policy syncproto.Policy
 	// Reason is why the loser lost (see the Reason constants).
 	Reason string
 	// Loser is the proposal that was not applied as sent (for a hook's
@@ -131,7 +131,7 @@ func (l *ConflictLog) Insert(ctx context.Context, tx *sql.Tx, c ConflictEntry) (
 	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO conflicts (`+conflictColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		c.Tenant, c.Model, c.Key, string(c.Policy), c.Reason,
+		c.Tenant, c.Model, c.Key, c.Policy, c.Reason,
 		c.Loser.OpID, int64(c.Loser.Version), c.Loser.Value, c.Loser.HLC.String(), c.Loser.Deleted,
 		c.Winner.OpID, int64(c.Winner.Version), c.Winner.Value, c.Winner.HLC.String(), c.Winner.Deleted,
 		decidedAt.UnixMilli())
@@ -185,17 +185,15 @@ func (l *ConflictLog) List(ctx context.Context, f ConflictFilter) ([]ConflictEnt
 func scanConflict(rows *sql.Rows) (ConflictEntry, error) {
 	var (
 		c                   ConflictEntry
-		policy              string
 		loserHLC, winnerHLC string
 		decidedAt           int64
 	)
-	err := rows.Scan(&c.ID, &c.Tenant, &c.Model, &c.Key, &policy, &c.Reason,
+	err := rows.Scan(&c.ID, &c.Tenant, &c.Model, &c.Key, &c.Policy, &c.Reason,
 		&c.Loser.OpID, &c.Loser.Version, &c.Loser.Value, &loserHLC, &c.Loser.Deleted,
 		&c.Winner.OpID, &c.Winner.Version, &c.Winner.Value, &winnerHLC, &c.Winner.Deleted, &decidedAt)
 	if err != nil {
 		return ConflictEntry{}, err
 	}
-	c.Policy = Policy(policy)
 	c.DecidedAt = time.UnixMilli(decidedAt).UTC()
 	if c.Loser.HLC, err = syncproto.ParseTimestamp(loserHLC); err != nil {
 		return ConflictEntry{}, fmt.Errorf("conflict %d loser: %w", c.ID, err)

@@ -10,12 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	r "github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // conflict returns a conflict-log row about tenant/model/key number i.
 func conflict(tenant, model string, i int) r.ConflictEntry {
 	return r.ConflictEntry{
-		Tenant: tenant, Model: model, Key: fmt.Sprint("k", i), Policy: r.PolicyLWW, Reason: r.ReasonOlderHLC,
+		Tenant: tenant, Model: model, Key: fmt.Sprint("k", i), Policy: syncproto.PolicyLWW, Reason: r.ReasonOlderHLC,
 		Loser:  r.Side{OpID: fmt.Sprint("op-lose-", i), Value: []byte(`{"lose":true}`), HLC: ts(500, 1, "c2")},
 		Winner: r.Side{OpID: fmt.Sprint("op-win-", i), Version: 3, Value: []byte(`{"win":true}`), HLC: ts(1000, 0, "c1")},
 	}

@@ -13,21 +13,15 @@ import (
 // RecordKey names a record within a batch's tenant.
 type RecordKey struct{ Model, Key string }
 
-// LedgerAnswer is the replay ledger's answer about one op id, as a State
-// read it before the batch.
-type LedgerAnswer struct {
-	Outcome ledger.Outcome
-	// Decision is the stored decision when Outcome is ledger.Hit.
-	Decision ledger.Decision
-}
-
 // View is the state a batch is decided against, read by State.Load: for
 // every write the edge did not refuse, the record of its key (when one
 // exists, tombstones included) and the ledger's answer about its op id;
 // and the oplog head.
 type View struct {
 	Records map[RecordKey]Record
-	Ledger  map[string]LedgerAnswer
+	// Ledger holds the replay ledger's answer about each op id, as the
+	// State read it before the batch.
+	Ledger map[string]ledger.Answer
 	// Head is the oplog's head: the batch's first applied write is Head+1.
 	Head uint64
 }
@@ -216,7 +210,7 @@ func (d *decider) record(key RecordKey) recordState {
 // decideWrite applies w's policy. stale reports a hook answer about a
 // version that is no longer current.
 func decideWrite(w *Write, current Record, exists bool, p Proposal) (dec Decision, stale bool, err error) {
-	if w.Policy != PolicyHook {
+	if w.Policy != syncproto.PolicyHook {
 		dec, err = Resolve(w.Policy, current, exists, p)
 		return dec, false, err
 	}

@@ -73,7 +73,7 @@ func ptr[T any](v T) *T { return &v }
 // mutationOf is p as a client sends it.
 func mutationOf(p replication.Proposal) syncproto.Mutation {
 	return syncproto.Mutation{
-		OpID: p.OpID, Model: p.Model, Key: p.Key, Op: syncproto.Op(p.Op), Value: p.Value, HLC: p.HLC,
+		OpID: p.OpID, Model: p.Model, Key: p.Key, Op: p.Op, Value: p.Value, HLC: p.HLC,
 		BaseVersion: p.BaseVersion, SeenVersion: p.SeenVersion,
 	}
 }

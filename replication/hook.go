@@ -9,6 +9,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // DefaultHookTimeout bounds one hook call when ResolverOptions.HookTimeout
@@ -16,13 +18,13 @@ import (
 // it is committed or replicated.
 const DefaultHookTimeout = time.Second
 
-// ErrNoHook means a model is declared with PolicyHook but no Hook was given
-// (NewResolver), or PolicyHook was passed to the pure Resolve. It is a
+// ErrNoHook means a model is declared with syncproto.PolicyHook but no Hook was given
+// (NewResolver), or syncproto.PolicyHook was passed to the pure Resolve. It is a
 // configuration error: supply a Hook or change the model's policy.
 var ErrNoHook = errors.New("no conflict hook configured")
 
 // Hook is an embedder's conflict policy. It is called for every proposal to
-// a model declared with PolicyHook, with the key's current record (exists
+// a model declared with syncproto.PolicyHook, with the key's current record (exists
 // false and a zero Record when the key was never written), and answers with
 // Accept, Reject or Merge.
 //
@@ -30,7 +32,7 @@ var ErrNoHook = errors.New("no conflict hook configured")
 // must be safe for concurrent use, must not retain or modify the byte slices
 // it is given, and should return promptly when ctx is done: a hook that
 // misses its deadline, returns an error, panics or returns an invalid result
-// is overruled by PolicyLWW (HookAnswer.Fallback says which), and a call that
+// is overruled by syncproto.PolicyLWW (HookAnswer.Fallback says which), and a call that
 // ignores ctx keeps its goroutine until it returns (Resolver.Wait).
 type Hook func(ctx context.Context, current Record, exists bool, p Proposal) (HookResult, error)
 
@@ -94,8 +96,8 @@ type ResolverOptions struct {
 	// Policies declares each model's policy; undeclared models use
 	// DefaultPolicy.
 	Policies Config
-	// Hook decides for models declared with PolicyHook. Required when any
-	// model uses PolicyHook.
+	// Hook decides for models declared with syncproto.PolicyHook. Required when any
+	// model uses syncproto.PolicyHook.
 	Hook Hook
 	// HookTimeout bounds each hook call; 0 means DefaultHookTimeout.
 	HookTimeout time.Duration
@@ -123,19 +125,19 @@ type Resolver struct {
 
 // NewResolver validates opts and returns a Resolver. It fails with
 // ErrUnknownPolicy when a model is declared with a policy ParsePolicy does
-// not know, with ErrNoHook when a model uses PolicyHook without a Hook, and
+// not know, with ErrNoHook when a model uses syncproto.PolicyHook without a Hook, and
 // on a negative HookTimeout.
 func NewResolver(opts ResolverOptions) (*Resolver, error) {
 	for model, p := range opts.Policies {
-		if model == AnyModel && p == PolicyNone {
+		if model == AnyModel && p == syncproto.PolicyNone {
 			continue
 		}
 		if _, err := ParsePolicy(string(p)); err != nil {
 			return nil, fmt.Errorf("new resolver: model %s: %w", model, err)
 		}
 	}
-	if opts.Hook == nil && opts.Policies.Uses(PolicyHook) {
-		return nil, fmt.Errorf("new resolver: %w, but the policies (%s) use %s", ErrNoHook, opts.Policies.String(), PolicyHook)
+	if opts.Hook == nil && opts.Policies.Uses(syncproto.PolicyHook) {
+		return nil, fmt.Errorf("new resolver: %w, but the policies (%s) use %s", ErrNoHook, opts.Policies.String(), syncproto.PolicyHook)
 	}
 	if opts.HookTimeout < 0 {
 		return nil, fmt.Errorf("new resolver: negative hook timeout %s", opts.HookTimeout)
@@ -158,13 +160,13 @@ func NewResolver(opts ResolverOptions) (*Resolver, error) {
 }
 
 // Policy returns the policy model is declared with.
-func (r *Resolver) Policy(model string) Policy { return r.policies.For(model) }
+func (r *Resolver) Policy(model string) syncproto.Policy { return r.policies.For(model) }
 
 // CurrentFunc reads a key's current record on the edge, as the edge's
 // materialized state has it (exists false for a key never written).
 type CurrentFunc func(ctx context.Context, tenant, model, key string) (rec Record, exists bool, err error)
 
-// AskHooks asks the hook about every write of b that is under PolicyHook
+// AskHooks asks the hook about every write of b that is under syncproto.PolicyHook
 // and not refused, against the key's current record as current reads it,
 // and stores each answer in the write (Write.Hook). It never fails because
 // of the hook: a hook that times out, errs, panics or answers nonsense
@@ -174,7 +176,7 @@ type CurrentFunc func(ctx context.Context, tenant, model, key string) (rec Recor
 func (r *Resolver) AskHooks(ctx context.Context, b *Batch, current CurrentFunc) error {
 	ask := func(i int) error {
 		w := &b.Writes[i]
-		if w.Refusal != nil || w.Policy != PolicyHook {
+		if w.Refusal != nil || w.Policy != syncproto.PolicyHook {
 			return nil
 		}
 		if r.hook == nil {
@@ -280,7 +282,7 @@ func (r *Resolver) failed(p Proposal, err error) FallbackReason {
 	return failure.reason
 }
 
-// lwwFallback is the decision when the hook could not decide: PolicyLWW's,
+// lwwFallback is the decision when the hook could not decide: syncproto.PolicyLWW's,
 // with the reason in Fallback and in the conflict-log row.
 func lwwFallback(current Record, exists bool, p Proposal, reason FallbackReason) Decision {
 	d := resolveLWW(current, exists, p)
@@ -351,10 +353,10 @@ func decideHook(current Record, p Proposal, res HookResult) Decision {
 		}
 		return Decision{
 			Outcome:  OutcomeConflict,
-			Policy:   PolicyHook,
+			Policy:   syncproto.PolicyHook,
 			Winner:   current,
 			Reason:   reason,
-			Conflict: newConflict(p, PolicyHook, reason, p.side(), current.side()),
+			Conflict: newConflict(p, syncproto.PolicyHook, reason, p.side(), current.side()),
 		}
 	case HookMerge:
 		merged := p.record(current.Version)
@@ -365,13 +367,13 @@ func decideHook(current Record, p Proposal, res HookResult) Decision {
 		}
 		return Decision{
 			Outcome:  OutcomeApplied,
-			Policy:   PolicyHook,
+			Policy:   syncproto.PolicyHook,
 			Record:   merged,
 			Reason:   ReasonHookMerge,
-			Conflict: newConflict(p, PolicyHook, ReasonHookMerge, p.side(), merged.side()),
+			Conflict: newConflict(p, syncproto.PolicyHook, ReasonHookMerge, p.side(), merged.side()),
 		}
 	}
-	return Decision{Outcome: OutcomeApplied, Policy: PolicyHook, Record: p.record(current.Version)}
+	return Decision{Outcome: OutcomeApplied, Policy: syncproto.PolicyHook, Record: p.record(current.Version)}
 }
 
 func cloneBytes(b []byte) []byte {

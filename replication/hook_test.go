@@ -24,7 +24,7 @@ func hookResolver(t *testing.T, hook r.Hook, timeout time.Duration) (*r.Resolver
 	t.Helper()
 	var logs bytes.Buffer
 	res, err := r.NewResolver(r.ResolverOptions{
-		Policies:    r.Config{"notes": r.PolicyHook},
+		Policies:    r.Config{"notes": syncproto.PolicyHook},
 		Hook:        hook,
 		HookTimeout: timeout,
 		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
@@ -71,26 +71,26 @@ func TestHookDecides(t *testing.T) {
 		want   r.Decision
 	}{
 		{"accept applies even an older write", r.Accept(), put(earlier, nil),
-			appliedAs(r.PolicyHook, applied(put(earlier, nil), current.Version))},
+			appliedAs(syncproto.PolicyHook, applied(put(earlier, nil), current.Version))},
 		{"reject is a conflict with the hook's reason", r.Reject("frozen"), put(later, nil), r.Decision{
-			Outcome: r.OutcomeConflict, Policy: r.PolicyHook, Winner: current, Reason: "hook rejected: frozen",
-			Conflict: conflictRow(r.PolicyHook, "hook rejected: frozen", proposalSide(put(later, nil)), recordSide(current)),
+			Outcome: r.OutcomeConflict, Policy: syncproto.PolicyHook, Winner: current, Reason: "hook rejected: frozen",
+			Conflict: conflictRow(syncproto.PolicyHook, "hook rejected: frozen", proposalSide(put(later, nil)), recordSide(current)),
 		}},
 		{"reject without a reason", r.Reject(""), put(later, nil), r.Decision{
-			Outcome: r.OutcomeConflict, Policy: r.PolicyHook, Winner: current, Reason: r.ReasonHookReject,
-			Conflict: conflictRow(r.PolicyHook, r.ReasonHookReject, proposalSide(put(later, nil)), recordSide(current)),
+			Outcome: r.OutcomeConflict, Policy: syncproto.PolicyHook, Winner: current, Reason: r.ReasonHookReject,
+			Conflict: conflictRow(syncproto.PolicyHook, r.ReasonHookReject, proposalSide(put(later, nil)), recordSide(current)),
 		}},
 		{"merge stores the merged value and logs the proposal", r.Merge(merged), put(later, nil), r.Decision{
-			Outcome: r.OutcomeApplied, Policy: r.PolicyHook, Record: mergedRecord(put(later, nil)), Reason: r.ReasonHookMerge,
-			Conflict: conflictRow(r.PolicyHook, r.ReasonHookMerge, proposalSide(put(later, nil)), recordSide(mergedRecord(put(later, nil)))),
+			Outcome: r.OutcomeApplied, Policy: syncproto.PolicyHook, Record: mergedRecord(put(later, nil)), Reason: r.ReasonHookMerge,
+			Conflict: conflictRow(syncproto.PolicyHook, r.ReasonHookMerge, proposalSide(put(later, nil)), recordSide(mergedRecord(put(later, nil)))),
 		}},
 		{"merge of an older write keeps the newer hlc", r.Merge(merged), put(earlier, nil), r.Decision{
-			Outcome: r.OutcomeApplied, Policy: r.PolicyHook, Record: mergedRecord(put(earlier, nil)), Reason: r.ReasonHookMerge,
-			Conflict: conflictRow(r.PolicyHook, r.ReasonHookMerge, proposalSide(put(earlier, nil)), recordSide(mergedRecord(put(earlier, nil)))),
+			Outcome: r.OutcomeApplied, Policy: syncproto.PolicyHook, Record: mergedRecord(put(earlier, nil)), Reason: r.ReasonHookMerge,
+			Conflict: conflictRow(syncproto.PolicyHook, r.ReasonHookMerge, proposalSide(put(earlier, nil)), recordSide(mergedRecord(put(earlier, nil)))),
 		}},
 		{"merge turns a delete into a put", r.Merge(merged), del(later, nil), r.Decision{
-			Outcome: r.OutcomeApplied, Policy: r.PolicyHook, Record: mergedRecord(del(later, nil)), Reason: r.ReasonHookMerge,
-			Conflict: conflictRow(r.PolicyHook, r.ReasonHookMerge, proposalSide(del(later, nil)), recordSide(mergedRecord(del(later, nil)))),
+			Outcome: r.OutcomeApplied, Policy: syncproto.PolicyHook, Record: mergedRecord(del(later, nil)), Reason: r.ReasonHookMerge,
+			Conflict: conflictRow(syncproto.PolicyHook, r.ReasonHookMerge, proposalSide(del(later, nil)), recordSide(mergedRecord(del(later, nil)))),
 		}},
 	}
 	for _, tt := range tests {
@@ -119,7 +119,7 @@ func TestHookSeesAbsentKey(t *testing.T) {
 	}, noDeadline)
 	got, err := resolve(context.Background(), res, current, false, put(ts(1, 0, "a"), nil))
 	require.NoError(t, err)
-	require.Equal(t, appliedAs(r.PolicyHook, applied(put(ts(1, 0, "a"), nil), 0)), got)
+	require.Equal(t, appliedAs(syncproto.PolicyHook, applied(put(ts(1, 0, "a"), nil), 0)), got)
 }
 
 // TestHookFallsBackToLWW covers every way a hook can fail to decide: the
@@ -161,7 +161,7 @@ func TestHookFallsBackToLWW(t *testing.T) {
 			// A newer write: LWW applies it.
 			got, err := resolve(context.Background(), res, current, true, put(ts(2000, 0, "a"), nil))
 			require.NoError(t, err)
-			want := appliedAs(r.PolicyLWW, applied(put(ts(2000, 0, "a"), nil), current.Version))
+			want := appliedAs(syncproto.PolicyLWW, applied(put(ts(2000, 0, "a"), nil), current.Version))
 			want.Fallback = tt.want
 			require.Equal(t, want, got)
 
@@ -262,22 +262,22 @@ func TestHookNeverSeesRefusedWrites(t *testing.T) {
 	p := put(ts(2000, 0, "a"), nil)
 	p.Key = ""
 	b := r.Admit(r.Author{Tenant: "t1", ClientID: "a", CanWrite: func(string) bool { return true }},
-		[]syncproto.Mutation{mutationOf(p)}, r.Config{"notes": r.PolicyHook}, time.UnixMilli(2000), time.Minute)
+		[]syncproto.Mutation{mutationOf(p)}, r.Config{"notes": syncproto.PolicyHook}, time.UnixMilli(2000), time.Minute)
 	require.NotNil(t, b.Writes[0].Refusal)
 	require.NoError(t, res.AskHooks(context.Background(), &b, func(context.Context, string, string, string) (r.Record, bool, error) {
 		t.Error("current record read for a refused write")
 		return r.Record{}, false, nil
 	}))
 	require.Nil(t, b.Writes[0].Hook)
-	_, _, err := r.DecideWrite(&r.Write{Policy: r.PolicyHook, Hook: &r.HookAnswer{Version: 3, Result: r.Accept()}}, current, true, p)
+	_, _, err := r.DecideWrite(&r.Write{Policy: syncproto.PolicyHook, Hook: &r.HookAnswer{Version: 3, Result: r.Accept()}}, current, true, p)
 	require.ErrorIs(t, err, r.ErrInvalidProposal)
 }
 
 func TestResolverRoutesByModel(t *testing.T) {
-	res, err := r.NewResolver(r.ResolverOptions{Policies: r.Config{"notes": r.PolicyOptimistic}})
+	res, err := r.NewResolver(r.ResolverOptions{Policies: r.Config{"notes": syncproto.PolicyOptimistic}})
 	require.NoError(t, err)
-	require.Equal(t, r.PolicyOptimistic, res.Policy("notes"))
-	require.Equal(t, r.PolicyLWW, res.Policy("todos"))
+	require.Equal(t, syncproto.PolicyOptimistic, res.Policy("notes"))
+	require.Equal(t, syncproto.PolicyLWW, res.Policy("todos"))
 
 	_, err = resolve(context.Background(), res, current, true, put(ts(2000, 0, "a"), nil))
 	require.ErrorIs(t, err, r.ErrBaseVersionRequired)
@@ -286,11 +286,11 @@ func TestResolverRoutesByModel(t *testing.T) {
 	p.Model = "todos"
 	got, err := resolve(context.Background(), res, r.Record{}, false, p)
 	require.NoError(t, err)
-	require.Equal(t, r.PolicyLWW, got.Policy)
+	require.Equal(t, syncproto.PolicyLWW, got.Policy)
 }
 
 func TestNewResolverRefuses(t *testing.T) {
-	_, err := r.NewResolver(r.ResolverOptions{Policies: r.Config{"notes": r.PolicyHook}})
+	_, err := r.NewResolver(r.ResolverOptions{Policies: r.Config{"notes": syncproto.PolicyHook}})
 	require.ErrorIs(t, err, r.ErrNoHook)
 	_, err = r.NewResolver(r.ResolverOptions{HookTimeout: -time.Second})
 	require.Error(t, err)

@@ -2,7 +2,6 @@ package replication
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sort"
@@ -13,24 +12,20 @@ import (
 )
 
 // Entry is one applied write in the oplog: what the change feed delivers
-// and what a materializer applies to a store of records.
+// and what a materializer applies to a store of records. It is the wire's
+// change (syncproto.Change: seq, op id, model, key, op, value, version,
+// hlc, deleted) plus what only the server keeps: whose it is and when it
+// was applied. The change feed sends Change as it is.
+//
+// Seq is the entry's position in the log, assigned by Append: the first
+// entry is 1 and every committed entry is one more than the previous
+// committed one. A seq is never reused, even after compaction. Deleted is
+// true exactly when Op is syncproto.OpDelete.
 type Entry struct {
-	// Seq is the entry's position in the log, assigned by Append: the first
-	// entry is 1 and every committed entry is one more than the previous
-	// committed one. A seq is never reused, even after compaction.
-	Seq     uint64
-	Tenant  string
-	Model   string
-	Key     string
-	OpID    string
-	Op      Op
-	Value   []byte // raw JSON; nil for a delete
-	Version uint64 // the record version this write produced
-	HLC     syncproto.Timestamp
+	syncproto.Change
+	Tenant string
 	// ClientID is the client that sent the write.
 	ClientID string
-	// Deleted is true exactly when Op is OpDelete.
-	Deleted bool
 	// AppliedAt is when the log accepted the entry (millisecond precision),
 	// stamped by Append.
 	AppliedAt time.Time
@@ -39,21 +34,23 @@ type Entry struct {
 // NewEntry returns the log entry for an applied write that produced rec,
 // sent by clientID. Seq and AppliedAt are left for Append.
 func NewEntry(rec Record, clientID string) Entry {
-	op := OpPut
+	op := syncproto.OpPut
 	if rec.Deleted {
-		op = OpDelete
+		op = syncproto.OpDelete
 	}
 	return Entry{
+		Change: syncproto.Change{
+			OpID:    rec.OpID,
+			Model:   rec.Model,
+			Key:     rec.Key,
+			Op:      op,
+			Value:   rec.Value,
+			Version: rec.Version,
+			HLC:     rec.HLC,
+			Deleted: rec.Deleted,
+		},
 		Tenant:   rec.Tenant,
-		Model:    rec.Model,
-		Key:      rec.Key,
-		OpID:     rec.OpID,
-		Op:       op,
-		Value:    rec.Value,
-		Version:  rec.Version,
-		HLC:      rec.HLC,
 		ClientID: clientID,
-		Deleted:  rec.Deleted,
 	}
 }
 
@@ -72,9 +69,8 @@ func (e Entry) Record() Record {
 	}
 }
 
-// ErrInvalidEntry is wrapped by Append and AppendAll when an entry is
-// malformed (a seq Append should assign, or AppendAll seqs that do not
-// follow the head one by one, an empty model, key or op id, version 0, a
+// ErrInvalidEntry is wrapped by SQLiteLog.AppendAll when an entry is
+// malformed (seqs that do not follow the head one by one, an empty model, key or op id, version 0, a
 // zero HLC, an op that disagrees with Deleted). Nothing was appended; it is a bug in the
 // caller.
 var ErrInvalidEntry = errors.New("invalid oplog entry")
@@ -89,9 +85,9 @@ func (e Entry) validate() error {
 		problem = "version 0"
 	case e.HLC.IsZero():
 		problem = "zero hlc"
-	case e.Op != OpPut && e.Op != OpDelete:
+	case e.Op != syncproto.OpPut && e.Op != syncproto.OpDelete:
 		problem = fmt.Sprintf("unknown op %q", e.Op)
-	case e.Deleted != (e.Op == OpDelete):
+	case e.Deleted != (e.Op == syncproto.OpDelete):
 		problem = "deleted disagrees with op"
 	default:
 		return nil
@@ -259,22 +255,19 @@ type Feed interface {
 }
 
 // Log is the ordered, durable record of applied writes that the change feed
-// serves. SQLiteLog keeps it in the server's database, beside the records;
-// in a cluster every node keeps its own, identical one (see the package
-// manual: the replicas apply the same batches in the same order).
+// serves, as its readers and its writer's commit reports see it. SQLiteLog
+// keeps it in the server's database, beside the records; in a cluster
+// every node keeps its own, identical one (see the package manual: the
+// replicas apply the same batches in the same order). Entries are written
+// by the state machine (Store), never through this interface: a reader
+// declares the part it consumes (the server's feed tail reads a Feed and
+// Notify).
 //
 // Implementations are safe for concurrent use, and their tests run the
 // conformance suite in package logtest.
 type Log interface {
-	// Append adds e as the next entry, as part of tx (the apply unit that
-	// also updates the record, the ledger and the conflict log), and
-	// returns it with Seq and AppliedAt set. Appends within one transaction
-	// get consecutive seqs in call order. The entry becomes visible to
-	// readers when tx commits and, for SQLiteLog, disappears with it on
-	// rollback, leaving no gap.
-	Append(ctx context.Context, tx *sql.Tx, e Entry) (Entry, error)
 	// Committed tells the log that a transaction holding appends up to
-	// head has committed, waking waiters. The caller must call it after
+	// head has committed, waking waiters. The writer must call it after
 	// every commit that appended; never before the commit.
 	Committed(head uint64)
 	Feed
@@ -290,6 +283,8 @@ type Log interface {
 	// it removed entries of, and no other. Head never moves backwards.
 	Compact(ctx context.Context) (int64, error)
 }
+
+var _ Log = (*SQLiteLog)(nil)
 
 // headNotifier is the wake-up broadcast behind Committed, Notify and Wait:
 // one channel, closed and replaced each time the head advances. It starts

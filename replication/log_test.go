@@ -3,6 +3,7 @@ package replication_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -18,7 +19,18 @@ import (
 
 // harness returns s's log as the conformance suite sees it.
 func (s *store) harness() logtest.Harness {
-	return logtest.Harness{Log: s.log, DB: s.db, Now: s.clock.Now, Advance: s.clock.Advance}
+	return logtest.Harness{Log: s.log, Now: s.clock.Now, Advance: s.clock.Advance,
+		Append: func(ctx context.Context, es ...r.Entry) ([]r.Entry, error) {
+			tx, err := s.db.BeginTx(ctx, nil)
+			if err != nil {
+				return nil, err
+			}
+			out, err := s.log.AppendNext(ctx, tx, es...)
+			if err != nil {
+				return nil, errors.Join(err, tx.Rollback())
+			}
+			return out, tx.Commit()
+		}}
 }
 
 func read(t *testing.T, s *store, req r.ReadRequest) r.Page {
@@ -45,8 +57,8 @@ func TestMemoryLogConformance(t *testing.T) {
 				var out []r.Entry
 				for _, e := range es {
 					fx, err := mem.Apply(context.Background(), &r.Batch{Tenant: e.Tenant, ClientID: e.ClientID, At: at, Writes: []r.Write{{
-						Mutation: syncproto.Mutation{OpID: e.OpID, Model: e.Model, Key: e.Key, Op: syncproto.Op(e.Op), Value: e.Value, HLC: e.HLC},
-						Policy:   r.PolicyLWW,
+						Mutation: syncproto.Mutation{OpID: e.OpID, Model: e.Model, Key: e.Key, Op: e.Op, Value: e.Value, HLC: e.HLC},
+						Policy:   syncproto.PolicyLWW,
 					}}})
 					require.NoError(t, err)
 					require.Len(t, fx.Entries, 1)
@@ -151,7 +163,7 @@ func TestSQLiteLogGapFreeAfterRollback(t *testing.T) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	for _, k := range []string{"x", "y", "z"} {
-		_, err := s.log.Append(ctx, tx, logtest.Entry("t1", "notes", k))
+		_, err := s.log.AppendNext(ctx, tx, logtest.Entry("t1", "notes", k))
 		require.NoError(t, err)
 	}
 	require.NoError(t, tx.Rollback())
@@ -163,7 +175,7 @@ func TestSQLiteLogGapFreeAfterRollback(t *testing.T) {
 			(tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at)
 			VALUES ('t1', 'notes', 'bad', 'op-bad', 'upsert', NULL, 1, 1, 0, 'c1', 'c1', 0)`)
 		require.ErrorContains(t, err, "CHECK constraint failed")
-		_, err = s.log.Append(ctx, tx, logtest.Entry("t1", "notes", "b"))
+		_, err = s.log.AppendNext(ctx, tx, logtest.Entry("t1", "notes", "b"))
 		return err
 	})
 	got := logtest.AppendCommitted(t, h, logtest.Entry("t1", "notes", "c"))
@@ -232,7 +244,7 @@ func TestSQLiteLogReadDuringWrite(t *testing.T) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	_, err = s.log.Append(ctx, tx, logtest.Entry("t1", "notes", "b"))
+	_, err = s.log.AppendNext(ctx, tx, logtest.Entry("t1", "notes", "b"))
 	require.NoError(t, err)
 
 	page := read(t, s, r.ReadRequest{Scope: r.Scope{Tenant: "t1", AllModels: true}})

@@ -10,29 +10,22 @@ import (
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// Policy names how concurrent writes to one model are decided. Each model
-// declares exactly one, in server configuration.
-type Policy string
+// A model's conflict policy is a syncproto.Policy (the wire names it in
+// welcome's model access): each model declares exactly one, in server
+// configuration. How replication decides under each:
+//   - syncproto.PolicyLWW: the write with the higher HLC wins (ties break on
+//     the timestamp's origin); the loser is written to the conflict log.
+//   - syncproto.PolicyOptimistic: a write names the version it was based on
+//     and is applied only if that is still the current version; otherwise
+//     it is refused with the current (winning) version and value.
+//   - syncproto.PolicyHook: an embedder's Hook decides, bounded by a
+//     deadline, with syncproto.PolicyLWW as the fallback when it cannot.
+//   - syncproto.PolicyNone is only a default (Config's AnyModel entry): a
+//     write to a model the configuration does not declare is refused
+//     invalid_model.
 
-// The policies. DefaultPolicy applies to every model the configuration does
-// not name.
-const (
-	// PolicyLWW: the write with the higher HLC wins (ties break on the
-	// timestamp's origin); the loser is written to the conflict log.
-	PolicyLWW Policy = "lww"
-	// PolicyOptimistic: a write names the version it was based on and is
-	// applied only if that is still the current version; otherwise it is
-	// refused with the current (winning) version and value.
-	PolicyOptimistic Policy = "optimistic"
-	// PolicyHook: an embedder's Hook decides, bounded by a deadline, with
-	// PolicyLWW as the fallback when it cannot.
-	PolicyHook Policy = "hook"
-	// PolicyNone is only a default (Config's AnyModel entry): a write to a
-	// model the configuration does not declare is refused invalid_model.
-	PolicyNone Policy = "none"
-
-	DefaultPolicy = PolicyLWW
-)
+// DefaultPolicy applies to every model the configuration does not name.
+const DefaultPolicy = syncproto.PolicyLWW
 
 // AnyModel is the Config key of the policy for models the configuration
 // does not declare; without it they get DefaultPolicy. It is no model
@@ -46,9 +39,9 @@ var ErrUnknownPolicy = errors.New("unknown conflict policy")
 
 // ParsePolicy returns the Policy named s (exactly "lww", "optimistic" or
 // "hook"). Any other text, including "", wraps ErrUnknownPolicy.
-func ParsePolicy(s string) (Policy, error) {
-	switch p := Policy(s); p {
-	case PolicyLWW, PolicyOptimistic, PolicyHook:
+func ParsePolicy(s string) (syncproto.Policy, error) {
+	switch p := syncproto.Policy(s); p {
+	case syncproto.PolicyLWW, syncproto.PolicyOptimistic, syncproto.PolicyHook:
 		return p, nil
 	}
 	return "", fmt.Errorf("parse policy %q: %w (want lww, optimistic or hook)", s, ErrUnknownPolicy)
@@ -60,10 +53,10 @@ func ParsePolicy(s string) (Policy, error) {
 // *Config implements flag.Value, so a repeated "--model NAME=POLICY" flag
 // fills it: each Set adds one declaration, and declaring a model twice is an
 // error, because a model's policy is declared once.
-type Config map[string]Policy
+type Config map[string]syncproto.Policy
 
 // For returns the policy declared for model, or Default.
-func (c Config) For(model string) Policy {
+func (c Config) For(model string) syncproto.Policy {
 	if p, ok := c[model]; ok {
 		return p
 	}
@@ -72,7 +65,7 @@ func (c Config) For(model string) Policy {
 
 // Default returns the policy of undeclared models: the AnyModel entry, or
 // DefaultPolicy.
-func (c Config) Default() Policy {
+func (c Config) Default() syncproto.Policy {
 	if p, ok := c[AnyModel]; ok {
 		return p
 	}
@@ -86,7 +79,7 @@ func (c Config) Declared(model string) bool {
 }
 
 // Uses reports whether any model is declared with policy p.
-func (c Config) Uses(p Policy) bool {
+func (c Config) Uses(p syncproto.Policy) bool {
 	for _, q := range c {
 		if q == p {
 			return true
@@ -104,10 +97,10 @@ func (c *Config) Set(decl string) error {
 	if !ok {
 		return fmt.Errorf("parse model policy %q: want NAME=POLICY", decl)
 	}
-	var p Policy
+	var p syncproto.Policy
 	var err error
-	if name == AnyModel && Policy(policy) == PolicyNone {
-		p = PolicyNone
+	if name == AnyModel && syncproto.Policy(policy) == syncproto.PolicyNone {
+		p = syncproto.PolicyNone
 	} else if name != AnyModel {
 		err = syncproto.ValidateModel(name)
 	}

@@ -16,12 +16,12 @@ import (
 func TestParsePolicy(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
-		want r.Policy
+		want syncproto.Policy
 		ok   bool
 	}{
-		{"lww", r.PolicyLWW, true},
-		{"optimistic", r.PolicyOptimistic, true},
-		{"hook", r.PolicyHook, true},
+		{"lww", syncproto.PolicyLWW, true},
+		{"optimistic", syncproto.PolicyOptimistic, true},
+		{"hook", syncproto.PolicyHook, true},
 		{"", "", false},
 		{"LWW", "", false},
 		{" lww", "", false},
@@ -45,23 +45,23 @@ func TestConfigFlag(t *testing.T) {
 	fs.Var(&cfg, "model", "NAME=POLICY")
 	require.NoError(t, fs.Parse([]string{"--model", "notes=optimistic", "--model", "drafts=hook"}))
 
-	require.Equal(t, r.PolicyOptimistic, cfg.For("notes"))
-	require.Equal(t, r.PolicyHook, cfg.For("drafts"))
+	require.Equal(t, syncproto.PolicyOptimistic, cfg.For("notes"))
+	require.Equal(t, syncproto.PolicyHook, cfg.For("drafts"))
 	require.Equal(t, r.DefaultPolicy, cfg.For("todos"))
 	require.Equal(t, "drafts=hook,notes=optimistic", cfg.String())
-	require.True(t, cfg.Uses(r.PolicyHook))
-	require.False(t, cfg.Uses(r.PolicyLWW))
+	require.True(t, cfg.Uses(syncproto.PolicyHook))
+	require.False(t, cfg.Uses(syncproto.PolicyLWW))
 
 	for _, bad := range []string{"notes=lww", "notes", "=lww", "Notes=lww", "todos=", "todos=crdt", "to dos=lww"} {
 		require.Error(t, fs.Parse([]string{"--model", bad}), "%q", bad)
 	}
-	require.Equal(t, r.PolicyOptimistic, cfg.For("notes"), "a refused declaration changed the config")
+	require.Equal(t, syncproto.PolicyOptimistic, cfg.For("notes"), "a refused declaration changed the config")
 }
 
 func TestZeroConfig(t *testing.T) {
 	var cfg r.Config
-	require.Equal(t, r.PolicyLWW, cfg.For("anything"))
-	require.False(t, cfg.Uses(r.PolicyHook))
+	require.Equal(t, syncproto.PolicyLWW, cfg.For("anything"))
+	require.False(t, cfg.Uses(syncproto.PolicyHook))
 	require.Equal(t, "", cfg.String())
 }
 
@@ -107,9 +107,9 @@ func TestDefaultPolicyForUndeclaredModels(t *testing.T) {
 	var cfg r.Config
 	require.NoError(t, cfg.Set("notes=lww"))
 	require.NoError(t, cfg.Set(r.AnyModel+"=none"))
-	require.Equal(t, r.PolicyNone, cfg.Default())
-	require.Equal(t, r.PolicyNone, cfg.For("todos"))
-	require.Equal(t, r.PolicyLWW, cfg.For("notes"))
+	require.Equal(t, syncproto.PolicyNone, cfg.Default())
+	require.Equal(t, syncproto.PolicyNone, cfg.For("todos"))
+	require.Equal(t, syncproto.PolicyLWW, cfg.For("notes"))
 	require.True(t, cfg.Declared("notes"))
 	require.False(t, cfg.Declared(r.AnyModel))
 	require.Error(t, cfg.Set("todos=none"), "none is only a default")

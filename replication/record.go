@@ -7,17 +7,6 @@ import (
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// Op is what a mutation does to its key.
-type Op string
-
-// The ops. A delete is a write like any other: it leaves a tombstone record
-// (Deleted, no value) with the next version, so that an older put arriving
-// later loses to it.
-const (
-	OpPut    Op = "put"
-	OpDelete Op = "delete"
-)
-
 // Record is the current state of one key: the materialization of the last
 // applied write. Records are keyed (Tenant, Model, Key).
 //
@@ -52,13 +41,13 @@ type Proposal struct {
 	OpID   string
 	Model  string
 	Key    string
-	Op     Op
+	Op     syncproto.Op
 	// Value is the raw JSON value of a put; it must be nil for a delete.
 	Value []byte
 	// HLC is the client's timestamp for the write; it must not be zero.
 	HLC syncproto.Timestamp
 	// BaseVersion is the version the client saw when it made the write (0:
-	// "the key did not exist"); nil when it did not say. PolicyOptimistic
+	// "the key did not exist"); nil when it did not say. syncproto.PolicyOptimistic
 	// requires it; under every policy a write that carries it is
 	// conditional: a stale base is a conflict.
 	BaseVersion *uint64
@@ -87,11 +76,11 @@ func (p Proposal) validate() error {
 		problem = "empty key"
 	case p.HLC.IsZero():
 		problem = "zero hlc"
-	case p.Op == OpPut && p.Value == nil:
+	case p.Op == syncproto.OpPut && p.Value == nil:
 		problem = "put without a value"
-	case p.Op == OpDelete && p.Value != nil:
+	case p.Op == syncproto.OpDelete && p.Value != nil:
 		problem = "delete with a value"
-	case p.Op != OpPut && p.Op != OpDelete:
+	case p.Op != syncproto.OpPut && p.Op != syncproto.OpDelete:
 		problem = fmt.Sprintf("unknown op %q", p.Op)
 	default:
 		return nil
@@ -109,14 +98,14 @@ func (p Proposal) record(prev uint64) Record {
 		Value:   p.Value,
 		Version: prev + 1,
 		HLC:     p.HLC,
-		Deleted: p.Op == OpDelete,
+		Deleted: p.Op == syncproto.OpDelete,
 		OpID:    p.OpID,
 	}
 }
 
 // side returns p as one side of a conflict.
 func (p Proposal) side() Side {
-	return Side{OpID: p.OpID, Value: p.Value, HLC: p.HLC, Deleted: p.Op == OpDelete}
+	return Side{OpID: p.OpID, Value: p.Value, HLC: p.HLC, Deleted: p.Op == syncproto.OpDelete}
 }
 
 // side returns r as one side of a conflict.

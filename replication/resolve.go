@@ -44,7 +44,7 @@ const (
 )
 
 // ErrBaseVersionRequired is wrapped by Resolve when a model under
-// PolicyOptimistic receives a proposal without a base version. Nothing was
+// syncproto.PolicyOptimistic receives a proposal without a base version. Nothing was
 // applied; the client must resend with the version it based the write on
 // (0 to create).
 var ErrBaseVersionRequired = errors.New("base version required")
@@ -63,9 +63,9 @@ type Side struct {
 // record. It is pure data: the caller performs it (see the package manual).
 type Decision struct {
 	Outcome Outcome
-	// Policy is the policy that decided: the model's policy, or PolicyLWW
+	// Policy is the policy that decided: the model's policy, or syncproto.PolicyLWW
 	// when a hook could not decide (then Fallback says why).
-	Policy Policy
+	Policy syncproto.Policy
 	// Record is the key's new state when Outcome is OutcomeApplied; its
 	// Version is exactly one more than the current record's (1 when absent)
 	// and its Seq is 0 until the caller logs it.
@@ -81,20 +81,20 @@ type Decision struct {
 	// Reason says in words why the proposal was not applied as sent (one of
 	// the Reason constants, or a hook's reason); "" for a plain apply.
 	Reason string
-	// Fallback is set when the model's policy is PolicyHook and the hook
-	// failed to decide, so PolicyLWW decided instead; "" otherwise.
+	// Fallback is set when the model's policy is syncproto.PolicyHook and the hook
+	// failed to decide, so syncproto.PolicyLWW decided instead; "" otherwise.
 	Fallback FallbackReason
 }
 
 // Resolve decides p against the current record under one of the built-in
-// policies, PolicyLWW or PolicyOptimistic. It is pure: no I/O, no clock.
+// policies, syncproto.PolicyLWW or syncproto.PolicyOptimistic. It is pure: no I/O, no clock.
 // exists reports whether the key has a record (a tombstone counts); when it
 // is false current is ignored.
 //
-// PolicyHook needs the embedder's hook; use Resolver. Errors wrap
+// syncproto.PolicyHook needs the embedder's hook; use Resolver. Errors wrap
 // ErrInvalidProposal, ErrBaseVersionRequired, ErrNoHook or ErrUnknownPolicy;
 // in every error case nothing is to be applied.
-func Resolve(policy Policy, current Record, exists bool, p Proposal) (Decision, error) {
+func Resolve(policy syncproto.Policy, current Record, exists bool, p Proposal) (Decision, error) {
 	if err := p.validate(); err != nil {
 		return Decision{}, err
 	}
@@ -102,11 +102,11 @@ func Resolve(policy Policy, current Record, exists bool, p Proposal) (Decision, 
 		current = Record{}
 	}
 	switch policy {
-	case PolicyLWW:
+	case syncproto.PolicyLWW:
 		return resolveLWW(current, exists, p), nil
-	case PolicyOptimistic:
+	case syncproto.PolicyOptimistic:
 		return resolveOptimistic(current, p)
-	case PolicyHook:
+	case syncproto.PolicyHook:
 		return Decision{}, fmt.Errorf("resolve %s/%s: %w: use a Resolver with a Hook", p.Model, p.Key, ErrNoHook)
 	}
 	return Decision{}, fmt.Errorf("resolve %s/%s: %w: %q", p.Model, p.Key, ErrUnknownPolicy, policy)
@@ -119,30 +119,30 @@ func resolveLWW(current Record, exists bool, p Proposal) Decision {
 	// every policy (PROTOCOL.md, section 8): a stale base is a conflict,
 	// whatever its timestamp, and goes to the client's conflict handler.
 	if p.BaseVersion != nil && *p.BaseVersion != current.Version {
-		return staleBase(PolicyLWW, current, p)
+		return staleBase(syncproto.PolicyLWW, current, p)
 	}
 	if exists && p.HLC.Compare(current.HLC) <= 0 {
 		return Decision{
 			Outcome:  OutcomeSuperseded,
-			Policy:   PolicyLWW,
+			Policy:   syncproto.PolicyLWW,
 			Winner:   current,
 			Reason:   ReasonOlderHLC,
-			Conflict: newConflict(p, PolicyLWW, ReasonOlderHLC, p.side(), current.side()),
+			Conflict: newConflict(p, syncproto.PolicyLWW, ReasonOlderHLC, p.side(), current.side()),
 		}
 	}
-	d := Decision{Outcome: OutcomeApplied, Policy: PolicyLWW, Record: p.record(current.Version)}
+	d := Decision{Outcome: OutcomeApplied, Policy: syncproto.PolicyLWW, Record: p.record(current.Version)}
 	if exists && p.SeenVersion != nil && *p.SeenVersion < current.Version {
 		// A race the writer was not part of: log the state it overwrote,
 		// so both sides of an LWW race reach the conflict log.
 		d.Reason = ReasonUnseenOverwrite
-		d.Conflict = newConflict(p, PolicyLWW, ReasonUnseenOverwrite, current.side(), d.Record.side())
+		d.Conflict = newConflict(p, syncproto.PolicyLWW, ReasonUnseenOverwrite, current.side(), d.Record.side())
 	}
 	return d
 }
 
 // staleBase refuses a conditional write whose base version is not the
 // current one; the current record is the winner.
-func staleBase(policy Policy, current Record, p Proposal) Decision {
+func staleBase(policy syncproto.Policy, current Record, p Proposal) Decision {
 	return Decision{
 		Outcome:  OutcomeConflict,
 		Policy:   policy,
@@ -156,16 +156,16 @@ func staleBase(policy Policy, current Record, p Proposal) Decision {
 // version (0 for an absent key; a tombstone has its own version).
 func resolveOptimistic(current Record, p Proposal) (Decision, error) {
 	if p.BaseVersion == nil {
-		return Decision{}, fmt.Errorf("resolve %s/%s op %s: %w (model uses %s)", p.Model, p.Key, p.OpID, ErrBaseVersionRequired, PolicyOptimistic)
+		return Decision{}, fmt.Errorf("resolve %s/%s op %s: %w (model uses %s)", p.Model, p.Key, p.OpID, ErrBaseVersionRequired, syncproto.PolicyOptimistic)
 	}
 	if *p.BaseVersion != current.Version {
-		return staleBase(PolicyOptimistic, current, p), nil
+		return staleBase(syncproto.PolicyOptimistic, current, p), nil
 	}
-	return Decision{Outcome: OutcomeApplied, Policy: PolicyOptimistic, Record: p.record(current.Version)}, nil
+	return Decision{Outcome: OutcomeApplied, Policy: syncproto.PolicyOptimistic, Record: p.record(current.Version)}, nil
 }
 
 // newConflict returns the conflict-log row for a decision about p.
-func newConflict(p Proposal, policy Policy, reason string, loser, winner Side) *ConflictEntry {
+func newConflict(p Proposal, policy syncproto.Policy, reason string, loser, winner Side) *ConflictEntry {
 	return &ConflictEntry{
 		Tenant: p.Tenant,
 		Model:  p.Model,

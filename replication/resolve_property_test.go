@@ -32,7 +32,7 @@ func randomWrites(rng *rand.Rand, n int) []r.Proposal {
 		p.OpID = fmt.Sprintf("op-%d", i)
 		p.Value = []byte(fmt.Sprintf(`{"i":%d}`, i))
 		if rng.IntN(4) == 0 {
-			p.Op, p.Value = r.OpDelete, nil
+			p.Op, p.Value = syncproto.OpDelete, nil
 		}
 		ps = append(ps, p)
 	}
@@ -68,7 +68,7 @@ func TestLWWConvergesOnMaxHLC(t *testing.T) {
 			)
 			for _, i := range order {
 				p := writes[i]
-				d, err := r.Resolve(r.PolicyLWW, cur, exists, p)
+				d, err := r.Resolve(syncproto.PolicyLWW, cur, exists, p)
 				require.NoError(t, err, "seed %d", seed)
 				switch d.Outcome {
 				case r.OutcomeApplied:
@@ -87,7 +87,7 @@ func TestLWWConvergesOnMaxHLC(t *testing.T) {
 			require.Equal(t, maxW.OpID, cur.OpID, "seed %d: final state is not the max-HLC write", seed)
 			require.Equal(t, maxW.HLC, cur.HLC, "seed %d", seed)
 			require.Equal(t, maxW.Value, cur.Value, "seed %d", seed)
-			require.Equal(t, maxW.Op == r.OpDelete, cur.Deleted, "seed %d", seed)
+			require.Equal(t, maxW.Op == syncproto.OpDelete, cur.Deleted, "seed %d", seed)
 			require.Equal(t, uint64(applied), cur.Version, "seed %d: versions are not gap-free", seed)
 		}
 	}
@@ -111,9 +111,9 @@ func TestOptimisticVersionsGapFree(t *testing.T) {
 			p := put(ts(int64(i+1), 0, "c"), ptr(seen[c]))
 			p.OpID = fmt.Sprintf("op-%d", i)
 			if exists && rng.IntN(5) == 0 {
-				p.Op, p.Value = r.OpDelete, nil
+				p.Op, p.Value = syncproto.OpDelete, nil
 			}
-			d, err := r.Resolve(r.PolicyOptimistic, cur, exists, p)
+			d, err := r.Resolve(syncproto.PolicyOptimistic, cur, exists, p)
 			require.NoError(t, err, "seed %d", seed)
 			if seen[c] == cur.Version {
 				require.Equal(t, r.OutcomeApplied, d.Outcome, "seed %d step %d", seed, i)
@@ -144,9 +144,9 @@ func FuzzResolve(f *testing.F) {
 	f.Add(true, true, true, uint64(7), int64(10), uint32(2), "x", int64(10), uint32(2), "x", true, true, uint64(6))
 	f.Fuzz(func(t *testing.T, lww, curDeleted, exists bool, curVersion uint64, curWall int64, curLogical uint32, curOrigin string,
 		wall int64, logical uint32, origin string, isPut, hasBase bool, base uint64) {
-		policy := r.PolicyOptimistic
+		policy := syncproto.PolicyOptimistic
 		if lww {
-			policy = r.PolicyLWW
+			policy = syncproto.PolicyLWW
 		}
 		cur := r.Record{Tenant: "t1", Model: "notes", Key: "k", Version: curVersion, HLC: ts(curWall, curLogical, curOrigin), Deleted: curDeleted, OpID: "op-cur"}
 		if !curDeleted {
@@ -177,7 +177,7 @@ func FuzzResolve(f *testing.F) {
 				require.Equal(t, cur.Version, *p.BaseVersion)
 			}
 		case r.OutcomeSuperseded:
-			require.Equal(t, r.PolicyLWW, policy)
+			require.Equal(t, syncproto.PolicyLWW, policy)
 			require.True(t, exists)
 			require.LessOrEqual(t, p.HLC.Compare(cur.HLC), 0)
 			require.Equal(t, cur, d.Winner)

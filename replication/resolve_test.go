@@ -24,14 +24,14 @@ var (
 // put and del build the incoming proposal of a table case.
 func put(hlc syncproto.Timestamp, base *uint64) r.Proposal {
 	return r.Proposal{
-		Tenant: "t1", OpID: "op-new", Model: "notes", Key: "k", Op: r.OpPut,
+		Tenant: "t1", OpID: "op-new", Model: "notes", Key: "k", Op: syncproto.OpPut,
 		Value: []byte(`{"v":"new"}`), HLC: hlc, BaseVersion: base, ClientID: "c1",
 	}
 }
 
 func del(hlc syncproto.Timestamp, base *uint64) r.Proposal {
 	p := put(hlc, base)
-	p.Op, p.Value = r.OpDelete, nil
+	p.Op, p.Value = syncproto.OpDelete, nil
 	return p
 }
 
@@ -39,19 +39,19 @@ func del(hlc syncproto.Timestamp, base *uint64) r.Proposal {
 func applied(p r.Proposal, prev uint64) r.Record {
 	return r.Record{
 		Tenant: p.Tenant, Model: p.Model, Key: p.Key, Value: p.Value, Version: prev + 1,
-		HLC: p.HLC, Deleted: p.Op == r.OpDelete, OpID: p.OpID,
+		HLC: p.HLC, Deleted: p.Op == syncproto.OpDelete, OpID: p.OpID,
 	}
 }
 
 func proposalSide(p r.Proposal) r.Side {
-	return r.Side{OpID: p.OpID, Value: p.Value, HLC: p.HLC, Deleted: p.Op == r.OpDelete}
+	return r.Side{OpID: p.OpID, Value: p.Value, HLC: p.HLC, Deleted: p.Op == syncproto.OpDelete}
 }
 
 func recordSide(rec r.Record) r.Side {
 	return r.Side{OpID: rec.OpID, Version: rec.Version, Value: rec.Value, HLC: rec.HLC, Deleted: rec.Deleted}
 }
 
-func conflictRow(policy r.Policy, reason string, loser, winner r.Side) *r.ConflictEntry {
+func conflictRow(policy syncproto.Policy, reason string, loser, winner r.Side) *r.ConflictEntry {
 	return &r.ConflictEntry{Tenant: "t1", Model: "notes", Key: "k", Policy: policy, Reason: reason, Loser: loser, Winner: winner}
 }
 
@@ -59,8 +59,8 @@ func conflictRow(policy r.Policy, reason string, loser, winner r.Side) *r.Confli
 // under LWW.
 func supersededBy(winner r.Record, p r.Proposal) r.Decision {
 	return r.Decision{
-		Outcome: r.OutcomeSuperseded, Policy: r.PolicyLWW, Winner: winner, Reason: r.ReasonOlderHLC,
-		Conflict: conflictRow(r.PolicyLWW, r.ReasonOlderHLC, proposalSide(p), recordSide(winner)),
+		Outcome: r.OutcomeSuperseded, Policy: syncproto.PolicyLWW, Winner: winner, Reason: r.ReasonOlderHLC,
+		Conflict: conflictRow(syncproto.PolicyLWW, r.ReasonOlderHLC, proposalSide(p), recordSide(winner)),
 	}
 }
 
@@ -71,17 +71,17 @@ func seen(p r.Proposal, v uint64) r.Proposal {
 }
 
 func refusedBy(winner r.Record, p r.Proposal) r.Decision {
-	return refusedUnder(r.PolicyOptimistic, winner, p)
+	return refusedUnder(syncproto.PolicyOptimistic, winner, p)
 }
 
-func refusedUnder(policy r.Policy, winner r.Record, p r.Proposal) r.Decision {
+func refusedUnder(policy syncproto.Policy, winner r.Record, p r.Proposal) r.Decision {
 	return r.Decision{
 		Outcome: r.OutcomeConflict, Policy: policy, Winner: winner, Reason: r.ReasonStaleBase,
 		Conflict: conflictRow(policy, r.ReasonStaleBase, proposalSide(p), recordSide(winner)),
 	}
 }
 
-func appliedAs(policy r.Policy, rec r.Record) r.Decision {
+func appliedAs(policy syncproto.Policy, rec r.Record) r.Decision {
 	return r.Decision{Outcome: r.OutcomeApplied, Policy: policy, Record: rec}
 }
 
@@ -92,48 +92,48 @@ func TestResolve(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		policy  r.Policy
+		policy  syncproto.Policy
 		current *r.Record // nil: the key does not exist
 		p       r.Proposal
 		want    r.Decision
 	}{
 		// Last writer wins.
-		{"lww create", r.PolicyLWW, nil, put(earlier, nil), appliedAs(r.PolicyLWW, applied(put(earlier, nil), 0))},
-		{"lww delete of an absent key leaves a tombstone", r.PolicyLWW, nil, del(earlier, nil), appliedAs(r.PolicyLWW, applied(del(earlier, nil), 0))},
-		{"lww higher wall wins", r.PolicyLWW, &current, put(later, nil), appliedAs(r.PolicyLWW, applied(put(later, nil), 3))},
-		{"lww same wall, higher logical wins", r.PolicyLWW, &current, put(ts(1000, 1, "a"), nil), appliedAs(r.PolicyLWW, applied(put(ts(1000, 1, "a"), nil), 3))},
-		{"lww tie breaks on origin: higher wins", r.PolicyLWW, &current, put(ts(1000, 0, "c"), nil), appliedAs(r.PolicyLWW, applied(put(ts(1000, 0, "c"), nil), 3))},
-		{"lww tie breaks on origin: lower loses", r.PolicyLWW, &current, put(ts(1000, 0, "a"), nil), supersededBy(current, put(ts(1000, 0, "a"), nil))},
-		{"lww tie breaks on origin bytewise: uppercase sorts first", r.PolicyLWW, &current, put(ts(1000, 0, "B"), nil), supersededBy(current, put(ts(1000, 0, "B"), nil))},
-		{"lww lower hlc is superseded and logged", r.PolicyLWW, &current, put(earlier, nil), supersededBy(current, put(earlier, nil))},
-		{"lww equal hlc: the current record stands", r.PolicyLWW, &current, put(current.HLC, nil), supersededBy(current, put(current.HLC, nil))},
-		{"lww lower hlc loses even with the current base", r.PolicyLWW, &current, put(earlier, ptr(uint64(3))), supersededBy(current, put(earlier, ptr(uint64(3))))},
-		{"lww current base, higher hlc: plain apply", r.PolicyLWW, &current, put(later, ptr(uint64(3))), appliedAs(r.PolicyLWW, applied(put(later, ptr(uint64(3))), 3))},
-		{"lww stale base is a conflict even with a higher hlc", r.PolicyLWW, &current, staleLWW, refusedUnder(r.PolicyLWW, current, staleLWW)},
-		{"lww base on an absent key is a conflict with no winner", r.PolicyLWW, nil, put(later, ptr(uint64(5))), refusedUnder(r.PolicyLWW, r.Record{}, put(later, ptr(uint64(5))))},
-		{"lww win over a version the writer had not seen logs the overwritten state", r.PolicyLWW, &current, seen(put(later, nil), 2), r.Decision{
-			Outcome: r.OutcomeApplied, Policy: r.PolicyLWW, Record: applied(seen(put(later, nil), 2), 3), Reason: r.ReasonUnseenOverwrite,
-			Conflict: conflictRow(r.PolicyLWW, r.ReasonUnseenOverwrite, recordSide(current), recordSide(applied(seen(put(later, nil), 2), 3))),
+		{"lww create", syncproto.PolicyLWW, nil, put(earlier, nil), appliedAs(syncproto.PolicyLWW, applied(put(earlier, nil), 0))},
+		{"lww delete of an absent key leaves a tombstone", syncproto.PolicyLWW, nil, del(earlier, nil), appliedAs(syncproto.PolicyLWW, applied(del(earlier, nil), 0))},
+		{"lww higher wall wins", syncproto.PolicyLWW, &current, put(later, nil), appliedAs(syncproto.PolicyLWW, applied(put(later, nil), 3))},
+		{"lww same wall, higher logical wins", syncproto.PolicyLWW, &current, put(ts(1000, 1, "a"), nil), appliedAs(syncproto.PolicyLWW, applied(put(ts(1000, 1, "a"), nil), 3))},
+		{"lww tie breaks on origin: higher wins", syncproto.PolicyLWW, &current, put(ts(1000, 0, "c"), nil), appliedAs(syncproto.PolicyLWW, applied(put(ts(1000, 0, "c"), nil), 3))},
+		{"lww tie breaks on origin: lower loses", syncproto.PolicyLWW, &current, put(ts(1000, 0, "a"), nil), supersededBy(current, put(ts(1000, 0, "a"), nil))},
+		{"lww tie breaks on origin bytewise: uppercase sorts first", syncproto.PolicyLWW, &current, put(ts(1000, 0, "B"), nil), supersededBy(current, put(ts(1000, 0, "B"), nil))},
+		{"lww lower hlc is superseded and logged", syncproto.PolicyLWW, &current, put(earlier, nil), supersededBy(current, put(earlier, nil))},
+		{"lww equal hlc: the current record stands", syncproto.PolicyLWW, &current, put(current.HLC, nil), supersededBy(current, put(current.HLC, nil))},
+		{"lww lower hlc loses even with the current base", syncproto.PolicyLWW, &current, put(earlier, ptr(uint64(3))), supersededBy(current, put(earlier, ptr(uint64(3))))},
+		{"lww current base, higher hlc: plain apply", syncproto.PolicyLWW, &current, put(later, ptr(uint64(3))), appliedAs(syncproto.PolicyLWW, applied(put(later, ptr(uint64(3))), 3))},
+		{"lww stale base is a conflict even with a higher hlc", syncproto.PolicyLWW, &current, staleLWW, refusedUnder(syncproto.PolicyLWW, current, staleLWW)},
+		{"lww base on an absent key is a conflict with no winner", syncproto.PolicyLWW, nil, put(later, ptr(uint64(5))), refusedUnder(syncproto.PolicyLWW, r.Record{}, put(later, ptr(uint64(5))))},
+		{"lww win over a version the writer had not seen logs the overwritten state", syncproto.PolicyLWW, &current, seen(put(later, nil), 2), r.Decision{
+			Outcome: r.OutcomeApplied, Policy: syncproto.PolicyLWW, Record: applied(seen(put(later, nil), 2), 3), Reason: r.ReasonUnseenOverwrite,
+			Conflict: conflictRow(syncproto.PolicyLWW, r.ReasonUnseenOverwrite, recordSide(current), recordSide(applied(seen(put(later, nil), 2), 3))),
 		}},
-		{"lww win over the version the writer had seen logs nothing", r.PolicyLWW, &current, seen(put(later, nil), 3), appliedAs(r.PolicyLWW, applied(seen(put(later, nil), 3), 3))},
-		{"lww loss with a stale seen version is plainly superseded", r.PolicyLWW, &current, seen(put(earlier, nil), 1), supersededBy(current, seen(put(earlier, nil), 1))},
-		{"lww base 0 creates an absent key", r.PolicyLWW, nil, put(later, ptr(uint64(0))), appliedAs(r.PolicyLWW, applied(put(later, ptr(uint64(0))), 0))},
-		{"lww delete with higher hlc is a tombstone with the next version", r.PolicyLWW, &current, del(later, nil), appliedAs(r.PolicyLWW, applied(del(later, nil), 3))},
-		{"lww delete with lower hlc is superseded", r.PolicyLWW, &current, del(earlier, nil), supersededBy(current, del(earlier, nil))},
-		{"lww put over a tombstone counts on from its version", r.PolicyLWW, &tombstone, put(later, nil), appliedAs(r.PolicyLWW, applied(put(later, nil), 4))},
-		{"lww older put loses to a newer tombstone", r.PolicyLWW, &tombstone, put(earlier, nil), supersededBy(tombstone, put(earlier, nil))},
+		{"lww win over the version the writer had seen logs nothing", syncproto.PolicyLWW, &current, seen(put(later, nil), 3), appliedAs(syncproto.PolicyLWW, applied(seen(put(later, nil), 3), 3))},
+		{"lww loss with a stale seen version is plainly superseded", syncproto.PolicyLWW, &current, seen(put(earlier, nil), 1), supersededBy(current, seen(put(earlier, nil), 1))},
+		{"lww base 0 creates an absent key", syncproto.PolicyLWW, nil, put(later, ptr(uint64(0))), appliedAs(syncproto.PolicyLWW, applied(put(later, ptr(uint64(0))), 0))},
+		{"lww delete with higher hlc is a tombstone with the next version", syncproto.PolicyLWW, &current, del(later, nil), appliedAs(syncproto.PolicyLWW, applied(del(later, nil), 3))},
+		{"lww delete with lower hlc is superseded", syncproto.PolicyLWW, &current, del(earlier, nil), supersededBy(current, del(earlier, nil))},
+		{"lww put over a tombstone counts on from its version", syncproto.PolicyLWW, &tombstone, put(later, nil), appliedAs(syncproto.PolicyLWW, applied(put(later, nil), 4))},
+		{"lww older put loses to a newer tombstone", syncproto.PolicyLWW, &tombstone, put(earlier, nil), supersededBy(tombstone, put(earlier, nil))},
 
 		// Optimistic.
-		{"optimistic current base applies", r.PolicyOptimistic, &current, put(later, ptr(uint64(3))), appliedAs(r.PolicyOptimistic, applied(put(later, ptr(uint64(3))), 3))},
-		{"optimistic ignores hlc order", r.PolicyOptimistic, &current, put(earlier, ptr(uint64(3))), appliedAs(r.PolicyOptimistic, applied(put(earlier, ptr(uint64(3))), 3))},
-		{"optimistic stale base is a conflict with the winner", r.PolicyOptimistic, &current, put(later, ptr(uint64(2))), refusedBy(current, put(later, ptr(uint64(2))))},
-		{"optimistic base from the future is a conflict", r.PolicyOptimistic, &current, put(later, ptr(uint64(4))), refusedBy(current, put(later, ptr(uint64(4))))},
-		{"optimistic create if absent with base 0", r.PolicyOptimistic, nil, put(later, ptr(uint64(0))), appliedAs(r.PolicyOptimistic, applied(put(later, ptr(uint64(0))), 0))},
-		{"optimistic create over an existing key is a conflict", r.PolicyOptimistic, &current, put(later, ptr(uint64(0))), refusedBy(current, put(later, ptr(uint64(0))))},
-		{"optimistic update of an absent key is a conflict with no winner", r.PolicyOptimistic, nil, put(later, ptr(uint64(1))), refusedBy(r.Record{}, put(later, ptr(uint64(1))))},
-		{"optimistic delete with the current base", r.PolicyOptimistic, &current, del(later, ptr(uint64(3))), appliedAs(r.PolicyOptimistic, applied(del(later, ptr(uint64(3))), 3))},
-		{"optimistic tombstone exists with its version", r.PolicyOptimistic, &tombstone, put(later, ptr(uint64(4))), appliedAs(r.PolicyOptimistic, applied(put(later, ptr(uint64(4))), 4))},
-		{"optimistic create over a tombstone needs its version", r.PolicyOptimistic, &tombstone, put(later, ptr(uint64(0))), refusedBy(tombstone, put(later, ptr(uint64(0))))},
+		{"optimistic current base applies", syncproto.PolicyOptimistic, &current, put(later, ptr(uint64(3))), appliedAs(syncproto.PolicyOptimistic, applied(put(later, ptr(uint64(3))), 3))},
+		{"optimistic ignores hlc order", syncproto.PolicyOptimistic, &current, put(earlier, ptr(uint64(3))), appliedAs(syncproto.PolicyOptimistic, applied(put(earlier, ptr(uint64(3))), 3))},
+		{"optimistic stale base is a conflict with the winner", syncproto.PolicyOptimistic, &current, put(later, ptr(uint64(2))), refusedBy(current, put(later, ptr(uint64(2))))},
+		{"optimistic base from the future is a conflict", syncproto.PolicyOptimistic, &current, put(later, ptr(uint64(4))), refusedBy(current, put(later, ptr(uint64(4))))},
+		{"optimistic create if absent with base 0", syncproto.PolicyOptimistic, nil, put(later, ptr(uint64(0))), appliedAs(syncproto.PolicyOptimistic, applied(put(later, ptr(uint64(0))), 0))},
+		{"optimistic create over an existing key is a conflict", syncproto.PolicyOptimistic, &current, put(later, ptr(uint64(0))), refusedBy(current, put(later, ptr(uint64(0))))},
+		{"optimistic update of an absent key is a conflict with no winner", syncproto.PolicyOptimistic, nil, put(later, ptr(uint64(1))), refusedBy(r.Record{}, put(later, ptr(uint64(1))))},
+		{"optimistic delete with the current base", syncproto.PolicyOptimistic, &current, del(later, ptr(uint64(3))), appliedAs(syncproto.PolicyOptimistic, applied(del(later, ptr(uint64(3))), 3))},
+		{"optimistic tombstone exists with its version", syncproto.PolicyOptimistic, &tombstone, put(later, ptr(uint64(4))), appliedAs(syncproto.PolicyOptimistic, applied(put(later, ptr(uint64(4))), 4))},
+		{"optimistic create over a tombstone needs its version", syncproto.PolicyOptimistic, &tombstone, put(later, ptr(uint64(0))), refusedBy(tombstone, put(later, ptr(uint64(0))))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,7 +149,7 @@ func TestResolve(t *testing.T) {
 }
 
 func TestResolveIgnoresCurrentWhenAbsent(t *testing.T) {
-	got, err := r.Resolve(r.PolicyLWW, current, false, put(ts(1, 0, "a"), nil))
+	got, err := r.Resolve(syncproto.PolicyLWW, current, false, put(ts(1, 0, "a"), nil))
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), got.Record.Version)
 	require.Nil(t, got.Conflict)
@@ -164,20 +164,20 @@ func TestResolveRefuses(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		policy  r.Policy
+		policy  syncproto.Policy
 		p       r.Proposal
 		wantErr error
 	}{
-		{"empty op id", r.PolicyLWW, with(func(p *r.Proposal) { p.OpID = "" }), r.ErrInvalidProposal},
-		{"empty model", r.PolicyLWW, with(func(p *r.Proposal) { p.Model = "" }), r.ErrInvalidProposal},
-		{"empty key", r.PolicyLWW, with(func(p *r.Proposal) { p.Key = "" }), r.ErrInvalidProposal},
-		{"zero hlc", r.PolicyLWW, with(func(p *r.Proposal) { p.HLC = syncproto.Timestamp{} }), r.ErrInvalidProposal},
-		{"put without value", r.PolicyLWW, with(func(p *r.Proposal) { p.Value = nil }), r.ErrInvalidProposal},
-		{"delete with value", r.PolicyLWW, with(func(p *r.Proposal) { p.Op = r.OpDelete }), r.ErrInvalidProposal},
-		{"unknown op", r.PolicyLWW, with(func(p *r.Proposal) { p.Op = "upsert" }), r.ErrInvalidProposal},
-		{"optimistic without base", r.PolicyOptimistic, with(func(p *r.Proposal) { p.BaseVersion = nil }), r.ErrBaseVersionRequired},
-		{"hook needs a Resolver", r.PolicyHook, valid, r.ErrNoHook},
-		{"unknown policy", r.Policy("crdt"), valid, r.ErrUnknownPolicy},
+		{"empty op id", syncproto.PolicyLWW, with(func(p *r.Proposal) { p.OpID = "" }), r.ErrInvalidProposal},
+		{"empty model", syncproto.PolicyLWW, with(func(p *r.Proposal) { p.Model = "" }), r.ErrInvalidProposal},
+		{"empty key", syncproto.PolicyLWW, with(func(p *r.Proposal) { p.Key = "" }), r.ErrInvalidProposal},
+		{"zero hlc", syncproto.PolicyLWW, with(func(p *r.Proposal) { p.HLC = syncproto.Timestamp{} }), r.ErrInvalidProposal},
+		{"put without value", syncproto.PolicyLWW, with(func(p *r.Proposal) { p.Value = nil }), r.ErrInvalidProposal},
+		{"delete with value", syncproto.PolicyLWW, with(func(p *r.Proposal) { p.Op = syncproto.OpDelete }), r.ErrInvalidProposal},
+		{"unknown op", syncproto.PolicyLWW, with(func(p *r.Proposal) { p.Op = "upsert" }), r.ErrInvalidProposal},
+		{"optimistic without base", syncproto.PolicyOptimistic, with(func(p *r.Proposal) { p.BaseVersion = nil }), r.ErrBaseVersionRequired},
+		{"hook needs a Resolver", syncproto.PolicyHook, valid, r.ErrNoHook},
+		{"unknown policy", syncproto.Policy("crdt"), valid, r.ErrUnknownPolicy},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // DefaultOplogEntriesPerTenant is the oplog's count bound when
@@ -204,27 +206,6 @@ func (l *SQLiteLog) Wait(ctx context.Context, after uint64) error { return l.not
 
 const appendColumns = `(seq, tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at)`
 
-// Append adds e as the next entry within tx (see Log.Append); e.Seq must
-// be 0: the log assigns it. An entry whose AppliedAt is set keeps it; a
-// zero AppliedAt is stamped from the log's clock. Errors wrap
-// ErrInvalidEntry for a malformed entry, or are SQLite's; either way the
-// caller rolls tx back.
-func (l *SQLiteLog) Append(ctx context.Context, tx *sql.Tx, e Entry) (Entry, error) {
-	if e.Seq != 0 {
-		return Entry{}, fmt.Errorf("append oplog entry: %w: op %s: seq is assigned by the log", ErrInvalidEntry, e.OpID)
-	}
-	head, err := l.head(ctx, tx)
-	if err != nil {
-		return Entry{}, fmt.Errorf("append oplog entry: %w", err)
-	}
-	e.Seq = head + 1
-	out, err := l.AppendAll(ctx, tx, []Entry{e})
-	if err != nil {
-		return Entry{}, err
-	}
-	return out[0], nil
-}
-
 // AppendAll adds es within tx in one statement per few hundred entries.
 // Their seqs are the caller's (the state machine assigns them when it
 // decides): consecutive, the first one more than the head. It returns es
@@ -358,13 +339,11 @@ func (l *SQLiteLog) Read(ctx context.Context, req ReadRequest) (Page, error) {
 func scanEntry(rows *sql.Rows) (Entry, error) {
 	var (
 		e         Entry
-		op        string
 		appliedAt int64
 	)
-	err := rows.Scan(&e.Seq, &e.Tenant, &e.Model, &e.Key, &e.OpID, &op, &e.Value, &e.Version,
+	err := rows.Scan(&e.Seq, &e.Tenant, &e.Model, &e.Key, &e.OpID, &e.Op, (*[]byte)(&e.Value), &e.Version,
 		&e.HLC.Wall, &e.HLC.Logical, &e.HLC.Origin, &e.ClientID, &appliedAt)
-	e.Op = Op(op)
-	e.Deleted = e.Op == OpDelete
+	e.Deleted = e.Op == syncproto.OpDelete
 	e.AppliedAt = time.UnixMilli(appliedAt).UTC()
 	return e, err
 }

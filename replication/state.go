@@ -248,13 +248,13 @@ func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
 
 // lookupBatch reads the ledger's answer for every admitted op of b in one
 // LookupAll.
-func lookupBatch(ctx context.Context, tx ledger.Tx, b *Batch) (map[string]LedgerAnswer, error) {
+func lookupBatch(ctx context.Context, tx ledger.Tx, b *Batch) (map[string]ledger.Answer, error) {
 	admitted := b.admitted()
-	answers := make(map[string]LedgerAnswer, len(admitted))
+	answers := make(map[string]ledger.Answer, len(admitted))
 	ops := make([]ledger.Op, 0, len(admitted))
 	for _, m := range admitted {
 		if _, seen := answers[m.OpID]; !seen {
-			answers[m.OpID] = LedgerAnswer{}
+			answers[m.OpID] = ledger.Answer{}
 			ops = append(ops, ledger.Op{ID: m.OpID, Time: time.UnixMilli(m.HLC.Wall)})
 		}
 	}
@@ -263,7 +263,7 @@ func lookupBatch(ctx context.Context, tx ledger.Tx, b *Batch) (map[string]Ledger
 		return nil, fmt.Errorf("load batch: ledger: %w", err)
 	}
 	for i, op := range ops {
-		answers[op.ID] = LedgerAnswer{Outcome: got[i].Outcome, Decision: got[i].Decision}
+		answers[op.ID] = got[i]
 	}
 	return answers, nil
 }

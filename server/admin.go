@@ -122,8 +122,9 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 func (s *Server) adminClients(*http.Request) (any, int, error) {
 	out := []adminapi.Session{}
 	for _, ss := range s.sessionList() {
+		p := ss.principal()
 		out = append(out, adminapi.Session{
-			ClientID: ss.p.ClientID, Tenant: ss.p.Tenant, TokenID: ss.p.TokenID, Remote: ss.remote,
+			ClientID: p.ClientID, Tenant: p.Tenant, TokenID: p.TokenID, Remote: ss.remote,
 			ConnectedAt: ss.since, Cursor: ss.cursor.Load(), PendingPushes: ss.pending.Load(),
 		})
 	}
@@ -151,7 +152,7 @@ func (s *Server) adminOplog(r *http.Request) (any, int, error) {
 	out := adminapi.OplogPage{Entries: make([]adminapi.OplogEntry, len(page.Entries)), Next: page.Next, Head: page.Head}
 	for i, e := range page.Entries {
 		out.Entries[i] = adminapi.OplogEntry{
-			Change: syncproto.Change{Seq: e.Seq, OpID: e.OpID, Model: e.Model, Key: e.Key, Op: syncproto.Op(e.Op), Value: e.Value, Version: e.Version, HLC: e.HLC, Deleted: e.Deleted},
+			Change: e.Change,
 			Tenant: e.Tenant, ClientID: e.ClientID, AppliedAt: e.AppliedAt,
 		}
 	}
@@ -174,7 +175,7 @@ func (s *Server) adminConflicts(r *http.Request) (any, int, error) {
 	out := make([]adminapi.Conflict, len(rows))
 	for i, c := range rows {
 		out[i] = adminapi.Conflict{
-			ID: c.ID, Tenant: c.Tenant, Model: c.Model, Key: c.Key, Policy: syncproto.Policy(c.Policy), Reason: c.Reason,
+			ID: c.ID, Tenant: c.Tenant, Model: c.Model, Key: c.Key, Policy: c.Policy, Reason: c.Reason,
 			Loser: conflictSide(c.Loser), Winner: conflictSide(c.Winner), DecidedAt: c.DecidedAt,
 		}
 	}
@@ -184,7 +185,7 @@ func (s *Server) adminConflicts(r *http.Request) (any, int, error) {
 // adminNode is a cluster node's report as the admin API shows it.
 func adminNode(n cluster.Status) adminapi.Node {
 	return adminapi.Node{Node: n.Node, AppliedSeq: n.AppliedSeq, Digest: n.Digest, StreamHead: n.StreamHead, Lag: n.Lag,
-		LeaseHeld: n.LeaseHeld, Ready: n.Ready, Problem: n.Problem, At: n.At}
+		LeaseHeld: n.LeaseHeld, Ready: n.Ready, Problem: n.Problem, At: n.At, Agreement: n.Agreement}
 }
 
 func conflictSide(s replication.Side) adminapi.ConflictSide {

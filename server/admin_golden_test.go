@@ -46,7 +46,7 @@ func goldenAdmin(t *testing.T, name string, got []byte) {
 func TestAdminAnswersAreStable(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	fixed := func() time.Time { return at }
-	ts := startServer(t, server.Config{NodeID: "node-7", Now: fixed, Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	ts := startServer(t, server.Config{NodeID: "node-7", Now: fixed, Policies: replication.Config{"accounts": syncproto.PolicyOptimistic}})
 	token := ts.Member(t, "acme", "phone")
 	c := dial(t, ts, token)
 	clock := syncproto.NewClock("phone", fixed)

@@ -19,7 +19,7 @@ import (
 )
 
 func TestAdminAPI(t *testing.T) {
-	ts := startServer(t, server.Config{NodeID: "node-7", Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	ts := startServer(t, server.Config{NodeID: "node-7", Policies: replication.Config{"accounts": syncproto.PolicyOptimistic}})
 	token := ts.Member(t, "acme", "phone")
 	c, clock := session(t, ts, token, "phone")
 	c.subscribe("s1", 0)
@@ -114,7 +114,7 @@ func rowsID(t *testing.T, ts *testServer) int64 {
 }
 
 func TestMetricsAfterAScenario(t *testing.T) {
-	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": syncproto.PolicyOptimistic}})
 	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	older := put(t, clock, "notes", "n", `"older"`)
 	m := put(t, clock, "notes", "n", `"newer"`)

@@ -120,7 +120,7 @@ func (e *badEnv) frame(v any) wsFrame {
 func (e *badEnv) tokenDial(token string) *websocket.DialOptions { return dialOptions(token) }
 
 func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
-	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": syncproto.PolicyOptimistic}})
 	e := &badEnv{
 		t: t, ts: ts,
 		phone:  ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{"*"}, Write: []string{"notes", "accounts"}}),

@@ -43,7 +43,7 @@ func (s *Server) push(ctx context.Context, p auth.Principal, muts []syncproto.Mu
 }
 
 func isHookWrite(w replication.Write) bool {
-	return w.Refusal == nil && w.Policy == replication.PolicyHook
+	return w.Refusal == nil && w.Policy == syncproto.PolicyHook
 }
 
 // pushWithHooks asks the hook about b's hook writes, commits, and asks again

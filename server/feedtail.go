@@ -41,7 +41,7 @@ const (
 // after it. It is safe for concurrent use; a reader never waits for a
 // refill other than the one it needs.
 type feedTail struct {
-	log replication.Log
+	log tailedLog
 
 	fill sync.Mutex // one refill at a time
 
@@ -55,7 +55,17 @@ type feedTail struct {
 	bytes   int
 }
 
-func newFeedTail(log replication.Log) *feedTail {
+// tailedLog is what the feed tail reads of the oplog: pages and bounds to
+// refill from (replication.Feed), and the wake-up of a commit beyond its
+// head. *replication.SQLiteLog is one.
+type tailedLog interface {
+	replication.Feed
+	// Notify returns a channel closed once a commit beyond after was
+	// reported; it may close spuriously.
+	Notify(after uint64) <-chan struct{}
+}
+
+func newFeedTail(log tailedLog) *feedTail {
 	return &feedTail{log: log, floors: replication.Floors{Tenants: map[string]uint64{}}}
 }
 
@@ -227,7 +237,7 @@ func (t *feedTail) dropFloorsAtOrBelow(seq uint64) {
 // writes it; nil if it cannot be encoded (the frame is then encoded the
 // ordinary way, which reports the error).
 func encodeChange(e replication.Entry) []byte {
-	c := changesOf("", replication.Page{Entries: []replication.Entry{e}}).Entries[0]
+	c := e.Change
 	if c.Validate() != nil {
 		return nil
 	}

@@ -49,8 +49,8 @@ func TestCommittedEntriesReachTheFeedWithoutARead(t *testing.T) {
 
 	at := time.UnixMilli(1_700_000_000_000).UTC()
 	entry := func(seq uint64) replication.Entry {
-		return replication.Entry{Seq: seq, Tenant: "acme", Model: "notes", Key: "k", OpID: "op", Op: replication.OpPut,
-			Value: []byte(`{}`), Version: seq, HLC: syncproto.Timestamp{Wall: at.UnixMilli(), Origin: "c"}, ClientID: "c", AppliedAt: at}
+		return replication.Entry{Change: syncproto.Change{Seq: seq, Model: "notes", Key: "k", OpID: "op", Op: syncproto.OpPut,
+			Value: []byte(`{}`), Version: seq, HLC: syncproto.Timestamp{Wall: at.UnixMilli(), Origin: "c"}}, Tenant: "acme", ClientID: "c", AppliedAt: at}
 	}
 	tail.committed([]replication.Entry{entry(1), entry(2)})
 	log.head = 2

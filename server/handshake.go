@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"path"
@@ -206,4 +207,44 @@ func offeredSubprotocols(r *http.Request) []string {
 		}
 	}
 	return out
+}
+
+// authError is the refusal for an authentication or session-recheck
+// failure: token_expired for an expired JWT, else unauthorized saying why
+// when the authenticator said (a JWT's failed check, a revocation).
+func authError(err error) *syncproto.Error {
+	if errors.Is(err, auth.ErrTokenExpired) {
+		return syncproto.Errorf(syncproto.CodeTokenExpired, "%s; get a fresh token and reconnect", strings.TrimPrefix(err.Error(), "auth: "))
+	}
+	if err == nil || err == auth.ErrUnauthorized {
+		return syncproto.Errorf(syncproto.CodeUnauthorized, "a valid bearer token is required")
+	}
+	return syncproto.Errorf(syncproto.CodeUnauthorized, "%s", strings.TrimPrefix(err.Error(), "auth: unauthorized: "))
+}
+
+// principal is the session's principal, safe from any goroutine.
+func (ss *session) principal() auth.Principal {
+	ss.pMu.Lock()
+	defer ss.pMu.Unlock()
+	return ss.p
+}
+
+// bindClientID applies PROTOCOL.md section 1.1 to hello's client id: a
+// principal bound to a client id must name it; one with a device
+// namespace (a JWT without a client id claim) may name any valid id in
+// it, which the session then acts as. Only the reader calls it.
+func (ss *session) bindClientID(id string) *syncproto.Error {
+	if ss.p.ClientID != "" {
+		if id != ss.p.ClientID {
+			return syncproto.Errorf(syncproto.CodeWrongClientID, "this token acts as client %q, not %q", ss.p.ClientID, id)
+		}
+		return nil
+	}
+	if !syncproto.InDeviceNamespace(id, ss.p.ClientIDPrefix) {
+		return syncproto.Errorf(syncproto.CodeWrongClientID, "user %q may act only as client ids starting %q (PROTOCOL.md section 1.1), not %q", ss.p.User, ss.p.ClientIDPrefix, id)
+	}
+	ss.pMu.Lock()
+	ss.p.ClientID = id
+	ss.pMu.Unlock()
+	return nil
 }

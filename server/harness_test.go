@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/server/auth/authtest"
 	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -34,6 +35,8 @@ type testServer struct {
 	// nodes are every node of the cluster in cluster mode (the first is
 	// this one), else this server alone.
 	nodes []*syncdtest.Server
+	// idp, in JWT mode (jwtMode), signs the tokens member hands out.
+	idp *authtest.Provider
 }
 
 // startServer starts syncd with cfg (DataPath and Authenticator filled in
@@ -43,6 +46,9 @@ type testServer struct {
 // returns its first node.
 func startServer(t testing.TB, cfg server.Config) *testServer {
 	t.Helper()
+	if jwtMode(t) {
+		return startJWTServer(t, cfg, func(c *auth.JWTConfig) { c.ClientIDClaim = jwtClientIDClaim }).testServer
+	}
 	var nodes []*syncdtest.Server
 	if clusterMode(t) {
 		nodes = syncdtest.StartCluster(t, 3, cfg)
@@ -70,6 +76,16 @@ func (ts *testServer) runRetention(t testing.TB) {
 		}
 		return false
 	}, ioTimeout, 20*time.Millisecond, "no node holds the job lease")
+}
+
+// Member, in JWT mode (jwtMode), hands out a JWT for clientID in tenant
+// that may read and write every model; otherwise the kit's token.
+func (ts *testServer) Member(t testing.TB, tenant, clientID string) string {
+	t.Helper()
+	if ts.idp != nil {
+		return ts.idp.Sign("EdDSA", authtest.Claims(clientID+"@"+tenant, tenant, time.Now(), 10*time.Minute, map[string]any{jwtClientIDClaim: clientID}))
+	}
+	return ts.Server.Member(t, tenant, clientID)
 }
 
 func (ts *testServer) syncURL() string {

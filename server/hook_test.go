@@ -71,7 +71,7 @@ func (h *counterHook) timesAsked(op string) int {
 func TestHookAnswerIsReaskedWhenTheKeyChanged(t *testing.T) {
 	h := &counterHook{interfere: make(chan struct{}), done: make(chan struct{}), asked: map[string]int{}}
 	ts := startServer(t, server.Config{
-		Policies: replication.Config{"counters": replication.PolicyHook},
+		Policies: replication.Config{"counters": syncproto.PolicyHook},
 		Hook:     h.hook, HookTimeout: time.Minute,
 	})
 	phone, phoneClock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")

@@ -52,7 +52,7 @@ func (g *gate) waitEntered(t *testing.T) {
 func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 	g := newGate()
 	ts := startServer(t, server.Config{
-		Policies: replication.Config{"gated": replication.PolicyHook},
+		Policies: replication.Config{"gated": syncproto.PolicyHook},
 		Hook:     g.hook, HookTimeout: time.Minute,
 	})
 	token := ts.Member(t, "acme", "phone")
@@ -91,7 +91,7 @@ func TestShutdownAnswersPushesInFlightThenClosesGoingAway(t *testing.T) {
 func TestShutdownDeadlineCutsSessions(t *testing.T) {
 	g := newGate()
 	ts := startServer(t, server.Config{
-		Policies: replication.Config{"gated": replication.PolicyHook},
+		Policies: replication.Config{"gated": syncproto.PolicyHook},
 		Hook:     g.hook, HookTimeout: time.Minute,
 	})
 	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")

@@ -352,8 +352,8 @@ func TestServerMutationChecksFollowTheDocumentedOrder(t *testing.T) {
 		syncproto.CodeClockSkew, syncproto.CodeMissingBaseVersion, syncproto.CodeNeedsUpgrade, syncproto.CodeOpIDReused, "conflict"}, documented,
 		"the order the cases below prove")
 
-	ts := startServer(t, server.Config{Policies: replication.Config{"notes": replication.PolicyLWW, "audit": replication.PolicyLWW,
-		"accounts": replication.PolicyOptimistic, replication.AnyModel: replication.PolicyNone},
+	ts := startServer(t, server.Config{Policies: replication.Config{"notes": syncproto.PolicyLWW, "audit": syncproto.PolicyLWW,
+		"accounts": syncproto.PolicyOptimistic, replication.AnyModel: syncproto.PolicyNone},
 		ValueVersions: map[string]server.ModelVersions{"accounts": {Current: 1}}})
 	token := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{auth.Wildcard}, Write: []string{"notes", "accounts"}})
 	c, clock := session(t, ts, token, "phone")
@@ -448,8 +448,8 @@ func TestSubscribeReplacesTheSubscription(t *testing.T) {
 // each with its policy and the token's permissions; a declared model the
 // token may neither read nor write is not listed (section 5.2).
 func TestWelcomeListsTheTokensModels(t *testing.T) {
-	ts := startServer(t, server.Config{Policies: replication.Config{"notes": replication.PolicyLWW,
-		"accounts": replication.PolicyOptimistic, "audit": replication.PolicyLWW, "secret": replication.PolicyLWW}})
+	ts := startServer(t, server.Config{Policies: replication.Config{"notes": syncproto.PolicyLWW,
+		"accounts": syncproto.PolicyOptimistic, "audit": syncproto.PolicyLWW, "secret": syncproto.PolicyLWW}})
 	token := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{"notes", "accounts", "audit"}, Write: []string{"notes", "accounts"}})
 	c := dial(t, ts, token)
 	w := c.hello("phone", 0, syncproto.NewClock("phone", nil))
@@ -488,7 +488,7 @@ func TestOpIDTwiceInOnePush(t *testing.T) {
 // tombstone's version applies and continues the versions. A key never
 // written is version 0, deleted, with an empty hlc.
 func TestTombstonesKeepTheirVersion(t *testing.T) {
-	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": syncproto.PolicyOptimistic}})
 	c, clock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	requireApplied(t, c.push("p1", putIf(t, clock, "accounts", "a", `1`, 0)))
 	one := uint64(1)

@@ -53,6 +53,21 @@ const (
 // Readers beyond it wait for a free connection rather than open files.
 const maxDBConns = 8
 
+// Synchronous is the durability level of syncd's database (PRAGMA
+// synchronous). It is the type a device's files use too
+// (offlinequeue.Synchronous): one type, sqlitedb.Synchronous, named here so
+// that an embedder can set Config.Synchronous.
+type Synchronous = sqlitedb.Synchronous
+
+// The durability levels.
+const (
+	// SyncFull: an acknowledged result survives a power cut. The default.
+	SyncFull = sqlitedb.Full
+	// SyncNormal: an acknowledged result survives a process crash; a power
+	// cut may roll back the newest commits.
+	SyncNormal = sqlitedb.Normal
+)
+
 // checkpointOptions are syncd's database's (sqlitedb.Checkpointer): the
 // defaults, with writes weighed by replication.CheckpointWeight, so that
 // large group commits bring checkpoints nearer. The writer's
@@ -66,10 +81,10 @@ type Config struct {
 	// DataPath is the SQLite database file; it and its directory are
 	// created if missing. Required.
 	DataPath string
-	// Synchronous is the durability level; "" means sqlitedb.Full, so an
-	// acknowledged result survives a power cut. sqlitedb.Normal survives a
+	// Synchronous is the durability level; the zero value is SyncFull, so
+	// an acknowledged result survives a power cut. SyncNormal survives a
 	// process crash only.
-	Synchronous sqlitedb.Synchronous
+	Synchronous Synchronous
 	// Authenticator maps bearer tokens to principals. Required.
 	Authenticator *auth.Authenticator
 	// NodeID names this server in welcome and as the origin of its clock.
@@ -494,10 +509,11 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request, admin bool) (
 		err = auth.ErrUnauthorized
 	}
 	if err != nil {
+		e := authError(err)
 		s.metrics.connectionsTotal.WithLabelValues("unauthorized").Inc()
-		s.events.add("authentication failed", string(syncproto.CodeUnauthorized), r.RemoteAddr)
+		s.events.add("authentication failed", string(e.Code), r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="syncd"`)
-		httpError(w, http.StatusUnauthorized, syncproto.Errorf(syncproto.CodeUnauthorized, "a valid bearer token is required"))
+		httpError(w, http.StatusUnauthorized, e)
 		return auth.Principal{}, false
 	}
 	return p, true
@@ -617,7 +633,7 @@ func (s *Server) modelAccess(p auth.Principal) map[string]syncproto.ModelAccess 
 		}
 		r, w := p.CanRead(model), p.CanWrite(model)
 		if r || w {
-			out[model] = syncproto.ModelAccess{Policy: syncproto.Policy(policy), Read: r, Write: w}
+			out[model] = syncproto.ModelAccess{Policy: policy, Read: r, Write: w}
 		}
 	}
 	return out

@@ -36,7 +36,8 @@ const outboxSize = 64
 type session struct {
 	srv      *Server
 	conn     *websocket.Conn
-	p        auth.Principal
+	p        auth.Principal // written by the reader (hello's client id) under pMu
+	pMu      sync.Mutex
 	remote   string
 	since    time.Time
 	log      *slog.Logger
@@ -369,9 +370,9 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 	if ss.helloDone {
 		return ss.refuseAndClose(m.ID, syncproto.Errorf(syncproto.CodeHelloRequired, "hello was already sent on this connection"))
 	}
-	if m.ClientID != ss.p.ClientID {
+	if e := ss.bindClientID(m.ClientID); e != nil {
 		ss.log.Warn("hello names another client id", "hello_client_id", m.ClientID)
-		return ss.refuseAndClose(m.ID, syncproto.Errorf(syncproto.CodeWrongClientID, "this token acts as client %q, not %q", ss.p.ClientID, m.ClientID))
+		return ss.refuseAndClose(m.ID, e)
 	}
 	ss.srv.catchUp(ctx, m.Cursor)
 	bounds, err := ss.srv.store.Log.Bounds(ctx, scopeOf(ss.p))
@@ -408,8 +409,9 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), ServerTime: ss.srv.now().UnixMilli(),
 		DatabaseID: ss.srv.store.ID, Head: bounds.Head,
 		Limits: ss.srv.limits(), Models: ss.srv.modelAccess(ss.p),
-		DefaultPolicy: syncproto.Policy(ss.srv.cfg.Policies.Default()),
+		DefaultPolicy: ss.srv.cfg.Policies.Default(),
 		LedgerFloorMS: floorMS(floor),
+		User:          ss.p.User,
 		ServerBuild:   buildinfo.Read().String(),
 		ValueVersions: ss.srv.versions.announced(),
 	})
@@ -495,7 +497,7 @@ func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int
 func changesOf(id string, page replication.Page) *syncproto.Changes {
 	c := &syncproto.Changes{ID: id, Entries: make([]syncproto.Change, len(page.Entries)), Cursor: page.Next, Head: page.Head, More: !page.CaughtUp()}
 	for i, e := range page.Entries {
-		c.Entries[i] = syncproto.Change{Seq: e.Seq, OpID: e.OpID, Model: e.Model, Key: e.Key, Op: syncproto.Op(e.Op), Value: e.Value, Version: e.Version, HLC: e.HLC, Deleted: e.Deleted}
+		c.Entries[i] = e.Change
 	}
 	return c
 }
@@ -814,14 +816,15 @@ func (ss *session) keepalive(ctx context.Context) {
 	defer ping.Stop()
 	recheck := time.NewTicker(ss.srv.cfg.TokenRecheck)
 	defer recheck.Stop()
+	p := ss.principal()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-recheck.C:
-			if !ss.srv.cfg.Authenticator.Active(ss.p.TokenID) {
-				ss.log.Info("token revoked; closing its session", "token_id", ss.p.TokenID)
-				ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeUnauthorized, "the token was revoked"))
+			if err := ss.srv.cfg.Authenticator.Check(p); err != nil {
+				ss.log.Info("token no longer valid; closing its session", "token_id", p.TokenID, "err", err)
+				ss.closeWith(ctx, authError(err))
 				return
 			}
 		case <-ping.C:
@@ -836,4 +839,4 @@ func (ss *session) keepalive(ctx context.Context) {
 }
 
 // String names the session in logs.
-func (ss *session) String() string { return fmt.Sprintf("%s@%s", ss.p.ClientID, ss.remote) }
+func (ss *session) String() string { return fmt.Sprintf("%s@%s", ss.principal().ClientID, ss.remote) }

@@ -125,7 +125,7 @@ func TestResendIsDuplicateWithOriginalResult(t *testing.T) {
 }
 
 func TestOptimisticRaceHasExactlyOneWinner(t *testing.T) {
-	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": replication.PolicyOptimistic}})
+	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": syncproto.PolicyOptimistic}})
 	a, aClock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
 	b, bClock := session(t, ts, ts.Member(t, "acme", "laptop"), "laptop")
 
@@ -439,7 +439,7 @@ func TestConditionalWriteOnLWWModelIsRefusedWhenStale(t *testing.T) {
 // lists only declared models, and a server started with default policy
 // "none" refuses them invalid_model, as section 12 says.
 func TestUndeclaredModelsFollowTheAnnouncedDefault(t *testing.T) {
-	open := startServer(t, server.Config{Policies: replication.Config{"docs": replication.PolicyOptimistic}})
+	open := startServer(t, server.Config{Policies: replication.Config{"docs": syncproto.PolicyOptimistic}})
 	c := dial(t, open, open.Member(t, "acme", "phone"))
 	clock := syncproto.NewClock("phone", nil)
 	w := c.hello("phone", 0, clock)
@@ -447,7 +447,7 @@ func TestUndeclaredModelsFollowTheAnnouncedDefault(t *testing.T) {
 	require.Equal(t, []string{"docs"}, slices.Sorted(maps.Keys(w.Models)))
 	requireApplied(t, c.push("p1", put(t, clock, "anything", "k", `1`)))
 
-	strict := startServer(t, server.Config{Policies: replication.Config{"notes": replication.PolicyLWW, replication.AnyModel: replication.PolicyNone}})
+	strict := startServer(t, server.Config{Policies: replication.Config{"notes": syncproto.PolicyLWW, replication.AnyModel: syncproto.PolicyNone}})
 	c = dial(t, strict, strict.Member(t, "acme", "phone"))
 	w = c.hello("phone", 0, clock)
 	require.Equal(t, syncproto.PolicyNone, w.DefaultPolicy)

@@ -3,6 +3,7 @@ package syncdtest
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -43,10 +44,11 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	nats := StartNATS(t, n, secret)
 	nodes := make([]*Server, n)
 	for i := range n {
-		node := &Server{TokenPath: tokens, AdminToken: admin}
+		node := &Server{TokenPath: tokens, AdminToken: admin, CommandKey: secret.CommandKey(), nats: nats[i], secret: secret}
 		node.join = func(t testing.TB, cfg server.Config) *cluster.Cluster {
 			return joinNATS(t, nats[i], secret, cluster.Options{Node: fmt.Sprintf("node-%d", i+1), Replicas: replicas,
-				Now: cfg.Now, Registerer: cfg.Registry, CommandKey: secret.CommandKey()})
+				CommandKey: secret.CommandKey(), MaxClockSkew: cfg.MaxClockSkew, Policies: cfg.Policies, Agreement: TokenFileAgreement(tokens),
+				Now: cfg.Now, Registerer: cfg.Registry})
 		}
 		c := cfg
 		c.DataPath = filepath.Join(t.TempDir(), "syncd.db")
@@ -57,6 +59,33 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 		node.start(t, c)
 	}
 	return nodes
+}
+
+// NATS connects to a cluster node's embedded NATS server with the node
+// credentials of the cluster secret, as a process that holds the secret
+// may (a test's raw client, to publish forged commands); the connection
+// closes when t ends.
+func (s *Server) NATS(t testing.TB) *nats.Conn {
+	t.Helper()
+	require.NotNil(t, s.nats, "not a cluster node")
+	nc, err := cluster.ConnectEmbedded(s.nats, s.secret)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// TokenFileAgreement is an Options.Agreement that publishes the hash of
+// the token file at path (part "tokens"): a node whose file differs from
+// the majority's (a revocation it missed) refuses to serve. A file that
+// cannot be read hashes as its error.
+func TokenFileAgreement(path string) func() map[string]string {
+	return func() map[string]string {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			data = []byte("unreadable: " + err.Error())
+		}
+		return map[string]string{"tokens": cluster.HashPart(data)}
+	}
 }
 
 // StartNATS starts n embedded NATS servers with JetStream, routed to each

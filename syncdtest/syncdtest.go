@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -50,6 +51,10 @@ type Server struct {
 	DataPath string
 	// Registry is the server's metrics registry.
 	Registry *prometheus.Registry
+	// CommandKey is, on a cluster node, the cluster's command key
+	// (cluster.Options.CommandKey), for tests that publish commands as a
+	// node would (see NATS).
+	CommandKey []byte
 
 	cfg       server.Config
 	addr      string // the public listener's fixed address; "" for a fresh port
@@ -57,6 +62,10 @@ type Server struct {
 	stopOnce  sync.Once
 	// join, on a cluster node, makes a new membership for each start.
 	join func(testing.TB, server.Config) *cluster.Cluster
+	// nats, on a cluster node, is its embedded NATS server, whose
+	// credentials derive from secret.
+	nats   *natsserver.Server
+	secret cluster.Secret
 }
 
 // Start starts syncd with cfg and stops it when t ends. Empty DataPath,

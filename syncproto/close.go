@@ -50,7 +50,7 @@ var CloseCodes = []CloseCode{
 // shutdown, and a session failure. CloseFor only picks the number.
 func CloseFor(c Code) CloseCode {
 	switch c {
-	case CodeUnauthorized, CodeWrongClientID, CodeForbiddenOrigin:
+	case CodeUnauthorized, CodeTokenExpired, CodeWrongClientID, CodeForbiddenOrigin:
 		return ClosePolicyViolation
 	case CodeFrameTooLarge:
 		return CloseMessageTooBig

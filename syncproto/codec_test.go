@@ -196,7 +196,7 @@ func TestPushDecodePathsAgree(t *testing.T) {
 func TestErrorMeaning(t *testing.T) {
 	retryable := map[syncproto.Code]bool{
 		syncproto.CodeRateLimited: true, syncproto.CodeServerBusy: true,
-		syncproto.CodeShuttingDown: true, syncproto.CodeInternal: true, syncproto.CodeIdleTimeout: true,
+		syncproto.CodeShuttingDown: true, syncproto.CodeInternal: true, syncproto.CodeIdleTimeout: true, syncproto.CodeTokenExpired: true,
 	}
 	for _, c := range syncproto.Codes {
 		e := syncproto.Errorf(c, "x")

@@ -61,6 +61,11 @@ const (
 	CodeClockSkew Code = "clock_skew"
 	// CodeUnauthorized: the bearer token is missing, unknown or revoked.
 	CodeUnauthorized Code = "unauthorized"
+	// CodeTokenExpired: the bearer token (a JWT) expired, on the upgrade or
+	// during the session, which then closes with ClosePolicyViolation.
+	// Nothing of the refused request was processed: get a fresh token,
+	// reconnect and resend, charging no attempt.
+	CodeTokenExpired Code = "token_expired"
 	// CodeForbiddenOrigin: the upgrade request's Origin is not allowed.
 	CodeForbiddenOrigin Code = "forbidden_origin"
 	// CodeForbiddenModel: the token may not write (or read) this model.
@@ -113,8 +118,8 @@ var Codes = []Code{
 	CodeMissingBaseVersion, CodeOpIDReused, CodeClockSkew, CodeUnauthorized,
 	CodeForbiddenOrigin, CodeForbiddenModel, CodeWrongClientID,
 	CodeHelloRequired, CodeCursorAhead, CodeRateLimited, CodeServerBusy,
-	CodeShuttingDown, CodeInternal, CodeIdleTimeout, CodeNeedsUpgrade,
-	CodeUpcastFailed,
+	CodeShuttingDown, CodeInternal, CodeIdleTimeout, CodeTokenExpired,
+	CodeNeedsUpgrade, CodeUpcastFailed,
 }
 
 // Retryable reports whether a request refused with c was not processed at
@@ -124,7 +129,7 @@ var Codes = []Code{
 // attempt). An unknown code is not retryable: "I don't know" is rejected.
 func (c Code) Retryable() bool {
 	switch c {
-	case CodeRateLimited, CodeServerBusy, CodeShuttingDown, CodeInternal, CodeIdleTimeout:
+	case CodeRateLimited, CodeServerBusy, CodeShuttingDown, CodeInternal, CodeIdleTimeout, CodeTokenExpired:
 		return true
 	}
 	return false

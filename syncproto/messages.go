@@ -173,6 +173,9 @@ type Welcome struct {
 	// policy, or PolicyNone when the server refuses undeclared models
 	// (invalid_model). Absent (from an older server) means PolicyLWW.
 	DefaultPolicy Policy `json:"default_policy,omitempty"`
+	// User is the user the connection's token acts for, absent when the
+	// token names none.
+	User string `json:"user,omitempty"`
 	// ServerBuild, optional, names the server's build (release version,
 	// source revision): for logs and support, never for deciding what the
 	// client does, which follows the members above.

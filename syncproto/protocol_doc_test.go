@@ -100,6 +100,7 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 		"MaxValueDepth":       fmt.Sprint(syncproto.MaxValueDepth),
 		"MaxFrameDepth":       fmt.Sprint(syncproto.MaxFrameDepth),
 		"MaxSafeInteger":      fmt.Sprint(syncproto.MaxSafeInteger),
+		"MaxUserBytes":        fmt.Sprint(syncproto.MaxUserBytes),
 		"MaxWall":             fmt.Sprint(syncproto.MaxWall),
 		"MaxValueVersion":     fmt.Sprint(syncproto.MaxValueVersion),
 		"MaxAcceptedVersions": fmt.Sprint(syncproto.MaxAcceptedVersions),

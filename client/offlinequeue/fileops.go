@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/syncd-dev/syncd/internal/dirsync"
 )
 
 // FS is everything the file queue does to the file system. It exists so tests
@@ -71,22 +73,9 @@ func (osFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, ne
 
 func (osFS) Remove(name string) error { return os.Remove(name) }
 
-// SyncDir fsyncs dir. EINVAL and ENOTSUP are how Linux says a file system
-// cannot sync a directory at all; they are not failures of this sync.
-func (osFS) SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSUP) {
-		err = nil
-	}
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+// SyncDir fsyncs dir (dirsync.Sync: a file system that cannot sync a
+// directory at all is not a failure of this sync).
+func (osFS) SyncDir(dir string) error { return dirsync.Sync(dir) }
 
 func (osFS) Lock(name string) (io.Closer, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)

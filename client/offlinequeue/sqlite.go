@@ -17,31 +17,22 @@ import (
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 )
 
-// Synchronous is the SQLite synchronous level of a queue's database: how
-// much a returned call survives.
-type Synchronous int
+// Synchronous is the SQLite synchronous level of a queue's database (and
+// of a client's replica): how much a returned call survives. It is
+// sqlitedb.Synchronous, the one durability type of every SQLite file the
+// project writes (syncd's Config names it server.Synchronous).
+type Synchronous = sqlitedb.Synchronous
 
 const (
 	// SyncFull syncs the write-ahead log on every commit, so a call that
 	// returned survives a process crash and a power cut. The default.
-	SyncFull Synchronous = iota
+	SyncFull = sqlitedb.Full
 	// SyncNormal syncs only at checkpoints. A call that returned survives a
 	// process crash, but a power cut (or an OS crash) can roll back the most
 	// recent commits: not power-loss safe. Choose it only where losing the
 	// newest enqueues to a power cut is acceptable.
-	SyncNormal
+	SyncNormal = sqlitedb.Normal
 )
-
-// sqlitedb returns the level as sqlitedb names it.
-func (s Synchronous) sqlitedb() (sqlitedb.Synchronous, error) {
-	switch s {
-	case SyncFull:
-		return sqlitedb.Full, nil
-	case SyncNormal:
-		return sqlitedb.Normal, nil
-	}
-	return "", fmt.Errorf("unknown Synchronous value %d", int(s))
-}
 
 // DefaultBusyTimeout is how long a SQLite queue waits for a lock held by
 // another connection to the same file before failing.
@@ -174,10 +165,6 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 		return nil, err
 	}
 	opts.Options = opts.Options.withDefaults()
-	synchronous, err := opts.Synchronous.sqlitedb()
-	if err != nil {
-		return nil, err
-	}
 	files := sqliteFiles(path)
 	if err := checkRegular(files...); err != nil {
 		return nil, err
@@ -186,7 +173,7 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 	created := errors.Is(statErr, fs.ErrNotExist)
 	ctx := context.Background()
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{
-		Synchronous:      synchronous,
+		Synchronous:      opts.Synchronous,
 		BusyTimeout:      opts.BusyTimeout,
 		Inspect:          refuseForeign,
 		NoAutoCheckpoint: true,
@@ -260,7 +247,8 @@ func refuseForeign(c *sqlite3.SQLiteConn) error {
 	return err
 }
 
-// schemaVersion is the PRAGMA user_version of the schema below.
+// schemaVersion is the PRAGMA user_version this build writes: the number
+// of migrations.
 const schemaVersion = 1
 
 // schema creates a version-1 queue. Payloads, keys and reasons are BLOBs so
@@ -303,31 +291,33 @@ func checkSchema(version, objects int64) (fresh bool, err error) {
 	return true, nil
 }
 
-// migrate creates the schema in an empty database. It checks again inside
-// its transaction, so two openers racing on a new file cannot both create it.
+// migrations are the queue file's schema versions (sqlitedb.Migrate, the
+// one scheme of every SQLite file the project writes): migration i brings
+// a file from version i to i+1. Version 1 is the first shipped.
+var migrations = []sqlitedb.Migration{
+	// 1: the items and dead letters of a new file, which must be empty
+	// (a file of another application is refused, not added to).
+	func(ctx context.Context, tx sqlitedb.Execer) error {
+		var objects int64
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&objects); err != nil {
+			return fmt.Errorf("read schema: %w", err)
+		}
+		if _, err := checkSchema(0, objects); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, schema); err != nil {
+			return fmt.Errorf("create schema: %w", err)
+		}
+		return nil
+	},
+}
+
+// migrate brings the file to schemaVersion. Two openers racing on a new
+// file cannot both create it: each migration takes the write lock and reads
+// the version again first.
 func migrate(ctx context.Context, db *sql.DB) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin schema check: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	var version, objects int64
-	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	}
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&objects); err != nil {
-		return fmt.Errorf("read schema: %w", err)
-	}
-	if fresh, err := checkSchema(version, objects); !fresh || err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, schema+fmt.Sprintf("PRAGMA user_version = %d;", schemaVersion)); err != nil {
-		return fmt.Errorf("create schema: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit schema: %w", err)
-	}
-	return nil
+	_, err := sqlitedb.Migrate(ctx, db, migrations[:schemaVersion])
+	return err
 }
 
 // The queue's statements. Key lookups repeat the partial index's WHERE term

@@ -410,3 +410,9 @@ func TestSQLiteCloseDuringEnqueue(t *testing.T) {
 	require.Len(t, items, 1)
 	require.Equal(t, res.id, items[0].ID)
 }
+
+// TestSchemaVersionIsTheNumberOfMigrations: a build writes the version its
+// last migration reaches, so a new migration raises schemaVersion with it.
+func TestSchemaVersionIsTheNumberOfMigrations(t *testing.T) {
+	require.Len(t, migrations, schemaVersion)
+}

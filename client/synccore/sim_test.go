@@ -110,7 +110,7 @@ const (
 	simRetryMax  = time.Minute
 )
 
-var simPolicies = replication.Config{"notes": replication.PolicyLWW, "docs": replication.PolicyOptimistic, "flaky": replication.PolicyLWW, "shapes": replication.PolicyLWW}
+var simPolicies = replication.Config{"notes": syncproto.PolicyLWW, "docs": syncproto.PolicyOptimistic, "flaky": syncproto.PolicyLWW, "shapes": syncproto.PolicyLWW}
 
 // simMaxValueVersion is the newest value version of the "shapes" model a
 // device build writes; the server accepts a window of 1..it.

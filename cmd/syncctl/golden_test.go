@@ -178,7 +178,7 @@ func TestTokenCommandsGolden(t *testing.T) {
 	adminID := strings.SplitN(admin, "_", 3)[1]
 	require.Equal(t, "issued token "+adminID+" for an admin token in "+path+"; it is shown only this once\n", r.stderr)
 
-	member := strings.TrimSpace(c.ok("token", "issue", "--tenant", "acme", "--client-id", "phone-1", "--read", "*", "--write", "notes,docs"))
+	member := strings.TrimSpace(c.ok("token", "issue", "--tenant", "acme", "--client-id", "phone-1", "--user", "alice", "--read", "*", "--write", "notes,docs"))
 	memberID := strings.SplitN(member, "_", 3)[1]
 
 	norm := func(s string) string {

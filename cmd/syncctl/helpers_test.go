@@ -212,7 +212,7 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 	cfg := server.Config{
 		DataPath:          filepath.Join(dir, "syncd.db"),
 		Authenticator:     authn,
-		Policies:          replication.Config{"docs": replication.PolicyOptimistic},
+		Policies:          replication.Config{"docs": syncproto.PolicyOptimistic},
 		RetentionInterval: -1,
 	}
 	if o.clock != nil {

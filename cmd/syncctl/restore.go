@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/syncd-dev/syncd/internal/datalock"
+	"github.com/syncd-dev/syncd/internal/dirsync"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 )
@@ -164,7 +165,7 @@ func moveAside(data, dir string) error {
 	if err := syncNewFile(last); err != nil {
 		return err
 	}
-	return sqlitedb.SyncDir(filepath.Dir(data))
+	return dirsync.Sync(filepath.Dir(data))
 }
 
 // checkBackup refuses a file SQLite finds damaged, or that is not SQLite.

@@ -26,7 +26,7 @@ type issuedView struct {
 
 func (a *app) tokenIssueCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "issue (--tenant T --client-id C [--read M,...] [--write M,...] | --admin)",
+		Use:   "issue (--tenant T --client-id C [--user U] [--read M,...] [--write M,...] | --admin)",
 		Short: "Add a token to the token file and print it (the only time it is shown)",
 		Long: `Add a token and print it on stdout, so TOKEN=$(syncctl token issue ...) keeps
 it. A client token acts as exactly one client id in one tenant and may read and
@@ -46,6 +46,7 @@ With --credential it prints the device credential instead of the bare token:
 	var p auth.Principal
 	cmd.Flags().StringVar(&p.Tenant, "tenant", "", "the tenant the client belongs to")
 	cmd.Flags().StringVar(&p.ClientID, "client-id", "", "the one client id the token may act as")
+	cmd.Flags().StringVar(&p.User, "user", "", "the user the token acts for (shown in welcome, syncctl token ls); optional")
 	cmd.Flags().StringSliceVar(&p.Read, "read", nil, `models the token may read, comma-separated ("*" for all)`)
 	cmd.Flags().StringSliceVar(&p.Write, "write", nil, `models the token may write, comma-separated ("*" for all)`)
 	cmd.Flags().BoolVar(&p.Admin, "admin", false, "an admin token (no tenant, client or models)")

@@ -26,13 +26,13 @@ func (a *app) tokenListCommand() *cobra.Command {
 		if a.json {
 			return printJSON(a.stdout, views)
 		}
-		tb := newTable(a.stdout, "ID", "KIND", "TENANT", "CLIENT", "READ", "WRITE", "CREATED")
+		tb := newTable(a.stdout, "ID", "KIND", "TENANT", "USER", "CLIENT", "READ", "WRITE", "CREATED")
 		for _, v := range views {
 			kind := "client"
 			if v.Admin {
 				kind = "admin"
 			}
-			tb.row(v.TokenID, kind, v.Tenant, v.ClientID, strings.Join(v.Read, ","), strings.Join(v.Write, ","), stamp(v.CreatedAt))
+			tb.row(v.TokenID, kind, v.Tenant, v.User, v.ClientID, strings.Join(v.Read, ","), strings.Join(v.Write, ","), stamp(v.CreatedAt))
 		}
 		return tb.flush()
 	}

@@ -202,6 +202,7 @@ func joinCluster(ctx context.Context, o options, log *slog.Logger, reg prometheu
 	m.cluster, err = cluster.Connect(jctx, m.nc, cluster.Options{
 		Node: o.nodeID, Replicas: c.replicas, StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes, SnapshotEvery: c.snapshotEvery,
 		SnapshotDir: filepath.Dir(o.data), Logger: log, Registerer: reg, CommandKey: secret.CommandKey(),
+		MaxClockSkew: o.maxClockSkew, Policies: o.models, Agreement: agreement(o), JobInterval: o.retentionEvery,
 	})
 	if err != nil {
 		m.close()

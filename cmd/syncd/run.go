@@ -24,6 +24,7 @@ import (
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // options are syncd's command-line settings. Every flag can also be set by
@@ -58,6 +59,7 @@ type options struct {
 	retention       server.Retention
 	retentionEvery  time.Duration
 	cluster         clusterOptions
+	jwt             jwtOptions
 	version         bool
 	limits          limitOptions
 }
@@ -79,7 +81,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the sync, snapshot, health and metrics listener")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "address of the admin API listener (keep it on loopback); empty disables it")
 	fs.StringVar(&o.data, "data", "var/syncd.db", "SQLite database file (created with its directory if missing)")
-	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token issue); syncd refuses to start without one unless --dev-tokens")
+	fs.StringVar(&o.tokens, "tokens", "var/tokens.json", "token file (see syncctl token issue); syncd refuses to start without one unless --dev-tokens or JWT verification (--jwt-*) is configured")
 	fs.BoolVar(&o.devTokens, "dev-tokens", false, "development only: when the token file is missing, generate one with a client token for every model and an admin token, and log both once")
 	fs.StringVar(&o.nodeID, "node-id", server.DefaultNodeID, "this server's name (welcome, and the origin of its clock)")
 	fs.StringVar(&o.synchronous, "synchronous", "FULL", "SQLite synchronous level: FULL (acknowledged writes survive a power cut) or NORMAL (survive a crash only)")
@@ -90,7 +92,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Int64Var(&o.retention.Oplog.MaxEntries, "oplog-max-entries", 0, "keep at most this many oplog entries of each tenant: one tenant's writes never compact another's, and only a device whose own tenant's entries after its cursor were compacted resyncs (default 1000000 per tenant; negative: no count bound)")
 	fs.DurationVar(&o.retention.Conflicts.MaxAge, "conflicts-max-age", 0, "prune conflict-log rows older than this (default 168h; negative: no age bound)")
 	fs.Int64Var(&o.retention.Conflicts.MaxEntries, "conflicts-max-entries", 0, "keep at most this many conflict-log rows per tenant (default 10000; negative: no count bound)")
-	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m)")
+	fs.DurationVar(&o.retentionEvery, "retention-interval", 0, "how often retention runs (default 1m); with --cluster, how often the lease holder publishes the retention jobs every node applies")
 	fs.IntVar(&o.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnectionsPerAddress, "cap on TCP connections one IP address holds open on each listener (public and admin, counted apart); negative: no cap (behind a load balancer every peer has its address)")
 	fs.Float64Var(&o.quotas.TokenMutationsPerSecond, "token-mutations-per-second", server.DefaultTokenMutationsPerSecond, "mutations per second one token may push over all its sessions (every other frame counts one); negative: no limit (the default: one device is bound by the commit rate, and the committer's fair order per tenant protects the others)")
 	fs.IntVar(&o.quotas.TokenMutationBurst, "token-mutation-burst", server.DefaultTokenMutationBurst, "burst of --token-mutations-per-second (at least max_batch, 500)")
@@ -119,6 +121,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take before sessions are cut")
 	o.limits.register(fs)
 	o.cluster.register(fs)
+	o.jwt.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -140,7 +143,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if err := checkAdminListen(o); err != nil {
 		return o, err
 	}
-	if o.models.Uses(replication.PolicyHook) {
+	if o.models.Uses(syncproto.PolicyHook) {
 		return o, errors.New("--model NAME=hook needs a Go hook: embed the server package to use it")
 	}
 	if err := o.cluster.validate(); err != nil {
@@ -283,13 +286,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := newLogger(o, stderr)
 	log.Info("syncd starting", "build", buildinfo.Read().String(), "go", buildinfo.Read().GoVersion)
-	if err := ensureTokens(o.tokens, o.devTokens, log, stderr); err != nil {
-		return fmt.Errorf("token file: %w", err)
-	}
-	authn, err := auth.NewAuthenticator(o.tokens, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	authn, err := newAuthenticator(o, log, reg, stderr)
 	if err != nil {
 		return err
 	}
+	defer authn.Close()
 
 	// One syncd per database: a second one, or syncctl restore while this
 	// one runs, is refused (datalock). The lock's directory is created
@@ -306,9 +309,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer lock.Release()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var member *membership
 	if o.cluster.enabled {
 		if member, err = joinCluster(ctx, o, log, reg); err != nil {
@@ -317,9 +317,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		defer member.close()
 		log.Info("joined the cluster", "cluster_id", member.cluster.ID(), "node", o.nodeID)
 	}
+	synchronous, err := sqlitedb.ParseSynchronous(o.synchronous)
+	if err != nil {
+		return fmt.Errorf("--synchronous: %w", err)
+	}
 	cfg := server.Config{
 		DataPath:                 o.data,
-		Synchronous:              sqlitedb.Synchronous(strings.ToUpper(o.synchronous)),
+		Synchronous:              synchronous,
 		Authenticator:            authn,
 		NodeID:                   o.nodeID,
 		Policies:                 o.models,

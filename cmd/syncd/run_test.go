@@ -23,8 +23,8 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/internal/datalock"
-	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 func TestFlagsFallBackToEnvironment(t *testing.T) {
@@ -222,8 +222,8 @@ func TestDefaultPolicyFlag(t *testing.T) {
 	noEnv := func(string) string { return "" }
 	o, err := parseFlags([]string{"--model", "notes=lww", "--default-policy", "none"}, noEnv, io.Discard)
 	require.NoError(t, err)
-	require.Equal(t, replication.PolicyNone, o.models.For("todos"))
-	require.Equal(t, replication.PolicyLWW, o.models.For("notes"))
+	require.Equal(t, syncproto.PolicyNone, o.models.For("todos"))
+	require.Equal(t, syncproto.PolicyLWW, o.models.For("notes"))
 	for _, bad := range []string{"crdt", ""} {
 		_, err := parseFlags([]string{"--default-policy", bad}, noEnv, io.Discard)
 		require.Error(t, err, "%q", bad)

@@ -19,6 +19,13 @@
 //
 // A device credential (syncctl token issue --credential) replaces --token
 // and --client-id: --credential sdc_phone-1@sdk_... or $NOTES_CREDENTIAL.
+//
+// A JWT (syncd with --jwt-*) comes from a file, read again whenever the
+// client needs a fresh token, and the client id is a device of the token's
+// user (PROTOCOL.md section 1.1):
+//
+//	syncctl jwt sign --sub alice --tenant dev > var/alice.jwt
+//	go run ./examples/notes --jwt var/alice.jwt --client-id alice:laptop add k v
 package main
 
 import (
@@ -31,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -80,6 +88,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	credential := fs.String("credential", os.Getenv("NOTES_CREDENTIAL"), "device credential, client id and token in one (default $NOTES_CREDENTIAL); replaces --token and --client-id")
 	token := fs.String("token", os.Getenv("NOTES_TOKEN"), "bearer token (default $NOTES_TOKEN)")
 	clientID := fs.String("client-id", "dev-client", "the client id the token acts as")
+	jwtFile := fs.String("jwt", "", "file holding a JWT (syncctl jwt sign), read whenever a fresh token is needed; replaces --token; --client-id is then USER:DEVICE")
 	dir := fs.String("dir", "var/notes", "where this device keeps its queue and replica")
 	wait := fs.Duration("wait", 30*time.Second, "how long add, rm and sync wait for the server")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
@@ -96,6 +105,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if *credential != "" {
 		cfg.Credential, cfg.Token, cfg.ClientID = *credential, "", ""
+	}
+	if *jwtFile != "" {
+		cfg.Token, cfg.TokenSource = "", func(context.Context) (string, error) {
+			b, err := os.ReadFile(*jwtFile)
+			return strings.TrimSpace(string(b)), err
+		}
 	}
 	if err := os.MkdirAll(*dir, 0o700); err != nil {
 		return err

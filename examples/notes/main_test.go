@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -110,4 +111,29 @@ func TestRefusedDeviceIsToldWhy(t *testing.T) {
 			require.Contains(t, out.String(), "(not synced)", "the note stays queued")
 		})
 	}
+}
+
+// With --jwt the app signs in with a JWT from a file, as a device of the
+// token's user.
+func TestAddWithAJWT(t *testing.T) {
+	dir := t.TempDir()
+	key, err := auth.GenerateSigningKey("ES256")
+	require.NoError(t, err)
+	jwks, err := auth.JWKS(key)
+	require.NoError(t, err)
+	jwksPath, jwtPath := filepath.Join(dir, "jwks.json"), filepath.Join(dir, "alice.jwt")
+	require.NoError(t, os.WriteFile(jwksPath, jwks, 0o600))
+	a, err := auth.New(auth.Config{JWT: &auth.JWTConfig{JWKSFile: jwksPath, Issuer: "syncd-dev", Audience: "syncd"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	s := syncdtest.Start(t, server.Config{Authenticator: a})
+	now := time.Now()
+	tok, err := key.Sign(map[string]any{"iss": "syncd-dev", "aud": "syncd", "sub": "alice", "tenant": "dev",
+		"read": "*", "write": "*", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(jwtPath, []byte(tok+"\n"), 0o600))
+	var out bytes.Buffer
+	args := []string{"--server", s.URL, "--jwt", jwtPath, "--client-id", "alice:laptop", "--dir", t.TempDir(), "--wait", "30s"}
+	require.NoError(t, run(t.Context(), append(args, "add", "shopping", "milk"), &out))
+	require.Contains(t, out.String(), "synced: applied as version 1")
 }

@@ -1,9 +1,9 @@
 // Package atomicfile writes small files atomically and durably: the data
 // goes to a temporary file in the same directory, which is fsynced, then
 // put in place by rename (Write) or link (Create), then the directory is
-// fsynced. A reader sees the old file or the new one, never a part, and a
-// write that returned survives a power cut. It imports nothing of the
-// module.
+// fsynced (internal/dirsync). A reader sees the old file or the new one,
+// never a part, and a write that returned survives a power cut. It imports
+// only the dirsync leaf of the module.
 package atomicfile
 
 import (
@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/syncd-dev/syncd/internal/dirsync"
 )
 
 // ErrExists: Create found a file at the path; nothing was changed.
@@ -70,10 +72,5 @@ func write(path string, data []byte, perm, dirPerm os.FileMode, place func(tmp, 
 	if err := place(tmp.Name(), path); err != nil {
 		return err
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return dirsync.Sync(dir)
 }

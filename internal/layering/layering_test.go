@@ -16,6 +16,7 @@ const module = "github.com/syncd-dev/syncd"
 // directly; what those may depend on is allowed with them (reachable).
 // internal/sqlitedb is a leaf shared by both sides: it opens SQLite with the
 // pragma order durability depends on, and imports nothing of the module.
+// internal/dirsync, the one directory fsync, is a leaf under it.
 // internal/jsonscan, the JSON walker under syncproto's fast readers, is a
 // leaf too: syncproto may import it and nothing else of the module.
 //
@@ -35,24 +36,26 @@ var allowed = map[string][]string{
 	"syncproto":                     {"internal/jsonscan"},
 	"internal/jsonscan":             {},
 	"ledger":                        {},
-	"internal/sqlitedb":             {},
+	"internal/sqlitedb":             {"internal/dirsync"},
+	"internal/dirsync":              {},
 	"internal/textsafe":             {},
 	"internal/loopback":             {},
 	"internal/fakeclock":            {},
-	"internal/atomicfile":           {},
+	"internal/atomicfile":           {"internal/dirsync"},
 	"internal/buildinfo":            {},
 	"internal/datalock":             {},
 	"replication":                   {"syncproto", "ledger"},
-	"client/offlinequeue":           {"internal/sqlitedb"},
+	"client/offlinequeue":           {"internal/sqlitedb", "internal/dirsync"},
 	"client/netmonitor":             {},
 	"client/reconnect":              {},
 	"client/synccore":               {"syncproto"},
-	"client":                        {"syncproto", "client/synccore", "client/offlinequeue", "client/netmonitor", "client/reconnect", "internal/sqlitedb"},
+	"client":                        {"syncproto", "client/synccore", "client/offlinequeue", "client/netmonitor", "client/reconnect", "internal/sqlitedb", "internal/dirsync"},
 	"server/auth":                   {"syncproto", "internal/atomicfile"},
+	"server/auth/authtest":          {"server/auth"},
 	"server":                        {"syncproto", "replication", "replication/cluster", "ledger", "server/auth", "adminapi", "internal/sqlitedb", "internal/buildinfo"},
 	"adminapi":                      {"syncproto"},
 	"replication/logtest":           {"replication", "syncproto", "ledger"},
-	"replication/cluster":           {"replication", "syncproto", "ledger", "internal/sqlitedb", "internal/atomicfile"},
+	"replication/cluster":           {"replication", "syncproto", "ledger", "internal/dirsync", "internal/atomicfile"},
 	"ledger/ledgertest":             {"ledger"},
 	"client/offlinequeue/queuetest": {"client/offlinequeue", "internal/sqlitedb", "internal/fakeclock"},
 	"internal/layering":             {},

@@ -103,6 +103,7 @@ const valueMarker = "marker-7f3a-value"
 type scenario struct {
 	publicURL, adminURL string
 	clusterNodeURL      string // a cluster node, for the syncd_cluster_* metrics
+	jwtNodeURL          string // a server verifying JWTs, for the syncd_jwt_* and syncd_jwks_* metrics
 	clientRegistry      *prometheus.Registry
 	serverLogs          *syncdtest.Buffer
 	clientLogs          *syncdtest.Buffer
@@ -116,7 +117,7 @@ func runScenario(t *testing.T) *scenario {
 	sc := &scenario{serverLogs: &syncdtest.Buffer{}, clientLogs: &syncdtest.Buffer{}, clientRegistry: prometheus.NewRegistry()}
 
 	srv := syncdtest.Start(t, server.Config{
-		Policies:          replication.Config{"docs": replication.PolicyOptimistic},
+		Policies:          replication.Config{"docs": syncproto.PolicyOptimistic},
 		RetentionInterval: -1,
 		Logger:            debugLogger(sc.serverLogs),
 		EventLogInterval:  20 * time.Millisecond,
@@ -134,6 +135,7 @@ func runScenario(t *testing.T) *scenario {
 	sc.tokens = append(sc.tokens, wrong)
 	sc.publicURL, sc.adminURL = srv.URL, srv.AdminURL
 	sc.clusterNodeURL = syncdtest.StartCluster(t, 1, server.Config{RetentionInterval: -1})[0].URL
+	sc.jwtNodeURL = startJWTNode(t, sc)
 
 	qm, err := offlinequeue.NewMetrics(sc.clientRegistry)
 	require.NoError(t, err)
@@ -241,6 +243,19 @@ func (sc *scenario) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	require.NoError(t, err)
 	for name, f := range parse(t, body.Bytes()) {
 		if strings.HasPrefix(name, "syncd_cluster_") {
+			all[name] = f
+		}
+	}
+
+	// The JWT metrics, from the server verifying JWTs.
+	resp, err = http.Get(sc.jwtNodeURL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body.Reset()
+	_, err = body.ReadFrom(resp.Body)
+	require.NoError(t, err)
+	for name, f := range parse(t, body.Bytes()) {
+		if strings.HasPrefix(name, "syncd_jwt_") || strings.HasPrefix(name, "syncd_jwks_") {
 			all[name] = f
 		}
 	}
@@ -356,6 +371,9 @@ func TestLogsHoldNoTokensOrValues(t *testing.T) {
 		require.NotEmpty(t, text, name)
 		for _, tok := range sc.tokens {
 			_, secret, _ := strings.Cut(strings.TrimPrefix(tok, "sdk_"), "_")
+			if !strings.HasPrefix(tok, "sdk_") { // a JWT: its signature
+				secret = tok[strings.LastIndex(tok, ".")+1:]
+			}
 			require.NotContains(t, text, tok, "%s logged a token", name)
 			require.NotContains(t, text, secret, "%s logged a token's secret", name)
 		}
@@ -383,4 +401,34 @@ func TestLogsHoldNoTokensOrValues(t *testing.T) {
 			require.Contains(t, events[want.msg][0], k, "%q without %s", want.msg, k)
 		}
 	}
+}
+
+// startJWTNode starts a server verifying JWTs from a JWKS file and
+// downloads a snapshot with one, so its JWT metrics have series.
+func startJWTNode(t *testing.T, sc *scenario) string {
+	t.Helper()
+	key, err := auth.GenerateSigningKey("EdDSA")
+	require.NoError(t, err)
+	jwks, err := auth.JWKS(key)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	require.NoError(t, os.WriteFile(path, jwks, 0o600))
+	reg := prometheus.NewRegistry()
+	a, err := auth.New(auth.Config{JWT: &auth.JWTConfig{JWKSFile: path, Issuer: "iss", Audience: "aud"}, Registerer: reg})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	srv := syncdtest.Start(t, server.Config{Authenticator: a, Registry: reg, RetentionInterval: -1})
+	now := time.Now()
+	tok, err := key.Sign(map[string]any{"iss": "iss", "aud": "aud", "sub": "alice", "tenant": "acme", "read": "*",
+		"iat": now.Unix(), "exp": now.Add(time.Minute).Unix()})
+	require.NoError(t, err)
+	sc.tokens = append(sc.tokens, tok)
+	req, err := http.NewRequest(http.MethodGet, srv.URL+syncproto.SnapshotPath, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return srv.URL
 }

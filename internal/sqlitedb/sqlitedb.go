@@ -21,22 +21,57 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
+
+	"github.com/syncd-dev/syncd/internal/dirsync"
 )
 
-// Synchronous is SQLite's durability level.
-type Synchronous string
+// Synchronous is the durability level of a SQLite database the project
+// writes (PRAGMA synchronous): syncd's database, a device's queue and its
+// replica. The zero value is Full. It is the one type of the concept:
+// embedders name it as server.Synchronous (syncd's Config) and
+// offlinequeue.Synchronous (a device's files), aliases of this type, with
+// the constants those packages re-export.
+type Synchronous int
 
 const (
 	// Full makes every returned commit survive a power cut. Default.
-	Full Synchronous = "FULL"
+	Full Synchronous = iota
 	// Normal survives a process crash but, under WAL, may roll back the
 	// newest commits after a power cut.
-	Normal Synchronous = "NORMAL"
+	Normal
 )
+
+// ErrUnknownSynchronous is wrapped when a Synchronous value or name is
+// neither Full nor Normal: a configuration error, refused before any file
+// is touched.
+var ErrUnknownSynchronous = errors.New("unknown Synchronous value")
+
+// String returns the level as PRAGMA synchronous names it: "FULL" or
+// "NORMAL" ("Synchronous(n)" for any other value).
+func (s Synchronous) String() string {
+	switch s {
+	case Full:
+		return "FULL"
+	case Normal:
+		return "NORMAL"
+	}
+	return fmt.Sprintf("Synchronous(%d)", int(s))
+}
+
+// ParseSynchronous returns the level named name: "full" or "normal" in any
+// case. Any other name wraps ErrUnknownSynchronous.
+func ParseSynchronous(name string) (Synchronous, error) {
+	switch strings.ToUpper(name) {
+	case "FULL":
+		return Full, nil
+	case "NORMAL":
+		return Normal, nil
+	}
+	return 0, fmt.Errorf("%w %q: want FULL or NORMAL", ErrUnknownSynchronous, name)
+}
 
 // level is the number PRAGMA synchronous reads back as.
 func (s Synchronous) level() (int64, error) {
@@ -46,7 +81,7 @@ func (s Synchronous) level() (int64, error) {
 	case Normal:
 		return 1, nil
 	}
-	return 0, fmt.Errorf("synchronous %q: want FULL or NORMAL", string(s))
+	return 0, fmt.Errorf("%w %d: want FULL or NORMAL", ErrUnknownSynchronous, int(s))
 }
 
 // DefaultBusyTimeout bounds how long a connection waits for a lock held by
@@ -56,7 +91,7 @@ const DefaultBusyTimeout = 5 * time.Second
 // Options configure Open. The zero value means Full, DefaultBusyTimeout,
 // read-write, and no hooks.
 type Options struct {
-	// Synchronous is the durability level; "" means Full.
+	// Synchronous is the durability level; the zero value is Full.
 	Synchronous Synchronous
 	// BusyTimeout bounds the wait for a lock held by another connection
 	// (another process, an operator's tool). 0 means DefaultBusyTimeout; a
@@ -95,9 +130,6 @@ type settings struct {
 }
 
 func (o Options) settings() (settings, error) {
-	if o.Synchronous == "" {
-		o.Synchronous = Full
-	}
 	level, err := o.Synchronous.level()
 	if err != nil {
 		return settings{}, err
@@ -183,7 +215,7 @@ func open(ctx context.Context, path string, o Options) (*sql.DB, error) {
 		return nil, err
 	}
 	for _, dir := range toSync {
-		if err := SyncDir(dir); err != nil {
+		if err := dirsync.Sync(dir); err != nil {
 			_ = db.Close()
 			return nil, err
 		}
@@ -230,7 +262,7 @@ func dsn(absPath string, readOnly bool) string {
 func (s settings) setUp(c *sqlite3.SQLiteConn) error {
 	if err := exec(c,
 		fmt.Sprintf("PRAGMA busy_timeout = %d", s.busyMillis),
-		"PRAGMA synchronous = "+string(s.Synchronous),
+		"PRAGMA synchronous = "+s.Synchronous.String(),
 		"PRAGMA foreign_keys = ON",
 	); err != nil {
 		return err
@@ -348,21 +380,6 @@ func createDirs(file string) ([]string, error) {
 		return nil, err
 	}
 	return toSync, nil
-}
-
-// SyncDir fsyncs a directory, making its entries durable after a create or
-// a rename in it. A file system that cannot sync directories (EINVAL,
-// ENOTSUP) is not an error; a failed sync is.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for sync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, syscall.EINVAL) {
-		return fmt.Errorf("sync directory: %w", err)
-	}
-	return nil
 }
 
 // connector opens connections with one driver instance (and its hook)

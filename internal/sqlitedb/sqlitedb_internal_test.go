@@ -31,11 +31,6 @@ func TestCreateDirsReturnsTheEntriesToSync(t *testing.T) {
 	}
 }
 
-func TestSyncDir(t *testing.T) {
-	require.NoError(t, SyncDir(t.TempDir()), "a normal directory syncs")
-	require.ErrorContains(t, SyncDir(filepath.Join(t.TempDir(), "missing")), "open directory for sync")
-}
-
 // The path is a URI: characters SQLite would read as a query, a fragment
 // or an escape are escaped, and the driver's parameters follow the only
 // unescaped '?'.

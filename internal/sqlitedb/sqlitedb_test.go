@@ -22,12 +22,13 @@ import (
 
 func TestOpenAppliesPragmasOnEveryConnection(t *testing.T) {
 	ctx := context.Background()
-	for _, sync := range []sqlitedb.Synchronous{"", sqlitedb.Full, sqlitedb.Normal} {
+	var zero sqlitedb.Synchronous
+	for _, sync := range []sqlitedb.Synchronous{zero, sqlitedb.Full, sqlitedb.Normal} {
 		path := filepath.Join(t.TempDir(), "sub", "x.db")
 		db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Synchronous: sync})
 		require.NoError(t, err)
 		db.SetMaxIdleConns(0) // force fresh connections
-		want := map[sqlitedb.Synchronous]int{"": 2, sqlitedb.Full: 2, sqlitedb.Normal: 1}[sync]
+		want := map[sqlitedb.Synchronous]int{sqlitedb.Full: 2, sqlitedb.Normal: 1}[sync]
 		for range 3 {
 			var level, timeout int
 			var mode string
@@ -42,10 +43,27 @@ func TestOpenAppliesPragmasOnEveryConnection(t *testing.T) {
 	}
 }
 
+func TestParseSynchronous(t *testing.T) {
+	for name, want := range map[string]sqlitedb.Synchronous{"FULL": sqlitedb.Full, "full": sqlitedb.Full, "Normal": sqlitedb.Normal} {
+		got, err := sqlitedb.ParseSynchronous(name)
+		require.NoError(t, err, name)
+		require.Equal(t, want, got, name)
+		again, err := sqlitedb.ParseSynchronous(got.String())
+		require.NoError(t, err)
+		require.Equal(t, got, again)
+	}
+	for _, name := range []string{"", "OFF", "EXTRA", "2"} {
+		_, err := sqlitedb.ParseSynchronous(name)
+		require.ErrorIs(t, err, sqlitedb.ErrUnknownSynchronous, name)
+	}
+	require.Equal(t, "Synchronous(9)", sqlitedb.Synchronous(9).String())
+}
+
 func TestOpenRefusesBadInputAndLeavesFilesAlone(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	_, err := sqlitedb.Open(ctx, filepath.Join(dir, "x.db"), sqlitedb.Options{Synchronous: "OFF"})
+	_, err := sqlitedb.Open(ctx, filepath.Join(dir, "x.db"), sqlitedb.Options{Synchronous: 9})
+	require.ErrorIs(t, err, sqlitedb.ErrUnknownSynchronous)
 	require.ErrorContains(t, err, "want FULL or NORMAL")
 
 	garbage := filepath.Join(dir, "garbage.db")

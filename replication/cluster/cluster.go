@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -94,14 +95,36 @@ type Options struct {
 	// what other nodes published: the most a device on this node waits,
 	// beyond the replication itself, to see another node's write.
 	Poll time.Duration
+	// CommandKey authenticates every command: a node publishes each with
+	// its HMAC-SHA256 under this key (HeaderAuth) and applies only those
+	// that carry it; every other message is refused and skipped
+	// (RefusedUnauthenticated). Snapshots are authenticated with a key
+	// derived from it. Required, at least MinCommandKeyBytes, the same on
+	// every node: Secret.CommandKey.
+	CommandKey []byte
+	// MaxClockSkew is the edge's bound on how far ahead of its clock a
+	// write's timestamp may be (server.Config.MaxClockSkew; 0 means
+	// replication.DefaultMaxClockSkew). The materializer refuses commands
+	// stamped beyond their stream time plus this bound. The same on every
+	// node.
+	MaxClockSkew time.Duration
+	// Policies are the model declarations the edges admit writes under
+	// (server.Config.Policies); the materializer refuses a batch that
+	// breaks them (replication.Batch.Recheck). The same on every node.
+	Policies replication.Config
+	// Agreement, when not nil, returns what of the node's configuration
+	// must be the same on every node, as a hash per named part (the token
+	// file's contents, the identity settings...). Each node publishes it
+	// with its status, with the parts the cluster adds itself (the skew
+	// bound and model declarations, the command key's fingerprint); a node
+	// that differs from the majority of the live nodes in a part does not
+	// serve, naming the part (ErrConfigMismatch). It is called on the
+	// report loop, every few seconds, and must return quickly.
+	Agreement func() map[string]string
 	// Now is the clock of jobs (the retention reference they carry); nil
 	// means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
-	// CommandKey is the key of the authenticator every command carries
-	// (Secret.CommandKey: 32 bytes, the same on every node): a node signs
-	// what it publishes with it and refuses to apply what fails it.
-	CommandKey []byte
 	// Registerer receives the cluster metrics; nil means none.
 	Registerer prometheus.Registerer
 }
@@ -122,6 +145,11 @@ func (o *Options) setDefaults() error {
 	def(&o.JobInterval, DefaultJobInterval)
 	def(&o.SnapshotEvery, DefaultSnapshotEvery)
 	def(&o.Poll, DefaultPoll)
+	def(&o.MaxClockSkew, replication.DefaultMaxClockSkew)
+	if len(o.CommandKey) < MinCommandKeyBytes {
+		return fmt.Errorf("CommandKey: %d bytes, want at least %d (the cluster secret's command key)", len(o.CommandKey), MinCommandKeyBytes)
+	}
+	o.CommandKey = slices.Clone(o.CommandKey)
 	if o.Replicas == 0 {
 		o.Replicas = DefaultReplicas
 	}
@@ -142,6 +170,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Replicas < 1 || o.Replicas > 5 {
 		return fmt.Errorf("replicas %d: want 1 to 5", o.Replicas)
+	}
+	if o.JobInterval < 0 {
+		return fmt.Errorf("job interval %s: want a positive interval (--retention-interval: retention cannot be switched off in a cluster)", o.JobInterval)
 	}
 	if o.Poll < time.Millisecond || o.Poll > time.Second {
 		return fmt.Errorf("poll %s: want 1ms to 1s", o.Poll)
@@ -180,6 +211,11 @@ type Cluster struct {
 	onApplied func(uint64)
 	pub       *publisher
 
+	want          jetstream.StreamConfig // the command stream as this node requires it
+	misconfig     atomic.Pointer[error]  // set while the stream drifted from want, or is gone (checkShape)
+	mismatch      atomic.Pointer[error]  // set while this node's configuration differs from the cluster's (checkAgreement)
+	agreed        atomic.Pointer[map[string]string]
+	seenMismatch  int // surveys in a row that found a mismatch; the report loop's
 	waitingQuorum atomic.Bool
 	quorumLogged  atomic.Int64                 // unix nanos of the last "waiting for cluster quorum" log
 	failed        atomic.Pointer[error]        // set when this node must stop serving
@@ -265,6 +301,7 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.want = want
 	if err := checkStream(c.stream.CachedInfo().Config, want); err != nil {
 		return err
 	}
@@ -308,25 +345,10 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	})
 }
 
-// checkStream refuses a stream syncd did not create for this use.
+// checkStream refuses a stream syncd did not create for this use, or one
+// whose settings drifted from this node's (streamProblems).
 func checkStream(got, want jetstream.StreamConfig) error {
-	var problems []string
-	if got.Metadata[metaCluster] == "" {
-		problems = append(problems, "it carries no syncd cluster id (it was not created by syncd)")
-	}
-	if len(got.Subjects) != 1 || got.Subjects[0] != Subject {
-		problems = append(problems, fmt.Sprintf("subjects %v, want [%s]", got.Subjects, Subject))
-	}
-	if got.Replicas != want.Replicas {
-		problems = append(problems, fmt.Sprintf("%d replicas, this node is configured for %d", got.Replicas, want.Replicas))
-	}
-	if got.MaxMsgSize > 0 && got.MaxMsgSize < want.MaxMsgSize {
-		problems = append(problems, fmt.Sprintf("max message size %d, syncd needs %d", got.MaxMsgSize, want.MaxMsgSize))
-	}
-	if got.Storage != jetstream.FileStorage {
-		problems = append(problems, "memory storage: acknowledged writes would not survive a restart")
-	}
-	if len(problems) > 0 {
+	if problems := streamProblems(got, want); len(problems) > 0 {
 		return fmt.Errorf("%w: stream %s: %s", ErrMisconfigured, StreamName, joinProblems(problems))
 	}
 	return nil
@@ -474,10 +496,18 @@ func (c *Cluster) Close() {
 var ErrClosed = errors.New("cluster node closed")
 
 // Ready returns nil when the node may serve: it is not waiting for quorum,
-// has not failed (divergence, a gap it must restore from a snapshot), and
-// its materializer is not far behind the stream.
+// has not failed (divergence, a gap it must restore from a snapshot), the
+// command stream exists with the settings syncd requires
+// (ErrMisconfigured, ErrStreamDeleted), and its configuration agrees with
+// the cluster's (ErrConfigMismatch).
 func (c *Cluster) Ready() error {
 	if errp := c.failed.Load(); errp != nil {
+		return *errp
+	}
+	if errp := c.misconfig.Load(); errp != nil {
+		return *errp
+	}
+	if errp := c.mismatch.Load(); errp != nil {
 		return *errp
 	}
 	if c.waitingQuorum.Load() {
@@ -507,6 +537,9 @@ type Status struct {
 	Ready      bool      `json:"ready"`
 	Problem    string    `json:"problem,omitempty"`
 	At         time.Time `json:"at"`
+	// Agreement is a hash per named part of the configuration every node
+	// must share (Options.Agreement), as of the node's last report.
+	Agreement map[string]string `json:"agreement,omitempty"`
 }
 
 // Status returns this node's status now.
@@ -516,6 +549,9 @@ func (c *Cluster) Status() Status {
 		st.AppliedSeq, st.Digest = a.seq, a.digest
 	}
 	st.Lag = st.StreamHead - min(st.StreamHead, st.AppliedSeq)
+	if a := c.agreed.Load(); a != nil {
+		st.Agreement = *a
+	}
 	if err := c.Ready(); err != nil {
 		st.Problem = err.Error()
 	} else {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
@@ -20,6 +21,10 @@ import (
 	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
+
+// testPolicies are the model declarations of these tests' edges (batchFor)
+// and nodes.
+var testPolicies = replication.Config{"docs": syncproto.PolicyOptimistic}
 
 // waitFor bounds every wait of these tests: generous, since a loaded
 // machine elects JetStream leaders slowly.
@@ -34,6 +39,9 @@ var testSecret = func() cluster.Secret {
 	return s
 }()
 
+// testKey is the command key of every node of these tests: testSecret's.
+var testKey = testSecret.CommandKey()
+
 // node is one syncd node's replication: its NATS connection, its store
 // and its cluster membership.
 type node struct {
@@ -43,6 +51,36 @@ type node struct {
 	cl    *cluster.Cluster
 	store *replication.Store
 	db    *sql.DB
+	reg   *prometheus.Registry // the node's metrics, unless the test gave a Registerer
+}
+
+// metric is the value of the node's metric name whose label is value (0
+// when absent).
+func (n *node) metric(t testing.TB, name, label, value string) float64 {
+	t.Helper()
+	families, err := n.reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					switch {
+					case m.GetCounter() != nil:
+						return m.GetCounter().GetValue()
+					case m.GetGauge() != nil:
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+			if label == "" && m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // connect connects to ns over its client listener as the node user of
@@ -71,10 +109,20 @@ func startNodeWith(t testing.TB, ns *server.Server, name, path string, o cluster
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	o.Node = name
+	if o.CommandKey == nil {
+		o.CommandKey = testKey
+	}
+	if o.Policies == nil {
+		o.Policies = testPolicies
+	}
+	reg := prometheus.NewRegistry()
+	if o.Registerer == nil {
+		o.Registerer = reg
+	}
 	if o.Replicas == 0 {
 		o.Replicas = 1
 	}
-	n := &node{name: name, path: path, nc: connect(t, ns)}
+	n := &node{name: name, path: path, nc: connect(t, ns), reg: reg}
 	var err error
 	n.cl, err = cluster.Connect(ctx, n.nc, o)
 	require.NoError(t, err)
@@ -202,7 +250,7 @@ func batchOf(client string, muts ...syncproto.Mutation) replication.Batch {
 // batchFor admits muts as client of tenant sent them at now.
 func batchFor(tenant, client string, muts ...syncproto.Mutation) replication.Batch {
 	return replication.Admit(replication.Author{Tenant: tenant, ClientID: client, CanWrite: everything},
-		muts, replication.Config{"docs": replication.PolicyOptimistic}, time.Now(), time.Minute)
+		muts, testPolicies, time.Now(), time.Minute)
 }
 
 func put(clock *syncproto.Clock, model, key, value string) syncproto.Mutation {

@@ -186,7 +186,7 @@ func (c *Cluster) runReports(ctx context.Context) {
 	defer tick.Stop()
 	c.watchStream(ctx)
 	c.report(ctx)
-	peers := c.livePeers(ctx)
+	peers := c.survey(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -194,7 +194,7 @@ func (c *Cluster) runReports(ctx context.Context) {
 		case <-tick.C:
 			c.watchStream(ctx)
 			c.report(ctx)
-			peers = c.livePeers(ctx)
+			peers = c.survey(ctx)
 			c.observeSnapshotAge(ctx)
 		case cp := <-c.checkpoints:
 			c.putJSON(ctx, "digest."+cp.Node, cp)
@@ -215,14 +215,38 @@ func (c *Cluster) runReports(ctx context.Context) {
 	}
 }
 
-// livePeers counts the other nodes that reported their status recently.
-func (c *Cluster) livePeers(ctx context.Context) int {
-	lctx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
-	defer cancel()
-	nodes, err := c.Nodes(lctx)
+// survey reads every node's status, compares this node's configuration
+// with the live peers' (checkAgreement), and returns how many live peers
+// there are. When the statuses cannot be read, the agreement keeps its
+// last verdict.
+func (c *Cluster) survey(ctx context.Context) int {
+	nodes, err := c.readNodes(ctx)
 	if err != nil {
 		return 0
 	}
+	if a := c.agreed.Load(); a != nil {
+		c.checkAgreement(*a, nodes)
+	}
+	return c.countLive(nodes)
+}
+
+// livePeers counts the other nodes that reported their status recently.
+func (c *Cluster) livePeers(ctx context.Context) int {
+	nodes, err := c.readNodes(ctx)
+	if err != nil {
+		return 0
+	}
+	return c.countLive(nodes)
+}
+
+// readNodes is Nodes within one API timeout.
+func (c *Cluster) readNodes(ctx context.Context) ([]Status, error) {
+	lctx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
+	defer cancel()
+	return c.Nodes(lctx)
+}
+
+func (c *Cluster) countLive(nodes []Status) int {
 	n := 0
 	for _, st := range nodes {
 		if st.Node != c.opts.Node && c.opts.Now().Sub(st.At) < 5*reportEvery {
@@ -243,6 +267,10 @@ func (c *Cluster) watchStream(ctx context.Context) {
 	info, err := c.stream.Info(ictx)
 	if err == nil && !FromLeader(info) {
 		err = errNoLeader // a copy of the stream, no proof of a quorum
+	}
+	c.checkShape(info, err)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return // the stream is gone (checkShape): not a wait for quorum
 	}
 	if err != nil {
 		// Whatever the error, the stream did not prove it answers.
@@ -292,7 +320,11 @@ func (c *Cluster) observeSnapshotAge(ctx context.Context) {
 	c.metrics.snapshotAge.Set(c.opts.Now().Sub(info.ModTime).Seconds())
 }
 
+// report publishes this node's status, with its configuration's
+// agreement parts computed afresh.
 func (c *Cluster) report(ctx context.Context) {
+	a := c.agreement()
+	c.agreed.Store(&a)
 	c.putJSON(ctx, "status."+c.opts.Node, c.Status())
 }
 

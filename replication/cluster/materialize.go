@@ -36,20 +36,22 @@ func (e *GapError) Error() string {
 type position struct {
 	applied  uint64 // stream seq
 	digest   []byte // running digest after applied
-	jobToken uint64 // the highest fencing token of an applied job
+	jobToken uint64 // the fencing token of the last applied job
+	jobAt    int64  // the stream time of the last applied job, unix nanoseconds (0: none recorded)
 }
 
 const (
 	metaApplied  = "cluster_applied_seq"
 	metaDigest   = "cluster_digest"
 	metaJobToken = "cluster_job_token"
+	metaJobAt    = "cluster_job_token_at"
 )
 
 // readPosition reads the materializer's position from db (zero when it
 // never applied anything).
 func readPosition(ctx context.Context, db *sql.DB) (position, error) {
 	var p position
-	rows, err := db.QueryContext(ctx, `SELECT name, value FROM syncd_meta WHERE name IN (?, ?, ?)`, metaApplied, metaDigest, metaJobToken)
+	rows, err := db.QueryContext(ctx, `SELECT name, value FROM syncd_meta WHERE name IN (?, ?, ?, ?)`, metaApplied, metaDigest, metaJobToken, metaJobAt)
 	if err != nil {
 		return p, fmt.Errorf("read the applied position: %w", err)
 	}
@@ -66,6 +68,8 @@ func readPosition(ctx context.Context, db *sql.DB) (position, error) {
 			p.digest, err = hex.DecodeString(value)
 		case metaJobToken:
 			p.jobToken, err = strconv.ParseUint(value, 10, 64)
+		case metaJobAt:
+			p.jobAt, err = strconv.ParseInt(value, 10, 64)
 		}
 		if err != nil {
 			return p, fmt.Errorf("read the applied position: %s: %w", name, err)
@@ -79,6 +83,7 @@ func writePosition(ctx context.Context, tx *sql.Tx, p position) error {
 		metaApplied:  strconv.FormatUint(p.applied, 10),
 		metaDigest:   hex.EncodeToString(p.digest),
 		metaJobToken: strconv.FormatUint(p.jobToken, 10),
+		metaJobAt:    strconv.FormatInt(p.jobAt, 10),
 	} {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO syncd_meta (name, value) VALUES (?, ?)
 			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, name, value); err != nil {
@@ -115,6 +120,10 @@ func (c *Cluster) materialize(ctx context.Context) {
 		if errors.As(err, &gap) {
 			err = m.confirmGap(ctx, gap)
 		}
+		// A gap, an authenticated command this node cannot apply as its
+		// peers may have, or a batch the decision code found malformed
+		// after it passed every check: stopping is the one safe answer.
+		// Whatever else a message holds is refused and skipped (check).
 		if errors.As(err, &gap) || errors.Is(err, ErrBadCommand) || errors.Is(err, replication.ErrMalformedBatch) {
 			c.fail(err)
 			return
@@ -166,6 +175,9 @@ type materializer struct {
 	c      *Cluster
 	writer *sql.Conn
 	pos    position
+
+	refusedLogged time.Time // when a refusal was last logged
+	refusedQuiet  int       // refusals not logged since
 }
 
 // minReadTimeout bounds a read of the replica, doubling up to the API
@@ -247,6 +259,7 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 	start := time.Now()
 	pos := m.pos
 	var answers []answer
+	var refusals []*RefusedError
 	var checkpoints []checkpoint
 	var oplogHead uint64
 	var compacted bool // a job of the group removed oplog entries
@@ -272,14 +285,23 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 		if seq != pos.applied+1 {
 			return &GapError{Applied: pos.applied, Next: seq}
 		}
-		cmd, err := decodeCommand(msg.data)
+		cmd, refused, err := m.check(msg, pos)
 		if err != nil {
-			return fmt.Errorf("apply stream seq %d: %w", seq, err)
+			return err
+		}
+		if refused != nil {
+			pos.digest = chainRefused(pos.digest, seq, refused.Reason)
+			pos.applied = seq
+			refusals = append(refusals, refused)
+			if seq%c.opts.CheckpointEvery == 0 {
+				checkpoints = append(checkpoints, checkpoint{Node: c.opts.Node, Seq: seq, Digest: hex.EncodeToString(pos.digest)})
+			}
+			continue
 		}
 		var fxs []replication.Effects
 		var jobRows int64
 		if cmd.Job != nil {
-			if jobRows, err = m.applyJob(ctx, tx, &pos, cmd.Job); err != nil {
+			if jobRows, err = m.applyJob(ctx, tx, &pos, cmd.Job, msg.at); err != nil {
 				return fmt.Errorf("apply stream seq %d: %w", seq, err)
 			}
 			compacted = compacted || (cmd.Job.Kind == JobCompactOplog && jobRows > 0)
@@ -334,22 +356,26 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 			w(a.applied, nil)
 		}
 	}
+	for _, r := range refusals {
+		m.refused(r)
+	}
 	for _, cp := range checkpoints {
 		c.checkpoint(cp)
 	}
 	return nil
 }
 
-// applyJob runs a job inside tx, unless its fencing token is older than
-// one already applied. It returns the rows the job removed.
-func (m *materializer) applyJob(ctx context.Context, tx *sql.Tx, pos *position, j *Job) (int64, error) {
+// applyJob runs a job, stored in the stream at at, inside tx, unless its
+// fencing token is older than the last applied job's while that one's
+// fence holds (staleJob). It returns the rows the job removed.
+func (m *materializer) applyJob(ctx context.Context, tx *sql.Tx, pos *position, j *Job, at time.Time) (int64, error) {
 	c := m.c
-	if j.Token < pos.jobToken {
+	if staleJob(*pos, j.Token, at) {
 		c.metrics.jobs.WithLabelValues(string(j.Kind), "stale_token").Inc()
 		c.log.Info("ignored a job of an older lease", "kind", j.Kind, "token", j.Token, "newest", pos.jobToken)
 		return 0, nil
 	}
-	pos.jobToken = j.Token
+	pos.jobToken, pos.jobAt = j.Token, at.UnixNano()
 	var n int64
 	var err error
 	switch j.Kind {
@@ -387,3 +413,37 @@ func chain(prev []byte, seq uint64, fxs []replication.Effects, jobRows int64) []
 	}
 	return h.Sum(nil)
 }
+
+// chainRefused is the running digest after the command at seq was refused
+// for reason: the skip is part of what the nodes compare.
+func chainRefused(prev []byte, seq uint64, reason string) []byte {
+	h := sha256.New()
+	h.Write(prev)
+	h.Write(binary.BigEndian.AppendUint64(nil, seq))
+	h.Write([]byte("refused " + reason))
+	return h.Sum(nil)
+}
+
+// refused counts and logs a command the materializer skipped, and answers
+// its edge when it was this node's own. The log is rate-limited: a flood
+// of refused messages logs one line per refusalLogEvery, with the count
+// of those it did not log.
+func (m *materializer) refused(r *RefusedError) {
+	c := m.c
+	c.metrics.refused.WithLabelValues(r.Reason).Inc()
+	if r.id != "" {
+		if w := c.takeWaiter(r.id); w != nil {
+			w(applied{}, r)
+		}
+	}
+	now := time.Now()
+	if now.Sub(m.refusedLogged) < refusalLogEvery {
+		m.refusedQuiet++
+		return
+	}
+	c.log.Warn("refused a command; it is skipped on every node", "seq", r.Seq, "reason", r.Reason, "err", r.Err, "not_logged_since_last", m.refusedQuiet)
+	m.refusedLogged, m.refusedQuiet = now, 0
+}
+
+// refusalLogEvery rate-limits the log of refused commands.
+const refusalLogEvery = 10 * time.Second

@@ -19,6 +19,9 @@ type metrics struct {
 	snapshots        *prometheus.CounterVec // result: stored|failed
 	digestChecks     *prometheus.CounterVec // result: match|mismatch
 	failed           prometheus.Gauge
+	refused          *prometheus.CounterVec // reason: refusalReasons
+	misconfigured    prometheus.Gauge
+	configMismatch   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -67,6 +70,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		failed: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncd_cluster_node_failed", Help: "1 when this node stopped serving (divergence, a stream gap, a command it cannot apply).",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_cluster_commands_refused_total", Help: "Stream messages this node refused and skipped, as every node does, by reason (unauthenticated, malformed, invalid, future_stamp, job_now, job_token).",
+		}, []string{"reason"}),
+		misconfigured: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_cluster_misconfigured", Help: "1 while the command stream's settings differ from what syncd requires, or the stream is gone (the node does not serve), else 0.",
+		}),
+		configMismatch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_cluster_config_mismatch", Help: "1 while a part of this node's configuration that every node must share differs from the majority's (the node does not serve), else 0.",
+		}),
 	}
 	// Every known label value exists from the start, at zero, so a rate
 	// or an alert on it has a series before the first event.
@@ -78,13 +90,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, result := range []string{"stored", "failed"} {
 		m.snapshots.WithLabelValues(result)
 	}
+	for _, reason := range refusalReasons {
+		m.refused.WithLabelValues(reason)
+	}
 	for _, result := range []string{"match", "mismatch"} {
 		m.digestChecks.WithLabelValues(result)
 	}
 	if reg != nil {
 		reg.MustRegister(m.appliedSeq, m.streamHead, m.lagSeconds, m.applySeconds, m.publishSeconds,
 			m.publishedBatches, m.publishFailures, m.waitingQuorum, m.leaseHeld, m.jobs,
-			m.snapshotAge, m.snapshots, m.digestChecks, m.failed)
+			m.snapshotAge, m.snapshots, m.digestChecks, m.failed, m.refused, m.misconfigured, m.configMismatch)
 	}
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -72,8 +73,17 @@ func newPublisher(c *Cluster) *publisher {
 
 // Submit publishes b (grouped with other batches waiting) and calls done
 // once this node applied it. It returns an error only when b was not taken:
-// too large, or ctx ended or the node closed while waiting for room.
+// too large, the node does not serve (its configuration differs from the
+// cluster's, ErrConfigMismatch: a token the others revoked must not write
+// through it; or the stream drifted or is gone, ErrMisconfigured,
+// ErrStreamDeleted), or ctx ended or the node closed while waiting for
+// room.
 func (c *Cluster) Submit(ctx context.Context, b *replication.Batch, done DoneFunc) error {
+	for _, p := range []*atomic.Pointer[error]{&c.mismatch, &c.misconfig} {
+		if errp := p.Load(); errp != nil {
+			return fmt.Errorf("submit: %w", *errp)
+		}
+	}
 	data, err := json.Marshal(b)
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
@@ -261,7 +271,8 @@ func (c *Cluster) publish(ctx context.Context, cmd Command) (uint64, error) {
 	defer cancel()
 	var ack *jetstream.PubAck
 	err = c.retry(ctx, "publish a command", func(ctx context.Context) (err error) {
-		msg := &nats.Msg{Subject: Subject, Data: data}
+		msg := &nats.Msg{Subject: Subject, Data: data, Header: nats.Header{}}
+		msg.Header.Set(HeaderAuth, Authenticate(c.opts.CommandKey, data))
 		ack, err = c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(cmd.ID), jetstream.WithExpectStream(StreamName))
 		return err
 	})

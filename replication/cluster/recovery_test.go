@@ -43,7 +43,9 @@ func publishJob(t testing.TB, nc *nats.Conn, job cluster.Job) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	_, err = js.Publish(ctx, cluster.Subject, data)
+	msg := &nats.Msg{Subject: cluster.Subject, Data: data, Header: nats.Header{}}
+	msg.Header.Set(cluster.HeaderAuth, cluster.Authenticate(testKey, data))
+	_, err = js.PublishMsg(ctx, msg)
 	require.NoError(t, err)
 }
 
@@ -60,9 +62,12 @@ func oplogCount(t testing.TB, n *node) int {
 // successor.
 func TestStaleTokenJobIsIgnored(t *testing.T) {
 	servers := syncdtest.StartNATS(t, 1, testSecret)
-	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
+	// Entries live 30 s; a job may run as of at most the skew bound (a
+	// minute) past its stream time.
+	n := startNodeWith(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour},
+		replication.StoreOptions{Log: replication.Retention{MaxAge: 30 * time.Second}})
 	writeMany(t, n, "phone", 5)
-	farFuture := time.Now().Add(365 * 24 * time.Hour) // every entry is beyond the retention then
+	farFuture := time.Now().Add(59 * time.Second) // every entry is beyond the retention then
 
 	publishJob(t, n.nc, cluster.Job{Kind: cluster.JobCompactOplog, Token: 1_000_000, Now: time.Now(), Limit: 1000})
 	writeMany(t, n, "phone-2", 1) // a barrier: the job before it was applied
@@ -189,7 +194,7 @@ func TestEmptyNodeRestoresFromSnapshot(t *testing.T) {
 // has no snapshot, says so and changes nothing.
 func TestNoSnapshotIsAClearError(t *testing.T) {
 	servers := syncdtest.StartNATS(t, 1, testSecret)
-	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: time.Hour}
+	o := cluster.Options{StreamMaxBytes: 64 << 10, SnapshotEvery: time.Hour, CommandKey: testKey}
 	a := startNode(t, servers[0], "node-a", filepath.Join(t.TempDir(), "syncd.db"), o)
 	writeMany(t, a, "laptop", 400)
 
@@ -217,13 +222,13 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "syncd.db")
 	startNode(t, servers[0], "node-a", path, cluster.Options{}).stop()
 
-	_, err := cluster.Connect(ctx, nc, cluster.Options{Node: "node-b", Replicas: 3, APITimeout: time.Second})
+	_, err := cluster.Connect(ctx, nc, cluster.Options{Node: "node-b", Replicas: 3, APITimeout: time.Second, CommandKey: testKey})
 	require.ErrorIs(t, err, cluster.ErrMisconfigured)
 	require.ErrorContains(t, err, "1 replicas, this node is configured for 3")
 
 	// The data of node-a opened for another cluster.
 	other := syncdtest.StartNATS(t, 1, testSecret)
-	cl, err := cluster.Connect(ctx, connect(t, other[0]), cluster.Options{Node: "node-a", Replicas: 1})
+	cl, err := cluster.Connect(ctx, connect(t, other[0]), cluster.Options{Node: "node-a", Replicas: 1, CommandKey: testKey})
 	require.NoError(t, err)
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
 	require.NoError(t, err)
@@ -238,7 +243,7 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cluster.StreamName, Subjects: []string{"orders.>"}})
 	require.NoError(t, err)
-	_, err = cluster.Connect(ctx, fnc, cluster.Options{Node: "node-a", Replicas: 1})
+	_, err = cluster.Connect(ctx, fnc, cluster.Options{Node: "node-a", Replicas: 1, CommandKey: testKey})
 	require.ErrorIs(t, err, cluster.ErrMisconfigured)
 	require.ErrorContains(t, err, "not created by syncd")
 
@@ -246,7 +251,7 @@ func TestMisconfigurationIsRefused(t *testing.T) {
 	small, err := cluster.StartEmbedded(cluster.EmbeddedOptions{Name: "small", Port: -1, StoreDir: t.TempDir(), MaxPayload: 1 << 20, Secret: testSecret})
 	require.NoError(t, err)
 	t.Cleanup(func() { small.Shutdown(); small.WaitForShutdown() })
-	_, err = cluster.Connect(ctx, connect(t, small), cluster.Options{Node: "node-a", Replicas: 1})
+	_, err = cluster.Connect(ctx, connect(t, small), cluster.Options{Node: "node-a", Replicas: 1, CommandKey: testKey})
 	require.ErrorIs(t, err, cluster.ErrMisconfigured)
 	require.ErrorContains(t, err, "max_payload")
 }

@@ -15,7 +15,8 @@ import (
 type streamMsg struct {
 	seq     uint64
 	pending uint64    // messages after it the replica held when it was read
-	at      time.Time // when the stream stored it
+	at      time.Time // when the stream stored it (its leader's clock, the same on every replica); zero when the header is missing
+	auth    string    // its HeaderAuth header
 	data    []byte
 }
 
@@ -126,10 +127,13 @@ func parseStreamMsg(msg *nats.Msg) (streamMsg, error) {
 	if err != nil {
 		return streamMsg{}, fmt.Errorf("%w: a message without a valid %s", ErrBadCommand, hdrSequence)
 	}
-	m := streamMsg{seq: seq, data: msg.Data}
+	m := streamMsg{seq: seq, data: msg.Data, auth: msg.Header.Get(HeaderAuth)}
 	if p := msg.Header.Get(hdrNumPending); p != "" {
 		m.pending, _ = strconv.ParseUint(p, 10, 64) // for the lag metric only
 	}
-	m.at, _ = time.Parse(time.RFC3339Nano, msg.Header.Get(hdrTimeStamp)) // for the lag metric only
+	// The command's stream time: its checks' reference (check) and the lag
+	// metric's. A header that does not parse leaves it zero, which check
+	// refuses.
+	m.at, _ = time.Parse(time.RFC3339Nano, msg.Header.Get(hdrTimeStamp))
 	return m, nil
 }

@@ -30,9 +30,9 @@ func TestReplicaReaderReadsInOrder(t *testing.T) {
 
 	// The stream as syncd created it before nodes read their replicas.
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: StreamName, Subjects: []string{Subject}, Storage: jetstream.FileStorage,
-		Metadata: map[string]string{metaCluster: "c1"}})
+		MaxAge: DefaultStreamMaxAge, DenyDelete: true, DenyPurge: true, Metadata: map[string]string{metaCluster: "c1"}})
 	require.NoError(t, err)
-	c, err := Connect(ctx, nc, Options{Node: "reader", Replicas: 1})
+	c, err := Connect(ctx, nc, Options{Node: "reader", Replicas: 1, CommandKey: make([]byte, MinCommandKeyBytes)})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	s, err := js.Stream(ctx, StreamName)

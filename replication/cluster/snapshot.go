@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,7 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/internal/dirsync"
 )
 
 // snapshotName is the object holding the newest snapshot; each store
@@ -62,14 +66,43 @@ func (c *Cluster) storeSnapshot(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	defer f.Close()
+	auth := c.snapshotMAC(pos.applied)
+	if _, err := io.Copy(auth, f); err != nil {
+		return 0, fmt.Errorf("authenticate the snapshot: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
 	_, err = c.objects.Put(ctx, jetstream.ObjectMeta{
-		Name:     snapshotName,
-		Metadata: map[string]string{"applied_seq": strconv.FormatUint(pos.applied, 10), "cluster_id": c.id},
+		Name: snapshotName,
+		Metadata: map[string]string{"applied_seq": strconv.FormatUint(pos.applied, 10), "cluster_id": c.id,
+			metaSnapshotAuth: AuthScheme + hex.EncodeToString(auth.Sum(nil))},
 	}, f)
 	if err != nil {
 		return 0, fmt.Errorf("upload: %w", err)
 	}
 	return pos.applied, nil
+}
+
+// metaSnapshotAuth is the snapshot object's metadata entry holding its
+// authenticator: AuthScheme and the hex HMAC-SHA256, under a key derived
+// from the command key, of the cluster id, the applied seq and the file
+// (snapshotMAC).
+const metaSnapshotAuth = "syncd.auth"
+
+// ErrSnapshotUnverified is wrapped by PrepareData when the newest snapshot
+// does not carry the authenticator of this cluster's command key over its
+// contents and metadata: it was not stored by a node of this cluster (or
+// was altered since). Nothing is restored and the node does not start;
+// with no other snapshot, an operator restores a node's data by hand.
+var ErrSnapshotUnverified = errors.New("snapshot not authenticated by this cluster's key")
+
+// snapshotMAC returns the hash that authenticates a snapshot of this
+// cluster at applied: write the file's bytes to it, then Sum.
+func (c *Cluster) snapshotMAC(applied uint64) hash.Hash {
+	h := hmac.New(sha256.New, deriveKey(c.opts.CommandKey, "syncd snapshot authenticator v1"))
+	fmt.Fprintf(h, "syncd snapshot\ncluster %s\napplied %d\n", c.id, applied)
+	return h
 }
 
 // positionOfFile reads the materializer's position in a database file.
@@ -148,7 +181,7 @@ func (c *Cluster) PrepareData(ctx context.Context, path string) (bool, error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return false, err
 	}
-	if err := sqlitedb.SyncDir(filepath.Dir(path)); err != nil {
+	if err := dirsync.Sync(filepath.Dir(path)); err != nil {
 		return false, err
 	}
 	c.log.Info("restored the newest snapshot", "applied_seq", snapAt)
@@ -235,12 +268,16 @@ func (c *Cluster) tryDownload(ctx context.Context, file string, applied, first u
 	if err != nil {
 		return 0, err
 	}
-	_, err = io.Copy(f, obj) // the object checks its digest at its end
+	auth := c.snapshotMAC(snapAt)
+	_, err = io.Copy(io.MultiWriter(f, auth), obj) // the object checks its digest at its end
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return 0, fmt.Errorf("download the snapshot: %w", err)
+	}
+	if want := AuthScheme + hex.EncodeToString(auth.Sum(nil)); !hmac.Equal([]byte(info.Metadata[metaSnapshotAuth]), []byte(want)) {
+		return 0, fmt.Errorf("%w: the snapshot at stream seq %d (modified %s) does not carry its authenticator", ErrSnapshotUnverified, snapAt, info.ModTime.UTC().Format(time.RFC3339))
 	}
 	pos, err := positionOfFile(ctx, file)
 	if err != nil {

@@ -15,7 +15,6 @@ package logtest
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"reflect"
 	"runtime"
@@ -34,8 +33,14 @@ import (
 // around it.
 type Harness struct {
 	Log replication.Log
-	// DB opens the transactions that Append joins.
-	DB *sql.DB
+	// Append writes es as the log's next entries in one unit of commit (a
+	// transaction, for SQLiteLog), commits it, and returns the entries as
+	// logged (Seq and AppliedAt set). An entry whose Seq is 0 gets the
+	// next seq. It does not report the commit: the suite calls
+	// Log.Committed, as the log's writer does. A malformed entry (see
+	// replication.ErrInvalidEntry) fails the whole unit and writes
+	// nothing.
+	Append func(ctx context.Context, es ...replication.Entry) ([]replication.Entry, error)
 	// Now is the clock the log stamps AppliedAt with and compacts by;
 	// Advance moves it.
 	Now     func() time.Time
@@ -111,19 +116,9 @@ func Entry(tenant, model, key string) replication.Entry {
 // commit, and returns the entries as logged.
 func AppendCommitted(t testing.TB, h Harness, es ...replication.Entry) []replication.Entry {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := h.DB.BeginTx(ctx, nil)
+	out, err := h.Append(context.Background(), es...)
 	require.NoError(t, err)
-	out := make([]replication.Entry, 0, len(es))
-	for _, e := range es {
-		got, err := h.Log.Append(ctx, tx, e)
-		if err != nil {
-			require.NoError(t, tx.Rollback())
-			require.NoError(t, err)
-		}
-		out = append(out, got)
-	}
-	require.NoError(t, tx.Commit())
+	require.Len(t, out, len(es))
 	h.Log.Committed(out[len(out)-1].Seq)
 	return out
 }
@@ -157,7 +152,7 @@ func testAppendAndRead(t *testing.T, open Opener) {
 	require.Equal(t, replication.Page{}, Read(t, h, replication.ReadRequest{Scope: tenant("t1")}))
 
 	want := Entry("t1", "notes", "a")
-	want.Op, want.Deleted, want.Value = replication.OpDelete, true, nil
+	want.Op, want.Deleted, want.Value = syncproto.OpDelete, true, nil
 	got := AppendCommitted(t, h, want)[0]
 	want.Seq, want.AppliedAt = 1, time.UnixMilli(h.Now().UnixMilli()).UTC()
 	require.Equal(t, want, got)
@@ -402,16 +397,16 @@ func testInvalidEntry(t *testing.T, open Opener) {
 		"zero hlc":           func(e *replication.Entry) { e.HLC = syncproto.Timestamp{} },
 		"unknown op":         func(e *replication.Entry) { e.Op = "upsert" },
 		"deleted put":        func(e *replication.Entry) { e.Deleted = true },
-		"delete not deleted": func(e *replication.Entry) { e.Op = replication.OpDelete },
+		"delete not deleted": func(e *replication.Entry) { e.Op = syncproto.OpDelete },
 	} {
 		e := Entry("t1", "notes", "a")
 		mutate(&e)
-		tx, err := h.DB.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		_, err = h.Log.Append(ctx, tx, e)
+		_, err := h.Append(ctx, e)
 		require.ErrorIs(t, err, replication.ErrInvalidEntry, name)
-		require.NoError(t, tx.Rollback())
 	}
+	b, err := h.Log.Bounds(ctx, tenant("t1"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(0), b.Head, "a refused entry wrote nothing")
 }
 
 // testNotifyAfterCommit: waiters wake when the caller reports a commit,
@@ -430,11 +425,9 @@ func testNotifyAfterCommit(t *testing.T, open Opener) {
 	waited := make(chan error, 1)
 	go func() { waited <- h.Log.Wait(ctx, 1) }()
 
-	tx, err := h.DB.BeginTx(ctx, nil)
+	appended, err := h.Append(ctx, Entry("t1", "notes", "b"))
 	require.NoError(t, err)
-	e, err := h.Log.Append(ctx, tx, Entry("t1", "notes", "b"))
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit())
+	e := appended[0]
 	select {
 	case <-notify:
 		t.Fatal("woken before Committed")

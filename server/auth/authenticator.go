@@ -1,26 +1,58 @@
 package auth
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// reloadInterval bounds how often Authenticate stats the token file.
+// reloadInterval bounds how often the token file and the deny list are
+// checked for changes.
 const reloadInterval = time.Second
 
-// Authenticator answers "who is this bearer token" from a token file. A
-// newly issued token works at once; a revocation takes effect within
-// reloadInterval of its write. It is safe for concurrent use.
+// Config configures an Authenticator: a token file, JWT verification, or
+// both.
+type Config struct {
+	// TokenFile is the token file; "" means none (then JWT is required).
+	TokenFile string
+	// JWT, when set, verifies JWTs (any bearer token not starting "sdk_").
+	JWT *JWTConfig
+	// DenyFile is the JWT deny list (syncctl jwt revoke); a missing file is
+	// an empty list; "" means none.
+	DenyFile string
+	// Now is the clock for expiry and reloads; nil means time.Now.
+	Now func() time.Time
+	// Logger receives JWKS refresh failures; nil discards.
+	Logger *slog.Logger
+	// Registerer receives the JWT metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Authenticator answers "who is this bearer token" from a token file
+// and, when configured, by verifying JWTs. A newly issued token works at
+// once; a revocation (token file or deny list) takes effect within
+// reloadInterval of its write. It is safe for concurrent use; Close stops
+// its JWKS refresh.
 type Authenticator struct {
-	path string
-	now  func() time.Time
+	tokenFile bool
+	now       func() time.Time
+	jwt       *jwtVerifier
+	stop      context.CancelFunc
+	done      sync.WaitGroup
 
 	mu        sync.Mutex
+	tokens    fileWatch
 	byID      map[string]Token
-	modTime   time.Time
-	size      int64
+	deny      *fileWatch
+	denied    DenyList
 	checkedAt time.Time
 	reloadErr error
 }
@@ -28,34 +60,98 @@ type Authenticator struct {
 // NewAuthenticator loads the token file at path. now is the clock for the
 // reload interval; nil means time.Now.
 func NewAuthenticator(path string, now func() time.Time) (*Authenticator, error) {
-	if now == nil {
-		now = time.Now
+	return New(Config{TokenFile: path, Now: now})
+}
+
+// New builds an Authenticator from cfg: it loads the token file and the
+// deny list and, for a JWKS, fetches the keys once (a failure is logged
+// and counted, and the background refresh keeps trying) and starts the
+// background refresh.
+func New(cfg Config) (*Authenticator, error) {
+	if cfg.TokenFile == "" && cfg.JWT == nil {
+		return nil, errors.New("auth: configure a token file, JWT verification, or both")
 	}
-	a := &Authenticator{path: path, now: now}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	a := &Authenticator{tokenFile: cfg.TokenFile != "", now: cfg.Now, tokens: fileWatch{path: cfg.TokenFile}, denied: DenyList{Version: denyVersion}}
+	if cfg.DenyFile != "" {
+		a.deny = &fileWatch{path: cfg.DenyFile}
+	}
 	if err := a.reload(); err != nil {
 		return nil, err
+	}
+	if cfg.JWT != nil {
+		jc := *cfg.JWT
+		if err := jc.validate(); err != nil {
+			return nil, fmt.Errorf("auth: jwt: %w", err)
+		}
+		m := newAuthMetrics(cfg.Registerer)
+		if jc.HS256SecretFile != "" {
+			secret, err := readSecret(jc.HS256SecretFile)
+			if err != nil {
+				return nil, fmt.Errorf("auth: jwt: %w", err)
+			}
+			a.jwt = newVerifier(jc, secret, nil, cfg.Now, m)
+		} else {
+			keys := newKeySet(jc.JWKSURL, jc.JWKSFile, jc.HTTPClient, jc.FetchTimeout, jc.MinRefreshInterval, cfg.Now, cfg.Logger, m)
+			a.jwt = newVerifier(jc, nil, keys, cfg.Now, m)
+			ctx, cancel := context.WithCancel(context.Background())
+			a.stop = cancel
+			keys.refresh(ctx, false)
+			a.done.Add(1)
+			go func() {
+				defer a.done.Done()
+				keys.run(ctx, jc.RefreshInterval)
+			}()
+		}
 	}
 	return a, nil
 }
 
-// Authenticate returns the principal of a bearer token, or ErrUnauthorized.
-// If the file changed and no longer parses, the last good set of tokens
-// stays in force and ReloadError reports why.
+// Close stops the JWKS refresh and waits for it. It is idempotent.
+func (a *Authenticator) Close() error {
+	if a.stop != nil {
+		a.stop()
+	}
+	a.done.Wait()
+	return nil
+}
+
+// Authenticate returns the principal of a bearer token. A token-file token
+// ("sdk_...") that is malformed, unknown or revoked is ErrUnauthorized and
+// no more. A JWT refusal wraps ErrUnauthorized and says why, or is
+// ErrTokenExpired. If a watched file changed and no longer parses, the last
+// good version stays in force and ReloadError reports why.
 func (a *Authenticator) Authenticate(token string) (Principal, error) {
+	if strings.HasPrefix(token, tokenPrefix) || a.jwt == nil {
+		return a.fromTokenFile(token)
+	}
+	p, err := a.jwt.verify(context.Background(), token)
+	if err != nil {
+		return Principal{}, err
+	}
+	if err := a.Check(p); err != nil {
+		return Principal{}, err
+	}
+	return p, nil
+}
+
+func (a *Authenticator) fromTokenFile(token string) (Principal, error) {
 	id, secret, ok := parseToken(token)
-	if !ok {
+	if !ok || !a.tokenFile {
 		return Principal{}, ErrUnauthorized
 	}
 	a.mu.Lock()
-	if now := a.now(); now.Sub(a.checkedAt) >= reloadInterval {
-		a.checkedAt = now
-		a.reloadErr = a.reloadIfChangedLocked()
-	}
+	a.maybeReloadLocked()
 	t, found := a.byID[id]
 	if !found {
 		// A token issued a moment ago works at once: an unknown id costs
 		// one stat, and a re-read only when the file changed.
-		a.reloadErr = a.reloadIfChangedLocked()
+		a.reloadErr = a.reloadTokensLocked()
 		t, found = a.byID[id]
 	}
 	a.mu.Unlock()
@@ -65,19 +161,33 @@ func (a *Authenticator) Authenticate(token string) (Principal, error) {
 	return t.Principal, nil
 }
 
-// Active reports whether the token with id tokenID is still in the token
-// file (not revoked), re-reading a changed file at most once per
-// reloadInterval. Sessions opened with a token ask it periodically and end
-// when it turns false.
-func (a *Authenticator) Active(tokenID string) bool {
+// Check reports whether an authenticated principal still holds: nil, or
+// ErrTokenExpired once a JWT's exp passed (no leeway: a session ends at
+// exp), or an error wrapping ErrUnauthorized once its token was revoked
+// (token file) or denied (deny list). Open sessions call it periodically
+// and end when it fails.
+func (a *Authenticator) Check(p Principal) error {
+	if p.IsJWT() && !a.now().Before(p.ExpiresAt) {
+		return fmt.Errorf("%w at %s", ErrTokenExpired, p.ExpiresAt.UTC().Format(time.RFC3339))
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if now := a.now(); now.Sub(a.checkedAt) >= reloadInterval {
-		a.checkedAt = now
-		a.reloadErr = a.reloadIfChangedLocked()
+	a.maybeReloadLocked()
+	if why := a.denied.denies(p); why != "" {
+		return fmt.Errorf("%w: %s", ErrUnauthorized, why)
 	}
-	_, found := a.byID[tokenID]
-	return found
+	if !p.IsJWT() {
+		if _, found := a.byID[p.TokenID]; !found {
+			return fmt.Errorf("%w: the token was revoked", ErrUnauthorized)
+		}
+	}
+	return nil
+}
+
+// Active reports whether the token-file token with id tokenID is still in
+// the token file (not revoked).
+func (a *Authenticator) Active(tokenID string) bool {
+	return a.Check(Principal{TokenID: tokenID}) == nil
 }
 
 // ReloadError reports why the last reload of a changed file failed, or nil.
@@ -91,18 +201,32 @@ func (a *Authenticator) reload() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.checkedAt = a.now()
-	return a.reloadIfChangedLocked()
+	if err := a.reloadTokensLocked(); err != nil {
+		return err
+	}
+	return a.reloadDenyLocked()
 }
 
-func (a *Authenticator) reloadIfChangedLocked() error {
-	st, err := os.Stat(a.path)
+// maybeReloadLocked re-reads changed files at most once per reloadInterval.
+func (a *Authenticator) maybeReloadLocked() {
+	if now := a.now(); now.Sub(a.checkedAt) >= reloadInterval {
+		a.checkedAt = now
+		a.reloadErr = errors.Join(a.reloadTokensLocked(), a.reloadDenyLocked())
+	}
+}
+
+func (a *Authenticator) reloadTokensLocked() error {
+	if !a.tokenFile {
+		return nil
+	}
+	st, changed, err := a.tokens.changed()
 	if err != nil {
 		return fmt.Errorf("token file: %w", err)
 	}
-	if a.byID != nil && st.ModTime().Equal(a.modTime) && st.Size() == a.size {
+	if !changed {
 		return nil
 	}
-	tokens, err := ReadFile(a.path)
+	tokens, err := ReadFile(a.tokens.path)
 	if err != nil {
 		return err
 	}
@@ -110,6 +234,31 @@ func (a *Authenticator) reloadIfChangedLocked() error {
 	for _, t := range tokens {
 		byID[t.TokenID] = t
 	}
-	a.byID, a.modTime, a.size = byID, st.ModTime(), st.Size()
+	a.byID = byID
+	a.tokens.accept(st)
+	return nil
+}
+
+func (a *Authenticator) reloadDenyLocked() error {
+	if a.deny == nil {
+		return nil
+	}
+	st, changed, err := a.deny.changed()
+	if errors.Is(err, os.ErrNotExist) {
+		a.denied, *a.deny = DenyList{Version: denyVersion}, fileWatch{path: a.deny.path}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deny list: %w", err)
+	}
+	if !changed {
+		return nil
+	}
+	d, err := ReadDenyList(a.deny.path)
+	if err != nil {
+		return err
+	}
+	a.denied = d
+	a.deny.accept(st)
 	return nil
 }

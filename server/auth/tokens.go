@@ -48,8 +48,8 @@ type file struct {
 // Validate checks a principal's fields before a token is issued for it.
 func (p Principal) Validate() error {
 	if p.Admin {
-		if p.Tenant != "" || p.ClientID != "" || len(p.Read) > 0 || len(p.Write) > 0 {
-			return errors.New("an admin token carries no tenant, client id or models")
+		if p.Tenant != "" || p.User != "" || p.ClientID != "" || len(p.Read) > 0 || len(p.Write) > 0 || len(p.Scopes) > 0 {
+			return errors.New("an admin token carries no tenant, user, client id, models or scopes")
 		}
 		return nil
 	}
@@ -58,6 +58,11 @@ func (p Principal) Validate() error {
 	}
 	if err := syncproto.ValidateID(p.ClientID); err != nil {
 		return fmt.Errorf("client id: %w", err)
+	}
+	if p.User != "" {
+		if err := syncproto.ValidateUser(p.User); err != nil {
+			return fmt.Errorf("user: %w", err)
+		}
 	}
 	for _, m := range slices.Concat(p.Read, p.Write) {
 		if m == Wildcard {
@@ -193,11 +198,17 @@ func secretMatches(t Token, secret string) bool {
 	return subtle.ConstantTimeCompare([]byte(t.SecretSHA256), []byte(hashSecret(secret))) == 1
 }
 
-// writeFile replaces the token file atomically and durably: temp file in the
-// same directory, fsync, rename, directory fsync. Mode 0600: the hashes are
-// not secrets, but the file says who may do what.
+// writeFile replaces the token file atomically and durably.
 func writeFile(path string, tokens []Token) error {
-	b, err := json.MarshalIndent(file{Version: fileVersion, Tokens: tokens}, "", "  ")
+	return writeJSONFile(path, file{Version: fileVersion, Tokens: tokens})
+}
+
+// writeJSONFile replaces the file at path with v as indented JSON,
+// atomically and durably: temp file in the same directory, fsync, rename,
+// directory fsync. Mode 0600: the token file's hashes are not secrets, but
+// it and the deny list say who may do what.
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}

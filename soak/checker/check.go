@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/soak/journal"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // Invariant numbers the promises of issue 5, in its order.
@@ -215,7 +215,7 @@ func (s *State) policy(model string) string {
 	if p, ok := s.Server.Policies[model]; ok {
 		return p
 	}
-	return string(replication.PolicyLWW)
+	return string(syncproto.PolicyLWW)
 }
 
 // sameJSON compares two values as JSON documents (whitespace aside).

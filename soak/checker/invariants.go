@@ -137,7 +137,7 @@ func checkReferenceModel(s *State, ix *index, acc accounting) Verdict {
 		es := ix.oplogByKey[k]
 		b.check()
 		name := k.tenant + ":" + k.model + "/" + k.key
-		lww := s.policy(k.model) == string(replication.PolicyLWW)
+		lww := s.policy(k.model) == string(syncproto.PolicyLWW)
 		for i, e := range es {
 			if (e.Op == "delete") != (len(e.Value) == 0) {
 				b.fail("%s seq %d: a %s with value %s", name, e.Seq, e.Op, short(e.Value))
@@ -179,7 +179,7 @@ func checkReferenceModel(s *State, ix *index, acc accounting) Verdict {
 		b.fail("the records are materialized to seq %d, the oplog's head is %d", s.Server.AppliedSeq, s.Server.Head)
 	}
 	for _, w := range acc.writes {
-		if w.base == nil || s.policy(w.model) != string(replication.PolicyOptimistic) {
+		if w.base == nil || s.policy(w.model) != string(syncproto.PolicyOptimistic) {
 			continue
 		}
 		b.check()
@@ -190,7 +190,7 @@ func checkReferenceModel(s *State, ix *index, acc accounting) Verdict {
 		}
 	}
 	for _, c := range s.Server.Conflicts {
-		if c.Policy != string(replication.PolicyLWW) || c.Reason != replication.ReasonOlderHLC {
+		if c.Policy != string(syncproto.PolicyLWW) || c.Reason != replication.ReasonOlderHLC {
 			continue
 		}
 		b.check()

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/syncd-dev/syncd/server/auth"
+)
+
+// keygenView is the --json output of syncctl jwt keygen.
+type keygenView struct {
+	Kid  string `json:"kid"`
+	Alg  string `json:"alg"`
+	Key  string `json:"key"`
+	JWKS string `json:"jwks"`
+}
+
+func (a *app) jwtKeygenCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "keygen [--alg ES256] [--dir var/jwt]",
+		Short: "Make a signing key and publish its public half in a JWKS file",
+		Long: `Generate a private signing key (DIR/signing-key.pem, mode 0600) and add its
+public key to DIR/jwks.json, the file syncd --jwt-jwks-file reads. Keys already
+in jwks.json stay there, so running keygen again rotates: tokens signed with
+the old key stay valid while it is listed. syncd reads the JWKS again on its
+refresh interval, and at once for a token whose kid it does not know.`,
+		Args: exactArgs(0, "no arguments"),
+	}
+	alg := cmd.Flags().String("alg", "ES256", "RS256, ES256 or EdDSA")
+	dir := cmd.Flags().String("dir", defaultJWTDir, "directory of signing-key.pem and jwks.json")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		k, err := auth.GenerateSigningKey(*alg)
+		if err != nil {
+			return failf(exitUsage, "jwt keygen: %v", err)
+		}
+		keyPath, jwksPath := filepath.Join(*dir, "signing-key.pem"), filepath.Join(*dir, "jwks.json")
+		pemBytes, err := auth.MarshalSigningKey(k)
+		if err != nil {
+			return failf(exitFailure, "jwt keygen: %v", err)
+		}
+		doc, err := withPublishedKey(jwksPath, k)
+		if err != nil {
+			return failf(exitFailure, "jwt keygen: %v", err)
+		}
+		if err := os.MkdirAll(*dir, 0o750); err != nil {
+			return failf(exitFailure, "jwt keygen: %v", err)
+		}
+		if err := os.WriteFile(keyPath, pemBytes, 0o600); err != nil {
+			return failf(exitFailure, "jwt keygen: %v", err)
+		}
+		if err := os.WriteFile(jwksPath, doc, 0o644); err != nil {
+			return failf(exitFailure, "jwt keygen: %v", err)
+		}
+		if a.json {
+			return printJSON(a.stdout, keygenView{Kid: k.Kid, Alg: k.Alg, Key: keyPath, JWKS: jwksPath})
+		}
+		_, err = fmt.Fprintf(a.stdout, "signing key %s (%s, kid %s)\npublic JWKS %s: start syncd with --jwt-jwks-file %s --jwt-issuer %s --jwt-audience %s\n",
+			keyPath, k.Alg, k.Kid, jwksPath, jwksPath, defaultJWTIssuer, defaultJWTAudience)
+		return err
+	}
+	return cmd
+}
+
+// withPublishedKey is the JWKS at path (if any) with k's public key added.
+func withPublishedKey(path string, k auth.SigningKey) ([]byte, error) {
+	fresh, err := auth.JWKS(k)
+	if err != nil {
+		return nil, err
+	}
+	old, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fresh, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var doc, add struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(old, &doc); err != nil {
+		return nil, fmt.Errorf("%s is not a JWKS document: %w", path, err)
+	}
+	if err := json.Unmarshal(fresh, &add); err != nil {
+		return nil, err
+	}
+	doc.Keys = append(doc.Keys, add.Keys...)
+	return json.MarshalIndent(doc, "", "  ")
+}

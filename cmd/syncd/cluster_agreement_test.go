@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// TestClusterProcessStaleTokenFile: a token revoked in the token file of
+// two nodes but not in the third's. The third stops serving (/readyz 503
+// naming the token file) and takes no write with the revoked token, which
+// the other two refuse outright; nothing of it lands anywhere. Its file
+// brought up to date, the third serves again.
+func TestClusterProcessStaleTokenFile(t *testing.T) {
+	pc := startProcCluster(t)
+	token := pc.member(t, "phone")
+	tokens, err := auth.ReadFile(pc.tokens)
+	require.NoError(t, err)
+	id := tokens[len(tokens)-1].TokenID
+
+	// node-3 gets a token file of its own, a copy of the shared one.
+	stale := filepath.Join(t.TempDir(), "tokens.json")
+	copyFile := func() {
+		data, err := os.ReadFile(pc.tokens)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(stale, data, 0o600))
+	}
+	copyFile()
+	third := pc.nodes[2]
+	third.kill(t)
+	third.args = append(third.args, "--tokens", stale)
+	third.start(t)
+	third.waitReady(t)
+
+	require.NoError(t, auth.Revoke(pc.tokens, id))
+	require.Eventually(t, func() bool {
+		code, body := readyz(third)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "tokens")
+	}, time.Minute, 200*time.Millisecond, "the stale node names its token file")
+	for _, n := range pc.nodes[:2] {
+		require.True(t, n.ready(), "%s serves on", n.name)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := syncproto.NewClock("phone", nil)
+	c, err := dialPush(ctx, third, token, "phone", clock)
+	require.NoError(t, err, "the stale node still knows the token")
+	_, err = c.roundTrip(ctx, &syncproto.Push{ID: "p1", Mutations: []syncproto.Mutation{{OpID: mustOpID(t), Model: "notes", Key: "k",
+		Op: syncproto.OpPut, Value: []byte(`"revoked"`), HLC: clock.Now()}}})
+	require.Error(t, err, "but takes no write")
+	c.close()
+	_, err = dialPush(ctx, pc.nodes[0], token, "phone", clock)
+	require.Error(t, err, "a current node refuses the revoked token")
+	for _, n := range pc.nodes {
+		require.Empty(t, pc.admin(n).Oplog(t, "&tenant=acme"), "%s: nothing written", n.name)
+	}
+
+	copyFile()
+	require.Eventually(t, third.ready, time.Minute, 200*time.Millisecond, "serves again once its file is current")
+}
+
+// readyz is n's /readyz status and body.
+func readyz(n *procNode) (int, string) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(n.url + "/readyz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(body)
+}
+
+func mustOpID(t testing.TB) string {
+	t.Helper()
+	id, err := syncproto.NewOpID()
+	require.NoError(t, err)
+	return id
+}

@@ -1,0 +1,60 @@
+-- user_version 1
+CREATE UNIQUE INDEX items_key ON items (key) WHERE length(key) > 0;
+CREATE INDEX outcomes_by_time ON outcomes (decided_at);
+CREATE INDEX pending_by_key ON pending (model, key, queue_id);
+CREATE TABLE dead_letters (
+	id          INTEGER PRIMARY KEY,
+	payload     BLOB    NOT NULL,
+	key         BLOB    NOT NULL,
+	attempts    INTEGER NOT NULL,
+	enqueued_at INTEGER NOT NULL,
+	reason      BLOB    NOT NULL,
+	dead_at     INTEGER NOT NULL
+);
+CREATE TABLE items (
+	id          INTEGER PRIMARY KEY AUTOINCREMENT,
+	payload     BLOB    NOT NULL,
+	key         BLOB    NOT NULL,
+	attempts    INTEGER NOT NULL DEFAULT 0,
+	enqueued_at INTEGER NOT NULL
+);
+CREATE TABLE meta (
+	name  TEXT PRIMARY KEY,
+	value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE meta_text (
+	name  TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE outcomes (
+	op_id      TEXT PRIMARY KEY,
+	model      TEXT NOT NULL,
+	key        TEXT NOT NULL,
+	status     TEXT NOT NULL,
+	version    INTEGER NOT NULL,
+	seq        INTEGER NOT NULL,
+	reason     TEXT NOT NULL,
+	winner     BLOB,
+	rebased_as TEXT NOT NULL,
+	decided_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE pending (
+	queue_id     INTEGER PRIMARY KEY,
+	op_id        TEXT NOT NULL UNIQUE,
+	model        TEXT NOT NULL,
+	key          TEXT NOT NULL,
+	op           TEXT NOT NULL,
+	value        BLOB,
+	base_version INTEGER,
+	wall         INTEGER NOT NULL
+);
+CREATE TABLE records (
+	model   TEXT NOT NULL,
+	key     TEXT NOT NULL,
+	value   BLOB,
+	version INTEGER NOT NULL,
+	hlc     TEXT NOT NULL,
+	wall    INTEGER NOT NULL,
+	deleted INTEGER NOT NULL,
+	PRIMARY KEY (model, key)
+) WITHOUT ROWID;

@@ -1,0 +1,123 @@
+package sqlitedb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// The schema version of every SQLite file the project writes is its
+// PRAGMA user_version: 0 for a file no migration ran on, n once the first n
+// migrations of its opener's list ran. A file holding several components
+// (syncd's oplog, records, ledger and conflict log; a device's queue and
+// replica) has one version, owned by the code that opens the file, which
+// lists the migrations of all its components in one order. Migrations go
+// forward only; each runs in one transaction with the version it brings
+// the file to, so a crash leaves a file at one version or the next, never
+// between.
+
+// ErrNewerSchema is wrapped by *NewerSchemaError.
+var ErrNewerSchema = errors.New("database schema is newer than this build")
+
+// NewerSchemaError refuses a file written by a newer build: its schema
+// version is above the newest this build knows. Nothing was changed; open
+// the file with a build at least as new as the one that wrote it.
+type NewerSchemaError struct {
+	File  int // the file's schema version
+	Known int // the newest version this build knows
+}
+
+func (e *NewerSchemaError) Error() string {
+	return fmt.Sprintf("database schema version %d is newer than this build's %d: open it with a newer build", e.File, e.Known)
+}
+
+func (e *NewerSchemaError) Unwrap() error { return ErrNewerSchema }
+
+// Migration is one forward step of a file's schema: migration i of a list
+// brings a file from version i to version i+1. It runs inside the
+// transaction that also records the new version, and must not commit or
+// roll back.
+type Migration func(ctx context.Context, tx Execer) error
+
+// Execer is what a Migration runs its statements on: the migration's
+// transaction.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// SchemaVersion returns the file's schema version (PRAGMA user_version).
+func SchemaVersion(ctx context.Context, q Execer) (int, error) {
+	var v int
+	if err := q.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// Migrate brings db's file to version len(migrations) and returns the
+// version it found. A newer file is refused with a *NewerSchemaError and
+// left as it is. Otherwise each missing migration runs in a transaction of
+// its own that takes the write lock first (BEGIN IMMEDIATE), reads the
+// version again (another opener may have run it meanwhile), runs the step
+// and sets user_version, then commits; a failing step rolls back and
+// leaves the file at the version before it.
+func Migrate(ctx context.Context, db *sql.DB, migrations []Migration) (found int, err error) {
+	known := len(migrations)
+	found, err = SchemaVersion(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	if found > known {
+		return found, &NewerSchemaError{File: found, Known: known}
+	}
+	for at := found; at < known; {
+		if at, err = migrateOne(ctx, db, migrations); err != nil {
+			return found, err
+		}
+	}
+	return found, nil
+}
+
+// migrateOne runs, under the write lock, the migration after the version
+// the file has then, and returns the version the file is at afterwards.
+func migrateOne(ctx context.Context, db *sql.DB, migrations []Migration) (int, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("migrate schema: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return 0, fmt.Errorf("migrate schema: begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+		}
+	}()
+	v, err := SchemaVersion(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	if v > len(migrations) {
+		return v, &NewerSchemaError{File: v, Known: len(migrations)}
+	}
+	if v == len(migrations) {
+		return v, nil // another opener migrated it meanwhile
+	}
+	if err := migrations[v](ctx, conn); err != nil {
+		return v, fmt.Errorf("migrate schema from version %d to %d: %w", v, v+1, err)
+	}
+	// PRAGMA takes no parameters; v+1 is an int this function computed.
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
+		return v, fmt.Errorf("migrate schema: set version %d: %w", v+1, err)
+	}
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		return v, fmt.Errorf("migrate schema: commit version %d: %w", v+1, err)
+	}
+	committed = true
+	return v + 1, nil
+}
