@@ -12,19 +12,21 @@ SOAK_DURATION ?= 10m
 SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build deps test abuse bench fuzz lint clean soak cluster cluster-test cluster-chaos simulate
+.PHONY: run build deps test abuse bench fuzz lint clean soak cluster cluster-node cluster-kill cluster-stop cluster-test cluster-chaos simulate
 
 # Root installs packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-## run: build syncd and start it on 127.0.0.1:8080 with its SQLite database under ./var/
+## run: build syncd and start it on 127.0.0.1:8080 with its SQLite database and token
+## file under ./var/ (VAR=DIR puts them elsewhere)
+VAR ?= var
 run: build
-	mkdir -p var
+	mkdir -p $(VAR)
 	@echo "JWT sign-in without an identity provider: ./$(BIN)/syncctl jwt keygen; then"
 	@echo "  make run ARGS='--jwt-jwks-file var/jwt/jwks.json --jwt-issuer syncd-dev --jwt-audience syncd'"
 	@echo "  ./$(BIN)/syncctl jwt sign --sub alice --tenant dev > var/alice.jwt"
 	@echo "  go run ./examples/notes --jwt var/alice.jwt --client-id alice:laptop add k v"
-	./$(BIN)/syncd --data var/syncd.db --dev-tokens $(ARGS)
+	./$(BIN)/syncd --data $(VAR)/syncd.db --tokens $(VAR)/tokens.json --dev-tokens $(ARGS)
 
 # The build names its source revision (syncd --version, welcome, syncd_build_info)
 # even where the toolchain's own VCS stamping is off.
@@ -35,26 +37,23 @@ LDFLAGS  := -X github.com/syncd-dev/syncd/internal/buildinfo.linkedRevision=$(RE
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
-## cluster: three syncd nodes on loopback, each with an embedded NATS server and its own
-## data directory under var/cluster/; they share one token file and one cluster secret
-## (var/cluster/cluster.secret, created when missing). Ctrl-C stops all three.
+## cluster: three syncd nodes on loopback (tools/devcluster), each with an embedded NATS
+## server, its own data directory under var/cluster/ and a pidfile; they share one token
+## file and one cluster secret (created when missing). Prints each node's pid and URLs;
+## Ctrl-C or TERM stops all three. make cluster-node N=2 restarts one node in place,
+## make cluster-kill N=2 kills it (-9), make cluster-stop stops every node.
 cluster: build
-	@mkdir -p var/cluster
-	@[ -f var/cluster/cluster.secret ] || ./$(BIN)/syncd cluster-secret --out var/cluster/cluster.secret
-	@set -e; trap 'kill $$(jobs -p) 2>/dev/null; wait' INT TERM EXIT; \
-	node() { \
-	  routes=""; for j in 1 2 3; do [ $$j = $$1 ] || routes="$$routes --nats-route nats-route://127.0.0.1:622$$j"; done; \
-	  ./$(BIN)/syncd --cluster --node-id node-$$1 --data var/cluster/node-$$1/syncd.db --tokens var/cluster/tokens.json --dev-tokens \
-	    --cluster-secret var/cluster/cluster.secret --listen 127.0.0.1:818$$1 --admin-listen 127.0.0.1:828$$1 \
-	    --nats-listen 127.0.0.1:422$$1 --nats-cluster-listen 127.0.0.1:622$$1 $$routes $(ARGS) \
-	    > var/cluster/node-$$1.log 2>&1 & \
-	}; \
-	node 1; while [ ! -s var/cluster/tokens.json ]; do sleep 0.1; done; node 2; node 3; \
-	for i in 1 2 3; do until curl -fs 127.0.0.1:818$$i/readyz >/dev/null 2>&1; do sleep 0.5; done; done; \
-	echo "cluster ready (logs: var/cluster/node-N.log):"; \
-	for i in 1 2 3; do echo "  node-$$i  http://127.0.0.1:818$$i  admin http://127.0.0.1:828$$i"; done; \
-	grep -h -o 'client_token=[^ ]*\|admin_token=[^ ]*' var/cluster/node-1.log || true; \
-	wait
+	@BIN=$(BIN) VAR=$(VAR) ARGS="$(ARGS)" exec tools/devcluster up
+
+N ?= 1
+cluster-node: build
+	@BIN=$(BIN) VAR=$(VAR) ARGS="$(ARGS)" tools/devcluster node $(N)
+
+cluster-kill:
+	@VAR=$(VAR) tools/devcluster kill $(N)
+
+cluster-stop:
+	@VAR=$(VAR) tools/devcluster stop
 
 ## deps: what the suite needs beyond Go and gcc: Debian's chromium, for the test
 ## that connects a real browser to syncd (server/browser_test.go)
@@ -65,11 +64,13 @@ deps:
 
 ## test: vet, the whole suite with the race detector (./soak holds the short soaks, single
 ## node and three-node cluster, about a minute each; ./cmd/syncd the cluster's process-level
-## proofs, about three minutes), then the client's seeded simulation at its full 10,000
+## proofs, about three minutes), then tools/walkthrough-check (the README's quick start,
+## the example app and make cluster, run as written; about a minute), then the client's seeded simulation at its full 10,000
 ## schedules without the race detector (which slows it tenfold)
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -timeout 14m ./...
+	tools/walkthrough-check
 	$(GO) test -count=1 -run 'TestSimulation$$' -v ./client/synccore
 
 ## simulate: the client's seeded simulation (client/synccore) over SEEDS schedules

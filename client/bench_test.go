@@ -18,6 +18,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -447,4 +448,18 @@ func benchEnvInt(b *testing.B, name string, def int) int {
 		b.Fatalf("%s=%q: want a positive count", name, v)
 	}
 	return n
+}
+
+// BenchmarkReplayAfterTheServerReturns: at the library's default probe and
+// retry intervals, the time from the server's return (its path restored)
+// to the write queued meanwhile applied. Aim: within a second.
+func BenchmarkReplayAfterTheServerReturns(b *testing.B) {
+	s := startSyncd(b, server.Config{})
+	d := openDevice(b, s, s.proxy(b), b.TempDir(), "phone-1", deviceOptions{tweak: atDefaults})
+	require.NoError(b, d.WaitConnected(b.Context()))
+	var total time.Duration
+	for b.Loop() {
+		total += replayAfterReturn(b, d)
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/return")
 }

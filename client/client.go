@@ -54,6 +54,7 @@ type Client struct {
 	coord   *reconnect.Coordinator
 	driver  *driver                    // runs the sync core; see driver.go
 	models  atomic.Pointer[modelRules] // from the last welcome; nil before one
+	servers *servers                   // configured and learnt server URLs
 
 	mu        sync.Mutex
 	candidate *conn // opened by the Reconnect step, not yet bound
@@ -128,6 +129,10 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return fail(err)
 	}
+	c.servers = newServers(cfg.ServerURLs)
+	if err := c.loadServers(ctx); err != nil {
+		return fail(err)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.driver = newDriver(c, cursor)
 	c.wg.Go(c.driver.run)
@@ -142,14 +147,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		c.wg.Wait()
 		return fail(err)
 	}
-	probe, err := c.probe()
-	if err != nil {
-		c.coord.Close()
-		c.cancel()
-		c.wg.Wait()
-		return fail(err)
-	}
-	c.monitor, err = netmonitor.New(netmonitor.Config{Probe: probe, Interval: cfg.ProbeInterval, Logger: c.log, Registerer: cfg.Registerer})
+	c.monitor, err = netmonitor.New(netmonitor.Config{Probe: c.probe(), Interval: cfg.ProbeInterval, OfflineInterval: cfg.OfflineProbeInterval, Logger: c.log, Registerer: cfg.Registerer})
 	if err != nil {
 		c.coord.Close()
 		c.cancel()
@@ -460,9 +458,7 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	c.mu.Lock()
-	connected := c.active != nil && c.active.bound.Load()
-	c.mu.Unlock()
+	connected := c.bound()
 	v := c.driver.view.Load()
 	out := Status{Online: v.online, Connected: connected,
 		Pending: st.Pending, DeadLetters: st.DeadLetters, LastSync: last, Cursor: cursor, DatabaseID: dbID}
@@ -485,22 +481,23 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 }
 
 // Sync replays the queue now through the bound connection and waits for
-// that pass to end. When no connection is bound it returns the server's
-// refusal of the session (a *RefusedError: errors.Is ErrUnauthorized,
-// ErrWrongClientID, ErrServerBusy, ErrIncompatible) if there was one, else
-// ErrOffline.
+// that pass to end. While a connection is being made (just after Open, or
+// after the server came back) it waits for it, within ctx. It returns
+// ErrOffline when the network monitor says the server is unreachable, and
+// the server's refusal of the session (a *RefusedError: errors.Is
+// ErrUnauthorized, ErrWrongClientID, ErrServerBusy, ErrIncompatible) when
+// there was one and no connection is bound.
 func (c *Client) Sync(ctx context.Context) error {
-	c.mu.Lock()
-	l, closed := c.active, c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.isClosed() {
 		return ErrClosed
 	}
-	if l == nil {
+	if !c.bound() {
 		if re := c.refusal.Load(); re != nil {
 			return re
 		}
-		return ErrOffline
+		if err := c.waitBound(ctx, true); err != nil {
+			return err
+		}
 	}
 	return c.driver.sync(ctx)
 }

@@ -21,6 +21,9 @@ const (
 	DefaultMaxRetryInterval = time.Minute
 	DefaultOutcomeRetention = 30 * 24 * time.Hour
 	DefaultProbeInterval    = 5 * time.Second
+	// DefaultOfflineProbeInterval is short so that the first write after
+	// the server returns is replayed within a second.
+	DefaultOfflineProbeInterval = 400 * time.Millisecond
 	// DefaultMaxSnapshotBytes bounds the bytes of one snapshot the client
 	// reads, and DefaultSnapshotTimeout how long it may take.
 	DefaultMaxSnapshotBytes = 4 << 30
@@ -91,8 +94,17 @@ type Config struct {
 	// (reconnect.Backoff.Wait, the client's one jitter rule).
 	RetryInterval    time.Duration
 	MaxRetryInterval time.Duration
-	// ProbeInterval is how often reachability is probed (GET /healthz).
+	// ProbeInterval is how often reachability is probed (GET /healthz)
+	// while the server answers; 0 means DefaultProbeInterval.
 	ProbeInterval time.Duration
+	// OfflineProbeInterval is how often it is probed while the server does
+	// not answer: how soon its return is noticed (two successes in a row
+	// decide it, so a return is seen within about two of these, and the
+	// queue replays at once). Each wait is uniform between half of it and
+	// it, so devices that lost one server together do not probe it in
+	// step. 0 means DefaultOfflineProbeInterval; it may not exceed
+	// ProbeInterval.
+	OfflineProbeInterval time.Duration
 	// Backoff shapes reconnect attempts; zero fields mean reconnect's defaults.
 	Backoff reconnect.Backoff
 	// OutcomeRetention is how long decided writes' outcomes are kept.
@@ -162,6 +174,7 @@ func (c *Config) setDefaults() error {
 	def(&c.RetryInterval, DefaultRetryInterval)
 	def(&c.MaxRetryInterval, DefaultMaxRetryInterval)
 	def(&c.ProbeInterval, DefaultProbeInterval)
+	def(&c.OfflineProbeInterval, min(DefaultOfflineProbeInterval, c.ProbeInterval))
 	def(&c.OutcomeRetention, DefaultOutcomeRetention)
 	def(&c.SnapshotTimeout, DefaultSnapshotTimeout)
 	if c.MaxSnapshotBytes == 0 {
@@ -173,7 +186,7 @@ func (c *Config) setDefaults() error {
 	if c.InFlight == 0 {
 		c.InFlight = DefaultInFlight
 	}
-	if c.MaxAttempts < 0 || c.InFlight < 0 || c.RetryInterval < 0 || c.MaxRetryInterval < c.RetryInterval || c.ProbeInterval < 0 || c.OutcomeRetention < 0 || c.MaxSnapshotBytes < 0 || c.SnapshotTimeout < 0 {
+	if c.MaxAttempts < 0 || c.InFlight < 0 || c.RetryInterval < 0 || c.MaxRetryInterval < c.RetryInterval || c.ProbeInterval < 0 || c.OfflineProbeInterval < 0 || c.OfflineProbeInterval > c.ProbeInterval || c.OutcomeRetention < 0 || c.MaxSnapshotBytes < 0 || c.SnapshotTimeout < 0 {
 		return errors.New("limits and intervals must be positive (MaxRetryInterval >= RetryInterval)")
 	}
 	if c.HTTPClient == nil {

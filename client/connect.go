@@ -12,27 +12,22 @@ import (
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// probe checks that any of the servers answers /healthz.
-func (c *Client) probe() (netmonitor.Probe, error) {
-	probes := make([]netmonitor.Probe, len(c.cfg.ServerURLs))
-	for i, u := range c.cfg.ServerURLs {
-		p, err := netmonitor.HTTPProbe(c.cfg.HTTPClient, httpURL(u, "/healthz"))
-		if err != nil {
-			return nil, err
-		}
-		probes[i] = p
-	}
+// probe checks that any of the servers (configured or learnt) answers
+// /healthz.
+func (c *Client) probe() netmonitor.Probe {
 	return func(ctx context.Context) error {
 		var errs []error
-		for _, p := range probes {
-			err := p(ctx)
+		for _, u := range c.servers.all() {
+			p, err := netmonitor.HTTPProbe(c.cfg.HTTPClient, httpURL(u, "/healthz"))
 			if err == nil {
-				return nil
+				if err = p(ctx); err == nil {
+					return nil
+				}
 			}
 			errs = append(errs, err)
 		}
 		return errors.Join(errs...)
-	}, nil
+	}
 }
 
 // followNetwork turns monitor events into coordinator signals.
@@ -63,7 +58,7 @@ func (c *Client) stepReconnect(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	var errs []error
-	for _, u := range c.cfg.ServerURLs {
+	for _, u := range c.servers.all() {
 		token, err := c.tokens.get(ctx)
 		if err != nil {
 			c.statusChanged()

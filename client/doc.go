@@ -1,5 +1,37 @@
 // Package client is what an app embeds to work offline and sync with syncd.
 //
+// # Quick start
+//
+// The runnable examples in client/example_test.go (Example,
+// ExampleClient_WatchStatus, Example_errorHandling, ExampleClient_Changes,
+// ExampleCollection, ExampleConflictHandler; pkg.go.dev shows them beside
+// the API, `go test -run Example ./client` runs them) grow this sketch:
+//
+//	q, err := offlinequeue.OpenSQLite("notes.db", offlinequeue.SQLiteOptions{})
+//	if err != nil { ... }
+//	c, err := client.Open(ctx, client.Config{
+//		ServerURLs: []string{"https://sync.example.com"}, // one node is enough: a cluster announces the others
+//		Credential: "sdc_phone-7@sdk_...",                // syncctl token issue --credential
+//		Queue:      q,                                    // the client owns it from here
+//	})
+//	if err != nil { ... }
+//	defer c.Close()
+//	op, err := c.Put(ctx, "notes", "n1", []byte(`{"text":"milk"}`)) // durable; works offline
+//	out, err := c.Await(ctx, op)                                      // its outcome, once the server decided
+//	err = c.WaitConnected(ctx)                                        // only when the app must be online
+//
+// # Defaults that shape syncing
+//
+// Every Config field has a default for its zero value. Those an app meets
+// first: the server is probed every DefaultProbeInterval (5 s) while it
+// answers and every DefaultOfflineProbeInterval (400 ms, jittered) while it
+// does not, so a write queued during an outage is replayed within about a
+// second of the server's return; a failed replay or a lost link is retried
+// after DefaultRetryInterval (2 s), doubling to DefaultMaxRetryInterval (1
+// min), each wait jittered between half and all of it; a refused write is
+// dead-lettered after DefaultMaxAttempts attempts; DefaultInFlight pushes
+// await their answers at once.
+//
 // # Writing
 //
 // Put, Delete and PutIfVersion stamp the write with an op id (a UUIDv7, the
@@ -54,7 +86,10 @@
 //
 // # Status
 //
-// Status reports what the client is doing (State: offline, connecting,
+// Sync right after Open waits for the connection being made; it fails with
+// ErrOffline only when the monitor says the server is unreachable.
+// WaitConnected returns once a connection is bound (or the session is
+// refused for good). Status reports what the client is doing (State: offline, connecting,
 // syncing, idle, refused) with the counts an app shows, and LastError: the
 // server's refusal of the session as a *RefusedError (errors.Is
 // ErrUnauthorized, ErrWrongClientID, ErrServerBusy, ErrIncompatible).

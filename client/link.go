@@ -101,6 +101,9 @@ func (l *link) bind(ctx context.Context) error {
 	c.measureOffset(w)
 	c.observe(w.ServerHLC)
 	c.welcomed(w)
+	if err := c.learnServers(ctx, w.Servers); err != nil {
+		return err
+	}
 	// A replica synced from another database resyncs (the core decides,
 	// from Resync); otherwise it follows this database from now on. After
 	// a resync the driver remembers the database once the snapshot is in.

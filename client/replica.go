@@ -427,25 +427,40 @@ func (r *replica) newestWall(ctx context.Context) (int64, error) {
 	return wall, err
 }
 
-// metaDatabaseID names the id of the database (welcome.database_id,
-// PROTOCOL.md 5.2) the replica's records and cursor came from.
-const metaDatabaseID = "database_id"
+// Names of the replica's text settings (meta_text).
+const (
+	// metaDatabaseID names the id of the database (welcome.database_id,
+	// PROTOCOL.md 5.2) the replica's records and cursor came from.
+	metaDatabaseID = "database_id"
+	// metaServers names the server URLs learnt from welcome.servers, as a
+	// JSON array.
+	metaServers = "servers"
+)
+
+// text returns the text setting name; "" when it was never set.
+func (r *replica) text(ctx context.Context, name string) (string, error) {
+	var v string
+	err := r.db.QueryRowContext(ctx, `SELECT value FROM meta_text WHERE name = ?`, name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return v, err
+}
+
+func (r *replica) setText(ctx context.Context, name, value string) error {
+	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO meta_text (name, value) VALUES (?, ?)
+			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, name, value)
+		return err
+	})
+}
 
 // databaseID returns the id of the database the replica was synced from;
 // "" before the first sync, or for a replica made before it was recorded.
 func (r *replica) databaseID(ctx context.Context) (string, error) {
-	var id string
-	err := r.db.QueryRowContext(ctx, `SELECT value FROM meta_text WHERE name = ?`, metaDatabaseID).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
-	}
-	return id, err
+	return r.text(ctx, metaDatabaseID)
 }
 
 func (r *replica) setDatabaseID(ctx context.Context, id string) error {
-	return r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO meta_text (name, value) VALUES (?, ?)
-			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, metaDatabaseID, id)
-		return err
-	})
+	return r.setText(ctx, metaDatabaseID, id)
 }

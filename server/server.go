@@ -110,6 +110,12 @@ type Config struct {
 	// allowed to open a websocket besides the server's own host; requests
 	// without an Origin header (native clients) are always allowed.
 	AllowedOrigins []string
+	// PeerURLs are the public base URLs (http(s):// or ws(s)://) through
+	// which devices reach this database: this node's and, on a cluster, the
+	// other nodes'. welcome announces them (servers), so a device
+	// configured with one URL can fail over to another node. Empty: none
+	// announced.
+	PeerURLs []string
 	// MaxConnections caps open websocket sessions; 0 means DefaultMaxConnections.
 	MaxConnections int
 	// HTTPTimeouts are the timeouts of the listeners HTTPServer builds;
@@ -234,6 +240,14 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Authenticator == nil {
 		return errors.New("Config.Authenticator is required")
+	}
+	if len(c.PeerURLs) > syncproto.MaxServers {
+		return fmt.Errorf("Config.PeerURLs: %d URLs, at most %d", len(c.PeerURLs), syncproto.MaxServers)
+	}
+	for _, u := range c.PeerURLs {
+		if err := syncproto.ValidateServerURL(u); err != nil {
+			return fmt.Errorf("Config.PeerURLs: %w", err)
+		}
 	}
 	if c.NodeID == "" {
 		c.NodeID = DefaultNodeID

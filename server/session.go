@@ -413,6 +413,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		LedgerFloorMS: floorMS(floor),
 		User:          ss.p.User,
 		ServerBuild:   buildinfo.Read().String(),
+		Servers:       ss.srv.cfg.PeerURLs,
 		ValueVersions: ss.srv.versions.announced(),
 	})
 	return nil

@@ -23,7 +23,7 @@ import (
 // NATS servers form one cluster (the stream has 3 replicas when n >= 3,
 // else 1); the nodes share one token file, holding an admin token. cfg is
 // every node's configuration (DataPath, Authenticator, NodeID, Registry and
-// Cluster are set per node). The NATS servers require the credentials of
+// Cluster are set per node; PeerURLs, when nil, is every node's URL). The NATS servers require the credentials of
 // one cluster secret, made per call, which also keys the nodes' command
 // authenticator. Each returned Server is a node: Stop and Restart act on it
 // alone.
@@ -42,9 +42,17 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 	secret, err := cluster.NewSecret()
 	require.NoError(t, err)
 	nats := StartNATS(t, n, secret)
+	// Each node's public address is picked up front so that every node
+	// can announce all of them (welcome.servers) unless cfg says which.
+	addrs := make([]string, n)
+	var urls []string
+	for i := range n {
+		addrs[i] = FreeAddr(t)
+		urls = append(urls, "http://"+addrs[i])
+	}
 	nodes := make([]*Server, n)
 	for i := range n {
-		node := &Server{TokenPath: tokens, AdminToken: admin, CommandKey: secret.CommandKey(), nats: nats[i], secret: secret}
+		node := &Server{TokenPath: tokens, AdminToken: admin, CommandKey: secret.CommandKey(), nats: nats[i], secret: secret, addr: addrs[i]}
 		node.join = func(t testing.TB, cfg server.Config) *cluster.Cluster {
 			return joinNATS(t, nats[i], secret, cluster.Options{Node: fmt.Sprintf("node-%d", i+1), Replicas: replicas,
 				CommandKey: secret.CommandKey(), MaxClockSkew: cfg.MaxClockSkew, Policies: cfg.Policies, Agreement: TokenFileAgreement(tokens),
@@ -55,6 +63,9 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 		c.Authenticator = a
 		c.NodeID = fmt.Sprintf("node-%d", i+1)
 		c.Registry = nil
+		if c.PeerURLs == nil {
+			c.PeerURLs = urls
+		}
 		nodes[i] = node
 		node.start(t, c)
 	}

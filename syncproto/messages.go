@@ -180,6 +180,12 @@ type Welcome struct {
 	// source revision): for logs and support, never for deciding what the
 	// client does, which follows the members above.
 	ServerBuild string `json:"server_build,omitempty"`
+	// Servers, optional, are the public base URLs of the servers through
+	// which this database is reached (this one's included, on a cluster
+	// every node's, as their operator configured them). A client may add
+	// them to the URLs it was configured with, to fail over to another
+	// node; it never follows one to a weaker scheme (http after https).
+	Servers []string `json:"servers,omitempty"`
 	// ValueVersions, optional, lists by model the value versions the
 	// server accepts (ascending, at most MaxAcceptedVersions each) for the
 	// models that declare versions; a model it does not list takes writes
@@ -407,6 +413,14 @@ func (m *Welcome) Validate() error {
 	}
 	if p := m.DefaultPolicy; p != "" && p != PolicyNone && !p.Valid() {
 		return Errorf(CodeBadRequest, "default_policy %q is not lww, optimistic, hook or none", p)
+	}
+	if len(m.Servers) > MaxServers {
+		return Errorf(CodeBadRequest, "servers lists %d URLs, more than %d", len(m.Servers), MaxServers)
+	}
+	for _, u := range m.Servers {
+		if err := ValidateServerURL(u); err != nil {
+			return prefixed(err, "servers")
+		}
 	}
 	return nil
 }

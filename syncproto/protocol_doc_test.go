@@ -113,6 +113,8 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 		"IDPattern":           syncproto.IDPattern,
 		"ModelPattern":        syncproto.ModelPattern,
 		"ResyncCursorExpired": syncproto.ResyncCursorExpired,
+		"MaxServerURLBytes":   fmt.Sprint(syncproto.MaxServerURLBytes),
+		"MaxServers":          fmt.Sprint(syncproto.MaxServers),
 	}
 	var untyped []string
 	for typ, names := range exportedConsts(t) {

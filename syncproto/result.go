@@ -160,7 +160,7 @@ func (w *Winner) validate() error {
 }
 
 // Action is what a client's queue does with a pushed mutation once it has
-// an answer (DESIGN section 4.2).
+// an answer (PROTOCOL.md section 6).
 type Action int
 
 // Actions.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -27,6 +28,19 @@ type Config struct {
 	// after the first failure, not (FailureThreshold-1)*Interval. It must not
 	// exceed Interval. Default 1s, or Interval if that is shorter.
 	ConfirmInterval time.Duration
+
+	// OfflineInterval replaces Interval and ConfirmInterval while the state
+	// is Offline: how soon a return of the target is noticed. Each such wait
+	// is uniform in [OfflineInterval/2, OfflineInterval], so that devices
+	// that lost one server together do not probe it in step when it comes
+	// back. With the default thresholds a return is decided within two
+	// OfflineIntervals. It must not exceed Interval. Default 500ms, or
+	// Interval if that is shorter.
+	OfflineInterval time.Duration
+
+	// Rand returns a uniform int64 in [0, n) for the offline waits' jitter.
+	// Default math/rand/v2.Int64N; tests pass a seeded source.
+	Rand func(n int64) int64
 
 	// Timeout bounds one probe: a probe that has not returned by then is a
 	// failure (ErrProbeTimeout) and its context is cancelled. Default 2s.
@@ -60,6 +74,7 @@ type Config struct {
 const (
 	defaultInterval         = 5 * time.Second
 	defaultConfirmInterval  = time.Second
+	defaultOfflineInterval  = 500 * time.Millisecond
 	defaultTimeout          = 2 * time.Second
 	defaultFailureThreshold = 2
 	defaultSuccessThreshold = 2
@@ -70,8 +85,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Probe == nil {
 		return c, errors.New("netmonitor: config: Probe is required")
 	}
-	if c.Interval < 0 || c.ConfirmInterval < 0 || c.Timeout < 0 {
-		return c, errors.New("netmonitor: config: Interval, ConfirmInterval and Timeout must not be negative")
+	if c.Interval < 0 || c.ConfirmInterval < 0 || c.OfflineInterval < 0 || c.Timeout < 0 {
+		return c, errors.New("netmonitor: config: Interval, ConfirmInterval, OfflineInterval and Timeout must not be negative")
 	}
 	if c.FailureThreshold < 0 || c.SuccessThreshold < 0 {
 		return c, errors.New("netmonitor: config: thresholds must not be negative")
@@ -84,6 +99,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ConfirmInterval > c.Interval {
 		return c, fmt.Errorf("netmonitor: config: ConfirmInterval %s exceeds Interval %s", c.ConfirmInterval, c.Interval)
+	}
+	if c.OfflineInterval == 0 {
+		c.OfflineInterval = min(defaultOfflineInterval, c.Interval)
+	}
+	if c.OfflineInterval > c.Interval {
+		return c, fmt.Errorf("netmonitor: config: OfflineInterval %s exceeds Interval %s", c.OfflineInterval, c.Interval)
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Int64N
 	}
 	if c.Timeout == 0 {
 		c.Timeout = defaultTimeout
@@ -266,9 +290,16 @@ func (m *Monitor) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.cfg.After(det.next(m.cfg.Interval, m.cfg.ConfirmInterval)):
+		case <-m.cfg.After(det.next(m.cfg.Interval, m.cfg.ConfirmInterval, m.offlineWait)):
 		}
 	}
+}
+
+// offlineWait is one wait between probes while Offline: uniform in
+// [OfflineInterval/2, OfflineInterval].
+func (m *Monitor) offlineWait() time.Duration {
+	c := int64(m.cfg.OfflineInterval)
+	return time.Duration(c - c/2 + m.cfg.Rand(c/2+1))
 }
 
 // probe runs one probe on its own goroutine and returns its result, or

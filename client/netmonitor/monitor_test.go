@@ -63,6 +63,10 @@ func newHarness(t *testing.T, mutate func(*netmonitor.Config)) *harness {
 		},
 		Interval:        interval,
 		ConfirmInterval: confirm,
+		// Offline waits as long as online, at the top of its jitter, so
+		// the scripts below name one wait; TestOfflineCadence tests it.
+		OfflineInterval: interval,
+		Rand:            func(n int64) int64 { return n - 1 },
 		Timeout:         timeout,
 		After: func(d time.Duration) <-chan time.Time {
 			c := make(chan time.Time, 1)
@@ -218,7 +222,7 @@ func TestThresholds(t *testing.T) {
 	require.ErrorContains(t, ev.Err, "connection refused")
 
 	tm.fire()
-	tm = h.round(ok, confirm)
+	tm = h.round(ok, interval) // offline: the harness's offline wait is Interval
 	requireNoEvent(t, events)
 	tm.fire()
 	h.round(ok, interval)
@@ -248,7 +252,7 @@ func TestPanickingProbeIsAFailure(t *testing.T) {
 
 	// The loop survived both panics and keeps probing.
 	tm.fire()
-	h.round(ok, confirm)
+	h.round(ok, interval) // offline: the harness's offline wait
 }
 
 func TestProbeTimeoutIsAFailure(t *testing.T) {
@@ -299,7 +303,7 @@ func TestStuckProbeDoesNotStallTheLoop(t *testing.T) {
 	}
 	h.answer(ok)
 	require.Equal(t, int32(2), h.calls.Load())
-	h.timer(confirm)
+	h.timer(interval) // offline: the harness's offline wait
 }
 
 func TestSlowSubscriberNeverBlocksProbing(t *testing.T) {
@@ -469,4 +473,34 @@ func TestConfigValidation(t *testing.T) {
 	}
 	_, err := netmonitor.New(netmonitor.Config{Probe: ok, Interval: 500 * time.Millisecond})
 	require.NoError(t, err, "a short Interval caps the default ConfirmInterval")
+}
+
+// While Offline the monitor probes every OfflineInterval, jittered into
+// [OfflineInterval/2, OfflineInterval], so a returning server is noticed
+// within two offline waits and devices do not probe it in step.
+func TestOfflineCadence(t *testing.T) {
+	const offline = 400 * time.Millisecond
+	var draws []int64
+	h := newHarness(t, func(c *netmonitor.Config) {
+		c.OfflineInterval = offline
+		c.Rand = func(n int64) int64 {
+			draws = append(draws, n)
+			return []int64{0, n - 1, n / 2}[len(draws)%3]
+		}
+	})
+	events, unsubscribe := h.mon.Subscribe()
+	defer unsubscribe()
+	h.start()
+	// The first probe decides offline at once; every wait from there is an
+	// offline one, drawn in [offline/2, offline] (the draws: top, middle,
+	// bottom), until the second success decides online.
+	h.round(fail, offline).fire()
+	require.Equal(t, netmonitor.Offline, nextEvent(t, events).State)
+	h.round(fail, offline*3/4).fire()
+	h.round(ok, offline/2).fire()
+	h.round(ok, interval)
+	require.Equal(t, netmonitor.Online, nextEvent(t, events).State)
+	for _, n := range draws {
+		require.Equal(t, int64(offline/2)+1, n, "the jitter spans half the offline interval")
+	}
 }

@@ -96,12 +96,16 @@ func (d *detector) decide(ok bool) {
 	d.seq++
 }
 
-// next returns how long to wait before the next probe: confirm while a run
-// of contradicting results is building towards a threshold, so a threshold
-// of N costs (N-1) confirm intervals rather than (N-1) full intervals;
+// next returns how long to wait before the next probe: offline() while
+// Offline, so a return is noticed soon; confirm while a run of
+// contradicting results is building towards a threshold, so a threshold of
+// N costs (N-1) confirm intervals rather than (N-1) full intervals;
 // interval otherwise.
-func (d *detector) next(interval, confirm time.Duration) time.Duration {
-	if d.streak > 0 {
+func (d *detector) next(interval, confirm time.Duration, offline func() time.Duration) time.Duration {
+	switch {
+	case d.state == Offline:
+		return offline()
+	case d.streak > 0:
 		return confirm
 	}
 	return interval

@@ -180,3 +180,13 @@ func TestWatchEndsWhenItsTokenIsRevoked(t *testing.T) {
 		t.Fatalf("watch kept running after its token was revoked: %s", stderr)
 	}
 }
+
+// --url takes a cluster's nodes comma-separated: the first that answers
+// serves; a list holding something that is not a URL is a usage error.
+func TestSmallClientTakesSeveralURLs(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := newCLI(t, map[string]string{"SYNCCTL_CLIENT_TOKEN": ts.member, "SYNCCTL_CLIENT_ID": clientID})
+	out := c.ok("put", "notes", "a", `1`, "--url", "http://"+syncdtest.FreeAddr(t)+","+ts.url)
+	require.Contains(t, out, "outcome  applied")
+	requireOneLineError(t, c.run("put", "notes", "b", `2`, "--url", ts.url+",notaurl"), exitUsage, "--url")
+}

@@ -32,7 +32,7 @@ type clientFlags struct {
 func addClientFlags(cmd *cobra.Command) *clientFlags {
 	f := &clientFlags{}
 	fl := cmd.Flags()
-	fl.String("url", defaultSyncURL, "syncd's public URL (env SYNCCTL_SYNC_URL)")
+	fl.String("url", defaultSyncURL, "syncd's public URL; several (a cluster's nodes) comma-separated (env SYNCCTL_SYNC_URL)")
 	fl.String("token", "", "a client token (env SYNCCTL_CLIENT_TOKEN; prefer the environment, flags show in ps)")
 	fl.String("client-id", "", "the client id the token acts as (env SYNCCTL_CLIENT_ID)")
 	fl.String("credential", "", "a device credential, client id and token in one (syncctl token issue --credential; env SYNCCTL_CLIENT_CREDENTIAL), instead of --token and --client-id")
@@ -72,11 +72,25 @@ func (a *app) openDevice(ctx context.Context, cmd *cobra.Command, f *clientFlags
 	case f.timeout <= 0:
 		return nil, failf(exitUsage, "--timeout must be positive")
 	}
-	wsURL, err := websocketURL(base)
-	if err != nil {
-		return nil, err
+	// --url may list several servers (a cluster's nodes), comma-separated:
+	// each must be one, and the first that answers is checked.
+	var bases []string
+	for _, b := range strings.Split(base, ",") {
+		b = strings.TrimRight(strings.TrimSpace(b), "/")
+		if _, err := websocketURL(b); err != nil {
+			return nil, err
+		}
+		bases = append(bases, b)
 	}
-	if err := preflight(ctx, base, wsURL, token, id, f.timeout); err != nil {
+	var err error
+	for _, b := range bases {
+		wsURL, _ := websocketURL(b)
+		if err = preflight(ctx, b, wsURL, token, id, f.timeout); err == nil || ExitCode(err) != exitUnreachable {
+			base = b
+			break
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	d := &device{url: base, id: id, dir: f.state}
@@ -91,7 +105,7 @@ func (a *app) openDevice(ctx context.Context, cmd *cobra.Command, f *clientFlags
 	q, err := offlinequeue.OpenSQLite(filepath.Join(d.dir, "queue.db"), offlinequeue.SQLiteOptions{})
 	if err == nil {
 		d.c, err = client.Open(ctx, client.Config{
-			ServerURLs: []string{base}, Token: token, ClientID: id, Queue: q,
+			ServerURLs: bases, Token: token, ClientID: id, Queue: q,
 			ReplicaPath: filepath.Join(d.dir, "replica.db"),
 		})
 		if err != nil {

@@ -43,6 +43,7 @@ type options struct {
 	models          replication.Config
 	valueVersions   server.ValueVersionDecls
 	origins         stringList
+	peerURLs        stringList
 	maxClockSkew    time.Duration
 	maxConnections  int
 	maxConnsPerAddr int
@@ -71,7 +72,7 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // listFlags take several values from one environment variable.
-var listFlags = map[string]bool{"model": true, "allowed-origin": true, "nats-route": true, "tenant-weight": true}
+var listFlags = map[string]bool{"model": true, "allowed-origin": true, "nats-route": true, "tenant-weight": true, "peer-url": true}
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
@@ -109,6 +110,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Func("default-policy", "policy of models no --model declares: lww, optimistic, or none to refuse writes to them (invalid_model) (default lww)", func(v string) error {
 		return o.models.Set(replication.AnyModel + "=" + v)
 	})
+	fs.Var(&o.peerURLs, "peer-url", "a public base URL through which devices reach this database (this node's, and on a cluster every node's); repeatable; welcome announces them so a device configured with one URL can fail over (PROTOCOL.md 5.2, servers)")
 	fs.Func("model-version", "a model's current value version as NAME=VERSION (PROTOCOL.md 5.3): writes of other versions are upcast by --upcast steps or refused needs_upgrade; repeatable", o.valueVersions.SetCurrent)
 	fs.Func("upcast", "one step turning a model's value of VERSION into VERSION+1, as NAME@VERSION=rename:FROM:TO, NAME@VERSION=default:FIELD:JSON or NAME@VERSION=drop:FIELD; steps of one version apply in the order given; repeatable", o.valueVersions.SetUpcast)
 	fs.Var(&o.origins, "allowed-origin", "a browser origin allowed to connect, as a host[:port] pattern (*.example.com, localhost:*) or with its scheme (https://app.example.com); repeatable; the server's own host is always allowed, and native clients send no origin (PROTOCOL.md section 1)")
@@ -330,6 +332,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		ValueVersions:            o.valueVersions,
 		MaxClockSkew:             o.maxClockSkew,
 		AllowedOrigins:           o.origins,
+		PeerURLs:                 o.peerURLs,
 		MaxConnections:           o.maxConnections,
 		MaxConnectionsPerAddress: o.maxConnsPerAddr,
 		Quotas:                   o.quotas,

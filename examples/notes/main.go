@@ -45,6 +45,7 @@ import (
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/textsafe"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 const model = "notes"
@@ -84,7 +85,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		fs.PrintDefaults()
 	}
-	server := fs.String("server", "http://127.0.0.1:8080", "syncd URL")
+	server := fs.String("server", "http://127.0.0.1:8080", "syncd URL; several (a cluster's nodes) comma-separated")
 	credential := fs.String("credential", os.Getenv("NOTES_CREDENTIAL"), "device credential, client id and token in one (default $NOTES_CREDENTIAL); replaces --token and --client-id")
 	token := fs.String("token", os.Getenv("NOTES_TOKEN"), "bearer token (default $NOTES_TOKEN)")
 	clientID := fs.String("client-id", "dev-client", "the client id the token acts as")
@@ -99,8 +100,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() == 0 {
 		return errors.New("want a command: add, rm, ls, sync or status (see --help)")
 	}
+	urls, err := serverURLs(*server)
+	if err != nil {
+		return err
+	}
 	cfg := client.Config{
-		ServerURLs: []string{*server}, Token: *token, ClientID: *clientID,
+		ServerURLs: urls, Token: *token, ClientID: *clientID,
 		ReplicaPath: filepath.Join(*dir, "replica.db"), ProbeInterval: 500 * time.Millisecond,
 	}
 	if *credential != "" {
@@ -201,23 +206,19 @@ func push(ctx context.Context, c *client.Client, op string, stdout io.Writer) er
 // syncNow waits, within ctx, for a connection and replays the queue once.
 // A refusal ends it at once with the server's reason.
 func syncNow(ctx context.Context, c *client.Client, wait time.Duration) error {
-	var last client.Status
-	for st := range c.WatchStatus(ctx) {
-		last = st
-		switch {
-		case st.State == client.StateRefused:
-			return fmt.Errorf("cannot sync, the server refused this device: %w", st.LastError)
-		case st.Connected:
-			err := c.Sync(ctx)
-			if !errors.Is(err, client.ErrOffline) {
-				return err
-			}
-		}
+	err := c.WaitConnected(ctx)
+	if err == nil {
+		return c.Sync(ctx)
 	}
-	if last.LastError != nil {
-		return fmt.Errorf("no sync within %s (%s: %w); your notes stay queued", wait, last.State, last.LastError)
+	var refused *client.RefusedError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("cannot sync, the server refused this device: %w", err)
 	}
-	return fmt.Errorf("server not reachable within %s (%s); your notes stay queued", wait, last.State)
+	st, _ := c.Status(context.WithoutCancel(ctx))
+	if st.LastError != nil {
+		return fmt.Errorf("no sync within %s (%s: %w); your notes stay queued", wait, st.State, st.LastError)
+	}
+	return fmt.Errorf("server not reachable within %s (%s); your notes stay queued", wait, st.State)
 }
 
 // describe says how a write ended.
@@ -245,4 +246,18 @@ func printStatus(ctx context.Context, c *client.Client, w io.Writer) error {
 		fmt.Fprintf(w, "the server refused this device: %v\n", st.LastError)
 	}
 	return nil
+}
+
+// serverURLs splits --server's comma-separated list; a URL that is not one
+// is an error naming the flag.
+func serverURLs(list string) ([]string, error) {
+	var urls []string
+	for _, u := range strings.Split(list, ",") {
+		u = strings.TrimSpace(u)
+		if err := syncproto.ValidateServerURL(u); err != nil {
+			return nil, fmt.Errorf("--server: %w", err)
+		}
+		urls = append(urls, u)
+	}
+	return urls, nil
 }
