@@ -105,6 +105,9 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if c.metrics, err = newMetrics(cfg.Registerer); err != nil {
 		return fail(err)
 	}
+	if err := rep.recordModelVersions(ctx, cfg.ModelVersions); err != nil {
+		return fail(fmt.Errorf("model versions: %w", err))
+	}
 	if err := rep.reconcile(ctx, c.queue); err != nil {
 		return fail(fmt.Errorf("reconcile overlay with the queue: %w", err))
 	}
@@ -250,6 +253,7 @@ func (c *Client) write(ctx context.Context, m syncproto.Mutation) (string, error
 	}
 	m.OpID = opID
 	m.HLC = c.stamp()
+	m.ValueVersion = c.valueVersion(m.Model)
 	if err := c.enqueue(ctx, &m); err != nil {
 		return "", err
 	}
@@ -416,6 +420,9 @@ type Status struct {
 	// LastError is the server's last refusal of the session, nil once a
 	// connection is bound.
 	LastError error
+	// Paused lists the models whose writes wait for a server that
+	// accepts their value version, by model name; nil when none.
+	Paused []PausedModel
 }
 
 // State is what the client is doing; see Status.
@@ -462,6 +469,9 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 		out.LastError = err
 	}
 	out.State = v.status.State // the sync core's
+	if p := v.status.Paused; p != nil {
+		out.Paused = p.Models
+	}
 	if !connected && c.permanentRefusal() != nil {
 		// The core hears of a refusal through the driver's events, a
 		// moment after Sync and LastError know it: say what they say.

@@ -128,6 +128,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the client's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// ModelVersions declares, by model, the version of the value shape
+	// this build writes (1..syncproto.MaxValueVersion); every write of the
+	// model carries it (value_version), and a model not listed writes
+	// version 1. A version never goes backwards: Open refuses one below
+	// what an earlier Open of the replica declared (*VersionBackwardsError).
+	ModelVersions map[string]uint64
 }
 
 // errMissing is wrapped by the error naming a required field left empty.
@@ -151,6 +157,9 @@ func (c *Config) setDefaults() error {
 	}
 	if err := syncproto.ValidateID(c.ClientID); err != nil {
 		return fmt.Errorf("field ClientID: %w", err)
+	}
+	if err := validateModelVersions(c.ModelVersions); err != nil {
+		return err
 	}
 	for _, u := range c.ServerURLs {
 		if _, err := syncURL(u); err != nil {

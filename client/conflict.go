@@ -53,7 +53,7 @@ func (c *Client) resolveConflict(ctx context.Context, m *syncproto.Mutation, o O
 	}
 	version := o.Winner.Version
 	rebased := syncproto.Mutation{OpID: rebasedOpID(m.OpID), Model: m.Model, Key: m.Key, Op: syncproto.OpPut,
-		Value: res.value, BaseVersion: &version, HLC: c.stamp()}
+		Value: res.value, BaseVersion: &version, HLC: c.stamp(), ValueVersion: c.valueVersion(m.Model)}
 	if err := c.enqueue(ctx, &rebased); err != nil {
 		return o, fmt.Errorf("rebase %s: %w", m.OpID, err)
 	}

@@ -446,7 +446,7 @@ func (d *driver) settleDone(done []synccore.Settle) {
 	for i := range done {
 		c.metrics.replayResults.WithLabelValues(string(done[i].Verdict.Result.Status)).Inc()
 		delete(d.restamp, done[i].Item.Mutation.OpID)
-		ds[i] = decision{mut: &done[i].Item.Mutation, outcome: outcome(done[i], c.now())}
+		ds[i] = decision{mut: &done[i].Item.Mutation, outcome: outcome(done[i], c.now()), upcast: done[i].Verdict.Result.Upcast}
 		ids[i] = offlinequeue.ID(done[i].Item.ID)
 	}
 	if err := c.replica.decideDone(c.ctx, ds, ids); err != nil {
@@ -501,6 +501,9 @@ func (d *driver) settle(s synccore.Settle) error {
 			d.corrected = true
 		}
 		d.restamp[m.OpID] = true
+	case synccore.Pause:
+		c.log.Warn("write paused with its model until a server accepts its value version", "op_id", m.OpID, "model", m.Model,
+			"value_version", m.EffectiveValueVersion(), "reason", v.Reason)
 	case synccore.Left:
 	default:
 		return fmt.Errorf("verdict %d has no action", v.Action)

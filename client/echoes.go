@@ -41,8 +41,8 @@ func (e *echoes) note(gen uint64, ds []decision) {
 		return
 	}
 	for _, d := range ds {
-		if d.outcome.Status != StatusApplied {
-			continue
+		if d.outcome.Status != StatusApplied || d.upcast {
+			continue // an upcast write's echo carries the value as applied
 		}
 		if len(e.m) >= maxEchoes {
 			clear(e.m)

@@ -118,7 +118,7 @@ func (l *link) bind(ctx context.Context) error {
 	}
 	in := synccore.Welcomed{
 		MaxBatch: min(w.Limits.MaxBatch, syncproto.MaxBatch), MaxPushBytes: pushBytes(w.Limits),
-		Cursor: cursor, Head: w.Head, Resync: resync || other,
+		Cursor: cursor, Head: w.Head, Resync: resync || other, ValueVersions: w.ValueVersions,
 	}
 	if !c.driver.post(event{link: l, in: in}) {
 		return ErrClosed

@@ -51,6 +51,10 @@ func (r *replica) deadLetter(ctx context.Context, id offlinequeue.ID, reason str
 type decision struct {
 	mut     *syncproto.Mutation
 	outcome Outcome
+	// upcast: the server applied the write in another value shape than
+	// sent (Result.Upcast), so the records take the change feed's value,
+	// not the sent one.
+	upcast bool
 }
 
 // decideDone records the decisions ds (decideHook) and marks their
@@ -100,11 +104,11 @@ func (r *replica) decideHook(ds []decision) offlinequeue.Hook {
 		x := r.inTx(ctx, tx)
 		var applied []decision
 		for _, d := range ds {
-			if d.outcome.Status == StatusApplied && d.outcome.Winner == nil {
+			if d.outcome.Status == StatusApplied && d.outcome.Winner == nil && !d.upcast {
 				applied = append(applied, d)
 				continue
 			}
-			if err := decideIn(x, d.mut, d.outcome); err != nil {
+			if err := decideIn(x, d.mut, d.outcome, d.upcast); err != nil {
 				return err
 			}
 		}
@@ -159,7 +163,7 @@ const (
 	sqlDeletePending = `DELETE FROM pending WHERE op_id = ?`
 )
 
-func decideIn(x *txStmts, m *syncproto.Mutation, o Outcome) error {
+func decideIn(x *txStmts, m *syncproto.Mutation, o Outcome, upcast bool) error {
 	var winner []byte
 	if o.Winner != nil {
 		var err error
@@ -174,6 +178,8 @@ func decideIn(x *txStmts, m *syncproto.Mutation, o Outcome) error {
 		return err
 	}
 	switch {
+	case o.Status == StatusApplied && upcast:
+		return nil // the record's value, in the server's shape, comes by the feed
 	case o.Status == StatusApplied:
 		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete)...)
 	case o.Winner != nil && o.Winner.Version > 0 && !o.Winner.ValueOmitted:

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -167,13 +168,14 @@ func offer(ch chan Status, st Status) {
 // reconnect attempt is a new error value with the same text.
 func sameStatus(a, b Status) bool {
 	ea, eb := a.LastError, b.LastError
-	a.LastError, b.LastError = nil, nil
-	if !a.LastSync.Equal(b.LastSync) {
-		return false
-	}
-	a.LastSync, b.LastSync = time.Time{}, time.Time{}
-	if a != b || (ea == nil) != (eb == nil) {
+	if a.Online != b.Online || a.Connected != b.Connected || a.Pending != b.Pending || a.DeadLetters != b.DeadLetters ||
+		!a.LastSync.Equal(b.LastSync) || a.Cursor != b.Cursor || a.DatabaseID != b.DatabaseID || a.State != b.State ||
+		!slices.EqualFunc(a.Paused, b.Paused, samePause) || (ea == nil) != (eb == nil) {
 		return false
 	}
 	return ea == nil || ea.Error() == eb.Error()
+}
+
+func samePause(a, b PausedModel) bool {
+	return a.Model == b.Model && a.Version == b.Version && a.Code == b.Code && slices.Equal(a.Accepted, b.Accepted)
 }

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/syncd-dev/syncd/syncproto"
@@ -39,6 +40,14 @@ type Write struct {
 	Policy syncproto.Policy `json:"policy,omitempty"`
 	// Hook is the conflict hook's answer, for a write under syncproto.PolicyHook.
 	Hook *HookAnswer `json:"hook,omitempty"`
+	// Upcast, when set, is the value the write applies: the edge turned
+	// the mutation's value, of an older value version, into its model's
+	// current shape. The mutation stays as the device sent it, so the
+	// ledger's digest and the conflict log's loser are what it sent.
+	Upcast json.RawMessage `json:"upcast,omitempty"`
+	// Accepted, with a needs_upgrade Refusal, names the value versions
+	// the edge accepts for the model (Result.AcceptedVersions).
+	Accepted []uint64 `json:"accepted,omitempty"`
 }
 
 // HookAnswer is what the edge's conflict hook answered for one write, and

@@ -107,6 +107,7 @@ func (d *decider) decide(i int) error {
 	m := &w.Mutation
 	if w.Refusal != nil {
 		d.fx.Results[i] = rejected(m.OpID, w.Refusal)
+		d.fx.Results[i].AcceptedVersions = w.Accepted
 		return nil
 	}
 	digest := m.Digest()
@@ -133,6 +134,9 @@ func (d *decider) decide(i int) error {
 	key := RecordKey{m.Model, m.Key}
 	cur := d.record(key)
 	p := d.batch.proposal(m)
+	if w.Upcast != nil {
+		p.Value = w.Upcast
+	}
 	dec, stale, err := decideWrite(w, cur.rec, cur.exists, p)
 	if errors.Is(err, ErrBaseVersionRequired) {
 		d.fx.Results[i] = rejected(m.OpID, syncproto.Errorf(syncproto.CodeMissingBaseVersion, "model %s uses optimistic concurrency: base_version is required", m.Model))
@@ -154,7 +158,7 @@ func (d *decider) decide(i int) error {
 		e.Seq, e.AppliedAt = d.head, d.batch.At
 		d.fx.Entries = append(d.fx.Entries, e)
 		d.records[key] = len(d.fx.Entries) - 1
-		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusApplied, Version: e.Version, Seq: e.Seq, HLC: e.HLC}
+		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusApplied, Version: e.Version, Seq: e.Seq, HLC: e.HLC, Upcast: w.Upcast != nil}
 	case OutcomeSuperseded:
 		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusSuperseded, Message: dec.Reason, Winner: winner(dec.Winner)}
 	case OutcomeConflict:
@@ -165,6 +169,9 @@ func (d *decider) decide(i int) error {
 	if dec.Conflict != nil {
 		c := *dec.Conflict
 		c.DecidedAt = d.batch.At
+		if w.Upcast != nil && c.Loser.OpID == m.OpID {
+			c.Loser.Value = m.Value // the log keeps what the device sent
+		}
 		d.fx.Conflicts = append(d.fx.Conflicts, c)
 	}
 	stored, err := json.Marshal(res)

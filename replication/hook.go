@@ -220,6 +220,9 @@ func (r *Resolver) AskHooks(ctx context.Context, b *Batch, current CurrentFunc) 
 			rec = Record{}
 		}
 		p := b.proposal(m)
+		if w.Upcast != nil {
+			p.Value = w.Upcast // the hook decides about the value as applied
+		}
 		res, err := r.ask(ctx, rec, exists, p)
 		if err == nil {
 			err = res.validate()

@@ -310,6 +310,8 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 		{name: "base_version of the wrong type", frames: pushOf(map[string]any{"base_version": "3"}), result: true, code: syncproto.CodeBadRequest},
 		{name: "value over MaxPayloadBytes", frames: pushOf(map[string]any{"value": json.RawMessage(bigValue)}), result: true, code: syncproto.CodePayloadTooLarge},
 		{name: "value nested deeper than MaxValueDepth", frames: pushOf(map[string]any{"value": json.RawMessage(deepValue)}), result: true, code: syncproto.CodeBadRequest},
+		{name: "value_version above MaxValueVersion", frames: pushOf(map[string]any{"value_version": syncproto.MaxValueVersion + 1}), result: true, code: syncproto.CodeBadRequest},
+		{name: "value_version of the wrong type", frames: pushOf(map[string]any{"value_version": "2"}), result: true, code: syncproto.CodeBadRequest},
 		{name: "frame nested deeper than MaxFrameDepth", frames: pushOf(map[string]any{"value": json.RawMessage(frameDeepValue)}),
 			code: syncproto.CodeMalformed, close: syncproto.CloseProtocolError},
 

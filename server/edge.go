@@ -22,9 +22,13 @@ import (
 // pipelines its pushes; one with hook writes is asked, committed and
 // re-asked here (the hook's answer must still be current when it is
 // carried out) before push returns, so a session's pushes stay in order.
-func (s *Server) push(ctx context.Context, p auth.Principal, muts []syncproto.Mutation) (*pushRequest, error) {
+//
+// paused is the session's set of models paused by a value-version refusal
+// (valueVersions.check).
+func (s *Server) push(ctx context.Context, p auth.Principal, muts []syncproto.Mutation, paused map[string]bool) (*pushRequest, error) {
 	b := replication.Admit(replication.Author{Tenant: p.Tenant, ClientID: p.ClientID, CanWrite: p.CanWrite},
 		muts, s.cfg.Policies, s.now(), s.cfg.MaxClockSkew)
+	s.versions.check(&b, paused)
 	for _, w := range b.Writes {
 		if w.Refusal == nil {
 			// Admitted timestamps are within the skew bound: observing

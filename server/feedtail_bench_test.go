@@ -48,7 +48,7 @@ func BenchmarkFeedTailFanout(b *testing.B) {
 			for i := range b.N {
 				op, err := syncproto.NewOpID()
 				require.NoError(b, err)
-				req, err := srv.push(ctx, p, []syncproto.Mutation{{OpID: op, Model: "m", Key: fmt.Sprint("k", i), Op: syncproto.OpPut, Value: []byte(`{"v":1}`), HLC: clock.Now()}})
+				req, err := srv.push(ctx, p, []syncproto.Mutation{{OpID: op, Model: "m", Key: fmt.Sprint("k", i), Op: syncproto.OpPut, Value: []byte(`{"v":1}`), HLC: clock.Now()}}, map[string]bool{})
 				require.NoError(b, err)
 				<-req.done
 				require.NoError(b, req.err)

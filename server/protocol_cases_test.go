@@ -349,11 +349,12 @@ func TestServerMutationChecksFollowTheDocumentedOrder(t *testing.T) {
 	}
 	documented = append(documented, syncproto.CodeOpIDReused, "conflict")
 	require.Equal(t, []syncproto.Code{syncproto.CodeInvalidModel, syncproto.CodeForbiddenModel, syncproto.CodeInvalidHLC,
-		syncproto.CodeClockSkew, syncproto.CodeMissingBaseVersion, syncproto.CodeOpIDReused, "conflict"}, documented,
+		syncproto.CodeClockSkew, syncproto.CodeMissingBaseVersion, syncproto.CodeNeedsUpgrade, syncproto.CodeOpIDReused, "conflict"}, documented,
 		"the order the cases below prove")
 
 	ts := startServer(t, server.Config{Policies: replication.Config{"notes": syncproto.PolicyLWW, "audit": syncproto.PolicyLWW,
-		"accounts": syncproto.PolicyOptimistic, replication.AnyModel: syncproto.PolicyNone}})
+		"accounts": syncproto.PolicyOptimistic, replication.AnyModel: syncproto.PolicyNone},
+		ValueVersions: map[string]server.ModelVersions{"accounts": {Current: 1}}})
 	token := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{auth.Wildcard}, Write: []string{"notes", "accounts"}})
 	c, clock := session(t, ts, token, "phone")
 	taken := put(t, clock, "notes", "taken", `"v1"`)
@@ -379,7 +380,12 @@ func TestServerMutationChecksFollowTheDocumentedOrder(t *testing.T) {
 		},
 		func() syncproto.Mutation {
 			m := put(t, clock, "accounts", "taken", `"v2"`)
-			m.OpID = taken.OpID
+			m.OpID, m.ValueVersion = taken.OpID, 2
+			return m
+		},
+		func() syncproto.Mutation {
+			m := putIf(t, clock, "accounts", "taken", `"v2"`, 1)
+			m.OpID, m.ValueVersion = taken.OpID, 2
 			return m
 		},
 		func() syncproto.Mutation {

@@ -106,6 +106,11 @@ type Config struct {
 	// latency SLI's threshold; 0 means DefaultSLOPushLatency.
 	SLOObjective   float64
 	SLOPushLatency time.Duration
+	// ValueVersions declares, by model, the value versions the server
+	// accepts and the upcasters that turn older ones into the current
+	// shape (ModelVersions); welcome announces them. A model it does not
+	// list takes writes of every value version as they are.
+	ValueVersions map[string]ModelVersions
 	// MaxClockSkew is how far ahead of the server's clock a mutation's
 	// timestamp may be; 0 means syncproto.DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
@@ -361,6 +366,7 @@ type Server struct {
 	metrics       *metrics
 	breakers      *breakerMetrics
 	slo           *sloMetrics
+	versions      *valueVersions // Config.ValueVersions, checked at the edge
 	started       time.Time
 
 	// hardStop ends every session at once; Shutdown cancels it when its
@@ -400,6 +406,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	versions, err := newValueVersions(cfg.ValueVersions, cfg.Logger, reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	var clusterID string
 	if cfg.Cluster != nil {
 		if _, err := cfg.Cluster.PrepareData(ctx, cfg.DataPath); err != nil {
@@ -425,6 +435,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		metrics:  newMetrics(reg),
 		breakers: breakers,
 		slo:      slo,
+		versions: versions,
 		clock:    syncproto.NewClock(cfg.NodeID, cfg.Now),
 		started:  cfg.Now(),
 		sessions: map[*session]struct{}{},

@@ -42,10 +42,11 @@ type session struct {
 	since    time.Time
 	log      *slog.Logger
 	limiter  *rate.Limiter
-	frames   frameShare    // the frame budgets its frames draw on
-	outbox   chan outbound // the answer lane, written first
-	feedbox  chan outbound // the feed lane: changes pages of the subscription
-	draining chan struct{} // closed by drain: finish queued work, then close 1001
+	frames   frameShare      // the frame budgets its frames draw on
+	paused   map[string]bool // models paused by a value-version refusal; owned by the read loop
+	outbox   chan outbound   // the answer lane, written first
+	feedbox  chan outbound   // the feed lane: changes pages of the subscription
+	draining chan struct{}   // closed by drain: finish queued work, then close 1001
 	drainOne sync.Once
 
 	// reader-owned
@@ -413,6 +414,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		User:          ss.p.User,
 		ServerBuild:   buildinfo.Read().String(),
 		Servers:       ss.srv.cfg.PeerURLs,
+		ValueVersions: ss.srv.versions.announced(),
 	})
 	return nil
 }
@@ -432,7 +434,10 @@ func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 	// connection between the commit taking this push and its entry
 	// reaching the outbox.
 	ss.pending.Add(1)
-	req, err := ss.srv.push(ctx, ss.p, m.Mutations)
+	if ss.paused == nil {
+		ss.paused = map[string]bool{}
+	}
+	req, err := ss.srv.push(ctx, ss.p, m.Mutations, ss.paused)
 	if err != nil {
 		ss.pending.Add(-1)
 		if ctx.Err() != nil {

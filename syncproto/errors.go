@@ -101,6 +101,19 @@ const (
 	// Limits.IdleTimeoutMS; it closes with CloseIdleTimeout. Reconnect when
 	// there is something to do.
 	CodeIdleTimeout Code = "idle_timeout"
+	// CodeNeedsUpgrade: the server does not accept the mutation's
+	// value_version for its model (the device is newer than the server, or
+	// older than any version it still upcasts). Result.AcceptedVersions
+	// names the versions it accepts. Not processed and not a fault of the
+	// write: keep it and every later write of its model queued, in order,
+	// and resend once a welcome announces its version (PROTOCOL.md 5.4).
+	CodeNeedsUpgrade Code = "needs_upgrade"
+	// CodeUpcastFailed: the server accepts the mutation's value_version
+	// but turning its value into the model's current shape failed (the
+	// server's upcaster erred or returned an invalid value). Nothing was
+	// recorded; the client keeps the write queued as for CodeNeedsUpgrade,
+	// since a corrected server may accept it.
+	CodeUpcastFailed Code = "upcast_failed"
 )
 
 // Codes lists every code this version defines, in PROTOCOL.md's order.
@@ -112,6 +125,7 @@ var Codes = []Code{
 	CodeForbiddenOrigin, CodeForbiddenModel, CodeWrongClientID,
 	CodeHelloRequired, CodeCursorAhead, CodeRateLimited, CodeServerBusy,
 	CodeShuttingDown, CodeInternal, CodeIdleTimeout, CodeTokenExpired, CodeHookUnavailable,
+	CodeNeedsUpgrade, CodeUpcastFailed,
 }
 
 // Retryable reports whether a request refused with c was not processed at

@@ -186,6 +186,13 @@ type Welcome struct {
 	// them to the URLs it was configured with, to fail over to another
 	// node; it never follows one to a weaker scheme (http after https).
 	Servers []string `json:"servers,omitempty"`
+	// ValueVersions, optional, lists by model the value versions the
+	// server accepts (ascending, at most MaxAcceptedVersions each) for the
+	// models that declare versions; a model it does not list takes writes
+	// of every version as they are (it does not check their shape). The list holds for the connection: a device resumes
+	// a model paused by CodeNeedsUpgrade when a welcome lists the version
+	// its oldest queued write carries.
+	ValueVersions map[string][]uint64 `json:"value_versions,omitempty"`
 }
 
 // Policy is a model's conflict policy, as a client sees it.
@@ -394,6 +401,14 @@ func (m *Welcome) Validate() error {
 		}
 		if !access.Policy.Valid() {
 			return Errorf(CodeBadRequest, "model %q: policy %q is not lww, optimistic or hook", name, access.Policy)
+		}
+	}
+	for name, versions := range m.ValueVersions {
+		if err := ValidateModel(name); err != nil {
+			return err
+		}
+		if err := validateAccepted("value_versions", versions); err != nil {
+			return prefixed(err, "model %q", name)
 		}
 	}
 	if p := m.DefaultPolicy; p != "" && p != PolicyNone && !p.Valid() {

@@ -54,6 +54,11 @@ type Mutation struct {
 	// a version the device had not seen, the overwritten state is logged as
 	// the loser. It is not part of the digest.
 	SeenVersion *uint64 `json:"seen_version,omitempty"`
+	// ValueVersion is the version of the model's value shape the write was
+	// made in (PROTOCOL.md 5.3), 1..MaxValueVersion; 0 (absent) means 1.
+	// A server that does not accept it answers CodeNeedsUpgrade; one that
+	// accepts it by upcasting applies the value in its current shape.
+	ValueVersion uint64 `json:"value_version,omitempty"`
 
 	// decodeErrs holds, by member name, why a member's JSON did not fit
 	// its field (and under "" why the mutation is not a JSON object), set
@@ -80,14 +85,15 @@ func (m *Mutation) UnmarshalJSON(b []byte) error {
 	}
 	*m = Mutation{}
 	var raw struct {
-		OpID        json.RawMessage `json:"op_id"`
-		Model       json.RawMessage `json:"model"`
-		Key         json.RawMessage `json:"key"`
-		Op          json.RawMessage `json:"op"`
-		Value       json.RawMessage `json:"value"`
-		HLC         json.RawMessage `json:"hlc"`
-		BaseVersion json.RawMessage `json:"base_version"`
-		SeenVersion json.RawMessage `json:"seen_version"`
+		OpID         json.RawMessage `json:"op_id"`
+		Model        json.RawMessage `json:"model"`
+		Key          json.RawMessage `json:"key"`
+		Op           json.RawMessage `json:"op"`
+		Value        json.RawMessage `json:"value"`
+		HLC          json.RawMessage `json:"hlc"`
+		BaseVersion  json.RawMessage `json:"base_version"`
+		SeenVersion  json.RawMessage `json:"seen_version"`
+		ValueVersion json.RawMessage `json:"value_version"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		m.decodeErrs = m.decodeErrs.with("", Errorf(CodeBadRequest, "mutation: %s", describeJSONError(err)))
@@ -102,6 +108,7 @@ func (m *Mutation) UnmarshalJSON(b []byte) error {
 		{"hlc", raw.HLC, &m.HLC, CodeInvalidHLC},
 		{"base_version", raw.BaseVersion, &m.BaseVersion, CodeBadRequest},
 		{"seen_version", raw.SeenVersion, &m.SeenVersion, CodeBadRequest},
+		{"value_version", raw.ValueVersion, &m.ValueVersion, CodeBadRequest},
 	})
 	if strings.ContainsRune(m.Key, utf8.RuneError) && keyHasLoneSurrogate(raw.Key) {
 		m.decodeErrs = m.decodeErrs.with("key", Errorf(CodeInvalidKey, "key holds an ill-formed UTF-16 escape (a lone surrogate); keys are compared as exact UTF-8 bytes"))
@@ -174,7 +181,7 @@ func ValidateKey(key string) error {
 // Validate checks the members of m one by one in a fixed order, and
 // returns the first refusal as an *Error: op_id, model, key, op with the
 // value's presence, the value's size, the value's JSON and nesting, hlc,
-// base_version, seen_version (PROTOCOL.md 5.3). A member that did not
+// base_version, seen_version, value_version (PROTOCOL.md 5.3). A member that did not
 // decode (UnmarshalJSON) is refused in its place in that order, so the
 // answer does not depend on the order of the members in the frame. It
 // does not check what needs server state: that the model exists and the
@@ -193,6 +200,7 @@ func (m *Mutation) Validate() error {
 		{"hlc", func() error { return validateStamp("hlc", m.HLC) }},
 		{"base_version", func() error { return validateOptionalSeq("base_version", m.BaseVersion) }},
 		{"seen_version", func() error { return validateOptionalSeq("seen_version", m.SeenVersion) }},
+		{"value_version", func() error { return validateValueVersion(m.ValueVersion) }},
 	})
 }
 
@@ -239,7 +247,8 @@ func validateOptionalSeq(name string, v *uint64) error {
 }
 
 // Digest returns a fingerprint of what m asks for: SHA-256 over model, key,
-// op, the compacted value bytes and base_version, as 64 lowercase hex
+// op, the compacted value bytes, base_version and a value_version above 1
+// (so the digest of every unversioned write is what it always was), as 64 lowercase hex
 // digits. The server's ledger stores it with the decision and answers
 // CodeOpIDReused when the same op id comes back with a different digest.
 //
@@ -271,6 +280,9 @@ func (m *Mutation) Digest() string {
 		h.Write([]byte{0})
 	} else {
 		h.Write(binary.BigEndian.AppendUint64(append(n[:0], 1), *m.BaseVersion))
+	}
+	if m.ValueVersion > 1 {
+		h.Write(binary.BigEndian.AppendUint64(append(n[:0], 'v'), m.ValueVersion))
 	}
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.Sum(sum[:0]))

@@ -102,6 +102,8 @@ func TestProtocolStatesEveryLimit(t *testing.T) {
 		"MaxSafeInteger":      fmt.Sprint(syncproto.MaxSafeInteger),
 		"MaxUserBytes":        fmt.Sprint(syncproto.MaxUserBytes),
 		"MaxWall":             fmt.Sprint(syncproto.MaxWall),
+		"MaxValueVersion":     fmt.Sprint(syncproto.MaxValueVersion),
+		"MaxAcceptedVersions": fmt.Sprint(syncproto.MaxAcceptedVersions),
 		"DefaultMaxClockSkew": fmt.Sprint(syncproto.DefaultMaxClockSkew.Milliseconds()),
 		"DefaultIdleTimeout":  fmt.Sprint(syncproto.DefaultIdleTimeout.Milliseconds()),
 		"Subprotocol":         syncproto.Subprotocol,
@@ -303,9 +305,10 @@ func TestProtocolStatesMutationCodeOrder(t *testing.T) {
 		"`op` and `value` presence (`invalid_op`)": {"op", `"upsert"`, syncproto.CodeInvalidOp, "op"},
 		"`value` size (`payload_too_large`)":       {"value", big, syncproto.CodePayloadTooLarge, "value"},
 		"`value` JSON and nesting (`bad_request`)": {"value", deep, syncproto.CodeBadRequest, "nests"},
-		"`hlc`":          {"hlc", `"yesterday"`, syncproto.CodeInvalidHLC, "hlc"},
-		"`base_version`": {"base_version", `"3"`, syncproto.CodeBadRequest, "base_version"},
-		"`seen_version`": {"seen_version", `-1`, syncproto.CodeBadRequest, "seen_version"},
+		"`hlc`":           {"hlc", `"yesterday"`, syncproto.CodeInvalidHLC, "hlc"},
+		"`base_version`":  {"base_version", `"3"`, syncproto.CodeBadRequest, "base_version"},
+		"`seen_version`":  {"seen_version", `-1`, syncproto.CodeBadRequest, "seen_version"},
+		"`value_version`": {"value_version", `"2"`, syncproto.CodeBadRequest, "value_version"},
 	}
 	items := strings.Split(list, ", ")
 	require.Len(t, items, len(breaks), "the order lists %q", items)
@@ -318,7 +321,7 @@ func TestProtocolStatesMutationCodeOrder(t *testing.T) {
 		}
 		members := map[string]string{
 			"op_id": `"` + opA + `"`, "model": `"todos"`, "key": `"t/1"`, "op": `"put"`, "value": `1`,
-			"hlc": `"1733140000000.0.client-a"`, "base_version": `3`, "seen_version": `2`,
+			"hlc": `"1733140000000.0.client-a"`, "base_version": `3`, "seen_version": `2`, "value_version": `2`,
 		}
 		a := `"` + first.member + `":` + first.value
 		b := `"` + second.member + `":` + second.value

@@ -49,6 +49,14 @@ type Result struct {
 	Message string `json:"message,omitempty"`
 	// Winner is the record state the write lost to (superseded, conflict).
 	Winner *Winner `json:"winner,omitempty"`
+	// Upcast reports that an applied write was applied in its model's
+	// current value shape, turned from the older value_version it was
+	// sent in (applied only): the record's value is not the one sent, and
+	// reaches the device by the change feed.
+	Upcast bool `json:"upcast,omitempty"`
+	// AcceptedVersions are the value versions the server accepts for the
+	// write's model, ascending (rejected with CodeNeedsUpgrade only).
+	AcceptedVersions []uint64 `json:"accepted_versions,omitempty"`
 }
 
 // Winner is the record state a losing write lost to.
@@ -93,6 +101,9 @@ func (r *Result) Validate() error {
 		return err
 	}
 	if err := r.HLC.Validate(); err != nil {
+		return err
+	}
+	if err := validateAccepted("accepted_versions", r.AcceptedVersions); err != nil {
 		return err
 	}
 	if r.Winner != nil {
@@ -167,13 +178,18 @@ const (
 	ActionDeadLetter
 	// ActionResend: not processed; leave the item queued and charge nothing.
 	ActionResend
+	// ActionPause: not processed because the server does not accept the
+	// write's value version (CodeNeedsUpgrade); leave it and every later
+	// write of its model queued, charge nothing, and send none of them
+	// until a welcome announces the version.
+	ActionPause
 )
 
-var actionNames = [...]string{"", "done", "conflict", "charge", "dead_letter", "resend"}
+var actionNames = [...]string{"", "done", "conflict", "charge", "dead_letter", "resend", "pause"}
 
 // String returns the action's name, for logs.
 func (a Action) String() string {
-	if a < ActionDone || a > ActionResend {
+	if a < ActionDone || a > ActionPause {
 		return "unknown"
 	}
 	return actionNames[a]
@@ -185,6 +201,8 @@ func (a Action) String() string {
 //	duplicate                     -> as OriginalStatus: done, or conflict when the
 //	                                 original decision was a conflict the client never saw
 //	conflict                      -> ActionConflict
+//	rejected needs_upgrade,
+//	upcast_failed                 -> ActionPause
 //	rejected                      -> ActionCharge; ActionResend for
 //	                                 hook_unavailable (nothing was decided or
 //	                                 recorded: the model's hook is cut off)
@@ -204,6 +222,9 @@ func (r *Result) Action() Action {
 	case StatusExpired:
 		return ActionDeadLetter
 	case StatusRejected:
+		if r.Code == CodeNeedsUpgrade || r.Code == CodeUpcastFailed {
+			return ActionPause
+		}
 		if r.Code == CodeHookUnavailable {
 			return ActionResend
 		}

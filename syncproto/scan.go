@@ -70,6 +70,8 @@ func scanMember(b []byte, i, levels int, key []byte, m *Mutation) (end int, ok b
 		m.BaseVersion, end, ok = plainVersion(b, i)
 	case "seen_version":
 		m.SeenVersion, end, ok = plainVersion(b, i)
+	case "value_version":
+		m.ValueVersion, end, ok = jsonscan.Uint(b, i)
 	default:
 		w := writeMembers{opID: &m.OpID, model: &m.Model, key: &m.Key, op: &m.Op, hlc: &m.HLC, value: &m.Value}
 		end, ok = w.scan(b, i, levels, key)

@@ -12,6 +12,8 @@ package synccore
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/syncd-dev/syncd/syncproto"
@@ -112,6 +114,11 @@ type (
 		// replica's cursor (cursor_ahead after a restore from a backup,
 		// another database, a compacted oplog): resync from a snapshot.
 		Resync bool
+		// ValueVersions is welcome's value_versions: by model, the value
+		// versions the server accepts (a model it does not list takes
+		// every version). A paused model whose refused version it lists
+		// resumes.
+		ValueVersions map[string][]uint64
 	}
 	// Disconnected: the connection is gone. Unanswered pushes stay queued,
 	// charged nothing.
@@ -260,6 +267,70 @@ type Status struct {
 	// Err is the server's last refusal (of the session or of a push);
 	// nil once a pass drains the queue.
 	Err *syncproto.Error
+	// Paused lists the models whose writes wait for a server that accepts
+	// their value version, by model name; nil when none. A new set
+	// replaces it on every change and is never modified, so Status stays
+	// comparable with ==.
+	Paused *Pauses
+}
+
+// PausedModel is a model whose writes wait, queued and in order, because the
+// server refused one of them for its value version (needs_upgrade, or
+// upcast_failed). None of them is sent until a welcome lists Version.
+type PausedModel struct {
+	Model string
+	// Version is the value version of the write the server refused.
+	Version uint64
+	// Code is the refusal: syncproto.CodeNeedsUpgrade or CodeUpcastFailed.
+	Code syncproto.Code
+	// Accepted are the versions the server said it accepts.
+	Accepted []uint64
+}
+
+// Pauses is a set of paused models, sorted by model name.
+type Pauses struct{ Models []PausedModel }
+
+// Has reports whether model is paused in p (a nil p holds none).
+func (p *Pauses) Has(model string) bool {
+	if p == nil {
+		return false
+	}
+	for _, m := range p.Models {
+		if m.Model == model {
+			return true
+		}
+	}
+	return false
+}
+
+// with returns p with model paused as pause (p when it already is).
+func (p *Pauses) with(pause PausedModel) *Pauses {
+	if p.Has(pause.Model) {
+		return p
+	}
+	out := &Pauses{}
+	if p != nil {
+		out.Models = slices.Clone(p.Models)
+	}
+	out.Models = append(out.Models, pause)
+	slices.SortFunc(out.Models, func(a, b PausedModel) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}
+
+// resumed returns p without the models whose paused version welcome's
+// versions accept; nil when none is left.
+func (p *Pauses) resumed(versions map[string][]uint64) *Pauses {
+	if p == nil {
+		return nil
+	}
+	keep := slices.DeleteFunc(slices.Clone(p.Models), func(m PausedModel) bool { return syncproto.Accepts(versions[m.Model], m.Version) })
+	switch {
+	case len(keep) == 0:
+		return nil
+	case len(keep) == len(p.Models):
+		return p
+	}
+	return &Pauses{Models: keep}
 }
 
 // Core is the state machine. Its zero value is not usable; see New.
@@ -328,7 +399,7 @@ func (c *Core) Step(in Input) []Action {
 		if in.MaxPushBytes > 0 && (c.maxBytes <= 0 || in.MaxPushBytes < c.maxBytes) {
 			c.maxBytes = in.MaxPushBytes
 		}
-		c.status = Status{State: StateSyncing}
+		c.status = Status{State: StateSyncing, Paused: c.status.Paused.resumed(in.ValueVersions)}
 		if in.Resync || (c.cursor == 0 && in.Head > 0) {
 			c.resyncing = true
 			out = append(out, Resync{})
@@ -349,7 +420,7 @@ func (c *Core) Step(in Input) []Action {
 		}
 	case Refused:
 		out = c.drop(out)
-		c.status = Status{State: StateRefused, Err: in.Err}
+		c.status = Status{State: StateRefused, Err: in.Err, Paused: c.status.Paused}
 	case SyncRequested:
 		c.syncs = append(c.syncs, in.Sync)
 		switch {
@@ -401,7 +472,7 @@ func (c *Core) Step(in Input) []Action {
 	case Close:
 		out = c.drop(out)
 		c.closed = true
-		c.status = Status{State: StateClosed, Err: c.status.Err}
+		c.status = Status{State: StateClosed, Err: c.status.Err, Paused: c.status.Paused}
 	default:
 		panic(fmt.Sprintf("synccore: unknown input %T", in))
 	}
@@ -470,8 +541,21 @@ func (c *Core) page(in Page, out []Action) []Action {
 		out = append(out, Settle{Item: it, Verdict: Verdict{Action: DeadLetter, Reason: "undecodable: " + it.Invalid,
 			Result: syncproto.Result{Status: syncproto.StatusRejected, Code: syncproto.CodeMalformed, Message: it.Invalid}}})
 	}
+	if c.status.Paused != nil && len(items) > 0 {
+		// A paused model's writes wait, in order, for a server that
+		// accepts them; the other models' writes go on.
+		last := items[len(items)-1].ID
+		items = slices.DeleteFunc(slices.Clone(items), func(it Item) bool { return it.Invalid == "" && c.status.Paused.Has(it.Mutation.Model) })
+		if len(items) == 0 {
+			c.after = last
+		}
+	}
 	if len(items) == 0 && len(in.Items) > 0 {
-		return c.pull(out) // the page held only invalid items: read on
+		if in.End && !c.woken {
+			c.exhausted = true
+			return c.passEnd(out)
+		}
+		return c.pull(out) // the page held only invalid or paused items: read on
 	}
 	if len(items) == 0 {
 		if c.woken {
@@ -513,6 +597,9 @@ func (c *Core) answered(in Answered, out []Action) []Action {
 		}
 		r := &in.Results[i]
 		v := Judge(r, it.Attempts, c.cfg.MaxAttempts)
+		if v.Action == Pause {
+			c.status.Paused = c.status.Paused.with(pauseOf(it, r))
+		}
 		if v.Action == Restamp && !c.restamped {
 			// Re-stamped from the corrected clock: resent at once, by a
 			// pass after this one, once per connection.
@@ -528,6 +615,11 @@ func (c *Core) answered(in Answered, out []Action) []Action {
 	}
 	out = c.pull(out)
 	return c.passEnd(out)
+}
+
+// pauseOf is the pause a value-version refusal r of it starts.
+func pauseOf(it Item, r *syncproto.Result) PausedModel {
+	return PausedModel{Model: it.Mutation.Model, Version: it.Mutation.EffectiveValueVersion(), Code: r.Code, Accepted: slices.Clone(r.AcceptedVersions)}
 }
 
 func (c *Core) pushRefused(in PushRefused, out []Action) []Action {

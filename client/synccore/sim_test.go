@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,9 +30,10 @@ var (
 // TestSimulation runs seeded schedules of several cores against the
 // server's decision code (replication.Admit, replication.Memory) over a
 // simulated network and clock (frames dropped with cut connections,
-// reordered, duplicated; devices crashed; the server crashed, compacted,
-// and restored from a backup under a new database id), and checks the
-// invariants after each.
+// reordered, duplicated; devices crashed and upgraded to builds writing a
+// newer value version; the server crashed, compacted, restored from a
+// backup under a new database id, and restarted accepting another window
+// of value versions), and checks the invariants after each.
 func TestSimulation(t *testing.T) {
 	first, n := uint64(1), uint64(*simSeeds)
 	if raceEnabled && n > raceSeeds {
@@ -66,6 +68,7 @@ func TestSimulationCatchesBrokenComponents(t *testing.T) {
 		{"ledger forgets decisions", faults{ledgerForgets: true}},
 		{"core skips a result", faults{coreSkipsResult: true}},
 		{"restore keeps the database id", faults{restoreKeepsID: true}},
+		{"core sends a paused model", faults{coreIgnoresPause: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 500; seed++ {
@@ -85,6 +88,7 @@ type faults struct {
 	ledgerForgets        bool // the server's ledger evicts every decision at once
 	coreSkipsResult      bool // the driver drops the settle of some writes
 	restoreKeepsID       bool // a restored server keeps its database id (a restore by plain copy)
+	coreIgnoresPause     bool // the device reads needs_upgrade as another rejection (charged, no pause)
 }
 
 // raceSeeds bounds the schedules of one run under the race detector,
@@ -106,7 +110,11 @@ const (
 	simRetryMax  = time.Minute
 )
 
-var simPolicies = replication.Config{"notes": syncproto.PolicyLWW, "docs": syncproto.PolicyOptimistic, "flaky": syncproto.PolicyLWW}
+var simPolicies = replication.Config{"notes": syncproto.PolicyLWW, "docs": syncproto.PolicyOptimistic, "flaky": syncproto.PolicyLWW, "shapes": syncproto.PolicyLWW}
+
+// simMaxValueVersion is the newest value version of the "shapes" model a
+// device build writes; the server accepts a window of 1..it.
+const simMaxValueVersion = 3
 
 // msg is one frame on a simulated connection.
 type msg struct {
@@ -133,6 +141,7 @@ type conn struct {
 	// server side
 	subscribed bool
 	sent       uint64
+	paused     bool // the server refused a "shapes" write for its version on this connection
 }
 
 // simClient is one device: durable state that survives a crash, and a
@@ -148,7 +157,8 @@ type simClient struct {
 	outcomes map[string][]Verdict
 	replica  map[replication.RecordKey]syncproto.Change
 	cursor   uint64
-	dbID     int // the database the replica was synced from
+	dbID     int    // the database the replica was synced from
+	build    uint64 // the value version of "shapes" this device's build writes
 	// volatile
 	core  *Core
 	conn  *conn
@@ -182,6 +192,12 @@ type sim struct {
 	dbID     int // the server database's identity; a restore gives a new one
 	restores int
 	lost     map[string]bool // ops a restore took away after the server applied them
+	// versions are the "shapes" value versions the server accepts;
+	// waiting holds the ops it refused for their version and that were
+	// not sent again since, and made when (their index in writes' order).
+	versions []uint64
+	waiting  map[string]bool
+	made     map[string]int
 }
 
 // serverEvent is one change of the server's state: a push applied at a
@@ -191,6 +207,9 @@ type serverEvent struct {
 	clientID string
 	muts     []syncproto.Mutation
 	compact  int // with muts nil: Compact(compact)
+	// refused holds, by the index of muts, the edge's value-version
+	// refusals (decided when the push arrived, replayed as they were).
+	refused map[int]*syncproto.Error
 }
 
 // serverBackup is the server as a backup taken at one point holds it: the
@@ -207,13 +226,14 @@ func runSchedule(seed uint64, f faults) (restores int, err error) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s := &sim{rng: rng, f: f, now: time.UnixMilli(1_700_000_000_000).UTC(), chaos: true,
 		backoff: reconnect.Backoff{Base: simRetryBase, Cap: simRetryMax, Rand: rng.Int64N},
-		applied: map[string][]replication.Entry{}, decided: map[string]syncproto.Result{}, writes: map[string]syncproto.Mutation{}, lost: map[string]bool{}}
+		applied: map[string][]replication.Entry{}, decided: map[string]syncproto.Result{}, writes: map[string]syncproto.Mutation{}, lost: map[string]bool{},
+		versions: []uint64{1}, waiting: map[string]bool{}, made: map[string]int{}}
 	if err := s.newServer(); err != nil {
 		return 0, err
 	}
 	for i := range 2 + rng.IntN(3) {
 		c := &simClient{id: fmt.Sprintf("c%d", i), skew: time.Duration(rng.IntN(40)-20) * time.Second,
-			dead: map[string]string{}, outcomes: map[string][]Verdict{}, replica: map[replication.RecordKey]syncproto.Change{}}
+			dead: map[string]string{}, outcomes: map[string][]Verdict{}, replica: map[replication.RecordKey]syncproto.Change{}, build: 1}
 		c.clock = syncproto.NewClock(c.id, func() time.Time { return s.now.Add(c.skew) })
 		c.core = New(Config{MaxBatch: 1 + rng.IntN(4), InFlight: 1 + rng.IntN(3), MaxAttempts: simMaxAttempts}, 0)
 		s.clients = append(s.clients, c)
@@ -224,6 +244,12 @@ func runSchedule(seed uint64, f faults) (restores int, err error) {
 		}
 	}
 	s.chaos = false
+	// The operator ends up accepting every version in the field: paused
+	// models resume on the reconnect after the restart.
+	s.versions = []uint64{1, 2, 3}
+	for _, c := range s.clients {
+		s.cut(c)
+	}
 	for _, c := range s.clients {
 		if c.conn == nil {
 			if err := s.connect(c); err != nil {
@@ -286,6 +312,10 @@ func (s *sim) chaosStep() error {
 		if s.backup != nil {
 			return s.restore()
 		}
+	case r < 87:
+		s.restartWithVersions()
+	case r < 88:
+		c.build = min(c.build+1, simMaxValueVersion) // the app is upgraded
 	default:
 		if c.conn == nil {
 			return s.connect(c)
@@ -310,6 +340,21 @@ func (s *sim) quietStep() (bool, error) {
 	return false, nil
 }
 
+// restartWithVersions restarts the server accepting another window of
+// "shapes" value versions (older ones upcast, newer ones not yet known):
+// every connection is cut, and welcome announces the window.
+func (s *sim) restartWithVersions() {
+	lo := 1 + uint64(s.rng.IntN(simMaxValueVersion))
+	hi := lo + uint64(s.rng.IntN(int(simMaxValueVersion-lo+1)))
+	s.versions = nil
+	for v := lo; v <= hi; v++ {
+		s.versions = append(s.versions, v)
+	}
+	for _, c := range s.clients {
+		s.cut(c)
+	}
+}
+
 func (s *sim) pending() string {
 	out := ""
 	for _, c := range s.clients {
@@ -328,6 +373,9 @@ func (s *sim) write(c *simClient) error {
 	switch r := s.rng.IntN(20); {
 	case r < 11:
 		m.Model = "notes"
+	case r < 13:
+		m.Model = "shapes"
+		m.ValueVersion = c.build
 	case r < 17:
 		m.Model = "docs"
 		if s.rng.IntN(8) > 0 { // else: no base version, refused for good
@@ -345,6 +393,7 @@ func (s *sim) write(c *simClient) error {
 		m.Value = json.RawMessage(fmt.Sprintf(`{"w":%d}`, n))
 	}
 	s.writes[id] = m
+	s.made[id] = n
 	c.nextID++
 	c.queue = append(c.queue, Item{ID: c.nextID, Mutation: m})
 	return s.feed(c, Enqueued{})
@@ -361,7 +410,7 @@ func (s *sim) connect(c *simClient) error {
 	// hello/welcome: the server checks the replica's cursor.
 	bounds, _ := s.srv.Bounds(context.Background(), replication.Scope{Tenant: simTenant, AllModels: true}) // Memory's never fails
 	resync := bounds.Check(c.cursor) != nil || c.dbID != s.dbID
-	return s.feed(c, Welcomed{MaxBatch: 3, Cursor: c.cursor, Resync: resync})
+	return s.feed(c, Welcomed{MaxBatch: 3, Cursor: c.cursor, Resync: resync, ValueVersions: map[string][]uint64{"shapes": slices.Clone(s.versions)}})
 }
 
 func (s *sim) cut(c *simClient) {
@@ -429,6 +478,14 @@ func (s *sim) deliver(cn *conn) error {
 	c := cn.client
 	switch {
 	case m.results != nil:
+		if s.f.coreIgnoresPause {
+			m.results = slices.Clone(m.results)
+			for i := range m.results {
+				if m.results[i].Code == syncproto.CodeNeedsUpgrade {
+					m.results[i].Code = syncproto.CodeBadRequest // as a build that does not know the code
+				}
+			}
+		}
 		return s.feed(c, Answered{Push: m.push, Results: m.results})
 	case m.err != nil:
 		return s.feed(c, PushRefused{Push: m.push, Err: m.err})
@@ -467,12 +524,19 @@ func (s *sim) serve(cn *conn, m msg) error {
 		cn.subscribed, cn.sent = true, m.after
 		return s.publish()
 	}
+	for _, m := range m.muts {
+		delete(s.waiting, m.OpID) // sent again
+	}
 	if s.chaos && s.rng.IntN(10) == 0 {
 		cn.down = append(cn.down, msg{push: m.push, err: &syncproto.Error{Code: syncproto.CodeServerBusy, Retryable: true, RetryAfterMS: 500}})
 		return nil
 	}
-	fx, err := s.apply(s.record(serverEvent{now: s.now, clientID: cn.client.id, muts: m.muts}))
+	ev := serverEvent{now: s.now, clientID: cn.client.id, muts: m.muts, refused: s.versionRefusals(cn, m.muts)}
+	fx, err := s.apply(s.record(ev))
 	if err != nil {
+		return err
+	}
+	if err := s.checkOrder(cn, m.muts, fx); err != nil {
 		return err
 	}
 	for _, e := range fx.Entries {
@@ -488,6 +552,51 @@ func (s *sim) serve(cn *conn, m msg) error {
 	return s.publish()
 }
 
+// versionRefusals is the edge's value-version check of a push on cn, as
+// syncd's server makes it: a "shapes" write of a version outside the
+// window, and every later one on a connection that had one, is refused
+// needs_upgrade naming the window.
+func (s *sim) versionRefusals(cn *conn, muts []syncproto.Mutation) map[int]*syncproto.Error {
+	var out map[int]*syncproto.Error
+	for i := range muts {
+		m := &muts[i]
+		if m.Model != "shapes" {
+			continue
+		}
+		if !cn.paused && syncproto.Accepts(s.versions, m.EffectiveValueVersion()) {
+			continue
+		}
+		cn.paused = true
+		if out == nil {
+			out = map[int]*syncproto.Error{}
+		}
+		out[i] = syncproto.Errorf(syncproto.CodeNeedsUpgrade, "value_version %d not accepted", m.EffectiveValueVersion())
+	}
+	return out
+}
+
+// checkOrder checks, on a connection that keeps its frames in order, that
+// no write is applied while an earlier write of its model by the same
+// device waits after a value-version refusal, and records the writes
+// refused for their version.
+func (s *sim) checkOrder(cn *conn, muts []syncproto.Mutation, fx replication.Effects) error {
+	for i, r := range fx.Results {
+		m := muts[i]
+		switch {
+		case r.Status == syncproto.StatusRejected && r.Code == syncproto.CodeNeedsUpgrade:
+			s.waiting[m.OpID] = true
+		case r.Status == syncproto.StatusApplied && !cn.reorder:
+			for op := range s.waiting {
+				w := s.writes[op]
+				if w.Model == m.Model && w.HLC.Origin == m.HLC.Origin && s.made[op] < s.made[m.OpID] {
+					return fmt.Errorf("op %s on %s applied while the earlier %s waits after a value-version refusal", m.OpID, m.Model, op)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // record adds ev to the server's history and returns it.
 func (s *sim) record(ev serverEvent) serverEvent {
 	s.history = append(s.history, ev)
@@ -499,6 +608,11 @@ func (s *sim) record(ev serverEvent) serverEvent {
 func (s *sim) apply(ev serverEvent) (replication.Effects, error) {
 	a := replication.Author{Tenant: simTenant, ClientID: ev.clientID, CanWrite: func(model string) bool { return model != "ro" }}
 	b := replication.Admit(a, ev.muts, simPolicies, ev.now, simMaxSkew)
+	for i, e := range ev.refused {
+		if b.Writes[i].Refusal == nil {
+			b.Writes[i].Refusal = e
+		}
+	}
 	for i := range b.Writes {
 		if b.Writes[i].Mutation.Model == "flaky" && b.Writes[i].Refusal == nil {
 			b.Writes[i].Refusal = syncproto.Errorf(syncproto.CodeInternal, "this model always fails")
@@ -639,6 +753,9 @@ func (s *sim) act(c *simClient, a Action) (Input, error) {
 		muts := make([]syncproto.Mutation, len(a.Items))
 		for i, it := range a.Items {
 			muts[i] = it.Mutation
+			if c.core.Status().Paused.Has(it.Mutation.Model) {
+				return nil, fmt.Errorf("%s: op %s sent while its model %s is paused", c.id, it.Mutation.OpID, it.Mutation.Model)
+			}
 		}
 		c.conn.up = append(c.conn.up, msg{push: a.Push, muts: muts})
 	case Subscribe:
@@ -673,6 +790,9 @@ func (s *sim) settle(c *simClient, a Settle) error {
 	if s.f.coreSkipsResult && op[0] < '4' {
 		return nil
 	}
+	if a.Verdict.Action == Pause && !c.core.Status().Paused.Has(a.Item.Mutation.Model) {
+		return fmt.Errorf("%s: op %s paused, but its model %s is not", c.id, op, a.Item.Mutation.Model)
+	}
 	i := slices.IndexFunc(c.queue, func(it Item) bool { return it.ID == a.Item.ID })
 	if i < 0 {
 		return fmt.Errorf("%s: settle of op %s, which is no longer queued", c.id, op)
@@ -691,7 +811,7 @@ func (s *sim) settle(c *simClient, a Settle) error {
 		}
 	case Restamp:
 		c.queue[i].Mutation.HLC = c.clock.Now()
-	case Left:
+	case Left, Pause:
 	}
 	return nil
 }
@@ -740,7 +860,10 @@ func (s *sim) check() error {
 			if applied {
 				return fmt.Errorf("op %s dead-lettered (%s) but applied by the server", op, v.Reason)
 			}
-			if m.Model == "notes" || (m.Model == "docs" && m.BaseVersion != nil) {
+			if strings.Contains(v.Reason, string(syncproto.CodeNeedsUpgrade)) {
+				return fmt.Errorf("op %s on %s dead-lettered for a version reason (%s)", op, m.Model, v.Reason)
+			}
+			if m.Model == "notes" || m.Model == "shapes" || (m.Model == "docs" && m.BaseVersion != nil) {
 				return fmt.Errorf("op %s on %s dead-lettered (%s), though nothing refuses it for good", op, m.Model, v.Reason)
 			}
 		case Done:

@@ -22,6 +22,11 @@ const (
 	// Restamp: refused for clock skew; keep queued uncharged, re-stamp from
 	// the corrected clock before it is sent again.
 	Restamp
+	// Pause: refused for its value version (needs_upgrade, upcast_failed);
+	// keep it queued uncharged. Its model is paused (Status.Paused): none
+	// of its writes is sent until a welcome accepts the version. Never a
+	// dead letter: an upgrade on either side makes it applicable.
+	Pause
 )
 
 // Verdict is the decision about one answered item.
@@ -78,6 +83,9 @@ func Judge(r *syncproto.Result, attempts, maxAttempts int) Verdict {
 		return v
 	case syncproto.ActionResend:
 		v.Action = Left
+		return v
+	case syncproto.ActionPause:
+		v.Action, v.Reason = Pause, string(r.Code)+": "+r.Message
 		return v
 	}
 	why := string(r.Code)

@@ -41,6 +41,7 @@ type options struct {
 	nodeID          string
 	synchronous     string
 	models          replication.Config
+	valueVersions   server.ValueVersionDecls
 	origins         stringList
 	peerURLs        stringList
 	maxClockSkew    time.Duration
@@ -113,6 +114,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		return o.models.Set(replication.AnyModel + "=" + v)
 	})
 	fs.Var(&o.peerURLs, "peer-url", "a public base URL through which devices reach this database (this node's, and on a cluster every node's); repeatable; welcome announces them so a device configured with one URL can fail over (PROTOCOL.md 5.2, servers)")
+	fs.Func("model-version", "a model's current value version as NAME=VERSION (PROTOCOL.md 5.3): writes of other versions are upcast by --upcast steps or refused needs_upgrade; repeatable", o.valueVersions.SetCurrent)
+	fs.Func("upcast", "one step turning a model's value of VERSION into VERSION+1, as NAME@VERSION=rename:FROM:TO, NAME@VERSION=default:FIELD:JSON or NAME@VERSION=drop:FIELD; steps of one version apply in the order given; repeatable", o.valueVersions.SetUpcast)
 	fs.Var(&o.origins, "allowed-origin", "a browser origin allowed to connect, as a host[:port] pattern (*.example.com, localhost:*) or with its scheme (https://app.example.com); repeatable; the server's own host is always allowed, and native clients send no origin (PROTOCOL.md section 1)")
 	fs.DurationVar(&o.maxClockSkew, "max-clock-skew", time.Minute, "how far ahead of the server's clock a mutation's timestamp may be")
 	fs.IntVar(&o.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on open websocket sessions")
@@ -341,6 +344,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Authenticator:            authn,
 		NodeID:                   o.nodeID,
 		Policies:                 o.models,
+		ValueVersions:            o.valueVersions,
 		MaxClockSkew:             o.maxClockSkew,
 		AllowedOrigins:           o.origins,
 		PeerURLs:                 o.peerURLs,
