@@ -39,6 +39,11 @@ func (s *Server) admitUpgrade(w http.ResponseWriter, r *http.Request) (auth.Prin
 	if s.draining.Load() {
 		return refuse(http.StatusServiceUnavailable, retryIn(w, upgradeRetryAfterSeconds, syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down")))
 	}
+	if c := s.cfg.Cluster; c != nil {
+		if err := c.Refuses(); err != nil {
+			return refuse(http.StatusServiceUnavailable, retryIn(w, upgradeRetryAfterSeconds, syncproto.Errorf(syncproto.CodeServerBusy, "this node does not serve: %v; another node does", err)))
+		}
+	}
 	if s.conns.Add(1) > int64(s.cfg.MaxConnections) {
 		s.conns.Add(-1)
 		return refuse(http.StatusServiceUnavailable, retryIn(w, upgradeRetryAfterSeconds, syncproto.Errorf(syncproto.CodeServerBusy, "too many connections")))

@@ -831,6 +831,16 @@ func (ss *session) keepalive(ctx context.Context) {
 				ss.closeWith(ctx, authError(err))
 				return
 			}
+			// A cluster node that must not serve (its token file misses a
+			// revocation the others have, it diverged...) ends its
+			// sessions: the devices reconnect to another node.
+			if c := ss.srv.cfg.Cluster; c != nil {
+				if err := c.Refuses(); err != nil {
+					ss.log.Warn("this node does not serve; closing the session", "err", err)
+					ss.closeWith(ctx, syncproto.Errorf(syncproto.CodeServerBusy, "this node does not serve: %v; another node does", err))
+					return
+				}
+			}
 		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, ss.srv.cfg.WriteTimeout)
 			err := ss.conn.Ping(pctx)

@@ -42,6 +42,13 @@ func TestClusterProcessStaleTokenFile(t *testing.T) {
 	third.start(t)
 	third.waitReady(t)
 
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := syncproto.NewClock("phone", nil)
+	open, err := dialPush(ctx, third, token, "phone", clock)
+	require.NoError(t, err, "a session on node-3 before the revocation")
+	defer open.close()
+
 	require.NoError(t, auth.Revoke(pc.tokens, id))
 	require.Eventually(t, func() bool {
 		code, body := readyz(third)
@@ -51,15 +58,19 @@ func TestClusterProcessStaleTokenFile(t *testing.T) {
 		require.True(t, n.ready(), "%s serves on", n.name)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	clock := syncproto.NewClock("phone", nil)
-	c, err := dialPush(ctx, third, token, "phone", clock)
-	require.NoError(t, err, "the stale node still knows the token")
-	_, err = c.roundTrip(ctx, &syncproto.Push{ID: "p1", Mutations: []syncproto.Mutation{{OpID: mustOpID(t), Model: "notes", Key: "k",
-		Op: syncproto.OpPut, Value: []byte(`"revoked"`), HLC: clock.Now()}}})
-	require.Error(t, err, "but takes no write")
-	c.close()
+	// The stale node still knows the token, but serves nobody: its open
+	// session is closed (server_busy: another node serves) and new ones
+	// are refused, so the revoked token neither writes nor reads there.
+	var closed error
+	require.Eventually(t, func() bool {
+		_, closed = open.roundTrip(ctx, &syncproto.Ping{ID: "k"})
+		return closed != nil
+	}, time.Minute, 100*time.Millisecond, "the stale node's open session is closed")
+	var busy *syncproto.Error
+	require.ErrorAs(t, closed, &busy)
+	require.Equal(t, syncproto.CodeServerBusy, busy.Code, "closed as busy: another node serves")
+	_, err = dialPush(ctx, third, token, "phone", clock)
+	require.ErrorContains(t, err, "503", "the stale node refuses new sessions")
 	_, err = dialPush(ctx, pc.nodes[0], token, "phone", clock)
 	require.Error(t, err, "a current node refuses the revoked token")
 	for _, n := range pc.nodes {

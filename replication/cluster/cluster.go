@@ -511,7 +511,23 @@ func (c *Cluster) Ready() error {
 		return *errp
 	}
 	if c.waitingQuorum.Load() {
-		return errors.New("waiting for cluster quorum")
+		return ErrWaitingForQuorum
+	}
+	return nil
+}
+
+// ErrWaitingForQuorum is Ready's answer while the node cannot reach a
+// majority of the NATS servers: a wait, not a fault of this node.
+var ErrWaitingForQuorum = errors.New("waiting for cluster quorum")
+
+// Refuses reports why this node must not serve devices at all, reads
+// included: it diverged, its stream is misconfigured, or its
+// configuration differs from the cluster's (a token file missing a
+// revocation, other model declarations). nil while it serves, and while it
+// only waits for quorum.
+func (c *Cluster) Refuses() error {
+	if err := c.Ready(); err != nil && !errors.Is(err, ErrWaitingForQuorum) {
+		return err
 	}
 	return nil
 }
