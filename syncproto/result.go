@@ -72,6 +72,10 @@ type Winner struct {
 	// needs the value resends the op alone: the replay ledger answers
 	// duplicate with the whole winner, which always fits a frame.
 	ValueOmitted bool `json:"value_omitted,omitempty"`
+	// ValueWithheld reports that the winner's record has a scope value the
+	// writer is not granted (PROTOCOL.md 19.2): Value is left out and will
+	// not be sent on a resend either. Version, HLC and Deleted are exact.
+	ValueWithheld bool `json:"value_withheld,omitempty"`
 }
 
 // isStatus reports whether s has the shape of every Status,
@@ -146,9 +150,9 @@ func (w *Winner) validate() error {
 	if err := w.HLC.Validate(); err != nil {
 		return err
 	}
-	if w.ValueOmitted {
+	if w.ValueOmitted || w.ValueWithheld {
 		if w.Deleted || len(w.Value) != 0 {
-			return Errorf(CodeBadRequest, "value_omitted is for a winner that is not deleted, without its value")
+			return Errorf(CodeBadRequest, "value_omitted and value_withheld are for a winner that is not deleted, without its value")
 		}
 	} else if w.Deleted == (len(w.Value) != 0) {
 		return Errorf(CodeBadRequest, "value must be present unless deleted")
