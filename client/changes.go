@@ -3,6 +3,8 @@ package client
 import (
 	"encoding/json"
 	"sync"
+
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // ChangeEvent says a record changed in the local replica.
@@ -23,6 +25,29 @@ type ChangeEvent struct {
 	// Lagged is true when the subscriber fell behind and events were
 	// dropped: re-read what it shows.
 	Lagged bool
+	// Evicted, when not empty, says the row left the replica because this
+	// device no longer follows its scope value (PROTOCOL.md 19.5), and
+	// why: moved (its scope value changed to one not followed), revoked,
+	// unsubscribed or not_granted. Deleted is true with it: Get says not
+	// found. The row is not deleted on the server.
+	Evicted string
+}
+
+// feedEvent is the event of a feed or backfill entry applied.
+func feedEvent(e *syncproto.Change) ChangeEvent {
+	ev := ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted}
+	if !e.Deleted {
+		ev.Value = e.Value
+	}
+	return ev
+}
+
+// publishEvicted tells subscribers of the rows evictions dropped.
+func (c *Client) publishEvicted(rows []evicted) {
+	for _, r := range rows {
+		c.metrics.evictedRows.WithLabelValues(r.reason).Inc()
+		c.changes.publish(ChangeEvent{Model: r.model, Key: r.key, Deleted: true, Evicted: r.reason})
+	}
 }
 
 // changeBuffer bounds the events waiting for one subscriber (Subscription.C's

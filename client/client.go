@@ -65,11 +65,13 @@ type Client struct {
 	queued     queueTail     // writes queued and not yet read by the driver
 	outcomes   broadcast     // woken whenever an outcome is recorded
 	changes    changeHub
-	watch      *statusHub                   // WatchStatus channels
-	reconcile  atomic.Bool                  // the overlay missed a queued write
-	refusal    atomic.Pointer[RefusedError] // the server's last refusal of the session; nil once bound
-	tokens     *tokens                      // the bearer token, from Config.Token or Config.TokenSource
-	resyncNext atomic.Bool                  // the server answered cursor_ahead: the next bind resyncs
+	watch      *statusHub                       // WatchStatus channels
+	reconcile  atomic.Bool                      // the overlay missed a queued write
+	refusal    atomic.Pointer[RefusedError]     // the server's last refusal of the session; nil once bound
+	tokens     *tokens                          // the bearer token, from Config.Token or Config.TokenSource
+	resyncNext atomic.Bool                      // the server answered cursor_ahead: the next bind resyncs
+	limits     atomic.Pointer[syncproto.Limits] // the last welcome's; nil before one
+	scopeWake  broadcast                        // woken when the core's status changes, for WaitScope
 
 	ctx    context.Context // the client's lifetime
 	cancel context.CancelFunc
@@ -128,6 +130,11 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	cursor, err := rep.cursor(ctx)
 	if err != nil {
 		return fail(err)
+	}
+	if w, ok, err := rep.lastWelcomeScopes(ctx); err != nil {
+		return fail(err)
+	} else if ok {
+		rep.fields.Store(newScopeFields(w.Scopes))
 	}
 	c.servers = newServers(cfg.ServerURLs)
 	if err := c.loadServers(ctx); err != nil {
@@ -423,6 +430,11 @@ type Status struct {
 	// Paused lists the models whose writes wait for a server that
 	// accepts their value version, by model name; nil when none.
 	Paused []PausedModel
+	// Scopes is the state of each scope value this device requested by
+	// name, holds, is backfilling, or lost since the client opened
+	// (revoked, not_granted, unsubscribed), sorted by scope and value;
+	// nil when none (PROTOCOL.md section 19).
+	Scopes []ScopeStatus
 }
 
 // State is what the client is doing; see Status.
@@ -471,6 +483,9 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	out.State = v.status.State // the sync core's
 	if p := v.status.Paused; p != nil {
 		out.Paused = p.Models
+	}
+	if s := v.status.Scopes; s != nil {
+		out.Scopes = s.Values
 	}
 	if !connected && c.permanentRefusal() != nil {
 		// The core hears of a refusal through the driver's events, a

@@ -134,6 +134,14 @@ type Config struct {
 	// version 1. A version never goes backwards: Open refuses one below
 	// what an earlier Open of the replica declared (*VersionBackwardsError).
 	ModelVersions map[string]uint64
+	// Scopes is the initial request of partial sync (PROTOCOL.md section
+	// 19): by declared scope, the values to follow, or
+	// syncproto.AllValues alone for every value granted now or later. A
+	// declared scope it does not name follows every granted value, so an
+	// app that says nothing follows all its grants. SetScopes replaces a
+	// scope's entry durably; the stored request wins over this one on
+	// the next Open.
+	Scopes syncproto.ScopeSet
 }
 
 // errMissing is wrapped by the error naming a required field left empty.
@@ -161,6 +169,10 @@ func (c *Config) setDefaults() error {
 	if err := validateModelVersions(c.ModelVersions); err != nil {
 		return err
 	}
+	if err := c.Scopes.Validate("field Scopes", 0); err != nil {
+		return err
+	}
+	c.Scopes = cloneScopeSet(c.Scopes)
 	for _, u := range c.ServerURLs {
 		if _, err := syncURL(u); err != nil {
 			return err

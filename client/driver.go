@@ -180,9 +180,11 @@ func (d *driver) feedInput(msg syncproto.Message) synccore.Input {
 	}
 	switch m := msg.(type) {
 	case *syncproto.Changes:
-		in := synccore.Changes{From: d.subFrom, Next: m.Cursor, Entries: m.Entries}
+		in := synccore.Changes{From: d.subFrom, Next: m.Cursor, Entries: m.Entries, Evictions: m.Evictions}
 		d.subFrom = max(d.subFrom, m.Cursor)
 		return in
+	case *syncproto.Backfill:
+		return synccore.Backfill{Scope: m.Scope, Value: m.Value, Entries: m.Entries, LastKey: m.LastKey, Done: m.Done}
 	case *syncproto.Resync:
 		d.c.log.Info("cursor older than the server's oplog; loading a snapshot", "reason", m.Reason)
 		return synccore.FeedLost{}
@@ -219,6 +221,7 @@ func (d *driver) step(in synccore.Input) {
 	if *d.view.Load() != v {
 		d.view.Store(&v)
 		d.c.statusChanged()
+		d.c.scopeWake.wake()
 	}
 }
 
@@ -238,25 +241,36 @@ func (d *driver) do(a synccore.Action) synccore.Input {
 		if d.link == nil {
 			return nil
 		}
-		id, err := d.link.conn.subscribe(d.link.ctx, a.After)
+		id, err := d.link.conn.subscribe(d.link.ctx, a)
 		if err != nil {
 			d.fail("subscribe", err)
 			return nil
 		}
 		d.subID, d.subFrom = id, a.After
 	case synccore.Apply:
-		if err := c.replica.applyChanges(c.ctx, a.Entries, a.Cursor); err != nil {
+		_, dropped, err := c.replica.applyChanges(c.ctx, a, d.covered())
+		if err != nil {
 			d.fail("change feed", err)
 			return nil
 		}
 		c.metrics.feedEntries.Add(float64(len(a.Entries)))
 		for _, e := range a.Entries {
 			c.observe(e.HLC)
-			ev := ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted}
-			if !e.Deleted {
-				ev.Value = e.Value
+			if e.Op != syncproto.OpEvict {
+				c.changes.publish(feedEvent(&e))
 			}
-			c.changes.publish(ev)
+		}
+		c.publishEvicted(dropped)
+	case synccore.ApplyBackfill:
+		fresh, err := c.replica.applyBackfill(c.ctx, a)
+		if err != nil {
+			d.fail("backfill", err)
+			return nil
+		}
+		c.metrics.backfillEntries.Add(float64(len(fresh)))
+		for _, e := range fresh {
+			c.observe(e.HLC)
+			c.changes.publish(feedEvent(&e))
 		}
 	case synccore.Resync:
 		d.resync()
@@ -349,8 +363,13 @@ func (d *driver) resync() {
 	if l == nil {
 		return
 	}
+	want, cov := d.core.Scopes().Want, d.covered()
 	l.spawn(func() {
 		head, err := d.c.loadSnapshot(l.ctx, l.conn.url)
+		var have syncproto.ScopeSet
+		if err == nil {
+			have, err = d.c.replica.keepFollowed(l.ctx, want, cov)
+		}
 		if err != nil {
 			if l.ctx.Err() == nil {
 				d.c.log.Error("loading a snapshot failed; reconnecting", "err", err)
@@ -364,7 +383,7 @@ func (d *driver) resync() {
 			l.lose("recording the database id", err)
 			return
 		}
-		d.post(event{link: l, in: synccore.Snapshot{Head: head}})
+		d.post(event{link: l, in: synccore.Snapshot{Head: head, Have: have}})
 	})
 }
 

@@ -116,9 +116,14 @@ func (l *link) bind(ctx context.Context) error {
 			return err
 		}
 	}
+	scopes, err := c.scopesWelcomed(ctx, w)
+	if err != nil {
+		return err
+	}
 	in := synccore.Welcomed{
 		MaxBatch: min(w.Limits.MaxBatch, syncproto.MaxBatch), MaxPushBytes: pushBytes(w.Limits),
 		Cursor: cursor, Head: w.Head, Resync: resync || other, ValueVersions: w.ValueVersions,
+		Scopes: scopes,
 	}
 	if !c.driver.post(event{link: l, in: in}) {
 		return ErrClosed

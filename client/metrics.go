@@ -1,6 +1,10 @@
 package client
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
 
 // metrics are the client's own instruments; the queue, the network monitor
 // and the reconnect coordinator register theirs beside them.
@@ -18,6 +22,10 @@ type metrics struct {
 	clockRefused       prometheus.Counter
 	// outcomesPruned counts outcomes forgotten (OutcomeRetention, MaxOutcomes).
 	outcomesPruned prometheus.Counter
+	// backfillEntries counts backfill entries stored; evictedRows rows
+	// dropped by evictions, by reason.
+	backfillEntries prometheus.Counter
+	evictedRows     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,6 +61,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		outcomesPruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_client_outcomes_pruned_total", Help: "Outcomes of decided writes forgotten: older than OutcomeRetention, or the oldest beyond MaxOutcomes.",
 		}),
+		backfillEntries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_client_backfill_entries_total", Help: "Backfill entries stored in the local replica (scope values added).",
+		}),
+		evictedRows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_client_evicted_rows_total", Help: "Rows dropped from the local replica by evictions, by reason (moved, revoked, unsubscribed, not_granted).",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{syncproto.EvictMoved, syncproto.EvictRevoked, syncproto.EvictUnsubscribed, syncproto.EvictNotGranted} {
+		m.evictedRows.WithLabelValues(r)
 	}
 	// Every reason is exported from the start (at zero), so a rate over
 	// one is defined before its first abandon.
@@ -62,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.snapshotsAbandoned, m.clockRefused, m.outcomesPruned} {
+	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.snapshotsAbandoned, m.clockRefused, m.outcomesPruned, m.backfillEntries, m.evictedRows} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -101,6 +102,9 @@ type replica struct {
 	// the versions it folds into the records, for applyChanges.
 	handoffs handoffs
 	echoes   echoes
+	// fields are the last welcome's scope declarations, by which records
+	// of covered models get their scope value (replica_scopes.go).
+	fields atomic.Pointer[scopeFields]
 
 	// Meta values written lazily (see setLastSync, applyChanges): the
 	// newest value, and when or whether it was committed.
@@ -135,10 +139,7 @@ func replicaSharesQueue(q offlinequeue.Queue) bool {
 func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync offlinequeue.Synchronous, now func() time.Time) (*replica, error) {
 	if sq, ok := q.(sharedQueue); ok {
 		r := &replica{db: sq.DB(), shared: sq, queue: q, now: now, stmts: stmtCache{db: sq.DB()}}
-		if err := sq.Update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, replicaSchema)
-			return err
-		}); err != nil {
+		if err := migrateShared(ctx, sq); err != nil {
 			return nil, fmt.Errorf("replica schema: %w", err)
 		}
 		if path != "" {
@@ -152,7 +153,7 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 	if err != nil {
 		return nil, err
 	}
-	if _, err := db.ExecContext(ctx, replicaSchema); err != nil {
+	if _, err := sqlitedb.Migrate(ctx, db, replicaMigrations); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("replica schema: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/client/synccore"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -267,17 +268,17 @@ func TestEchoedFeedPagesCommitNothing(t *testing.T) {
 		return syncproto.Change{Seq: seq, Model: "notes", Key: key, Value: json.RawMessage(`{"v":` + fmt.Sprint(version) + `}`), Version: version, HLC: hlc}
 	}
 
-	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(1, "a", 1), change(2, "b", 1)}, 2))
+	require.NoError(t, applyFeed(ctx, r, []syncproto.Change{change(1, "a", 1), change(2, "b", 1)}, 2))
 	require.Equal(t, uint64(2), stored())
 
 	// The same entries again, and an older version: held, not written.
-	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(1, "a", 1), change(2, "b", 1)}, 3))
-	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(4, "a", 1)}, 4))
+	require.NoError(t, applyFeed(ctx, r, []syncproto.Change{change(1, "a", 1), change(2, "b", 1)}, 3))
+	require.NoError(t, applyFeed(ctx, r, []syncproto.Change{change(4, "a", 1)}, 4))
 	require.Equal(t, uint64(2), stored())
 	require.Equal(t, uint64(4), reported())
 
 	// One newer entry among echoes: applied, and the cursor committed.
-	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(5, "a", 1), change(6, "b", 2)}, 6))
+	require.NoError(t, applyFeed(ctx, r, []syncproto.Change{change(5, "a", 1), change(6, "b", 2)}, 6))
 	require.Equal(t, uint64(6), stored())
 	rec, found, err := r.get(ctx, "notes", "b")
 	require.NoError(t, err)
@@ -285,14 +286,14 @@ func TestEchoedFeedPagesCommitNothing(t *testing.T) {
 	require.Equal(t, uint64(2), rec.Version)
 
 	// Held at most heldMetaEvery.
-	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(7, "b", 2)}, 7))
+	require.NoError(t, applyFeed(ctx, r, []syncproto.Change{change(7, "b", 2)}, 7))
 	require.Equal(t, uint64(6), stored())
 	now = now.Add(heldMetaEvery)
-	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(8, "b", 2)}, 8))
+	require.NoError(t, applyFeed(ctx, r, []syncproto.Change{change(8, "b", 2)}, 8))
 	require.Equal(t, uint64(8), stored())
 
 	// Close commits what is held.
-	require.NoError(t, r.applyChanges(ctx, []syncproto.Change{change(9, "b", 2)}, 9))
+	require.NoError(t, applyFeed(ctx, r, []syncproto.Change{change(9, "b", 2)}, 9))
 	require.Equal(t, uint64(8), stored())
 	require.NoError(t, r.close())
 	require.Equal(t, uint64(9), stored())
@@ -319,7 +320,7 @@ func TestReplicaFileIsImportedIntoTheQueuesFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, old.shared)
 	server := testMutation(t, "s", `{"from":"server"}`)
-	require.NoError(t, old.applyChanges(ctx, []syncproto.Change{{Seq: 7, Model: "notes", Key: "s", Value: server.Value, Version: 3, HLC: server.HLC}}, 7))
+	require.NoError(t, applyFeed(ctx, old, []syncproto.Change{{Seq: 7, Model: "notes", Key: "s", Value: server.Value, Version: 3, HLC: server.HLC}}, 7))
 	pending, decided := testMutation(t, "p", `{"n":1}`), testMutation(t, "d", `{"n":2}`)
 	for _, m := range []*syncproto.Mutation{pending, decided} {
 		_, overlayErr, err := old.enqueue(ctx, mustJSON(t, m), m)
@@ -353,7 +354,7 @@ func TestReplicaFileIsImportedIntoTheQueuesFile(t *testing.T) {
 	// Found again after the import committed: removed, not imported.
 	again, err := openReplica(ctx, ownFileQueue{q}, path, offlinequeue.SyncFull, time.Now)
 	require.NoError(t, err)
-	require.NoError(t, again.applyChanges(ctx, []syncproto.Change{{Seq: 9, Model: "notes", Key: "s", Value: server.Value, Version: 9, HLC: server.HLC}}, 9))
+	require.NoError(t, applyFeed(ctx, again, []syncproto.Change{{Seq: 9, Model: "notes", Key: "s", Value: server.Value, Version: 9, HLC: server.HLC}}, 9))
 	require.NoError(t, again.close())
 	r, err = openReplica(ctx, q, path, offlinequeue.SyncFull, time.Now)
 	require.NoError(t, err)
@@ -482,4 +483,10 @@ func (r *replica) decide(ctx context.Context, m *syncproto.Mutation, o Outcome) 
 func isPending(ctx context.Context, r *replica, opID string) (bool, error) {
 	_, _, pending, err := r.outcomeOrPending(ctx, opID)
 	return pending, err
+}
+
+// applyFeed applies a feed page of entries with no evictions.
+func applyFeed(ctx context.Context, r *replica, entries []syncproto.Change, cursor uint64) error {
+	_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: cursor, Entries: entries}, nil)
+	return err
 }

@@ -133,12 +133,12 @@ const decideChunk = 64
 func decideApplied(x *txStmts, ds []decision) error {
 	outcomes := make([]any, 0, 10*len(ds))
 	ops := make([]any, 0, len(ds))
-	records := make([]any, 0, 7*len(ds))
+	records := make([]any, 0, 8*len(ds))
 	for _, d := range ds {
 		m, o := d.mut, d.outcome
 		outcomes = append(outcomes, o.OpID, m.Model, m.Key, string(o.Status), int64(o.Version), int64(o.Seq), o.Reason, nil, o.RebasedAs, o.DecidedAt.UnixMilli())
 		ops = append(ops, o.OpID)
-		records = append(records, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete)...)
+		records = append(records, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete, x.scopeOf(m.Model, m.Value))...)
 	}
 	rows := func(width int) string {
 		row := "(?" + strings.Repeat(", ?", width-1) + ")"
@@ -150,7 +150,7 @@ func decideApplied(x *txStmts, ds []decision) error {
 	if err := x.exec(`DELETE FROM pending WHERE op_id IN (?`+strings.Repeat(", ?", len(ds)-1)+`)`, ops...); err != nil {
 		return err
 	}
-	return x.exec(insertRecords+rows(7)+keepNewest, records...)
+	return x.exec(insertRecords+rows(8)+keepNewest, records...)
 }
 
 // Statements of decideIn (insertOutcomes and keepFirstOutcome also make
@@ -181,12 +181,13 @@ func decideIn(x *txStmts, m *syncproto.Mutation, o Outcome, upcast bool) error {
 	case o.Status == StatusApplied && upcast:
 		return nil // the record's value, in the server's shape, comes by the feed
 	case o.Status == StatusApplied:
-		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete)...)
-	case o.Winner != nil && o.Winner.Version > 0 && !o.Winner.ValueOmitted:
+		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete, x.scopeOf(m.Model, m.Value))...)
+	case o.Winner != nil && o.Winner.Version > 0 && !o.Winner.ValueOmitted && !o.Winner.ValueWithheld:
 		// A winner without its value (PROTOCOL.md 5.4) reaches the
-		// replica through the change feed instead.
+		// replica through the change feed instead; one withheld (19.2)
+		// is of a scope value this device does not hold, and never does.
 		w := o.Winner
-		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, w.Value, w.Version, w.HLC, w.Deleted)...)
+		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, w.Value, w.Version, w.HLC, w.Deleted, x.scopeOf(m.Model, w.Value))...)
 	}
 	return nil
 }

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
+	"github.com/syncd-dev/syncd/client/synccore"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -155,31 +157,71 @@ func keyRange(o ListOptions) (string, []any) {
 // are skipped again. So an echo costs no commit of the device's, and the
 // feed keeps pace with the pushes (a push's answer is read behind the feed
 // frames sent before it).
-func (r *replica) applyChanges(ctx context.Context, entries []syncproto.Change, cursor uint64) error {
-	fresh, err := r.unapplied(ctx, entries)
+//
+// Partial sync (PROTOCOL.md 19.5): an evict entry drops its row unless
+// the replica holds it at a newer version than the moving write; then the
+// frame's evictions drop every row of their values in the models cov says
+// their scopes cover; a not-nil a.Scopes is stored in the same
+// transaction. The rows dropped are returned, each with its reason. A
+// pending write of a dropped row stays in the overlay until answered.
+func (r *replica) applyChanges(ctx context.Context, a synccore.Apply, cov covered) (fresh []syncproto.Change, dropped []evicted, err error) {
+	var evicts []syncproto.Change
+	entries := a.Entries
+	if slices.ContainsFunc(entries, func(e syncproto.Change) bool { return e.Op == syncproto.OpEvict }) {
+		entries = nil
+		for _, e := range a.Entries {
+			if e.Op == syncproto.OpEvict {
+				evicts = append(evicts, e)
+			} else {
+				entries = append(entries, e)
+			}
+		}
+	}
+	fresh, err = r.unapplied(ctx, entries)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	r.heldMu.Lock()
 	defer r.heldMu.Unlock()
 	now := r.now()
-	if len(fresh) == 0 && cursor >= r.cursorHeld && now.Sub(r.cursorWritten) < heldMetaEvery && !now.Before(r.cursorWritten) {
-		r.cursorHeld = cursor
-		return nil
+	quiet := len(evicts) == 0 && len(a.Evictions) == 0 && a.Scopes == nil
+	if quiet && len(fresh) == 0 && a.Cursor >= r.cursorHeld && now.Sub(r.cursorWritten) < heldMetaEvery && !now.Before(r.cursorWritten) {
+		r.cursorHeld = a.Cursor
+		return nil, nil, nil
 	}
 	if err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		dropped = dropped[:0]
 		x := r.inTx(ctx, tx)
 		for _, e := range fresh {
-			if err := x.exec(upsertRecord, upsertArgs(e.Model, e.Key, e.Value, e.Version, e.HLC, e.Deleted)...); err != nil {
+			if err := x.exec(upsertRecord, upsertArgs(e.Model, e.Key, e.Value, e.Version, e.HLC, e.Deleted, x.scopeValue(&e))...); err != nil {
 				return fmt.Errorf("apply change %d: %w", e.Seq, err)
 			}
 		}
-		return setMeta(ctx, tx, metaCursor, cursor)
+		for i := range evicts {
+			gone, err := evictMoved(ctx, tx, &evicts[i])
+			if err != nil {
+				return err
+			}
+			if gone {
+				dropped = append(dropped, evicted{model: evicts[i].Model, key: evicts[i].Key, reason: syncproto.EvictMoved})
+			}
+		}
+		rows, err := evictValues(ctx, tx, a.Evictions, cov)
+		if err != nil {
+			return err
+		}
+		dropped = append(dropped, rows...)
+		if a.Scopes != nil {
+			if err := storeScopes(ctx, tx, a.Scopes); err != nil {
+				return err
+			}
+		}
+		return setMeta(ctx, tx, metaCursor, a.Cursor)
 	}); err != nil {
-		return err
+		return nil, nil, err
 	}
 	r.cursorHeld, r.cursorWritten = 0, now
-	return nil
+	return fresh, dropped, nil
 }
 
 // unapplied returns the entries the records do not yet hold (at their
@@ -221,22 +263,25 @@ func (r *replica) unapplied(ctx context.Context, entries []syncproto.Change) ([]
 
 // upsertRecord writes a record unless the replica already holds that
 // version or a newer one.
-const upsertRecord = insertRecords + `(?1, ?2, ?3, ?4, ?5, ?6, ?7)` + keepNewest
+const upsertRecord = insertRecords + `(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)` + keepNewest
 
 // insertRecords and keepNewest make upsertRecord, and its multi-row form.
 const (
-	insertRecords = `INSERT INTO records (model, key, value, version, hlc, wall, deleted) VALUES `
-	keepNewest    = ` ON CONFLICT (model, key) DO UPDATE SET value = excluded.value, version = excluded.version,
-		hlc = excluded.hlc, wall = excluded.wall, deleted = excluded.deleted
+	insertRecords = `INSERT INTO records (model, key, value, version, hlc, wall, deleted, scope_value) VALUES `
+	// A delete keeps the record's scope value (PROTOCOL.md 19.2).
+	keepNewest = ` ON CONFLICT (model, key) DO UPDATE SET value = excluded.value, version = excluded.version,
+		hlc = excluded.hlc, wall = excluded.wall, deleted = excluded.deleted,
+		scope_value = CASE WHEN excluded.deleted THEN records.scope_value ELSE excluded.scope_value END
 	WHERE excluded.version > records.version`
 )
 
 // insertRecord stores a snapshot's record into the emptied records table.
-const insertRecord = `INSERT INTO records (model, key, value, version, hlc, wall, deleted) VALUES (?, ?, ?, ?, ?, ?, ?)`
+const insertRecord = `INSERT INTO records (model, key, value, version, hlc, wall, deleted, scope_value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 
 // upsertArgs are upsertRecord's (and insertRecord's) arguments.
-func upsertArgs(model, key string, value []byte, version uint64, hlc syncproto.Timestamp, deleted bool) []any {
-	return []any{model, key, value, int64(version), hlc.String(), hlc.Wall, deleted}
+// scope is the record's scope value ("" for a model no scope covers).
+func upsertArgs(model, key string, value []byte, version uint64, hlc syncproto.Timestamp, deleted bool, scope string) []any {
+	return []any{model, key, value, int64(version), hlc.String(), hlc.Wall, deleted, scope}
 }
 
 // resetFromSnapshot replaces every record with a snapshot and sets the
@@ -254,7 +299,7 @@ func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotR
 		// The caller's ctx, not the committer's: giving up cancels the
 		// load, and the transaction is rolled back.
 		var err error
-		head, err = storeSnapshot(ctx, tx, sr)
+		head, err = storeSnapshot(ctx, tx, sr, r.fields.Load())
 		return err
 	})
 	if err != nil {
@@ -270,7 +315,7 @@ func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotR
 }
 
 // storeSnapshot is resetFromSnapshot's transaction.
-func storeSnapshot(ctx context.Context, tx *sql.Tx, sr *syncproto.SnapshotReader) (uint64, error) {
+func storeSnapshot(ctx context.Context, tx *sql.Tx, sr *syncproto.SnapshotReader, fields *scopeFields) (uint64, error) {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM records`); err != nil {
 		return 0, err
 	}
@@ -303,7 +348,7 @@ func storeSnapshot(ctx context.Context, tx *sql.Tx, sr *syncproto.SnapshotReader
 			return 0, err
 		}
 		for _, rec := range page {
-			if _, err := stmt.ExecContext(raw, upsertArgs(rec.Model, rec.Key, rec.Value, rec.Version, rec.HLC, false)...); err != nil {
+			if _, err := stmt.ExecContext(raw, upsertArgs(rec.Model, rec.Key, rec.Value, rec.Version, rec.HLC, false, fields.of(rec.Model, rec.Value))...); err != nil {
 				return 0, fmt.Errorf("snapshot: store %s/%s: %w", rec.Model, rec.Key, err)
 			}
 		}

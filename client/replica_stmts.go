@@ -66,10 +66,13 @@ type txStmts struct {
 	tx    *sql.Tx
 	cache *stmtCache
 	bound map[string]*sql.Stmt
+	// fields are the scope declarations the records' scope values are
+	// read by (nil: none known).
+	fields *scopeFields
 }
 
 func (r *replica) inTx(ctx context.Context, tx *sql.Tx) *txStmts {
-	return &txStmts{ctx: ctx, tx: tx, cache: &r.stmts, bound: map[string]*sql.Stmt{}}
+	return &txStmts{ctx: ctx, tx: tx, cache: &r.stmts, bound: map[string]*sql.Stmt{}, fields: r.fields.Load()}
 }
 
 func (x *txStmts) exec(query string, args ...any) error {

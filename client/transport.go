@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/syncd-dev/syncd/client/synccore"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -296,11 +297,17 @@ func (c *conn) ping(ctx context.Context) error {
 	return err
 }
 
-// subscribe starts the live feed from cursor, replacing any earlier
-// subscription; its frames, which carry the returned id, arrive on c.feed.
-func (c *conn) subscribe(ctx context.Context, cursor uint64) (string, error) {
+// subscribe starts the live feed after a.After, replacing any earlier
+// subscription; its frames (changes, backfill, resync), which carry the
+// returned id, arrive on c.feed. The scope members are always sent
+// (PROTOCOL.md 19.3): scopes, even empty, never the legacy form.
+func (c *conn) subscribe(ctx context.Context, a synccore.Subscribe) (string, error) {
 	id := "s" + strconv.FormatUint(c.nextID.Add(1), 10)
-	frame, err := syncproto.Encode(&syncproto.Subscribe{ID: id, Cursor: cursor})
+	scopes := a.Scopes
+	if scopes == nil {
+		scopes = syncproto.ScopeSet{}
+	}
+	frame, err := syncproto.Encode(&syncproto.Subscribe{ID: id, Cursor: a.After, Scopes: scopes, Have: a.Have, Resume: a.Resume})
 	if err != nil {
 		return "", err
 	}

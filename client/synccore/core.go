@@ -119,6 +119,9 @@ type (
 		// every version). A paused model whose refused version it lists
 		// resumes.
 		ValueVersions map[string][]uint64
+		// Scopes is the device's durable scope state, its Want already
+		// the request for the scopes this welcome declares (see Scopes).
+		Scopes Scopes
 	}
 	// Disconnected: the connection is gone. Unanswered pushes stay queued,
 	// charged nothing.
@@ -160,13 +163,31 @@ type (
 	Changes struct {
 		From, Next uint64
 		Entries    []syncproto.Change
+		// Evictions are the frame's changes.evictions, applied after
+		// Entries.
+		Evictions []syncproto.Eviction
 	}
+	// Backfill is a backfill page of the live subscription (PROTOCOL.md
+	// 19.4): entries applied by version, the cursor left where it is.
+	Backfill struct {
+		Scope, Value string
+		Entries      []syncproto.Change
+		LastKey      string
+		Done         bool
+	}
+	// Rescope: the app changed what the device requests (Want, already
+	// durable); the core subscribes again from the same cursor.
+	Rescope struct{ Want syncproto.ScopeSet }
 	// FeedLost: the server can no longer serve the feed from the cursor
 	// (its oplog was compacted past it): resync from a snapshot.
 	FeedLost struct{}
 	// Snapshot answers Resync: the replica's records were replaced by the
 	// server's snapshot at Head.
-	Snapshot struct{ Head uint64 }
+	Snapshot struct {
+		Head uint64
+		// Have are the scope values the snapshot holds complete.
+		Have syncproto.ScopeSet
+	}
 	// SyncRequested: the app asks for a pass over the queue now (Sync);
 	// PassEnded carrying Sync answers it.
 	SyncRequested struct{ Sync uint64 }
@@ -189,6 +210,8 @@ func (Snapshot) input()      {}
 func (FeedLost) input()      {}
 func (TimerFired) input()    {}
 func (Close) input()         {}
+func (Backfill) input()      {}
+func (Rescope) input()       {}
 func (SyncRequested) input() {}
 
 // Action is something the driver must do, returned by Core.Step.
@@ -215,13 +238,37 @@ type (
 		Item    Item
 		Verdict Verdict
 	}
-	// Subscribe asks the server for the change feed after After.
-	Subscribe struct{ After uint64 }
-	// Apply applies feed entries to the replica and moves its cursor to
-	// Cursor, in one transaction.
+	// Subscribe asks the server for the change feed after After, with
+	// the scope members (always present, PROTOCOL.md 19.3): Scopes is the
+	// request, Have the values held complete at After, Resume where
+	// interrupted backfills continue. Empty members are nil; the driver
+	// sends scopes as {} all the same.
+	Subscribe struct {
+		After  uint64
+		Scopes syncproto.ScopeSet
+		Have   syncproto.ScopeSet
+		Resume map[string]map[string]string
+	}
+	// Apply applies feed entries to the replica (evict entries drop their
+	// row unless it is held at a newer version), then drops every row of
+	// the values in Evictions, and moves its cursor to Cursor, in one
+	// transaction; when Scopes is not nil it is the scope state to store
+	// in that transaction.
 	Apply struct {
-		Cursor  uint64
-		Entries []syncproto.Change
+		Cursor    uint64
+		Entries   []syncproto.Change
+		Evictions []syncproto.Eviction
+		Scopes    *Scopes
+	}
+	// ApplyBackfill applies a backfill page's entries by version (an
+	// entry is stored unless the replica holds the key at the same or a
+	// newer version), leaving the cursor, and stores Scopes (the value
+	// complete when Done, else its resume position), in one transaction.
+	ApplyBackfill struct {
+		Scope, Value string
+		Entries      []syncproto.Change
+		Done         bool
+		Scopes       Scopes
 	}
 	// Resync fetches the server's snapshot and replaces the replica's
 	// records and cursor with it, in one transaction (the pending overlay
@@ -251,15 +298,16 @@ type (
 	Report struct{ Status Status }
 )
 
-func (ReadQueue) action() {}
-func (Send) action()      {}
-func (Settle) action()    {}
-func (Subscribe) action() {}
-func (Apply) action()     {}
-func (Resync) action()    {}
-func (PassEnded) action() {}
-func (SetTimer) action()  {}
-func (Report) action()    {}
+func (ReadQueue) action()     {}
+func (Send) action()          {}
+func (Settle) action()        {}
+func (Subscribe) action()     {}
+func (Apply) action()         {}
+func (Resync) action()        {}
+func (PassEnded) action()     {}
+func (SetTimer) action()      {}
+func (Report) action()        {}
+func (ApplyBackfill) action() {}
 
 // Status is the client's state and the last error that explains it.
 type Status struct {
@@ -272,6 +320,10 @@ type Status struct {
 	// replaces it on every change and is never modified, so Status stays
 	// comparable with ==.
 	Paused *Pauses
+	// Scopes is the state of each scope value the device requested by
+	// name, holds, is backfilling or lost; nil when none. Replaced, never
+	// modified, like Paused.
+	Scopes *ScopeStatuses
 }
 
 // PausedModel is a model whose writes wait, queued and in order, because the
@@ -365,12 +417,17 @@ type Core struct {
 	// feed
 	cursor    uint64
 	resyncing bool
+
+	// partial sync (scopes.go)
+	scopes     Scopes
+	lostScopes map[scopeKey]string // values evicted, by reason, until backfilled again
 }
 
 // New returns a Core whose replica is at cursor.
 func New(cfg Config, cursor uint64) *Core {
 	cfg = cfg.withDefaults()
-	return &Core{cfg: cfg, maxBatch: cfg.MaxBatch, maxBytes: cfg.MaxPushBytes, cursor: cursor, inFlight: map[uint64][]Item{}, status: Status{State: StateConnecting}}
+	return &Core{cfg: cfg, maxBatch: cfg.MaxBatch, maxBytes: cfg.MaxPushBytes, cursor: cursor, inFlight: map[uint64][]Item{}, status: Status{State: StateConnecting},
+		scopes: Scopes{}.Clone(), lostScopes: map[scopeKey]string{}}
 }
 
 // Status returns the status last reported.
@@ -399,12 +456,13 @@ func (c *Core) Step(in Input) []Action {
 		if in.MaxPushBytes > 0 && (c.maxBytes <= 0 || in.MaxPushBytes < c.maxBytes) {
 			c.maxBytes = in.MaxPushBytes
 		}
-		c.status = Status{State: StateSyncing, Paused: c.status.Paused.resumed(in.ValueVersions)}
+		c.status = Status{State: StateSyncing, Paused: c.status.Paused.resumed(in.ValueVersions), Scopes: c.status.Scopes}
+		c.scopes = in.Scopes.Clone()
 		if in.Resync || (c.cursor == 0 && in.Head > 0) {
 			c.resyncing = true
 			out = append(out, Resync{})
 		} else {
-			out = append(out, Subscribe{After: c.cursor})
+			out = append(out, c.subscribe())
 		}
 		c.startPass()
 		out = c.pull(out)
@@ -420,7 +478,7 @@ func (c *Core) Step(in Input) []Action {
 		}
 	case Refused:
 		out = c.drop(out)
-		c.status = Status{State: StateRefused, Err: in.Err, Paused: c.status.Paused}
+		c.status = Status{State: StateRefused, Err: in.Err, Paused: c.status.Paused, Scopes: c.status.Scopes}
 	case SyncRequested:
 		c.syncs = append(c.syncs, in.Sync)
 		switch {
@@ -455,8 +513,21 @@ func (c *Core) Step(in Input) []Action {
 		if c.welcomed && c.resyncing {
 			c.resyncing = false
 			c.cursor = in.Head
-			out = append(out, Subscribe{After: in.Head})
+			c.scopes.Have, c.scopes.Resume = cloneSet(in.Have), map[string]map[string]string{}
+			out = append(out, c.subscribe())
 			out = c.passEnd(out)
+		}
+	case Backfill:
+		out = c.backfill(in, out)
+	case Rescope:
+		c.scopes.Want = cloneSet(in.Want)
+		for name, values := range in.Want {
+			for _, v := range values {
+				delete(c.lostScopes, scopeKey{name, v})
+			}
+		}
+		if c.welcomed && !c.resyncing {
+			out = append(out, c.subscribe())
 		}
 	case TimerFired:
 		// A pass in progress (started by a reconnect) covers the retry;
@@ -472,11 +543,12 @@ func (c *Core) Step(in Input) []Action {
 	case Close:
 		out = c.drop(out)
 		c.closed = true
-		c.status = Status{State: StateClosed, Err: c.status.Err, Paused: c.status.Paused}
+		c.status = Status{State: StateClosed, Err: c.status.Err, Paused: c.status.Paused, Scopes: c.status.Scopes}
 	default:
 		panic(fmt.Sprintf("synccore: unknown input %T", in))
 	}
 	c.settleState()
+	c.refreshScopes()
 	if c.status != before {
 		out = append(out, Report{Status: c.status})
 	}
@@ -678,15 +750,22 @@ func (c *Core) passEnd(out []Action) []Action {
 }
 
 func (c *Core) changes(in Changes, out []Action) []Action {
-	if !c.welcomed || c.resyncing || in.Next <= c.cursor {
-		return out // not subscribed, or already applied (a duplicate)
+	if !c.welcomed || c.resyncing || in.Next < c.cursor || (in.Next == c.cursor && len(in.Evictions) == 0) {
+		// Not subscribed, or already applied (a duplicate). A frame of
+		// evictions alone (a subscription's first) need not move the cursor.
+		return out
 	}
 	if in.From != c.cursor {
 		// A gap: frames were lost or reordered. Ask again from the cursor.
-		return append(out, Subscribe{After: c.cursor})
+		return append(out, c.subscribe())
 	}
 	c.cursor = in.Next
-	return append(out, Apply{Cursor: in.Next, Entries: in.Entries})
+	a := Apply{Cursor: in.Next, Entries: in.Entries, Evictions: in.Evictions}
+	if c.evict(in.Evictions) {
+		s := c.scopes.Clone()
+		a.Scopes = &s
+	}
+	return append(out, a)
 }
 
 // settleState derives syncing/idle from the work in progress.
