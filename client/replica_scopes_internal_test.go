@@ -1,0 +1,210 @@
+package client
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/client/synccore"
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// testScopes declares scope project over tasks and comments by
+// project_id; notes is covered by no scope.
+var testScopes = map[string]syncproto.ScopeInfo{"project": {Models: map[string]string{"tasks": "project_id", "comments": "project_id"}}}
+
+func scopedChange(seq uint64, model, key, project string, version uint64) syncproto.Change {
+	v := json.RawMessage(`{"project_id":"` + project + `","seq":` + json.Number(uintString(seq)).String() + `}`)
+	return syncproto.Change{Seq: seq, Model: model, Key: key, Op: syncproto.OpPut, Value: v, Version: version,
+		HLC: syncproto.Timestamp{Wall: 1_700_000_000_000 + int64(seq), Origin: "srv"}, ScopeValue: project}
+}
+
+func uintString(n uint64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// scopeValueOf reads a record's stored scope value; found is false when
+// the replica holds no record of the key.
+func scopeValueOf(t *testing.T, r *replica, model, key string) (value string, version uint64, found bool) {
+	t.Helper()
+	var v int64
+	err := r.db.QueryRowContext(t.Context(), `SELECT scope_value, version FROM records WHERE model = ? AND key = ?`, model, key).Scan(&value, &v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, false
+	}
+	require.NoError(t, err)
+	return value, uint64(v), true
+}
+
+func TestReplicaAppliesScopedFeed(t *testing.T) {
+	forEachLayout(t, func(t *testing.T, r *replica) {
+		ctx := t.Context()
+		r.fields.Store(newScopeFields(testScopes))
+		cov := coveredBy(testScopes)
+		p1a, p1b, p2 := scopedChange(1, "tasks", "a", "p1", 1), scopedChange(2, "comments", "b", "p1", 1), scopedChange(3, "tasks", "c", "p2", 1)
+		note := syncproto.Change{Seq: 4, Model: "notes", Key: "n", Op: syncproto.OpPut, Value: json.RawMessage(`{"project_id":"p1"}`), Version: 1, HLC: p1a.HLC}
+		_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: 4, Entries: []syncproto.Change{p1a, p1b, p2, note}}, cov)
+		require.NoError(t, err)
+		v, _, _ := scopeValueOf(t, r, "tasks", "a")
+		require.Equal(t, "p1", v)
+		v, _, _ = scopeValueOf(t, r, "notes", "n")
+		require.Empty(t, v, "a model no scope covers has no scope value")
+
+		// A delete keeps the record's scope value.
+		del := syncproto.Change{Seq: 5, Model: "tasks", Key: "c", Op: syncproto.OpDelete, Version: 2, HLC: p2.HLC, Deleted: true, ScopeValue: "p2"}
+		_, _, err = r.applyChanges(ctx, synccore.Apply{Cursor: 5, Entries: []syncproto.Change{del}}, cov)
+		require.NoError(t, err)
+		v, _, found := scopeValueOf(t, r, "tasks", "c")
+		require.True(t, found)
+		require.Equal(t, "p2", v)
+
+		// An evict entry drops its row, unless held at a newer version.
+		mv := syncproto.Change{Seq: 6, Model: "tasks", Key: "a", Op: syncproto.OpEvict, Version: 2, HLC: p1a.HLC, Reason: syncproto.EvictMoved}
+		stale := syncproto.Change{Seq: 6, Model: "comments", Key: "b", Op: syncproto.OpEvict, Version: 0, HLC: p1a.HLC, Reason: syncproto.EvictMoved}
+		_, dropped, err := r.applyChanges(ctx, synccore.Apply{Cursor: 6, Entries: []syncproto.Change{mv, stale}}, cov)
+		require.NoError(t, err)
+		require.Equal(t, []evicted{{model: "tasks", key: "a", reason: syncproto.EvictMoved}}, dropped)
+		_, _, found = scopeValueOf(t, r, "tasks", "a")
+		require.False(t, found)
+		_, _, found = scopeValueOf(t, r, "comments", "b")
+		require.True(t, found, "a row held at a newer version than the evict entry stays")
+
+		// A pending write of a row whose value is evicted stays in the
+		// overlay: Get shows it until it is answered.
+		m := &syncproto.Mutation{OpID: "0193a000-0000-7000-8000-000000000001", Model: "comments", Key: "b", Op: syncproto.OpPut,
+			Value: json.RawMessage(`{"project_id":"p1","mine":true}`), HLC: p1a.HLC}
+		require.NoError(t, r.addPending(ctx, 1, m))
+
+		// An eviction drops every row of the value in the models its scope
+		// covers, after the frame's entries; the state is stored with it.
+		p1c := scopedChange(7, "tasks", "d", "p1", 1)
+		st := synccore.Scopes{Have: syncproto.ScopeSet{"project": {"p2"}}, Resume: map[string]map[string]string{}}
+		_, dropped, err = r.applyChanges(ctx, synccore.Apply{Cursor: 7, Entries: []syncproto.Change{p1c},
+			Evictions: []syncproto.Eviction{{Scope: "project", Value: "p1", Reason: syncproto.EvictRevoked}}, Scopes: &st}, cov)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []evicted{{"comments", "b", "revoked"}, {"tasks", "d", "revoked"}}, dropped)
+		_, _, found = scopeValueOf(t, r, "notes", "n")
+		require.True(t, found, "a model the scope does not cover keeps its rows")
+		rec, found, err := r.get(ctx, "comments", "b")
+		require.NoError(t, err)
+		require.True(t, found && rec.Pending, "the queued write's row stays until it is answered")
+		rec, found, err = r.get(ctx, "tasks", "d")
+		require.NoError(t, err)
+		require.False(t, found, "an evicted row is not found: %+v", rec)
+		got, err := r.scopeState(ctx)
+		require.NoError(t, err)
+		require.Equal(t, syncproto.ScopeSet{"project": {"p2"}}, got.Have)
+		cursor, err := r.cursor(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 7, cursor)
+	})
+}
+
+func TestReplicaAppliesBackfillByVersion(t *testing.T) {
+	forEachLayout(t, func(t *testing.T, r *replica) {
+		ctx := t.Context()
+		cov := coveredBy(testScopes)
+		// The feed already brought a newer version of b.
+		_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: 20, Entries: []syncproto.Change{scopedChange(20, "tasks", "b", "p2", 5)}}, cov)
+		require.NoError(t, err)
+		page := []syncproto.Change{scopedChange(10, "tasks", "a", "p2", 3), scopedChange(11, "tasks", "b", "p2", 4)}
+		st := synccore.Scopes{Have: syncproto.ScopeSet{}, Resume: map[string]map[string]string{"project": {"p2": "tasks/b"}}}
+		fresh, err := r.applyBackfill(ctx, synccore.ApplyBackfill{Scope: "project", Value: "p2", Entries: page, Scopes: st})
+		require.NoError(t, err)
+		require.Len(t, fresh, 1)
+		require.Equal(t, "a", fresh[0].Key)
+		_, v, _ := scopeValueOf(t, r, "tasks", "b")
+		require.EqualValues(t, 5, v, "a backfill entry never lowers a version")
+		cursor, err := r.cursor(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 20, cursor, "a backfill does not move the cursor")
+		got, err := r.scopeState(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "tasks/b", got.Resume["project"]["p2"])
+	})
+}
+
+func TestReplicaKeepsOnlyFollowedValuesAfterASnapshot(t *testing.T) {
+	forEachLayout(t, func(t *testing.T, r *replica) {
+		ctx := t.Context()
+		r.fields.Store(newScopeFields(testScopes))
+		cov := coveredBy(testScopes)
+		_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: 3, Entries: []syncproto.Change{
+			scopedChange(1, "tasks", "a", "p1", 1), scopedChange(2, "tasks", "b", "p2", 1), scopedChange(3, "comments", "c", "p3", 1)}}, cov)
+		require.NoError(t, err)
+		have, err := r.keepFollowed(ctx, syncproto.ScopeSet{"project": {"p1", "p3", "p4"}}, cov)
+		require.NoError(t, err)
+		require.Equal(t, syncproto.ScopeSet{"project": {"p1", "p3"}}, have, "a requested value without rows is backfilled, not claimed")
+		_, _, found := scopeValueOf(t, r, "tasks", "b")
+		require.False(t, found)
+		st, err := r.scopeState(ctx)
+		require.NoError(t, err)
+		require.Equal(t, have, st.Have)
+	})
+}
+
+// A replica file of the first release (schema without scope values, no
+// recorded version) is migrated on open; a file of a newer build is
+// refused with both versions named.
+func TestReplicaSchemaMigratesAndRefusesNewer(t *testing.T) {
+	ctx := t.Context()
+	for _, l := range replicaLayouts {
+		t.Run(l.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "replica.db")
+			q := l.open(t, dir)
+			var db *sql.DB
+			if sq, ok := q.(sharedQueue); ok {
+				db = sq.DB()
+			} else {
+				var err error
+				db, err = sqlitedb.Open(ctx, path, sqlitedb.Options{})
+				require.NoError(t, err)
+			}
+			_, err := db.ExecContext(ctx, replicaSchema)
+			require.NoError(t, err)
+			_, err = db.ExecContext(ctx, `INSERT INTO records (model, key, value, version, hlc, wall, deleted) VALUES ('tasks', 'a', '{"project_id":"p1"}', 1, '1.0.x', 1, 0)`)
+			require.NoError(t, err)
+			if _, ok := q.(sharedQueue); !ok {
+				require.NoError(t, db.Close())
+			}
+			r, err := openReplica(ctx, q, path, offlinequeue.SyncFull, time.Now)
+			require.NoError(t, err)
+			v, _, found := scopeValueOf(t, r, "tasks", "a")
+			require.True(t, found)
+			require.Empty(t, v, "a record of the first release has no scope value")
+			require.NoError(t, r.close())
+			// A newer build's replica is refused.
+			bump(ctx, t, q, path)
+			_, err = openReplica(ctx, q, path, offlinequeue.SyncFull, time.Now)
+			var newer *sqlitedb.NewerSchemaError
+			require.ErrorAs(t, err, &newer)
+			require.Equal(t, len(replicaMigrations)+1, newer.File)
+			require.NoError(t, q.Close())
+		})
+	}
+}
+
+// bump marks the replica as written by a build one schema version newer.
+func bump(ctx context.Context, t *testing.T, q offlinequeue.Queue, path string) {
+	t.Helper()
+	if sq, ok := q.(sharedQueue); ok {
+		_, err := sq.DB().ExecContext(ctx, `UPDATE meta SET value = value + 1 WHERE name = ?`, metaReplicaSchema)
+		require.NoError(t, err)
+		return
+	}
+	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `PRAGMA user_version = 3`)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+}
