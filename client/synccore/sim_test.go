@@ -54,6 +54,9 @@ func TestSimulation(t *testing.T) {
 		}
 	}
 	t.Logf("%d schedules (seeds %d..%d) passed every invariant in %s; %d of them restored the server from a backup", n, first, first+n-1, time.Since(start).Round(time.Millisecond), restored)
+	st := scopeStats
+	t.Logf("partial sync: %d rows moved between values, %d evict entries, %d value evictions applied, %d backfill pages, %d membership writes, %d requests changed, %d token changes",
+		st.moves, st.evictEntries, st.valueEvictions, st.backfillPages, st.shares, st.rescopes, st.tokenChanges)
 }
 
 // TestSimulationCatchesBrokenComponents runs the same schedules with a
@@ -69,6 +72,7 @@ func TestSimulationCatchesBrokenComponents(t *testing.T) {
 		{"core skips a result", faults{coreSkipsResult: true}},
 		{"restore keeps the database id", faults{restoreKeepsID: true}},
 		{"core sends a paused model", faults{coreIgnoresPause: true}},
+		{"server forgets to evict a moved row", faults{serverForgetsEvict: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 500; seed++ {
@@ -89,6 +93,7 @@ type faults struct {
 	coreSkipsResult      bool // the driver drops the settle of some writes
 	restoreKeepsID       bool // a restored server keeps its database id (a restore by plain copy)
 	coreIgnoresPause     bool // the device reads needs_upgrade as another rejection (charged, no pause)
+	serverForgetsEvict   bool // a row moved out of a reader's values reaches it as nothing, not as an evict entry
 }
 
 // raceSeeds bounds the schedules of one run under the race detector,
@@ -110,7 +115,7 @@ const (
 	simRetryMax  = time.Minute
 )
 
-var simPolicies = replication.Config{"notes": syncproto.PolicyLWW, "docs": syncproto.PolicyOptimistic, "flaky": syncproto.PolicyLWW, "shapes": syncproto.PolicyLWW}
+var simPolicies = replication.Config{"tasks": syncproto.PolicyLWW, "members": syncproto.PolicyLWW, "notes": syncproto.PolicyLWW, "docs": syncproto.PolicyOptimistic, "flaky": syncproto.PolicyLWW, "shapes": syncproto.PolicyLWW}
 
 // simMaxValueVersion is the newest value version of the "shapes" model a
 // device build writes; the server accepts a window of 1..it.
@@ -130,6 +135,11 @@ type msg struct {
 	records  []syncproto.Change // with snapshot: the records at its head
 	dbID     int                // with snapshot: the database it was read from
 	feedLost bool
+	// partial sync (sim_scopes_test.go)
+	sub      uint64    // the subscription a subscribe starts, or a frame belongs to
+	sub0     Subscribe // with subscr: the request
+	backfill *Backfill
+	at       uint64 // with backfill: the seq it was read at
 }
 
 type conn struct {
@@ -142,6 +152,7 @@ type conn struct {
 	subscribed bool
 	sent       uint64
 	paused     bool // the server refused a "shapes" write for its version on this connection
+	sess       *session
 }
 
 // simClient is one device: durable state that survives a crash, and a
@@ -159,6 +170,10 @@ type simClient struct {
 	cursor   uint64
 	dbID     int    // the database the replica was synced from
 	build    uint64 // the value version of "shapes" this device's build writes
+	want     syncproto.ScopeSet // the app's request
+	scopes   Scopes             // have and resume, as the driver stores them
+	subs     uint64             // subscriptions made, for their ids
+	subID    uint64             // the live subscription on conn
 	// volatile
 	core  *Core
 	conn  *conn
@@ -198,6 +213,13 @@ type sim struct {
 	versions []uint64
 	waiting  map[string]bool
 	made     map[string]int
+	// partial sync: what the server derives from its log (noteApplied),
+	// and the operator's token grants by device
+	scopeCur  map[replication.RecordKey]string
+	scopeHist map[uint64]scopeEntry
+	memberOf  map[replication.RecordKey]string
+	members   []memberChange
+	tokens    map[string][]string
 }
 
 // serverEvent is one change of the server's state: a push applied at a
@@ -227,7 +249,7 @@ func runSchedule(seed uint64, f faults) (restores int, err error) {
 	s := &sim{rng: rng, f: f, now: time.UnixMilli(1_700_000_000_000).UTC(), chaos: true,
 		backoff: reconnect.Backoff{Base: simRetryBase, Cap: simRetryMax, Rand: rng.Int64N},
 		applied: map[string][]replication.Entry{}, decided: map[string]syncproto.Result{}, writes: map[string]syncproto.Mutation{}, lost: map[string]bool{},
-		versions: []uint64{1}, waiting: map[string]bool{}, made: map[string]int{}}
+		versions: []uint64{1}, waiting: map[string]bool{}, made: map[string]int{}, tokens: map[string][]string{}}
 	if err := s.newServer(); err != nil {
 		return 0, err
 	}
@@ -236,6 +258,9 @@ func runSchedule(seed uint64, f faults) (restores int, err error) {
 			dead: map[string]string{}, outcomes: map[string][]Verdict{}, replica: map[replication.RecordKey]syncproto.Change{}, build: 1}
 		c.clock = syncproto.NewClock(c.id, func() time.Time { return s.now.Add(c.skew) })
 		c.core = New(Config{MaxBatch: 1 + rng.IntN(4), InFlight: 1 + rng.IntN(3), MaxAttempts: simMaxAttempts}, 0)
+		c.want = syncproto.ScopeSet{simScope: {syncproto.AllValues}}
+		c.scopes = Scopes{}.Clone()
+		s.tokens[c.id] = simScopeValues[:rng.IntN(len(simScopeValues)+1)]
 		s.clients = append(s.clients, c)
 	}
 	for range chaosSteps {
@@ -276,6 +301,7 @@ func (s *sim) newServer() error {
 	}
 	m, err := replication.NewMemory(opts)
 	s.srv = m
+	s.resetScopes()
 	return err
 }
 
@@ -316,6 +342,12 @@ func (s *sim) chaosStep() error {
 		s.restartWithVersions()
 	case r < 88:
 		c.build = min(c.build+1, simMaxValueVersion) // the app is upgraded
+	case r < 91:
+		return s.rescope(c)
+	case r < 94:
+		return s.share(c)
+	case r < 95:
+		s.changeToken(c)
 	default:
 		if c.conn == nil {
 			return s.connect(c)
@@ -371,8 +403,10 @@ func (s *sim) write(c *simClient) error {
 	key := string(rune('a' + s.rng.IntN(3)))
 	m := syncproto.Mutation{OpID: id, Key: key, Op: syncproto.OpPut, HLC: c.clock.Now()}
 	switch r := s.rng.IntN(20); {
-	case r < 11:
+	case r < 7:
 		m.Model = "notes"
+	case r < 11:
+		m.Model = "tasks"
 	case r < 13:
 		m.Model = "shapes"
 		m.ValueVersion = c.build
@@ -390,7 +424,7 @@ func (s *sim) write(c *simClient) error {
 	if s.rng.IntN(5) == 0 {
 		m.Op = syncproto.OpDelete
 	} else {
-		m.Value = json.RawMessage(fmt.Sprintf(`{"w":%d}`, n))
+		m.Value = json.RawMessage(fmt.Sprintf(`{"w":%d,"p":%q}`, n, simScopeValues[s.rng.IntN(len(simScopeValues))]))
 	}
 	s.writes[id] = m
 	s.made[id] = n
@@ -410,7 +444,9 @@ func (s *sim) connect(c *simClient) error {
 	// hello/welcome: the server checks the replica's cursor.
 	bounds, _ := s.srv.Bounds(context.Background(), replication.Scope{Tenant: simTenant, AllModels: true}) // Memory's never fails
 	resync := bounds.Check(c.cursor) != nil || c.dbID != s.dbID
-	return s.feed(c, Welcomed{MaxBatch: 3, Cursor: c.cursor, Resync: resync, ValueVersions: map[string][]uint64{"shapes": slices.Clone(s.versions)}})
+	c.subID = 0
+	sc := Scopes{Want: c.want, Have: c.scopes.Have, Resume: c.scopes.Resume}.Clone()
+	return s.feed(c, Welcomed{MaxBatch: 3, Cursor: c.cursor, Resync: resync, ValueVersions: map[string][]uint64{"shapes": slices.Clone(s.versions)}, Scopes: sc})
 }
 
 func (s *sim) cut(c *simClient) {
@@ -468,8 +504,17 @@ func (s *sim) deliver(cn *conn) error {
 	if cn.reorder && s.chaos {
 		i = s.rng.IntN(len(*q))
 	}
+	// A websocket keeps order: the simulation reorders and repeats frames
+	// the protocol makes safe to, never past a barrier (a subscribe, a
+	// backfill page, evictions), whose order is the contract.
+	for j := range i {
+		if barrier((*q)[j]) {
+			i = j
+			break
+		}
+	}
 	m := (*q)[i]
-	if !(cn.dup && s.chaos && s.rng.IntN(4) == 0) {
+	if !(cn.dup && s.chaos && s.rng.IntN(4) == 0) || barrier(m) {
 		*q = slices.Delete(*q, i, i+1)
 	}
 	if toServer {
@@ -490,7 +535,15 @@ func (s *sim) deliver(cn *conn) error {
 	case m.err != nil:
 		return s.feed(c, PushRefused{Push: m.push, Err: m.err})
 	case m.changes != nil:
+		if m.sub != c.subID {
+			return nil // a page of a subscription replaced since
+		}
 		return s.feed(c, *m.changes)
+	case m.backfill != nil:
+		if m.sub != c.subID {
+			return nil
+		}
+		return s.feed(c, *m.backfill)
 	case m.snapshot != nil:
 		// The driver's Resync: replace the replica, then tell the core.
 		if !c.resyncing {
@@ -502,7 +555,8 @@ func (s *sim) deliver(cn *conn) error {
 			c.replica[replication.RecordKey{Model: e.Model, Key: e.Key}] = e
 		}
 		c.cursor, c.dbID = m.snapshot.Head, m.dbID
-		return s.feed(c, *m.snapshot)
+		c.scopes = Scopes{Have: keepWanted(c)}.Clone()
+		return s.feed(c, Snapshot{Head: m.snapshot.Head, Have: cloneSet(c.scopes.Have)})
 	case m.feedLost:
 		return s.feed(c, FeedLost{})
 	}
@@ -515,13 +569,17 @@ func (s *sim) serve(cn *conn, m msg) error {
 	case m.resync:
 		head, recs := s.srv.Snapshot(replication.Scope{Tenant: simTenant, AllModels: true})
 		m := msg{snapshot: &Snapshot{Head: head}, dbID: s.dbID}
+		grants := s.grants(cn.client.id, head)
 		for _, r := range recs {
-			m.records = append(m.records, change(r.Seq, r))
+			if simScoped(r.Model) && !grants.Has(simScope, s.scopeCur[replication.RecordKey{Model: r.Model, Key: r.Key}]) {
+				continue // a snapshot reads every granted value
+			}
+			m.records = append(m.records, s.change(r.Seq, r))
 		}
 		cn.down = append(cn.down, m)
 		return nil
 	case m.subscr:
-		cn.subscribed, cn.sent = true, m.after
+		s.startSession(cn, m)
 		return s.publish()
 	}
 	for _, m := range m.muts {
@@ -622,6 +680,7 @@ func (s *sim) apply(ev serverEvent) (replication.Effects, error) {
 	if err != nil {
 		return replication.Effects{}, fmt.Errorf("server apply: %w", err)
 	}
+	s.noteApplied(fx.Entries)
 	if s.f.ledgerForgets {
 		if _, err := s.srv.Ledger().Prune(context.Background(), ev.now); err != nil {
 			return replication.Effects{}, err
@@ -697,18 +756,43 @@ func (s *sim) publish() error {
 				break
 			}
 			ch := &Changes{From: cn.sent, Next: p.Next}
+			var gained []string
 			for _, e := range p.Entries {
-				ch.Entries = append(ch.Entries, change(e.Seq, e.Record()))
+				switch deliver, evict := s.sees(cn.sess, e.Seq, e.Model); {
+				case deliver:
+					ch.Entries = append(ch.Entries, s.change(e.Seq, e.Record()))
+				case evict:
+					x := s.change(e.Seq, e.Record())
+					x.Op, x.Value, x.Deleted, x.ScopeValue, x.Reason = syncproto.OpEvict, nil, false, "", syncproto.EvictMoved
+					ch.Entries = append(ch.Entries, x)
+				}
+				if s.regrant(cn.sess, cn.client.id, e.Seq) {
+					// The page ends at its reader's grant change.
+					ch.Next = e.Seq
+					ch.Evictions, gained = s.refollow(cn.sess, cn.client.id, e.Seq)
+					break
+				}
 			}
-			cn.down = append(cn.down, msg{changes: ch})
-			cn.sent = p.Next
+			var id uint64
+			if cn.sess != nil {
+				id = cn.sess.id
+			}
+			cn.down = append(cn.down, msg{sub: id, changes: ch})
+			cn.sent = ch.Next
+			for _, v := range gained {
+				s.backfill(cn, v, "")
+			}
 		}
 	}
 	return nil
 }
 
-func change(seq uint64, r replication.Record) syncproto.Change {
-	return syncproto.Change{Seq: seq, OpID: r.OpID, Model: r.Model, Key: r.Key, Value: r.Value, Version: r.Version, HLC: r.HLC, Deleted: r.Deleted}
+func (s *sim) change(seq uint64, r replication.Record) syncproto.Change {
+	c := syncproto.Change{Seq: seq, OpID: r.OpID, Model: r.Model, Key: r.Key, Value: r.Value, Version: r.Version, HLC: r.HLC, Deleted: r.Deleted}
+	if simScoped(r.Model) {
+		c.ScopeValue = s.scopeHist[seq].new
+	}
+	return c
 }
 
 // feed steps c's core with in and carries out the actions, answering
@@ -759,15 +843,16 @@ func (s *sim) act(c *simClient, a Action) (Input, error) {
 		}
 		c.conn.up = append(c.conn.up, msg{push: a.Push, muts: muts})
 	case Subscribe:
-		c.conn.up = append(c.conn.up, msg{subscr: true, after: a.After})
+		c.subs++
+		c.subID = c.subs
+		c.conn.up = append(c.conn.up, msg{subscr: true, after: a.After, sub: c.subID, sub0: a})
 	case Resync:
 		c.resyncing = true
 		c.conn.up = append(c.conn.up, msg{resync: true})
 	case Apply:
-		for _, e := range a.Entries {
-			c.replica[replication.RecordKey{Model: e.Model, Key: e.Key}] = e
-		}
-		c.cursor = a.Cursor
+		applyScoped(c, a)
+	case ApplyBackfill:
+		applyBackfill(c, a)
 	case PassEnded:
 	case SetTimer:
 		wait := s.backoff.Wait(a.Failures, a.Hint)
@@ -823,6 +908,7 @@ func (s *sim) check() error {
 	for _, r := range recs {
 		server[replication.RecordKey{Model: r.Model, Key: r.Key}] = r
 	}
+	head := s.head()
 	for op, es := range s.applied {
 		if len(es) > 1 {
 			return fmt.Errorf("op %s applied %d times", op, len(es))
@@ -832,11 +918,18 @@ func (s *sim) check() error {
 		if len(c.queue) > 0 {
 			return fmt.Errorf("%s: queue not drained: %d items left, first %s", c.id, len(c.queue), c.queue[0].Mutation.OpID)
 		}
-		if len(c.replica) != len(server) {
-			return fmt.Errorf("%s: replica holds %d records, server %d", c.id, len(c.replica), len(server))
+		// Every replica equals the server's records filtered by what it
+		// follows, at its cursor (the head, once quiescent).
+		if c.cursor != head {
+			return fmt.Errorf("%s: cursor %d, head %d", c.id, c.cursor, head)
 		}
-		for k, r := range server {
-			got, ok := c.replica[k]
+		want, replica := s.filtered(c, recs), held(c)
+		if len(replica) != len(want) {
+			return fmt.Errorf("%s: replica holds %d records, server %d for follow set %v (want %v): %s", c.id, len(replica), len(want),
+				followed(s.grants(c.id, head), c.want), c.want, diffKeys(replica, want))
+		}
+		for k, r := range want {
+			got, ok := replica[k]
 			if !ok || got.Version != r.Version || got.Deleted != r.Deleted || string(got.Value) != string(r.Value) {
 				return fmt.Errorf("%s: replica %v = %+v, server %+v", c.id, k, got, r)
 			}
@@ -863,7 +956,7 @@ func (s *sim) check() error {
 			if strings.Contains(v.Reason, string(syncproto.CodeNeedsUpgrade)) {
 				return fmt.Errorf("op %s on %s dead-lettered for a version reason (%s)", op, m.Model, v.Reason)
 			}
-			if m.Model == "notes" || m.Model == "shapes" || (m.Model == "docs" && m.BaseVersion != nil) {
+			if m.Model == "notes" || m.Model == "tasks" || m.Model == "shapes" || (m.Model == "docs" && m.BaseVersion != nil) {
 				return fmt.Errorf("op %s on %s dead-lettered (%s), though nothing refuses it for good", op, m.Model, v.Reason)
 			}
 		case Done:
