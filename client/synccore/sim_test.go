@@ -168,8 +168,8 @@ type simClient struct {
 	outcomes map[string][]Verdict
 	replica  map[replication.RecordKey]syncproto.Change
 	cursor   uint64
-	dbID     int    // the database the replica was synced from
-	build    uint64 // the value version of "shapes" this device's build writes
+	dbID     int                // the database the replica was synced from
+	build    uint64             // the value version of "shapes" this device's build writes
 	want     syncproto.ScopeSet // the app's request
 	scopes   Scopes             // have and resume, as the driver stores them
 	subs     uint64             // subscriptions made, for their ids
