@@ -134,7 +134,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if w, ok, err := rep.lastWelcomeScopes(ctx); err != nil {
 		return fail(err)
 	} else if ok {
-		rep.fields.Store(newScopeFields(w.Scopes))
+		rep.fields.Store(newScopeFields(w.Scopes, nil))
 	}
 	c.servers = newServers(cfg.ServerURLs)
 	if err := c.loadServers(ctx); err != nil {

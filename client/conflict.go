@@ -15,8 +15,14 @@ type Conflict struct {
 	Model, Key  string
 	Value       json.RawMessage // what this device tried to write (nil for a delete)
 	Delete      bool
-	BaseVersion uint64           // the version it was written over
-	Winner      syncproto.Winner // the state that stands
+	BaseVersion uint64 // the version it was written over
+	// Winner is the state that stands. When Winner.ValueWithheld is true
+	// the winning record has a scope value this device's principal is
+	// not granted (PROTOCOL.md 19.2): Value is nil, and no resend ever
+	// fetches it; Version, HLC and Deleted are exact. A handler may still
+	// Rebase over it (the server then checks the write's scope values
+	// again) or Drop.
+	Winner syncproto.Winner
 }
 
 // Resolution is a conflict handler's decision: Rebase or Drop.

@@ -573,8 +573,10 @@ func omitsWinner(results []syncproto.Result) bool {
 	return false
 }
 
+// A winner withheld for its scope value (value_withheld) is never
+// fetched: a resend gets the same.
 func omitted(r *syncproto.Result) bool {
-	return r.Winner != nil && r.Winner.ValueOmitted && r.Action() == syncproto.ActionConflict
+	return r.Winner != nil && r.Winner.ValueOmitted && !r.Winner.ValueWithheld && r.Action() == syncproto.ActionConflict
 }
 
 // fetchOmitted replaces each conflict answer whose winner value the server

@@ -138,19 +138,26 @@ func decideApplied(x *txStmts, ds []decision) error {
 		m, o := d.mut, d.outcome
 		outcomes = append(outcomes, o.OpID, m.Model, m.Key, string(o.Status), int64(o.Version), int64(o.Seq), o.Reason, nil, o.RebasedAs, o.DecidedAt.UnixMilli())
 		ops = append(ops, o.OpID)
-		records = append(records, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete, x.scopeOf(m.Model, m.Value))...)
+		if x.fields.follows(m.Model, m.Value) {
+			records = append(records, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete, x.scopeOf(m.Model, m.Value))...)
+		}
 	}
-	rows := func(width int) string {
-		row := "(?" + strings.Repeat(", ?", width-1) + ")"
-		return row + strings.Repeat(", "+row, len(ds)-1)
-	}
-	if err := x.exec(insertOutcomes+rows(10)+keepFirstOutcome, outcomes...); err != nil {
+	if err := x.exec(insertOutcomes+rowsOf(10, len(ds))+keepFirstOutcome, outcomes...); err != nil {
 		return fmt.Errorf("record outcome: %w", err)
 	}
 	if err := x.exec(`DELETE FROM pending WHERE op_id IN (?`+strings.Repeat(", ?", len(ds)-1)+`)`, ops...); err != nil {
 		return err
 	}
-	return x.exec(insertRecords+rows(8)+keepNewest, records...)
+	if len(records) == 0 {
+		return nil
+	}
+	return x.exec(insertRecords+rowsOf(8, len(records)/8)+keepNewest, records...)
+}
+
+// rowsOf is the VALUES list of n rows of width placeholders.
+func rowsOf(width, n int) string {
+	row := "(?" + strings.Repeat(", ?", width-1) + ")"
+	return row + strings.Repeat(", "+row, n-1)
 }
 
 // Statements of decideIn (insertOutcomes and keepFirstOutcome also make
@@ -180,6 +187,10 @@ func decideIn(x *txStmts, m *syncproto.Mutation, o Outcome, upcast bool) error {
 	switch {
 	case o.Status == StatusApplied && upcast:
 		return nil // the record's value, in the server's shape, comes by the feed
+	case o.Status == StatusApplied && !x.fields.follows(m.Model, m.Value):
+		// Written to a scope value this device does not follow: the row
+		// is not kept (the feed evicts an older one it held).
+		return nil
 	case o.Status == StatusApplied:
 		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete, x.scopeOf(m.Model, m.Value))...)
 	case o.Winner != nil && o.Winner.Version > 0 && !o.Winner.ValueOmitted && !o.Winner.ValueWithheld:

@@ -310,16 +310,37 @@ func (r *replica) keepFollowed(ctx context.Context, want syncproto.ScopeSet, cov
 
 // scopeFields maps each model a declared scope covers to the top-level
 // member of its values that holds the scope value.
-type scopeFields struct{ byModel map[string]string }
+// want, when not nil, is the device's request, by which follows decides.
+type scopeFields struct {
+	byModel map[string]string
+	scopeOf map[string]string // model -> scope
+	want    syncproto.ScopeSet
+}
 
-func newScopeFields(scopes map[string]syncproto.ScopeInfo) *scopeFields {
-	f := &scopeFields{byModel: map[string]string{}}
-	for _, info := range scopes {
+func newScopeFields(scopes map[string]syncproto.ScopeInfo, want syncproto.ScopeSet) *scopeFields {
+	f := &scopeFields{byModel: map[string]string{}, scopeOf: map[string]string{}, want: want}
+	for name, info := range scopes {
 		for model, field := range info.Models {
 			f.byModel[model] = field
+			f.scopeOf[model] = name
 		}
 	}
 	return f
+}
+
+// follows reports whether the device keeps a record of model with value
+// after its own write was applied: a model no scope covers, a delete, or
+// a scope value its request holds (a value the server let it write is
+// granted, so AllValues holds it).
+func (f *scopeFields) follows(model string, value []byte) bool {
+	if f == nil || f.want == nil || len(value) == 0 {
+		return true
+	}
+	scope, ok := f.scopeOf[model]
+	if !ok {
+		return true
+	}
+	return f.want.Has(scope, f.of(model, value))
 }
 
 // of returns the scope value of a record of model whose value is value:

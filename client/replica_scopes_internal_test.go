@@ -48,7 +48,7 @@ func scopeValueOf(t *testing.T, r *replica, model, key string) (value string, ve
 func TestReplicaAppliesScopedFeed(t *testing.T) {
 	forEachLayout(t, func(t *testing.T, r *replica) {
 		ctx := t.Context()
-		r.fields.Store(newScopeFields(testScopes))
+		r.fields.Store(newScopeFields(testScopes, nil))
 		cov := coveredBy(testScopes)
 		p1a, p1b, p2 := scopedChange(1, "tasks", "a", "p1", 1), scopedChange(2, "comments", "b", "p1", 1), scopedChange(3, "tasks", "c", "p2", 1)
 		note := syncproto.Change{Seq: 4, Model: "notes", Key: "n", Op: syncproto.OpPut, Value: json.RawMessage(`{"project_id":"p1"}`), Version: 1, HLC: p1a.HLC}
@@ -136,7 +136,7 @@ func TestReplicaAppliesBackfillByVersion(t *testing.T) {
 func TestReplicaKeepsOnlyFollowedValuesAfterASnapshot(t *testing.T) {
 	forEachLayout(t, func(t *testing.T, r *replica) {
 		ctx := t.Context()
-		r.fields.Store(newScopeFields(testScopes))
+		r.fields.Store(newScopeFields(testScopes, nil))
 		cov := coveredBy(testScopes)
 		_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: 3, Entries: []syncproto.Change{
 			scopedChange(1, "tasks", "a", "p1", 1), scopedChange(2, "tasks", "b", "p2", 1), scopedChange(3, "comments", "c", "p3", 1)}}, cov)
@@ -207,4 +207,42 @@ func bump(ctx context.Context, t *testing.T, q offlinequeue.Queue, path string) 
 	_, err = db.ExecContext(ctx, `PRAGMA user_version = 3`)
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
+}
+
+// A write of this device applied to a scope value it does not follow,
+// and a conflict winner withheld for its scope value, leave no record.
+func TestReplicaKeepsNoRecordOfAValueNotFollowed(t *testing.T) {
+	forEachLayout(t, func(t *testing.T, r *replica) {
+		ctx := t.Context()
+		r.fields.Store(newScopeFields(testScopes, syncproto.ScopeSet{"project": {"p1"}}))
+		hlc := syncproto.Timestamp{Wall: 1_700_000_000_000, Origin: "phone-1"}
+		put := func(key, project string) *syncproto.Mutation {
+			op, err := syncproto.NewOpID()
+			require.NoError(t, err)
+			return &syncproto.Mutation{OpID: op, Model: "tasks", Key: key, Op: syncproto.OpPut, Value: json.RawMessage(`{"project_id":"` + project + `"}`), HLC: hlc}
+		}
+		applied := func(m *syncproto.Mutation) Outcome {
+			return Outcome{OpID: m.OpID, Status: StatusApplied, Version: 1, Seq: 1, HLC: m.HLC, DecidedAt: time.Now()}
+		}
+		mine, away := put("mine", "p1"), put("away", "p2")
+		require.NoError(t, r.decide(ctx, mine, applied(mine)))
+		require.NoError(t, r.decide(ctx, away, applied(away)))
+		m1, m2 := put("many1", "p2"), put("many2", "p1")
+		require.NoError(t, r.decideDone(ctx, []decision{{mut: m1, outcome: applied(m1)}, {mut: m2, outcome: applied(m2)}}, nil))
+		_, _, found := scopeValueOf(t, r, "tasks", "many2")
+		require.True(t, found)
+		v, _, found := scopeValueOf(t, r, "tasks", "mine")
+		require.True(t, found)
+		require.Equal(t, "p1", v)
+		for _, key := range []string{"away", "many1"} {
+			_, _, found = scopeValueOf(t, r, "tasks", key)
+			require.False(t, found, "%s was written to a value this device does not follow", key)
+		}
+		lost := put("lost", "p1")
+		o := Outcome{OpID: lost.OpID, Status: StatusConflict, DecidedAt: time.Now(),
+			Winner: &syncproto.Winner{Version: 4, HLC: hlc, ValueWithheld: true}}
+		require.NoError(t, r.decide(ctx, lost, o))
+		_, _, found = scopeValueOf(t, r, "tasks", "lost")
+		require.False(t, found, "a withheld winner is never stored")
+	})
 }

@@ -108,6 +108,9 @@ func (c *Client) SetScopes(ctx context.Context, scope string, values ...string) 
 	if err != nil {
 		return err
 	}
+	if known {
+		c.replica.fields.Store(newScopeFields(w.Scopes, want))
+	}
 	if !c.driver.post(event{in: synccore.Rescope{Want: want}}) {
 		return ErrClosed
 	}
@@ -203,7 +206,6 @@ func (c *Client) requests(ctx context.Context, scope, value string) (bool, error
 // scopesWelcomed records a welcome's declared scopes and grants, and
 // returns the scope state the core resumes with.
 func (c *Client) scopesWelcomed(ctx context.Context, w *syncproto.Welcome) (synccore.Scopes, error) {
-	c.replica.fields.Store(newScopeFields(w.Scopes))
 	limits := w.Limits
 	c.limits.Store(&limits)
 	sw := scopeWelcome{Scopes: w.Scopes, Grants: w.Grants}
@@ -220,6 +222,7 @@ func (c *Client) scopesWelcomed(ctx context.Context, w *syncproto.Welcome) (sync
 	if st.Want, err = c.wantFor(ctx, w.Scopes); err != nil {
 		return synccore.Scopes{}, err
 	}
+	c.replica.fields.Store(newScopeFields(w.Scopes, st.Want))
 	return st, nil
 }
 
