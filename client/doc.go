@@ -97,6 +97,30 @@
 // newest status, so a slow reader never holds the client up; it ends with
 // StateClosed when the Client is closed.
 //
+// # Partial sync
+//
+// A server may declare scopes (PROTOCOL.md section 19): scope "project"
+// covering tasks by project_id, say. The device then holds, of a covered
+// model, only the rows whose scope value it follows: granted to its
+// principal (by its token, or by rows of the scope's membership model) and
+// requested by the app. Config.Scopes is the first request; a declared
+// scope it does not name follows every value granted now or later, so an
+// app that says nothing follows all its grants. SetScopes(ctx, "project",
+// "p1", "p2") changes one scope's request: durable before it returns,
+// checked against the last welcome (a *ScopeError names an undeclared
+// scope or an ungranted value), sent again on every connect. The client
+// subscribes again from its cursor: an added value is backfilled (applied
+// by version, the cursor never moves back, nothing held is downloaded
+// again; WaitScope returns when it is in), and rows leave the replica only
+// by explicit evictions: a row moved to a value not followed, a value no
+// longer requested, a grant revoked. Each evicted row is a ChangeEvent
+// with Evicted set to the reason and Deleted true, and Get says not found
+// (a row with queued writes shows them until they are answered; the
+// server refuses them forbidden_scope, which dead-letters them,
+// requeueable). Status.Scopes says, per value, backfilling, ready,
+// revoked, not_granted or unsubscribed. A conflict winner of a value the
+// device may not read arrives without its value (Winner.ValueWithheld).
+//
 // # Crash safety
 //
 // With a SQLite queue the replica lives in the queue's file, and a write

@@ -7,6 +7,19 @@
 //	notes [flags] ls             list notes, marking the ones not yet synced
 //	notes [flags] sync           wait for the server, replay, show the outcome
 //	notes [flags] status         state, queue depth, dead letters, last sync
+//	notes [flags] share NOTEBOOK USER    let USER's devices hold NOTEBOOK
+//	notes [flags] unshare NOTEBOOK USER  take NOTEBOOK off USER's devices
+//
+// Shared notebooks: with --notebook, add writes the note into a notebook.
+// A syncd that declares the notebook scope (PROTOCOL.md section 19)
+//
+//	syncd --scope notebook=notes.notebook,members.notebook --membership notebook=members:user
+//
+// gives each device only the notebooks its user is a member of: share
+// writes a membership row (the first one founds the notebook), unshare
+// deletes it, and the notebook's notes leave that user's devices on their
+// next sync (ls no longer lists them; status says the notebook was
+// revoked).
 //
 // When the server refuses the device (a wrong or revoked token, a token of
 // another client id), add, rm and sync say so at once, with the server's
@@ -60,7 +73,20 @@ func main() {
 }
 
 type note struct {
-	Text string `json:"text"`
+	Text     string `json:"text"`
+	Notebook string `json:"notebook,omitempty"`
+}
+
+// membersModel holds the notebook memberships: key NOTEBOOK/USER, value
+// {"notebook": NOTEBOOK, "user": USER}.
+const membersModel = "members"
+
+// notebookScope is the scope syncd declares over notebooks.
+const notebookScope = "notebook"
+
+type member struct {
+	Notebook string `json:"notebook"`
+	User     string `json:"user"`
 }
 
 // usage is what --help prints above the flags.
@@ -72,6 +98,8 @@ Commands:
   ls             list notes, marking the ones not yet synced
   sync           wait for the server, replay, show the outcome
   status         state, queue depth, dead letters, last sync
+  share NOTEBOOK USER    let USER's devices hold NOTEBOOK
+  unshare NOTEBOOK USER  take NOTEBOOK off USER's devices
 
 Flags:
 `
@@ -92,13 +120,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	jwtFile := fs.String("jwt", "", "file holding a JWT (syncctl jwt sign), read whenever a fresh token is needed; replaces --token; --client-id is then USER:DEVICE")
 	dir := fs.String("dir", "var/notes", "where this device keeps its queue and replica")
 	wait := fs.Duration("wait", 30*time.Second, "how long add, rm and sync wait for the server")
+	notebook := fs.String("notebook", "", "with add: the notebook the note goes into (shared with share)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("want a command: add, rm, ls, sync or status (see --help)")
+		return errors.New("want a command: add, rm, ls, sync, status, share or unshare (see --help)")
 	}
 	urls, err := serverURLs(*server)
 	if err != nil {
@@ -136,7 +165,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch {
 	case cmd == "add" && len(rest) == 2:
-		value, _ := json.Marshal(note{Text: rest[1]})
+		value, _ := json.Marshal(note{Text: rest[1], Notebook: *notebook})
 		op, err := c.Put(ctx, model, rest[0], value)
 		if err != nil {
 			return err
@@ -163,6 +192,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			if r.Pending {
 				mark = "(not synced)"
 			}
+			if n.Notebook != "" {
+				mark = strings.TrimSpace("[" + textsafe.Escape(n.Notebook) + "] " + mark)
+			}
 			// Notes synced from other devices are untrusted text.
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", textsafe.Escape(r.Key), textsafe.Escape(n.Text), mark)
 		}
@@ -174,6 +206,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return printStatus(ctx, c, stdout)
 	case cmd == "status" && len(rest) == 0:
 		return printStatus(ctx, c, stdout)
+	case (cmd == "share" || cmd == "unshare") && len(rest) == 2:
+		return share(ctx, waitCtx, c, cmd == "share", rest[0], rest[1], stdout)
 	default:
 		return fmt.Errorf("unknown command or wrong arguments: %q", fs.Args())
 	}
@@ -245,7 +279,35 @@ func printStatus(ctx context.Context, c *client.Client, w io.Writer) error {
 	if st.LastError != nil {
 		fmt.Fprintf(w, "the server refused this device: %v\n", st.LastError)
 	}
+	for _, s := range st.Scopes {
+		if s.Scope == notebookScope {
+			fmt.Fprintf(w, "notebook %s: %s\n", textsafe.Escape(s.Value), s.State)
+		}
+	}
 	return nil
+}
+
+// share writes (or, unsharing, deletes) user's membership of notebook and
+// pushes it as add does.
+func share(ctx, waitCtx context.Context, c *client.Client, grant bool, notebook, user string, stdout io.Writer) error {
+	key := notebook + "/" + user
+	var op string
+	var err error
+	if grant {
+		value, _ := json.Marshal(member{Notebook: notebook, User: user})
+		op, err = c.Put(ctx, membersModel, key, value)
+	} else {
+		op, err = c.Delete(ctx, membersModel, key)
+	}
+	if err != nil {
+		return err
+	}
+	verb := "shared"
+	if !grant {
+		verb = "unshared"
+	}
+	fmt.Fprintf(stdout, "%s %s with %s (op %s)\n", verb, textsafe.Escape(notebook), textsafe.Escape(user), op)
+	return push(waitCtx, c, op, stdout)
 }
 
 // serverURLs splits --server's comma-separated list; a URL that is not one

@@ -60,7 +60,7 @@ func TestOfflineThenSync(t *testing.T) {
 func TestHelpListsTheCommands(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"--help"}, &out))
-	for _, cmd := range []string{"add KEY TEXT", "rm KEY", "ls", "sync", "status", "-credential", "-wait"} {
+	for _, cmd := range []string{"add KEY TEXT", "rm KEY", "ls", "sync", "status", "share NOTEBOOK USER", "unshare NOTEBOOK USER", "-notebook", "-credential", "-wait"} {
 		require.Contains(t, out.String(), cmd)
 	}
 }
