@@ -421,6 +421,9 @@ type Core struct {
 	// partial sync (scopes.go)
 	scopes     Scopes
 	lostScopes map[scopeKey]string // values evicted, by reason, until backfilled again
+	lostOrder  []scopeKey          // lostScopes' keys, oldest first (MaxLostScopes)
+	// scopesDirty: the scope state changed during this Step.
+	scopesDirty bool
 }
 
 // New returns a Core whose replica is at cursor.
@@ -443,6 +446,12 @@ func (c *Core) Step(in Input) []Action {
 	}
 	var out []Action
 	before := c.status
+	switch in.(type) {
+	case Welcomed, Snapshot, Backfill, Rescope:
+		c.scopesDirty = true
+	case Changes:
+		c.scopesDirty = len(in.(Changes).Evictions) > 0
+	}
 	switch in := in.(type) {
 	case Welcomed:
 		c.welcomed = true
@@ -523,7 +532,7 @@ func (c *Core) Step(in Input) []Action {
 		c.scopes.Want = cloneSet(in.Want)
 		for name, values := range in.Want {
 			for _, v := range values {
-				delete(c.lostScopes, scopeKey{name, v})
+				c.regain(scopeKey{name, v})
 			}
 		}
 		if c.welcomed && !c.resyncing {

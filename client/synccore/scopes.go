@@ -158,8 +158,14 @@ func (c *Core) scopeStatuses() *ScopeStatuses {
 	return out
 }
 
-// refreshScopes replaces c.status.Scopes when what it says changed.
+// refreshScopes replaces c.status.Scopes when what it says changed: only
+// after an input that changed the scope state (scopesDirty), so an input
+// of the feed or of a push costs nothing per value followed.
 func (c *Core) refreshScopes() {
+	if !c.scopesDirty {
+		return
+	}
+	c.scopesDirty = false
 	next := c.scopeStatuses()
 	if cur := c.status.Scopes; (cur == nil) == (next == nil) && (cur == nil || slices.Equal(cur.Values, next.Values)) {
 		return
@@ -193,7 +199,7 @@ func (c *Core) backfill(in Backfill, out []Action) []Action {
 	if c.scopes.Have.Has(in.Scope, in.Value) && !c.scopes.Have.All(in.Scope) {
 		return out // already complete: a page repeated
 	}
-	delete(c.lostScopes, k)
+	c.regain(k)
 	if in.Done {
 		if byValue := c.scopes.Resume[in.Scope]; byValue != nil {
 			delete(byValue, in.Value)
@@ -222,9 +228,35 @@ func (c *Core) evict(evictions []syncproto.Eviction) bool {
 				delete(c.scopes.Resume, e.Scope)
 			}
 		}
-		c.lostScopes[scopeKey{e.Scope, e.Value}] = e.Reason
+		c.lose(scopeKey{e.Scope, e.Value}, e.Reason)
 	}
 	return len(evictions) > 0
+}
+
+// MaxLostScopes bounds the values lost (evicted) whose state Status keeps
+// reporting: beyond it the longest lost is forgotten (its WaitScope then
+// says unsubscribed when the request does not hold it, else waits).
+const MaxLostScopes = 1000
+
+// lose records that k was evicted for reason.
+func (c *Core) lose(k scopeKey, reason string) {
+	if _, ok := c.lostScopes[k]; !ok {
+		c.lostOrder = append(c.lostOrder, k)
+	}
+	c.lostScopes[k] = reason
+	for len(c.lostOrder) > MaxLostScopes {
+		old := c.lostOrder[0]
+		c.lostOrder = c.lostOrder[1:]
+		delete(c.lostScopes, old)
+	}
+}
+
+// regain forgets that k was lost: it is followed again.
+func (c *Core) regain(k scopeKey) {
+	if _, ok := c.lostScopes[k]; ok {
+		delete(c.lostScopes, k)
+		c.lostOrder = slices.DeleteFunc(c.lostOrder, func(x scopeKey) bool { return x == k })
+	}
 }
 
 // Scopes returns a copy of the core's scope state.

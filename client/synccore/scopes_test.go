@@ -2,6 +2,7 @@ package synccore
 
 import (
 	"reflect"
+	"strconv"
 	"testing"
 
 	"github.com/syncd-dev/syncd/syncproto"
@@ -117,3 +118,22 @@ func TestSnapshotSetsTheHeldSet(t *testing.T) {
 		t.Fatalf("subscribe after the snapshot = %#v, want have p1 from 60, nothing to resume", subs)
 	}
 }
+
+func TestLostValuesAreBounded(t *testing.T) {
+	c := scoped(t)
+	for i := range MaxLostScopes + 5 {
+		v := "v" + uintString(uint64(i))
+		c.Step(Changes{From: c.Cursor(), Next: c.Cursor(), Evictions: []syncproto.Eviction{{Scope: "project", Value: v, Reason: syncproto.EvictRevoked}}})
+	}
+	if n := len(c.lostScopes); n != MaxLostScopes || len(c.lostOrder) != MaxLostScopes {
+		t.Fatalf("%d lost values kept (order %d), want %d", n, len(c.lostOrder), MaxLostScopes)
+	}
+	if _, ok := c.Status().Scopes.Of("project", "v0"); ok {
+		t.Fatalf("the longest lost value is still reported")
+	}
+	if st, _ := c.Status().Scopes.Of("project", "v1004"); st != ScopeRevoked {
+		t.Fatalf("the newest lost value is %q, want revoked", st)
+	}
+}
+
+func uintString(n uint64) string { return strconv.FormatUint(n, 10) }
