@@ -363,13 +363,9 @@ func (d *driver) resync() {
 	if l == nil {
 		return
 	}
-	want, cov := d.core.Scopes().Want, d.covered()
+	sc := snapshotScopes{want: d.core.Scopes().Want, cov: d.covered()}
 	l.spawn(func() {
-		head, err := d.c.loadSnapshot(l.ctx, l.conn.url)
-		var have syncproto.ScopeSet
-		if err == nil {
-			have, err = d.c.replica.keepFollowed(l.ctx, want, cov)
-		}
+		head, have, err := d.c.loadSnapshot(l.ctx, l.conn.url, sc)
 		if err != nil {
 			if l.ctx.Err() == nil {
 				d.c.log.Error("loading a snapshot failed; reconnecting", "err", err)

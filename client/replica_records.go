@@ -291,19 +291,25 @@ func upsertArgs(model, key string, value []byte, version uint64, hlc syncproto.T
 // before it returns), so a large snapshot loads at the pace of the slower
 // of the two rather than their sum. In the queue's file the load holds the
 // queue's committer: a Put waits for it (reads do not).
-func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotReader) (uint64, error) {
+func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotReader, sc snapshotScopes) (head uint64, have syncproto.ScopeSet, err error) {
 	r.echoes.reset()
 	defer r.echoes.reset()
-	var head uint64
-	err := r.write(ctx, func(_ context.Context, tx *sql.Tx) error {
+	err = r.write(ctx, func(_ context.Context, tx *sql.Tx) error {
 		// The caller's ctx, not the committer's: giving up cancels the
 		// load, and the transaction is rolled back.
 		var err error
-		head, err = storeSnapshot(ctx, tx, sr, r.fields.Load())
-		return err
+		if head, err = storeSnapshot(ctx, tx, sr, r.fields.Load()); err != nil {
+			return err
+		}
+		// Only what the device follows stays, with the scope state, in
+		// the same commit: a crash never leaves rows no state accounts for.
+		if have, err = keepFollowed(ctx, tx, sc.want, sc.cov); err != nil {
+			return err
+		}
+		return storeScopes(ctx, tx, &synccore.Scopes{Have: have, Resume: map[string]map[string]string{}})
 	})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	// The feed is not applied beside a reset (the link's feed goroutine
 	// runs it, or it runs before the feed starts), so no page's cursor
@@ -311,7 +317,7 @@ func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotR
 	r.heldMu.Lock()
 	r.cursorHeld, r.cursorWritten = 0, r.now()
 	r.heldMu.Unlock()
-	return head, nil
+	return head, have, nil
 }
 
 // storeSnapshot is resetFromSnapshot's transaction.

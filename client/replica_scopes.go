@@ -294,19 +294,6 @@ func keepFollowed(ctx context.Context, tx *sql.Tx, want syncproto.ScopeSet, cov 
 	return have, nil
 }
 
-// keepFollowed runs keepFollowed after a snapshot was loaded and stores
-// the values it holds complete (no backfill to resume), in one commit.
-func (r *replica) keepFollowed(ctx context.Context, want syncproto.ScopeSet, cov covered) (syncproto.ScopeSet, error) {
-	var have syncproto.ScopeSet
-	err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		var err error
-		if have, err = keepFollowed(ctx, tx, want, cov); err != nil {
-			return err
-		}
-		return storeScopes(ctx, tx, &synccore.Scopes{Have: have, Resume: map[string]map[string]string{}})
-	})
-	return have, err
-}
 
 // scopeFields maps each model a declared scope covers to the top-level
 // member of its values that holds the scope value.

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -138,18 +139,39 @@ func TestReplicaKeepsOnlyFollowedValuesAfterASnapshot(t *testing.T) {
 		ctx := t.Context()
 		r.fields.Store(newScopeFields(testScopes, nil))
 		cov := coveredBy(testScopes)
-		_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: 3, Entries: []syncproto.Change{
-			scopedChange(1, "tasks", "a", "p1", 1), scopedChange(2, "tasks", "b", "p2", 1), scopedChange(3, "comments", "c", "p3", 1)}}, cov)
+		// A row the replica held before is replaced, not kept.
+		_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: 3, Entries: []syncproto.Change{scopedChange(1, "tasks", "old", "p1", 1)}}, cov)
 		require.NoError(t, err)
-		have, err := r.keepFollowed(ctx, syncproto.ScopeSet{"project": {"p1", "p3", "p4"}}, cov)
+		var body bytes.Buffer
+		sw, err := syncproto.NewSnapshotWriter(&body, 9)
 		require.NoError(t, err)
+		for _, c := range []syncproto.Change{scopedChange(1, "tasks", "a", "p1", 1), scopedChange(2, "tasks", "b", "p2", 1),
+			scopedChange(3, "comments", "c", "p3", 1), {Model: "notes", Key: "n", Value: json.RawMessage(`{"project_id":"p2"}`), Version: 1, HLC: syncproto.Timestamp{Wall: 1, Origin: "srv"}}} {
+			require.NoError(t, sw.Write(syncproto.SnapshotRecord{Model: c.Model, Key: c.Key, Value: c.Value, Version: c.Version, HLC: c.HLC}))
+		}
+		require.NoError(t, sw.Close())
+		sr, err := syncproto.NewSnapshotReader(&body)
+		require.NoError(t, err)
+		head, have, err := r.resetFromSnapshot(ctx, sr, snapshotScopes{want: syncproto.ScopeSet{"project": {"p1", "p3", "p4"}}, cov: cov})
+		require.NoError(t, err)
+		require.EqualValues(t, 9, head)
 		require.Equal(t, syncproto.ScopeSet{"project": {"p1", "p3"}}, have, "a requested value without rows is backfilled, not claimed")
-		_, _, found := scopeValueOf(t, r, "tasks", "b")
-		require.False(t, found)
+		for key, want := range map[string]bool{"a": true, "b": false, "old": false} {
+			_, _, found := scopeValueOf(t, r, "tasks", key)
+			require.Equal(t, want, found, key)
+		}
+		_, _, found := scopeValueOf(t, r, "notes", "n")
+		require.True(t, found, "a model no scope covers is kept whole")
 		st, err := r.scopeState(ctx)
 		require.NoError(t, err)
 		require.Equal(t, have, st.Have)
 	})
+}
+
+func TestSnapshotURLNamesTheRequest(t *testing.T) {
+	require.Empty(t, snapshotScopes{}.query())
+	q := snapshotScopes{want: syncproto.ScopeSet{"project": {"p1", "p 2"}, "team": {"*"}}}.query()
+	require.Equal(t, "?scope=project%3Ap1&scope=project%3Ap+2&scope=team%3A%2A&scoped=1", q)
 }
 
 // A replica file of the first release (schema without scope values, no

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
+	"slices"
 
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -64,41 +67,68 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 // size; MaxSnapshotBytes and SnapshotTimeout end one that does not. A
 // download that fails is counted by reason unless ctx ended it (the link
 // was stopped).
-func (c *Client) loadSnapshot(ctx context.Context, baseURL string) (uint64, error) {
-	head, reason, err := c.fetchSnapshot(ctx, baseURL)
+//
+// With scopes (PROTOCOL.md 19.6) it asks for the values sc.want names
+// (scoped=1), and keeps, in the same commit, only the rows of covered
+// models whose value the request holds: have are the values it then holds
+// complete.
+func (c *Client) loadSnapshot(ctx context.Context, baseURL string, sc snapshotScopes) (head uint64, have syncproto.ScopeSet, err error) {
+	head, have, reason, err := c.fetchSnapshot(ctx, baseURL, sc)
 	if err == nil {
 		c.metrics.resyncs.Inc()
 		c.changes.publish(ChangeEvent{Resync: true})
-		return head, nil
+		return head, have, nil
 	}
 	if ctx.Err() == nil {
 		c.metrics.snapshotsAbandoned.WithLabelValues(reason).Inc()
 	}
-	return 0, fmt.Errorf("snapshot: %w", err)
+	return 0, nil, fmt.Errorf("snapshot: %w", err)
+}
+
+// snapshotScopes is what a snapshot of a device with scopes keeps: the
+// request, and the models each declared scope covers.
+type snapshotScopes struct {
+	want syncproto.ScopeSet
+	cov  covered
+}
+
+// query is the snapshot URL's scope parameters (19.6): none without a
+// request, else scoped=1 and one scope=NAME:VALUE per value requested.
+func (sc snapshotScopes) query() string {
+	if len(sc.want) == 0 {
+		return ""
+	}
+	q := url.Values{"scoped": {"1"}}
+	for _, name := range slices.Sorted(maps.Keys(sc.want)) {
+		for _, v := range sc.want[name] {
+			q.Add("scope", name+":"+v)
+		}
+	}
+	return "?" + q.Encode()
 }
 
 // fetchSnapshot is loadSnapshot's download and load; a failure comes with
 // its reason.
-func (c *Client) fetchSnapshot(parent context.Context, baseURL string) (uint64, string, error) {
+func (c *Client) fetchSnapshot(parent context.Context, baseURL string, sc snapshotScopes) (uint64, syncproto.ScopeSet, string, error) {
 	ctx, cancel := context.WithTimeout(parent, c.cfg.SnapshotTimeout)
 	defer cancel()
 	body := &boundedReader{left: c.cfg.MaxSnapshotBytes}
-	fail := func(err error) (uint64, string, error) {
+	fail := func(err error) (uint64, syncproto.ScopeSet, string, error) {
 		switch {
 		case body.exceeded:
-			return 0, abandonedTooLarge, fmt.Errorf("%w (%d bytes)", ErrSnapshotTooLarge, c.cfg.MaxSnapshotBytes)
+			return 0, nil, abandonedTooLarge, fmt.Errorf("%w (%d bytes)", ErrSnapshotTooLarge, c.cfg.MaxSnapshotBytes)
 		case parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-			return 0, abandonedTimeout, fmt.Errorf("%w (%s): %w", ErrSnapshotTimeout, c.cfg.SnapshotTimeout, context.DeadlineExceeded)
+			return 0, nil, abandonedTimeout, fmt.Errorf("%w (%s): %w", ErrSnapshotTimeout, c.cfg.SnapshotTimeout, context.DeadlineExceeded)
 		case errors.Is(err, syncproto.ErrSnapshotTruncated):
-			return 0, abandonedTruncate, err
+			return 0, nil, abandonedTruncate, err
 		}
 		var pe *syncproto.Error
 		if errors.As(err, &pe) {
-			return 0, abandonedInvalid, err
+			return 0, nil, abandonedInvalid, err
 		}
-		return 0, abandonedFailed, err
+		return 0, nil, abandonedFailed, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, httpURL(baseURL, syncproto.SnapshotPath), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, httpURL(baseURL, syncproto.SnapshotPath)+sc.query(), nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -114,16 +144,16 @@ func (c *Client) fetchSnapshot(parent context.Context, baseURL string) (uint64, 
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return 0, abandonedStatus, fmt.Errorf("server answered %s", resp.Status)
+		return 0, nil, abandonedStatus, fmt.Errorf("server answered %s", resp.Status)
 	}
 	body.r = resp.Body
 	sr, err := syncproto.NewSnapshotReader(body)
 	if err != nil {
 		return fail(err)
 	}
-	head, err := c.replica.resetFromSnapshot(ctx, sr)
+	head, have, err := c.replica.resetFromSnapshot(ctx, sr, sc)
 	if err != nil {
 		return fail(err)
 	}
-	return head, "", nil
+	return head, have, "", nil
 }

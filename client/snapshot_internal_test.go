@@ -68,7 +68,7 @@ func TestAbandonedSnapshotIsTypedAndLeavesTheReplica(t *testing.T) {
 			cfg := Config{Token: "t", HTTPClient: srv.Client(), MaxSnapshotBytes: tc.maxBytes, SnapshotTimeout: tc.timeout}
 			c := &Client{cfg: cfg, replica: r, tokens: newTokens(cfg)}
 
-			_, reason, err := c.fetchSnapshot(t.Context(), srv.URL)
+			_, _, reason, err := c.fetchSnapshot(t.Context(), srv.URL, snapshotScopes{})
 			require.Error(t, err)
 			require.Equal(t, tc.reason, reason, "err: %v", err)
 			for _, want := range tc.is {
