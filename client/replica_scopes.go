@@ -294,7 +294,6 @@ func keepFollowed(ctx context.Context, tx *sql.Tx, want syncproto.ScopeSet, cov 
 	return have, nil
 }
 
-
 // scopeFields maps each model a declared scope covers to the top-level
 // member of its values that holds the scope value.
 // want, when not nil, is the device's request, by which follows decides.
