@@ -52,6 +52,9 @@ type StoreOptions struct {
 	// every node's database takes. "" means the database keeps the id it
 	// has, or gets a random one when new.
 	ID string
+	// Scopes are the declared scopes (partial sync): writes of the models
+	// they cover are checked and stamped with scope values. nil: none.
+	Scopes *Scopes
 	// Checkpoints, when the database was opened without checkpoints on
 	// commit (internal/sqlitedb's NoAutoCheckpoint), runs them: the
 	// store's writer (a single node's committer, a cluster node's
@@ -86,6 +89,8 @@ type Store struct {
 	// Checkpoints is StoreOptions.Checkpoints; the writer reaches it
 	// through Wrote.
 	Checkpoints Checkpointer
+	// Scopes is StoreOptions.Scopes.
+	Scopes *Scopes
 }
 
 // Wrote tells the store's checkpointer, if any, of a write transaction of
@@ -105,7 +110,7 @@ func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) 
 	if o.Ledger.Now == nil {
 		o.Ledger.Now = o.Now
 	}
-	s := &Store{DB: db, Checkpoints: o.Checkpoints}
+	s := &Store{DB: db, Checkpoints: o.Checkpoints, Scopes: o.Scopes}
 	var err error
 	if s.Ledger, err = ledger.NewSQL(ctx, db, o.Ledger); err != nil {
 		return nil, err
@@ -242,6 +247,9 @@ func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
 	}
 	if v.Records, err = st.s.Records.GetAll(ctx, st.tx, b.Tenant, keys); err != nil {
 		return View{}, fmt.Errorf("load batch: %w", err)
+	}
+	if err := loadScopes(ctx, st.s.Scopes, &v, b, txMembers{st.s.Records, st.tx}); err != nil {
+		return View{}, err
 	}
 	return v, nil
 }
