@@ -27,7 +27,7 @@ const simScope = "project"
 // scopeStats counts what the schedules exercised of partial sync, for
 // TestSimulation's log (the simulation runs on one goroutine).
 var scopeStats struct {
-	backfillPages, valueEvictions, evictEntries, moves, shares, rescopes, tokenChanges int
+	backfillPages, valueEvictions, evictEntries, moves, shares, rescopes, tokenChanges, forbidden int
 }
 
 var simScopeValues = []string{"p1", "p2", "p3"}
@@ -65,9 +65,23 @@ type session struct {
 	head   uint64             // the head when it started: grant changes before it are already in follow
 }
 
+// simDeclared is the server's declaration: syncd --scope
+// project=tasks.p,members.p --membership project=members:user.
+func simDeclared() *replication.Scopes {
+	sc := &replication.Scopes{}
+	if err := sc.Set("project=tasks.p,members.p"); err != nil {
+		panic(err)
+	}
+	if err := sc.SetMembership("project=members:user"); err != nil {
+		panic(err)
+	}
+	return sc
+}
+
 // noteApplied records the scope values and membership grants of entries
-// the server just applied, in order.
-func (s *sim) noteApplied(entries []replication.Entry) {
+// the server just applied, in order, and checks that the server's state
+// machine stamped each entry with the same old and new scope values.
+func (s *sim) noteApplied(entries []replication.Entry) error {
 	for _, e := range entries {
 		if !simScoped(e.Model) {
 			continue
@@ -77,6 +91,9 @@ func (s *sim) noteApplied(entries []replication.Entry) {
 		next := old
 		if !e.Deleted {
 			next = scopeOfValue(e.Value)
+		}
+		if e.ScopeOld != old || e.ScopeValue != next {
+			return fmt.Errorf("entry %d of %s/%s: the server stamped scope values %q -> %q, the simulation expects %q -> %q", e.Seq, e.Model, e.Key, e.ScopeOld, e.ScopeValue, old, next)
 		}
 		s.scopeHist[e.Seq] = scopeEntry{old: old, new: next}
 		if old != "" && old != next {
@@ -96,6 +113,7 @@ func (s *sim) noteApplied(entries []replication.Entry) {
 			s.members = append(s.members, memberChange{seq: e.Seq, user: m.User, value: next, live: !e.Deleted})
 		}
 	}
+	return nil
 }
 
 // resetScopes forgets what noteApplied recorded (a new server replays it).
@@ -294,7 +312,7 @@ func (s *sim) share(c *simClient) error {
 	} else {
 		m.Value = json.RawMessage(fmt.Sprintf(`{"user":%q,"p":%q}`, c.id, v))
 	}
-	if _, err := s.apply(s.record(serverEvent{now: s.now, clientID: "operator", muts: []syncproto.Mutation{m}})); err != nil {
+	if _, err := s.apply(s.record(serverEvent{now: s.now, clientID: "operator", muts: []syncproto.Mutation{m}, grants: []string{syncproto.AllValues}})); err != nil {
 		return err
 	}
 	scopeStats.shares++
