@@ -319,6 +319,12 @@ func (d *decider) checkScope(sd *ScopeDecl, p Proposal, cur recordState) (scoped
 	if old != "" && !d.holds(sd.Name, old) {
 		return scoped{}, forbiddenScope(sd, old)
 	}
+	if old == "" && cur.exists && !cur.rec.Deleted && !d.batch.Grants.All(sd.Name) {
+		// A live record without a scope value (its value had no valid scope
+		// member when the scope was declared) belongs to no value: only a
+		// principal holding every value of the scope may write it.
+		return scoped{}, syncproto.Errorf(syncproto.CodeForbiddenScope, "scope %s: record %s/%s has no scope value; only a grant of every value (%q) may write it", sd.Name, p.Model, p.Key, syncproto.AllValues)
+	}
 	if p.Op == syncproto.OpDelete {
 		return scoped{value: old}, nil
 	}

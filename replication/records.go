@@ -73,6 +73,9 @@ func NewRecords(ctx context.Context, db *sql.DB) (*Records, error) {
 	if err := addColumns(ctx, db, "records", "scope_value TEXT", "member TEXT"); err != nil {
 		return nil, fmt.Errorf("create records: %w", err)
 	}
+	if err := addColumns(ctx, db, "records_state", "scope_decl TEXT"); err != nil {
+		return nil, fmt.Errorf("create records: %w", err)
+	}
 	if _, err := db.ExecContext(ctx, recordsScopeSchema); err != nil {
 		return nil, fmt.Errorf("create records: %w", err)
 	}
@@ -566,4 +569,77 @@ func (r *Records) ReadScopeValue(ctx context.Context, db *sql.DB, tenant, user s
 		page.Last = page.Records[n-1].Model + "/" + page.Records[n-1].Key
 	}
 	return page, nil
+}
+
+// Reindex brings every record's scope value and member in line with
+// scopes, when they were computed under other declarations (or none): a
+// scope declared, changed or dropped after records were written. It runs
+// in one transaction at open, once per change of the declarations (their
+// String form is kept in records_state), and costs one pass over the
+// records of the models either the old or the new declarations cover.
+// Every node of a cluster reindexes the same records the same way.
+func (r *Records) Reindex(ctx context.Context, scopes *Scopes) (reindexed int, err error) {
+	want := scopes.String()
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("reindex scopes: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
+	var have string
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(scope_decl, '') FROM records_state WHERE id = 1`).Scan(&have); err != nil {
+		return 0, fmt.Errorf("reindex scopes: %w", err)
+	}
+	if have == want {
+		return 0, nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT tenant, model, key, value, coalesce(scope_value, ''), coalesce(member, '')
+		FROM records WHERE scope_value IS NOT NULL OR member IS NOT NULL OR model IN (SELECT value FROM json_each(?))`, modelsJSON(scopes))
+	if err != nil {
+		return 0, fmt.Errorf("reindex scopes: %w", err)
+	}
+	type change struct{ tenant, model, key, value, member string }
+	var changes []change
+	for rows.Next() {
+		var c change
+		var value []byte
+		var oldValue, oldMember string
+		if err := rows.Scan(&c.tenant, &c.model, &c.key, &value, &oldValue, &oldMember); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("reindex scopes: %w", err)
+		}
+		if d := scopes.Of(c.model); d != nil && value != nil {
+			c.value, _ = d.ValueOf(c.model, value)
+			c.member = d.MemberOf(c.model, value)
+		} else if d != nil {
+			c.value = oldValue // a tombstone keeps what it had
+		}
+		if c.value != oldValue || c.member != oldMember {
+			changes = append(changes, c)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("reindex scopes: %w", err)
+	}
+	for _, c := range changes {
+		if _, err := tx.ExecContext(ctx, `UPDATE records SET scope_value = ?, member = ? WHERE tenant = ? AND model = ? AND key = ?`,
+			nullable(c.value), nullable(c.member), c.tenant, c.model, c.key); err != nil {
+			return 0, fmt.Errorf("reindex scopes: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE records_state SET scope_decl = ? WHERE id = 1`, want); err != nil {
+		return 0, fmt.Errorf("reindex scopes: %w", err)
+	}
+	return len(changes), tx.Commit()
+}
+
+// modelsJSON is the JSON array of the models scopes cover.
+func modelsJSON(scopes *Scopes) string {
+	var models []string
+	for _, name := range scopes.Names() {
+		for m := range scopes.Named(name).Fields {
+			models = append(models, fmt.Sprintf("%q", m))
+		}
+	}
+	return "[" + strings.Join(models, ",") + "]"
 }

@@ -290,3 +290,43 @@ func TestReadScopeValuePagesInKeyOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, page.Member)
 }
+
+func TestDeclaringAScopeOverExistingRowsReindexesThemAndRenamesTheDatabase(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, r.Retention{}, r.Retention{})
+	plain, err := r.OpenStore(ctx, s.db, r.StoreOptions{})
+	require.NoError(t, err)
+	a := r.Author{Tenant: "t1", ClientID: "alice:phone", User: "alice", CanWrite: func(string) bool { return true }}
+	muts := []syncproto.Mutation{sput("tasks", "a", `{"project":"p1"}`), sput("tasks", "b", `{"title":"none"}`), sput("members", "m", `{"project":"p1","user":"alice"}`)}
+	for i := range muts {
+		muts[i].OpID = uuid.Must(uuid.NewV7()).String()
+		muts[i].HLC = ts(1_700_000_000_000+int64(i), 0, "alice:phone")
+	}
+	b := r.Admit(a, muts, r.Config{}, time.UnixMilli(1_700_000_000_100), time.Minute)
+	inTx(t, s.db, func(tx *sql.Tx) error { _, err := r.Apply(ctx, plain.In(tx), &b); return err })
+
+	scoped, err := r.OpenStore(ctx, s.db, r.StoreOptions{Scopes: projectScopes(t)})
+	require.NoError(t, err)
+	require.Equal(t, 2, scoped.ScopesReindexed, "a and m gain p1 (m its member too); b has no scope value")
+	require.NotEqual(t, plain.ID, scoped.ID, "devices resync: what they may see changed")
+	grants, err := scoped.Records.Grants(ctx, "t1", "alice", projectScopes(t))
+	require.NoError(t, err)
+	require.Equal(t, syncproto.ScopeSet{"project": {"p1"}}, grants)
+
+	again, err := r.OpenStore(ctx, s.db, r.StoreOptions{Scopes: projectScopes(t)})
+	require.NoError(t, err)
+	require.Zero(t, again.ScopesReindexed)
+	require.Equal(t, scoped.ID, again.ID, "the same declarations change nothing")
+
+	// b belongs to no value: only a grant of every value writes it.
+	fix := sput("tasks", "b", `{"project":"p1"}`)
+	fix.OpID, fix.HLC = uuid.Must(uuid.NewV7()).String(), ts(1_700_000_000_200, 0, "alice:phone")
+	b = r.Admit(a, []syncproto.Mutation{fix}, r.Config{}, time.UnixMilli(1_700_000_000_300), time.Minute)
+	var fx r.Effects
+	inTx(t, s.db, func(tx *sql.Tx) (err error) { fx, err = r.Apply(ctx, again.In(tx), &b); return err })
+	require.Equal(t, []string{"forbidden_scope"}, codes(fx))
+	a.Grants = syncproto.ScopeSet{"project": {"*"}}
+	b = r.Admit(a, []syncproto.Mutation{fix}, r.Config{}, time.UnixMilli(1_700_000_000_300), time.Minute)
+	inTx(t, s.db, func(tx *sql.Tx) (err error) { fx, err = r.Apply(ctx, again.In(tx), &b); return err })
+	require.Equal(t, []string{"applied"}, codes(fx))
+}

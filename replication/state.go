@@ -91,6 +91,10 @@ type Store struct {
 	Checkpoints Checkpointer
 	// Scopes is StoreOptions.Scopes.
 	Scopes *Scopes
+	// ScopesReindexed counts the records whose scope value or member
+	// changed at open because the declarations changed (Records.Reindex);
+	// when positive on a single node, the database got a new ID.
+	ScopesReindexed int
 }
 
 // Wrote tells the store's checkpointer, if any, of a write transaction of
@@ -118,6 +122,9 @@ func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) 
 	if s.Records, err = NewRecords(ctx, db); err != nil {
 		return nil, err
 	}
+	if s.ScopesReindexed, err = s.Records.Reindex(ctx, o.Scopes); err != nil {
+		return nil, err
+	}
 	if s.Log, err = NewSQLiteLog(ctx, db, LogOptions{Retention: o.Log, Now: o.Now}); err != nil {
 		return nil, err
 	}
@@ -126,6 +133,16 @@ func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) 
 	}
 	if s.ID, err = identity(ctx, db, o.ID); err != nil {
 		return nil, err
+	}
+	if s.ScopesReindexed > 0 && o.ID == "" {
+		// What devices may see changed under their cursors: a new id makes
+		// every device resync from a snapshot at its next welcome, so none
+		// keeps rows the new declarations no longer give it. (A cluster's
+		// id is the cluster's; its operator changes declarations as
+		// docs/operations.md says.)
+		if _, s.ID, err = Reidentify(ctx, db); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }

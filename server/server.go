@@ -463,6 +463,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Checkpoints: checkpoints, Scopes: cfg.Scopes,
 	})
 	if err == nil {
+		if n := s.store.ScopesReindexed; n > 0 {
+			s.log.Info("scope declarations changed: records reindexed; devices resync at their next connection",
+				"records", n, "scopes", cfg.Scopes.String(), "database_id", s.store.ID)
+		}
 		s.tail = newFeedTail(s.store.Log)
 		err = s.setOplogGauges(ctx)
 	}

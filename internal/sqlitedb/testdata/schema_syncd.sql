@@ -95,5 +95,5 @@ CREATE TABLE records (
 CREATE TABLE records_state (
 	id          INTEGER PRIMARY KEY CHECK (id = 1),
 	applied_seq INTEGER NOT NULL
-);
+, scope_decl TEXT);
 CREATE TABLE syncd_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
