@@ -131,17 +131,17 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if w, ok, err := rep.lastWelcomeScopes(ctx); err != nil {
-		return fail(err)
-	} else if ok {
-		rep.fields.Store(newScopeFields(w.Scopes, nil))
-	}
+
 	c.servers = newServers(cfg.ServerURLs)
 	if err := c.loadServers(ctx); err != nil {
 		return fail(err)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.driver = newDriver(c, cursor)
+	scopes, err := c.scopesAtOpen(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	c.driver = newDriver(c, cursor, scopes)
 	c.wg.Go(c.driver.run)
 	c.coord, err = reconnect.New(reconnect.Steps{
 		Reconnect: c.stepReconnect,

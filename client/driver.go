@@ -71,13 +71,13 @@ type event struct {
 	sync chan<- error      // answers a SyncRequested
 }
 
-func newDriver(c *Client, cursor uint64) *driver {
+func newDriver(c *Client, cursor uint64, scopes synccore.Scopes) *driver {
 	d := &driver{
 		c:      c,
 		events: make(chan event, driverEvents),
 		core: synccore.New(synccore.Config{
 			MaxBatch: syncproto.MaxBatch, MaxPushBytes: pushBytes(syncproto.Limits{}), InFlight: c.cfg.InFlight,
-			MaxAttempts: c.cfg.MaxAttempts,
+			MaxAttempts: c.cfg.MaxAttempts, Scopes: scopes,
 		}, cursor),
 		timer:   time.NewTimer(time.Hour),
 		syncs:   map[uint64]chan<- error{},
@@ -363,7 +363,8 @@ func (d *driver) resync() {
 	if l == nil {
 		return
 	}
-	sc := snapshotScopes{want: d.core.Scopes().Want, cov: d.covered()}
+	st := d.core.Scopes()
+	sc := snapshotScopes{want: st.Want, lost: st.Lost, cov: d.covered()}
 	l.spawn(func() {
 		head, have, err := d.c.loadSnapshot(l.ctx, l.conn.url, sc)
 		if err != nil {

@@ -99,6 +99,7 @@ type scopeWelcome struct {
 type storedScopes struct {
 	Have   syncproto.ScopeSet           `json:"have"`
 	Resume map[string]map[string]string `json:"resume"`
+	Lost   map[string]map[string]string `json:"lost,omitempty"`
 }
 
 // readJSON decodes the meta_text setting name into v; false when unset.
@@ -156,7 +157,7 @@ func (r *replica) scopeState(ctx context.Context) (synccore.Scopes, error) {
 	if _, err := r.readJSON(ctx, metaScopeState, &st); err != nil {
 		return synccore.Scopes{}, err
 	}
-	return synccore.Scopes{Have: st.Have, Resume: st.Resume}.Clone(), nil
+	return synccore.Scopes{Have: st.Have, Resume: st.Resume, Lost: st.Lost}.Clone(), nil
 }
 
 // lastWelcomeScopes returns the scopes and grants of the last welcome.
@@ -187,7 +188,7 @@ func coveredBy(scopes map[string]syncproto.ScopeInfo) covered {
 
 // storeScopes writes the scope state (have and resume) in tx.
 func storeScopes(ctx context.Context, tx *sql.Tx, s *synccore.Scopes) error {
-	return setJSON(ctx, tx, metaScopeState, storedScopes{Have: s.Have, Resume: s.Resume})
+	return setJSON(ctx, tx, metaScopeState, storedScopes{Have: s.Have, Resume: s.Resume, Lost: s.Lost})
 }
 
 // evictMoved drops a row an evict entry names unless the replica holds

@@ -247,3 +247,22 @@ func cloneScopeSet(s syncproto.ScopeSet) syncproto.ScopeSet {
 	out.Normalize()
 	return out
 }
+
+// scopesAtOpen is the scope state the core starts with, from the replica
+// and the last welcome (Status reports it before a connection), and sets
+// the declarations the replica reads scope values by.
+func (c *Client) scopesAtOpen(ctx context.Context) (synccore.Scopes, error) {
+	st, err := c.replica.scopeState(ctx)
+	if err != nil {
+		return synccore.Scopes{}, err
+	}
+	w, ok, err := c.replica.lastWelcomeScopes(ctx)
+	if err != nil || !ok {
+		return st, err
+	}
+	if st.Want, err = c.wantFor(ctx, w.Scopes); err != nil {
+		return synccore.Scopes{}, err
+	}
+	c.replica.fields.Store(newScopeFields(w.Scopes, st.Want))
+	return st, nil
+}

@@ -87,6 +87,9 @@ func TestSetScopesChecksTheLastWelcome(t *testing.T) {
 	got, err := c.wantFor(ctx, testScopes)
 	require.NoError(t, err)
 	require.Equal(t, syncproto.ScopeSet{"project": {"p1", "p2"}}, got)
+	st, err = c.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Scopes, 2, "a reopened client reports its request before it connects")
 	require.True(t, errors.Is(c.WaitScope(ctx, "project", "p3"), ErrScope))
 }
 

@@ -89,6 +89,7 @@ func (c *Client) loadSnapshot(ctx context.Context, baseURL string, sc snapshotSc
 // request, and the models each declared scope covers.
 type snapshotScopes struct {
 	want syncproto.ScopeSet
+	lost map[string]map[string]string // kept as they are
 	cov  covered
 }
 

@@ -44,6 +44,9 @@ type Config struct {
 	InFlight int
 	// MaxAttempts is the retry budget of a write refused transiently.
 	MaxAttempts int
+	// Scopes is the device's durable scope state when the core starts:
+	// Status reports it before the first welcome (which brings it again).
+	Scopes Scopes
 }
 
 // Defaults for Config's zero fields.
@@ -429,8 +432,10 @@ type Core struct {
 // New returns a Core whose replica is at cursor.
 func New(cfg Config, cursor uint64) *Core {
 	cfg = cfg.withDefaults()
-	return &Core{cfg: cfg, maxBatch: cfg.MaxBatch, maxBytes: cfg.MaxPushBytes, cursor: cursor, inFlight: map[uint64][]Item{}, status: Status{State: StateConnecting},
-		scopes: Scopes{}.Clone(), lostScopes: map[scopeKey]string{}}
+	c := &Core{cfg: cfg, maxBatch: cfg.MaxBatch, maxBytes: cfg.MaxPushBytes, cursor: cursor, inFlight: map[uint64][]Item{}, status: Status{State: StateConnecting}}
+	c.restore(cfg.Scopes)
+	c.refreshScopes()
+	return c
 }
 
 // Status returns the status last reported.
@@ -466,7 +471,7 @@ func (c *Core) Step(in Input) []Action {
 			c.maxBytes = in.MaxPushBytes
 		}
 		c.status = Status{State: StateSyncing, Paused: c.status.Paused.resumed(in.ValueVersions), Scopes: c.status.Scopes}
-		c.scopes = in.Scopes.Clone()
+		c.restore(in.Scopes)
 		if in.Resync || (c.cursor == 0 && in.Head > 0) {
 			c.resyncing = true
 			out = append(out, Resync{})
@@ -771,7 +776,7 @@ func (c *Core) changes(in Changes, out []Action) []Action {
 	c.cursor = in.Next
 	a := Apply{Cursor: in.Next, Entries: in.Entries, Evictions: in.Evictions}
 	if c.evict(in.Evictions) {
-		s := c.scopes.Clone()
+		s := c.durable()
 		a.Scopes = &s
 	}
 	return append(out, a)

@@ -22,16 +22,25 @@ type Scopes struct {
 	// Resume is, by scope and value, the last_key of the last backfill
 	// page applied of a value not yet complete (subscribe.resume).
 	Resume map[string]map[string]string
+	// Lost is, by scope and value, why a value was evicted (revoked,
+	// not_granted, unsubscribed), until it is backfilled again; at most
+	// MaxLostScopes values.
+	Lost map[string]map[string]string
 }
 
 // Clone returns a deep copy of s.
 func (s Scopes) Clone() Scopes {
-	out := Scopes{Want: cloneSet(s.Want), Have: cloneSet(s.Have), Resume: map[string]map[string]string{}}
-	for name, byValue := range s.Resume {
-		out.Resume[name] = maps.Clone(byValue)
-	}
+	out := Scopes{Want: cloneSet(s.Want), Have: cloneSet(s.Have), Resume: cloneNested(s.Resume), Lost: cloneNested(s.Lost)}
 	if out.Want == nil {
 		out.Want = syncproto.ScopeSet{}
+	}
+	return out
+}
+
+func cloneNested(m map[string]map[string]string) map[string]map[string]string {
+	out := make(map[string]map[string]string, len(m))
+	for name, byValue := range m {
+		out[name] = maps.Clone(byValue)
 	}
 	return out
 }
@@ -173,6 +182,32 @@ func (c *Core) refreshScopes() {
 	c.status.Scopes = next
 }
 
+// durable returns the scope state to store: c.scopes with the lost values.
+func (c *Core) durable() Scopes {
+	s := c.scopes.Clone()
+	s.Lost = map[string]map[string]string{}
+	for _, k := range c.lostOrder {
+		if s.Lost[k.scope] == nil {
+			s.Lost[k.scope] = map[string]string{}
+		}
+		s.Lost[k.scope][k.value] = c.lostScopes[k]
+	}
+	return s
+}
+
+// restore takes up a durable scope state.
+func (c *Core) restore(s Scopes) {
+	c.scopes = s.Clone()
+	c.scopes.Lost = nil
+	c.lostScopes, c.lostOrder = map[scopeKey]string{}, nil
+	for _, name := range slices.Sorted(maps.Keys(s.Lost)) {
+		for _, v := range slices.Sorted(maps.Keys(s.Lost[name])) {
+			c.lose(scopeKey{name, v}, s.Lost[name][v])
+		}
+	}
+	c.scopesDirty = true
+}
+
 // subscribe is the Subscribe action from the cursor with c's scope state.
 func (c *Core) subscribe() Subscribe {
 	s := c.scopes.Clone()
@@ -214,7 +249,7 @@ func (c *Core) backfill(in Backfill, out []Action) []Action {
 		}
 		c.scopes.Resume[in.Scope][in.Value] = in.LastKey
 	}
-	return append(out, ApplyBackfill{Scope: in.Scope, Value: in.Value, Entries: in.Entries, Done: in.Done, Scopes: c.scopes.Clone()})
+	return append(out, ApplyBackfill{Scope: in.Scope, Value: in.Value, Entries: in.Entries, Done: in.Done, Scopes: c.durable()})
 }
 
 // evict applies changes.evictions to the scope state; it reports whether
@@ -260,4 +295,4 @@ func (c *Core) regain(k scopeKey) {
 }
 
 // Scopes returns a copy of the core's scope state.
-func (c *Core) Scopes() Scopes { return c.scopes.Clone() }
+func (c *Core) Scopes() Scopes { return c.durable() }

@@ -137,3 +137,21 @@ func TestLostValuesAreBounded(t *testing.T) {
 }
 
 func uintString(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// The lost values are part of the durable state: a core started from it
+// reports them before any welcome.
+func TestLostValuesSurviveARestart(t *testing.T) {
+	c := scoped(t)
+	acts := c.Step(Changes{From: 7, Next: 7, Evictions: []syncproto.Eviction{{Scope: "project", Value: "p1", Reason: syncproto.EvictRevoked}}})
+	apply := only[Apply](acts)
+	if len(apply) != 1 || apply[0].Scopes == nil || apply[0].Scopes.Lost["project"]["p1"] != syncproto.EvictRevoked {
+		t.Fatalf("actions %#v: want the revocation stored", acts)
+	}
+	again := New(Config{Scopes: *apply[0].Scopes}, 7)
+	if st, _ := again.Status().Scopes.Of("project", "p1"); st != ScopeRevoked {
+		t.Fatalf("restarted core reports p1 %q, want revoked", st)
+	}
+	if st, _ := again.Status().Scopes.Of("project", "p2"); st != ScopeBackfilling {
+		t.Fatalf("restarted core reports p2 %q, want backfilling", st)
+	}
+}

@@ -458,7 +458,8 @@ func (s *sim) connect(c *simClient) error {
 	bounds, _ := s.srv.Bounds(context.Background(), replication.Scope{Tenant: simTenant, AllModels: true}) // Memory's never fails
 	resync := bounds.Check(c.cursor) != nil || c.dbID != s.dbID
 	c.subID = 0
-	sc := Scopes{Want: c.want, Have: c.scopes.Have, Resume: c.scopes.Resume}.Clone()
+	sc := c.scopes.Clone()
+	sc.Want = cloneSet(c.want)
 	return s.feed(c, Welcomed{MaxBatch: 3, Cursor: c.cursor, Resync: resync, ValueVersions: map[string][]uint64{"shapes": slices.Clone(s.versions)}, Scopes: sc})
 }
 
@@ -479,7 +480,10 @@ func (s *sim) cut(c *simClient) {
 func (s *sim) crash(c *simClient) {
 	s.cut(c)
 	c.timer = 0
-	c.core = New(c.core.cfg, c.cursor)
+	cfg := c.core.cfg
+	cfg.Scopes = c.scopes.Clone()
+	cfg.Scopes.Want = cloneSet(c.want)
+	c.core = New(cfg, c.cursor)
 }
 
 // fire moves the clock to the armed timer's due time, if it is not past

@@ -242,7 +242,10 @@ func push(ctx context.Context, c *client.Client, op string, stdout io.Writer) er
 func syncNow(ctx context.Context, c *client.Client, wait time.Duration) error {
 	err := c.WaitConnected(ctx)
 	if err == nil {
-		return c.Sync(ctx)
+		if err := c.Sync(ctx); err != nil {
+			return err
+		}
+		return waitNotebooks(ctx, c)
 	}
 	var refused *client.RefusedError
 	if errors.As(err, &refused) {
@@ -253,6 +256,25 @@ func syncNow(ctx context.Context, c *client.Client, wait time.Duration) error {
 		return fmt.Errorf("no sync within %s (%s: %w); your notes stay queued", wait, st.State, st.LastError)
 	}
 	return fmt.Errorf("server not reachable within %s (%s); your notes stay queued", wait, st.State)
+}
+
+// waitNotebooks waits, within ctx, for the notebooks being backfilled to
+// be in (a notebook the server refuses is reported by status, not here).
+func waitNotebooks(ctx context.Context, c *client.Client) error {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range st.Scopes {
+		if s.State != client.ScopeBackfilling {
+			continue
+		}
+		var se *client.ScopeError
+		if err := c.WaitScope(ctx, s.Scope, s.Value); err != nil && !errors.As(err, &se) {
+			return err
+		}
+	}
+	return nil
 }
 
 // describe says how a write ended.
