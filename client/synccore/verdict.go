@@ -41,12 +41,14 @@ type Verdict struct {
 // Permanent reports whether a refusal with code can never succeed on a
 // resend of the same write, so the write is dead-lettered at once instead
 // of charged: the model is unknown or forbidden, the write is malformed,
-// or its op id was used for another write.
+// its op id was used for another write, or its scope value is one the
+// writer is not granted or not a valid one (PROTOCOL.md 19.2).
 func Permanent(code syncproto.Code) bool {
 	switch code {
 	case syncproto.CodeForbiddenModel, syncproto.CodeInvalidModel, syncproto.CodeMissingBaseVersion,
 		syncproto.CodeOpIDReused, syncproto.CodeInvalidKey, syncproto.CodeInvalidOp,
-		syncproto.CodeInvalidOpID, syncproto.CodePayloadTooLarge, syncproto.CodeMalformed:
+		syncproto.CodeInvalidOpID, syncproto.CodePayloadTooLarge, syncproto.CodeMalformed,
+		syncproto.CodeForbiddenScope, syncproto.CodeInvalidScopeValue:
 		return true
 	}
 	return false
