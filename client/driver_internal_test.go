@@ -49,3 +49,17 @@ func TestPushBudgetFitsFrame(t *testing.T) {
 	require.True(t, synccore.FitsPush(0, 0, budget*2, syncproto.MaxBatch, budget), "an empty push takes any one write")
 	require.False(t, synccore.FitsPush(syncproto.MaxBatch, 0, 1, syncproto.MaxBatch, budget), "the batch limit holds")
 }
+
+// Frames of a subscription replaced since (an older subscribe's id) are
+// ignored: its backfill pages and evictions may follow a request the app
+// has changed.
+func TestFramesOfAReplacedSubscriptionAreIgnored(t *testing.T) {
+	d := &driver{subID: "s2", subFrom: 7}
+	page := &syncproto.Backfill{ID: "s1", Scope: "project", Value: "p1", Done: true}
+	require.Nil(t, d.feedInput(page))
+	require.Nil(t, d.feedInput(&syncproto.Changes{ID: "s1", Cursor: 9, Head: 9, Evictions: []syncproto.Eviction{{Scope: "project", Value: "p2", Reason: syncproto.EvictUnsubscribed}}}))
+	page.ID = "s2"
+	require.Equal(t, synccore.Backfill{Scope: "project", Value: "p1", Done: true}, d.feedInput(page))
+	ev := []syncproto.Eviction{{Scope: "project", Value: "p2", Reason: syncproto.EvictRevoked}}
+	require.Equal(t, synccore.Changes{From: 7, Next: 7, Evictions: ev}, d.feedInput(&syncproto.Changes{ID: "s2", Cursor: 7, Head: 9, Evictions: ev}))
+}
