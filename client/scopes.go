@@ -67,7 +67,8 @@ type ScopeStatus = synccore.ScopeStatus
 // from its cursor at once: an added value is backfilled (WaitScope waits
 // for it), a removed one's rows leave the replica (ChangeEvent.Evicted
 // unsubscribed). Values are checked against the last welcome: a scope it
-// does not declare, or a value its grants do not hold (unless values is
+// does not declare, or a value neither its grants nor Status.Scopes
+// (ready: granted since, and backfilled) hold (unless values is
 // AllValues), is a *ScopeError and nothing changes; before any welcome
 // the server checks them (not_granted in Status.Scopes). A malformed value
 // or more than the welcome's max_scope_values is a *syncproto.Error.
@@ -94,8 +95,11 @@ func (c *Client) SetScopes(ctx context.Context, scope string, values ...string) 
 			return &ScopeError{Scope: scope, Reason: ScopeUndeclared}
 		}
 		if !set.All(scope) {
+			held := c.driver.view.Load().status.Scopes
 			for _, v := range values {
-				if !w.Grants.Has(scope, v) {
+				// A value granted since the welcome (a membership row)
+				// is known once its backfill is in.
+				if st, _ := held.Of(scope, v); !w.Grants.Has(scope, v) && st != ScopeReady {
 					return &ScopeError{Scope: scope, Value: v, Reason: syncproto.EvictNotGranted}
 				}
 			}
