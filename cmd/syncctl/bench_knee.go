@@ -46,7 +46,7 @@ func (s *kneeSearch) next(rate float64, passed bool) (float64, bool) {
 	case s.fail == 0:
 		return math.Min(2*s.pass, s.max), true
 	case s.pass == 0:
-		if s.fail <= 1/benchMaxKneeDivisor {
+		if s.fail <= 1.0/benchMaxKneeDivisor {
 			return 0, false // even the slowest rate misses a target
 		}
 		return s.fail / 2, true
@@ -68,7 +68,9 @@ type kneeTrial struct {
 	DeliveryP99     float64 `json:"delivery_p99_ms"`
 	Missing         int64   `json:"deliveries_missing"`
 	Errors          int64   `json:"errors"`
-	Passed          bool    `json:"passed"`
+	// ErrorsByCode names the errors (as syncctl bench reports them).
+	ErrorsByCode map[string]int64 `json:"errors_by_code,omitempty"`
+	Passed       bool             `json:"passed"`
 }
 
 // kneeReport is syncctl bench --find-knee's answer.
@@ -87,7 +89,7 @@ type kneeReport struct {
 func (t kneeTargets) judge(rate float64, rep *benchReport) kneeTrial {
 	tr := kneeTrial{
 		Rate: rate, MutationsPerSec: rep.MutationsPerSec, AckP99: rep.Ack.P99, DeliveryP99: rep.Delivery.P99,
-		Missing: rep.Delivery.Missing, Errors: sum(rep.Errors),
+		Missing: rep.Delivery.Missing, Errors: sum(rep.Errors), ErrorsByCode: rep.Errors,
 	}
 	tr.Passed = rep.Ack.Count > 0 && tr.AckP99 < ms64(t.ackP99) && tr.DeliveryP99 < ms64(t.deliveryP99) && tr.Missing == 0 && tr.Errors == 0
 	return tr
@@ -135,6 +137,9 @@ func (rep *kneeReport) print(w io.Writer) error {
 		verdict := "over"
 		if t.Passed {
 			verdict = "ok"
+		}
+		if t.Errors > 0 {
+			verdict += " (" + describeCounts(t.ErrorsByCode) + ")"
 		}
 		fmt.Fprintf(w, "%-14.3g %-14.0f %-12s %-16s %-8d %-7d %s\n", t.Rate, t.MutationsPerSec, ms(t.AckP99), ms(t.DeliveryP99), t.Missing, t.Errors, verdict)
 	}
