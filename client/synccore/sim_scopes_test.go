@@ -426,3 +426,26 @@ func diffKeys(replica map[replication.RecordKey]syncproto.Change, server map[rep
 	}
 	return out
 }
+
+// checkScopeStates checks what a quiescent device's status says of its
+// values: every value it follows is ready and held complete; a value it
+// requests by name and is not granted is not_granted (or revoked, when it
+// held it before).
+func (s *sim) checkScopeStates(c *simClient, head uint64) error {
+	grants := s.grants(c.id, head)
+	st := c.core.Status().Scopes
+	for _, v := range followed(grants, c.want)[simScope] {
+		if state, _ := st.Of(simScope, v); state != ScopeReady || !c.scopes.Have.Has(simScope, v) {
+			return fmt.Errorf("%s: follows %s, whose state is %q (held complete: %v)", c.id, v, state, c.scopes.Have.Has(simScope, v))
+		}
+	}
+	if c.want.All(simScope) {
+		return nil
+	}
+	for _, v := range c.want[simScope] {
+		if state, _ := st.Of(simScope, v); !grants.Has(simScope, v) && state != ScopeNotGranted && state != ScopeRevoked {
+			return fmt.Errorf("%s: requests %s, not granted, whose state is %q", c.id, v, state)
+		}
+	}
+	return nil
+}

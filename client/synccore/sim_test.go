@@ -943,6 +943,9 @@ func (s *sim) check() error {
 		if c.cursor != head {
 			return fmt.Errorf("%s: cursor %d, head %d", c.id, c.cursor, head)
 		}
+		if err := s.checkScopeStates(c, head); err != nil {
+			return err
+		}
 		want, replica := s.filtered(c, recs), held(c)
 		if len(replica) != len(want) {
 			return fmt.Errorf("%s: replica holds %d records, server %d for follow set %v (want %v): %s", c.id, len(replica), len(want),
