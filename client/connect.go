@@ -114,6 +114,9 @@ func (c *Client) stepBind(ctx context.Context) error {
 		return err
 	}
 	c.refusal.Store(nil)
+	if err := c.recordSignIn(ctx, l.conn.welcome); err != nil {
+		c.log.Warn("recording the sign-in in the replica failed", "err", err)
+	}
 	c.statusChanged()
 	return nil
 }
@@ -222,6 +225,7 @@ func (c *Client) refused(err error) {
 	}
 	c.log.Warn("the server refused the session", "code", re.Code, "message", re.Message, "retry_after", re.RetryAfter)
 	c.refusal.Store(re)
+	c.recordTokenRefusal(re)
 	if c.refreshable(re) {
 		c.tokens.invalidate()
 	}

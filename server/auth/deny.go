@@ -38,14 +38,48 @@ type DeniedJTI struct {
 // DeniedUser refuses every JWT of User issued (iat) at or before
 // RevokedAt, and any of the user's JWTs without iat. Tokens the provider
 // issues later are accepted: whether the user may sign in again is the
-// provider's decision.
+// provider's decision. Until, when set, ends the entry: past it the
+// entry is pruned and denies nothing (set it to the longest lifetime of
+// the provider's tokens, and the entry outlives every token it denies).
 type DeniedUser struct {
 	User      string    `json:"user"`
 	RevokedAt time.Time `json:"revoked_at"`
+	Until     time.Time `json:"until,omitzero"`
 }
 
-// denies reports why p is on the list, or "".
-func (d *DenyList) denies(p Principal) string {
+// Denial is one change to the deny list: exactly one of JTI (a single
+// token) and User (every token of the user issued up to the change), in
+// force until Until (zero: until it is removed).
+type Denial struct {
+	JTI   string    `json:"jti,omitempty"`
+	User  string    `json:"user,omitempty"`
+	Until time.Time `json:"until,omitzero"`
+}
+
+// ErrInvalidDenial says a Denial (or an Allow) did not name exactly one
+// valid jti or user: nothing was changed.
+var ErrInvalidDenial = errors.New("invalid denial")
+
+// Validate reports whether the denial names exactly one valid jti or user;
+// its error wraps ErrInvalidDenial.
+func (d Denial) Validate() error {
+	var err error
+	switch {
+	case (d.JTI == "") == (d.User == ""):
+		err = errors.New("name exactly one of a jti and a user")
+	case d.JTI != "":
+		err = validateJTI(d.JTI)
+	default:
+		err = syncproto.ValidateUser(d.User)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidDenial, err)
+	}
+	return nil
+}
+
+// denies reports why p is on the list at now, or "".
+func (d *DenyList) denies(p Principal, now time.Time) string {
 	if !p.IsJWT() {
 		return ""
 	}
@@ -53,12 +87,15 @@ func (d *DenyList) denies(p Principal) string {
 		return "the token (jti " + p.JTI + ") was revoked"
 	}
 	for _, u := range d.Users {
-		if u.User == p.User && (p.IssuedAt.IsZero() || !p.IssuedAt.After(u.RevokedAt)) {
+		if u.User == p.User && !lapsed(u.Until, now) && (p.IssuedAt.IsZero() || !p.IssuedAt.After(u.RevokedAt)) {
 			return "the user's tokens issued before " + u.RevokedAt.UTC().Format(time.RFC3339) + " were revoked"
 		}
 	}
 	return ""
 }
+
+// lapsed reports whether an entry in force until until is over at now.
+func lapsed(until, now time.Time) bool { return !until.IsZero() && until.Before(now) }
 
 // ReadDenyList loads and validates the deny list at path. A missing file
 // is an empty list.
@@ -98,38 +135,75 @@ func validateJTI(jti string) error {
 }
 
 // DenyJTI adds the token jti to the deny list at path (creating it),
-// pruning entries whose token expired before now. expiresAt is the
-// token's exp when known (zero keeps the entry until removed by hand).
+// pruning entries that lapsed before now. expiresAt is the token's exp
+// when known (zero keeps the entry until removed).
 func DenyJTI(path, jti string, expiresAt, now time.Time) error {
-	if err := validateJTI(jti); err != nil {
-		return fmt.Errorf("deny jti: %w", err)
-	}
-	return updateDenyList(path, now, func(d *DenyList) {
-		if !slices.ContainsFunc(d.JTIs, func(e DeniedJTI) bool { return e.JTI == jti }) {
-			d.JTIs = append(d.JTIs, DeniedJTI{JTI: jti, ExpiresAt: expiresAt.UTC()})
-		}
-	})
+	_, err := Deny(path, Denial{JTI: jti, Until: expiresAt}, now)
+	return err
 }
 
 // DenyUser refuses every token of user issued at or before now, on the
-// deny list at path (creating it).
+// deny list at path (creating it), until the entry is removed.
 func DenyUser(path, user string, now time.Time) error {
-	if err := syncproto.ValidateUser(user); err != nil {
-		return fmt.Errorf("deny user: %w", err)
+	_, err := Deny(path, Denial{User: user}, now)
+	return err
+}
+
+// Deny applies d to the deny list at path (creating it) with an atomic
+// replace, pruning entries that lapsed before now, and returns the list
+// as written. A jti already denied keeps its entry (with the later
+// Until); a user denied again is denied from now.
+func Deny(path string, d Denial, now time.Time) (DenyList, error) {
+	if err := d.Validate(); err != nil {
+		return DenyList{}, fmt.Errorf("deny: %w", err)
 	}
-	return updateDenyList(path, now, func(d *DenyList) {
-		d.Users = slices.DeleteFunc(d.Users, func(u DeniedUser) bool { return u.User == user })
-		d.Users = append(d.Users, DeniedUser{User: user, RevokedAt: now.UTC()})
+	return updateDenyList(path, now, func(l *DenyList) bool {
+		if d.JTI != "" {
+			i := slices.IndexFunc(l.JTIs, func(e DeniedJTI) bool { return e.JTI == d.JTI })
+			if i < 0 {
+				l.JTIs = append(l.JTIs, DeniedJTI{JTI: d.JTI, ExpiresAt: d.Until.UTC()})
+			} else if e := &l.JTIs[i]; !e.ExpiresAt.IsZero() && (d.Until.IsZero() || d.Until.After(e.ExpiresAt)) {
+				e.ExpiresAt = d.Until.UTC()
+			}
+			return true
+		}
+		l.Users = slices.DeleteFunc(l.Users, func(u DeniedUser) bool { return u.User == d.User })
+		l.Users = append(l.Users, DeniedUser{User: d.User, RevokedAt: now.UTC(), Until: d.Until.UTC()})
+		return true
 	})
 }
 
-func updateDenyList(path string, now time.Time, change func(*DenyList)) error {
+// ErrNotDenied says an Allow named a jti or user the deny list does not
+// hold: nothing was changed.
+var ErrNotDenied = errors.New("not on the deny list")
+
+// Allow removes the deny-list entry of jti or of user (exactly one) from
+// the list at path and returns the list as written, or ErrNotDenied.
+func Allow(path, jti, user string, now time.Time) (DenyList, error) {
+	if err := (Denial{JTI: jti, User: user}).Validate(); err != nil {
+		return DenyList{}, fmt.Errorf("allow: %w", err)
+	}
+	return updateDenyList(path, now, func(l *DenyList) bool {
+		nj, nu := len(l.JTIs), len(l.Users)
+		l.JTIs = slices.DeleteFunc(l.JTIs, func(e DeniedJTI) bool { return jti != "" && e.JTI == jti })
+		l.Users = slices.DeleteFunc(l.Users, func(u DeniedUser) bool { return user != "" && u.User == user })
+		return len(l.JTIs) != nj || len(l.Users) != nu
+	})
+}
+
+// updateDenyList reads the list at path, prunes lapsed entries, applies
+// change and writes the list back atomically; a change that reports false
+// writes nothing and is ErrNotDenied.
+func updateDenyList(path string, now time.Time, change func(*DenyList) bool) (DenyList, error) {
 	d, err := ReadDenyList(path)
 	if err != nil {
-		return err
+		return DenyList{}, err
 	}
-	d.JTIs = slices.DeleteFunc(d.JTIs, func(e DeniedJTI) bool { return !e.ExpiresAt.IsZero() && e.ExpiresAt.Before(now) })
-	change(&d)
+	d.JTIs = slices.DeleteFunc(d.JTIs, func(e DeniedJTI) bool { return lapsed(e.ExpiresAt, now) })
+	d.Users = slices.DeleteFunc(d.Users, func(u DeniedUser) bool { return lapsed(u.Until, now) })
+	if !change(&d) {
+		return DenyList{}, ErrNotDenied
+	}
 	if d.JTIs == nil {
 		d.JTIs = []DeniedJTI{}
 	}
@@ -137,7 +211,7 @@ func updateDenyList(path string, now time.Time, change func(*DenyList)) error {
 		d.Users = []DeniedUser{}
 	}
 	if err := writeJSONFile(path, d); err != nil {
-		return fmt.Errorf("write deny list: %w", err)
+		return DenyList{}, fmt.Errorf("write deny list: %w", err)
 	}
-	return nil
+	return d, nil
 }
