@@ -61,6 +61,7 @@ func (c *Client) stepReconnect(ctx context.Context) error {
 	for _, u := range c.servers.all() {
 		token, err := c.tokens.get(ctx)
 		if err != nil {
+			c.tokens.setRenewing(nil)
 			c.statusChanged()
 			return err
 		}
@@ -75,6 +76,7 @@ func (c *Client) stepReconnect(ctx context.Context) error {
 		return nil
 	}
 	err := errors.Join(errs...)
+	c.tokens.setRenewing(nil) // a reconnect that failed is no longer a renewal
 	c.refused(err)
 	return err
 }
@@ -117,6 +119,8 @@ func (c *Client) stepBind(ctx context.Context) error {
 	if err := c.recordSignIn(ctx, l.conn.welcome); err != nil {
 		c.log.Warn("recording the sign-in in the replica failed", "err", err)
 	}
+	c.tokens.setRenewing(nil)
+	l.spawn(func() { c.renewBeforeExpiry(l) })
 	c.statusChanged()
 	return nil
 }
@@ -150,6 +154,14 @@ func (c *Client) linkLost(l *link, err error) {
 		return
 	}
 	c.coord.OnOffline()
+	if c.tokens.replacing(l) {
+		// Closed to present a fresh token: reconnect at once, and the
+		// link's short life is no sign of a failing server.
+		if c.monitor.Current() == netmonitor.Online {
+			c.coord.OnOnline()
+		}
+		return
+	}
 	lived := c.now().Sub(l.since)
 	delay := c.relinkDelay(l.healthy(lived))
 	if delay == 0 {
