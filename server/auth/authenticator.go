@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,7 +23,8 @@ const reloadInterval = time.Second
 type Config struct {
 	// TokenFile is the token file; "" means none (then JWT is required).
 	TokenFile string
-	// JWT, when set, verifies JWTs (any bearer token not starting "sdk_").
+	// JWT, when set, verifies JWTs (any bearer token not starting "sdk_"
+	// or "sda_").
 	JWT *JWTConfig
 	// DenyFile is the JWT deny list (syncctl jwt revoke); a missing file is
 	// an empty list; "" means none.
@@ -123,12 +123,13 @@ func (a *Authenticator) Close() error {
 }
 
 // Authenticate returns the principal of a bearer token. A token-file token
-// ("sdk_...") that is malformed, unknown or revoked is ErrUnauthorized and
+// ("sdk_...", an admin's "sda_...") that is malformed, unknown or revoked,
+// or has the admin prefix without being an admin's, is ErrUnauthorized and
 // no more. A JWT refusal wraps ErrUnauthorized and says why, or is
 // ErrTokenExpired. If a watched file changed and no longer parses, the last
 // good version stays in force and ReloadError reports why.
 func (a *Authenticator) Authenticate(token string) (Principal, error) {
-	if strings.HasPrefix(token, tokenPrefix) || a.jwt == nil {
+	if IsFileToken(token) || a.jwt == nil {
 		return a.fromTokenFile(token)
 	}
 	p, err := a.jwt.verify(context.Background(), token)
@@ -142,7 +143,7 @@ func (a *Authenticator) Authenticate(token string) (Principal, error) {
 }
 
 func (a *Authenticator) fromTokenFile(token string) (Principal, error) {
-	id, secret, ok := parseToken(token)
+	id, secret, adminPrefix, ok := parseToken(token)
 	if !ok || !a.tokenFile {
 		return Principal{}, ErrUnauthorized
 	}
@@ -156,7 +157,7 @@ func (a *Authenticator) fromTokenFile(token string) (Principal, error) {
 		t, found = a.byID[id]
 	}
 	a.mu.Unlock()
-	if !found || !secretMatches(t, secret) {
+	if !found || !secretMatches(t, secret) || (adminPrefix && !t.Admin) {
 		return Principal{}, ErrUnauthorized
 	}
 	return t.Principal, nil
