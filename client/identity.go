@@ -18,6 +18,8 @@ import (
 const (
 	// metaTenant names the tenant of the last welcome (welcome.tenant).
 	metaTenant = "tenant"
+	// metaUser names the user of the last welcome (welcome.user).
+	metaUser = "user"
 	// metaTokenRefusal names the server's last refusal of the device's
 	// token (a TokenRefusal as JSON), "" once a session is bound.
 	metaTokenRefusal = "token_refusal"
@@ -39,6 +41,8 @@ type SignIn struct {
 	// Tenant is the tenant of the last welcome; "" before the first one,
 	// or from a server that does not send it.
 	Tenant string
+	// User is the user of the last welcome; "" when the token names none.
+	User string
 	// Refusal is set while the server's last word on the device's token
 	// was a refusal (no session was bound since).
 	Refusal *TokenRefusal
@@ -65,6 +69,9 @@ func ReadSignIn(ctx context.Context, path string) (SignIn, error) {
 	if s.Tenant, err = text(metaTenant); err != nil {
 		return SignIn{}, fmt.Errorf("read sign-in of %s: not a client replica: %w", path, err)
 	}
+	if s.User, err = text(metaUser); err != nil {
+		return SignIn{}, fmt.Errorf("read sign-in of %s: %w", path, err)
+	}
 	refusal, err := text(metaTokenRefusal)
 	if err != nil {
 		return SignIn{}, fmt.Errorf("read sign-in of %s: %w", path, err)
@@ -84,25 +91,25 @@ func tokenRefusalCode(c syncproto.Code) bool {
 	return c == syncproto.CodeUnauthorized || c == syncproto.CodeTokenExpired || c == syncproto.CodeWrongClientID
 }
 
-// recordSignIn keeps the tenant of a welcome and clears a recorded token
-// refusal: the session was bound.
+// recordSignIn keeps the tenant and user of a welcome and clears a
+// recorded token refusal: the session was bound. Only what changed is
+// written.
 func (c *Client) recordSignIn(ctx context.Context, w *syncproto.Welcome) error {
-	if w.Tenant != "" {
-		had, err := c.replica.text(ctx, metaTenant)
+	for _, kv := range [][2]string{{metaTenant, w.Tenant}, {metaUser, w.User}, {metaTokenRefusal, ""}} {
+		if kv[0] == metaTenant && kv[1] == "" {
+			continue // an older server's welcome: keep what an earlier one said
+		}
+		had, err := c.replica.text(ctx, kv[0])
 		if err != nil {
 			return err
 		}
-		if had != w.Tenant {
-			if err := c.replica.setText(ctx, metaTenant, w.Tenant); err != nil {
+		if had != kv[1] {
+			if err := c.replica.setText(ctx, kv[0], kv[1]); err != nil {
 				return err
 			}
 		}
 	}
-	had, err := c.replica.text(ctx, metaTokenRefusal)
-	if err != nil || had == "" {
-		return err
-	}
-	return c.replica.setText(ctx, metaTokenRefusal, "")
+	return nil
 }
 
 // recordTokenRefusal keeps the server's refusal of the device's token in

@@ -272,6 +272,11 @@ it stands no write replays, and explain says so first.`,
 		if a.json {
 			return printJSON(a.stdout, out)
 		}
+		if signIn.User != "" {
+			if _, err := fmt.Fprintf(a.stdout, "device of user %s in tenant %s\n", signIn.User, tenant); err != nil {
+				return err
+			}
+		}
 		if r := signIn.Refusal; r != nil {
 			if _, err := fmt.Fprintf(a.stdout, "STUCK: %s\n", refusedToken(r)); err != nil {
 				return err

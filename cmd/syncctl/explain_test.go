@@ -154,10 +154,11 @@ func TestExplainVerdicts(t *testing.T) {
 // replica shares its SQLite queue file syncs once (its replica records the
 // tenant from welcome), then its token is revoked and it writes again.
 // explain needs no --tenant, and says first, and on the stuck write, that
-// the device cannot replay because its token was refused.
+// the device cannot replay because its token was refused; it names the
+// device's user.
 func TestExplainReadsTheTenantAndSaysTheTokenWasRefused(t *testing.T) {
 	ts := startServer(t, serverOptions{})
-	token, err := auth.Issue(ts.tokenPath, auth.Principal{Tenant: tenant, ClientID: "dev-b", Read: []string{auth.Wildcard}, Write: []string{"notes"}}, t0)
+	token, err := auth.Issue(ts.tokenPath, auth.Principal{Tenant: tenant, User: "bob", ClientID: "dev-b", Read: []string{auth.Wildcard}, Write: []string{"notes"}}, t0)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "device.db")
 	q, err := offlinequeue.OpenSQLite(path, offlinequeue.SQLiteOptions{})
@@ -184,6 +185,7 @@ func TestExplainReadsTheTenantAndSaysTheTokenWasRefused(t *testing.T) {
 
 	c := newCLI(t, ts.adminEnv())
 	out := c.ok("explain", path)
+	require.Contains(t, out, "device of user bob in tenant "+tenant+"\n")
 	require.Regexp(t, `(?m)^STUCK: the server refused the device's token at \S+ \(unauthorized: .*\); no write replays until give the device a valid token`, out)
 	require.Contains(t, out, string(stateTokenRefused))
 	var got []explanation

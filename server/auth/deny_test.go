@@ -1,6 +1,8 @@
 package auth_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -64,4 +66,37 @@ func TestAuthenticatorWithoutDenyFile(t *testing.T) {
 	require.ErrorIs(t, err, auth.ErrNoDenyFile)
 	_, err = a.Deny(auth.Denial{JTI: "x"})
 	require.ErrorIs(t, err, auth.ErrNoDenyFile)
+}
+
+// FuzzReadDenyList: any file content either loads as a valid deny list
+// that a change writes back and reads again unchanged in kind, or is an
+// error; it never panics and never reads as a list holding an invalid
+// entry.
+func FuzzReadDenyList(f *testing.F) {
+	f.Add([]byte(`{"version":1,"jtis":[{"jti":"a","expires_at":"2030-01-01T00:00:00Z"}],"users":[{"user":"bob","revoked_at":"2026-01-01T00:00:00Z","until":"2031-01-01T00:00:00Z"}]}`))
+	f.Add([]byte(`{"version":1,"jtis":[],"users":[]}`))
+	f.Add([]byte(`{"version":2}`))
+	f.Add([]byte(`{"version":1,"users":[{"user":""}]}`))
+	f.Add([]byte(`not json`))
+	now := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "deny.json")
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		d, err := auth.ReadDenyList(path)
+		if err != nil {
+			return
+		}
+		for _, e := range d.JTIs {
+			require.NoError(t, (auth.Denial{JTI: e.JTI}).Validate())
+		}
+		for _, u := range d.Users {
+			require.NoError(t, (auth.Denial{User: u.User}).Validate())
+		}
+		written, err := auth.Deny(path, auth.Denial{JTI: "fuzz"}, now)
+		require.NoError(t, err)
+		again, err := auth.ReadDenyList(path)
+		require.NoError(t, err)
+		require.Len(t, again.JTIs, len(written.JTIs))
+		require.Len(t, again.Users, len(written.Users))
+	})
 }
