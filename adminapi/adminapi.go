@@ -258,23 +258,26 @@ func UserOfClientID(clientID string) string {
 	return user
 }
 
-// DenyList is the answer of GET PathDeny: the JWT deny list in force.
+// DenyList is the answer of GET PathDeny: the JWT deny list in force
+// (syncd's deny-list file holds the same, with its version).
 type DenyList struct {
-	// JTIs are single tokens, refused until Until (their exp; zero: until
-	// removed).
+	// JTIs are single tokens.
 	JTIs []DeniedJTI `json:"jtis"`
-	// Users are users whose tokens issued (iat) at or before RevokedAt
-	// are refused, until Until (zero: until removed).
+	// Users are users whose tokens issued (iat) at or before a time are
+	// refused.
 	Users []DeniedUser `json:"users"`
 }
 
-// DeniedJTI is one denied token.
+// DeniedJTI is one denied token, refused until ExpiresAt (its exp; zero:
+// until removed); past it the entry is pruned.
 type DeniedJTI struct {
-	JTI   string    `json:"jti"`
-	Until time.Time `json:"until,omitzero"`
+	JTI       string    `json:"jti"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
-// DeniedUser is one denied user.
+// DeniedUser is one denied user: tokens issued (iat) at or before
+// RevokedAt, or without iat, are refused until Until (zero: until
+// removed); past it the entry is pruned and denies nothing.
 type DeniedUser struct {
 	User      string    `json:"user"`
 	RevokedAt time.Time `json:"revoked_at"`

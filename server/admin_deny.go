@@ -21,7 +21,7 @@ func (s *Server) adminDenyList(*http.Request) (any, int, error) {
 	if err != nil {
 		return nil, denyStatus(err), err
 	}
-	return adminDenyList(d), 0, nil
+	return d.DenyList, 0, nil
 }
 
 // adminDeny puts a denial in force and closes the open sessions it denies
@@ -34,13 +34,13 @@ func (s *Server) adminDeny(r *http.Request) (any, int, error) {
 	if err := dec.Decode(&d); err != nil {
 		return nil, http.StatusBadRequest, fmt.Errorf("want a JSON denial {\"jti\"|\"user\", \"until\"} of at most %d bytes: %w", maxDenialBytes, err)
 	}
-	list, err := s.cfg.Authenticator.Deny(auth.Denial{JTI: d.JTI, User: d.User, Until: d.Until})
+	list, err := s.cfg.Authenticator.Deny(d)
 	if err != nil {
 		return nil, denyStatus(err), err
 	}
 	closed := s.closeDeniedSessions(r.Context())
 	s.log.Info("JWT deny list changed through the admin API", "jti", d.JTI, "user", d.User, "until", d.Until, "closed_sessions", closed)
-	return adminapi.DenyChange{List: adminDenyList(list), ClosedSessions: closed}, 0, nil
+	return adminapi.DenyChange{List: list.DenyList, ClosedSessions: closed}, 0, nil
 }
 
 func (s *Server) adminAllow(r *http.Request) (any, int, error) {
@@ -50,7 +50,7 @@ func (s *Server) adminAllow(r *http.Request) (any, int, error) {
 		return nil, denyStatus(err), err
 	}
 	s.log.Info("JWT deny-list entry removed through the admin API", "jti", q.Get(adminapi.ParamJTI), "user", q.Get(adminapi.ParamUser))
-	return adminapi.DenyChange{List: adminDenyList(list)}, 0, nil
+	return adminapi.DenyChange{List: list.DenyList}, 0, nil
 }
 
 // closeDeniedSessions ends every open session whose token no longer holds
@@ -85,15 +85,4 @@ func denyStatus(err error) int {
 		return http.StatusBadRequest
 	}
 	return 0
-}
-
-func adminDenyList(d auth.DenyList) adminapi.DenyList {
-	out := adminapi.DenyList{JTIs: make([]adminapi.DeniedJTI, len(d.JTIs)), Users: make([]adminapi.DeniedUser, len(d.Users))}
-	for i, e := range d.JTIs {
-		out.JTIs[i] = adminapi.DeniedJTI{JTI: e.JTI, Until: e.ExpiresAt}
-	}
-	for i, u := range d.Users {
-		out.Users[i] = adminapi.DeniedUser{User: u.User, RevokedAt: u.RevokedAt, Until: u.Until}
-	}
-	return out
 }

@@ -76,7 +76,7 @@ func TestAdminDenyListClosesSessionsAtOnce(t *testing.T) {
 
 	var list adminapi.DenyList
 	require.Equal(t, http.StatusOK, ts.adminGet(t, adminapi.PathDeny, ts.adminToken, &list))
-	require.Equal(t, []adminapi.DeniedJTI{{JTI: "j-1", Until: until}}, list.JTIs)
+	require.Equal(t, []adminapi.DeniedJTI{{JTI: "j-1", ExpiresAt: until}}, list.JTIs)
 	require.Len(t, list.Users, 1)
 	require.Equal(t, "bob", list.Users[0].User)
 	require.Equal(t, until, list.Users[0].Until)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -53,6 +54,30 @@ func (a *app) denyTarget(cmd *cobra.Command, o *adminFlags) (denyTarget, error) 
 	return denyTarget{client: c}, err
 }
 
+// apply makes one change of the deny list: through the admin API (method
+// on PathDeny with query and body) or, without one, by file on the
+// deny-list file; it fills v's Server and ClosedSessions or its File. An
+// entry the list does not hold is the not-found status either way.
+func (t denyTarget) apply(ctx context.Context, verb, method string, query url.Values, body any, file func(path string) error, v *jwtRevokedView) error {
+	if t.client == nil {
+		if err := file(t.file); err != nil {
+			return denyFileError(verb, err)
+		}
+		v.File = t.file
+		return nil
+	}
+	var ans adminapi.DenyChange
+	err := t.client.do(ctx, method, adminapi.PathDeny, query, body, &ans)
+	if r, ok := errors.AsType[*refusal](err); ok && r.status == http.StatusNotFound {
+		return failf(exitNotFound, "%s: %s", verb, r.msg)
+	}
+	if err != nil {
+		return err
+	}
+	v.Server, v.ClosedSessions = t.client.base, ans.ClosedSessions
+	return nil
+}
+
 // jtiOrUser adds the flags naming one deny-list entry.
 func jtiOrUser(cmd *cobra.Command, verb string) (jti, user *string) {
 	jti = cmd.Flags().String("jti", "", "the token id to "+verb)
@@ -102,20 +127,13 @@ revoke through each node's admin API, or write the file every node shares.`,
 			return err
 		}
 		v := jwtRevokedView{JTI: *jti, User: *user, Until: end}
-		if t.client != nil {
-			var ans adminapi.DenyChange
-			if err := t.client.do(cmd.Context(), http.MethodPost, adminapi.PathDeny, nil, adminapi.Denial{JTI: *jti, User: *user, Until: end}, &ans); err != nil {
-				return err
-			}
-			v.Server, v.ClosedSessions = t.client.base, ans.ClosedSessions
-		} else if _, err := auth.Deny(t.file, auth.Denial{JTI: *jti, User: *user, Until: end}, a.now()); err != nil {
-			code := exitFailure
-			if errors.Is(err, auth.ErrInvalidDenial) {
-				code = exitUsage
-			}
-			return failf(code, "jwt revoke: %v", err)
-		} else {
-			v.File = t.file
+		d := auth.Denial{JTI: *jti, User: *user, Until: end}
+		err = t.apply(cmd.Context(), "jwt revoke", http.MethodPost, nil, d, func(path string) error {
+			_, err := auth.Deny(path, d, a.now())
+			return err
+		}, &v)
+		if err != nil {
+			return err
 		}
 		if a.json {
 			return printJSON(a.stdout, v)
@@ -154,33 +172,16 @@ file). A name the list does not hold exits with the not-found status.`,
 			return err
 		}
 		v := jwtRevokedView{JTI: *jti, User: *user}
-		if t.client != nil {
-			var ans adminapi.DenyChange
-			q := url.Values{}
-			if *jti != "" {
-				q.Set(adminapi.ParamJTI, *jti)
-			} else {
-				q.Set(adminapi.ParamUser, *user)
-			}
-			err = t.client.do(cmd.Context(), http.MethodDelete, adminapi.PathDeny, q, nil, &ans)
-			if r, ok := errors.AsType[*refusal](err); ok && r.status == http.StatusNotFound {
-				return failf(exitNotFound, "jwt allow: %s", r.msg)
-			}
-			if err != nil {
-				return err
-			}
-			v.Server = t.client.base
-		} else if _, err := auth.Allow(t.file, *jti, *user, a.now()); err != nil {
-			code := exitFailure
-			switch {
-			case errors.Is(err, auth.ErrNotDenied):
-				code = exitNotFound
-			case errors.Is(err, auth.ErrInvalidDenial):
-				code = exitUsage
-			}
-			return failf(code, "jwt allow: %v", err)
-		} else {
-			v.File = t.file
+		q := url.Values{adminapi.ParamJTI: {*jti}}
+		if *user != "" {
+			q = url.Values{adminapi.ParamUser: {*user}}
+		}
+		err = t.apply(cmd.Context(), "jwt allow", http.MethodDelete, q, nil, func(path string) error {
+			_, err := auth.Allow(path, *jti, *user, a.now())
+			return err
+		}, &v)
+		if err != nil {
+			return err
 		}
 		if a.json {
 			return printJSON(a.stdout, v)
@@ -217,20 +218,14 @@ func (a *app) jwtDeniedCommand() *cobra.Command {
 			if err != nil {
 				return failf(exitBadFile, "jwt denied: %v", err)
 			}
-			list = adminapi.DenyList{JTIs: []adminapi.DeniedJTI{}, Users: []adminapi.DeniedUser{}}
-			for _, e := range d.JTIs {
-				list.JTIs = append(list.JTIs, adminapi.DeniedJTI{JTI: e.JTI, Until: e.ExpiresAt})
-			}
-			for _, u := range d.Users {
-				list.Users = append(list.Users, adminapi.DeniedUser{User: u.User, RevokedAt: u.RevokedAt, Until: u.Until})
-			}
+			list = d.DenyList
 		}
 		if a.json {
 			return printJSON(a.stdout, list)
 		}
 		tb := newTable(a.stdout, "KIND", "JTI OR USER", "ISSUED UP TO", "UNTIL")
 		for _, e := range list.JTIs {
-			tb.row("jti", e.JTI, "-", untilText(e.Until))
+			tb.row("jti", e.JTI, "-", untilText(e.ExpiresAt))
 		}
 		for _, u := range list.Users {
 			tb.row("user", u.User, stamp(u.RevokedAt), untilText(u.Until))
@@ -242,6 +237,20 @@ func (a *app) jwtDeniedCommand() *cobra.Command {
 		return err
 	}
 	return cmd
+}
+
+// denyFileError is a failed change of the deny-list file, with its exit
+// status: usage for a bad jti or user, not found for an entry the list
+// does not hold.
+func denyFileError(verb string, err error) error {
+	code := exitFailure
+	switch {
+	case errors.Is(err, auth.ErrNotDenied):
+		code = exitNotFound
+	case errors.Is(err, auth.ErrInvalidDenial):
+		code = exitUsage
+	}
+	return failf(code, "%s: %v", verb, err)
 }
 
 func untilText(t time.Time) string {

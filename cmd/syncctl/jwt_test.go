@@ -122,7 +122,7 @@ func TestJWTRevokeThroughTheAdminAPI(t *testing.T) {
 	require.Regexp(t, `(?m)^jti\s+j-1\s+-\s+2099-01-01T00:00:00Z$`, c.ok("jwt", "denied", "--server", s.AdminURL))
 	var list adminapi.DenyList
 	decodeStrict(t, c.ok("jwt", "denied", "--deny-file", deny, "--json"), &list)
-	require.Equal(t, []adminapi.DeniedJTI{{JTI: "j-1", Until: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)}}, list.JTIs, "the file holds what the API wrote")
+	require.Equal(t, []adminapi.DeniedJTI{{JTI: "j-1", ExpiresAt: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)}}, list.JTIs, "the file holds what the API wrote")
 
 	require.Equal(t, "token j-1 is no longer denied\n", c.ok("jwt", "allow", "--server", s.AdminURL, "--jti", "j-1"))
 	ts.dialAs(t, tok, "alice:phone", 0)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -17,52 +18,38 @@ const denyVersion = 1
 // maxJTIBytes bounds a jti on the deny list.
 const maxJTIBytes = 256
 
-// DenyList is the JWT deny list: tokens refused although their signature
-// and claims are good. Sessions holding a denied token are closed
-// (unauthorized, 1008) the way revoked token-file tokens' are.
+// DenyList is the JWT deny list file: tokens refused although their
+// signature and claims are good, in the admin API's shape (adminapi.DenyList:
+// the file is what GET /v1/admin/deny answers, plus its version). Sessions
+// holding a denied token are closed (unauthorized, 1008) the way revoked
+// token-file tokens' are.
 type DenyList struct {
 	Version int `json:"version"`
-	// JTIs are single tokens, by jti.
-	JTIs []DeniedJTI `json:"jtis"`
-	// Users are every token of a user issued at or before a time.
-	Users []DeniedUser `json:"users"`
+	adminapi.DenyList
 }
 
-// DeniedJTI refuses the JWT whose jti is JTI. ExpiresAt, when set, is the
-// token's exp: past it the entry is pruned, the token being refused anyway.
-type DeniedJTI struct {
-	JTI       string    `json:"jti"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
-}
+// DeniedJTI refuses the JWT whose jti is JTI until ExpiresAt (its exp):
+// past it the entry is pruned, the token being refused anyway.
+type DeniedJTI = adminapi.DeniedJTI
 
-// DeniedUser refuses every JWT of User issued (iat) at or before
-// RevokedAt, and any of the user's JWTs without iat. Tokens the provider
+// DeniedUser refuses every JWT of User issued (iat) at or before RevokedAt,
+// and any of the user's JWTs without iat, until Until. Tokens the provider
 // issues later are accepted: whether the user may sign in again is the
-// provider's decision. Until, when set, ends the entry: past it the
-// entry is pruned and denies nothing (set it to the longest lifetime of
-// the provider's tokens, and the entry outlives every token it denies).
-type DeniedUser struct {
-	User      string    `json:"user"`
-	RevokedAt time.Time `json:"revoked_at"`
-	Until     time.Time `json:"until,omitzero"`
-}
+// provider's decision.
+type DeniedUser = adminapi.DeniedUser
 
 // Denial is one change to the deny list: exactly one of JTI (a single
 // token) and User (every token of the user issued up to the change), in
-// force until Until (zero: until it is removed).
-type Denial struct {
-	JTI   string    `json:"jti,omitempty"`
-	User  string    `json:"user,omitempty"`
-	Until time.Time `json:"until,omitzero"`
-}
+// force until Until (zero: until it is removed). ValidateDenial checks it.
+type Denial = adminapi.Denial
 
 // ErrInvalidDenial says a Denial (or an Allow) did not name exactly one
 // valid jti or user: nothing was changed.
 var ErrInvalidDenial = errors.New("invalid denial")
 
-// Validate reports whether the denial names exactly one valid jti or user;
+// ValidateDenial reports whether d names exactly one valid jti or user;
 // its error wraps ErrInvalidDenial.
-func (d Denial) Validate() error {
+func ValidateDenial(d Denial) error {
 	var err error
 	switch {
 	case (d.JTI == "") == (d.User == ""):
@@ -154,7 +141,7 @@ func DenyUser(path, user string, now time.Time) error {
 // as written. A jti already denied keeps its entry (with the later
 // Until); a user denied again is denied from now.
 func Deny(path string, d Denial, now time.Time) (DenyList, error) {
-	if err := d.Validate(); err != nil {
+	if err := ValidateDenial(d); err != nil {
 		return DenyList{}, fmt.Errorf("deny: %w", err)
 	}
 	return updateDenyList(path, now, func(l *DenyList) bool {
@@ -180,7 +167,7 @@ var ErrNotDenied = errors.New("not on the deny list")
 // Allow removes the deny-list entry of jti or of user (exactly one) from
 // the list at path and returns the list as written, or ErrNotDenied.
 func Allow(path, jti, user string, now time.Time) (DenyList, error) {
-	if err := (Denial{JTI: jti, User: user}).Validate(); err != nil {
+	if err := ValidateDenial(Denial{JTI: jti, User: user}); err != nil {
 		return DenyList{}, fmt.Errorf("allow: %w", err)
 	}
 	return updateDenyList(path, now, func(l *DenyList) bool {

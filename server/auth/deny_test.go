@@ -87,10 +87,10 @@ func FuzzReadDenyList(f *testing.F) {
 			return
 		}
 		for _, e := range d.JTIs {
-			require.NoError(t, (auth.Denial{JTI: e.JTI}).Validate())
+			require.NoError(t, auth.ValidateDenial(auth.Denial{JTI: e.JTI}))
 		}
 		for _, u := range d.Users {
-			require.NoError(t, (auth.Denial{User: u.User}).Validate())
+			require.NoError(t, auth.ValidateDenial(auth.Denial{User: u.User}))
 		}
 		written, err := auth.Deny(path, auth.Denial{JTI: "fuzz"}, now)
 		require.NoError(t, err)
