@@ -8,8 +8,10 @@
 // (Authorization: Bearer ...). A request that fails is answered with a
 // non-2xx status and an Error body: 400 for a malformed parameter, 401
 // without an admin token, 404 for a ledger op that is not held (its body
-// is still a LedgerAnswer), 409 for an oplog cursor past the head or
-// before the retained oplog, 500 for a failure of the server.
+// is still a LedgerAnswer) or a deny-list entry that is not there, 409 for
+// an oplog cursor past the head or before the retained oplog, or a deny
+// list asked of a syncd without one, 500 for a failure of the server.
+// Admin tokens start "sda_" (older ones "sdk_", like client tokens).
 //
 // The field names and encodings are part of the contract: a field may be
 // added, none is renamed or retyped (the server's golden tests pin them).
