@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -173,8 +172,7 @@ func TestExplainReadsTheTenantAndSaysTheTokenWasRefused(t *testing.T) {
 	_, err = dev.Await(ctx, op)
 	require.NoError(t, err)
 
-	id, _, _ := strings.Cut(strings.TrimPrefix(token, "sdk_"), "_")
-	require.NoError(t, auth.Revoke(ts.tokenPath, id))
+	require.NoError(t, auth.Revoke(ts.tokenPath, auth.TokenIDOf(token)))
 	require.Eventually(t, func() bool {
 		st, err := dev.Status(ctx)
 		return err == nil && errors.Is(st.LastError, client.ErrUnauthorized)

@@ -54,28 +54,34 @@ func (a *app) denyTarget(cmd *cobra.Command, o *adminFlags) (denyTarget, error) 
 	return denyTarget{client: c}, err
 }
 
-// apply makes one change of the deny list: through the admin API (method
-// on PathDeny with query and body) or, without one, by file on the
-// deny-list file; it fills v's Server and ClosedSessions or its File. An
-// entry the list does not hold is the not-found status either way.
-func (t denyTarget) apply(ctx context.Context, verb, method string, query url.Values, body any, file func(path string) error, v *jwtRevokedView) error {
+// changeDenyList makes one change of the deny list: through the admin API
+// (method on PathDeny with query and body) or, without one, by file on the
+// deny-list file; then it prints v (its Server and ClosedSessions, or its
+// File, filled in) as JSON or as text says. An entry the list does not
+// hold is the not-found status either way.
+func (a *app) changeDenyList(ctx context.Context, t denyTarget, verb, method string, query url.Values, body any,
+	file func(path string) (auth.DenyList, error), v jwtRevokedView, text func(jwtRevokedView) string) error {
 	if t.client == nil {
-		if err := file(t.file); err != nil {
+		if _, err := file(t.file); err != nil {
 			return denyFileError(verb, err)
 		}
 		v.File = t.file
-		return nil
+	} else {
+		var ans adminapi.DenyChange
+		err := t.client.do(ctx, method, adminapi.PathDeny, query, body, &ans)
+		if r, ok := errors.AsType[*refusal](err); ok && r.status == http.StatusNotFound {
+			return failf(exitNotFound, "%s: %s", verb, r.msg)
+		}
+		if err != nil {
+			return err
+		}
+		v.Server, v.ClosedSessions = t.client.base, ans.ClosedSessions
 	}
-	var ans adminapi.DenyChange
-	err := t.client.do(ctx, method, adminapi.PathDeny, query, body, &ans)
-	if r, ok := errors.AsType[*refusal](err); ok && r.status == http.StatusNotFound {
-		return failf(exitNotFound, "%s: %s", verb, r.msg)
+	if a.json {
+		return printJSON(a.stdout, v)
 	}
-	if err != nil {
-		return err
-	}
-	v.Server, v.ClosedSessions = t.client.base, ans.ClosedSessions
-	return nil
+	_, err := fmt.Fprintln(a.stdout, text(v))
+	return err
 }
 
 // jtiOrUser adds the flags naming one deny-list entry.
@@ -126,31 +132,23 @@ revoke through each node's admin API, or write the file every node shares.`,
 		if err != nil {
 			return err
 		}
-		v := jwtRevokedView{JTI: *jti, User: *user, Until: end}
 		d := auth.Denial{JTI: *jti, User: *user, Until: end}
-		err = t.apply(cmd.Context(), "jwt revoke", http.MethodPost, nil, d, func(path string) error {
-			_, err := auth.Deny(path, d, a.now())
-			return err
-		}, &v)
-		if err != nil {
-			return err
-		}
-		if a.json {
-			return printJSON(a.stdout, v)
-		}
-		what := "token " + *jti
-		if *user != "" {
-			what = "every token of user " + *user + " issued until now"
-		}
-		if !end.IsZero() {
-			what += " until " + stamp(end)
-		}
-		if v.File != "" {
-			_, err = fmt.Fprintf(a.stdout, "denied %s in %s; syncd refuses it within a second\n", what, v.File)
-		} else {
-			_, err = fmt.Fprintf(a.stdout, "denied %s; syncd closed %s\n", what, count(v.ClosedSessions, "session", "sessions"))
-		}
-		return err
+		return a.changeDenyList(cmd.Context(), t, "jwt revoke", http.MethodPost, nil, d,
+			func(path string) (auth.DenyList, error) { return auth.Deny(path, d, a.now()) },
+			jwtRevokedView{JTI: *jti, User: *user, Until: end},
+			func(v jwtRevokedView) string {
+				what := "token " + *jti
+				if *user != "" {
+					what = "every token of user " + *user + " issued until now"
+				}
+				if !end.IsZero() {
+					what += " until " + stamp(end)
+				}
+				if v.File != "" {
+					return fmt.Sprintf("denied %s in %s; syncd refuses it within a second", what, v.File)
+				}
+				return fmt.Sprintf("denied %s; syncd closed %s", what, count(v.ClosedSessions, "session", "sessions"))
+			})
 	}
 	return cmd
 }
@@ -171,27 +169,19 @@ file). A name the list does not hold exits with the not-found status.`,
 		if err != nil {
 			return err
 		}
-		v := jwtRevokedView{JTI: *jti, User: *user}
 		q := url.Values{adminapi.ParamJTI: {*jti}}
 		if *user != "" {
 			q = url.Values{adminapi.ParamUser: {*user}}
 		}
-		err = t.apply(cmd.Context(), "jwt allow", http.MethodDelete, q, nil, func(path string) error {
-			_, err := auth.Allow(path, *jti, *user, a.now())
-			return err
-		}, &v)
-		if err != nil {
-			return err
-		}
-		if a.json {
-			return printJSON(a.stdout, v)
-		}
-		what := "token " + *jti
-		if *user != "" {
-			what = "user " + *user
-		}
-		_, err = fmt.Fprintf(a.stdout, "%s is no longer denied\n", what)
-		return err
+		return a.changeDenyList(cmd.Context(), t, "jwt allow", http.MethodDelete, q, nil,
+			func(path string) (auth.DenyList, error) { return auth.Allow(path, *jti, *user, a.now()) },
+			jwtRevokedView{JTI: *jti, User: *user},
+			func(jwtRevokedView) string {
+				if *user != "" {
+					return "user " + *user + " is no longer denied"
+				}
+				return "token " + *jti + " is no longer denied"
+			})
 	}
 	return cmd
 }
