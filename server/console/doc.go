@@ -31,7 +31,7 @@
 //     (escaped); record values are shown only when asked for (values=1).
 //     Every answer carries a strict Content-Security-Policy (scripts and
 //     styles from /console/static/ only, no inline script, no framing),
-//     nosniff, no referrer and no caching.
+//     nosniff, no referrer to other sites and no caching.
 //   - Bounds: every table pages on the server (an oplog page is at most
 //     MaxOplogPage entries; a key's history scans at most KeyScanEntries
 //     oplog entries per request and says where to continue); live figures

@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -16,6 +17,25 @@ import (
 	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncproto"
 )
+
+// readable is a JSON value as people read it: the server stores values
+// with <, > and & escaped as \u003c..., which the console turns back into
+// the characters (html/template escapes them for the page).
+func readable(b []byte) string {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return string(b)
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return string(b)
+	}
+	return strings.TrimSuffix(out.String(), "\n")
+}
 
 // view is what every page's template gets.
 type view struct {
@@ -40,7 +60,7 @@ var funcs = template.FuncMap{
 	},
 	"duration": func(secs float64) string { return (time.Duration(secs) * time.Second).String() },
 	"lag":      func(head, cursor uint64) uint64 { return sub(head, cursor) },
-	"raw":      func(b []byte) string { return string(b) },
+	"raw":      readable,
 	"size":     func(b []byte) string { return fmt.Sprintf("%d bytes", len(b)) },
 	"q": func(kv ...any) template.URL { // query string of key, value pairs (values escaped)
 		v := url.Values{}

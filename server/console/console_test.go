@@ -1,0 +1,459 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/console"
+	"github.com/syncd-dev/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/syncproto"
+)
+
+// screenshotsEnv names the directory the browser test writes a PNG of
+// every page to (make console-screenshots sets it to docs/console); unset,
+// it takes none.
+const screenshotsEnv = "SYNCD_CONSOLE_SCREENSHOTS"
+
+// device is a minimal sync client over a real websocket: enough to be a
+// session the console shows and disconnects.
+type device struct {
+	t     testing.TB
+	conn  *websocket.Conn
+	clock *syncproto.Clock
+}
+
+func connect(t testing.TB, srv *syncdtest.Server, token, clientID string, clock *syncproto.Clock) *device {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), syncdtest.Timeout)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, srv.SyncURL(), &websocket.DialOptions{
+		Subprotocols: []string{syncproto.Subprotocol},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + token}},
+	})
+	require.NoError(t, err)
+	conn.SetReadLimit(4 << 20)
+	t.Cleanup(func() { conn.CloseNow() })
+	d := &device{t: t, conn: conn, clock: clock}
+	d.send(&syncproto.Hello{ID: "h1", ClientID: clientID, HLC: clock.Now()})
+	_, ok := d.recv().(*syncproto.Welcome)
+	require.True(t, ok, "welcome")
+	return d
+}
+
+func (d *device) send(msg syncproto.Message) {
+	d.t.Helper()
+	frame, err := syncproto.Encode(msg)
+	require.NoError(d.t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), syncdtest.Timeout)
+	defer cancel()
+	require.NoError(d.t, d.conn.Write(ctx, websocket.MessageText, frame))
+}
+
+func (d *device) tryRecv() (syncproto.Message, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), syncdtest.Timeout)
+	defer cancel()
+	_, frame, err := d.conn.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return syncproto.Decode(frame)
+}
+
+func (d *device) recv() syncproto.Message {
+	d.t.Helper()
+	msg, err := d.tryRecv()
+	require.NoError(d.t, err)
+	return msg
+}
+
+// push writes values (key -> JSON value) of model in one push and returns
+// the results.
+func (d *device) push(model string, values map[string]string) []syncproto.Result {
+	d.t.Helper()
+	p := &syncproto.Push{ID: "p"}
+	for k, v := range values {
+		id, err := syncproto.NewOpID()
+		require.NoError(d.t, err)
+		p.Mutations = append(p.Mutations, syncproto.Mutation{OpID: id, Model: model, Key: k, Op: syncproto.OpPut, Value: []byte(v), HLC: d.clock.Now()})
+	}
+	d.send(p)
+	res, ok := d.recv().(*syncproto.PushResult)
+	require.True(d.t, ok, "push_result")
+	require.Len(d.t, res.Results, len(p.Mutations))
+	return res.Results
+}
+
+// browser starts headless Chromium (Debian's, which make deps installs)
+// and returns a tab context bounded by the test's budget.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	require.NoError(t, err, "the console test needs Debian's chromium: run `make deps` (apt-get install chromium)")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	actx, acancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 860))
+	t.Cleanup(acancel)
+	tab, tcancel := chromedp.NewContext(actx)
+	t.Cleanup(tcancel)
+	return tab
+}
+
+// text reads the text of the element sel names.
+func text(t *testing.T, tab context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(sel)))
+	require.NoError(t, err, "text of %s", sel)
+	return s
+}
+
+// eventually polls cond every 200 ms until it holds or the budget ends.
+func eventually(t *testing.T, what string, budget time.Duration, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(budget); ; time.Sleep(200 * time.Millisecond) {
+		if cond() {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %s", what, budget)
+		}
+	}
+}
+
+// TestConsoleInABrowser drives the console in a real headless Chromium
+// against a real syncd on loopback: log in with the admin token, watch the
+// overview's live figures move as a device pushes 10,000 entries, page
+// the oplog, open one key's history, look an op id up, see a device with
+// its cursor and disconnect it (its websocket really closes, 1001), and
+// show that values holding markup stay text (no dialog, no console error)
+// and that requests without the CSRF token or without the admin token
+// change nothing. With SYNCD_CONSOLE_SCREENSHOTS set it also writes a PNG
+// of every page there.
+func TestConsoleInABrowser(t *testing.T) {
+	srv := syncdtest.Start(t, server.Config{})
+	writer := connect(t, srv, srv.Member(t, "acme", "writer"), "writer", syncproto.NewClock("writer", nil))
+	phone := connect(t, srv, srv.Member(t, "acme", "phone"), "phone", syncproto.NewClock("phone", nil))
+	phone.send(&syncproto.Subscribe{ID: "s1"})
+
+	const xss = `{"text":"<script>alert('xss')</script>","img":"\"><img src=x onerror=alert(1)>"}`
+	xssRes := writer.push("notes", map[string]string{"hostile": xss})
+	require.Equal(t, syncproto.StatusApplied, xssRes[0].Status)
+	// A write stamped a minute in the past loses to the one above: a
+	// conflict-log row for the conflicts page.
+	late := &device{t: t, conn: writer.conn, clock: syncproto.NewClock("writer", func() time.Time { return time.Now().Add(-time.Minute) })}
+	require.Equal(t, syncproto.StatusSuperseded, late.push("notes", map[string]string{"hostile": `{"text":"older"}`})[0].Status)
+
+	tab := browser(t)
+	var dialogs, consoleErrors []string
+	var mu sync.Mutex
+	require.NoError(t, chromedp.Listen(tab, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			dialogs = append(dialogs, d.Message)
+		}
+	}))
+	messages := chromedp.Console(tab)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			// A refused request logs "Failed to load resource" (the test
+			// makes some on purpose); anything else of type error, a
+			// CSP violation included, is a failure.
+			if m.IsException() || (m.Type == "error" && !strings.HasPrefix(m.Text, "Failed to load resource")) {
+				mu.Lock()
+				consoleErrors = append(consoleErrors, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	shots := os.Getenv(screenshotsEnv)
+	shoot := func(name string) {
+		if shots == "" {
+			return
+		}
+		png, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644))
+	}
+	base := srv.AdminURL + console.Path
+
+	// Without a session the console sends the browser to the login form.
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"devices")))
+	loc, err := chromedp.Run(tab, chromedp.Location())
+	require.NoError(t, err)
+	require.Equal(t, base+"login", loc)
+	shoot("login")
+	require.NoError(t, chromedp.Do(tab, chromedp.SendKeys(chromedp.ID("token"), "not-a-token"), chromedp.Click(chromedp.ID("login"))))
+	require.Contains(t, text(t, tab, "#flash"), "not an admin token")
+	require.NoError(t, chromedp.Do(tab, chromedp.SendKeys(chromedp.ID("token"), srv.AdminToken), chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("live"))))
+
+	// Overview: the build and the live figures, which move as the writer
+	// pushes 10,000 entries.
+	require.NotEmpty(t, text(t, tab, "#build"))
+	require.Equal(t, "ready", text(t, tab, "#ready"))
+	require.Equal(t, "2", text(t, tab, "#connections"))
+	for b := range 20 {
+		values := map[string]string{}
+		for i := range syncproto.MaxBatch {
+			values[fmt.Sprintf("k%05d", b*syncproto.MaxBatch+i)] = fmt.Sprintf(`{"n":%d}`, b*syncproto.MaxBatch+i)
+		}
+		writer.push("notes", values)
+	}
+	head := srv.Status(t).OplogHead
+	require.Equal(t, uint64(10_001), head, "the superseded write took no seq")
+	eventually(t, "the overview shows the applies", 20*time.Second, func() bool {
+		max, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector("#chart-applied text").textContent`))
+		return err == nil && strings.HasPrefix(max, "max ") && !strings.HasPrefix(max, "max 0 ")
+	})
+	eventually(t, "the overview's head follows", 10*time.Second, func() bool {
+		h, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("head")))
+		return err == nil && h == strconv.FormatUint(head, 10)
+	})
+	shoot("overview")
+
+	// The oplog pages on the server: 100 rows, then the next 100.
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"data?tenant=acme")))
+	require.Equal(t, "1", text(t, tab, "#oplog tbody tr:first-child td.seq"))
+	require.Equal(t, "100", text(t, tab, "#oplog tbody tr:last-child td.seq"))
+	shoot("data")
+	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.ID("next")), chromedp.WaitVisible(chromedp.CSS("#oplog"))))
+	eventually(t, "the second page", 10*time.Second, func() bool {
+		s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS("#oplog tbody tr:first-child td.seq")))
+		return err == nil && s == "101"
+	})
+	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.ID("newest")), chromedp.WaitVisible(chromedp.CSS("#oplog"))))
+	eventually(t, "the newest page", 10*time.Second, func() bool {
+		s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS("#oplog tbody tr:last-child td.seq")))
+		return err == nil && s == strconv.FormatUint(head, 10)
+	})
+
+	// Values holding markup are text: shown only when asked for, escaped.
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"key?tenant=acme&model=notes&key=hostile&values=1")))
+	shown := text(t, tab, "#key-entries td.value")
+	require.Contains(t, shown, "<script>alert('xss')</script>")
+	require.Contains(t, shown, `"><img src=x onerror=alert(1)>`)
+	imgs, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll("main img, main script").length`))
+	require.NoError(t, err)
+	require.Zero(t, imgs, "no element came from a value")
+	require.Contains(t, text(t, tab, "#key-conflicts"), "lww")
+	shoot("key")
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"conflicts?values=1")))
+	require.Contains(t, text(t, tab, "#conflicts"), "hostile")
+	shoot("conflicts")
+
+	// Op lookup answers what the ledger decided.
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"op"),
+		chromedp.SendKeys(chromedp.ID("op-tenant"), "acme"), chromedp.SendKeys(chromedp.ID("op-id"), xssRes[0].OpID),
+		chromedp.Click(chromedp.ID("op-lookup")), chromedp.WaitVisible(chromedp.ID("op-answer"))))
+	require.Equal(t, "applied", text(t, tab, "#op-status"))
+	require.Contains(t, text(t, tab, "#op-why"), fmt.Sprintf("seq %d", xssRes[0].Seq))
+	shoot("op")
+
+	// The phone reads the feed to the head; the devices page shows its
+	// cursor.
+	for cursor := uint64(0); cursor < head; {
+		if ch, ok := phone.recv().(*syncproto.Changes); ok {
+			cursor = max(cursor, ch.Cursor)
+		}
+	}
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"devices")))
+	eventually(t, "the phone's cursor at the head", 10*time.Second, func() bool {
+		require.NoError(t, chromedp.Do(tab, chromedp.Reload()))
+		c, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(`#devices tr[data-client="phone"] td.cursor`)))
+		return err == nil && c == strconv.FormatUint(head, 10)
+	})
+	shoot("devices")
+
+	// A post that rides on the cookie alone, or with a forged CSRF token,
+	// is refused and disconnects nothing.
+	for _, body := range []string{"tenant=acme&client_id=phone", "tenant=acme&client_id=phone&csrf=forged"} {
+		status, err := chromedp.Run(tab, chromedp.Evaluate[int](fmt.Sprintf(
+			`fetch("/console/devices/disconnect", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"}, body: %q}).then((r) => r.status)`, body),
+			chromedp.EvalAwaitPromise))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusForbidden, status, body)
+	}
+	// Without the admin token: no session, a device's token, nothing.
+	for _, token := range []string{"", srv.Member(t, "acme", "intruder")} {
+		req, err := http.NewRequest(http.MethodPost, base+"devices/disconnect", strings.NewReader("tenant=acme&client_id=phone"))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.Equal(t, http.StatusUnauthorized, syncdtest.GetJSON(t, base+"live.json", token, nil))
+	}
+	var sessions []adminapi.Session
+	srv.Admin(t, adminapi.PathSessions, &sessions)
+	require.Len(t, sessions, 2, "the refused requests disconnected nothing")
+
+	// Every answer carries the policy.
+	resp := syncdtest.Get(t, base+"login", "")
+	resp.Body.Close()
+	require.Equal(t, console.ContentSecurityPolicy, resp.Header.Get("Content-Security-Policy"))
+	require.Contains(t, console.ContentSecurityPolicy, "default-src 'self'")
+	require.Contains(t, console.ContentSecurityPolicy, "frame-ancestors 'none'")
+
+	// Disconnect the phone from its row: its session really ends.
+	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#devices tr[data-client="phone"] button`)), chromedp.WaitVisible(chromedp.ID("flash"))))
+	require.Contains(t, text(t, tab, "#flash"), "disconnected acme/phone: 1 session")
+	for {
+		_, err := phone.tryRecv()
+		if err != nil {
+			require.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err), "the phone's session closed going-away: %v", err)
+			break
+		}
+	}
+	eventually(t, "the phone leaves the sessions", 10*time.Second, func() bool {
+		srv.Admin(t, adminapi.PathSessions, &sessions)
+		return len(sessions) == 1 && sessions[0].ClientID == "writer"
+	})
+	require.Equal(t, 1.0, srv.MetricValue(t, "syncd_operator_disconnects_total"))
+	require.GreaterOrEqual(t, srv.MetricValue(t, `syncd_console_refusals_total{reason="csrf"}`), 2.0)
+
+	for _, p := range []string{"cluster", "tenants"} {
+		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+p), chromedp.WaitVisible(chromedp.CSS("main"))))
+		shoot(p)
+	}
+	require.Contains(t, text(t, tab, "#tenants"), "acme")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, dialogs, "no script from a value ran")
+	require.Empty(t, consoleErrors, "the pages ran without errors (a CSP violation is one)")
+}
+
+// TestConsoleSessionsAndRefusals covers the console's rules without a
+// browser: a login opens a cookie session with the promised attributes,
+// the session ends at logout (with the CSRF token of its pages), a
+// cross-origin post is refused, and a bearer header needs no CSRF token.
+func TestConsoleSessionsAndRefusals(t *testing.T) {
+	srv := syncdtest.Start(t, server.Config{})
+	base := srv.AdminURL + console.Path
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	login := func(token string) *http.Cookie {
+		t.Helper()
+		resp, err := noRedirect.PostForm(base+"login", url.Values{"token": {token}})
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		require.Len(t, resp.Cookies(), 1)
+		return resp.Cookies()[0]
+	}
+	ck := login(srv.AdminToken)
+	require.True(t, ck.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, ck.SameSite)
+	require.Equal(t, console.Path, ck.Path)
+	require.False(t, ck.Secure, "plain HTTP on loopback: Secure only over TLS")
+
+	get := func(path string, ck *http.Cookie) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		if ck != nil {
+			req.AddCookie(ck)
+		}
+		resp, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	require.Equal(t, http.StatusOK, get("devices", ck).StatusCode)
+	require.Equal(t, http.StatusOK, get("live.json", ck).StatusCode)
+
+	// A cross-origin post is refused even with the cookie.
+	req, err := http.NewRequest(http.MethodPost, base+"logout", strings.NewReader("csrf=x"))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://evil.example")
+	req.AddCookie(ck)
+	resp, err := noRedirect.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Equal(t, http.StatusOK, get("devices", ck).StatusCode, "the refused logout ended nothing")
+
+	// The bearer header alone serves a post (no CSRF token: a browser
+	// never sends that header across sites): the API answers 404 for a
+	// device with no session, and the console says so.
+	req, err = http.NewRequest(http.MethodPost, base+"devices/disconnect", strings.NewReader("tenant=acme&client_id=nobody"))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+srv.AdminToken)
+	resp, err = noRedirect.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Location"), "has+no+session")
+
+	// The API answers the disconnect of an unknown device 404 and a
+	// missing name 400.
+	for q, want := range map[string]int{"tenant=acme&client_id=nobody": http.StatusNotFound, "tenant=acme": http.StatusBadRequest} {
+		req, err := http.NewRequest(http.MethodPost, srv.AdminURL+adminapi.PathDisconnect+"?"+q, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+srv.AdminToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var body json.RawMessage
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, "%s: %s", q, body)
+	}
+
+	// A second login, then logout ends only that one.
+	other := login(srv.AdminToken)
+	require.Equal(t, 2.0, srv.MetricValue(t, "syncd_console_sessions"))
+	req, err = http.NewRequest(http.MethodGet, base, nil)
+	require.NoError(t, err)
+	req.AddCookie(other)
+	resp, err = noRedirect.Do(req)
+	require.NoError(t, err)
+	page, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	csrf := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindSubmatch(page)
+	require.NotNil(t, csrf, "the page carries its session's CSRF token")
+	req, err = http.NewRequest(http.MethodPost, base+"logout", strings.NewReader("csrf="+string(csrf[1])))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(other)
+	resp, err = noRedirect.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusSeeOther, get("", other).StatusCode, "logged out: to the login form")
+	require.Equal(t, http.StatusOK, get("", ck).StatusCode, "the other session lives on")
+	require.Equal(t, 1.0, srv.MetricValue(t, "syncd_console_sessions"))
+	require.Equal(t, http.StatusSeeOther, get("", nil).StatusCode, "no cookie: to the login form")
+	require.Equal(t, http.StatusUnauthorized, get("live.json", nil).StatusCode)
+	require.Equal(t, 2.0, srv.MetricValue(t, `syncd_console_logins_total{result="ok"}`))
+}
