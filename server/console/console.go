@@ -45,6 +45,9 @@ const (
 	KeyScanEntries = 10 * adminapi.MaxOplogPage
 	// KeyConflictRows bounds the conflict rows a key's history reads.
 	KeyConflictRows = 2 * adminapi.MaxConflicts
+	// NodeSilentAfter: a cluster node whose last report (nodes report every
+	// 2 s) is older than this is shown down, whatever the report said.
+	NodeSilentAfter = 10 * time.Second
 	// MaxFormBytes bounds the body of a form post.
 	MaxFormBytes = 16 << 10
 	// maxAnswerBytes bounds an admin API answer the console reads.

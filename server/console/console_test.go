@@ -103,6 +103,19 @@ func (d *device) push(model string, values map[string]string) []syncproto.Result
 	return res.Results
 }
 
+// screenshot writes a PNG of the tab's viewport as name.png under the
+// directory screenshotsEnv names, when it names one.
+func screenshot(t *testing.T, tab context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv(screenshotsEnv)
+	if dir == "" {
+		return
+	}
+	png, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+}
+
 // browser starts headless Chromium (Debian's, which make deps installs)
 // and returns a tab context bounded by the test's budget.
 func browser(t *testing.T) context.Context {
@@ -117,6 +130,14 @@ func browser(t *testing.T) context.Context {
 	tab, tcancel := chromedp.NewContext(actx)
 	t.Cleanup(tcancel)
 	return tab
+}
+
+// logIn logs the tab in at the console under base with token and waits
+// for the overview.
+func logIn(t *testing.T, tab context.Context, base, token string) {
+	t.Helper()
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"login"), chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.ID("login")), chromedp.WaitVisible(chromedp.ID("live"))))
 }
 
 // text reads the text of the element sel names.
@@ -189,15 +210,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			}
 		}
 	}()
-	shots := os.Getenv(screenshotsEnv)
-	shoot := func(name string) {
-		if shots == "" {
-			return
-		}
-		png, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644))
-	}
+	shoot := func(name string) { screenshot(t, tab, name) }
 	base := srv.AdminURL + console.Path
 
 	// Without a session the console sends the browser to the login form.
@@ -208,8 +221,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	shoot("login")
 	require.NoError(t, chromedp.Do(tab, chromedp.SendKeys(chromedp.ID("token"), "not-a-token"), chromedp.Click(chromedp.ID("login"))))
 	require.Contains(t, text(t, tab, "#flash"), "not an admin token")
-	require.NoError(t, chromedp.Do(tab, chromedp.SendKeys(chromedp.ID("token"), srv.AdminToken), chromedp.Click(chromedp.ID("login")),
-		chromedp.WaitVisible(chromedp.ID("live"))))
+	logIn(t, tab, base, srv.AdminToken)
 
 	// Overview: the build and the live figures, which move as the writer
 	// pushes 10,000 entries.
@@ -339,11 +351,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, 1.0, srv.MetricValue(t, "syncd_operator_disconnects_total"))
 	require.GreaterOrEqual(t, srv.MetricValue(t, `syncd_console_refusals_total{reason="csrf"}`), 2.0)
 
-	for _, p := range []string{"cluster", "tenants"} {
-		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+p), chromedp.WaitVisible(chromedp.CSS("main"))))
-		shoot(p)
-	}
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"tenants"), chromedp.WaitVisible(chromedp.CSS("main"))))
+	shoot("tenants")
 	require.Contains(t, text(t, tab, "#tenants"), "acme")
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"cluster"), chromedp.WaitVisible(chromedp.CSS("main"))))
+	require.Contains(t, text(t, tab, "#single"), "single node")
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -456,4 +468,47 @@ func TestConsoleSessionsAndRefusals(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, get("", nil).StatusCode, "no cookie: to the login form")
 	require.Equal(t, http.StatusUnauthorized, get("live.json", nil).StatusCode)
 	require.Equal(t, 2.0, srv.MetricValue(t, `syncd_console_logins_total{result="ok"}`))
+}
+
+// TestConsoleClusterPageShowsANodeDown runs the console of a three-node
+// cluster in a real Chromium: every node is listed ready with its applied
+// seq, lag and the lease holder; once one node stops, its reports stop
+// and the page shows it down while the others stay ready.
+func TestConsoleClusterPageShowsANodeDown(t *testing.T) {
+	nodes := syncdtest.StartCluster(t, 3, server.Config{})
+	writer := connect(t, nodes[0], nodes[0].Member(t, "acme", "writer"), "writer", syncproto.NewClock("writer", nil))
+	writer.push("notes", map[string]string{"a": `{"n":1}`, "b": `{"n":2}`})
+
+	tab := browser(t)
+	base := nodes[0].AdminURL + console.Path
+	logIn(t, tab, base, nodes[0].AdminToken)
+	state := func(node string) string {
+		s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(`#nodes tr[data-node="`+node+`"] td.state`)))
+		if err != nil {
+			return err.Error()
+		}
+		return s
+	}
+	eventually(t, "every node reported ready", 30*time.Second, func() bool {
+		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"cluster")))
+		return state("node-1") == "ready" && state("node-2") == "ready" && state("node-3") == "ready"
+	})
+	eventually(t, "a lease holder", 30*time.Second, func() bool {
+		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"cluster")))
+		return strings.HasPrefix(text(t, tab, "#lease-holder"), "node-")
+	})
+
+	nodes[2].Stop(t)
+	eventually(t, "the stopped node shown down", 30*time.Second, func() bool {
+		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"cluster")))
+		return strings.HasPrefix(state("node-3"), "down: no report for")
+	})
+	require.Equal(t, "ready", state("node-1"))
+	require.Equal(t, "ready", state("node-2"))
+	for _, n := range []string{"node-1", "node-2"} {
+		lag := text(t, tab, `#nodes tr[data-node="`+n+`"] td.lag`)
+		_, err := strconv.ParseUint(lag, 10, 64)
+		require.NoError(t, err, "%s's lag is a count of entries: %q", n, lag)
+	}
+	screenshot(t, tab, "cluster")
 }

@@ -149,12 +149,31 @@ func (c *Console) live(r *http.Request, id identity) (any, error) {
 	return Live{Status: st, Figures: f, Samples: c.sampler.history()}, nil
 }
 
+// nodeRow is one cluster node as the cluster page shows it: its last
+// report, and whether that report is too old to trust.
+type nodeRow struct {
+	adminapi.Node
+	Silent bool   // no report for NodeSilentAfter: down, or cut off
+	Age    string // how old the report is
+}
+
 func (c *Console) cluster(w http.ResponseWriter, r *http.Request, id identity) error {
 	st, err := c.status(r, id)
 	if err != nil {
 		return err
 	}
-	c.render(w, r, http.StatusOK, "cluster", view{Title: "Cluster", Data: st}, id)
+	var rows []nodeRow
+	if st.Cluster != nil {
+		now := c.cfg.Now()
+		for _, n := range st.Cluster.Nodes {
+			age := max(0, now.Sub(n.At))
+			rows = append(rows, nodeRow{Node: n, Silent: age > NodeSilentAfter, Age: age.Round(time.Second).String()})
+		}
+	}
+	c.render(w, r, http.StatusOK, "cluster", view{Title: "Cluster", Data: struct {
+		Status adminapi.Status
+		Nodes  []nodeRow
+	}{st, rows}}, id)
 	return nil
 }
 
