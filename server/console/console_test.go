@@ -512,3 +512,39 @@ func TestConsoleClusterPageShowsANodeDown(t *testing.T) {
 	}
 	screenshot(t, tab, "cluster")
 }
+
+// TestConsoleKeyHistoryPages shows that one key's history is paged on the
+// server: a key written 150 times shows 100 entries, each with the
+// ledger's decision, and a link that continues after the 100th.
+func TestConsoleKeyHistoryPages(t *testing.T) {
+	srv := syncdtest.Start(t, server.Config{})
+	writer := connect(t, srv, srv.Member(t, "acme", "writer"), "writer", syncproto.NewClock("writer", nil))
+	var seqs []uint64
+	for i := range 150 {
+		res := writer.push("notes", map[string]string{"hot": fmt.Sprintf(`{"n":%d}`, i)})
+		require.Equal(t, syncproto.StatusApplied, res[0].Status)
+		seqs = append(seqs, res[0].Seq)
+		writer.push("notes", map[string]string{fmt.Sprintf("cold%d", i): `{}`})
+	}
+	page := func(from uint64) string {
+		t.Helper()
+		resp := syncdtest.Get(t, fmt.Sprintf("%s%skey?tenant=acme&model=notes&key=hot&from=%d", srv.AdminURL, console.Path, from), srv.AdminToken)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+		return string(body)
+	}
+	rows := regexp.MustCompile(`(?s)<table id="key-entries">.*?</table>`)
+	first := page(0)
+	require.Equal(t, 100, strings.Count(rows.FindString(first), "<tr>")-1, "100 entries and the header")
+	require.Equal(t, 100, strings.Count(first, "applied at "), "each with its ledger decision")
+	more := regexp.MustCompile(`id="key-more">continue after seq (\d+)<`).FindStringSubmatch(first)
+	require.NotNil(t, more, "a link to the rest")
+	require.Equal(t, strconv.FormatUint(seqs[99], 10), more[1])
+	next, err := strconv.ParseUint(more[1], 10, 64)
+	require.NoError(t, err)
+	second := page(next)
+	require.Equal(t, 50, strings.Count(rows.FindString(second), "<tr>")-1)
+	require.NotContains(t, second, `id="key-more"`, "nothing after the head")
+}

@@ -33,8 +33,9 @@
 //     styles from /console/static/ only, no inline script, no framing),
 //     nosniff, no referrer to other sites and no caching.
 //   - Bounds: every table pages on the server (an oplog page is at most
-//     MaxOplogPage entries; a key's history scans at most KeyScanEntries
-//     oplog entries per request and says where to continue); live figures
+//     MaxOplogPage entries; a key's history shows at most PageSize entries
+//     and scans at most KeyScanEntries oplog entries per request, and says
+//     where to continue); live figures
 //     keep History of samples taken every SampleInterval by one sampler
 //     goroutine that Close stops.
 package console

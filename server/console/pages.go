@@ -359,9 +359,9 @@ type keyEntry struct {
 	Decision *adminapi.LedgerAnswer
 }
 
-// keyHistory: one key's oplog entries (scanning at most KeyScanEntries
-// entries of its tenant and model per request), its conflicts and the
-// ledger's decisions for its ops.
+// keyHistory: one key's oplog entries (at most PageSize of them, scanning
+// at most KeyScanEntries entries of its tenant and model per request), its
+// conflicts and the ledger's decisions for its ops.
 func (c *Console) keyHistory(w http.ResponseWriter, r *http.Request, id identity) error {
 	f, q := filterOf(r)
 	key := r.URL.Query().Get("key")
@@ -374,6 +374,7 @@ func (c *Console) keyHistory(w http.ResponseWriter, r *http.Request, id identity
 	}
 	var entries []keyEntry
 	scanned, next, head := 0, from, uint64(0)
+scan:
 	for scanned < KeyScanEntries {
 		q.Set(adminapi.ParamFrom, strconv.FormatUint(next, 10))
 		q.Set(adminapi.ParamLimit, strconv.Itoa(adminapi.MaxOplogPage))
@@ -383,12 +384,16 @@ func (c *Console) keyHistory(w http.ResponseWriter, r *http.Request, id identity
 		}
 		head = page.Head
 		for _, e := range page.Entries {
+			scanned++
+			next = e.Seq
 			if e.Key == key {
 				entries = append(entries, keyEntry{OplogEntry: e})
+				if len(entries) == PageSize {
+					break scan
+				}
 			}
 		}
-		scanned += len(page.Entries)
-		next = page.Next
+		next = max(next, page.Next)
 		if len(page.Entries) == 0 || next >= page.Head {
 			break
 		}
