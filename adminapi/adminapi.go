@@ -48,6 +48,10 @@ const (
 	// ParamClientID, both required. It answers a Disconnected, with 404
 	// when the device has no session here.
 	PathDisconnect = "/v1/admin/clients/disconnect"
+	// PathTenants answers a TenantsPage: the tenants this node knows of
+	// (with sessions here, with a compacted oplog, or served by its
+	// committer since it started), sorted by name, at most MaxTenants.
+	PathTenants = "/v1/admin/tenants"
 	// PathHealth answers 200 while the process serves; it needs no token.
 	PathHealth = "/healthz"
 	// PathProfiles is the prefix of Go's profiles (net/http/pprof).
@@ -79,6 +83,8 @@ const (
 	MaxOplogPage = syncproto.MaxPullLimit
 	// MaxConflicts bounds the rows of one conflicts answer.
 	MaxConflicts = 1000
+	// MaxTenants bounds the tenants of one TenantsPage.
+	MaxTenants = 10000
 )
 
 // LedgerPath is the path of the ledger answer for opID.
@@ -285,4 +291,33 @@ type Disconnected struct {
 	// Sessions counts the sessions told to end (a device may hold more
 	// than one, briefly, while it reconnects).
 	Sessions int `json:"sessions"`
+}
+
+// TenantsPage is the answer of PathTenants.
+type TenantsPage struct {
+	Tenants []Tenant `json:"tenants"`
+	// Truncated is true when more than MaxTenants were known: the page
+	// holds the first by name.
+	Truncated bool `json:"truncated"`
+}
+
+// Tenant is one tenant as this node sees it.
+type Tenant struct {
+	Tenant string `json:"tenant"`
+	// Sessions counts its open sessions on this node; PendingPushes their
+	// pushes not yet answered; MaxLagEntries the largest head-minus-cursor
+	// among them.
+	Sessions      int    `json:"sessions"`
+	PendingPushes int64  `json:"pending_pushes"`
+	MaxLagEntries uint64 `json:"max_lag_entries"`
+	// OplogFloor is the newest of its oplog entries that retention
+	// compacted away (0: none).
+	OplogFloor uint64 `json:"oplog_floor"`
+	// Snapshots counts its snapshot downloads running or waiting here.
+	Snapshots int `json:"snapshots"`
+	// MutationsServed counts the mutations this node's committer took
+	// from the tenant's line since it started (single node; the
+	// syncd_commit_served_mutations_total series of the tenant, absent
+	// beyond its label bound, where tenants share "~other").
+	MutationsServed uint64 `json:"mutations_served"`
 }

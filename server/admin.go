@@ -28,6 +28,7 @@ import (
 //	GET /v1/admin/conflicts?tenant=T&model=M&before=ID&limit=N
 //	GET /v1/admin/ledger/{op_id}?tenant=T     what was decided for an op, and when
 //	GET /v1/admin/figures                     running totals (pushes, mutations, ack latency), readiness, alerts
+//	GET /v1/admin/tenants                     tenants: sessions, lag, oplog floor, snapshots, mutations served
 //	POST /v1/admin/clients/disconnect?tenant=T&client_id=C   drain one device's sessions
 //	GET /console/...                          the operator console (package console)
 //	GET /debug/pprof/...                      Go's profiles (net/http/pprof)
@@ -41,6 +42,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(console.Path, s.consoleHandler(mux))
 	mux.Handle("GET "+adminapi.PathFigures, s.admin(s.adminFigures))
+	mux.Handle("GET "+adminapi.PathTenants, s.admin(s.adminTenants))
 	mux.Handle("POST "+adminapi.PathDisconnect, s.admin(s.adminDisconnect))
 	mux.HandleFunc("GET "+adminapi.PathHealth, s.healthz)
 	mux.HandleFunc("GET /startupz", s.startupz)

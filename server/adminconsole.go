@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -146,4 +148,69 @@ func (s *Server) closeConsole() {
 	if s.console != nil {
 		s.console.Close()
 	}
+}
+
+// adminTenants lists the tenants this node knows of: from its sessions,
+// the oplog's tenant floors, its snapshot gate and its committer's
+// per-tenant counts.
+func (s *Server) adminTenants(r *http.Request) (any, int, error) {
+	ctx := r.Context()
+	b, err := s.store.Log.Bounds(ctx, replication.Scope{AllTenants: true})
+	if err != nil {
+		return nil, 0, err
+	}
+	floors, err := s.store.Log.Floors(ctx, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	by := map[string]*adminapi.Tenant{}
+	of := func(name string) *adminapi.Tenant {
+		t := by[name]
+		if t == nil {
+			t = &adminapi.Tenant{Tenant: name, OplogFloor: floors.All}
+			by[name] = t
+		}
+		return t
+	}
+	for _, ss := range s.sessionList() {
+		t := of(ss.principal().Tenant)
+		t.Sessions++
+		t.PendingPushes += ss.pending.Load()
+		if c := ss.cursor.Load(); b.Head > c {
+			t.MaxLagEntries = max(t.MaxLagEntries, b.Head-c)
+		}
+	}
+	for name, floor := range floors.Tenants {
+		of(name).OplogFloor = max(floors.All, floor)
+	}
+	s.snapshots.mu.Lock()
+	for name, n := range s.snapshots.byTenant {
+		of(name).Snapshots = n
+	}
+	s.snapshots.mu.Unlock()
+	families, err := s.registry.Gather()
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != "syncd_commit_served_mutations_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "tenant" && !strings.HasPrefix(l.GetValue(), "~") {
+					of(l.GetValue()).MutationsServed = uint64(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	page := adminapi.TenantsPage{Tenants: make([]adminapi.Tenant, 0, len(by))}
+	for _, t := range by {
+		page.Tenants = append(page.Tenants, *t)
+	}
+	slices.SortFunc(page.Tenants, func(a, b adminapi.Tenant) int { return strings.Compare(a.Tenant, b.Tenant) })
+	if len(page.Tenants) > adminapi.MaxTenants {
+		page.Tenants, page.Truncated = page.Tenants[:adminapi.MaxTenants], true
+	}
+	return page, 0, nil
 }

@@ -353,7 +353,8 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"tenants"), chromedp.WaitVisible(chromedp.CSS("main"))))
 	shoot("tenants")
-	require.Contains(t, text(t, tab, "#tenants"), "acme")
+	require.Equal(t, "1", text(t, tab, `#tenants tr[data-tenant="acme"] td.sessions`), "the writer; the phone left")
+	require.Equal(t, strconv.FormatUint(head+1, 10), text(t, tab, `#tenants tr[data-tenant="acme"] td.served`), "every mutation of the tenant, the superseded one included")
 	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"cluster"), chromedp.WaitVisible(chromedp.CSS("main"))))
 	require.Contains(t, text(t, tab, "#single"), "single node")
 

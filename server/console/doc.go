@@ -7,7 +7,8 @@
 // Pages: overview (build, uptime, readiness, connections, applies per
 // second and push ack latency over the last minutes, refreshed live,
 // alerts the server knows), cluster (nodes, applied seq, lag, lease
-// holder), tenants (sessions per tenant), devices (connected sessions with
+// holder), tenants (sessions, lag, oplog floor, snapshots, mutations
+// served), devices (connected sessions with
 // cursor and lag; disconnect a device), data (the oplog paged and filtered
 // by tenant and model, one key's history, conflicts, op-id lookup).
 //

@@ -177,40 +177,18 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request, id identity) e
 	return nil
 }
 
-// tenantRow is one tenant's sessions on this node.
-type tenantRow struct {
-	Tenant        string
-	Sessions      int
-	PendingPushes int64
-	MaxLag        uint64
-}
-
 func (c *Console) tenants(w http.ResponseWriter, r *http.Request, id identity) error {
-	st, sessions, err := c.sessionsOf(r, id)
-	if err != nil {
+	var tp adminapi.TenantsPage
+	if _, err := c.call(r, id, http.MethodGet, adminapi.PathTenants, nil, &tp); err != nil {
 		return err
 	}
-	by := map[string]*tenantRow{}
-	for _, s := range sessions {
-		t := by[s.Tenant]
-		if t == nil {
-			t = &tenantRow{Tenant: s.Tenant}
-			by[s.Tenant] = t
-		}
-		t.Sessions++
-		t.PendingPushes += s.PendingPushes
-		t.MaxLag = max(t.MaxLag, sub(st.OplogHead, s.Cursor))
-	}
-	rows := make([]tenantRow, 0, len(by))
-	for _, t := range by {
-		rows = append(rows, *t)
-	}
-	slices.SortFunc(rows, func(a, b tenantRow) int { return strings.Compare(a.Tenant, b.Tenant) })
-	start, next := pageBounds(r, len(rows))
+	start, end := pageBounds(r, len(tp.Tenants))
 	c.render(w, r, http.StatusOK, "tenants", view{Title: "Tenants", Data: struct {
-		Rows       []tenantRow
+		Rows       []adminapi.Tenant
+		Total      int
+		Truncated  bool
 		Prev, Next int
-	}{rows[start:next], prevPage(r), nextPage(r, next, len(rows))}}, id)
+	}{tp.Tenants[start:end], len(tp.Tenants), tp.Truncated, prevPage(r), nextPage(r, end, len(tp.Tenants))}}, id)
 	return nil
 }
 
