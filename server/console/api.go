@@ -18,13 +18,14 @@ import (
 // token, revoked).
 var errUnauthorized = errors.New("the admin API refused the token")
 
-// apiError is an admin API answer other than 2xx and 401.
+// apiError is an admin API answer other than 2xx and 401, or a request
+// the console refuses before asking (Status 400).
 type apiError struct {
 	Status  int
 	Message string
 }
 
-func (e *apiError) Error() string { return fmt.Sprintf("admin API: %d %s", e.Status, e.Message) }
+func (e *apiError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
 
 // recorder is the response writer of an in-process admin API request.
 type recorder struct {

@@ -442,6 +442,21 @@ func TestConsoleSessionsAndRefusals(t *testing.T) {
 		require.Equal(t, want, resp.StatusCode, "%s: %s", q, body)
 	}
 
+	// Bad parameters get a clear 400 page and ask nothing.
+	for path, want := range map[string]string{
+		"data?from=abc":                  "from: want a non-negative integer",
+		"op?tenant=acme&op_id=not-an-op": "op_id",
+		"key?tenant=acme&model=notes":    "needs its tenant, model and key",
+		"conflicts?before=-1":            "before: want a non-negative integer",
+	} {
+		resp := syncdtest.Get(t, base+path, srv.AdminToken)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, path)
+		require.Contains(t, string(body), want, path)
+	}
+
 	// A second login, then logout ends only that one.
 	other := login(srv.AdminToken)
 	require.Equal(t, 2.0, srv.MetricValue(t, "syncd_console_sessions"))
