@@ -24,6 +24,7 @@ import (
 
 	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/server/console"
 	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -366,8 +367,10 @@ func TestConsoleInABrowser(t *testing.T) {
 
 // TestConsoleSessionsAndRefusals covers the console's rules without a
 // browser: a login opens a cookie session with the promised attributes,
-// the session ends at logout (with the CSRF token of its pages), a
-// cross-origin post is refused, and a bearer header needs no CSRF token.
+// the session ends at logout (with the CSRF token of its pages) and at
+// its first request after its token is revoked, a cross-origin post is
+// refused, a bearer header needs no CSRF token, and bad parameters get a
+// 400 page.
 func TestConsoleSessionsAndRefusals(t *testing.T) {
 	srv := syncdtest.Start(t, server.Config{})
 	base := srv.AdminURL + console.Path
@@ -484,6 +487,23 @@ func TestConsoleSessionsAndRefusals(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, get("", nil).StatusCode, "no cookie: to the login form")
 	require.Equal(t, http.StatusUnauthorized, get("live.json", nil).StatusCode)
 	require.Equal(t, 2.0, srv.MetricValue(t, `syncd_console_logins_total{result="ok"}`))
+
+	// A session whose admin token is revoked ends at its next request.
+	token := srv.Issue(t, auth.Principal{Admin: true})
+	revoked := login(token)
+	require.Equal(t, http.StatusOK, get("", revoked).StatusCode)
+	a, err := auth.NewAuthenticator(srv.TokenPath, nil)
+	require.NoError(t, err)
+	p, err := a.Authenticate(token)
+	require.NoError(t, a.Close())
+	require.NoError(t, err)
+	require.NoError(t, auth.Revoke(srv.TokenPath, p.TokenID))
+	eventually(t, "the revoked token's session ended", 10*time.Second, func() bool {
+		resp := get("", revoked)
+		return resp.StatusCode == http.StatusSeeOther && strings.Contains(resp.Header.Get("Location"), "login?why=")
+	})
+	require.Equal(t, http.StatusSeeOther, get("devices", revoked).StatusCode, "and stays ended")
+	require.Equal(t, http.StatusOK, get("", ck).StatusCode, "the other token's session lives on")
 }
 
 // TestConsoleClusterPageShowsANodeDown runs the console of a three-node
