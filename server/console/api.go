@@ -162,7 +162,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, id identity, err 
 			c.refuse(w, r, http.StatusUnauthorized, "unauthenticated", "the admin token was refused")
 			return
 		}
-		http.Redirect(w, r, Path+"login?why="+url.QueryEscape("the session ended: its admin token was refused"), http.StatusSeeOther)
+		http.Redirect(w, r, Path+"login?why=refused", http.StatusSeeOther)
 		return
 	}
 	status := http.StatusBadGateway

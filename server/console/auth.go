@@ -19,6 +19,7 @@ const cookieName = "syncd_console"
 type session struct {
 	id, token, csrf string
 	created, seen   time.Time
+	flash           string // a one-shot message for the next page (guarded by the book's mutex)
 }
 
 // sessionBook holds the console sessions, bounded by Config.MaxSessions.
@@ -73,6 +74,22 @@ func (b *sessionBook) end(id string) {
 	defer b.mu.Unlock()
 	delete(b.byID, id)
 	b.metrics.sessions.Set(float64(len(b.byID)))
+}
+
+// setFlash leaves msg for the session's next page.
+func (b *sessionBook) setFlash(s *session, msg string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s.flash = msg
+}
+
+// takeFlash returns and clears the session's message.
+func (b *sessionBook) takeFlash(s *session) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	msg := s.flash
+	s.flash = ""
+	return msg
 }
 
 func (b *sessionBook) pruneLocked(now time.Time) {
@@ -144,9 +161,16 @@ func csrfOK(r *http.Request, id identity) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(id.sess.csrf)) == 1
 }
 
+// loginReasons are the messages the login form shows for its ?why=
+// codes; the text never comes from the URL, so a link cannot put words on
+// the console's page.
+var loginReasons = map[string]string{
+	"refused": "the session ended: its admin token was refused (revoked?)",
+}
+
 // loginForm shows the login form.
 func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
-	c.render(w, r, http.StatusOK, "login", view{Title: "Log in", Flash: r.URL.Query().Get("why")}, nil)
+	c.render(w, r, http.StatusOK, "login", view{Title: "Log in", Flash: loginReasons[r.URL.Query().Get("why")]}, nil)
 }
 
 // login checks the posted admin token against the admin API and opens a

@@ -141,12 +141,21 @@ func logIn(t *testing.T, tab context.Context, base, token string) {
 		chromedp.Click(chromedp.ID("login")), chromedp.WaitVisible(chromedp.ID("live"))))
 }
 
-// text reads the text of the element sel names.
+// text reads the text of the first element sel matches, waiting for it to
+// exist. It reads in one evaluation, so the live refresh replacing the
+// element's text meanwhile cannot fail it.
 func text(t *testing.T, tab context.Context, sel string) string {
 	t.Helper()
-	s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(sel)))
-	require.NoError(t, err, "text of %s", sel)
-	return s
+	var out string
+	eventually(t, "an element "+sel, 10*time.Second, func() bool {
+		s, err := chromedp.Run(tab, chromedp.Evaluate[*string](fmt.Sprintf(`((e) => e ? (e.innerText ?? e.textContent) : null)(document.querySelector(%q))`, sel)))
+		if err != nil || s == nil {
+			return false
+		}
+		out = strings.TrimSpace(*s)
+		return true
+	})
+	return out
 }
 
 // eventually polls cond every 200 ms until it holds or the budget ends.
@@ -239,12 +248,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	head := srv.Status(t).OplogHead
 	require.Equal(t, uint64(10_001), head, "the superseded write took no seq")
 	eventually(t, "the overview shows the applies", 20*time.Second, func() bool {
-		max, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector("#chart-applied text").textContent`))
-		return err == nil && strings.HasPrefix(max, "max ") && !strings.HasPrefix(max, "max 0 ")
+		max := text(t, tab, "#chart-applied text")
+		return strings.HasPrefix(max, "max ") && !strings.HasPrefix(max, "max 0 ")
 	})
 	eventually(t, "the overview's head follows", 10*time.Second, func() bool {
-		h, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("head")))
-		return err == nil && h == strconv.FormatUint(head, 10)
+		return text(t, tab, "#head") == strconv.FormatUint(head, 10)
 	})
 	shoot("overview")
 
@@ -255,13 +263,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	shoot("data")
 	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.ID("next")), chromedp.WaitVisible(chromedp.CSS("#oplog"))))
 	eventually(t, "the second page", 10*time.Second, func() bool {
-		s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS("#oplog tbody tr:first-child td.seq")))
-		return err == nil && s == "101"
+		return text(t, tab, "#oplog tbody tr:first-child td.seq") == "101"
 	})
 	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.ID("newest")), chromedp.WaitVisible(chromedp.CSS("#oplog"))))
 	eventually(t, "the newest page", 10*time.Second, func() bool {
-		s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS("#oplog tbody tr:last-child td.seq")))
-		return err == nil && s == strconv.FormatUint(head, 10)
+		return text(t, tab, "#oplog tbody tr:last-child td.seq") == strconv.FormatUint(head, 10)
 	})
 
 	// Values holding markup are text: shown only when asked for, escaped.
@@ -296,8 +302,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"devices")))
 	eventually(t, "the phone's cursor at the head", 10*time.Second, func() bool {
 		require.NoError(t, chromedp.Do(tab, chromedp.Reload()))
-		c, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(`#devices tr[data-client="phone"] td.cursor`)))
-		return err == nil && c == strconv.FormatUint(head, 10)
+		return text(t, tab, `#devices tr[data-client="phone"] td.cursor`) == strconv.FormatUint(head, 10)
 	})
 	shoot("devices")
 
@@ -338,6 +343,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	// Disconnect the phone from its row: its session really ends.
 	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#devices tr[data-client="phone"] button`)), chromedp.WaitVisible(chromedp.ID("flash"))))
 	require.Contains(t, text(t, tab, "#flash"), "disconnected acme/phone: 1 session")
+	flashes, err := chromedp.Run(tab, chromedp.Evaluate[int](`(location.assign("/console/devices?done=spoofed"), 0)`))
+	require.NoError(t, err)
+	require.Zero(t, flashes)
+	eventually(t, "the devices page without a message from the URL", 10*time.Second, func() bool {
+		n, err := chromedp.Run(tab, chromedp.Evaluate[int](`location.search === "?done=spoofed" && document.readyState === "complete" ? document.querySelectorAll("#flash").length : -1`))
+		return err == nil && n == 0
+	})
 	for {
 		_, err := phone.tryRecv()
 		if err != nil {
@@ -500,9 +512,23 @@ func TestConsoleSessionsAndRefusals(t *testing.T) {
 	require.NoError(t, auth.Revoke(srv.TokenPath, p.TokenID))
 	eventually(t, "the revoked token's session ended", 10*time.Second, func() bool {
 		resp := get("", revoked)
-		return resp.StatusCode == http.StatusSeeOther && strings.Contains(resp.Header.Get("Location"), "login?why=")
+		return resp.StatusCode == http.StatusSeeOther && strings.HasSuffix(resp.Header.Get("Location"), "login?why=refused")
 	})
 	require.Equal(t, http.StatusSeeOther, get("devices", revoked).StatusCode, "and stays ended")
+	// The login form says why, in its own words only: a link cannot put
+	// text on the page.
+	for why, want := range map[string]string{"refused": "its admin token was refused", "<b>you+were+hacked</b>": ""} {
+		resp := syncdtest.Get(t, base+"login?why="+why, "")
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		if want == "" {
+			require.NotContains(t, string(body), "hacked")
+			require.NotContains(t, string(body), `id="flash"`)
+		} else {
+			require.Contains(t, string(body), want)
+		}
+	}
 	require.Equal(t, http.StatusOK, get("", ck).StatusCode, "the other token's session lives on")
 }
 
@@ -518,13 +544,7 @@ func TestConsoleClusterPageShowsANodeDown(t *testing.T) {
 	tab := browser(t)
 	base := nodes[0].AdminURL + console.Path
 	logIn(t, tab, base, nodes[0].AdminToken)
-	state := func(node string) string {
-		s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(`#nodes tr[data-node="`+node+`"] td.state`)))
-		if err != nil {
-			return err.Error()
-		}
-		return s
-	}
+	state := func(node string) string { return text(t, tab, `#nodes tr[data-node="`+node+`"] td.state`) }
 	eventually(t, "every node reported ready", 30*time.Second, func() bool {
 		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"cluster")))
 		return state("node-1") == "ready" && state("node-2") == "ready" && state("node-3") == "ready"

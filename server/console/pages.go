@@ -238,7 +238,14 @@ func (c *Console) devices(w http.ResponseWriter, r *http.Request, id identity) e
 		return err
 	}
 	start, end := pageBounds(r, len(sessions))
-	c.render(w, r, http.StatusOK, "devices", view{Title: "Devices", Flash: r.URL.Query().Get("done"), Data: struct {
+	// A browser's message comes from its session; ?done= is shown only
+	// to a bearer-header client (a script), so a link cannot put words on
+	// an operator's page.
+	flash := r.URL.Query().Get("done")
+	if id.sess != nil {
+		flash = c.sessions.takeFlash(id.sess)
+	}
+	c.render(w, r, http.StatusOK, "devices", view{Title: "Devices", Flash: flash, Data: struct {
 		Head       uint64
 		Total      int
 		Rows       []adminapi.Session
@@ -261,6 +268,11 @@ func (c *Console) disconnect(w http.ResponseWriter, r *http.Request, id identity
 		done = fmt.Sprintf("%s/%s has no session on this node", ans.Tenant, ans.ClientID)
 	}
 	c.cfg.Logger.Info("console: device disconnected", "tenant", ans.Tenant, "client_id", ans.ClientID, "sessions", ans.Sessions, "remote", r.RemoteAddr)
+	if id.sess != nil {
+		c.sessions.setFlash(id.sess, done)
+		http.Redirect(w, r, Path+"devices", http.StatusSeeOther)
+		return
+	}
 	http.Redirect(w, r, Path+"devices?done="+url.QueryEscape(done), http.StatusSeeOther)
 }
 
