@@ -20,7 +20,8 @@ import (
 
 // readable is a JSON value as people read it: the server stores values
 // with <, > and & escaped as \u003c..., which the console turns back into
-// the characters (html/template escapes them for the page).
+// the characters (html/template escapes them for the page). Objects show
+// their members sorted by name.
 func readable(b []byte) string {
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -62,15 +63,21 @@ var funcs = template.FuncMap{
 	"lag":      func(head, cursor uint64) uint64 { return sub(head, cursor) },
 	"raw":      readable,
 	"size":     func(b []byte) string { return fmt.Sprintf("%d bytes", len(b)) },
-	"q": func(kv ...any) template.URL { // query string of key, value pairs (values escaped)
-		v := url.Values{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			if s := fmt.Sprint(kv[i+1]); s != "" && s != "0" {
-				v.Set(fmt.Sprint(kv[i]), s)
-			}
+	"q":        query,
+}
+
+// query is the query string of key, value pairs, values escaped; an empty
+// string and a zero number are left out (their parameter's default).
+func query(kv ...any) template.URL {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		val := kv[i+1]
+		if val == "" || val == 0 || val == int64(0) || val == uint64(0) {
+			continue
 		}
-		return template.URL(v.Encode())
-	},
+		v.Set(fmt.Sprint(kv[i]), fmt.Sprint(val))
+	}
+	return template.URL(v.Encode())
 }
 
 func parsePages() (*pages, error) {

@@ -100,3 +100,16 @@ func TestSessionsExpireAndStayBounded(t *testing.T) {
 		require.True(t, ok)
 	}
 }
+
+func TestQueryLeavesOutOnlyDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		kv   []any
+		want string
+	}{
+		{[]any{"tenant", "acme", "from", uint64(0), "page", 0, "before", int64(0)}, "tenant=acme"},
+		{[]any{"tenant", "0", "model", "", "from", uint64(7), "page", 2, "before", int64(9)}, "before=9&from=7&page=2&tenant=0"},
+		{[]any{"key", `a&b=<c>`, "values", 1}, "key=a%26b%3D%3Cc%3E&values=1"},
+	} {
+		require.Equal(t, tc.want, string(query(tc.kv...)))
+	}
+}
