@@ -123,7 +123,7 @@ func browser(t *testing.T) context.Context {
 	t.Helper()
 	chromium, err := exec.LookPath("chromium")
 	require.NoError(t, err, "the console test needs Debian's chromium: run `make deps` (apt-get install chromium)")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // about 15 s alone; generous for a loaded machine
 	t.Cleanup(cancel)
 	actx, acancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 860))
