@@ -29,7 +29,7 @@ type kneeTargets struct {
 // their own. A rate is pushes a second per pusher.
 type kneeSearch struct {
 	pass, fail float64 // best passing rate, lowest failing rate; 0: none yet
-	max        float64
+	min, max   float64 // the rates tried stay within [min, max]
 }
 
 // next returns the rate to try after a run at rate passed or failed, and
@@ -46,19 +46,20 @@ func (s *kneeSearch) next(rate float64, passed bool) (float64, bool) {
 	case s.fail == 0:
 		return math.Min(2*s.pass, s.max), true
 	case s.pass == 0:
-		if s.fail <= 1.0/benchMaxKneeDivisor {
+		if s.fail <= s.min {
 			return 0, false // even the slowest rate misses a target
 		}
-		return s.fail / 2, true
+		return math.Max(s.fail/2, s.min), true
 	case s.fail-s.pass <= kneePrecision*s.pass:
 		return 0, false
 	}
 	return (s.pass + s.fail) / 2, true
 }
 
-// benchMaxKneeDivisor bounds how far the search goes down: below one push
-// in this many seconds per pusher it stops.
-const benchMaxKneeDivisor = 64
+// kneeMinPushes is the fewest pushes each pusher makes in a run of the
+// search: the lowest rate it tries is this many per --duration, so that
+// every run measures something.
+const kneeMinPushes = 4
 
 // kneeTrial is one run of the search.
 type kneeTrial struct {
@@ -103,7 +104,7 @@ func ms64(d time.Duration) float64 { return float64(d) / float64(time.Millisecon
 // the targets. It stops after kneeMaxRuns runs at most.
 func (a *app) findKnee(ctx context.Context, cfg benchConfig, clients []benchClient, targets kneeTargets) (*kneeReport, error) {
 	rep := &kneeReport{Config: cfg.view(), AckP99TargetMS: ms64(targets.ackP99), DeliveryP99TargetMS: ms64(targets.deliveryP99)}
-	search := kneeSearch{max: benchMaxRate}
+	search := kneeSearch{min: kneeMinPushes / cfg.duration.Seconds(), max: benchMaxRate}
 	rate := cfg.rate
 	for range kneeMaxRuns {
 		run := cfg
