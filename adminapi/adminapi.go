@@ -42,6 +42,19 @@ const (
 	// PathLedgerPrefix followed by an op id (LedgerPath) answers a
 	// LedgerAnswer; parameter ParamTenant is required.
 	PathLedgerPrefix = "/v1/admin/ledger/"
+	// PathFigures answers a Figures: the server's running totals, which a
+	// reader samples for rates (the console's live overview does).
+	PathFigures = "/v1/admin/figures"
+	// PathDisconnect (POST) ends the sessions of one device, the way a
+	// drain does (pending pushes are answered, then the session closes
+	// 1001 and the device reconnects): parameters ParamTenant and
+	// ParamClientID, both required. It answers a Disconnected, with 404
+	// when the device has no session here.
+	PathDisconnect = "/v1/admin/clients/disconnect"
+	// PathTenants answers a TenantsPage: the tenants this node knows of
+	// (with sessions here, with a compacted oplog, or served by its
+	// committer since it started), sorted by name, at most MaxTenants.
+	PathTenants = "/v1/admin/tenants"
 	// PathHealth answers 200 while the process serves; it needs no token.
 	PathHealth = "/healthz"
 	// PathProfiles is the prefix of Go's profiles (net/http/pprof).
@@ -73,6 +86,8 @@ const (
 	// removes (exactly one).
 	ParamJTI  = "jti"
 	ParamUser = "user"
+	// ParamClientID names one device (PathDisconnect).
+	ParamClientID = "client_id"
 )
 
 // The admin API's limits: a larger limit is served as the maximum.
@@ -81,6 +96,8 @@ const (
 	MaxOplogPage = syncproto.MaxPullLimit
 	// MaxConflicts bounds the rows of one conflicts answer.
 	MaxConflicts = 1000
+	// MaxTenants bounds the tenants of one TenantsPage.
+	MaxTenants = 10000
 )
 
 // LedgerPath is the path of the ledger answer for opID.
@@ -301,4 +318,91 @@ type Denial struct {
 type DenyChange struct {
 	List           DenyList `json:"list"`
 	ClosedSessions int      `json:"closed_sessions"`
+}
+
+// Figures is the answer of PathFigures: running totals since the process
+// started, read from the same instruments /metrics exports. Two answers
+// taken apart give rates (mutations applied per second) and the push ack
+// latency of the interval between them.
+type Figures struct {
+	At time.Time `json:"at"`
+	// Ready is what /readyz answers (false while draining, without a
+	// database, or on a cluster node that must not serve); NotReady says
+	// why.
+	Ready    bool   `json:"ready"`
+	NotReady string `json:"not_ready,omitempty"`
+	// Pushes counts push messages answered (syncd_pushes_total).
+	Pushes uint64 `json:"pushes"`
+	// Mutations counts pushed mutations by result status
+	// (syncd_mutations_total).
+	Mutations map[string]uint64 `json:"mutations"`
+	// Ack is the time from a push's arrival at the committer to its
+	// durable commit, after which it is answered
+	// (syncd_apply_duration_seconds).
+	Ack Histogram `json:"ack"`
+	// Alerts are the conditions the server itself knows to be wrong now
+	// (an open conflict hook breaker, a drain, a cluster node that does
+	// not serve); the rules of docs/alerts evaluate the rest in
+	// Prometheus.
+	Alerts []Alert `json:"alerts"`
+}
+
+// Histogram is a cumulative histogram: Buckets[i].Count observations were
+// at most Buckets[i].UpperBound seconds.
+type Histogram struct {
+	Count   uint64   `json:"count"`
+	Sum     float64  `json:"sum"`
+	Buckets []Bucket `json:"buckets"`
+}
+
+// Bucket is one cumulative bucket of a Histogram.
+type Bucket struct {
+	UpperBound float64 `json:"le"`
+	Count      uint64  `json:"count"`
+}
+
+// Alert is one condition the server knows to be wrong.
+type Alert struct {
+	// Name is stable (hook_breaker_open, hook_breaker_half_open,
+	// draining, not_ready, cluster_node_not_ready); Detail is for people.
+	Name   string `json:"name"`
+	Detail string `json:"detail"`
+}
+
+// Disconnected is the answer of PathDisconnect.
+type Disconnected struct {
+	Tenant   string `json:"tenant"`
+	ClientID string `json:"client_id"`
+	// Sessions counts the sessions told to end (a device may hold more
+	// than one, briefly, while it reconnects).
+	Sessions int `json:"sessions"`
+}
+
+// TenantsPage is the answer of PathTenants.
+type TenantsPage struct {
+	Tenants []Tenant `json:"tenants"`
+	// Truncated is true when more than MaxTenants were known: the page
+	// holds the first by name.
+	Truncated bool `json:"truncated"`
+}
+
+// Tenant is one tenant as this node sees it.
+type Tenant struct {
+	Tenant string `json:"tenant"`
+	// Sessions counts its open sessions on this node; PendingPushes their
+	// pushes not yet answered; MaxLagEntries the largest head-minus-cursor
+	// among them.
+	Sessions      int    `json:"sessions"`
+	PendingPushes int64  `json:"pending_pushes"`
+	MaxLagEntries uint64 `json:"max_lag_entries"`
+	// OplogFloor is the newest of its oplog entries that retention
+	// compacted away (0: none).
+	OplogFloor uint64 `json:"oplog_floor"`
+	// Snapshots counts its snapshot downloads running or waiting here.
+	Snapshots int `json:"snapshots"`
+	// MutationsServed counts the mutations this node's committer took
+	// from the tenant's line since it started (single node; the
+	// syncd_commit_served_mutations_total series of the tenant, absent
+	// beyond its label bound, where tenants share "~other").
+	MutationsServed uint64 `json:"mutations_served"`
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/syncd-dev/syncd/internal/buildinfo"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/server/console"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -27,14 +28,23 @@ import (
 //	GET /v1/admin/conflicts?tenant=T&model=M&before=ID&limit=N
 //	GET /v1/admin/ledger/{op_id}?tenant=T     what was decided for an op, and when
 //	GET|POST|DELETE /v1/admin/deny            the JWT deny list: list, deny a jti or user, remove an entry
+//	GET /v1/admin/figures                     running totals (pushes, mutations, ack latency), readiness, alerts
+//	GET /v1/admin/tenants                     tenants: sessions, lag, oplog floor, snapshots, mutations served
+//	POST /v1/admin/clients/disconnect?tenant=T&client_id=C   drain one device's sessions
+//	GET /console/...                          the operator console (package console)
 //	GET /debug/pprof/...                      Go's profiles (net/http/pprof)
 //	GET /startupz                             503 until the boot is over (MarkServing), then 200
 //	GET /debug/snapshot                       sessions, pools, breakers, lease, queues (DebugSnapshot, at most 1 MB)
 //
 // Every path but /healthz and /startupz needs an admin token, /debug/pprof
-// included.
+// included; the console takes it in a login form (or the same bearer
+// header) and reads every page from the admin API above.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle(console.Path, s.consoleHandler(mux))
+	mux.Handle("GET "+adminapi.PathFigures, s.admin(s.adminFigures))
+	mux.Handle("GET "+adminapi.PathTenants, s.admin(s.adminTenants))
+	mux.Handle("POST "+adminapi.PathDisconnect, s.admin(s.adminDisconnect))
 	mux.HandleFunc("GET "+adminapi.PathHealth, s.healthz)
 	mux.HandleFunc("GET /startupz", s.startupz)
 	mux.Handle("GET /debug/snapshot", s.adminOnly(http.HandlerFunc(s.debugSnapshot)))
