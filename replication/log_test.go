@@ -74,7 +74,8 @@ func TestMemoryLogConformance(t *testing.T) {
 // TestSQLiteLogMigratesVersion1: an oplog of schema version 1 (one count
 // bound and one floor for the whole log) keeps its entries, counts them per
 // tenant, and keeps its floor as every tenant's, known or not, so a cursor
-// that was expired stays expired; it is migrated once.
+// that was expired stays expired; it is migrated once (Migrate, the first
+// step of the database's migrations).
 func TestSQLiteLogMigratesVersion1(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t)
@@ -97,6 +98,8 @@ func TestSQLiteLogMigratesVersion1(t *testing.T) {
 
 	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	open := func() *r.SQLiteLog {
+		_, err := r.Migrate(ctx, db)
+		require.NoError(t, err)
 		l, err := r.NewSQLiteLog(ctx, db, r.LogOptions{Retention: r.Retention{MaxEntries: 1, MaxAge: -1}, Now: clock.Now})
 		require.NoError(t, err)
 		return l

@@ -40,34 +40,9 @@ type Records struct {
 	db *sql.DB
 }
 
-const recordsSchema = `
-CREATE TABLE IF NOT EXISTS records (
-	tenant  TEXT    NOT NULL,
-	model   TEXT    NOT NULL,
-	key     TEXT    NOT NULL,
-	value   BLOB,
-	version INTEGER NOT NULL CHECK (version > 0),
-	hlc     TEXT    NOT NULL,
-	wall    INTEGER NOT NULL,
-	logical INTEGER NOT NULL,
-	origin  TEXT    NOT NULL,
-	deleted INTEGER NOT NULL,
-	op_id   TEXT    NOT NULL,
-	seq     INTEGER NOT NULL,
-	PRIMARY KEY (tenant, model, key)
-);
-CREATE TABLE IF NOT EXISTS records_state (
-	id          INTEGER PRIMARY KEY CHECK (id = 1),
-	applied_seq INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO records_state (id, applied_seq) VALUES (1, 0);`
-
-// NewRecords creates the records tables in db if missing and returns the
-// store. db must be a go-sqlite3 ("sqlite3") handle.
+// NewRecords returns the records kept in db, whose tables Migrate made
+// (OpenStore runs it). db must be a go-sqlite3 ("sqlite3") handle.
 func NewRecords(ctx context.Context, db *sql.DB) (*Records, error) {
-	if _, err := db.ExecContext(ctx, recordsSchema); err != nil {
-		return nil, fmt.Errorf("create records: %w", err)
-	}
 	return &Records{db: db}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The schema version of every SQLite file the project writes is its
@@ -39,6 +40,29 @@ func (e *NewerSchemaError) Unwrap() error { return ErrNewerSchema }
 // transaction that also records the new version, and must not commit or
 // roll back.
 type Migration func(ctx context.Context, tx Execer) error
+
+// Statements returns the Migration that runs stmts in order: the usual
+// form of a step that adds a table, a column or an index. Its error names
+// the statement that failed.
+func Statements(stmts ...string) Migration {
+	return func(ctx context.Context, tx Execer) error {
+		for _, stmt := range stmts {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("%s: %w", firstLine(stmt), err)
+			}
+		}
+		return nil
+	}
+}
+
+// firstLine is stmt up to its first line break, for error messages.
+func firstLine(stmt string) string {
+	stmt = strings.TrimSpace(stmt)
+	if i := strings.IndexByte(stmt, '\n'); i >= 0 {
+		return stmt[:i] + " ..."
+	}
+	return stmt
+}
 
 // Execer is what a Migration runs its statements on: the migration's
 // transaction.

@@ -1,4 +1,4 @@
--- user_version 0
+-- user_version 1
 CREATE INDEX conflicts_tenant_id ON conflicts (tenant, id);
 CREATE INDEX ledger_decisions_by_decided_at
 		ON ledger_decisions (scope, decided_at);
@@ -34,10 +34,9 @@ CREATE TABLE ledger_decisions (
 		PRIMARY KEY (scope, op_id)
 	);
 CREATE TABLE ledger_meta (
-		id             INTEGER PRIMARY KEY CHECK (id = 1),
-		schema_version INTEGER NOT NULL,
-		floor_ms       INTEGER,
-		counted_ms     INTEGER NOT NULL DEFAULT -9223372036854775808
+		id         INTEGER PRIMARY KEY CHECK (id = 1),
+		floor_ms   INTEGER,
+		counted_ms INTEGER NOT NULL DEFAULT -9223372036854775808
 	);
 CREATE TABLE ledger_scopes (
 		scope    TEXT    NOT NULL PRIMARY KEY,
@@ -60,9 +59,8 @@ CREATE TABLE oplog (
 		applied_at INTEGER NOT NULL
 	);
 CREATE TABLE oplog_meta (
-		id             INTEGER PRIMARY KEY CHECK (id = 1),
-		schema_version INTEGER NOT NULL,
-		floor          INTEGER NOT NULL
+		id    INTEGER PRIMARY KEY CHECK (id = 1),
+		floor INTEGER NOT NULL
 	);
 CREATE TABLE oplog_tenants (
 		tenant  TEXT    NOT NULL PRIMARY KEY,
