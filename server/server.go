@@ -452,12 +452,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now, ID: clusterID,
 		Checkpoints: checkpoints,
 	})
+	if err == nil && s.store.MigratedFrom != s.store.SchemaVersion {
+		s.log.Info("database migrated", "path", cfg.DataPath, "from_schema_version", s.store.MigratedFrom, "schema_version", s.store.SchemaVersion)
+	}
 	if err == nil {
 		s.tail = newFeedTail(s.store.Log)
 		err = s.setOplogGauges(ctx)
 	}
 	if err == nil {
-		err = reg.Register(newInfoCollector(s.store.ID, s.store.Ledger))
+		err = reg.Register(newInfoCollector(s.store.ID, s.store.SchemaVersion, s.store.Ledger))
 	}
 	if err == nil {
 		s.snapshotDB, err = openSnapshotPool(ctx, cfg)
