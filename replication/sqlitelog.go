@@ -119,19 +119,9 @@ func (l *SQLiteLog) appendAfter(ctx context.Context, tx *sql.Tx, head uint64, es
 	if len(es) == 0 {
 		return nil, nil
 	}
-	out := make([]Entry, len(es))
-	for i, e := range es {
-		if err := e.validate(); err != nil {
-			return nil, fmt.Errorf("append oplog entry: %w", err)
-		}
-		if e.Seq != head+1+uint64(i) {
-			return nil, fmt.Errorf("append oplog entry: %w: op %s has seq %d, the next is %d", ErrInvalidEntry, e.OpID, e.Seq, head+1+uint64(i))
-		}
-		if e.AppliedAt.IsZero() {
-			e.AppliedAt = l.now()
-		}
-		e.AppliedAt = time.UnixMilli(e.AppliedAt.UnixMilli()).UTC()
-		out[i] = e
+	out, err := nextEntries(es, head, l.now)
+	if err != nil {
+		return nil, err
 	}
 	const perStatement = 500
 	for start := 0; start < len(out); start += perStatement {
@@ -149,6 +139,28 @@ func (l *SQLiteLog) appendAfter(ctx context.Context, tx *sql.Tx, head uint64, es
 	}
 	if err := countAppended(ctx, tx, out); err != nil {
 		return nil, fmt.Errorf("append oplog entries: %w", err)
+	}
+	return out, nil
+}
+
+// nextEntries checks es as the entries after head, as every log stores
+// them: each valid, their seqs head+1, head+2 and so on. It returns them
+// as logged: AppliedAt stamped from now where zero, at millisecond
+// precision, in UTC. Errors wrap ErrInvalidEntry.
+func nextEntries(es []Entry, head uint64, now func() time.Time) ([]Entry, error) {
+	out := make([]Entry, len(es))
+	for i, e := range es {
+		if err := e.validate(); err != nil {
+			return nil, fmt.Errorf("append oplog entry: %w", err)
+		}
+		if e.Seq != head+1+uint64(i) {
+			return nil, fmt.Errorf("append oplog entry: %w: op %s has seq %d, the next is %d", ErrInvalidEntry, e.OpID, e.Seq, head+1+uint64(i))
+		}
+		if e.AppliedAt.IsZero() {
+			e.AppliedAt = now()
+		}
+		e.AppliedAt = time.UnixMilli(e.AppliedAt.UnixMilli()).UTC()
+		out[i] = e
 	}
 	return out, nil
 }
