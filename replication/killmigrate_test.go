@@ -81,7 +81,7 @@ func migrateUntil(path, stopAt string) int {
 // the oplog and one for the ledger: the layout whose migration does the
 // most) holding, besides the golden's rows, n oplog entries of 500 tenants
 // and n ledger decisions.
-func largeLegacy(t *testing.T, path string, n int) {
+func largeLegacy(t testing.TB, path string, n int) {
 	t.Helper()
 	db := loadLegacy(t, "1_first_release.sql", path)
 	defer db.Close()
@@ -165,4 +165,24 @@ func TestKillDuringMigration(t *testing.T) {
 			require.Equal(t, n+4, st.Entries)
 		})
 	}
+}
+
+// BenchmarkMigrateFirstRelease measures migration 1 of a first-release
+// file of 100,000 oplog entries and 100,000 ledger decisions: the time a
+// large upgrade adds to syncd's start (docs/operations.md, section 5).
+func BenchmarkMigrateFirstRelease(b *testing.B) {
+	const n = 100_000
+	for i := range b.N {
+		b.StopTimer()
+		path := filepath.Join(b.TempDir(), fmt.Sprintf("syncd-%d.db", i))
+		largeLegacy(b, path, n)
+		db, err := sqlitedb.Open(context.Background(), path, sqlitedb.Options{})
+		require.NoError(b, err)
+		b.StartTimer()
+		_, err = replication.Migrate(context.Background(), db)
+		b.StopTimer()
+		require.NoError(b, err)
+		require.NoError(b, db.Close())
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/migration")
 }
