@@ -193,15 +193,7 @@ func TestSQLMigratesSchema2(t *testing.T) {
 			counted_ms     INTEGER NOT NULL DEFAULT -9223372036854775808
 		)`,
 		`INSERT INTO ledger_meta (id, schema_version, floor_ms, counted_ms) VALUES (1, 2, 500, 2000)`,
-		`CREATE TABLE ledger_decisions (
-			scope      TEXT    NOT NULL,
-			op_id      TEXT    NOT NULL,
-			op_time    INTEGER NOT NULL,
-			digest     BLOB    NOT NULL,
-			result     BLOB    NOT NULL,
-			decided_at INTEGER NOT NULL,
-			PRIMARY KEY (scope, op_id)
-		)`,
+		schema1[0], // ledger_decisions, the same at both versions
 		`CREATE INDEX ledger_decisions_by_decided_at ON ledger_decisions (scope, decided_at)`,
 		`CREATE TABLE ledger_scopes (scope TEXT NOT NULL PRIMARY KEY, entries INTEGER NOT NULL, floor_ms INTEGER) WITHOUT ROWID`,
 		`INSERT INTO ledger_decisions VALUES ('a', 'op-1', 1000, x'01', x'02', 1500), ('a', 'op-2', 1100, x'', x'', 3000)`,
