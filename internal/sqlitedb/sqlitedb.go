@@ -22,7 +22,7 @@
 // edit of an earlier one (files in the field already ran those):
 //
 //	var migrations = []sqlitedb.Migration{
-//		adoptLegacy, // 0 -> 1
+//		adoptLayout1, // 0 -> 1
 //		sqlitedb.Statements(`ALTER TABLE oplog ADD COLUMN scope_value TEXT`), // 1 -> 2
 //	}
 //

@@ -149,3 +149,29 @@ func TestMigrateRacingOpenersRunEachStepOnce(t *testing.T) {
 	}
 	require.Equal(t, [3]int{1, 1, 1}, runs)
 }
+
+// TestStatementsRunInOrderAndNameTheOneThatFailed: a Statements step runs
+// its statements in order in the migration's transaction; one that fails
+// is named in the error, and the step leaves nothing behind.
+func TestStatementsRunInOrderAndNameTheOneThatFailed(t *testing.T) {
+	ctx := context.Background()
+	db := openPool(t, filepath.Join(t.TempDir(), "v.db"))
+	_, err := sqlitedb.Migrate(ctx, db, []sqlitedb.Migration{
+		sqlitedb.Statements(`CREATE TABLE notes (id INTEGER PRIMARY KEY)`, `ALTER TABLE notes ADD COLUMN tag TEXT`),
+	})
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO notes (tag) VALUES ('x')`)
+	require.NoError(t, err, "the second statement ran after the first")
+
+	_, err = sqlitedb.Migrate(ctx, db, []sqlitedb.Migration{
+		sqlitedb.Statements(`CREATE TABLE notes (id INTEGER PRIMARY KEY)`, `ALTER TABLE notes ADD COLUMN tag TEXT`),
+		sqlitedb.Statements(`CREATE TABLE half (x)`, "ALTER TABLE missing\n\tADD COLUMN y TEXT"),
+	})
+	require.ErrorContains(t, err, "ALTER TABLE missing ...: no such table: missing")
+	var n int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'half'`).Scan(&n))
+	require.Zero(t, n, "the failed step's first statement was rolled back")
+	v, err := sqlitedb.SchemaVersion(ctx, db)
+	require.NoError(t, err)
+	require.Equal(t, 1, v)
+}
