@@ -23,6 +23,7 @@ import (
 // (replication's TestOpenStoreMigratesEveryShippedLayout).
 var migrations = []sqlitedb.Migration{
 	adoptLayout1, // 0 -> 1: a new file, or any release before versions
+	addScopes,    // 1 -> 2: partial sync's scope values, members, grants
 }
 
 // SchemaVersion returns the schema version of syncd's database this build
@@ -59,6 +60,22 @@ func adoptLayout1(ctx context.Context, tx sqlitedb.Execer) error {
 	}
 	return nil
 }
+
+// addScopes adds what partial sync keeps: each entry's old and new scope
+// value, member and the membership grants it changes; each record's scope
+// value and member, indexed by value (backfills, scoped snapshots) and by
+// member (grants); the scope declarations the records were indexed under
+// (records_state.scope_decl, Records.Reindex). A file of the release that
+// added these before the database carried a version already has them
+// (migration 1 ran on it): columns are added where missing.
+var addScopes = sqlitedb.Steps(
+	sqlitedb.AddColumns("oplog", "scope_old TEXT", "scope_value TEXT", "member TEXT", "grants TEXT"),
+	sqlitedb.AddColumns("records", "scope_value TEXT", "member TEXT"),
+	sqlitedb.AddColumns("records_state", "scope_decl TEXT"),
+	sqlitedb.Statements(
+		`CREATE INDEX IF NOT EXISTS records_scope ON records (tenant, scope_value, model, key) WHERE scope_value IS NOT NULL`,
+		`CREATE INDEX IF NOT EXISTS records_member ON records (tenant, member, model) WHERE member IS NOT NULL`),
+)
 
 // The statements of layout 1 below are the layout as it shipped: they never
 // change (files in the field were made by them); a change is a new entry of

@@ -55,6 +55,60 @@ func Statements(stmts ...string) Migration {
 	}
 }
 
+// AddColumns returns the Migration that adds to table each of columns (a
+// column definition: name, type and constraints, as ALTER TABLE ADD
+// COLUMN takes it) that table lacks. Use it, rather than Statements, for
+// columns a file may already have: one written before the file carried a
+// schema version, by a release that added them another way.
+func AddColumns(table string, columns ...string) Migration {
+	return func(ctx context.Context, tx Execer) error {
+		rows, err := tx.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, table)
+		if err != nil {
+			return fmt.Errorf("columns of %s: %w", table, err)
+		}
+		have := map[string]bool{}
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				rows.Close()
+				return fmt.Errorf("columns of %s: %w", table, err)
+			}
+			have[name] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("columns of %s: %w", table, err)
+		}
+		if len(have) == 0 {
+			return fmt.Errorf("add columns to %s: no such table", table)
+		}
+		for _, c := range columns {
+			name, _, _ := strings.Cut(strings.TrimSpace(c), " ")
+			if have[name] {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, `ALTER TABLE `+table+` ADD COLUMN `+c); err != nil {
+				return fmt.Errorf("add column %s.%s: %w", table, name, err)
+			}
+		}
+		return nil
+	}
+}
+
+// Steps returns the Migration that runs steps in order, in the one
+// transaction of their version: a version whose change touches several
+// tables.
+func Steps(steps ...Migration) Migration {
+	return func(ctx context.Context, tx Execer) error {
+		for _, step := range steps {
+			if err := step(ctx, tx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // firstLine is stmt up to its first line break, for error messages.
 func firstLine(stmt string) string {
 	stmt = strings.TrimSpace(stmt)
