@@ -175,3 +175,31 @@ func TestStatementsRunInOrderAndNameTheOneThatFailed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, v)
 }
+
+// TestAddColumnsAddsOnlyTheMissingOnes: AddColumns adds the columns a table
+// lacks and leaves those it has (a file that gained them another way),
+// and refuses a table that does not exist.
+func TestAddColumnsAddsOnlyTheMissingOnes(t *testing.T) {
+	ctx := context.Background()
+	db := openPool(t, filepath.Join(t.TempDir(), "v.db"))
+	_, err := sqlitedb.Migrate(ctx, db, []sqlitedb.Migration{
+		sqlitedb.Statements(`CREATE TABLE notes (id INTEGER PRIMARY KEY, tag TEXT)`),
+		sqlitedb.Steps(
+			sqlitedb.AddColumns("notes", "tag TEXT", "color TEXT NOT NULL DEFAULT 'blue'"),
+			sqlitedb.AddColumns("notes", "color TEXT"), // run twice: nothing to add
+		),
+	})
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO notes (id, tag) VALUES (1, 'x')`)
+	require.NoError(t, err)
+	var color string
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT color FROM notes`).Scan(&color))
+	require.Equal(t, "blue", color)
+
+	_, err = sqlitedb.Migrate(ctx, db, []sqlitedb.Migration{
+		sqlitedb.Statements(`CREATE TABLE notes (id INTEGER PRIMARY KEY, tag TEXT)`),
+		sqlitedb.Steps(sqlitedb.AddColumns("notes", "tag TEXT")),
+		sqlitedb.AddColumns("missing", "x TEXT"),
+	})
+	require.ErrorContains(t, err, "add columns to missing: no such table")
+}
