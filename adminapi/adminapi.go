@@ -8,8 +8,10 @@
 // (Authorization: Bearer ...). A request that fails is answered with a
 // non-2xx status and an Error body: 400 for a malformed parameter, 401
 // without an admin token, 404 for a ledger op that is not held (its body
-// is still a LedgerAnswer), 409 for an oplog cursor past the head or
-// before the retained oplog, 500 for a failure of the server.
+// is still a LedgerAnswer) or a deny-list entry that is not there, 409 for
+// an oplog cursor past the head or before the retained oplog, or a deny
+// list asked of a syncd without one, 500 for a failure of the server.
+// Admin tokens start "sda_" (older ones "sdk_", like client tokens).
 //
 // The field names and encodings are part of the contract: a field may be
 // added, none is renamed or retyped (the server's golden tests pin them).
@@ -19,6 +21,7 @@ package adminapi
 import (
 	"encoding/json"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/syncd-dev/syncd/syncproto"
@@ -43,6 +46,12 @@ const (
 	PathHealth = "/healthz"
 	// PathProfiles is the prefix of Go's profiles (net/http/pprof).
 	PathProfiles = "/debug/pprof/"
+	// PathDeny is the JWT deny list: GET answers a DenyList; POST with a
+	// Denial body adds an entry and DELETE with ParamJTI or ParamUser
+	// removes one, each answering a DenyChange. 409 when syncd has no
+	// deny list file (--jwt-deny-file), 404 for a DELETE of an entry the
+	// list does not hold.
+	PathDeny = "/v1/admin/deny"
 )
 
 // The admin API's query parameters.
@@ -60,6 +69,10 @@ const (
 	ParamModel = "model"
 	// ParamBefore lists conflict rows with an id below it (0: the newest).
 	ParamBefore = "before"
+	// ParamJTI and ParamUser name the deny-list entry a DELETE of PathDeny
+	// removes (exactly one).
+	ParamJTI  = "jti"
+	ParamUser = "user"
 )
 
 // The admin API's limits: a larger limit is served as the maximum.
@@ -153,8 +166,11 @@ type Node struct {
 
 // Session is one connected sync session in the answer of PathSessions.
 type Session struct {
-	ClientID    string    `json:"client_id"`
-	Tenant      string    `json:"tenant"`
+	ClientID string `json:"client_id"`
+	Tenant   string `json:"tenant"`
+	// User is the user the session's token acts for (a JWT's sub, a
+	// token's --user); "" when the token names none.
+	User        string    `json:"user,omitempty"`
 	TokenID     string    `json:"token_id"`
 	Remote      string    `json:"remote"`
 	ConnectedAt time.Time `json:"connected_at"`
@@ -176,8 +192,11 @@ type OplogPage struct {
 // who wrote it and when it was applied.
 type OplogEntry struct {
 	syncproto.Change
-	Tenant    string    `json:"tenant"`
-	ClientID  string    `json:"client_id"`
+	Tenant   string `json:"tenant"`
+	ClientID string `json:"client_id"`
+	// User is the user whose device namespace holds ClientID
+	// (UserOfClientID); "" when the client id is in none.
+	User      string    `json:"user,omitempty"`
 	AppliedAt time.Time `json:"applied_at"`
 }
 
@@ -198,11 +217,15 @@ type Conflict struct {
 
 // ConflictSide is one party to a conflict.
 type ConflictSide struct {
-	OpID    string              `json:"op_id,omitempty"`
-	Version uint64              `json:"version"`
-	Value   json.RawMessage     `json:"value,omitempty"`
-	HLC     syncproto.Timestamp `json:"hlc,omitzero"`
-	Deleted bool                `json:"deleted"`
+	OpID string `json:"op_id,omitempty"`
+	// ClientID is the writing device, when the server recorded it, and
+	// User the user whose device namespace holds it (UserOfClientID).
+	ClientID string              `json:"client_id,omitempty"`
+	User     string              `json:"user,omitempty"`
+	Version  uint64              `json:"version"`
+	Value    json.RawMessage     `json:"value,omitempty"`
+	HLC      syncproto.Timestamp `json:"hlc,omitzero"`
+	Deleted  bool                `json:"deleted"`
 }
 
 // LedgerAnswer is the answer of LedgerPath: what the ledger decided for an
@@ -216,7 +239,69 @@ type LedgerAnswer struct {
 	OpTime    time.Time         `json:"op_time,omitzero"`
 	DecidedAt time.Time         `json:"decided_at,omitzero"`
 	Result    *syncproto.Result `json:"result,omitempty"`
+	// ClientID is the device that sent the op, and User the user whose
+	// device namespace holds it (UserOfClientID), when the oplog still
+	// retains the entry the op made (applied ops only).
+	ClientID string `json:"client_id,omitempty"`
+	User     string `json:"user,omitempty"`
 	// Floor is the tenant's ledger floor: an op of the tenant that is not
 	// held and is at or before it would be answered "expired" if resent.
 	Floor time.Time `json:"floor,omitzero"`
+}
+
+// UserOfClientID is the user a device chose its client id for, read from
+// the id's device namespace (syncproto.DeviceNamespace): "alice" for
+// "alice:phone". A namespace that is a digest ("_3f2a...:tablet") does
+// not name its user and gives "", as does an id outside any namespace
+// (a token-file token's). syncd shows it beside the ledger, the oplog and
+// the conflict log, which store the client id and not the user.
+func UserOfClientID(clientID string) string {
+	user, device, ok := strings.Cut(clientID, ":")
+	if !ok || device == "" || user == "" || strings.HasPrefix(user, "_") || syncproto.DeviceNamespace(user) != user+":" {
+		return ""
+	}
+	return user
+}
+
+// DenyList is the answer of GET PathDeny: the JWT deny list in force
+// (syncd's deny-list file holds the same, with its version).
+type DenyList struct {
+	// JTIs are single tokens.
+	JTIs []DeniedJTI `json:"jtis"`
+	// Users are users whose tokens issued (iat) at or before a time are
+	// refused.
+	Users []DeniedUser `json:"users"`
+}
+
+// DeniedJTI is one denied token, refused until ExpiresAt (its exp; zero:
+// until removed); past it the entry is pruned.
+type DeniedJTI struct {
+	JTI       string    `json:"jti"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// DeniedUser is one denied user: tokens issued (iat) at or before
+// RevokedAt, or without iat, are refused until Until (zero: until
+// removed); past it the entry is pruned and denies nothing.
+type DeniedUser struct {
+	User      string    `json:"user"`
+	RevokedAt time.Time `json:"revoked_at"`
+	Until     time.Time `json:"until,omitzero"`
+}
+
+// Denial is the body of POST PathDeny: exactly one of JTI and User, in
+// force until Until (zero: until removed; for a jti, its exp lets the
+// entry be pruned once the token expired anyway).
+type Denial struct {
+	JTI   string    `json:"jti,omitempty"`
+	User  string    `json:"user,omitempty"`
+	Until time.Time `json:"until,omitzero"`
+}
+
+// DenyChange answers a POST or DELETE of PathDeny: the list as written
+// and, for a POST, how many open sessions the change closed (they were
+// sent unauthorized and closed 1008 before the answer).
+type DenyChange struct {
+	List           DenyList `json:"list"`
+	ClosedSessions int      `json:"closed_sessions"`
 }

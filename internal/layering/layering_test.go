@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 	"client/reconnect":              {},
 	"client/synccore":               {"syncproto"},
 	"client":                        {"syncproto", "client/synccore", "client/offlinequeue", "client/netmonitor", "client/reconnect", "internal/sqlitedb", "internal/dirsync"},
-	"server/auth":                   {"syncproto", "internal/atomicfile"},
+	"server/auth":                   {"syncproto", "adminapi", "internal/atomicfile"},
 	"server/auth/authtest":          {"server/auth"},
 	"server":                        {"syncproto", "replication", "replication/cluster", "ledger", "server/auth", "adminapi", "internal/sqlitedb", "internal/buildinfo"},
 	"adminapi":                      {"syncproto"},
