@@ -26,6 +26,9 @@ type metrics struct {
 	// dropped by evictions, by reason.
 	backfillEntries prometheus.Counter
 	evictedRows     *prometheus.CounterVec
+	// tokenRenewals counts sessions replaced to present a fresh token
+	// before the old one's exp (tokensource.go).
+	tokenRenewals prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -67,6 +70,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		evictedRows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncd_client_evicted_rows_total", Help: "Rows dropped from the local replica by evictions, by reason (moved, revoked, unsubscribed, not_granted).",
 		}, []string{"reason"}),
+		tokenRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_client_token_renewals_total", Help: "Sessions replaced by a new connection to present a fresh token from the TokenSource before the old one's exp.",
+		}),
 	}
 	for _, r := range []string{syncproto.EvictMoved, syncproto.EvictRevoked, syncproto.EvictUnsubscribed, syncproto.EvictNotGranted} {
 		m.evictedRows.WithLabelValues(r)
@@ -79,7 +85,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.snapshotsAbandoned, m.clockRefused, m.outcomesPruned, m.backfillEntries, m.evictedRows} {
+	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.snapshotsAbandoned, m.clockRefused, m.outcomesPruned, m.backfillEntries, m.evictedRows, m.tokenRenewals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
