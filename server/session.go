@@ -650,7 +650,7 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64, sc *subsc
 			// Nothing readable up to page.Next: the client is there too.
 			ss.cursor.Store(cursor)
 		}
-		if page.CaughtUp() {
+		if page.CaughtUp() && (sc == nil || len(sc.backfills) == 0) {
 			if ss.srv.store.Log.Wait(ctx, cursor) != nil {
 				return
 			}
