@@ -27,8 +27,9 @@ type scopeReads interface {
 	// page reads, in one read transaction, at most maxRows live rows (and
 	// about maxBytes of values, at least one row) of value of scope d in
 	// tenant, in increasing (model, key) order after position after ("":
-	// from the start).
-	page(ctx context.Context, tenant string, d *replication.ScopeDecl, value, after string, maxRows, maxBytes int) (scopePage, error)
+	// from the start), and whether user holds value through membership
+	// rows at the page's seq.
+	page(ctx context.Context, tenant, user string, d *replication.ScopeDecl, value, after string, maxRows, maxBytes int) (scopePage, error)
 }
 
 // scopePage is one backfill page as scopeReads reads it.
@@ -37,6 +38,7 @@ type scopePage struct {
 	at      uint64 // the head the page was read at
 	last    string // the position of the last record ("model/key")
 	done    bool   // no live row of the value after last
+	member  bool   // the user holds the value through membership rows
 }
 
 // scopePosition is the backfill position of a record, as Backfill.LastKey
@@ -47,10 +49,10 @@ func scopePosition(model, key string) string { return model + "/" + key }
 // (AllValues standing for the whole scope) united with its user's
 // membership grants, sorted. nil when no scope is declared.
 func (s *Server) grantsOf(ctx context.Context, p auth.Principal) (syncproto.ScopeSet, error) {
-	if s.cfg.Scopes.Empty() {
+	if s.declared().Empty() {
 		return nil, nil
 	}
-	out := tokenGrants(&s.cfg.Scopes, p)
+	out := tokenGrants(s.declared(), p)
 	if p.User == "" {
 		return out, nil
 	}
@@ -59,7 +61,7 @@ func (s *Server) grantsOf(ctx context.Context, p auth.Principal) (syncproto.Scop
 		return nil, fmt.Errorf("read grants of %s: %w", p.User, err)
 	}
 	for name, values := range held {
-		if !out.All(name) && scopesDeclare(&s.cfg.Scopes, name) {
+		if !out.All(name) && scopesDeclare(s.declared(), name) {
 			out[name] = append(out[name], values...)
 		}
 	}
@@ -346,5 +348,16 @@ func (s *Server) maxScopeValues() int {
 
 // scopeReads reads grants and backfill pages from the store's records.
 func (s *Server) scopeReader() scopeReads {
-	return recordScopeReads{records: s.store.Records, scopes: &s.cfg.Scopes}
+	return recordScopeReads{records: s.store.Records, scopes: s.declared()}
+}
+
+// noScopes stands for Config.Scopes when it is nil.
+var noScopes = &replication.Scopes{}
+
+// declared returns the declared scopes, never nil.
+func (s *Server) declared() *replication.Scopes {
+	if s.cfg.Scopes == nil {
+		return noScopes
+	}
+	return s.cfg.Scopes
 }

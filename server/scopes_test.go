@@ -18,9 +18,9 @@ import (
 // projectScopes declares scope project over tasks and members (by
 // project_id; members grants to its user member) and scope site over
 // visits.
-func projectScopes(t testing.TB) replication.Scopes {
+func projectScopes(t testing.TB) *replication.Scopes {
 	t.Helper()
-	var s replication.Scopes
+	s := &replication.Scopes{}
 	require.NoError(t, s.Set("project=tasks.project_id,members.project_id"))
 	require.NoError(t, s.SetMembership("project=members:user"))
 	require.NoError(t, s.Set("site=visits.site"))

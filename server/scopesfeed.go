@@ -12,7 +12,7 @@ import (
 // declares no scope; a request naming scopes is then refused
 // invalid_scope.
 func (ss *session) planScopes(ctx context.Context, requested, have syncproto.ScopeSet, resume map[string]map[string]string) (*subscriptionScopes, *syncproto.Error) {
-	decl := &ss.srv.cfg.Scopes
+	decl := ss.srv.declared()
 	if decl.Empty() {
 		if requested != nil || have != nil || resume != nil {
 			return nil, syncproto.Errorf(syncproto.CodeInvalidScope, "this server declares no scope")
@@ -65,8 +65,8 @@ func (ss *session) backfill(ctx context.Context, id string, sc *subscriptionScop
 	if j.started.IsZero() {
 		j.started = ss.srv.now()
 	}
-	d := ss.srv.cfg.Scopes.Named(j.scope)
-	p, err := ss.srv.scopeReader().page(ctx, ss.p.Tenant, d, j.value, j.after, syncproto.MaxPullLimit, feedPageBytes)
+	d := ss.srv.declared().Named(j.scope)
+	p, err := ss.srv.scopeReader().page(ctx, ss.p.Tenant, ss.p.User, d, j.value, j.after, syncproto.MaxPullLimit, feedPageBytes)
 	if err != nil {
 		if ctx.Err() == nil {
 			ss.log.Error("read backfill page", "scope", j.scope, "err", err)
@@ -74,20 +74,10 @@ func (ss *session) backfill(ctx context.Context, id string, sc *subscriptionScop
 		}
 		return false
 	}
-	if !sc.token.Has(j.scope, j.value) {
-		grants, err := ss.srv.grantsOf(ctx, ss.p)
-		if err != nil {
-			if ctx.Err() == nil {
-				ss.log.Error("read scope grants", "err", err)
-				ss.sendFeed(ctx, outbound{msg: internalError(err).WithID(id)})
-			}
-			return false
-		}
-		if !grants.Has(j.scope, j.value) {
-			ss.srv.metrics.scopeBackfills.WithLabelValues(backfillRevoked).Inc()
-			sc.backfills = sc.backfills[1:]
-			return true
-		}
+	if !p.member && !sc.token.Has(j.scope, j.value) {
+		ss.srv.metrics.scopeBackfills.WithLabelValues(backfillRevoked).Inc()
+		sc.backfills = sc.backfills[1:]
+		return true
 	}
 	msg := &syncproto.Backfill{ID: id, Scope: j.scope, Value: j.value, At: p.at, LastKey: p.last, Done: p.done, Entries: make([]syncproto.Change, 0, len(p.records))}
 	for _, rec := range p.records {

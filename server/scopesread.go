@@ -47,7 +47,7 @@ func (r recordScopeReads) grants(ctx context.Context, tenant, user string) (sync
 	return out, nil
 }
 
-func (r recordScopeReads) page(ctx context.Context, tenant string, d *replication.ScopeDecl, value, after string, maxRows, maxBytes int) (scopePage, error) {
+func (r recordScopeReads) page(ctx context.Context, tenant, user string, d *replication.ScopeDecl, value, after string, maxRows, maxBytes int) (scopePage, error) {
 	models := make([]string, 0, len(d.Fields))
 	for m := range d.Fields {
 		models = append(models, m)
@@ -80,6 +80,13 @@ func (r recordScopeReads) page(ctx context.Context, tenant string, d *replicatio
 		p.done = true
 	}
 	p.at = max(p.at, head) // Snapshot returns no head with errPageFull
+	if user != "" {
+		held, err := r.grants(ctx, tenant, user)
+		if err != nil {
+			return scopePage{}, err
+		}
+		p.member = held.Has(d.Name, value)
+	}
 	if n := len(p.records); n > 0 {
 		p.last = scopePosition(p.records[n-1].Model, p.records[n-1].Key)
 	}

@@ -111,11 +111,15 @@ type Config struct {
 	// shape (ModelVersions); welcome announces them. A model it does not
 	// list takes writes of every value version as they are.
 	ValueVersions map[string]ModelVersions
-	// Scopes are the declared scopes of partial sync (PROTOCOL.md section
-	// 19); the zero value declares none. MaxScopeValues bounds the scope
-	// values one subscription follows (limits.max_scope_values); 0 means
+	// Scopes declares partial sync (PROTOCOL.md section 19): the scopes,
+	// the models each covers and their membership models. Writes of covered
+	// models are checked against the writer's grants, and devices receive
+	// only the scope values they follow. Every node of a cluster must
+	// declare the same. nil: none.
+	Scopes *replication.Scopes
+	// MaxScopeValues bounds the scope values one subscription follows
+	// (welcome.limits.max_scope_values); 0 means
 	// syncproto.DefaultMaxScopeValues.
-	Scopes         replication.Scopes
 	MaxScopeValues int
 	// MaxClockSkew is how far ahead of the server's clock a mutation's
 	// timestamp may be; 0 means syncproto.DefaultMaxClockSkew.

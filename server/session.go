@@ -408,9 +408,9 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		return ss.refuseAndClose(m.ID, internalError(err))
 	}
 	limits, scopes := ss.srv.limits(), map[string]syncproto.ScopeInfo(nil)
-	if !ss.srv.cfg.Scopes.Empty() {
+	if !ss.srv.declared().Empty() {
 		limits.MaxScopeValues = ss.srv.maxScopeValues()
-		scopes = ss.srv.cfg.Scopes.Info(func(model string) bool { return ss.p.CanRead(model) || ss.p.CanWrite(model) })
+		scopes = ss.srv.declared().Info(func(model string) bool { return ss.p.CanRead(model) || ss.p.CanWrite(model) })
 		grants = capGrants(grants, limits.MaxScopeValues)
 	}
 	ss.helloDone = true
