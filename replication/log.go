@@ -154,6 +154,20 @@ func (s Scope) Sees(e *Entry) (deliver, evict bool) {
 	return false, e.ScopeOld != "" && s.Follow.Has(d.Name, e.ScopeOld)
 }
 
+// Holds reports whether a reader of s holds rec: its tenant and model are
+// selected and, for a scoped model, Follow holds its scope value (what
+// followWhere selects in SQL).
+func (s Scope) Holds(rec Record) bool {
+	if !s.Selects(rec.Tenant, rec.Model) {
+		return false
+	}
+	if s.Follow == nil || s.Scopes == nil {
+		return true
+	}
+	d := s.Scopes.Of(rec.Model)
+	return d == nil || s.Follow.Has(d.Name, rec.ScopeValue)
+}
+
 // grantsFor returns the grant changes of e that concern s.User.
 func (s Scope) grantsFor(e *Entry) []GrantChange {
 	if s.User == "" || len(e.Grants) == 0 || e.Tenant != s.Tenant {
@@ -449,11 +463,13 @@ func (req ReadRequest) PageOf(entries []Entry, head uint64) Page {
 				page.Next = last
 				break
 			}
+			if evict {
+				unshare() // before counting e: the shared run ends before it
+			}
 			size += len(e.Value)
 			n, last = n+1, e.Seq
 			switch {
 			case evict:
-				unshare()
 				page.Entries = append(page.Entries, e.Evicted())
 			case !shared:
 				page.Entries = append(page.Entries, *e)

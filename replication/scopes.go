@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -99,16 +101,29 @@ func (s *Scopes) decl(name string) *ScopeDecl {
 }
 
 // Empty reports whether no scope is declared.
-func (s Scopes) Empty() bool { return len(s.byName) == 0 }
+func (s *Scopes) Empty() bool { return s == nil || len(s.byName) == 0 }
 
 // Of returns the scope covering model, or nil.
-func (s Scopes) Of(model string) *ScopeDecl { return s.byModel[model] }
+func (s *Scopes) Of(model string) *ScopeDecl {
+	if s == nil {
+		return nil
+	}
+	return s.byModel[model]
+}
 
 // Named returns the scope called name, or nil.
-func (s Scopes) Named(name string) *ScopeDecl { return s.byName[name] }
+func (s *Scopes) Named(name string) *ScopeDecl {
+	if s == nil {
+		return nil
+	}
+	return s.byName[name]
+}
 
 // Names returns the declared scope names, sorted.
-func (s Scopes) Names() []string {
+func (s *Scopes) Names() []string {
+	if s == nil {
+		return nil
+	}
 	names := make([]string, 0, len(s.byName))
 	for n := range s.byName {
 		names = append(names, n)
@@ -119,7 +134,7 @@ func (s Scopes) Names() []string {
 
 // Info returns the declarations as welcome lists them, for the scopes
 // covering a model visible reports true for.
-func (s Scopes) Info(visible func(model string) bool) map[string]syncproto.ScopeInfo {
+func (s *Scopes) Info(visible func(model string) bool) map[string]syncproto.ScopeInfo {
 	out := map[string]syncproto.ScopeInfo{}
 	for name, d := range s.byName {
 		info := syncproto.ScopeInfo{Models: map[string]string{}, Membership: d.Membership}
@@ -137,7 +152,10 @@ func (s Scopes) Info(visible func(model string) bool) map[string]syncproto.Scope
 
 // String returns the declarations as the flags that make them, sorted:
 // what cluster nodes compare to agree.
-func (s Scopes) String() string {
+func (s *Scopes) String() string {
+	if s == nil {
+		return ""
+	}
 	var parts []string
 	for _, name := range s.Names() {
 		d := s.byName[name]
@@ -212,4 +230,162 @@ type GrantChange struct {
 	Scope string `json:"scope"`
 	Value string `json:"value"`
 	Held  bool   `json:"held"`
+}
+
+// MemberKey names one user's hold on one scope value through membership
+// rows.
+type MemberKey struct{ Scope, Value, User string }
+
+// memberSource reads what deciding writes of scoped models needs of the
+// membership rows of one store.
+type memberSource interface {
+	// memberCounts counts the live rows of membership model in tenant by
+	// (scope value, member), for the values and users given.
+	memberCounts(ctx context.Context, tenant, model string, values, users []string) (map[[2]string]int, error)
+	// founded reports which of values have a row (live or deleted) of
+	// membership model in tenant.
+	founded(ctx context.Context, tenant, model string, values []string) (map[string]bool, error)
+}
+
+// loadScopes fills v's scope fields for b, whose records v already holds:
+// the declarations, and the membership rows of the scope values and users
+// b's writes touch (the batch's user and the members its membership
+// writes name, before and after).
+func loadScopes(ctx context.Context, scopes *Scopes, v *View, b *Batch, src memberSource) error {
+	if scopes == nil || scopes.Empty() {
+		return nil
+	}
+	v.Scopes = scopes
+	type touched struct{ values, users map[string]bool }
+	byScope := map[*ScopeDecl]*touched{}
+	for _, m := range b.admitted() {
+		d := scopes.Of(m.Model)
+		if d == nil || d.Membership == nil {
+			continue
+		}
+		t := byScope[d]
+		if t == nil {
+			t = &touched{values: map[string]bool{}, users: map[string]bool{}}
+			byScope[d] = t
+		}
+		if b.User != "" {
+			t.users[b.User] = true
+		}
+		if rec, ok := v.Records[RecordKey{m.Model, m.Key}]; ok {
+			if rec.ScopeValue != "" {
+				t.values[rec.ScopeValue] = true
+			}
+			if rec.Member != "" {
+				t.users[rec.Member] = true
+			}
+		}
+		if m.Op == syncproto.OpPut {
+			if value, err := d.ValueOf(m.Model, m.Value); err == nil {
+				t.values[value] = true
+			}
+			if user := d.MemberOf(m.Model, m.Value); user != "" {
+				t.users[user] = true
+			}
+		}
+	}
+	v.Members, v.Founded = map[MemberKey]int{}, map[[2]string]bool{}
+	for d, t := range byScope {
+		values, users := sortedKeys(t.values), sortedKeys(t.users)
+		if len(values) == 0 {
+			continue
+		}
+		if len(users) > 0 {
+			counts, err := src.memberCounts(ctx, b.Tenant, d.Membership.Model, values, users)
+			if err != nil {
+				return fmt.Errorf("load batch: membership of scope %s: %w", d.Name, err)
+			}
+			for vu, n := range counts {
+				v.Members[MemberKey{d.Name, vu[0], vu[1]}] = n
+			}
+		}
+		founded, err := src.founded(ctx, b.Tenant, d.Membership.Model, values)
+		if err != nil {
+			return fmt.Errorf("load batch: membership of scope %s: %w", d.Name, err)
+		}
+		for value := range founded {
+			v.Founded[[2]string{d.Name, value}] = true
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// memberCounts implements memberSource over the records table.
+func (r *Records) memberCounts(ctx context.Context, tx *sql.Tx, tenant, model string, values, users []string) (map[[2]string]int, error) {
+	args := []any{tenant, model}
+	for _, v := range values {
+		args = append(args, v)
+	}
+	for _, u := range users {
+		args = append(args, u)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT scope_value, member, count(*) FROM records
+		WHERE tenant = ? AND model = ? AND deleted = 0
+		AND scope_value IN (?`+strings.Repeat(",?", len(values)-1)+`)
+		AND member IN (?`+strings.Repeat(",?", len(users)-1)+`)
+		GROUP BY scope_value, member`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[[2]string]int{}
+	for rows.Next() {
+		var value, user string
+		var n int
+		if err := rows.Scan(&value, &user, &n); err != nil {
+			return nil, err
+		}
+		out[[2]string{value, user}] = n
+	}
+	return out, rows.Err()
+}
+
+// founded implements memberSource over the records table.
+func (r *Records) founded(ctx context.Context, tx *sql.Tx, tenant, model string, values []string) (map[string]bool, error) {
+	args := []any{tenant, model}
+	for _, v := range values {
+		args = append(args, v)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT scope_value FROM records
+		WHERE tenant = ? AND model = ? AND scope_value IN (?`+strings.Repeat(",?", len(values)-1)+`)`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var value string
+		if err := rows.Scan(&value); err != nil {
+			return nil, err
+		}
+		out[value] = true
+	}
+	return out, rows.Err()
+}
+
+// txMembers is a memberSource reading through one transaction.
+type txMembers struct {
+	r  *Records
+	tx *sql.Tx
+}
+
+func (s txMembers) memberCounts(ctx context.Context, tenant, model string, values, users []string) (map[[2]string]int, error) {
+	return s.r.memberCounts(ctx, s.tx, tenant, model, values, users)
+}
+
+func (s txMembers) founded(ctx context.Context, tenant, model string, values []string) (map[string]bool, error) {
+	return s.r.founded(ctx, s.tx, tenant, model, values)
 }

@@ -18,33 +18,6 @@ import (
 // The planning here is pure (no I/O): the session's feed goroutine owns
 // one subscriptionScopes and drives it.
 
-// scopeReads is what partial sync reads of the records: a user's
-// membership grants, and one backfill page of a scope value.
-type scopeReads interface {
-	// grants returns the scope values user holds through rows of the
-	// scopes' membership models in tenant.
-	grants(ctx context.Context, tenant, user string) (syncproto.ScopeSet, error)
-	// page reads, in one read transaction, at most maxRows live rows (and
-	// about maxBytes of values, at least one row) of value of scope d in
-	// tenant, in increasing (model, key) order after position after ("":
-	// from the start), and whether user holds value through membership
-	// rows at the page's seq.
-	page(ctx context.Context, tenant, user string, d *replication.ScopeDecl, value, after string, maxRows, maxBytes int) (scopePage, error)
-}
-
-// scopePage is one backfill page as scopeReads reads it.
-type scopePage struct {
-	records []replication.Record
-	at      uint64 // the head the page was read at
-	last    string // the position of the last record ("model/key")
-	done    bool   // no live row of the value after last
-	member  bool   // the user holds the value through membership rows
-}
-
-// scopePosition is the backfill position of a record, as Backfill.LastKey
-// and Subscribe.Resume carry it.
-func scopePosition(model, key string) string { return model + "/" + key }
-
 // grantsOf returns what p holds of the declared scopes: its token's grants
 // (AllValues standing for the whole scope) united with its user's
 // membership grants, sorted. nil when no scope is declared.
@@ -52,11 +25,11 @@ func (s *Server) grantsOf(ctx context.Context, p auth.Principal) (syncproto.Scop
 	if s.declared().Empty() {
 		return nil, nil
 	}
-	out := tokenGrants(s.declared(), p)
+	out := declaredTokenGrants(s.declared(), p)
 	if p.User == "" {
 		return out, nil
 	}
-	held, err := s.scopeReader().grants(ctx, p.Tenant, p.User)
+	held, err := s.store.Records.Grants(ctx, p.Tenant, p.User, s.declared())
 	if err != nil {
 		return nil, fmt.Errorf("read grants of %s: %w", p.User, err)
 	}
@@ -69,22 +42,20 @@ func (s *Server) grantsOf(ctx context.Context, p auth.Principal) (syncproto.Scop
 	return out, nil
 }
 
-// tokenGrants returns the grants p's token carries of the declared scopes,
-// normalized: a scope granted AllValues among other values is granted
-// AllValues alone.
-func tokenGrants(scopes *replication.Scopes, p auth.Principal) syncproto.ScopeSet {
+// declaredTokenGrants returns the grants p's token carries of the
+// declared scopes (tokenGrants): a scope granted AllValues among other
+// values is granted AllValues alone.
+func declaredTokenGrants(scopes *replication.Scopes, p auth.Principal) syncproto.ScopeSet {
 	out := syncproto.ScopeSet{}
-	for name, values := range p.Scopes {
-		if !scopesDeclare(scopes, name) || len(values) == 0 {
-			continue
-		}
-		if slices.Contains(values, syncproto.AllValues) {
+	for name, values := range tokenGrants(p) {
+		switch {
+		case !scopesDeclare(scopes, name) || len(values) == 0:
+		case slices.Contains(values, syncproto.AllValues):
 			out[name] = []string{syncproto.AllValues}
-			continue
+		default:
+			out[name] = values
 		}
-		out[name] = slices.Clone(values)
 	}
-	out.Normalize()
 	return out
 }
 
@@ -344,11 +315,6 @@ func (s *Server) maxScopeValues() int {
 		return s.cfg.MaxScopeValues
 	}
 	return syncproto.DefaultMaxScopeValues
-}
-
-// scopeReads reads grants and backfill pages from the store's records.
-func (s *Server) scopeReader() scopeReads {
-	return recordScopeReads{records: s.store.Records, scopes: s.declared()}
 }
 
 // noScopes stands for Config.Scopes when it is nil.

@@ -180,7 +180,7 @@ func TestGrantsChanged(t *testing.T) {
 func TestTokenGrantsAndCap(t *testing.T) {
 	decl := testScopes(t)
 	p := auth.Principal{Scopes: map[string][]string{"project": {"p2", "p1", "p2"}, "site": {"s1", "*"}, "team": {"a"}}}
-	got := tokenGrants(decl, p)
+	got := declaredTokenGrants(decl, p)
 	require.Equal(t, syncproto.ScopeSet{"project": {"p1", "p2"}, "site": {"*"}}, got, "undeclared scopes dropped; * stands alone")
 	require.Equal(t, syncproto.ScopeSet{"project": {"p1", "p2"}}, capGrants(got, 2))
 	require.Equal(t, syncproto.ScopeSet{"project": {"p1"}}, capGrants(got, 1))

@@ -24,7 +24,7 @@ func (ss *session) planScopes(ctx context.Context, requested, have syncproto.Sco
 		ss.log.Error("read scope grants", "err", err)
 		return nil, internalError(err)
 	}
-	return planScopes(decl, grants, tokenGrants(decl, ss.p), requested, have, resume, ss.srv.maxScopeValues())
+	return planScopes(decl, grants, declaredTokenGrants(decl, ss.p), requested, have, resume, ss.srv.maxScopeValues())
 }
 
 // scopeTurn applies what sc learns from page, which the feed (or a pull)
@@ -66,7 +66,7 @@ func (ss *session) backfill(ctx context.Context, id string, sc *subscriptionScop
 		j.started = ss.srv.now()
 	}
 	d := ss.srv.declared().Named(j.scope)
-	p, err := ss.srv.scopeReader().page(ctx, ss.p.Tenant, ss.p.User, d, j.value, j.after, syncproto.MaxPullLimit, feedPageBytes)
+	p, err := ss.srv.store.Records.ReadScopeValue(ctx, nil, ss.p.Tenant, ss.p.User, d, j.value, j.after, syncproto.MaxPullLimit, feedPageBytes)
 	if err != nil {
 		if ctx.Err() == nil {
 			ss.log.Error("read backfill page", "scope", j.scope, "err", err)
@@ -74,13 +74,13 @@ func (ss *session) backfill(ctx context.Context, id string, sc *subscriptionScop
 		}
 		return false
 	}
-	if !p.member && !sc.token.Has(j.scope, j.value) {
+	if !p.Member && !sc.token.Has(j.scope, j.value) {
 		ss.srv.metrics.scopeBackfills.WithLabelValues(backfillRevoked).Inc()
 		sc.backfills = sc.backfills[1:]
 		return true
 	}
-	msg := &syncproto.Backfill{ID: id, Scope: j.scope, Value: j.value, At: p.at, LastKey: p.last, Done: p.done, Entries: make([]syncproto.Change, 0, len(p.records))}
-	for _, rec := range p.records {
+	msg := &syncproto.Backfill{ID: id, Scope: j.scope, Value: j.value, At: p.At, LastKey: p.Last, Done: p.Done, Entries: make([]syncproto.Change, 0, len(p.Records))}
+	for _, rec := range p.Records {
 		if !ss.p.CanRead(rec.Model) {
 			continue
 		}
@@ -93,7 +93,7 @@ func (ss *session) backfill(ctx context.Context, id string, sc *subscriptionScop
 	case <-ctx.Done():
 		return false
 	}
-	done, started := p.done, j.started
+	done, started := p.Done, j.started
 	if !ss.sendFeed(ctx, outbound{msg: msg, onSent: func() {
 		if done {
 			ss.srv.metrics.scopeBackfills.WithLabelValues(backfillDone).Inc()
@@ -103,7 +103,7 @@ func (ss *session) backfill(ctx context.Context, id string, sc *subscriptionScop
 	}}) {
 		return false
 	}
-	j.after = p.last
+	j.after = p.Last
 	if done {
 		sc.backfills = sc.backfills[1:]
 	}

@@ -460,9 +460,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
 		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
 		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now, ID: clusterID,
-		Checkpoints: checkpoints,
+		Checkpoints: checkpoints, Scopes: cfg.Scopes,
 	})
 	if err == nil {
+		if n := s.store.ScopesReindexed; n > 0 {
+			s.log.Info("scope declarations changed: records reindexed; devices resync at their next connection",
+				"records", n, "scopes", cfg.Scopes.String(), "database_id", s.store.ID)
+		}
 		s.tail = newFeedTail(s.store.Log)
 		err = s.setOplogGauges(ctx)
 	}
