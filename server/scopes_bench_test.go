@@ -107,4 +107,3 @@ func BenchmarkScopeFanout(b *testing.B) {
 		})
 	}
 }
-
