@@ -89,9 +89,10 @@ type replicaRow struct {
 
 // TestScopedDevicesReceiveExactlyTheirValues: five scope values, devices
 // with different token grants, membership grants and requests, and seeded
-// random writes that move rows between values and change grants through
-// membership rows, some in the same push as writes to the value they
-// grant. Every frame each device reads is checked: no changes entry and no
+// random writes that move rows between values (rows being backfilled
+// among them: each value holds 1,200 rows, more than a page) and change
+// grants through membership rows, some in the same push as writes to the
+// value they grant. Every frame each device reads is checked: no changes entry and no
 // backfill row of a value it did not follow at that seq; its cursor never
 // moves backwards. At the end each replica, built only from those frames
 // (applied by version, evictions dropping rows), equals the server's
@@ -103,7 +104,7 @@ func TestScopedDevicesReceiveExactlyTheirValues(t *testing.T) {
 }
 
 func scopedNoLeakRun(t *testing.T, seed uint64) {
-	const writes = 300
+	const writes, bulk = 300, 6000
 	rng := rand.New(rand.NewPCG(seed, 21))
 	values := []string{"p0", "p1", "p2", "p3", "p4"}
 	ts, owner := scopedServer(t, 0)
@@ -138,6 +139,9 @@ func scopedNoLeakRun(t *testing.T, seed uint64) {
 	}
 	task := func(rng *rand.Rand) syncproto.Mutation {
 		key := fmt.Sprintf("t%02d", rng.IntN(40))
+		if rng.IntN(3) == 0 {
+			key = fmt.Sprintf("bulk%04d", rng.IntN(bulk)) // a row a backfill may be sending
+		}
 		if tasks[key] && rng.IntN(5) == 0 {
 			tasks[key] = false
 			return syncproto.Mutation{OpID: newOpID(t), Model: "tasks", Key: key, Op: syncproto.OpDelete, HLC: oclock.Now()}
@@ -146,7 +150,18 @@ func scopedNoLeakRun(t *testing.T, seed uint64) {
 		return put(t, oclock, "tasks", key, fmt.Sprintf(`{"project_id":%q,"n":%d}`, values[rng.IntN(len(values))], rng.IntN(1000)))
 	}
 
-	// Before the devices: some rows in every value, u1 a member of p1, p2.
+	// Before the devices: rows in every value, enough that backfills take
+	// several pages while the writes below move their rows; u1 a member of
+	// p1 and p2.
+	for start := 0; start < bulk; start += syncproto.MaxBatch {
+		var muts []syncproto.Mutation
+		for i := start; i < min(bulk, start+syncproto.MaxBatch); i++ {
+			key := fmt.Sprintf("bulk%04d", i)
+			tasks[key] = true
+			muts = append(muts, put(t, oclock, "tasks", key, fmt.Sprintf(`{"project_id":%q}`, values[i%len(values)])))
+		}
+		push(fmt.Sprint("bulk", start), muts)
+	}
 	var first []syncproto.Mutation
 	for range 30 {
 		first = append(first, task(rng))
