@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"time"
@@ -67,11 +68,7 @@ func capGrants(grants syncproto.ScopeSet, max int) syncproto.ScopeSet {
 	if grants.Count() <= max {
 		return grants
 	}
-	names := make([]string, 0, len(grants))
-	for n := range grants {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := sortedScopes(grants)
 	out, left := syncproto.ScopeSet{}, max
 	for _, n := range names {
 		take := grants[n][:min(left, len(grants[n]))]
@@ -158,7 +155,7 @@ func planScopes(decl *replication.Scopes, grants, token, requested, have syncpro
 	}
 	sc.follow = syncproto.ScopeSet{}
 	count := 0
-	for _, name := range sortedNames(requested) {
+	for _, name := range sortedScopes(requested) {
 		values := requested[name]
 		if requested.All(name) {
 			sc.all[name] = true
@@ -180,7 +177,7 @@ func planScopes(decl *replication.Scopes, grants, token, requested, have syncpro
 		return nil, syncproto.Errorf(syncproto.CodeTooManyScopeValues, "scopes request %d scope values (after %q is expanded to the values granted), more than max_scope_values %d", count, syncproto.AllValues, max)
 	}
 	sc.follow.Normalize()
-	for _, name := range sortedNames(have) {
+	for _, name := range sortedScopes(have) {
 		for _, v := range have[name] {
 			switch {
 			case !sc.requests(name, v):
@@ -190,7 +187,7 @@ func planScopes(decl *replication.Scopes, grants, token, requested, have syncpro
 			}
 		}
 	}
-	for _, name := range sortedNames(sc.follow) {
+	for _, name := range sortedScopes(sc.follow) {
 		if sc.follow.All(name) {
 			// A request of every value under a grant of every value is
 			// not backfilled value by value (PROTOCOL.md 19.4).
@@ -268,14 +265,14 @@ func (sc *subscriptionScopes) snapshotURL() string {
 		return syncproto.SnapshotPath
 	}
 	q := url.Values{"scoped": {"1"}}
-	for _, name := range sortedNames(sc.follow) {
+	for _, name := range sortedScopes(sc.follow) {
 		for _, v := range sc.follow[name] {
 			q.Add("scope", name+":"+v)
 		}
 	}
 	// A scope followed for every value later granted, none yet: the
 	// snapshot names it so that a later grant's rows come with it.
-	for _, name := range sortedKeys(sc.all) {
+	for _, name := range slices.Sorted(maps.Keys(sc.all)) {
 		if len(sc.follow[name]) == 0 {
 			q.Add("scope", name+":"+syncproto.AllValues)
 		}
@@ -283,30 +280,15 @@ func (sc *subscriptionScopes) snapshotURL() string {
 	return syncproto.SnapshotPath + "?" + q.Encode()
 }
 
+// sortedScopes returns the scope names of s, sorted.
+func sortedScopes(s syncproto.ScopeSet) []string { return slices.Sorted(maps.Keys(s)) }
+
 func cloneSet(s syncproto.ScopeSet) syncproto.ScopeSet {
 	out := make(syncproto.ScopeSet, len(s))
 	for n, v := range s {
 		out[n] = slices.Clone(v)
 	}
 	return out
-}
-
-func sortedNames(s syncproto.ScopeSet) []string {
-	names := make([]string, 0, len(s))
-	for n := range s {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
-
-func sortedKeys(m map[string]bool) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // maxScopeValues is limits.max_scope_values.
