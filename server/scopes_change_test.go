@@ -187,3 +187,29 @@ func TestScopesChangedResyncsASubscriptionWithoutScopes(t *testing.T) {
 	}
 	t.Fatal("no resync")
 }
+
+// TestScopedPullFiltersAndEvictsMoves: a pull with scopes returns the
+// entries of the values it names (and granted) and the rows moved out of
+// them as evict entries; it never backfills.
+func TestScopedPullFiltersAndEvictsMoves(t *testing.T) {
+	ts, owner := scopedServer(t, 0)
+	oc, oclock := session(t, ts, owner, "owner")
+	requireApplied(t, oc.push("w",
+		put(t, oclock, "tasks", "x", `{"project_id":"p1"}`),
+		put(t, oclock, "tasks", "y", `{"project_id":"p2"}`),
+		put(t, oclock, "notes", "n", `{"n":1}`)))
+	requireApplied(t, oc.push("move", put(t, oclock, "tasks", "x", `{"project_id":"p2"}`)))
+	tok := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", User: "alice", Read: []string{"*"},
+		Scopes: map[string][]string{"project": {"p1"}}})
+	c, _ := session(t, ts, tok, "phone")
+	c.send(&syncproto.Pull{ID: "q1", Cursor: 0, Limit: syncproto.MaxPullLimit, Scopes: syncproto.ScopeSet{"project": {"p1", "p2"}}})
+	ch := expect[*syncproto.Changes](c)
+	var got []string
+	for _, e := range ch.Entries {
+		got = append(got, fmt.Sprintf("%s/%s %s %s", e.Model, e.Key, e.Op, e.ScopeValue))
+	}
+	require.Equal(t, []string{"tasks/x put p1", "notes/n put ", "tasks/x evict "}, got, "p2 is requested but not granted")
+	require.Empty(t, ch.Evictions)
+	require.Equal(t, ts.head(t), ch.Cursor)
+	require.Empty(t, c.barrier(), "a pull never backfills")
+}
