@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -212,4 +213,52 @@ func TestScopedPullFiltersAndEvictsMoves(t *testing.T) {
 	require.Empty(t, ch.Evictions)
 	require.Equal(t, ts.head(t), ch.Cursor)
 	require.Empty(t, c.barrier(), "a pull never backfills")
+}
+
+// TestSnapshotHoldsOnlyTheValuesGranted: a snapshot of a principal
+// holding some values of a scope holds only their rows (and the rows of
+// models no scope covers): every grant without scoped=1, the values named
+// and granted with it; devices of different grants never share a body.
+func TestSnapshotHoldsOnlyTheValuesGranted(t *testing.T) {
+	ts, owner := scopedServer(t, 0)
+	oc, oclock := session(t, ts, owner, "owner")
+	requireApplied(t, oc.push("w",
+		put(t, oclock, "tasks", "x1", `{"project_id":"p1"}`),
+		put(t, oclock, "tasks", "x2", `{"project_id":"p2"}`),
+		put(t, oclock, "tasks", "x3", `{"project_id":"p3"}`),
+		put(t, oclock, "members", "m", `{"user":"alice","project_id":"p2"}`),
+		put(t, oclock, "notes", "n", `{"n":1}`)))
+	alice := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", User: "alice", Read: []string{"*"},
+		Scopes: map[string][]string{"project": {"p1"}}})
+	keys := func(path string) []string {
+		t.Helper()
+		resp := syncdtest.Get(t, ts.url+path, alice)
+		defer resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+		r, err := syncproto.NewSnapshotReader(resp.Body)
+		require.NoError(t, err)
+		var got []string
+		for {
+			rec, err := r.Next()
+			if err != nil {
+				break
+			}
+			got = append(got, rec.Model+"/"+rec.Key)
+		}
+		return got
+	}
+	require.Equal(t, []string{"members/m", "notes/n", "tasks/x1", "tasks/x2"}, keys(syncproto.SnapshotPath), "every grant: p1 by token, p2 by membership")
+	require.Equal(t, []string{"notes/n", "tasks/x1"}, keys(syncproto.SnapshotPath+"?scoped=1&scope=project:p1&scope=project:p3"), "p3 is not granted")
+	require.Equal(t, []string{"members/m", "notes/n", "tasks/x1", "tasks/x2"}, keys(syncproto.SnapshotPath+"?scoped=1&scope=project:*"))
+	require.Equal(t, []string{"notes/n"}, keys(syncproto.SnapshotPath+"?scoped=1"), "no value named: no scoped row")
+	_, all := ts.Snapshot(t, owner)
+	require.Len(t, all, 5, "the owner, granted every value, gets every row")
+
+	for _, q := range []string{"?scoped=1&scope=team:a", "?scoped=1&scope=project", "?scoped=1&scope=project:a%07"} {
+		resp := syncdtest.Get(t, ts.url+syncproto.SnapshotPath+q, alice)
+		body := httpErrorBody(t, resp)
+		resp.Body.Close()
+		require.Equal(t, 400, resp.StatusCode, q)
+		require.Contains(t, []syncproto.Code{syncproto.CodeInvalidScope, syncproto.CodeInvalidScopeValue}, body.Code, q)
+	}
 }
