@@ -232,21 +232,22 @@ func (sc *subscriptionScopes) grantsChanged(changes []replication.GrantChange) (
 		if sc.decl.Named(g.Scope) == nil || sc.token.Has(g.Scope, g.Value) {
 			continue // a token grant covers it whatever the rows say
 		}
+		if sc.legacy {
+			// Any change of its grants the walk meets, even one the
+			// grants read at its start already reflect: a device that
+			// was offline while it lost a value still holds its rows.
+			changed = true
+			continue
+		}
 		following := sc.follow.Has(g.Scope, g.Value)
 		switch {
 		case !g.Held && following:
 			changed = true
-			if sc.legacy {
-				continue
-			}
 			sc.follow[g.Scope] = slices.DeleteFunc(sc.follow[g.Scope], func(v string) bool { return v == g.Value })
 			sc.backfills = slices.DeleteFunc(sc.backfills, func(j backfillJob) bool { return j.scope == g.Scope && j.value == g.Value })
 			evictions = append(evictions, syncproto.Eviction{Scope: g.Scope, Value: g.Value, Reason: syncproto.EvictRevoked})
-		case g.Held && !following && (sc.legacy || sc.requests(g.Scope, g.Value)):
+		case g.Held && !following && sc.requests(g.Scope, g.Value):
 			changed = true
-			if sc.legacy {
-				continue
-			}
 			if sc.follow.Count() >= sc.max {
 				return evictions, changed, syncproto.Errorf(syncproto.CodeTooManyScopeValues, "scope %q value %q was granted, but the subscription already follows max_scope_values %d: subscribe again with fewer", g.Scope, g.Value, sc.max)
 			}

@@ -178,7 +178,17 @@ func TestScopesChangedResyncsASubscriptionWithoutScopes(t *testing.T) {
 			require.Equal(t, "s1", r.ID)
 			require.Equal(t, syncproto.ResyncScopesChanged, r.Reason)
 			require.Equal(t, syncproto.SnapshotPath, r.SnapshotURL)
-			return
+			// A device that was offline meanwhile, at the old cursor: its
+			// grants read now no longer hold p1, but it holds p1's rows.
+			c2, _ := session(t, ts, tok, "phone")
+			c2.send(&syncproto.Subscribe{ID: "s2", Cursor: head})
+			for range 10 {
+				if r, ok := c2.recv().(*syncproto.Resync); ok {
+					require.Equal(t, syncproto.ResyncScopesChanged, r.Reason)
+					return
+				}
+			}
+			t.Fatal("the offline device got no resync")
 		}
 		ch, ok := msg.(*syncproto.Changes)
 		require.True(t, ok, "%#v", msg)
