@@ -240,6 +240,7 @@ func TestSnapshotHoldsOnlyTheValuesGranted(t *testing.T) {
 		put(t, oclock, "notes", "n", `{"n":1}`)))
 	alice := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", User: "alice", Read: []string{"*"},
 		Scopes: map[string][]string{"project": {"p1"}}})
+	var header syncproto.ScopeSet
 	keys := func(path string) []string {
 		t.Helper()
 		resp := syncdtest.Get(t, ts.url+path, alice)
@@ -247,18 +248,24 @@ func TestSnapshotHoldsOnlyTheValuesGranted(t *testing.T) {
 		require.Equal(t, 200, resp.StatusCode)
 		r, err := syncproto.NewSnapshotReader(resp.Body)
 		require.NoError(t, err)
+		header = r.Scopes()
 		var got []string
 		for {
 			rec, err := r.Next()
 			if err != nil {
 				break
 			}
+			var v struct{ Project_ID string }
+			require.NoError(t, json.Unmarshal(rec.Value, &v))
+			require.Equal(t, v.Project_ID, rec.ScopeValue, "a record line carries its scope value")
 			got = append(got, rec.Model+"/"+rec.Key)
 		}
 		return got
 	}
 	require.Equal(t, []string{"members/m", "notes/n", "tasks/x1", "tasks/x2"}, keys(syncproto.SnapshotPath), "every grant: p1 by token, p2 by membership")
+	require.Equal(t, syncproto.ScopeSet{"project": {"p1", "p2"}}, header, "the header names the values held complete")
 	require.Equal(t, []string{"notes/n", "tasks/x1"}, keys(syncproto.SnapshotPath+"?scoped=1&scope=project:p1&scope=project:p3"), "p3 is not granted")
+	require.Equal(t, syncproto.ScopeSet{"project": {"p1"}}, header)
 	require.Equal(t, []string{"members/m", "notes/n", "tasks/x1", "tasks/x2"}, keys(syncproto.SnapshotPath+"?scoped=1&scope=project:*"))
 	require.Equal(t, []string{"notes/n"}, keys(syncproto.SnapshotPath+"?scoped=1"), "no value named: no scoped row")
 	_, all := ts.Snapshot(t, owner)

@@ -367,20 +367,31 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 // readSnapshot writes the snapshot of scope to out, whole unless it
-// returns an error.
+// returns an error. With scopes declared, its header names the values it
+// holds complete (scope.Follow's values; a scope followed for every value
+// names none) and its records carry their scope value.
 func (s *Server) readSnapshot(ctx context.Context, scope replication.Scope, out io.Writer) error {
+	var held syncproto.ScopeSet
+	if scope.Follow != nil {
+		held = syncproto.ScopeSet{}
+		for name, values := range scope.Follow {
+			if !scope.Follow.All(name) && len(values) > 0 {
+				held[name] = values
+			}
+		}
+	}
 	var sw *syncproto.SnapshotWriter
 	head, err := s.store.Records.SnapshotLive(ctx, s.snapshotDB, scope, func(head uint64, rec *replication.LiveRecord) error {
 		if sw == nil {
 			var err error
-			if sw, err = syncproto.NewSnapshotWriter(out, head); err != nil {
+			if sw, err = syncproto.NewScopedSnapshotWriter(out, head, held); err != nil {
 				return err
 			}
 		}
-		return sw.Write(syncproto.SnapshotRecord{Model: rec.Model, Key: rec.Key, Value: rec.Value, Version: rec.Version, HLC: rec.HLC})
+		return sw.Write(syncproto.SnapshotRecord{Model: rec.Model, Key: rec.Key, Value: rec.Value, Version: rec.Version, HLC: rec.HLC, ScopeValue: rec.ScopeValue})
 	})
 	if err == nil && sw == nil {
-		sw, err = syncproto.NewSnapshotWriter(out, head)
+		sw, err = syncproto.NewScopedSnapshotWriter(out, head, held)
 	}
 	if err != nil {
 		return err
