@@ -25,6 +25,10 @@ type scopedDevice struct {
 	token  syncproto.ScopeSet // its token's grants
 	wanted syncproto.ScopeSet // its subscribe.scopes
 
+	conn   *websocket.Conn
+	clock  *syncproto.Clock
+	pushes int // pushes it sent
+
 	mu     sync.Mutex
 	frames []syncproto.Message
 	cursor uint64 // the greatest changes cursor read
@@ -184,8 +188,9 @@ func scopedNoLeakRun(t *testing.T, seed uint64) {
 		readers.Wait()
 	})
 	for _, d := range devices {
-		tok := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: d.name, User: d.user, Read: []string{"*"}, Scopes: d.token})
-		c, _ := session(t, ts, tok, d.name)
+		tok := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: d.name, User: d.user, Read: []string{"*"}, Write: []string{"*"}, Scopes: d.token})
+		c, clock := session(t, ts, tok, d.name)
+		d.conn, d.clock = c.conn, clock
 		c.send(&syncproto.Subscribe{ID: "s-" + d.name, Cursor: head, Scopes: d.wanted})
 		readers.Add(1)
 		go func() {
@@ -208,7 +213,28 @@ func scopedNoLeakRun(t *testing.T, seed uint64) {
 			i++
 		}
 		push(fmt.Sprint("w", i), muts)
+		// d1 writes too, to values it may hold or may just have lost: a
+		// write in flight while its grant changes.
+		if d1 := devices[1]; rng.IntN(4) == 0 {
+			m := put(t, d1.clock, "tasks", fmt.Sprintf("d1-%02d", rng.IntN(10)), fmt.Sprintf(`{"project_id":%q}`, values[rng.IntN(len(values))]))
+			frame, err := syncproto.Encode(&syncproto.Push{ID: fmt.Sprint("d", i), Mutations: []syncproto.Mutation{m}})
+			require.NoError(t, err)
+			require.NoError(t, d1.conn.Write(t.Context(), websocket.MessageText, frame))
+			d1.pushes++
+		}
 	}
+	require.Eventually(t, func() bool {
+		d1 := devices[1]
+		d1.mu.Lock()
+		defer d1.mu.Unlock()
+		n := 0
+		for _, m := range d1.frames {
+			if _, ok := m.(*syncproto.PushResult); ok {
+				n++
+			}
+		}
+		return n == d1.pushes
+	}, 20*time.Second, 5*time.Millisecond, "d1's pushes are answered")
 	// A row no scope covers reaches every device: the feeds' last entry.
 	push("end", []syncproto.Mutation{put(t, oclock, "notes", "end", `{"n":1}`)})
 	head = ts.head(t)
@@ -254,6 +280,7 @@ func scopedNoLeakRun(t *testing.T, seed uint64) {
 			}
 		}
 		var cursor uint64
+		answers, outcomes := 0, map[string]int{}
 		for _, msg := range frames {
 			switch m := msg.(type) {
 			case *syncproto.Changes:
@@ -278,6 +305,22 @@ func scopedNoLeakRun(t *testing.T, seed uint64) {
 						}
 					}
 				}
+			case *syncproto.PushResult:
+				answers++
+				for _, r := range m.Results {
+					outcomes[string(r.Status)+" "+string(r.Code)]++
+					switch {
+					case r.Status == syncproto.StatusApplied || r.Status == syncproto.StatusSuperseded:
+					case r.Status == syncproto.StatusRejected && r.Code == syncproto.CodeForbiddenScope:
+					default:
+						t.Fatalf("%s: result %+v", d.name, r)
+					}
+					if w := r.Winner; w != nil && len(w.Value) > 0 {
+						var v struct{ Project_ID string }
+						require.NoError(t, json.Unmarshal(w.Value, &v))
+						require.True(t, d.wanted.Has("project", v.Project_ID), "%s: a winner of %q", d.name, v.Project_ID)
+					}
+				}
 			case *syncproto.Backfill:
 				require.True(t, d.mayRead(grants, m.Value, m.At), "%s: backfill of %q at %d, not followed then", d.name, m.Value, m.At)
 				for _, e := range m.Entries {
@@ -287,6 +330,10 @@ func scopedNoLeakRun(t *testing.T, seed uint64) {
 			default:
 				t.Fatalf("%s: unexpected frame %#v", d.name, msg)
 			}
+		}
+		require.Equal(t, d.pushes, answers, "%s: every push answered", d.name)
+		if answers > 0 {
+			t.Logf("%s's writes: %v", d.name, outcomes)
 		}
 		want := map[string]replicaRow{}
 		for k, row := range server {
