@@ -39,7 +39,7 @@ func goldenAdmin(t *testing.T, name string, got []byte) {
 
 // TestAdminAnswersAreStable pins the admin API's JSON, byte for byte, as
 // syncctl, the console and scripts read it: status, clients, an oplog
-// page, conflicts and a ledger answer from a real server on a fixed clock
+// page, conflicts, a ledger answer, figures and tenants from a real server on a fixed clock
 // with fixed op ids. The values a run cannot fix (the build, the database
 // id, the session's remote address and token id) are replaced by
 // placeholders.
@@ -84,6 +84,8 @@ func TestAdminAnswersAreStable(t *testing.T) {
 		{"ledger.json", "/v1/admin/ledger/" + stale.OpID + "?tenant=acme"},
 		{"ledger_not_found.json", "/v1/admin/ledger/01890a5d-ac96-774b-bcce-b302099a8059?tenant=acme"},
 		{"error.json", "/v1/admin/oplog?from=-1"},
+		{"figures.json", "/v1/admin/figures"},
+		{"tenants.json", "/v1/admin/tenants"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goldenAdmin(t, tc.name, volatile(adminRaw(t, ts, tc.path)))

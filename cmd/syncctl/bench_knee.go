@@ -29,7 +29,7 @@ type kneeTargets struct {
 // their own. A rate is pushes a second per pusher.
 type kneeSearch struct {
 	pass, fail float64 // best passing rate, lowest failing rate; 0: none yet
-	max        float64
+	min, max   float64 // the rates tried stay within [min, max]
 }
 
 // next returns the rate to try after a run at rate passed or failed, and
@@ -46,19 +46,20 @@ func (s *kneeSearch) next(rate float64, passed bool) (float64, bool) {
 	case s.fail == 0:
 		return math.Min(2*s.pass, s.max), true
 	case s.pass == 0:
-		if s.fail <= 1/benchMaxKneeDivisor {
+		if s.fail <= s.min {
 			return 0, false // even the slowest rate misses a target
 		}
-		return s.fail / 2, true
+		return math.Max(s.fail/2, s.min), true
 	case s.fail-s.pass <= kneePrecision*s.pass:
 		return 0, false
 	}
 	return (s.pass + s.fail) / 2, true
 }
 
-// benchMaxKneeDivisor bounds how far the search goes down: below one push
-// in this many seconds per pusher it stops.
-const benchMaxKneeDivisor = 64
+// kneeMinPushes is the fewest pushes each pusher makes in a run of the
+// search: the lowest rate it tries is this many per --duration, so that
+// every run measures something.
+const kneeMinPushes = 4
 
 // kneeTrial is one run of the search.
 type kneeTrial struct {
@@ -68,7 +69,9 @@ type kneeTrial struct {
 	DeliveryP99     float64 `json:"delivery_p99_ms"`
 	Missing         int64   `json:"deliveries_missing"`
 	Errors          int64   `json:"errors"`
-	Passed          bool    `json:"passed"`
+	// ErrorsByCode names the errors (as syncctl bench reports them).
+	ErrorsByCode map[string]int64 `json:"errors_by_code,omitempty"`
+	Passed       bool             `json:"passed"`
 }
 
 // kneeReport is syncctl bench --find-knee's answer.
@@ -87,7 +90,7 @@ type kneeReport struct {
 func (t kneeTargets) judge(rate float64, rep *benchReport) kneeTrial {
 	tr := kneeTrial{
 		Rate: rate, MutationsPerSec: rep.MutationsPerSec, AckP99: rep.Ack.P99, DeliveryP99: rep.Delivery.P99,
-		Missing: rep.Delivery.Missing, Errors: sum(rep.Errors),
+		Missing: rep.Delivery.Missing, Errors: sum(rep.Errors), ErrorsByCode: rep.Errors,
 	}
 	tr.Passed = rep.Ack.Count > 0 && tr.AckP99 < ms64(t.ackP99) && tr.DeliveryP99 < ms64(t.deliveryP99) && tr.Missing == 0 && tr.Errors == 0
 	return tr
@@ -101,7 +104,7 @@ func ms64(d time.Duration) float64 { return float64(d) / float64(time.Millisecon
 // the targets. It stops after kneeMaxRuns runs at most.
 func (a *app) findKnee(ctx context.Context, cfg benchConfig, clients []benchClient, targets kneeTargets) (*kneeReport, error) {
 	rep := &kneeReport{Config: cfg.view(), AckP99TargetMS: ms64(targets.ackP99), DeliveryP99TargetMS: ms64(targets.deliveryP99)}
-	search := kneeSearch{max: benchMaxRate}
+	search := kneeSearch{min: kneeMinPushes / cfg.duration.Seconds(), max: benchMaxRate}
 	rate := cfg.rate
 	for range kneeMaxRuns {
 		run := cfg
@@ -135,6 +138,9 @@ func (rep *kneeReport) print(w io.Writer) error {
 		verdict := "over"
 		if t.Passed {
 			verdict = "ok"
+		}
+		if t.Errors > 0 {
+			verdict += " (" + describeCounts(t.ErrorsByCode) + ")"
 		}
 		fmt.Fprintf(w, "%-14.3g %-14.0f %-12s %-16s %-8d %-7d %s\n", t.Rate, t.MutationsPerSec, ms(t.AckP99), ms(t.DeliveryP99), t.Missing, t.Errors, verdict)
 	}

@@ -12,15 +12,19 @@ import (
 // TestKneeSearchBracketsThenHalves drives the search against a knee at a
 // known rate: it doubles to bracket it, then bisects to within 10%.
 func TestKneeSearchBracketsThenHalves(t *testing.T) {
+	const floor = 0.4 // kneeMinPushes in a 10 s run
 	for _, knee := range []float64{0.05, 1, 3, 37.5, 900, benchMaxRate} {
-		s := kneeSearch{max: benchMaxRate}
+		s := kneeSearch{min: floor, max: benchMaxRate}
 		rate, runs := 1.0, 0
 		for more := true; more; runs++ {
 			require.Less(t, runs, 40, "the search ends")
 			rate, more = s.next(rate, rate <= knee)
 		}
 		require.LessOrEqual(t, s.pass, knee)
-		if knee >= 1/benchMaxKneeDivisor {
+		if knee < floor {
+			require.Zero(t, s.pass, "knee %g: nothing passes", knee)
+			require.Equal(t, floor, s.fail, "knee %g: the search stops at its floor", knee)
+		} else {
 			require.Positive(t, s.pass, "knee %g", knee)
 			if s.fail > 0 {
 				require.LessOrEqual(t, s.fail-s.pass, kneePrecision*s.pass, "knee %g: the interval is narrow", knee)

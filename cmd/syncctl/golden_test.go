@@ -174,7 +174,7 @@ func TestTokenCommandsGolden(t *testing.T) {
 	r := c.run("token", "issue", "--admin")
 	require.NoError(t, r.err)
 	admin := strings.TrimSpace(r.stdout)
-	require.Regexp(t, `^sdk_[0-9a-f]{12}_\S+$`, admin)
+	require.Regexp(t, `^sda_[0-9a-f]{12}_\S+$`, admin, "admin tokens have their own prefix")
 	adminID := strings.SplitN(admin, "_", 3)[1]
 	require.Equal(t, "issued token "+adminID+" for an admin token in "+path+"; it is shown only this once\n", r.stderr)
 

@@ -66,7 +66,7 @@ func TestAdminCommandsJSON(t *testing.T) {
 		decodeStrict(t, out, &v)
 		require.True(t, v.Found)
 		require.Equal(t, syncproto.StatusApplied, v.Result.Status)
-		requireKeys(t, object(t, out), "tenant", "op_id", "found", "op_time", "decided_at", "result", "floor")
+		requireKeys(t, object(t, out), "tenant", "op_id", "found", "op_time", "decided_at", "result", "floor", "client_id")
 
 		r := c.run("ledger", "get", opID(99), "--tenant", tenant, "--json")
 		require.Equal(t, exitNotFound, r.code, "not found is exit status 5, with the answer still printed")
