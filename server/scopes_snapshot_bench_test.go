@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -24,12 +22,7 @@ import (
 // the same way. "ratio" is the scoped snapshot's time over the ceiling's
 // (the issue asks for at most 2).
 func BenchmarkScopedSnapshot(b *testing.B) {
-	n := 100_000
-	if v := os.Getenv("SYNCD_BENCH_SCOPED_N"); v != "" {
-		var err error
-		n, err = strconv.Atoi(v)
-		require.NoError(b, err, "SYNCD_BENCH_SCOPED_N")
-	}
+	n := benchSize(b, "SYNCD_BENCH_SCOPED_N", 100_000)
 	const perValue = 1000
 	scopes := &replication.Scopes{}
 	require.NoError(b, scopes.Set("project=notes.p"))

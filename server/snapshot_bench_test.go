@@ -32,12 +32,7 @@ import (
 // buffers), half before and half after the server's snapshots. "ratio" is
 // records/s over ceiling_records/s.
 func BenchmarkSnapshotServe(b *testing.B) {
-	n := 100_000
-	if v := os.Getenv("SYNCD_BENCH_SNAPSHOT_N"); v != "" {
-		var err error
-		n, err = strconv.Atoi(v)
-		require.NoError(b, err, "SYNCD_BENCH_SNAPSHOT_N")
-	}
+	n := benchSize(b, "SYNCD_BENCH_SNAPSHOT_N", 100_000)
 	ts := startServer(b, server.Config{RequestsPerSecond: 1e9, RequestBurst: 1 << 30, Quotas: noQuotas, RetentionInterval: -1, Synchronous: sqlitedb.Normal})
 	token := ts.Member(b, "bench", "bench-client")
 	preloadRecords(b, ts, token, n)
@@ -60,6 +55,17 @@ func BenchmarkSnapshotServe(b *testing.B) {
 	b.ReportMetric(float64(bytesRead)/float64(b.N)/(1<<20), "MiB/snapshot")
 	b.ReportMetric(ceiling.rate(), "ceiling_records/s")
 	b.ReportMetric(rate/ceiling.rate(), "ratio")
+}
+
+// benchSize is the number in the environment variable env, or def.
+func benchSize(b *testing.B, env string, def int) int {
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(b, err, env)
+	return n
 }
 
 // preloadRecords puts n records of about 200 bytes on distinct keys through
