@@ -113,8 +113,11 @@ type Status struct {
 	NodeID string `json:"node_id"`
 	// Build is the answering syncd's build (syncd --version) and
 	// DatabaseID the database it serves (welcome.database_id).
-	Build         string    `json:"build"`
-	DatabaseID    string    `json:"database_id"`
+	Build      string `json:"build"`
+	DatabaseID string `json:"database_id"`
+	// SchemaVersion is the database's schema version (its PRAGMA
+	// user_version, syncd_database_info's schema_version).
+	SchemaVersion int       `json:"schema_version"`
 	StartedAt     time.Time `json:"started_at"`
 	UptimeSeconds float64   `json:"uptime_seconds"`
 	// Connections counts the open sync sessions.

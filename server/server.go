@@ -466,6 +466,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now, ID: clusterID,
 		Checkpoints: checkpoints, Scopes: cfg.Scopes,
 	})
+	if err == nil && s.store.MigratedFrom != s.store.SchemaVersion {
+		s.log.Info("database migrated", "path", cfg.DataPath, "from_schema_version", s.store.MigratedFrom, "schema_version", s.store.SchemaVersion)
+	}
 	if err == nil {
 		if n := s.store.ScopesReindexed; n > 0 {
 			s.log.Info("scope declarations changed: records reindexed; devices resync at their next connection",
@@ -475,7 +478,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		err = s.setOplogGauges(ctx)
 	}
 	if err == nil {
-		err = reg.Register(newInfoCollector(s.store.ID, s.store.Ledger))
+		err = reg.Register(newInfoCollector(s.store.ID, s.store.SchemaVersion, s.store.Ledger))
 	}
 	if err == nil {
 		s.snapshotDB, err = openSnapshotPool(ctx, cfg)

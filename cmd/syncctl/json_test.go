@@ -31,7 +31,7 @@ func TestAdminCommandsJSON(t *testing.T) {
 		decodeStrict(t, out, &v)
 		require.Equal(t, uint64(5), v.OplogHead)
 		require.Equal(t, int64(2), v.LatestConflictID)
-		requireKeys(t, object(t, out), "node_id", "build", "database_id", "started_at", "uptime_seconds", "connections", "draining", "oplog_head", "oplog_oldest", "oplog_floor",
+		requireKeys(t, object(t, out), "node_id", "build", "database_id", "schema_version", "started_at", "uptime_seconds", "connections", "draining", "oplog_head", "oplog_oldest", "oplog_floor",
 			"ledger_entries", "ledger_floor", "max_client_lag_entries", "latest_conflict_id", "latest_conflict_at")
 	})
 	t.Run("clients", func(t *testing.T) {

@@ -45,7 +45,7 @@ var allowed = map[string][]string{
 	"internal/buildinfo":            {},
 	"internal/datalock":             {},
 	"internal/breaker":              {},
-	"replication":                   {"syncproto", "ledger", "internal/breaker"},
+	"replication":                   {"syncproto", "ledger", "internal/breaker", "internal/sqlitedb"},
 	"client/offlinequeue":           {"internal/sqlitedb", "internal/dirsync"},
 	"client/netmonitor":             {},
 	"client/reconnect":              {},
