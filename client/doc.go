@@ -4,7 +4,7 @@
 //
 // The runnable examples in client/example_test.go (Example,
 // ExampleClient_WatchStatus, Example_errorHandling, ExampleClient_Changes,
-// ExampleCollection, ExampleConflictHandler; pkg.go.dev shows them beside
+// ExampleCollection, ExampleConflictHandler, Example_partialSync; pkg.go.dev shows them beside
 // the API, `go test -run Example ./client` runs them) grow this sketch:
 //
 //	q, err := offlinequeue.OpenSQLite("notes.db", offlinequeue.SQLiteOptions{})

@@ -14,8 +14,10 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // exampleSyncd is a syncd on a loopback port, started for the examples by
@@ -30,13 +32,17 @@ type exampleSyncd struct {
 
 // startExampleSyncd starts the examples' syncd; Close stops it and removes
 // its files.
-func startExampleSyncd() *exampleSyncd {
+func startExampleSyncd() *exampleSyncd { return startScopedExampleSyncd(nil, nil) }
+
+// startScopedExampleSyncd starts the examples' syncd declaring scopes
+// (nil: none), phone-1's token granting grants.
+func startScopedExampleSyncd(scopes *replication.Scopes, grants map[string][]string) *exampleSyncd {
 	dir, err := os.MkdirTemp("", "syncd-example")
 	if err != nil {
 		log.Fatal(err)
 	}
 	tokens := filepath.Join(dir, "tokens.json")
-	token, err := auth.Issue(tokens, auth.Principal{Tenant: "demo", ClientID: "phone-1", Read: []string{"*"}, Write: []string{"*"}}, time.Now())
+	token, err := auth.Issue(tokens, auth.Principal{Tenant: "demo", ClientID: "phone-1", Read: []string{"*"}, Write: []string{"*"}, Scopes: grants}, time.Now())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -44,7 +50,7 @@ func startExampleSyncd() *exampleSyncd {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv, err := server.New(context.Background(), server.Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: authn})
+	srv, err := server.New(context.Background(), server.Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: authn, Scopes: scopes})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -270,4 +276,75 @@ func ExampleCollection() {
 	fmt.Printf("%s: %+v pending=%v\n", doc.Key, doc.Value, doc.Pending)
 	// Output:
 	// milk: {Title:buy milk Done:false} pending=true
+}
+
+// Partial sync: syncd declares scope project over tasks (syncd --scope
+// project=tasks.project_id) and this device's token grants p1 and p2. The
+// device follows p1, adds p2 (WaitScope returns once its backfill is in),
+// then drops p1, whose rows leave as ChangeEvents saying why.
+func Example_partialSync() {
+	scopes := &replication.Scopes{}
+	if err := scopes.Set("project=tasks.project_id"); err != nil {
+		log.Fatal(err)
+	}
+	srv := startScopedExampleSyncd(scopes, map[string][]string{"project": {"p1", "p2"}})
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	queue, err := offlinequeue.OpenSQLite(filepath.Join(srv.Dir, "queue.db"), offlinequeue.SQLiteOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.Open(ctx, client.Config{ServerURLs: []string{srv.URL}, Credential: srv.Credential, Queue: queue,
+		Scopes: syncproto.ScopeSet{"project": {"p1"}}}) // without it: every granted value
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	keys := func() (out []string) {
+		recs, _ := c.List(ctx, "tasks", client.ListOptions{})
+		for _, r := range recs {
+			out = append(out, r.Key)
+		}
+		return out
+	}
+	for key, project := range map[string]string{"t1": "p1", "t2": "p2"} {
+		op, err := c.Put(ctx, "tasks", key, json.RawMessage(`{"project_id":"`+project+`"}`))
+		if err != nil {
+			log.Fatal(err)
+		}
+		if _, err := c.Await(ctx, op); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := c.WaitScope(ctx, "project", "p1"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("following p1:", keys())
+
+	if err := c.SetScopes(ctx, "project", "p1", "p2"); err != nil {
+		log.Fatal(err)
+	}
+	if err := c.WaitScope(ctx, "project", "p2"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after adding p2:", keys())
+
+	sub := c.Changes()
+	defer sub.Close()
+	if err := c.SetScopes(ctx, "project", "p2"); err != nil {
+		log.Fatal(err)
+	}
+	for ev := range sub.C {
+		if ev.Evicted != "" {
+			fmt.Println("evicted", ev.Key+":", ev.Evicted)
+			break
+		}
+	}
+	fmt.Println("after dropping p1:", keys())
+	// Output:
+	// following p1: [t1]
+	// after adding p2: [t1 t2]
+	// evicted t1: unsubscribed
+	// after dropping p1: [t2]
 }

@@ -299,15 +299,13 @@ func (c *conn) ping(ctx context.Context) error {
 
 // subscribe starts the live feed after a.After, replacing any earlier
 // subscription; its frames (changes, backfill, resync), which carry the
-// returned id, arrive on c.feed. The scope members are always sent
-// (PROTOCOL.md 19.3): scopes, even empty, never the legacy form.
+// returned id, arrive on c.feed. To a server that declares scopes the
+// scope members are always sent (PROTOCOL.md 19.3), never the legacy
+// form: a.Scopes names every declared scope. To one that declares none
+// they are left out (such a server refuses them, invalid_scope).
 func (c *conn) subscribe(ctx context.Context, a synccore.Subscribe) (string, error) {
 	id := "s" + strconv.FormatUint(c.nextID.Add(1), 10)
-	scopes := a.Scopes
-	if scopes == nil {
-		scopes = syncproto.ScopeSet{}
-	}
-	frame, err := syncproto.Encode(&syncproto.Subscribe{ID: id, Cursor: a.After, Scopes: scopes, Have: a.Have, Resume: a.Resume})
+	frame, err := syncproto.Encode(&syncproto.Subscribe{ID: id, Cursor: a.After, Scopes: a.Scopes, Have: a.Have, Resume: a.Resume})
 	if err != nil {
 		return "", err
 	}

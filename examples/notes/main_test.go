@@ -5,12 +5,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncdtest"
@@ -136,4 +138,45 @@ func TestAddWithAJWT(t *testing.T) {
 	args := []string{"--server", s.URL, "--jwt", jwtPath, "--client-id", "alice:laptop", "--dir", t.TempDir(), "--wait", "30s"}
 	require.NoError(t, run(t.Context(), append(args, "add", "shopping", "milk"), &out))
 	require.Contains(t, out.String(), "synced: applied as version 1")
+}
+
+// Shared notebooks: alice founds a notebook, writes into it and shares it
+// with bob, whose device then holds it; when she unshares it, it leaves
+// bob's device on its next sync.
+func TestSharedNotebookLeavesTheDeviceOfWhoLostIt(t *testing.T) {
+	sc := &replication.Scopes{}
+	require.NoError(t, sc.Set("notebook=notes.notebook,members.notebook"))
+	require.NoError(t, sc.SetMembership("notebook=members:user"))
+	s := syncdtest.Start(t, server.Config{Scopes: sc})
+	device := func(user string) func(args ...string) string {
+		token := s.Issue(t, auth.Principal{Tenant: "dev", ClientID: user + "-laptop", User: user, Read: []string{"*"}, Write: []string{"*"}})
+		dir := t.TempDir()
+		return func(args ...string) string {
+			t.Helper()
+			var out bytes.Buffer
+			base := []string{"--server", s.URL, "--credential", client.FormatCredential(user+"-laptop", token), "--dir", dir, "--wait", "30s"}
+			require.NoError(t, run(t.Context(), append(base, args...), &out))
+			return out.String()
+		}
+	}
+	alice, bob := device("alice"), device("bob")
+	require.Contains(t, alice("share", "trip", "alice"), "synced: applied")
+	require.Contains(t, alice("--notebook", "trip", "add", "day1", "museum"), "synced: applied")
+	require.Contains(t, alice("share", "trip", "bob"), "synced: applied")
+	require.NotContains(t, bob("ls"), "museum", "not synced yet")
+
+	require.Eventually(t, func() bool {
+		bob("sync")
+		return strings.Contains(bob("ls"), "museum")
+	}, 30*time.Second, 100*time.Millisecond, "the shared notebook reaches bob's device")
+	require.Contains(t, bob("ls"), "[trip]")
+	require.Contains(t, bob("status"), "notebook trip: ready")
+
+	require.Contains(t, alice("unshare", "trip", "bob"), "synced: applied")
+	require.Eventually(t, func() bool {
+		bob("sync")
+		return !strings.Contains(bob("ls"), "museum")
+	}, 30*time.Second, 100*time.Millisecond, "the notebook leaves bob's device")
+	require.Contains(t, bob("status"), "notebook trip: revoked")
+	require.Contains(t, alice("ls"), "museum", "alice keeps her notebook")
 }
