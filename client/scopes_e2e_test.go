@@ -178,9 +178,10 @@ func TestOfflineRevocationDeadLettersQueuedWrites(t *testing.T) {
 	require.Len(t, dead, 1, "the write is kept, requeueable")
 
 	// Shared again, the dead letter requeued goes through.
+	// (WaitScope answers revoked until bob's device hears of the share.)
 	alice.requireApplied(t, []string{alice.put(t, "members", "p1/bob", `{"project_id":"p1","user":"bob"}`)})
-	require.NoError(t, waitScope(bob, "project", "p1"))
 	waitKeys(t, bob, "tasks", "a", "b")
+	require.NoError(t, waitScope(bob, "project", "p1"))
 	require.NoError(t, bob.RequeueDeadLetters(ctx, dead[0].ID))
 	bob.waitSynced(t)
 	require.Eventually(t, func() bool {

@@ -472,7 +472,12 @@ func (c *Core) Step(in Input) []Action {
 		}
 		c.status = Status{State: StateSyncing, Paused: c.status.Paused.resumed(in.ValueVersions), Scopes: c.status.Scopes}
 		c.restore(in.Scopes)
-		if in.Resync || (c.cursor == 0 && in.Head > 0) {
+		// A replica that never synced loads a snapshot; one that holds
+		// backfilled values at cursor 0 (its feed carried nothing it may
+		// see yet) has synced, and subscribes: its first frame says what
+		// it lost meanwhile.
+		never := c.cursor == 0 && len(c.scopes.Have) == 0 && len(c.scopes.Resume) == 0
+		if in.Resync || (never && in.Head > 0) {
 			c.resyncing = true
 			out = append(out, Resync{})
 		} else {

@@ -155,3 +155,17 @@ func TestLostValuesSurviveARestart(t *testing.T) {
 		t.Fatalf("restarted core reports p2 %q, want backfilling", st)
 	}
 }
+
+// A device at cursor 0 that holds a backfilled value has synced: it
+// subscribes (and learns what it lost) rather than loading a snapshot.
+func TestBackfilledReplicaAtCursorZeroSubscribes(t *testing.T) {
+	c := New(Config{}, 0)
+	acts := c.Step(Welcomed{Cursor: 0, Head: 5, Scopes: Scopes{Want: syncproto.ScopeSet{"project": {"*"}}, Have: syncproto.ScopeSet{"project": {"p1"}}}})
+	if len(only[Resync](acts)) != 0 || len(only[Subscribe](acts)) != 1 {
+		t.Fatalf("actions %#v: want a subscribe from 0, no snapshot", acts)
+	}
+	c = New(Config{}, 0)
+	if acts := c.Step(Welcomed{Cursor: 0, Head: 5, Scopes: Scopes{Want: syncproto.ScopeSet{"project": {"*"}}}}); len(only[Resync](acts)) != 1 {
+		t.Fatalf("actions %#v: a replica that holds nothing loads a snapshot", acts)
+	}
+}
