@@ -213,6 +213,7 @@ func TestNodesAgreeOnConfiguration(t *testing.T) {
 	clock := syncproto.NewClock("phone", nil)
 	_, err := nodes[2].tryCommit(batchOf("phone", put(clock, "notes", "k", `"through the stale node"`)))
 	require.ErrorIs(t, err, cluster.ErrConfigMismatch, "a token the others revoked does not write through it")
+	require.ErrorIs(t, err, cluster.ErrNotServing, "which a device is told is server_busy")
 	nodes[0].commit(t, batchOf("phone", put(clock, "notes", "k", `"through a current node"`)))
 
 	require.NoError(t, os.WriteFile(files[2], []byte(`{"tokens":[]}`), 0o600))
