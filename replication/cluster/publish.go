@@ -264,6 +264,9 @@ func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
 // answers with the original seq (within its duplicate window), so a
 // command is never appended twice. It gives up after CommitTimeout.
 func (c *Cluster) publish(ctx context.Context, cmd Command) (uint64, error) {
+	if f := commandFormat(cmd); !c.uses(f) {
+		return 0, fmt.Errorf("%w: the command needs format %d, the cluster version is %d", ErrFormatNotInUse, f, c.version.Load())
+	}
 	data, err := encodeCommand(cmd)
 	if err != nil {
 		return 0, err

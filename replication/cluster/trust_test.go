@@ -285,20 +285,30 @@ func TestForgedSnapshotIsRefused(t *testing.T) {
 	}
 }
 
-// TestAuthenticatedNewerVersionStopsTheNode: a command of a newer version
-// that carries a valid authenticator is a newer node's (a rolling
-// upgrade): skipping it would diverge from the nodes that apply it, so
-// the node stops, saying to upgrade it. The same bytes unauthenticated
-// were skipped (TestForgedCommandsAreRefusedAlike).
-func TestAuthenticatedNewerVersionStopsTheNode(t *testing.T) {
-	servers := syncdtest.StartNATS(t, 1, testSecret)
-	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
-	writeMany(t, n, "phone", 1)
-	data := []byte(`{"v":2,"id":"from-a-newer-node"}`)
-	publishRaw(t, n.nc, data, cluster.Authenticate(testKey, data))
-	require.Eventually(t, func() bool { return n.cl.Ready() != nil }, waitFor, 20*time.Millisecond)
-	require.ErrorIs(t, n.cl.Ready(), cluster.ErrBadCommand)
-	require.ErrorContains(t, n.cl.Ready(), "upgrade this node")
+// TestAuthenticatedNewerVersionWaitsForUpgrade: a command of a newer
+// version, or a job of a kind this release does not know, that carries a
+// valid authenticator is a newer node's: skipping it would diverge from
+// the nodes that apply it, so the node waits there, not serving, saying
+// to upgrade it, without failing. The same bytes unauthenticated were
+// skipped (TestForgedCommandsAreRefusedAlike).
+func TestAuthenticatedNewerVersionWaitsForUpgrade(t *testing.T) {
+	for i, data := range [][]byte{
+		[]byte(`{"v":2,"id":"from-a-newer-node"}`),
+		[]byte(`{"v":1,"id":"a-newer-job","job":{"kind":"rebalance","token":0,"now":"2026-01-01T00:00:00Z","limit":1}}`),
+	} {
+		servers := syncdtest.StartNATS(t, 1, testSecret) // a stream of its own
+		n := startNode(t, servers[0], fmt.Sprintf("node-%d", i+1), filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
+		writeMany(t, n, "phone", 1)
+		at := publishRaw(t, n.nc, data, cluster.Authenticate(testKey, data))
+		require.Eventually(t, func() bool { return n.cl.Ready() != nil }, waitFor, 20*time.Millisecond)
+		require.ErrorIs(t, n.cl.Ready(), cluster.ErrNeedsUpgrade)
+		require.ErrorContains(t, n.cl.Ready(), "upgrade it")
+		require.ErrorIs(t, n.cl.Refuses(), cluster.ErrNeedsUpgrade, "it does not serve")
+		require.Equal(t, 1.0, n.metric(t, "syncd_cluster_waiting_for_upgrade", "", ""))
+		require.Equal(t, 0.0, n.metric(t, "syncd_cluster_node_failed", "", ""), "it waits, it has not failed")
+		require.Less(t, n.cl.Status().AppliedSeq, at, "it neither applied nor skipped the command")
+		n.stop()
+	}
 }
 
 // TestOptionsNameWhatIsMissing: a node without a command key of at least
