@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"time"
 
@@ -267,6 +268,22 @@ func (c *Cluster) readNodes(ctx context.Context) ([]Status, error) {
 	return c.Nodes(lctx)
 }
 
+// servingPeers counts the other nodes that reported recently that they
+// serve.
+func (c *Cluster) servingPeers(ctx context.Context) int {
+	nodes, err := c.readNodes(ctx)
+	if err != nil {
+		return math.MaxInt // no verdict without the peers
+	}
+	n := 0
+	for _, st := range nodes {
+		if st.Node != c.opts.Node && st.Ready && c.opts.Now().Sub(st.At) < 5*reportEvery {
+			n++
+		}
+	}
+	return n
+}
+
 func (c *Cluster) countLive(nodes []Status) int {
 	n := 0
 	for _, st := range nodes {
@@ -377,8 +394,9 @@ type verdict struct {
 // one peer, a disagreement stops both: neither can tell which is right).
 //
 // At a records check, a node whose restored records wait for verification
-// is verified once every live peer reported there and more agree than
-// disagree (or no peer is live: a node alone has none to ask).
+// is verified once every live peer that serves reported there and more
+// agree than disagree (or no such peer is live: a node alone has none to
+// ask; a peer that stopped would never report).
 func (c *Cluster) judge(ctx context.Context, v verdict, livePeers *int) {
 	c.metrics.digestChecks.WithLabelValues("match").Add(float64(v.matched))
 	c.metrics.digestChecks.WithLabelValues("mismatch").Add(float64(v.mismatched))
@@ -387,11 +405,8 @@ func (c *Cluster) judge(ctx context.Context, v verdict, livePeers *int) {
 		c.metrics.recordsChecks.WithLabelValues("mismatch").Add(float64(v.mismatched))
 	}
 	if len(v.disagree) == 0 {
-		if v.records && v.mine && c.unverified.Load() {
-			*livePeers = c.livePeers(ctx)
-			if len(v.agree) >= *livePeers {
-				c.recordsVerified(ctx, v.seq, v.agree)
-			}
+		if v.records && v.mine && c.unverified.Load() && len(v.agree) >= c.servingPeers(ctx) {
+			c.recordsVerified(ctx, v.seq, v.agree)
 		}
 		return
 	}
