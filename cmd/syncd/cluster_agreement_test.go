@@ -99,3 +99,31 @@ func mustOpID(t testing.TB) string {
 	require.NoError(t, err)
 	return id
 }
+
+// TestClusterProcessJWTSettingsDiffer: three nodes verifying JWTs with
+// the same shared secret; node-3 restarted with another required issuer
+// (it would admit other tokens than its peers) refuses to serve, /readyz
+// naming the JWT settings, while the others serve on; restarted with the
+// cluster's settings, it serves again.
+func TestClusterProcessJWTSettingsDiffer(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "jwt-secret")
+	require.NoError(t, os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef0123456789abcdef"), 0o600))
+	pc := startProcCluster(t, "--jwt-hs256-secret-file", secret, "--jwt-issuer", "https://id.example", "--jwt-audience", "app")
+	third := pc.nodes[2]
+	args := third.args
+	third.kill(t)
+	third.args = append(append([]string(nil), args...), "--jwt-issuer", "https://elsewhere.example")
+	third.start(t)
+	require.Eventually(t, func() bool {
+		code, body := readyz(third)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "jwt")
+	}, time.Minute, 200*time.Millisecond, "the node admitting other tokens names its JWT settings")
+	for _, n := range pc.nodes[:2] {
+		require.True(t, n.ready(), "%s serves on", n.name)
+	}
+
+	third.kill(t)
+	third.args = args
+	third.start(t)
+	third.waitReady(t)
+}

@@ -220,9 +220,17 @@ func (p *publisher) refuseQueued() {
 }
 
 // publishGroup publishes group as one command and hands its submissions
-// to the materializer's answer.
+// to the materializer's answer. A group taken while the node served, which
+// it no longer does by the time it is published (its token file just
+// missed a revocation), is not published: each is answered ErrNotServing.
 func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
 	c := p.c
+	if err := c.Refuses(); err != nil {
+		for _, s := range group {
+			s.done(replication.Effects{}, fmt.Errorf("publish: %w: %w", ErrNotServing, err))
+		}
+		return
+	}
 	cmd := Command{ID: uuid.NewString(), Batches: make([]replication.Batch, len(group))}
 	for i, s := range group {
 		cmd.Batches[i] = *s.batch

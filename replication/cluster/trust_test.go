@@ -286,18 +286,27 @@ func TestForgedSnapshotIsRefused(t *testing.T) {
 }
 
 // TestAuthenticatedNewerVersionWaitsForUpgrade: a command of a newer
-// version, or a job of a kind this release does not know, that carries a
-// valid authenticator is a newer node's: skipping it would diverge from
+// version, a job of a kind this release does not know, or a job of a
+// later format than the node announces, that carries a valid
+// authenticator is a newer node's: skipping it would diverge from
 // the nodes that apply it, so the node waits there, not serving, saying
 // to upgrade it, without failing. The same bytes unauthenticated were
 // skipped (TestForgedCommandsAreRefusedAlike).
 func TestAuthenticatedNewerVersionWaitsForUpgrade(t *testing.T) {
-	for i, data := range [][]byte{
-		[]byte(`{"v":2,"id":"from-a-newer-node"}`),
-		[]byte(`{"v":1,"id":"a-newer-job","job":{"kind":"rebalance","token":0,"now":"2026-01-01T00:00:00Z","limit":1}}`),
+	older := cluster.Options{JobInterval: time.Hour, Format: cluster.FormatBase}
+	for i, c := range []struct {
+		data []byte
+		o    cluster.Options
+	}{
+		{[]byte(`{"v":2,"id":"from-a-newer-node"}`), cluster.Options{JobInterval: time.Hour}},
+		{[]byte(`{"v":1,"id":"a-newer-job","job":{"kind":"rebalance","token":0,"now":"2026-01-01T00:00:00Z","limit":1}}`), cluster.Options{JobInterval: time.Hour}},
+		// A node of the release before records checks, in a cluster that
+		// moved on without it.
+		{[]byte(`{"v":1,"id":"a-records-check","job":{"kind":"check_records","token":0,"now":"2026-01-01T00:00:00Z","limit":1}}`), older},
 	} {
+		data := c.data
 		servers := syncdtest.StartNATS(t, 1, testSecret) // a stream of its own
-		n := startNode(t, servers[0], fmt.Sprintf("node-%d", i+1), filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
+		n := startNode(t, servers[0], fmt.Sprintf("node-%d", i+1), filepath.Join(t.TempDir(), "syncd.db"), c.o)
 		writeMany(t, n, "phone", 1)
 		at := publishRaw(t, n.nc, data, cluster.Authenticate(testKey, data))
 		require.Eventually(t, func() bool { return n.cl.Ready() != nil }, waitFor, 20*time.Millisecond)
