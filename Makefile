@@ -12,7 +12,7 @@ SOAK_DURATION ?= 10m
 SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build deps rules test abuse bench fuzz lint clean soak cluster cluster-node cluster-kill cluster-stop cluster-test cluster-chaos simulate
+.PHONY: run build deps rules test abuse bench fuzz lint clean soak cluster cluster-node cluster-kill cluster-stop cluster-test cluster-chaos simulate knee
 
 # Root installs packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -132,6 +132,13 @@ bench:
 	mkdir -p var
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m ./... | tee var/bench.txt
 	$(GO) run ./tools/benchtable < var/bench.txt
+
+## knee: the fan-out knee at syncd's defaults (tools/knee/knee.sh): the built syncd
+## started as users start it, 1,000 subscribed devices and 100 pushers, syncctl bench
+## --find-knee searching the highest open-loop rate with push-ack p99 < 100 ms and
+## feed-delivery p99 < 250 ms (at most 12 runs of DURATION, 10s by default)
+knee: build
+	@BIN=$(BIN) VAR=$(VAR) tools/knee/knee.sh
 
 ## fuzz: every fuzz target for FUZZTIME executions each (count-based: duration-based
 ## fuzzing can end with a spurious "context deadline exceeded" in the Go coordinator)

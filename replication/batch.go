@@ -20,6 +20,11 @@ type Batch struct {
 	// Tenant and ClientID are the sender's, from its token.
 	Tenant   string `json:"tenant"`
 	ClientID string `json:"client_id"`
+	// User is the sender's user, from its token ("" when it names none):
+	// membership rows naming it grant it scope values.
+	User string `json:"user,omitempty"`
+	// Grants are the scope values the sender's token grants (Author.Grants).
+	Grants syncproto.ScopeSet `json:"grants,omitempty"`
 	// At is the edge's wall clock when it admitted the push, at millisecond
 	// precision: the applied-at time of the batch's oplog entries and the
 	// decided-at time of its ledger and conflict-log rows.
@@ -70,6 +75,11 @@ type HookAnswer struct {
 type Author struct {
 	Tenant   string
 	ClientID string
+	// User is the user the token names, "" when none.
+	User string
+	// Grants are the scope values the token grants; membership rows add to
+	// them when a write is decided.
+	Grants syncproto.ScopeSet
 	// CanWrite reports whether the author may write model.
 	CanWrite func(model string) bool
 }
@@ -85,7 +95,7 @@ type Author struct {
 //
 // Conflict hooks are not asked here: see Resolver.AskHooks.
 func Admit(a Author, muts []syncproto.Mutation, policies Config, now time.Time, maxSkew time.Duration) Batch {
-	b := Batch{Tenant: a.Tenant, ClientID: a.ClientID, At: time.UnixMilli(now.UnixMilli()).UTC(), Writes: make([]Write, len(muts))}
+	b := Batch{Tenant: a.Tenant, ClientID: a.ClientID, User: a.User, Grants: a.Grants, At: time.UnixMilli(now.UnixMilli()).UTC(), Writes: make([]Write, len(muts))}
 	for i := range muts {
 		m := &muts[i]
 		w := Write{Mutation: *m, Policy: policies.For(m.Model)}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/syncd-dev/syncd/ledger"
@@ -24,6 +25,15 @@ type View struct {
 	Ledger map[string]ledger.Answer
 	// Head is the oplog's head: the batch's first applied write is Head+1.
 	Head uint64
+	// Scopes are the declarations writes of scoped models are checked
+	// against; nil when none are declared.
+	Scopes *Scopes
+	// Members counts the live membership rows granting each scope value to
+	// each user, for the values and users the batch's writes touch (absent:
+	// none); Founded holds the (scope, value) pairs with a membership row,
+	// live or deleted. State.Load fills both with loadScopes.
+	Members map[MemberKey]int
+	Founded map[[2]string]bool
 }
 
 // Effects is what deciding a batch produced: the answers, and the rows a
@@ -72,11 +82,16 @@ func Decide(v View, b Batch) (Effects, error) {
 		view: v, batch: &b, head: v.Head,
 		records: make(map[RecordKey]int, n),
 		decided: make(map[string]int, n),
+		members: maps.Clone(v.Members),
+		founded: maps.Clone(v.Founded),
 		fx: Effects{
 			Results:   make([]syncproto.Result, n),
 			Entries:   make([]Entry, 0, n),
 			Decisions: make([]ledger.Decision, 0, n),
 		},
+	}
+	if d.members == nil {
+		d.members, d.founded = map[MemberKey]int{}, map[[2]string]bool{}
 	}
 	for i := range b.Writes {
 		if err := d.decide(i); err != nil {
@@ -94,6 +109,8 @@ type decider struct {
 	head    uint64
 	records map[RecordKey]int // keys this batch wrote: the index of the last entry in fx.Entries
 	decided map[string]int    // op ids this batch decided: the index in fx.Decisions
+	members map[MemberKey]int // view.Members as this batch left them
+	founded map[[2]string]bool
 	fx      Effects
 }
 
@@ -123,6 +140,9 @@ func (d *decider) decide(i int) error {
 			return nil
 		}
 		res, err := duplicateOf(prior)
+		if res.Winner != nil && d.view.Scopes.Of(m.Model) != nil {
+			withhold(res.Winner) // the writer's grants may have changed since
+		}
 		d.fx.Results[i] = res
 		return err
 	case ledger.Expired:
@@ -136,6 +156,15 @@ func (d *decider) decide(i int) error {
 	p := d.batch.proposal(m)
 	if w.Upcast != nil {
 		p.Value = w.Upcast
+	}
+	sd := d.view.Scopes.Of(m.Model)
+	var sc scoped
+	if sd != nil {
+		var refusal *syncproto.Error
+		if sc, refusal = d.checkScope(sd, p, cur); refusal != nil {
+			d.fx.Results[i] = rejected(m.OpID, refusal)
+			return nil
+		}
 	}
 	dec, stale, err := decideWrite(w, cur.rec, cur.exists, p)
 	if errors.Is(err, ErrBaseVersionRequired) {
@@ -156,13 +185,16 @@ func (d *decider) decide(i int) error {
 		d.head++
 		e := NewEntry(dec.Record, d.batch.ClientID)
 		e.Seq, e.AppliedAt = d.head, d.batch.At
+		if sd != nil {
+			d.stampScope(&e, sd, sc, cur)
+		}
 		d.fx.Entries = append(d.fx.Entries, e)
 		d.records[key] = len(d.fx.Entries) - 1
 		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusApplied, Version: e.Version, Seq: e.Seq, HLC: e.HLC, Upcast: w.Upcast != nil}
 	case OutcomeSuperseded:
-		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusSuperseded, Message: dec.Reason, Winner: winner(dec.Winner)}
+		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusSuperseded, Message: dec.Reason, Winner: d.winner(sd, dec.Winner)}
 	case OutcomeConflict:
-		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusConflict, Message: dec.Reason, Winner: winner(dec.Winner)}
+		res = syncproto.Result{OpID: m.OpID, Status: syncproto.StatusConflict, Message: dec.Reason, Winner: d.winner(sd, dec.Winner)}
 	default:
 		return fmt.Errorf("%w: unknown outcome %q", ErrMalformedBatch, dec.Outcome)
 	}
@@ -257,4 +289,110 @@ func duplicateOf(prior ledger.Decision) (syncproto.Result, error) {
 	}
 	orig.OriginalStatus, orig.Status = orig.Status, syncproto.StatusDuplicate
 	return orig, nil
+}
+
+// scoped is what checkScope found of a write to a scoped model: its
+// record's scope value and member after the write.
+type scoped struct {
+	value, member string
+}
+
+// holds reports whether the batch's sender holds value of scope: by its
+// token, or by membership rows as the batch has left them so far.
+func (d *decider) holds(scope, value string) bool {
+	if d.batch.Grants.Has(scope, value) {
+		return true
+	}
+	return d.batch.User != "" && d.members[MemberKey{scope, value, d.batch.User}] > 0
+}
+
+// checkScope checks a write to a model of scope sd (PROTOCOL.md 19.2): the
+// sender must hold the record's current scope value and, for a put, the
+// new one, which must be a valid scope value; a put of a membership row
+// naming the sender itself founds a value nobody holds a membership row
+// of.
+func (d *decider) checkScope(sd *ScopeDecl, p Proposal, cur recordState) (scoped, *syncproto.Error) {
+	old := ""
+	if cur.exists {
+		old = cur.rec.ScopeValue
+	}
+	if old != "" && !d.holds(sd.Name, old) {
+		return scoped{}, forbiddenScope(sd, old)
+	}
+	if old == "" && cur.exists && !cur.rec.Deleted && !d.batch.Grants.All(sd.Name) {
+		// A live record without a scope value (its value had no valid scope
+		// member when the scope was declared) belongs to no value: only a
+		// principal holding every value of the scope may write it.
+		return scoped{}, syncproto.Errorf(syncproto.CodeForbiddenScope, "scope %s: record %s/%s has no scope value; only a grant of every value (%q) may write it", sd.Name, p.Model, p.Key, syncproto.AllValues)
+	}
+	if p.Op == syncproto.OpDelete {
+		return scoped{value: old}, nil
+	}
+	value, err := sd.ValueOf(p.Model, p.Value)
+	if err != nil {
+		return scoped{}, err
+	}
+	member := sd.MemberOf(p.Model, p.Value)
+	founding := member != "" && member == d.batch.User && !d.founded[[2]string{sd.Name, value}]
+	if !d.holds(sd.Name, value) && !founding {
+		return scoped{}, forbiddenScope(sd, value)
+	}
+	return scoped{value: value, member: member}, nil
+}
+
+func forbiddenScope(sd *ScopeDecl, value string) *syncproto.Error {
+	return syncproto.Errorf(syncproto.CodeForbiddenScope, "scope %s value %q is not granted to this principal", sd.Name, value)
+}
+
+// stampScope sets e's scope fields from sc and the record before it, and
+// records the membership grants e changes (Entry.Grants).
+func (d *decider) stampScope(e *Entry, sd *ScopeDecl, sc scoped, cur recordState) {
+	if cur.exists {
+		e.ScopeOld = cur.rec.ScopeValue
+	}
+	e.ScopeValue, e.Member = sc.value, sc.member
+	if sd.Membership == nil || sd.Membership.Model != e.Model {
+		return
+	}
+	var before, after MemberKey
+	if cur.exists && !cur.rec.Deleted && cur.rec.Member != "" {
+		before = MemberKey{sd.Name, cur.rec.ScopeValue, cur.rec.Member}
+	}
+	if e.Member != "" {
+		after = MemberKey{sd.Name, e.ScopeValue, e.Member}
+		d.founded[[2]string{sd.Name, e.ScopeValue}] = true
+	}
+	if e.ScopeValue != "" {
+		d.founded[[2]string{sd.Name, e.ScopeValue}] = true
+	}
+	if before == after {
+		return
+	}
+	if before.User != "" {
+		if d.members[before]--; d.members[before] == 0 {
+			e.Grants = append(e.Grants, GrantChange{User: before.User, Scope: sd.Name, Value: before.Value, Held: false})
+		}
+	}
+	if after.User != "" {
+		if d.members[after]++; d.members[after] == 1 {
+			e.Grants = append(e.Grants, GrantChange{User: after.User, Scope: sd.Name, Value: after.Value, Held: true})
+		}
+	}
+}
+
+// winner is the wire form of the state that stands, its value withheld
+// when its record has a scope value the sender does not hold.
+func (d *decider) winner(sd *ScopeDecl, r Record) *syncproto.Winner {
+	w := winner(r)
+	if sd != nil && r.ScopeValue != "" && !d.holds(sd.Name, r.ScopeValue) {
+		withhold(w)
+	}
+	return w
+}
+
+// withhold leaves a winner's value out (Winner.ValueWithheld).
+func withhold(w *syncproto.Winner) {
+	if !w.Deleted {
+		w.Value, w.ValueOmitted, w.ValueWithheld = nil, false, true
+	}
 }

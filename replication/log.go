@@ -29,6 +29,16 @@ type Entry struct {
 	// AppliedAt is when the log accepted the entry (millisecond precision),
 	// stamped by Append.
 	AppliedAt time.Time
+	// ScopeOld is the record's scope value before the write ("" when the
+	// key had no record or its model no scope); Change.ScopeValue is the
+	// value after it. An entry whose ScopeOld a reader follows and whose
+	// ScopeValue it does not reaches that reader as an evict entry.
+	ScopeOld string
+	// Member is the user the record grants its scope value to after the
+	// write, when it is a live row of a membership model ("" otherwise).
+	Member string
+	// Grants are the membership grants the write changed (Scopes).
+	Grants []GrantChange
 }
 
 // NewEntry returns the log entry for an applied write that produced rec,
@@ -66,6 +76,9 @@ func (e Entry) Record() Record {
 		Deleted: e.Deleted,
 		OpID:    e.OpID,
 		Seq:     e.Seq,
+
+		ScopeValue: e.ScopeValue,
+		Member:     e.Member,
 	}
 }
 
@@ -108,6 +121,73 @@ type Scope struct {
 	Models []string
 	// AllModels selects every model.
 	AllModels bool
+	// Follow, when Scopes declares any scope, limits the records of scoped
+	// models to the scope values it holds (syncproto.ScopeSet.Has), and
+	// turns an entry that moves a row out of them into an evict entry. nil
+	// selects every scope value (operators, snapshots of every grant).
+	Follow syncproto.ScopeSet
+	// Scopes are the declarations Follow is read against.
+	Scopes *Scopes
+	// User, when set, ends a page after an entry that changes this user's
+	// membership grants (Page.Grants), so that the reader can change what
+	// it follows at exactly that seq.
+	User string
+}
+
+// Sees reports what a reader of s receives of e: the entry itself
+// (deliver), an evict entry in its place (evict: the row moved out of the
+// values it follows), or nothing.
+func (s Scope) Sees(e *Entry) (deliver, evict bool) {
+	if !s.Selects(e.Tenant, e.Model) {
+		return false, false
+	}
+	if s.Follow == nil || s.Scopes == nil {
+		return true, false
+	}
+	d := s.Scopes.Of(e.Model)
+	if d == nil {
+		return true, false
+	}
+	if e.ScopeValue != "" && s.Follow.Has(d.Name, e.ScopeValue) {
+		return true, false
+	}
+	return false, e.ScopeOld != "" && s.Follow.Has(d.Name, e.ScopeOld)
+}
+
+// Holds reports whether a reader of s holds rec: its tenant and model are
+// selected and, for a scoped model, Follow holds its scope value (what
+// followWhere selects in SQL).
+func (s Scope) Holds(rec Record) bool {
+	if !s.Selects(rec.Tenant, rec.Model) {
+		return false
+	}
+	if s.Follow == nil || s.Scopes == nil {
+		return true
+	}
+	d := s.Scopes.Of(rec.Model)
+	return d == nil || s.Follow.Has(d.Name, rec.ScopeValue)
+}
+
+// grantsFor returns the grant changes of e that concern s.User.
+func (s Scope) grantsFor(e *Entry) []GrantChange {
+	if s.User == "" || len(e.Grants) == 0 || e.Tenant != s.Tenant {
+		return nil
+	}
+	var mine []GrantChange
+	for _, g := range e.Grants {
+		if g.User == s.User {
+			mine = append(mine, g)
+		}
+	}
+	return mine
+}
+
+// Evicted returns the evict entry standing for e, for a reader whose
+// follows no longer cover the row e moved.
+func (e Entry) Evicted() Entry {
+	x := e
+	x.Op, x.Value, x.Deleted, x.ScopeValue, x.Reason = syncproto.OpEvict, nil, false, "", syncproto.EvictMoved
+	return x
 }
 
 // Read limits.
@@ -146,6 +226,10 @@ type Page struct {
 	Next uint64
 	// Head is the log's head when the page was read.
 	Head uint64
+	// Grants, when the reader's Scope names a User, are the changes of that
+	// user's membership grants made by the entry at Next: the page ends
+	// there, so the reader changes what it follows at that seq.
+	Grants []GrantChange
 }
 
 // CaughtUp reports whether the reader has everything up to the head this
@@ -365,23 +449,38 @@ func (req ReadRequest) PageOf(entries []Entry, head uint64) Page {
 	start := sort.Search(len(entries), func(i int) bool { return entries[i].Seq > req.After })
 	size, n, last := 0, 0, uint64(0)
 	shared := true // the n entries taken are entries[start:start+n]
+	unshare := func() {
+		if shared {
+			page.Entries = append([]Entry(nil), entries[start:start+n]...)
+			shared = false
+		}
+	}
 	for i := start; i < len(entries); i++ {
 		e := &entries[i]
-		if !req.Scope.Selects(e.Tenant, e.Model) {
-			if shared {
-				page.Entries = append([]Entry(nil), entries[start:start+n]...)
-				shared = false
+		deliver, evict := req.Scope.Sees(e)
+		if deliver || evict {
+			if n > 0 && size+len(e.Value) > maxBytes {
+				page.Next = last
+				break
 			}
-			continue
+			if evict {
+				unshare() // before counting e: the shared run ends before it
+			}
+			size += len(e.Value)
+			n, last = n+1, e.Seq
+			switch {
+			case evict:
+				page.Entries = append(page.Entries, e.Evicted())
+			case !shared:
+				page.Entries = append(page.Entries, *e)
+			}
+		} else {
+			unshare()
 		}
-		if n > 0 && size+len(e.Value) > maxBytes {
-			page.Next = last
+		if g := req.Scope.grantsFor(e); g != nil {
+			unshare()
+			page.Next, page.Grants = e.Seq, g
 			break
-		}
-		size += len(e.Value)
-		n, last = n+1, e.Seq
-		if !shared {
-			page.Entries = append(page.Entries, *e)
 		}
 		if n == limit {
 			page.Next = last

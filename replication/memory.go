@@ -25,6 +25,15 @@ type Memory struct {
 	head      uint64            // the newest seq ever assigned
 	floors    map[string]uint64 // each tenant's newest seq compacted away
 	conflicts []ConflictEntry
+	scopes    *Scopes
+}
+
+// DeclareScopes makes m check and stamp writes of the models scopes cover,
+// as a Store with StoreOptions.Scopes does. Call it before the first Apply.
+func (m *Memory) DeclareScopes(scopes *Scopes) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.scopes = scopes
 }
 
 var _ Feed = (*Memory)(nil)
@@ -83,7 +92,32 @@ func (st memState) Load(ctx context.Context, b *Batch) (View, error) {
 			v.Records[RecordKey{m.Model, m.Key}] = rec
 		}
 	}
+	if err := loadScopes(ctx, st.m.scopes, &v, b, st); err != nil {
+		return View{}, err
+	}
 	return v, nil
+}
+
+// memberCounts implements memberSource over m's records.
+func (st memState) memberCounts(_ context.Context, tenant, model string, values, users []string) (map[[2]string]int, error) {
+	out := map[[2]string]int{}
+	for k, rec := range st.m.records {
+		if k.tenant == tenant && k.model == model && !rec.Deleted && slices.Contains(values, rec.ScopeValue) && slices.Contains(users, rec.Member) {
+			out[[2]string{rec.ScopeValue, rec.Member}]++
+		}
+	}
+	return out, nil
+}
+
+// founded implements memberSource over m's records.
+func (st memState) founded(_ context.Context, tenant, model string, values []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for k, rec := range st.m.records {
+		if k.tenant == tenant && k.model == model && slices.Contains(values, rec.ScopeValue) {
+			out[rec.ScopeValue] = true
+		}
+	}
+	return out, nil
 }
 
 func (st memState) Save(ctx context.Context, fx *Effects) error {
@@ -195,8 +229,8 @@ func (m *Memory) Snapshot(scope Scope) (uint64, []Record) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Record
-	for k, rec := range m.records {
-		if scope.Selects(k.tenant, k.model) {
+	for _, rec := range m.records {
+		if scope.Holds(rec) {
 			out = append(out, rec)
 		}
 	}

@@ -10,7 +10,8 @@ import (
 // Recheck runs again, on a batch that travelled from its edge (a cluster
 // command), the checks Admit made there, with the same functions, except
 // the author's right to write each model, which only the token knew: the
-// sender's tenant and client id are valid ids, and every write Admit let
+// sender's tenant and client id are valid ids, its user and token grants
+// well formed, and every write Admit let
 // through is valid, names a model under the policy policies declares for
 // it, carries a timestamp of the sender's own at most maxSkew ahead of the
 // batch's time b.At, has the base version its optimistic policy requires,
@@ -23,6 +24,14 @@ func (b *Batch) Recheck(policies Config, maxSkew time.Duration) error {
 	}
 	if err := syncproto.ValidateID(b.ClientID); err != nil {
 		return fmt.Errorf("%w: client id: %v", ErrMalformedBatch, err)
+	}
+	if b.User != "" {
+		if err := syncproto.ValidateUser(b.User); err != nil {
+			return fmt.Errorf("%w: user: %v", ErrMalformedBatch, err)
+		}
+	}
+	if err := b.Grants.Validate("grants", 0); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformedBatch, err)
 	}
 	a := Author{Tenant: b.Tenant, ClientID: b.ClientID, CanWrite: func(string) bool { return true }}
 	for i := range b.Writes {

@@ -30,6 +30,12 @@ type Record struct {
 	OpID string
 	// Seq is the oplog sequence of that write; 0 until it is logged.
 	Seq uint64
+	// ScopeValue is the record's scope value when its model is covered by a
+	// scope (Scopes), kept by a delete; "" otherwise.
+	ScopeValue string
+	// Member is the user a live row of a membership model grants its scope
+	// value to; "" otherwise.
+	Member string
 }
 
 // Proposal is an incoming mutation, after protocol validation, before any

@@ -54,6 +54,8 @@ CREATE TABLE IF NOT EXISTS records (
 	deleted INTEGER NOT NULL,
 	op_id   TEXT    NOT NULL,
 	seq     INTEGER NOT NULL,
+	scope_value TEXT,
+	member  TEXT,
 	PRIMARY KEY (tenant, model, key)
 );
 CREATE TABLE IF NOT EXISTS records_state (
@@ -68,10 +70,38 @@ func NewRecords(ctx context.Context, db *sql.DB) (*Records, error) {
 	if _, err := db.ExecContext(ctx, recordsSchema); err != nil {
 		return nil, fmt.Errorf("create records: %w", err)
 	}
+	if err := addColumns(ctx, db, "records", "scope_value TEXT", "member TEXT"); err != nil {
+		return nil, fmt.Errorf("create records: %w", err)
+	}
+	if err := addColumns(ctx, db, "records_state", "scope_decl TEXT"); err != nil {
+		return nil, fmt.Errorf("create records: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, recordsScopeSchema); err != nil {
+		return nil, fmt.Errorf("create records: %w", err)
+	}
 	return &Records{db: db}, nil
 }
 
-const recordColumns = `tenant, model, key, value, version, wall, logical, origin, deleted, op_id, seq`
+// recordColumns are the columns a record is written with; recordSelect
+// reads them back, the scope columns' NULL (no scope) as "".
+const (
+	recordColumns = `tenant, model, key, value, version, wall, logical, origin, deleted, op_id, seq, scope_value, member`
+	recordSelect  = `tenant, model, key, value, version, wall, logical, origin, deleted, op_id, seq, coalesce(scope_value, ''), coalesce(member, '')`
+)
+
+// recordsScopeSchema indexes records by scope value (backfills, scoped
+// snapshots) and membership rows by user (grants).
+const recordsScopeSchema = `
+CREATE INDEX IF NOT EXISTS records_scope ON records (tenant, scope_value, model, key) WHERE scope_value IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_member ON records (tenant, member, model) WHERE member IS NOT NULL;`
+
+// nullable stores "" as NULL.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
 
 // Get returns the record of (tenant, model, key) as seen by tx, and whether
 // it exists (a tombstone exists). A missing key is not an error.
@@ -90,7 +120,7 @@ func (r *Records) Current(ctx context.Context, tenant, model, key string) (Recor
 func getRecord(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
 }, tenant, model, key string) (Record, bool, error) {
-	row := q.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM records
+	row := q.QueryRowContext(ctx, `SELECT `+recordSelect+` FROM records
 		WHERE tenant = ? AND model = ? AND key = ?`, tenant, model, key)
 	rec, err := scanRecord(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -171,7 +201,7 @@ func (r *Records) put(ctx context.Context, tx *sql.Tx, recs []Record, insert fun
 }
 
 // insertChunk is how many new keys one INSERT of PutAll creates: with
-// insertNew, 12 bind variables each, well under SQLite's bound on them.
+// insertNew, 14 bind variables each, well under SQLite's bound on them.
 const insertChunk = 500
 
 const (
@@ -183,9 +213,9 @@ const (
 	// rather than one upsert reading its own table: that form made SQLite
 	// build a temporary table per write.
 	insertSQL = `INSERT INTO records (` + recordColumns + `, hlc) VALUES `
-	insertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	insertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateSQL = `UPDATE records SET value = ?4, version = ?5, wall = ?6, logical = ?7, origin = ?8,
-		deleted = ?9, op_id = ?10, seq = ?11, hlc = ?12
+		deleted = ?9, op_id = ?10, seq = ?11, scope_value = ?12, member = ?13, hlc = ?14
 	WHERE tenant = ?1 AND model = ?2 AND key = ?3 AND version + 1 = ?5`
 )
 
@@ -194,7 +224,7 @@ func update(ctx context.Context, tx *sql.Tx, rec Record) error {
 	res, err := tx.ExecContext(ctx, updateSQL,
 		rec.Tenant, rec.Model, rec.Key, rec.Value, int64(rec.Version),
 		rec.HLC.Wall, int64(rec.HLC.Logical), rec.HLC.Origin, rec.Deleted, rec.OpID, int64(rec.Seq),
-		rec.HLC.String())
+		nullable(rec.ScopeValue), nullable(rec.Member), rec.HLC.String())
 	if err != nil {
 		return err
 	}
@@ -211,11 +241,11 @@ func update(ctx context.Context, tx *sql.Tx, rec Record) error {
 // insertNew creates recs, all version 1, in one statement (see
 // execInsert).
 func insertNew(ctx context.Context, tx *sql.Tx, recs []Record) error {
-	args := make([]any, 0, 12*len(recs))
+	args := make([]any, 0, 14*len(recs))
 	for _, rec := range recs {
 		args = append(args, rec.Tenant, rec.Model, rec.Key, rec.Value, int64(rec.Version),
 			rec.HLC.Wall, int64(rec.HLC.Logical), rec.HLC.Origin, rec.Deleted, rec.OpID, int64(rec.Seq),
-			rec.HLC.String())
+			nullable(rec.ScopeValue), nullable(rec.Member), rec.HLC.String())
 	}
 	query := insertSQL + insertRow + strings.Repeat(", "+insertRow, len(recs)-1) + ` ON CONFLICT (tenant, model, key) DO NOTHING`
 	return execInsert(ctx, tx, recs, query, args...)
@@ -227,7 +257,7 @@ func insertNew(ctx context.Context, tx *sql.Tx, recs []Record) error {
 // version is not copied, so the count fails the call.
 const insertLoggedSQL = `INSERT INTO records (` + recordColumns + `, hlc)
 	SELECT tenant, model, key, value, version, wall, logical, origin, op = 'delete', op_id, seq,
-		wall || '.' || logical || '.' || origin
+		scope_value, member, wall || '.' || logical || '.' || origin
 	FROM oplog WHERE seq BETWEEN ?1 AND ?2 AND version = 1 ORDER BY seq
 	ON CONFLICT (tenant, model, key) DO NOTHING`
 
@@ -282,7 +312,7 @@ func (r *Records) GetAll(ctx context.Context, tx *sql.Tx, tenant string, keys []
 		for _, k := range chunk {
 			args = append(args, k.Model, k.Key)
 		}
-		query := `SELECT ` + recordColumns + ` FROM records WHERE tenant = ? AND (model, key) IN (VALUES (?, ?)` +
+		query := `SELECT ` + recordSelect + ` FROM records WHERE tenant = ? AND (model, key) IN (VALUES (?, ?)` +
 			strings.Repeat(", (?, ?)", len(chunk)-1) + `)`
 		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
@@ -339,7 +369,9 @@ func (rec Record) validate() error {
 // on anything unbounded.
 func (r *Records) Snapshot(ctx context.Context, scope Scope, fn func(head uint64, rec Record) error) (uint64, error) {
 	where, args := scopeWhere(scope)
-	query := `SELECT ` + recordColumns + ` FROM records WHERE 1 = 1` + where + ` ORDER BY tenant, model, key`
+	fw, fargs := followWhere(scope)
+	query := `SELECT ` + recordSelect + ` FROM records WHERE 1 = 1` + where + fw + ` ORDER BY tenant, model, key`
+	args = append(args, fargs...)
 	head, err := snapshotRows(ctx, r.db, query, args, func(head uint64, rows *sql.Rows) error {
 		rec, err := scanRecord(rows)
 		if err != nil {
@@ -362,6 +394,8 @@ type LiveRecord struct {
 	Value   []byte
 	Version uint64
 	HLC     syncproto.Timestamp
+	// ScopeValue is the record's scope value, "" when its model has none.
+	ScopeValue string
 }
 
 // SnapshotLive is Snapshot without the tombstones, read through db,
@@ -373,13 +407,15 @@ type LiveRecord struct {
 // driver's own.
 func (r *Records) SnapshotLive(ctx context.Context, db *sql.DB, scope Scope, fn func(head uint64, rec *LiveRecord) error) (uint64, error) {
 	where, args := scopeWhere(scope)
-	query := `SELECT model, key, value, version, wall, logical, origin FROM records WHERE deleted = 0` + where + ` ORDER BY tenant, model, key`
+	fw, fargs := followWhere(scope)
+	query := `SELECT model, key, value, version, wall, logical, origin, coalesce(scope_value, '') FROM records WHERE deleted = 0` + where + fw + ` ORDER BY tenant, model, key`
+	args = append(args, fargs...)
 	var (
 		rec   LiveRecord
 		value sql.RawBytes
 	)
 	head, err := snapshotRows(ctx, db, query, args, func(head uint64, rows *sql.Rows) error {
-		if err := rows.Scan(&rec.Model, &rec.Key, &value, &rec.Version, &rec.HLC.Wall, &rec.HLC.Logical, &rec.HLC.Origin); err != nil {
+		if err := rows.Scan(&rec.Model, &rec.Key, &value, &rec.Version, &rec.HLC.Wall, &rec.HLC.Logical, &rec.HLC.Origin, &rec.ScopeValue); err != nil {
 			return err
 		}
 		rec.Value = value
@@ -418,6 +454,192 @@ func snapshotRows(ctx context.Context, db *sql.DB, query string, args []any, fn 
 func scanRecord(row interface{ Scan(...any) error }) (Record, error) {
 	var rec Record
 	err := row.Scan(&rec.Tenant, &rec.Model, &rec.Key, &rec.Value, &rec.Version,
-		&rec.HLC.Wall, &rec.HLC.Logical, &rec.HLC.Origin, &rec.Deleted, &rec.OpID, &rec.Seq)
+		&rec.HLC.Wall, &rec.HLC.Logical, &rec.HLC.Origin, &rec.Deleted, &rec.OpID, &rec.Seq, &rec.ScopeValue, &rec.Member)
 	return rec, err
+}
+
+// Grants returns the scope values user holds in tenant through live rows
+// of membership models (scopes' Membership): the grants a principal's
+// token does not carry. Token grants are the caller's to add.
+func (r *Records) Grants(ctx context.Context, tenant, user string, scopes *Scopes) (syncproto.ScopeSet, error) {
+	out := syncproto.ScopeSet{}
+	if user == "" || scopes == nil {
+		return out, nil
+	}
+	rows, err := r.db.QueryContext(ctx, `SELECT model, scope_value FROM records
+		WHERE tenant = ? AND member = ? AND deleted = 0 AND scope_value IS NOT NULL`, tenant, user)
+	if err != nil {
+		return nil, fmt.Errorf("grants of %s: %w", user, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var model, value string
+		if err := rows.Scan(&model, &value); err != nil {
+			return nil, fmt.Errorf("grants of %s: %w", user, err)
+		}
+		if d := scopes.Of(model); d != nil && d.Membership != nil && d.Membership.Model == model {
+			out[d.Name] = append(out[d.Name], value)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("grants of %s: %w", user, err)
+	}
+	out.Normalize()
+	return out, nil
+}
+
+// ScopePage is one page of a scope value's live records (ReadScopeValue):
+// what a backfill sends.
+type ScopePage struct {
+	Records []Record
+	// At is the seq of the last entry applied to the records read: the page
+	// is the value's state at At.
+	At uint64
+	// Last is the position after the page's last record ("model/key"), to
+	// read the next page from; "" when the page is empty.
+	Last string
+	// Done reports that no record of the value follows Last.
+	Done bool
+	// Member reports whether the user ReadScopeValue was given holds the
+	// value through a live membership row at At (token grants aside).
+	Member bool
+}
+
+// ReadScopeValue reads, in one read transaction, the live records of scope
+// value of d in tenant after position after ("" from the start; a
+// ScopePage.Last), in (model, key) order: at most maxRows records and
+// about maxBytes of values (at least one record). It also answers whether
+// user holds value through membership at the same seq, so a backfill sends
+// nothing read after its reader lost the grant.
+func (r *Records) ReadScopeValue(ctx context.Context, db *sql.DB, tenant, user string, d *ScopeDecl, value, after string, maxRows, maxBytes int) (ScopePage, error) {
+	if db == nil {
+		db = r.db
+	}
+	models := make([]string, 0, len(d.Fields))
+	for m := range d.Fields {
+		models = append(models, m)
+	}
+	afterModel, afterKey, _ := strings.Cut(after, "/")
+	args := []any{tenant, value, afterModel, afterKey}
+	for _, m := range models {
+		args = append(args, m)
+	}
+	args = append(args, maxRows+1)
+	query := `SELECT ` + recordSelect + ` FROM records
+		WHERE tenant = ? AND scope_value = ? AND deleted = 0 AND (model, key) > (?, ?)
+		AND model IN (?` + strings.Repeat(",?", len(models)-1) + `) ORDER BY model, key LIMIT ?`
+	var page ScopePage
+	err := readTx(ctx, db, func(conn *sql.Conn) error {
+		if err := conn.QueryRowContext(ctx, `SELECT applied_seq FROM records_state WHERE id = 1`).Scan(&page.At); err != nil {
+			return err
+		}
+		if m := d.Membership; m != nil && user != "" {
+			err := conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM records
+				WHERE tenant = ? AND member = ? AND model = ? AND scope_value = ? AND deleted = 0)`,
+				tenant, user, m.Model, value).Scan(&page.Member)
+			if err != nil {
+				return err
+			}
+		}
+		rows, err := conn.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		size := 0
+		page.Done = true
+		for rows.Next() {
+			rec, err := scanRecord(rows)
+			if err != nil {
+				return err
+			}
+			if len(page.Records) == maxRows || len(page.Records) > 0 && size+len(rec.Value) > maxBytes {
+				page.Done = false
+				break
+			}
+			size += len(rec.Value)
+			page.Records = append(page.Records, rec)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return ScopePage{}, fmt.Errorf("read scope %s value %q: %w", d.Name, value, err)
+	}
+	if n := len(page.Records); n > 0 {
+		page.Last = page.Records[n-1].Model + "/" + page.Records[n-1].Key
+	}
+	return page, nil
+}
+
+// Reindex brings every record's scope value and member in line with
+// scopes, when they were computed under other declarations (or none): a
+// scope declared, changed or dropped after records were written. It runs
+// in one transaction at open, once per change of the declarations (their
+// String form is kept in records_state), and costs one pass over the
+// records of the models either the old or the new declarations cover.
+// Every node of a cluster reindexes the same records the same way.
+func (r *Records) Reindex(ctx context.Context, scopes *Scopes) (reindexed int, err error) {
+	want := scopes.String()
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("reindex scopes: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
+	var have string
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(scope_decl, '') FROM records_state WHERE id = 1`).Scan(&have); err != nil {
+		return 0, fmt.Errorf("reindex scopes: %w", err)
+	}
+	if have == want {
+		return 0, nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT tenant, model, key, value, coalesce(scope_value, ''), coalesce(member, '')
+		FROM records WHERE scope_value IS NOT NULL OR member IS NOT NULL OR model IN (SELECT value FROM json_each(?))`, modelsJSON(scopes))
+	if err != nil {
+		return 0, fmt.Errorf("reindex scopes: %w", err)
+	}
+	type change struct{ tenant, model, key, value, member string }
+	var changes []change
+	for rows.Next() {
+		var c change
+		var value []byte
+		var oldValue, oldMember string
+		if err := rows.Scan(&c.tenant, &c.model, &c.key, &value, &oldValue, &oldMember); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("reindex scopes: %w", err)
+		}
+		if d := scopes.Of(c.model); d != nil && value != nil {
+			c.value, _ = d.ValueOf(c.model, value)
+			c.member = d.MemberOf(c.model, value)
+		} else if d != nil {
+			c.value = oldValue // a tombstone keeps what it had
+		}
+		if c.value != oldValue || c.member != oldMember {
+			changes = append(changes, c)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("reindex scopes: %w", err)
+	}
+	for _, c := range changes {
+		if _, err := tx.ExecContext(ctx, `UPDATE records SET scope_value = ?, member = ? WHERE tenant = ? AND model = ? AND key = ?`,
+			nullable(c.value), nullable(c.member), c.tenant, c.model, c.key); err != nil {
+			return 0, fmt.Errorf("reindex scopes: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE records_state SET scope_decl = ? WHERE id = 1`, want); err != nil {
+		return 0, fmt.Errorf("reindex scopes: %w", err)
+	}
+	return len(changes), tx.Commit()
+}
+
+// modelsJSON is the JSON array of the models scopes cover.
+func modelsJSON(scopes *Scopes) string {
+	var models []string
+	for _, name := range scopes.Names() {
+		for m := range scopes.Named(name).Fields {
+			models = append(models, fmt.Sprintf("%q", m))
+		}
+	}
+	return "[" + strings.Join(models, ",") + "]"
 }

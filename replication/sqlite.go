@@ -65,6 +65,87 @@ func scopeWhere(scope Scope) (string, []any) {
 	return b.String(), args
 }
 
+// followWhere returns the SQL condition (with a leading " AND ") and
+// arguments keeping, of the records of scoped models, those whose scope
+// value scope.Follow holds (Scope.Sees for records): nothing when scope
+// follows every value.
+func followWhere(scope Scope) (string, []any) {
+	if scope.Follow == nil || scope.Scopes == nil || scope.Scopes.Empty() {
+		return "", nil
+	}
+	var (
+		b       strings.Builder
+		args    []any
+		covered []string
+	)
+	b.WriteString(" AND (")
+	for i, name := range scope.Scopes.Names() {
+		d := scope.Scopes.Named(name)
+		models := make([]string, 0, len(d.Fields))
+		for m := range d.Fields {
+			models = append(models, m)
+		}
+		covered = append(covered, models...)
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(model IN (?" + strings.Repeat(",?", len(models)-1) + ")")
+		for _, m := range models {
+			args = append(args, m)
+		}
+		switch values := scope.Follow[name]; {
+		case scope.Follow.All(name):
+		case len(values) == 0:
+			b.WriteString(" AND 0 = 1")
+		default:
+			b.WriteString(" AND scope_value IN (?" + strings.Repeat(",?", len(values)-1) + ")")
+			for _, v := range values {
+				args = append(args, v)
+			}
+		}
+		b.WriteString(")")
+	}
+	b.WriteString(" OR model NOT IN (?" + strings.Repeat(",?", len(covered)-1) + "))")
+	for _, m := range covered {
+		args = append(args, m)
+	}
+	return b.String(), args
+}
+
+// addColumns adds the columns (name and type) table lacks: how a database
+// written by a release before them gains them.
+func addColumns(ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, table string, columns ...string) error {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, table)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		have[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, c := range columns {
+		name, _, _ := strings.Cut(c, " ")
+		if !have[name] {
+			if _, err := db.ExecContext(ctx, `ALTER TABLE `+table+` ADD COLUMN `+c); err != nil {
+				return fmt.Errorf("add column %s.%s: %w", table, name, err)
+			}
+		}
+	}
+	return nil
+}
+
 // Retention bounds a table that grows with every write (the oplog, the
 // conflict log). Pruning removes the oldest rows first, in bounded chunks
 // so that no single statement holds the write lock long.

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -94,7 +95,11 @@ var oplogSchema = []string{
 		logical    INTEGER NOT NULL,
 		origin     TEXT    NOT NULL,
 		client_id  TEXT    NOT NULL,
-		applied_at INTEGER NOT NULL
+		applied_at INTEGER NOT NULL,
+		scope_old   TEXT,
+		scope_value TEXT,
+		member      TEXT,
+		grants      TEXT
 	)`,
 	`CREATE INDEX IF NOT EXISTS oplog_tenant_seq ON oplog (tenant, seq)`,
 	`CREATE TABLE IF NOT EXISTS oplog_tenants (
@@ -170,6 +175,9 @@ func createOplog(ctx context.Context, db *sql.DB) error {
 	if err := exec(oplogSchema); err != nil {
 		return err
 	}
+	if err := addColumns(ctx, tx, "oplog", "scope_old TEXT", "scope_value TEXT", "member TEXT", "grants TEXT"); err != nil {
+		return err
+	}
 	switch tables {
 	case 0: // a new log
 		if err := exec([]string{`INSERT INTO oplog_meta (id, schema_version, floor) VALUES (1, 2, 0)`}); err != nil {
@@ -204,7 +212,7 @@ func (l *SQLiteLog) Notify(after uint64) <-chan struct{} { return l.notifier.Not
 // Log.Wait).
 func (l *SQLiteLog) Wait(ctx context.Context, after uint64) error { return l.notifier.Wait(ctx, after) }
 
-const appendColumns = `(seq, tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at)`
+const appendColumns = `(seq, tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at, scope_old, scope_value, member, grants)`
 
 // AppendAll adds es within tx in one statement per few hundred entries.
 // Their seqs are the caller's (the state machine assigns them when it
@@ -245,13 +253,18 @@ func (l *SQLiteLog) appendAfter(ctx context.Context, tx *sql.Tx, head uint64, es
 	const perStatement = 500
 	for start := 0; start < len(out); start += perStatement {
 		chunk := out[start:min(start+perStatement, len(out))]
-		args := make([]any, 0, 13*len(chunk))
+		args := make([]any, 0, 17*len(chunk))
 		for _, e := range chunk {
+			grants, err := encodeGrants(e.Grants)
+			if err != nil {
+				return nil, fmt.Errorf("append oplog entry: %w", err)
+			}
 			args = append(args, int64(e.Seq), e.Tenant, e.Model, e.Key, e.OpID, string(e.Op), e.Value, int64(e.Version),
-				e.HLC.Wall, int64(e.HLC.Logical), e.HLC.Origin, e.ClientID, e.AppliedAt.UnixMilli())
+				e.HLC.Wall, int64(e.HLC.Logical), e.HLC.Origin, e.ClientID, e.AppliedAt.UnixMilli(),
+				nullable(e.ScopeOld), nullable(e.ScopeValue), nullable(e.Member), grants)
 		}
-		query := `INSERT INTO oplog ` + appendColumns + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)` +
-			strings.Repeat(`, (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, len(chunk)-1)
+		const row = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		query := `INSERT INTO oplog ` + appendColumns + ` VALUES ` + row + strings.Repeat(`, `+row, len(chunk)-1)
 		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
 			return nil, fmt.Errorf("append oplog entries: %w", err)
 		}
@@ -289,7 +302,8 @@ func countAppended(ctx context.Context, tx *sql.Tx, es []Entry) error {
 func (l *SQLiteLog) Read(ctx context.Context, req ReadRequest) (Page, error) {
 	limit, maxBytes := req.bounds()
 	where, args := scopeWhere(req.Scope)
-	query := `SELECT seq, tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at
+	query := `SELECT seq, tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id, applied_at,
+			coalesce(scope_old, ''), coalesce(scope_value, ''), coalesce(member, ''), grants
 		FROM oplog WHERE seq > ?` + where + ` ORDER BY seq LIMIT ?`
 	args = append([]any{int64(req.After)}, append(args, limit)...)
 
@@ -329,6 +343,14 @@ func (l *SQLiteLog) Read(ctx context.Context, req ReadRequest) (Page, error) {
 		}
 		return nil
 	})
+	if err == nil && (req.Scope.Follow != nil || req.Scope.User != "") {
+		// What follows scope values is decided here, not in SQL: a moved row
+		// becomes an evict entry and a grant change ends the page
+		// (ReadRequest.PageOf), over the entries read up to page.Next.
+		head := page.Head
+		page = req.PageOf(page.Entries, page.Next)
+		page.Head = head
+	}
 	if err != nil {
 		return Page{}, fmt.Errorf("read oplog after %d: %w", req.After, err)
 	}
@@ -340,12 +362,25 @@ func scanEntry(rows *sql.Rows) (Entry, error) {
 	var (
 		e         Entry
 		appliedAt int64
+		grants    []byte
 	)
 	err := rows.Scan(&e.Seq, &e.Tenant, &e.Model, &e.Key, &e.OpID, &e.Op, (*[]byte)(&e.Value), &e.Version,
-		&e.HLC.Wall, &e.HLC.Logical, &e.HLC.Origin, &e.ClientID, &appliedAt)
+		&e.HLC.Wall, &e.HLC.Logical, &e.HLC.Origin, &e.ClientID, &appliedAt,
+		&e.ScopeOld, &e.ScopeValue, &e.Member, &grants)
 	e.Deleted = e.Op == syncproto.OpDelete
 	e.AppliedAt = time.UnixMilli(appliedAt).UTC()
+	if err == nil && grants != nil {
+		err = json.Unmarshal(grants, &e.Grants)
+	}
 	return e, err
+}
+
+// encodeGrants is the oplog's grants column: NULL for none, else JSON.
+func encodeGrants(g []GrantChange) (any, error) {
+	if len(g) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(g)
 }
 
 // Bounds returns the retained range of committed entries as a reader of

@@ -52,6 +52,9 @@ type StoreOptions struct {
 	// every node's database takes. "" means the database keeps the id it
 	// has, or gets a random one when new.
 	ID string
+	// Scopes are the declared scopes (partial sync): writes of the models
+	// they cover are checked and stamped with scope values. nil: none.
+	Scopes *Scopes
 	// Checkpoints, when the database was opened without checkpoints on
 	// commit (internal/sqlitedb's NoAutoCheckpoint), runs them: the
 	// store's writer (a single node's committer, a cluster node's
@@ -86,6 +89,12 @@ type Store struct {
 	// Checkpoints is StoreOptions.Checkpoints; the writer reaches it
 	// through Wrote.
 	Checkpoints Checkpointer
+	// Scopes is StoreOptions.Scopes.
+	Scopes *Scopes
+	// ScopesReindexed counts the records whose scope value or member
+	// changed at open because the declarations changed (Records.Reindex);
+	// when positive on a single node, the database got a new ID.
+	ScopesReindexed int
 }
 
 // Wrote tells the store's checkpointer, if any, of a write transaction of
@@ -105,12 +114,15 @@ func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) 
 	if o.Ledger.Now == nil {
 		o.Ledger.Now = o.Now
 	}
-	s := &Store{DB: db, Checkpoints: o.Checkpoints}
+	s := &Store{DB: db, Checkpoints: o.Checkpoints, Scopes: o.Scopes}
 	var err error
 	if s.Ledger, err = ledger.NewSQL(ctx, db, o.Ledger); err != nil {
 		return nil, err
 	}
 	if s.Records, err = NewRecords(ctx, db); err != nil {
+		return nil, err
+	}
+	if s.ScopesReindexed, err = s.Records.Reindex(ctx, o.Scopes); err != nil {
 		return nil, err
 	}
 	if s.Log, err = NewSQLiteLog(ctx, db, LogOptions{Retention: o.Log, Now: o.Now}); err != nil {
@@ -121,6 +133,16 @@ func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) 
 	}
 	if s.ID, err = identity(ctx, db, o.ID); err != nil {
 		return nil, err
+	}
+	if s.ScopesReindexed > 0 && o.ID == "" {
+		// What devices may see changed under their cursors: a new id makes
+		// every device resync from a snapshot at its next welcome, so none
+		// keeps rows the new declarations no longer give it. (A cluster's
+		// id is the cluster's; its operator changes declarations as
+		// docs/operations.md says.)
+		if _, s.ID, err = Reidentify(ctx, db); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -242,6 +264,9 @@ func (st *sqlState) Load(ctx context.Context, b *Batch) (View, error) {
 	}
 	if v.Records, err = st.s.Records.GetAll(ctx, st.tx, b.Tenant, keys); err != nil {
 		return View{}, fmt.Errorf("load batch: %w", err)
+	}
+	if err := loadScopes(ctx, st.s.Scopes, &v, b, txMembers{st.s.Records, st.tx}); err != nil {
+		return View{}, err
 	}
 	return v, nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
@@ -26,7 +27,7 @@ import (
 // paused is the session's set of models paused by a value-version refusal
 // (valueVersions.check).
 func (s *Server) push(ctx context.Context, p auth.Principal, muts []syncproto.Mutation, paused map[string]bool) (*pushRequest, error) {
-	b := replication.Admit(replication.Author{Tenant: p.Tenant, ClientID: p.ClientID, CanWrite: p.CanWrite},
+	b := replication.Admit(replication.Author{Tenant: p.Tenant, ClientID: p.ClientID, User: p.User, Grants: tokenGrants(p), CanWrite: p.CanWrite},
 		muts, s.cfg.Policies, s.now(), s.cfg.MaxClockSkew)
 	s.versions.check(&b, paused)
 	for _, w := range b.Writes {
@@ -125,4 +126,17 @@ func (m *metrics) countDecided(fx *replication.Effects) {
 	for _, c := range fx.Conflicts {
 		m.conflicts.WithLabelValues(string(c.Policy)).Inc()
 	}
+}
+
+// tokenGrants returns the scope values p's token grants, normalized.
+func tokenGrants(p auth.Principal) syncproto.ScopeSet {
+	if len(p.Scopes) == 0 {
+		return nil
+	}
+	g := syncproto.ScopeSet(maps.Clone(p.Scopes))
+	for name, values := range g {
+		g[name] = slices.Clone(values)
+	}
+	g.Normalize()
+	return g
 }

@@ -271,8 +271,8 @@ func (t *feedTail) frame(id string, page replication.Page) []byte {
 		for j < len(t.entries) && t.entries[j].Seq < e.Seq {
 			j++
 		}
-		if j == len(t.entries) || t.entries[j].Seq != e.Seq || t.encoded[j] == nil {
-			return nil
+		if j == len(t.entries) || t.entries[j].Seq != e.Seq || t.entries[j].Op != e.Op || t.encoded[j] == nil {
+			return nil // not in the tail, or an evict entry standing for it
 		}
 		size += len(t.encoded[j]) + 1
 	}

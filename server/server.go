@@ -111,6 +111,16 @@ type Config struct {
 	// shape (ModelVersions); welcome announces them. A model it does not
 	// list takes writes of every value version as they are.
 	ValueVersions map[string]ModelVersions
+	// Scopes declares partial sync (PROTOCOL.md section 19): the scopes,
+	// the models each covers and their membership models. Writes of covered
+	// models are checked against the writer's grants, and devices receive
+	// only the scope values they follow. Every node of a cluster must
+	// declare the same. nil: none.
+	Scopes *replication.Scopes
+	// MaxScopeValues bounds the scope values one subscription follows
+	// (welcome.limits.max_scope_values); 0 means
+	// syncproto.DefaultMaxScopeValues.
+	MaxScopeValues int
 	// MaxClockSkew is how far ahead of the server's clock a mutation's
 	// timestamp may be; 0 means syncproto.DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
@@ -450,9 +460,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.store, err = replication.OpenStore(ctx, db, replication.StoreOptions{
 		Ledger: ledger.Options{MaxAge: cfg.Retention.LedgerMaxAge, MaxEntries: cfg.Retention.LedgerMaxEntries},
 		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now, ID: clusterID,
-		Checkpoints: checkpoints,
+		Checkpoints: checkpoints, Scopes: cfg.Scopes,
 	})
 	if err == nil {
+		if n := s.store.ScopesReindexed; n > 0 {
+			s.log.Info("scope declarations changed: records reindexed; devices resync at their next connection",
+				"records", n, "scopes", cfg.Scopes.String(), "database_id", s.store.ID)
+		}
 		s.tail = newFeedTail(s.store.Log)
 		err = s.setOplogGauges(ctx)
 	}

@@ -114,6 +114,20 @@ const (
 	// recorded; the client keeps the write queued as for CodeNeedsUpgrade,
 	// since a corrected server may accept it.
 	CodeUpcastFailed Code = "upcast_failed"
+	// CodeForbiddenScope: the mutation's record has, or would get, a scope
+	// value the writer's principal is not granted (PROTOCOL.md section 19).
+	// Permanent: dead-letter it.
+	CodeForbiddenScope Code = "forbidden_scope"
+	// CodeInvalidScopeValue: the value of a put to a scoped model is not a
+	// JSON object whose scope member is a valid scope value
+	// (ValidateScopeValue). Permanent.
+	CodeInvalidScopeValue Code = "invalid_scope_value"
+	// CodeInvalidScope: a subscribe or pull names a scope the server does
+	// not declare, or its scope members are malformed.
+	CodeInvalidScope Code = "invalid_scope"
+	// CodeTooManyScopeValues: a subscription would follow more scope values
+	// than Limits.MaxScopeValues.
+	CodeTooManyScopeValues Code = "too_many_scope_values"
 )
 
 // Codes lists every code this version defines, in PROTOCOL.md's order.
@@ -125,7 +139,8 @@ var Codes = []Code{
 	CodeForbiddenOrigin, CodeForbiddenModel, CodeWrongClientID,
 	CodeHelloRequired, CodeCursorAhead, CodeRateLimited, CodeServerBusy,
 	CodeShuttingDown, CodeInternal, CodeIdleTimeout, CodeTokenExpired, CodeHookUnavailable,
-	CodeNeedsUpgrade, CodeUpcastFailed,
+	CodeNeedsUpgrade, CodeUpcastFailed, CodeForbiddenScope, CodeInvalidScopeValue,
+	CodeInvalidScope, CodeTooManyScopeValues,
 }
 
 // Retryable reports whether a request refused with c was not processed at

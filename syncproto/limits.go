@@ -100,6 +100,10 @@ type Limits struct {
 	// the tenant's decision count stays under the server's bound; 0
 	// (absent) means the server did not say.
 	LedgerRetentionMS int64 `json:"ledger_retention_ms,omitempty"`
+	// MaxScopeValues bounds the scope values one subscription follows
+	// (DefaultMaxScopeValues when the server declares scopes); 0 (absent):
+	// the server declares none.
+	MaxScopeValues int `json:"max_scope_values,omitempty"`
 }
 
 // DefaultLimits returns the protocol maxima with the default skew and idle

@@ -3,6 +3,7 @@ package syncproto
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // Type is a message's "type" field.
@@ -24,6 +25,7 @@ const (
 	TypeResync     Type = "resync"
 	TypeError      Type = "error"
 	TypePong       Type = "pong"
+	TypeBackfill   Type = "backfill"
 )
 
 // IsRequest reports whether t is a client-to-server message type.
@@ -79,6 +81,8 @@ func newMessage(t Type) Message {
 		return new(Error)
 	case TypePong:
 		return new(Pong)
+	case TypeBackfill:
+		return new(Backfill)
 	}
 	return nil
 }
@@ -193,6 +197,13 @@ type Welcome struct {
 	// a model paused by CodeNeedsUpgrade when a welcome lists the version
 	// its oldest queued write carries.
 	ValueVersions map[string][]uint64 `json:"value_versions,omitempty"`
+	// Scopes, optional, are the declared scopes (PROTOCOL.md section 19)
+	// that cover a model the token may read or write, by name.
+	Scopes map[string]ScopeInfo `json:"scopes,omitempty"`
+	// Grants, optional, are the scope values the principal holds when the
+	// welcome is sent (from its token and from membership rows), at most
+	// Limits.MaxScopeValues of them; AllValues means every value.
+	Grants ScopeSet `json:"grants,omitempty"`
 }
 
 // Policy is a model's conflict policy, as a client sees it.
@@ -248,6 +259,8 @@ type Pull struct {
 	// Limit caps the entries returned, 1..MaxPullLimit; 0 means
 	// DefaultPullLimit.
 	Limit int `json:"limit,omitempty"`
+	// Scopes, optional, are the scope values to read (as in Subscribe).
+	Scopes ScopeSet `json:"scopes,omitzero"`
 }
 
 // Subscribe starts (or restarts) the connection's live change feed after
@@ -255,6 +268,20 @@ type Pull struct {
 type Subscribe struct {
 	ID     string `json:"id"`
 	Cursor uint64 `json:"cursor"`
+	// Scopes, optional, are the scope values the device wants: a subset of
+	// its grants, or AllValues for every value granted now or later. Absent
+	// (nil), the subscription follows every grant and is answered resync
+	// (ResyncScopesChanged) instead of evictions. A scope present with no
+	// values, or absent from a present set, delivers none of its rows.
+	Scopes ScopeSet `json:"scopes,omitzero"`
+	// Have, optional, are the scope values the device holds complete at
+	// Cursor: the server backfills the wanted values not in Have, and
+	// evicts the values in Have that are no longer wanted or granted.
+	Have ScopeSet `json:"have,omitzero"`
+	// Resume, optional, continues interrupted backfills: by scope, by value
+	// (wanted, not in Have), the last_key of the last backfill page the
+	// device applied.
+	Resume map[string]map[string]string `json:"resume,omitzero"`
 }
 
 // Unsubscribe stops the connection's live change feed.
@@ -287,6 +314,9 @@ type Changes struct {
 	// More reports that entries after Cursor existed when the page was read:
 	// for pull, ask again from Cursor; for a subscription, more pages follow.
 	More bool `json:"more"`
+	// Evictions, optional, are scope values the device must drop, applied
+	// after Entries.
+	Evictions []Eviction `json:"evictions,omitempty"`
 }
 
 // Resync answers pull or subscribe whose cursor is older than the retained
@@ -422,7 +452,12 @@ func (m *Welcome) Validate() error {
 			return prefixed(err, "servers")
 		}
 	}
-	return nil
+	for name, info := range m.Scopes {
+		if err := info.validate(name); err != nil {
+			return err
+		}
+	}
+	return m.Grants.Validate("grants", 0)
 }
 
 // Validate checks push's envelope: request id and 1..MaxBatch mutations.
@@ -470,15 +505,40 @@ func (m *Pull) Validate() error {
 	if m.Limit < 0 || m.Limit > MaxPullLimit {
 		return Errorf(CodeBadRequest, "limit %d outside 0..%d", m.Limit, MaxPullLimit)
 	}
-	return nil
+	return m.Scopes.Validate("scopes", 0)
 }
 
-// Validate checks subscribe: request id and cursor.
+// Validate checks subscribe: request id, cursor and the shape of its
+// scope members (the server checks counts and grants).
 func (m *Subscribe) Validate() error {
 	if err := validateRequestID(m.ID); err != nil {
 		return err
 	}
-	return validateSeq("cursor", m.Cursor)
+	if err := validateSeq("cursor", m.Cursor); err != nil {
+		return err
+	}
+	if err := m.Scopes.Validate("scopes", 0); err != nil {
+		return err
+	}
+	if err := m.Have.Validate("have", 0); err != nil {
+		return err
+	}
+	for name, values := range m.Have {
+		if slices.Contains(values, AllValues) {
+			return Errorf(CodeInvalidScope, "have: scope %q: %q names no value a device can hold", name, AllValues)
+		}
+	}
+	for name, byValue := range m.Resume {
+		for v, last := range byValue {
+			if err := ValidateScopeValue(v); err != nil {
+				return prefixed(err, "resume: scope %q", name)
+			}
+			if last == "" || len(last) > MaxMessageBytes {
+				return Errorf(CodeBadRequest, "resume: scope %q value %q: last_key must hold 1..%d bytes", name, truncate(v), MaxMessageBytes)
+			}
+		}
+	}
+	return nil
 }
 
 // Validate checks unsubscribe's request id.
@@ -522,6 +582,11 @@ func (m *Changes) Validate() error {
 	}
 	if m.Cursor > m.Head {
 		return Errorf(CodeBadRequest, "cursor %d after head %d", m.Cursor, m.Head)
+	}
+	for i := range m.Evictions {
+		if err := m.Evictions[i].Validate(); err != nil {
+			return prefixed(err, "evictions[%d]", i)
+		}
 	}
 	return nil
 }

@@ -24,6 +24,9 @@ type Op string
 const (
 	OpPut    Op = "put"    // create or replace the record's value
 	OpDelete Op = "delete" // delete the record (a tombstone; its version still counts)
+	// OpEvict appears only in change-feed entries (never in a mutation): the
+	// row moved to a scope value the device does not hold; drop it.
+	OpEvict Op = "evict"
 )
 
 // Mutation is one write, as pushed by a client.

@@ -72,6 +72,10 @@ type Winner struct {
 	// needs the value resends the op alone: the replay ledger answers
 	// duplicate with the whole winner, which always fits a frame.
 	ValueOmitted bool `json:"value_omitted,omitempty"`
+	// ValueWithheld reports that the winner's record has a scope value the
+	// writer is not granted (PROTOCOL.md 19.2): Value is left out and will
+	// not be sent on a resend either. Version, HLC and Deleted are exact.
+	ValueWithheld bool `json:"value_withheld,omitempty"`
 }
 
 // isStatus reports whether s has the shape of every Status,
@@ -146,9 +150,9 @@ func (w *Winner) validate() error {
 	if err := w.HLC.Validate(); err != nil {
 		return err
 	}
-	if w.ValueOmitted {
+	if w.ValueOmitted || w.ValueWithheld {
 		if w.Deleted || len(w.Value) != 0 {
-			return Errorf(CodeBadRequest, "value_omitted is for a winner that is not deleted, without its value")
+			return Errorf(CodeBadRequest, "value_omitted and value_withheld are for a winner that is not deleted, without its value")
 		}
 	} else if w.Deleted == (len(w.Value) != 0) {
 		return Errorf(CodeBadRequest, "value must be present unless deleted")
@@ -255,6 +259,11 @@ type Change struct {
 	HLC     Timestamp       `json:"hlc"`
 	// Deleted is true exactly when Op is delete.
 	Deleted bool `json:"deleted"`
+	// ScopeValue, for a record of a scoped model, is its scope value after
+	// the write (PROTOCOL.md section 19); absent otherwise and on evict.
+	ScopeValue string `json:"scope_value,omitempty"`
+	// Reason, on an evict entry only, says why the row leaves: EvictMoved.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Validate checks every field of c.
@@ -274,11 +283,21 @@ func (c *Change) Validate() error {
 	if err := ValidateKey(c.Key); err != nil {
 		return err
 	}
-	if c.Op != OpPut && c.Op != OpDelete {
-		return Errorf(CodeInvalidOp, "op %q is not put or delete", truncate(string(c.Op)))
-	}
-	if c.Deleted != (c.Op == OpDelete) || c.Deleted == (len(c.Value) != 0) {
+	switch {
+	case c.Op == OpEvict:
+		if c.Deleted || len(c.Value) != 0 || c.ScopeValue != "" || c.Reason != EvictMoved {
+			return Errorf(CodeInvalidOp, "an evict entry carries no value, scope_value or deleted, and reason %q", EvictMoved)
+		}
+	case c.Op != OpPut && c.Op != OpDelete:
+		return Errorf(CodeInvalidOp, "op %q is not put, delete or evict", truncate(string(c.Op)))
+	case c.Deleted != (c.Op == OpDelete) || c.Deleted == (len(c.Value) != 0):
 		return Errorf(CodeInvalidOp, "deleted must be true exactly for delete, which carries no value")
+	case c.Reason != "":
+		return Errorf(CodeInvalidOp, "only an evict entry carries a reason")
+	case c.ScopeValue != "":
+		if err := ValidateScopeValue(c.ScopeValue); err != nil {
+			return err
+		}
 	}
 	if len(c.Value) > MaxPayloadBytes {
 		return Errorf(CodePayloadTooLarge, "value holds %d bytes, more than %d", len(c.Value), MaxPayloadBytes)

@@ -35,6 +35,8 @@ type benchConfig struct {
 	connectTimeout time.Duration
 	readBuffer     int // SO_RCVBUF of each device's socket; 0 = the kernel's default
 	progress       progressMode
+	findKnee       bool
+	knee           kneeTargets
 }
 
 func (a *app) benchCommand() *cobra.Command {
@@ -56,7 +58,14 @@ pushes and mutations per second, ack latency, feed delivery latency (ack
 seen by the generator -> change seen by a subscriber) with a count of
 deliveries missing, snapshot times, errors by code, and each node's RSS and
 goroutines before, loaded and after (from /metrics). It touches only the
-given URLs and stops by itself.`,
+given URLs and stops by itself.
+
+With --find-knee it runs the load several times in open loop (at most 12
+runs), from --rate pushes a second per pusher (1 when 0), doubling the rate
+until a run misses a target and then halving the interval, and reports every
+run and the knee: the highest rate whose run had push-ack p99 under
+--knee-ack-p99, feed-delivery p99 under --knee-delivery-p99, every write
+delivered and no error.`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	f := cmd.Flags()
@@ -78,6 +87,9 @@ given URLs and stops by itself.`,
 	f.DurationVar(&cfg.connectTimeout, "connect-timeout", 10*time.Second, "bound on one device's connect, hello and subscribe")
 	f.IntVar(&cfg.readBuffer, "read-buffer", 0, fmt.Sprintf("each device's socket receive buffer in bytes (SO_RCVBUF), %d..%d; 0 = the kernel's default (autotuned, up to megabytes: a device that reads its feed slowly then has seconds of feed buffered ahead of its push answers)", benchMinReadBuffer, benchMaxReadBuffer))
 	f.Var(&cfg.progress, "progress", "live progress line on stderr: auto (when a terminal), always, never")
+	f.BoolVar(&cfg.findKnee, "find-knee", false, "search the highest open-loop rate meeting the knee targets (several runs; see above)")
+	f.DurationVar(&cfg.knee.ackP99, "knee-ack-p99", 100*time.Millisecond, "--find-knee: the push-ack p99 a run must stay under")
+	f.DurationVar(&cfg.knee.deliveryP99, "knee-delivery-p99", 250*time.Millisecond, "--find-knee: the feed-delivery p99 a run must stay under")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if !cmd.Flags().Changed("url") {
 			if v := a.getenv("SYNCCTL_SYNC_URL"); v != "" {
@@ -98,6 +110,19 @@ given URLs and stops by itself.`,
 		}
 		if len(clients) < cfg.connections {
 			return failf(exitUsage, "--connections %d: %s holds only %d clients (syncctl token issue --count %d)", cfg.connections, cfg.clientsFile, len(clients), cfg.connections)
+		}
+		if cfg.findKnee {
+			if cfg.rate == 0 {
+				cfg.rate = 1
+			}
+			knee, err := a.findKnee(cmd.Context(), cfg, clients, cfg.knee)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(a.stdout, knee)
+			}
+			return knee.print(a.stdout)
 		}
 		rep, err := a.bench(cmd.Context(), cfg, clients)
 		if err != nil {
@@ -145,6 +170,10 @@ func (c *benchConfig) validate() error {
 		return bad("--drain %s outside 0..%s", c.drain, benchMaxDrain)
 	case c.connectTimeout <= 0:
 		return bad("--connect-timeout must be positive")
+	case c.findKnee && (c.knee.ackP99 <= 0 || c.knee.deliveryP99 <= 0):
+		return bad("--knee-ack-p99 and --knee-delivery-p99 must be positive")
+	case c.findKnee && c.pushShare == 0:
+		return bad("--find-knee needs pushers (--push-share above 0)")
 	case c.readBuffer != 0 && (c.readBuffer < benchMinReadBuffer || c.readBuffer > benchMaxReadBuffer):
 		return bad("--read-buffer %d outside %d..%d (or 0)", c.readBuffer, benchMinReadBuffer, benchMaxReadBuffer)
 	case len(c.urls) == 0:

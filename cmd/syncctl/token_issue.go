@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // issuedView is the --json output of syncctl token issue.
@@ -26,12 +27,14 @@ type issuedView struct {
 
 func (a *app) tokenIssueCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "issue (--tenant T --client-id C [--user U] [--read M,...] [--write M,...] | --admin)",
+		Use:   "issue (--tenant T --client-id C [--user U] [--read M,...] [--write M,...] [--scope S=V,...] | --admin)",
 		Short: "Add a token to the token file and print it (the only time it is shown)",
 		Long: `Add a token and print it on stdout, so TOKEN=$(syncctl token issue ...) keeps
 it. A client token acts as exactly one client id in one tenant and may read and
-write the listed models ("*" for every model). An admin token authorises the
-admin API only.
+write the listed models ("*" for every model), and holds the scope values given
+with --scope (PROTOCOL.md section 19; "S=*" for every value of scope S; users'
+other values come from membership rows). An admin token authorises the admin
+API only.
 
 With --count N (client tokens only) it issues N tokens in one write of the
 file, for client ids C-1 .. C-N, and prints one "CLIENT_ID TOKEN" line each:
@@ -50,10 +53,16 @@ With --credential it prints the device credential instead of the bare token:
 	cmd.Flags().StringSliceVar(&p.Read, "read", nil, `models the token may read, comma-separated ("*" for all)`)
 	cmd.Flags().StringSliceVar(&p.Write, "write", nil, `models the token may write, comma-separated ("*" for all)`)
 	cmd.Flags().BoolVar(&p.Admin, "admin", false, "an admin token (no tenant, client or models)")
+	scopes := cmd.Flags().StringArray("scope", nil, `scope values the token grants, as SCOPE=V1,V2 ("SCOPE=*" for every value); repeatable`)
 	credential := cmd.Flags().Bool("credential", false, "print the device credential (client id and token in one string) instead of the bare token")
 	count := cmd.Flags().Int("count", 0, fmt.Sprintf("issue this many client tokens (1..%d), for client ids C-1 .. C-N", maxIssueCount))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		path := a.tokenFile(cmd)
+		grants, err := parseScopeGrants(*scopes)
+		if err != nil {
+			return failf(exitUsage, "token issue: %v", err)
+		}
+		p.Scopes = grants
 		if err := p.Validate(); err != nil {
 			return failf(exitUsage, "token issue: %v", err)
 		}
@@ -147,4 +156,24 @@ func (a *app) issueMany(path string, p auth.Principal, count int, now time.Time)
 	fmt.Fprintf(a.stderr, "issued %d tokens for clients %s-1..%s-%d in tenant %s in %s; they are shown only this once\n",
 		count, p.ClientID, p.ClientID, count, p.Tenant, path)
 	return nil
+}
+
+// parseScopeGrants reads --scope SCOPE=V1,V2 flags into a token's grants.
+func parseScopeGrants(specs []string) (map[string][]string, error) {
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	grants := syncproto.ScopeSet{}
+	for _, spec := range specs {
+		name, list, ok := strings.Cut(spec, "=")
+		if !ok || list == "" {
+			return nil, fmt.Errorf("--scope %q: want SCOPE=VALUE[,VALUE...]", spec)
+		}
+		grants[name] = append(grants[name], strings.Split(list, ",")...)
+	}
+	grants.Normalize()
+	if err := grants.Validate("--scope", 0); err != nil {
+		return nil, err
+	}
+	return grants, nil
 }

@@ -42,6 +42,8 @@ type options struct {
 	synchronous     string
 	models          replication.Config
 	valueVersions   server.ValueVersionDecls
+	scopes          replication.Scopes
+	maxScopeValues  int
 	origins         stringList
 	peerURLs        stringList
 	maxClockSkew    time.Duration
@@ -115,6 +117,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	})
 	fs.Var(&o.peerURLs, "peer-url", "a public base URL through which devices reach this database (this node's, and on a cluster every node's); repeatable; welcome announces them so a device configured with one URL can fail over (PROTOCOL.md 5.2, servers)")
 	fs.Func("model-version", "a model's current value version as NAME=VERSION (PROTOCOL.md 5.3): writes of other versions are upcast by --upcast steps or refused needs_upgrade; repeatable", o.valueVersions.SetCurrent)
+	fs.Func("scope", "declare partial sync (PROTOCOL.md 19): scope NAME covers each MODEL, whose values' top-level FIELD holds the row's scope value, as NAME=MODEL.FIELD[,MODEL.FIELD...]; repeatable", o.scopes.Set)
+	fs.Func("membership", "rows of MODEL (covered by scope NAME) grant their scope value to the user their USERFIELD names, as NAME=MODEL:USERFIELD; repeatable, one per scope", o.scopes.SetMembership)
+	fs.IntVar(&o.maxScopeValues, "max-scope-values", syncproto.DefaultMaxScopeValues, "the most scope values one subscription may follow (too_many_scope_values beyond)")
 	fs.Func("upcast", "one step turning a model's value of VERSION into VERSION+1, as NAME@VERSION=rename:FROM:TO, NAME@VERSION=default:FIELD:JSON or NAME@VERSION=drop:FIELD; steps of one version apply in the order given; repeatable", o.valueVersions.SetUpcast)
 	fs.Var(&o.origins, "allowed-origin", "a browser origin allowed to connect, as a host[:port] pattern (*.example.com, localhost:*) or with its scheme (https://app.example.com); repeatable; the server's own host is always allowed, and native clients send no origin (PROTOCOL.md section 1)")
 	fs.DurationVar(&o.maxClockSkew, "max-clock-skew", time.Minute, "how far ahead of the server's clock a mutation's timestamp may be")
@@ -345,6 +350,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		NodeID:                   o.nodeID,
 		Policies:                 o.models,
 		ValueVersions:            o.valueVersions,
+		Scopes:                   &o.scopes,
+		MaxScopeValues:           o.maxScopeValues,
 		MaxClockSkew:             o.maxClockSkew,
 		AllowedOrigins:           o.origins,
 		PeerURLs:                 o.peerURLs,

@@ -5,6 +5,8 @@ CREATE INDEX ledger_decisions_by_decided_at
 CREATE INDEX oplog_tenant_seq ON oplog (tenant, seq);
 CREATE INDEX oplog_tenants_by_entries ON oplog_tenants (entries);
 CREATE INDEX oplog_tenants_by_floor ON oplog_tenants (floor);
+CREATE INDEX records_member ON records (tenant, member, model) WHERE member IS NOT NULL;
+CREATE INDEX records_scope ON records (tenant, scope_value, model, key) WHERE scope_value IS NOT NULL;
 CREATE TABLE conflicts (
 	id             INTEGER PRIMARY KEY AUTOINCREMENT,
 	tenant         TEXT    NOT NULL,
@@ -57,7 +59,11 @@ CREATE TABLE oplog (
 		logical    INTEGER NOT NULL,
 		origin     TEXT    NOT NULL,
 		client_id  TEXT    NOT NULL,
-		applied_at INTEGER NOT NULL
+		applied_at INTEGER NOT NULL,
+		scope_old   TEXT,
+		scope_value TEXT,
+		member      TEXT,
+		grants      TEXT
 	);
 CREATE TABLE oplog_meta (
 		id             INTEGER PRIMARY KEY CHECK (id = 1),
@@ -82,10 +88,12 @@ CREATE TABLE records (
 	deleted INTEGER NOT NULL,
 	op_id   TEXT    NOT NULL,
 	seq     INTEGER NOT NULL,
+	scope_value TEXT,
+	member  TEXT,
 	PRIMARY KEY (tenant, model, key)
 );
 CREATE TABLE records_state (
 	id          INTEGER PRIMARY KEY CHECK (id = 1),
 	applied_seq INTEGER NOT NULL
-);
+, scope_decl TEXT);
 CREATE TABLE syncd_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
