@@ -19,14 +19,18 @@ import (
 //     been replaced everywhere);
 //   - "jwt": what decides which JWTs the node admits (jwtAgreement), so
 //     two nodes that would admit different tokens do not both serve;
+//   - "scopes": the partial sync declarations (--scope, --membership),
+//     which every node's materializer applies (scope values, grants);
 //   - "retention": the retention settings, which the lease holder's jobs
 //     carry out on every node alike, and how often they run.
 func agreement(o options) func() map[string]string {
 	retention := fmt.Sprintf("%+v every %s", o.retention, o.retentionEvery)
+	scopes := o.scopes.String()
 	return func() map[string]string {
 		return map[string]string{
 			"tokens":    cluster.HashPart(readForAgreement(o.tokens)),
 			"jwt":       cluster.HashPart([]byte(o.jwt.agreement())),
+			"scopes":    cluster.HashPart([]byte(scopes)),
 			"retention": cluster.HashPart([]byte(retention)),
 		}
 	}

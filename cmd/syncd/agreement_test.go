@@ -78,3 +78,23 @@ func TestJWTAgreementCoversWhatDecidesAdmission(t *testing.T) {
 	require.NoError(t, os.WriteFile(deny, []byte(`{"denied":[{"jti":"y"}]}`), 0o600))
 	require.NotEqual(t, before, want.agreement(), "the deny list is read afresh")
 }
+
+// TestAgreementCoversScopes: nodes with other partial sync declarations
+// differ in the "scopes" part, and only there.
+func TestAgreementCoversScopes(t *testing.T) {
+	var a, b options
+	require.NoError(t, a.scopes.Set("project=tasks.project"))
+	require.NoError(t, b.scopes.Set("project=tasks.project,notes.project"))
+	pa, pb := agreement(a)(), agreement(b)()
+	for part := range pa {
+		if part == "scopes" {
+			require.NotEqual(t, pa[part], pb[part])
+			continue
+		}
+		require.Equal(t, pa[part], pb[part], part)
+	}
+	var c options
+	require.NoError(t, c.scopes.Set("project=tasks.project"))
+	require.NoError(t, c.scopes.SetMembership("project=tasks:owner"))
+	require.NotEqual(t, pa["scopes"], agreement(c)()["scopes"], "the membership model too")
+}
