@@ -50,13 +50,7 @@ func TestClusterProcessStaleTokenFile(t *testing.T) {
 	defer open.close()
 
 	require.NoError(t, auth.Revoke(pc.tokens, id))
-	require.Eventually(t, func() bool {
-		code, body := readyz(third)
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "tokens")
-	}, time.Minute, 200*time.Millisecond, "the stale node names its token file")
-	for _, n := range pc.nodes[:2] {
-		require.True(t, n.ready(), "%s serves on", n.name)
-	}
+	requireOutOfAgreement(t, pc, third, "tokens")
 
 	// The stale node still knows the token, but serves nobody: its open
 	// session is closed (server_busy: another node serves) and new ones
@@ -114,16 +108,25 @@ func TestClusterProcessJWTSettingsDiffer(t *testing.T) {
 	third.kill(t)
 	third.args = append(append([]string(nil), args...), "--jwt-issuer", "https://elsewhere.example")
 	third.start(t)
-	require.Eventually(t, func() bool {
-		code, body := readyz(third)
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "jwt")
-	}, time.Minute, 200*time.Millisecond, "the node admitting other tokens names its JWT settings")
-	for _, n := range pc.nodes[:2] {
-		require.True(t, n.ready(), "%s serves on", n.name)
-	}
+	requireOutOfAgreement(t, pc, third, "jwt")
 
 	third.kill(t)
 	third.args = args
 	third.start(t)
 	third.waitReady(t)
+}
+
+// requireOutOfAgreement waits until node n answers /readyz 503 naming the
+// agreement part it differs in, and checks that the other nodes serve on.
+func requireOutOfAgreement(t testing.TB, pc *procCluster, n *procNode, part string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		code, body := readyz(n)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, part)
+	}, time.Minute, 200*time.Millisecond, "%s names %s", n.name, part)
+	for _, o := range pc.nodes {
+		if o != n {
+			require.True(t, o.ready(), "%s serves on", o.name)
+		}
+	}
 }
