@@ -83,6 +83,14 @@ rules: deps
 	promtool check rules docs/alerts/syncd.rules.yml
 	cd docs/alerts && promtool test rules syncd.rules.test.yml
 
+## console-screenshots: run the console's browser test (server/console) with headless
+## Chromium (single node and a three-node cluster) and write a PNG of every console page to
+## docs/console/ (not part of make test)
+.PHONY: console-screenshots
+console-screenshots: deps
+	mkdir -p docs/console
+	SYNCD_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run 'TestConsoleInABrowser$$|TestConsoleClusterPageShowsANodeDown$$' ./server/console
+
 ## simulate: the client's seeded simulation (client/synccore) over SEEDS schedules
 ## (default 100000), without the race detector; a failing seed prints its replay command
 SEEDS ?= 100000

@@ -8,8 +8,10 @@
 // (Authorization: Bearer ...). A request that fails is answered with a
 // non-2xx status and an Error body: 400 for a malformed parameter, 401
 // without an admin token, 404 for a ledger op that is not held (its body
-// is still a LedgerAnswer), 409 for an oplog cursor past the head or
-// before the retained oplog, 500 for a failure of the server.
+// is still a LedgerAnswer) or a deny-list entry that is not there, 409 for
+// an oplog cursor past the head or before the retained oplog, or a deny
+// list asked of a syncd without one, 500 for a failure of the server.
+// Admin tokens start "sda_" (older ones "sdk_", like client tokens).
 //
 // The field names and encodings are part of the contract: a field may be
 // added, none is renamed or retyped (the server's golden tests pin them).
@@ -19,6 +21,7 @@ package adminapi
 import (
 	"encoding/json"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/syncd-dev/syncd/syncproto"
@@ -39,10 +42,29 @@ const (
 	// PathLedgerPrefix followed by an op id (LedgerPath) answers a
 	// LedgerAnswer; parameter ParamTenant is required.
 	PathLedgerPrefix = "/v1/admin/ledger/"
+	// PathFigures answers a Figures: the server's running totals, which a
+	// reader samples for rates (the console's live overview does).
+	PathFigures = "/v1/admin/figures"
+	// PathDisconnect (POST) ends the sessions of one device, the way a
+	// drain does (pending pushes are answered, then the session closes
+	// 1001 and the device reconnects): parameters ParamTenant and
+	// ParamClientID, both required. It answers a Disconnected, with 404
+	// when the device has no session here.
+	PathDisconnect = "/v1/admin/clients/disconnect"
+	// PathTenants answers a TenantsPage: the tenants this node knows of
+	// (with sessions here, with a compacted oplog, or served by its
+	// committer since it started), sorted by name, at most MaxTenants.
+	PathTenants = "/v1/admin/tenants"
 	// PathHealth answers 200 while the process serves; it needs no token.
 	PathHealth = "/healthz"
 	// PathProfiles is the prefix of Go's profiles (net/http/pprof).
 	PathProfiles = "/debug/pprof/"
+	// PathDeny is the JWT deny list: GET answers a DenyList; POST with a
+	// Denial body adds an entry and DELETE with ParamJTI or ParamUser
+	// removes one, each answering a DenyChange. 409 when syncd has no
+	// deny list file (--jwt-deny-file), 404 for a DELETE of an entry the
+	// list does not hold.
+	PathDeny = "/v1/admin/deny"
 )
 
 // The admin API's query parameters.
@@ -60,6 +82,12 @@ const (
 	ParamModel = "model"
 	// ParamBefore lists conflict rows with an id below it (0: the newest).
 	ParamBefore = "before"
+	// ParamJTI and ParamUser name the deny-list entry a DELETE of PathDeny
+	// removes (exactly one).
+	ParamJTI  = "jti"
+	ParamUser = "user"
+	// ParamClientID names one device (PathDisconnect).
+	ParamClientID = "client_id"
 )
 
 // The admin API's limits: a larger limit is served as the maximum.
@@ -68,6 +96,8 @@ const (
 	MaxOplogPage = syncproto.MaxPullLimit
 	// MaxConflicts bounds the rows of one conflicts answer.
 	MaxConflicts = 1000
+	// MaxTenants bounds the tenants of one TenantsPage.
+	MaxTenants = 10000
 )
 
 // LedgerPath is the path of the ledger answer for opID.
@@ -83,8 +113,11 @@ type Status struct {
 	NodeID string `json:"node_id"`
 	// Build is the answering syncd's build (syncd --version) and
 	// DatabaseID the database it serves (welcome.database_id).
-	Build         string    `json:"build"`
-	DatabaseID    string    `json:"database_id"`
+	Build      string `json:"build"`
+	DatabaseID string `json:"database_id"`
+	// SchemaVersion is the database's schema version (its PRAGMA
+	// user_version, syncd_database_info's schema_version).
+	SchemaVersion int       `json:"schema_version"`
 	StartedAt     time.Time `json:"started_at"`
 	UptimeSeconds float64   `json:"uptime_seconds"`
 	// Connections counts the open sync sessions.
@@ -157,8 +190,11 @@ type Node struct {
 
 // Session is one connected sync session in the answer of PathSessions.
 type Session struct {
-	ClientID    string    `json:"client_id"`
-	Tenant      string    `json:"tenant"`
+	ClientID string `json:"client_id"`
+	Tenant   string `json:"tenant"`
+	// User is the user the session's token acts for (a JWT's sub, a
+	// token's --user); "" when the token names none.
+	User        string    `json:"user,omitempty"`
 	TokenID     string    `json:"token_id"`
 	Remote      string    `json:"remote"`
 	ConnectedAt time.Time `json:"connected_at"`
@@ -180,8 +216,11 @@ type OplogPage struct {
 // who wrote it and when it was applied.
 type OplogEntry struct {
 	syncproto.Change
-	Tenant    string    `json:"tenant"`
-	ClientID  string    `json:"client_id"`
+	Tenant   string `json:"tenant"`
+	ClientID string `json:"client_id"`
+	// User is the user whose device namespace holds ClientID
+	// (UserOfClientID); "" when the client id is in none.
+	User      string    `json:"user,omitempty"`
 	AppliedAt time.Time `json:"applied_at"`
 }
 
@@ -202,11 +241,15 @@ type Conflict struct {
 
 // ConflictSide is one party to a conflict.
 type ConflictSide struct {
-	OpID    string              `json:"op_id,omitempty"`
-	Version uint64              `json:"version"`
-	Value   json.RawMessage     `json:"value,omitempty"`
-	HLC     syncproto.Timestamp `json:"hlc,omitzero"`
-	Deleted bool                `json:"deleted"`
+	OpID string `json:"op_id,omitempty"`
+	// ClientID is the writing device, when the server recorded it, and
+	// User the user whose device namespace holds it (UserOfClientID).
+	ClientID string              `json:"client_id,omitempty"`
+	User     string              `json:"user,omitempty"`
+	Version  uint64              `json:"version"`
+	Value    json.RawMessage     `json:"value,omitempty"`
+	HLC      syncproto.Timestamp `json:"hlc,omitzero"`
+	Deleted  bool                `json:"deleted"`
 }
 
 // LedgerAnswer is the answer of LedgerPath: what the ledger decided for an
@@ -220,7 +263,156 @@ type LedgerAnswer struct {
 	OpTime    time.Time         `json:"op_time,omitzero"`
 	DecidedAt time.Time         `json:"decided_at,omitzero"`
 	Result    *syncproto.Result `json:"result,omitempty"`
+	// ClientID is the device that sent the op, and User the user whose
+	// device namespace holds it (UserOfClientID), when the oplog still
+	// retains the entry the op made (applied ops only).
+	ClientID string `json:"client_id,omitempty"`
+	User     string `json:"user,omitempty"`
 	// Floor is the tenant's ledger floor: an op of the tenant that is not
 	// held and is at or before it would be answered "expired" if resent.
 	Floor time.Time `json:"floor,omitzero"`
+}
+
+// UserOfClientID is the user a device chose its client id for, read from
+// the id's device namespace (syncproto.DeviceNamespace): "alice" for
+// "alice:phone". A namespace that is a digest ("_3f2a...:tablet") does
+// not name its user and gives "", as does an id outside any namespace
+// (a token-file token's). syncd shows it beside the ledger, the oplog and
+// the conflict log, which store the client id and not the user.
+func UserOfClientID(clientID string) string {
+	user, device, ok := strings.Cut(clientID, ":")
+	if !ok || device == "" || user == "" || strings.HasPrefix(user, "_") || syncproto.DeviceNamespace(user) != user+":" {
+		return ""
+	}
+	return user
+}
+
+// DenyList is the answer of GET PathDeny: the JWT deny list in force
+// (syncd's deny-list file holds the same, with its version).
+type DenyList struct {
+	// JTIs are single tokens.
+	JTIs []DeniedJTI `json:"jtis"`
+	// Users are users whose tokens issued (iat) at or before a time are
+	// refused.
+	Users []DeniedUser `json:"users"`
+}
+
+// DeniedJTI is one denied token, refused until ExpiresAt (its exp; zero:
+// until removed); past it the entry is pruned.
+type DeniedJTI struct {
+	JTI       string    `json:"jti"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// DeniedUser is one denied user: tokens issued (iat) at or before
+// RevokedAt, or without iat, are refused until Until (zero: until
+// removed); past it the entry is pruned and denies nothing.
+type DeniedUser struct {
+	User      string    `json:"user"`
+	RevokedAt time.Time `json:"revoked_at"`
+	Until     time.Time `json:"until,omitzero"`
+}
+
+// Denial is the body of POST PathDeny: exactly one of JTI and User, in
+// force until Until (zero: until removed; for a jti, its exp lets the
+// entry be pruned once the token expired anyway).
+type Denial struct {
+	JTI   string    `json:"jti,omitempty"`
+	User  string    `json:"user,omitempty"`
+	Until time.Time `json:"until,omitzero"`
+}
+
+// DenyChange answers a POST or DELETE of PathDeny: the list as written
+// and, for a POST, how many open sessions the change closed (they were
+// sent unauthorized and closed 1008 before the answer).
+type DenyChange struct {
+	List           DenyList `json:"list"`
+	ClosedSessions int      `json:"closed_sessions"`
+}
+
+// Figures is the answer of PathFigures: running totals since the process
+// started, read from the same instruments /metrics exports. Two answers
+// taken apart give rates (mutations applied per second) and the push ack
+// latency of the interval between them.
+type Figures struct {
+	At time.Time `json:"at"`
+	// Ready is what /readyz answers (false while draining, without a
+	// database, or on a cluster node that must not serve); NotReady says
+	// why.
+	Ready    bool   `json:"ready"`
+	NotReady string `json:"not_ready,omitempty"`
+	// Pushes counts push messages answered (syncd_pushes_total).
+	Pushes uint64 `json:"pushes"`
+	// Mutations counts pushed mutations by result status
+	// (syncd_mutations_total).
+	Mutations map[string]uint64 `json:"mutations"`
+	// Ack is the time from a push's arrival at the committer to its
+	// durable commit, after which it is answered
+	// (syncd_apply_duration_seconds).
+	Ack Histogram `json:"ack"`
+	// Alerts are the conditions the server itself knows to be wrong now
+	// (an open conflict hook breaker, a drain, a cluster node that does
+	// not serve); the rules of docs/alerts evaluate the rest in
+	// Prometheus.
+	Alerts []Alert `json:"alerts"`
+}
+
+// Histogram is a cumulative histogram: Buckets[i].Count observations were
+// at most Buckets[i].UpperBound seconds.
+type Histogram struct {
+	Count   uint64   `json:"count"`
+	Sum     float64  `json:"sum"`
+	Buckets []Bucket `json:"buckets"`
+}
+
+// Bucket is one cumulative bucket of a Histogram.
+type Bucket struct {
+	UpperBound float64 `json:"le"`
+	Count      uint64  `json:"count"`
+}
+
+// Alert is one condition the server knows to be wrong.
+type Alert struct {
+	// Name is stable (hook_breaker_open, hook_breaker_half_open,
+	// draining, not_ready, cluster_node_not_ready); Detail is for people.
+	Name   string `json:"name"`
+	Detail string `json:"detail"`
+}
+
+// Disconnected is the answer of PathDisconnect.
+type Disconnected struct {
+	Tenant   string `json:"tenant"`
+	ClientID string `json:"client_id"`
+	// Sessions counts the sessions told to end (a device may hold more
+	// than one, briefly, while it reconnects).
+	Sessions int `json:"sessions"`
+}
+
+// TenantsPage is the answer of PathTenants.
+type TenantsPage struct {
+	Tenants []Tenant `json:"tenants"`
+	// Truncated is true when more than MaxTenants were known: the page
+	// holds the first by name.
+	Truncated bool `json:"truncated"`
+}
+
+// Tenant is one tenant as this node sees it.
+type Tenant struct {
+	Tenant string `json:"tenant"`
+	// Sessions counts its open sessions on this node; PendingPushes their
+	// pushes not yet answered; MaxLagEntries the largest head-minus-cursor
+	// among them.
+	Sessions      int    `json:"sessions"`
+	PendingPushes int64  `json:"pending_pushes"`
+	MaxLagEntries uint64 `json:"max_lag_entries"`
+	// OplogFloor is the newest of its oplog entries that retention
+	// compacted away (0: none).
+	OplogFloor uint64 `json:"oplog_floor"`
+	// Snapshots counts its snapshot downloads running or waiting here.
+	Snapshots int `json:"snapshots"`
+	// MutationsServed counts the mutations this node's committer took
+	// from the tenant's line since it started (single node; the
+	// syncd_commit_served_mutations_total series of the tenant, absent
+	// beyond its label bound, where tenants share "~other").
+	MutationsServed uint64 `json:"mutations_served"`
 }

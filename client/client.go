@@ -423,6 +423,10 @@ type Status struct {
 	// Paused lists the models whose writes wait for a server that
 	// accepts their value version, by model name; nil when none.
 	Paused []PausedModel
+	// TokenRefresh is true while the client replaces its connection to
+	// present a fresh token from its TokenSource before the old one's exp
+	// (TokenRefreshMargin): it is not offline, and no write is lost.
+	TokenRefresh bool
 }
 
 // State is what the client is doing; see Status.
@@ -468,6 +472,7 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	if err := c.tokens.err(); err != nil {
 		out.LastError = err
 	}
+	out.TokenRefresh = c.tokens.replacing(nil)
 	out.State = v.status.State // the sync core's
 	if p := v.status.Paused; p != nil {
 		out.Paused = p.Models

@@ -46,10 +46,11 @@ type Config struct {
 	Token string
 	// TokenSource, instead of Token, supplies the bearer token (a JWT from
 	// the app's identity provider): asked before the first connection,
-	// again within TokenRefreshMargin of the token's exp (read without
-	// verifying), and after the server refused the token (token_expired,
-	// unauthorized); the client then reconnects with the fresh token
-	// without dropping or charging a queued write. An error leaves the
+	// again at the token's refresh time before its exp (read without
+	// verifying; TokenRefreshMargin says when), connected or not, and
+	// after the server refused the token (token_expired, unauthorized);
+	// the client then reconnects with the fresh token without dropping or
+	// charging a queued write. An error leaves the
 	// client offline, retrying with backoff, and shows in
 	// Status.LastError as a *TokenSourceError. It is called from the
 	// client's goroutines, one call at a time.

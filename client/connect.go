@@ -61,6 +61,7 @@ func (c *Client) stepReconnect(ctx context.Context) error {
 	for _, u := range c.servers.all() {
 		token, err := c.tokens.get(ctx)
 		if err != nil {
+			c.tokens.setRenewing(nil)
 			c.statusChanged()
 			return err
 		}
@@ -75,6 +76,7 @@ func (c *Client) stepReconnect(ctx context.Context) error {
 		return nil
 	}
 	err := errors.Join(errs...)
+	c.tokens.setRenewing(nil) // a reconnect that failed is no longer a renewal
 	c.refused(err)
 	return err
 }
@@ -114,6 +116,11 @@ func (c *Client) stepBind(ctx context.Context) error {
 		return err
 	}
 	c.refusal.Store(nil)
+	if err := c.recordSignIn(ctx, l.conn.welcome); err != nil {
+		c.log.Warn("recording the sign-in in the replica failed", "err", err)
+	}
+	c.tokens.setRenewing(nil)
+	l.spawn(func() { c.renewBeforeExpiry(l) })
 	c.statusChanged()
 	return nil
 }
@@ -147,6 +154,14 @@ func (c *Client) linkLost(l *link, err error) {
 		return
 	}
 	c.coord.OnOffline()
+	if c.tokens.replacing(l) {
+		// Closed to present a fresh token: reconnect at once, and the
+		// link's short life is no sign of a failing server.
+		if c.monitor.Current() == netmonitor.Online {
+			c.coord.OnOnline()
+		}
+		return
+	}
 	lived := c.now().Sub(l.since)
 	delay := c.relinkDelay(l.healthy(lived))
 	if delay == 0 {
@@ -222,6 +237,7 @@ func (c *Client) refused(err error) {
 	}
 	c.log.Warn("the server refused the session", "code", re.Code, "message", re.Message, "retry_after", re.RetryAfter)
 	c.refusal.Store(re)
+	c.recordTokenRefusal(re)
 	if c.refreshable(re) {
 		c.tokens.invalidate()
 	}

@@ -18,6 +18,9 @@ type metrics struct {
 	clockRefused       prometheus.Counter
 	// outcomesPruned counts outcomes forgotten (OutcomeRetention, MaxOutcomes).
 	outcomesPruned prometheus.Counter
+	// tokenRenewals counts sessions replaced to present a fresh token
+	// before the old one's exp (tokensource.go).
+	tokenRenewals prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,6 +56,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		outcomesPruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_client_outcomes_pruned_total", Help: "Outcomes of decided writes forgotten: older than OutcomeRetention, or the oldest beyond MaxOutcomes.",
 		}),
+		tokenRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_client_token_renewals_total", Help: "Sessions replaced by a new connection to present a fresh token from the TokenSource before the old one's exp.",
+		}),
 	}
 	// Every reason is exported from the start (at zero), so a rate over
 	// one is defined before its first abandon.
@@ -62,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.snapshotsAbandoned, m.clockRefused, m.outcomesPruned} {
+	for _, c := range []prometheus.Collector{m.connected, m.replays, m.replaySeconds, m.replayResults, m.deadLetters, m.feedEntries, m.resyncs, m.snapshotsAbandoned, m.clockRefused, m.outcomesPruned, m.tokenRenewals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

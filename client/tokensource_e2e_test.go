@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -37,21 +38,113 @@ func startJWTSyncd(t *testing.T, idp *authtest.Provider, cfg server.Config) *syn
 
 // TestTokenSourceCarriesQueuedWritesThroughExpiries: a device with 1,000
 // queued writes, and more written while it syncs, signs in with 5-second
-// JWTs from a token source. The server ends each session at exp
-// (token_expired); the client asks its source and reconnects. Every write
-// is decided exactly once, and none is charged for an expiry: with a retry
-// budget of one attempt, a charged write would be dead-lettered.
+// JWTs from a source that caches each token until it expired (so the
+// client's early renewals get the same token back and wait). The server
+// ends each session at exp (token_expired); the client asks its source and
+// reconnects. Every write is decided exactly once, and none is charged for
+// an expiry: with a retry budget of one attempt, a charged write would be
+// dead-lettered.
 func TestTokenSourceCarriesQueuedWritesThroughExpiries(t *testing.T) {
 	idp := authtest.NewProvider(t, "ES256")
 	s := startJWTSyncd(t, idp, server.Config{TokenRecheck: 100 * time.Millisecond})
-	var asked atomic.Int64
+	var asked, minted atomic.Int64
+	var cached atomic.Pointer[cachedToken]
 	source := func(context.Context) (string, error) {
 		asked.Add(1)
-		return idp.Token("ES256", "alice", tenant, 5*time.Second), nil
+		if c := cached.Load(); c != nil && time.Now().Before(c.exp) {
+			return c.token, nil
+		}
+		minted.Add(1)
+		c := &cachedToken{token: idp.Token("ES256", "alice", tenant, 5*time.Second), exp: time.Now().Add(5 * time.Second)}
+		cached.Store(c)
+		return c.token, nil
 	}
 	d := openDevice(t, s, s.proxy(t), t.TempDir(), "alice:phone", deviceOptions{tweak: func(c *client.Config) {
 		c.Token, c.TokenSource, c.MaxAttempts = "", source, 1
 	}})
+	ops := queueAndKeepWriting(t, d, func() bool {
+		return metric(t, s.Registry, "syncd_protocol_errors_total", "code=token_expired") >= 3
+	})
+	s.requireAppliedOnce(t, ops)
+	st := d.status(t)
+	require.Zero(t, st.DeadLetters, "no write was charged for an expiry")
+	require.GreaterOrEqual(t, minted.Load(), int64(4), "a new token for each session")
+	require.Zero(t, metric(t, d.registry, "syncd_client_token_renewals_total"), "the source never had a new token early")
+	t.Logf("%d writes, %d tokens minted, source asked %d times", len(ops), minted.Load(), asked.Load())
+}
+
+// cachedToken is a token source's cache.
+type cachedToken struct {
+	token string
+	exp   time.Time
+}
+
+// TestTokenSourceRenewsBeforeExpiry: a device signs in with 6-second JWTs
+// from a source that mints a new one whenever asked. The client renews
+// each token before its exp and reconnects with the new one, so the
+// server never has to end a session for an expired token: writes keep
+// flowing across several expiries, none is lost or charged, no
+// token_expired reaches the device, and Status says why it reconnects
+// (the first renewal's websocket upgrade is held until the test saw it).
+func TestTokenSourceRenewsBeforeExpiry(t *testing.T) {
+	idp := authtest.NewProvider(t, "EdDSA")
+	s := startJWTSyncd(t, idp, server.Config{TokenRecheck: 100 * time.Millisecond})
+	var asked atomic.Int64
+	gate := &upgradeGate{open: make(chan struct{})}
+	source := func(context.Context) (string, error) {
+		if asked.Add(1) == 2 {
+			gate.closed.Store(true) // the first renewal's reconnect waits
+		}
+		return idp.Token("EdDSA", "carol", tenant, 6*time.Second), nil
+	}
+	d := openDevice(t, s, s.proxy(t), t.TempDir(), "carol:laptop", deviceOptions{tweak: func(c *client.Config) {
+		c.Token, c.TokenSource, c.MaxAttempts = "", source, 1
+		c.HTTPClient = &http.Client{Transport: gate}
+	}})
+	renewals := func() float64 { return metric(t, d.registry, "syncd_client_token_renewals_total") }
+	var sawRefresh bool
+	ops := queueAndKeepWriting(t, d, func() bool {
+		if st := d.status(t); !sawRefresh && st.TokenRefresh {
+			require.False(t, st.Connected)
+			require.NotEqual(t, client.StateOffline, st.State, "renewing is not being offline")
+			sawRefresh = true
+			close(gate.open)
+		}
+		return renewals() >= 3
+	})
+	require.True(t, sawRefresh, "Status said why the client reconnected")
+	s.requireAppliedOnce(t, ops)
+	st := d.status(t)
+	require.Zero(t, st.DeadLetters, "no write was charged for a renewal")
+	require.False(t, st.TokenRefresh, "the renewal is over once connected")
+	require.Zero(t, metric(t, s.Registry, "syncd_protocol_errors_total", "code=token_expired"), "no session outlived its token")
+	t.Logf("%d writes, %v renewals, source asked %d times", len(ops), renewals(), asked.Load())
+}
+
+// upgradeGate is an HTTP transport that holds websocket upgrades, once
+// closed, until open is closed (or the request ends); every other request
+// passes.
+type upgradeGate struct {
+	closed atomic.Bool
+	open   chan struct{}
+}
+
+func (g *upgradeGate) RoundTrip(r *http.Request) (*http.Response, error) {
+	if g.closed.Load() && r.Header.Get("Upgrade") == "websocket" {
+		select {
+		case <-g.open:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// queueAndKeepWriting queues 1,000 writes offline, brings the device
+// online and keeps writing until done reports true (bounded in count and
+// time); it returns every op once all are applied and the device synced.
+func queueAndKeepWriting(t *testing.T, d *device, done func() bool) []string {
+	t.Helper()
 	d.offline()
 	d.waitOffline(t)
 	var ops []string
@@ -59,23 +152,16 @@ func TestTokenSourceCarriesQueuedWritesThroughExpiries(t *testing.T) {
 		ops = append(ops, d.put(t, "notes", fmt.Sprintf("q-%d", i), `{"n":1}`))
 	}
 	d.online()
-
-	// Keep writing while three sessions end at their token's exp.
-	expired := func() float64 { return metric(t, s.Registry, "syncd_protocol_errors_total", "code=token_expired") }
 	deadline := time.Now().Add(waitFor)
-	for i := 0; expired() < 3; i++ {
-		require.True(t, time.Now().Before(deadline), "three expiries within %s (saw %v)", waitFor, expired())
+	for i := 0; !done(); i++ {
+		require.True(t, time.Now().Before(deadline), "done within %s", waitFor)
 		require.Less(t, i, 5000, "bounded")
 		ops = append(ops, d.put(t, "notes", fmt.Sprintf("live-%d", i), `{"n":2}`))
 		time.Sleep(10 * time.Millisecond)
 	}
 	d.requireApplied(t, ops)
 	d.waitSynced(t)
-	s.requireAppliedOnce(t, ops)
-	st := d.status(t)
-	require.Zero(t, st.DeadLetters, "no write was charged for an expiry")
-	require.GreaterOrEqual(t, asked.Load(), int64(4), "the source was asked for each session")
-	t.Logf("%d writes, %v expiries, %d tokens asked", len(ops), expired(), asked.Load())
+	return ops
 }
 
 // TestFailingTokenSourceIsATypedErrorInStatus: a source that fails keeps

@@ -92,7 +92,10 @@
 // # SQLite
 //
 // NewSQL keeps the ledger in the caller's database, in tables named
-// ledger_*, created if missing. The caller opens the database with
+// ledger_*, which the steps of Migrations create: the caller runs them, in
+// order and once each, among the migrations of its own database (the
+// database's schema version is the caller's; syncd's is PRAGMA
+// user_version, moved by replication's migrations). The caller opens the database with
 // github.com/mattn/go-sqlite3 and these settings:
 //
 //	file:/path/syncd.db?_busy_timeout=5000&_synchronous=FULL&_journal_mode=WAL&_txlock=immediate
@@ -112,12 +115,13 @@
 // connection (SetMaxOpenConns(1)) is the other way to have a single writer,
 // but then Get and Stats wait for every open transaction.
 //
-// The ledger's tables are at schema version 2. NewSQL migrates a database
-// of version 1 (one floor for the whole ledger, eviction by op time) in one
-// transaction: its decisions are kept and its floor becomes the floor of
-// every scope, those it holds decisions for and any other, since a scope
-// whose decisions were all evicted left no other trace. It refuses a newer
-// version.
+// Releases before the database carried one schema version kept the
+// ledger's own in ledger_meta.schema_version (1: one floor for the whole
+// ledger, eviction by op time; 2: per scope). Step 0 of Migrations brings
+// either to layout 1 in the caller's migration transaction: decisions are
+// kept and a version-1 floor becomes the floor of every scope, those it
+// holds decisions for and any other, since a scope whose decisions were all
+// evicted left no other trace.
 //
 // Memory has the same semantics without a database, for tests.
 //

@@ -31,6 +31,21 @@ func ExampleSQL() {
 	defer db.Close()
 	day := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := day // the server's clock, which decides
+	// The ledger's tables are made by its migrations, run once each, in
+	// order, among the database's own (syncd records which ran in PRAGMA
+	// user_version).
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	for _, step := range ledger.Migrations() {
+		if err := step(ctx, tx); err != nil {
+			panic(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		panic(err)
+	}
 	l, err := ledger.NewSQL(ctx, db, ledger.Options{MaxAge: 24 * time.Hour, Now: func() time.Time { return clock }})
 	if err != nil {
 		panic(err)

@@ -9,78 +9,6 @@ import (
 	"time"
 )
 
-// schemaVersion is the version of the ledger_ tables this code reads and
-// writes, kept in ledger_meta. Version 1 had one floor for the whole ledger
-// and evicted by op time; NewSQL migrates it.
-const schemaVersion = 2
-
-// metaSchema creates ledger_meta, stamped with schemaVersion when new.
-//
-// floor_ms is, at version 1, the ledger-wide floor; at version 2, the floor
-// every scope has at least: the version-1 floor carried over by the
-// migration, NULL for a ledger created at version 2. It never changes after
-// the migration.
-//
-// counted_ms keeps ledger_scopes.entries exact without a write per Record:
-// a scope's entries counts its decisions decided at or before counted_ms
-// (-2^63 until the first prune), and the decisions decided after it (the
-// tail) are counted when needed. Record adds to entries only for a decision
-// decided at or before counted_ms (after a clock went back; rare). Pruning
-// as of now first folds the tail up to now into entries and raises
-// counted_ms to now, so the tail is what was recorded since the last prune.
-var metaSchema = []string{
-	`CREATE TABLE IF NOT EXISTS ledger_meta (
-		id             INTEGER PRIMARY KEY CHECK (id = 1),
-		schema_version INTEGER NOT NULL,
-		floor_ms       INTEGER,
-		counted_ms     INTEGER NOT NULL DEFAULT -9223372036854775808
-	)`,
-	`INSERT INTO ledger_meta (id, schema_version, floor_ms) VALUES (1, 2, NULL)
-		ON CONFLICT (id) DO NOTHING`,
-}
-
-// schema creates the version-2 tables where missing. Times are unix
-// milliseconds; digest and result are BLOBs, stored as zero-length blobs
-// when empty.
-var schema = []string{
-	`CREATE TABLE IF NOT EXISTS ledger_decisions (
-		scope      TEXT    NOT NULL,
-		op_id      TEXT    NOT NULL,
-		op_time    INTEGER NOT NULL,
-		digest     BLOB    NOT NULL,
-		result     BLOB    NOT NULL,
-		decided_at INTEGER NOT NULL,
-		PRIMARY KEY (scope, op_id)
-	)`,
-	// A scope's decisions by decision time: eviction order (ties, rare,
-	// are sorted by op id as they are read) and the tail count.
-	`CREATE INDEX IF NOT EXISTS ledger_decisions_by_decided_at
-		ON ledger_decisions (scope, decided_at)`,
-	// One row per scope that ever held a committed decision, written by
-	// the transaction that records its first: how many decisions it holds
-	// up to ledger_meta.counted_ms, and its floor, NULL until its first
-	// eviction.
-	`CREATE TABLE IF NOT EXISTS ledger_scopes (
-		scope    TEXT    NOT NULL PRIMARY KEY,
-		entries  INTEGER NOT NULL,
-		floor_ms INTEGER
-	) WITHOUT ROWID`,
-}
-
-// migrateV1 turns version-1 tables into version 2, after schema has run:
-// it drops the op-time index, counts every scope's decisions, and keeps the
-// version-1 floor in ledger_meta as the floor of every scope, known or not
-// (a scope whose decisions were all evicted left no trace but that floor).
-var migrateV1 = []string{
-	`DROP INDEX IF EXISTS ledger_decisions_by_op_time`,
-	`ALTER TABLE ledger_meta ADD COLUMN counted_ms INTEGER NOT NULL DEFAULT -9223372036854775808`,
-	`INSERT INTO ledger_scopes (scope, entries, floor_ms)
-		SELECT scope, COUNT(*), NULL FROM ledger_decisions GROUP BY scope`,
-	`UPDATE ledger_meta SET schema_version = 2,
-		counted_ms = coalesce((SELECT MAX(decided_at) FROM ledger_decisions), counted_ms)
-		WHERE id = 1`,
-}
-
 // tailSQL counts the decisions of scope s decided after :W.
 const tailSQL = `(SELECT COUNT(*) FROM ledger_decisions AS d WHERE d.scope = s.scope AND d.decided_at > :W)`
 
@@ -139,71 +67,25 @@ type SQL struct {
 	db   *sql.DB
 	opts Options
 	// baseFloor is the floor every scope has at least (ledger_meta.floor_ms,
-	// noFloor when NULL), fixed since the migration from version 1.
+	// noFloor when NULL), fixed since the migration from a version-1 ledger.
 	baseFloor int64
 }
 
-// NewSQL returns the ledger kept in db, creating its tables if they are
-// missing and migrating tables of schema version 1 (decisions are kept; the
-// old ledger-wide floor becomes the floor of every scope). It refuses
-// invalid options and tables written by a newer schema. db must be a SQLite
-// database (driver "sqlite3", github.com/mattn/go-sqlite3) opened as the
-// package documentation describes; the ledger never closes it.
+// NewSQL returns the ledger kept in db, whose tables Migrations made (the
+// caller runs them in its database's migrations first; ErrNotMigrated
+// otherwise). It refuses invalid options. db must be a SQLite database
+// (driver "sqlite3", github.com/mattn/go-sqlite3) opened as the package
+// documentation describes; the ledger never closes it.
 func NewSQL(ctx context.Context, db *sql.DB, opts Options) (*SQL, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	base, err := createSchema(ctx, db)
+	base, err := checkMigrated(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open: %w", err)
 	}
 	return &SQL{db: db, opts: o, baseFloor: base}, nil
-}
-
-// createSchema creates or migrates the tables in one transaction and
-// returns the base floor.
-func createSchema(ctx context.Context, db *sql.DB) (baseFloor int64, err error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback() // a no-op after Commit
-	exec := func(stmts []string) error {
-		for _, stmt := range stmts {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := exec(metaSchema); err != nil {
-		return 0, err
-	}
-	var version int
-	var base sql.NullInt64
-	if err := tx.QueryRowContext(ctx, `SELECT schema_version, floor_ms FROM ledger_meta WHERE id = 1`).Scan(&version, &base); err != nil {
-		return 0, err
-	}
-	switch version {
-	case 1:
-		if err := exec(schema); err != nil {
-			return 0, err
-		}
-		if err := exec(migrateV1); err != nil {
-			return 0, fmt.Errorf("migrate from schema version 1: %w", err)
-		}
-	case schemaVersion:
-		if err := exec(schema); err != nil {
-			return 0, err
-		}
-	default:
-		return 0, fmt.Errorf("ledger tables have schema version %d, this build reads version %d", version, schemaVersion)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	return storedFloor(base), nil
 }
 
 // In binds the ledger to the caller's transaction tx, which must be a

@@ -13,6 +13,7 @@ import (
 	"github.com/mattn/go-sqlite3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/ledger/ledgertest"
 )
@@ -35,11 +36,31 @@ func openDB(t testing.TB, dir, settings string) *sql.DB {
 	return db
 }
 
+// openSQL runs the ledger's migrations on db the way a caller does, as
+// steps of its database's own list (sqlitedb.Migrate), then opens the
+// ledger.
 func openSQL(t testing.TB, db *sql.DB, opts ledger.Options) *ledger.SQL {
 	t.Helper()
+	migrate(t, db)
 	l, err := ledger.NewSQL(context.Background(), db, opts)
 	require.NoError(t, err)
 	return l
+}
+
+// migrate brings db to the ledger's layout: ledger.Migrations as the
+// database's list of migrations.
+func migrate(t testing.TB, db *sql.DB) {
+	t.Helper()
+	_, err := sqlitedb.Migrate(context.Background(), db, ledgerSteps())
+	require.NoError(t, err)
+}
+
+func ledgerSteps() []sqlitedb.Migration {
+	var steps []sqlitedb.Migration
+	for _, step := range ledger.Migrations() {
+		steps = append(steps, func(ctx context.Context, tx sqlitedb.Execer) error { return step(ctx, tx) })
+	}
+	return steps
 }
 
 // sqlStore adapts a *ledger.SQL and its database to the suite's Store.
@@ -134,13 +155,70 @@ func TestSQLTablesArePrefixed(t *testing.T) {
 	require.Equal(t, []string{"ledger_decisions", "ledger_decisions_by_decided_at", "ledger_meta", "ledger_scopes"}, names)
 }
 
-func TestSQLRefusesNewerSchema(t *testing.T) {
+// NewSQL refuses a database its migrations did not run on, new or of an
+// earlier release, and changes nothing; a ledger_meta no release wrote is
+// refused by the migration, which then rolls back.
+func TestSQLRefusesTablesNotMigrated(t *testing.T) {
+	ctx := t.Context()
 	db := openDB(t, t.TempDir(), immediate)
-	openSQL(t, db, ledger.Options{})
-	_, err := db.Exec(`UPDATE ledger_meta SET schema_version = 3`)
+	_, err := ledger.NewSQL(ctx, db, ledger.Options{})
+	require.ErrorIs(t, err, ledger.ErrNotMigrated)
+
+	dir := t.TempDir()
+	writeSchema1(t, dir, nil, time.Time{})
+	db = openDB(t, dir, immediate)
+	_, err = ledger.NewSQL(ctx, db, ledger.Options{})
+	require.ErrorIs(t, err, ledger.ErrNotMigrated)
+
+	_, err = db.Exec(`UPDATE ledger_meta SET schema_version = 3`)
 	require.NoError(t, err)
-	_, err = ledger.NewSQL(t.Context(), db, ledger.Options{})
-	require.ErrorContains(t, err, "schema version 3")
+	_, err = sqlitedb.Migrate(ctx, db, ledgerSteps())
+	require.ErrorContains(t, err, "ledger_meta.schema_version is 3")
+	var v int
+	require.NoError(t, db.QueryRow(`SELECT schema_version FROM ledger_meta`).Scan(&v))
+	require.Equal(t, 3, v, "the refused migration changed nothing")
+}
+
+// A ledger of the last release that versioned it in ledger_meta (schema
+// version 2: floors and counts per scope) keeps its decisions, counts and
+// floors through the migration, and loses its version column.
+func TestSQLMigratesSchema2(t *testing.T) {
+	ctx := t.Context()
+	db := openDB(t, t.TempDir(), immediate)
+	for _, stmt := range []string{
+		`CREATE TABLE ledger_meta (
+			id             INTEGER PRIMARY KEY CHECK (id = 1),
+			schema_version INTEGER NOT NULL,
+			floor_ms       INTEGER,
+			counted_ms     INTEGER NOT NULL DEFAULT -9223372036854775808
+		)`,
+		`INSERT INTO ledger_meta (id, schema_version, floor_ms, counted_ms) VALUES (1, 2, 500, 2000)`,
+		schema1[0], // ledger_decisions, the same at both versions
+		`CREATE INDEX ledger_decisions_by_decided_at ON ledger_decisions (scope, decided_at)`,
+		`CREATE TABLE ledger_scopes (scope TEXT NOT NULL PRIMARY KEY, entries INTEGER NOT NULL, floor_ms INTEGER) WITHOUT ROWID`,
+		`INSERT INTO ledger_decisions VALUES ('a', 'op-1', 1000, x'01', x'02', 1500), ('a', 'op-2', 1100, x'', x'', 3000)`,
+		`INSERT INTO ledger_scopes VALUES ('a', 1, 900)`,
+	} {
+		_, err := db.Exec(stmt)
+		require.NoError(t, err)
+	}
+	l := openSQL(t, db, ledger.Options{})
+	st, err := l.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ledger.Stats{Entries: 2, Scopes: 1, MaxFloor: time.UnixMilli(900).UTC()}, st)
+	d, ok, err := l.Get(ctx, "a", "op-1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []byte{1}, d.Digest)
+	floor, err := l.Floor(ctx, "other")
+	require.NoError(t, err)
+	require.Equal(t, time.UnixMilli(500).UTC(), floor, "the base floor is kept")
+	var counted int64
+	require.NoError(t, db.QueryRow(`SELECT counted_ms FROM ledger_meta`).Scan(&counted))
+	require.Equal(t, int64(2000), counted)
+	var versioned int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pragma_table_info('ledger_meta') WHERE name = 'schema_version'`).Scan(&versioned))
+	require.Zero(t, versioned)
 }
 
 // The decision commits and rolls back together with the caller's own

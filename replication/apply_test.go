@@ -219,7 +219,7 @@ func TestMemoryAgreesWithStore(t *testing.T) {
 	s := openStore(t, r.Retention{}, r.Retention{})
 	st, err := r.OpenStore(ctx, s.db, r.StoreOptions{})
 	require.NoError(t, err)
-	mem, err := r.NewMemory(ledger.Options{})
+	mem, err := r.NewMemory(r.MemoryOptions{})
 	require.NoError(t, err)
 	g := newBatchGen(99)
 

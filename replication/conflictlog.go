@@ -78,34 +78,9 @@ type ConflictLog struct {
 	now       func() time.Time
 }
 
-const conflictsSchema = `
-CREATE TABLE IF NOT EXISTS conflicts (
-	id             INTEGER PRIMARY KEY AUTOINCREMENT,
-	tenant         TEXT    NOT NULL,
-	model          TEXT    NOT NULL,
-	key            TEXT    NOT NULL,
-	policy         TEXT    NOT NULL,
-	reason         TEXT    NOT NULL,
-	loser_op_id    TEXT    NOT NULL,
-	loser_version  INTEGER NOT NULL,
-	loser_value    BLOB,
-	loser_hlc      TEXT    NOT NULL,
-	loser_deleted  INTEGER NOT NULL,
-	winner_op_id   TEXT    NOT NULL,
-	winner_version INTEGER NOT NULL,
-	winner_value   BLOB,
-	winner_hlc     TEXT    NOT NULL,
-	winner_deleted INTEGER NOT NULL,
-	decided_at     INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS conflicts_tenant_id ON conflicts (tenant, id);`
-
-// NewConflictLog creates the conflicts table in db if missing and returns
-// the log. db must be a go-sqlite3 ("sqlite3") handle.
+// NewConflictLog returns the conflict log kept in db, whose table Migrate
+// made (OpenStore runs it). db must be a go-sqlite3 ("sqlite3") handle.
 func NewConflictLog(ctx context.Context, db *sql.DB, opts ConflictLogOptions) (*ConflictLog, error) {
-	if _, err := db.ExecContext(ctx, conflictsSchema); err != nil {
-		return nil, fmt.Errorf("create conflict log: %w", err)
-	}
 	c := &ConflictLog{
 		db:        db,
 		retention: opts.Retention.withDefaults(DefaultConflictRetention),

@@ -79,7 +79,14 @@
 //
 //  1. Open the database with github.com/mattn/go-sqlite3 in WAL mode, with
 //     a busy timeout and synchronous=FULL (acknowledged writes survive a
-//     power cut), as internal/sqlitedb does, and OpenStore on it.
+//     power cut), as internal/sqlitedb does, and OpenStore on it. OpenStore
+//     first brings the file to SchemaVersion (Migrate: the numbered
+//     migrations of migrations.go, each in one transaction with the
+//     PRAGMA user_version it brings the file to) and refuses a file of a
+//     newer release (ErrNewerSchema), changing nothing. A change of the
+//     layout is one entry appended to that list, never an edit of one
+//     that shipped, with the schema golden regenerated and the version
+//     added to TestOpenStoreMigratesEveryShippedLayout.
 //  2. At the edge: Admit the push with the author taken from the token,
 //     never from the message; observe the admitted timestamps into the
 //     server's clock (Admit has checked them against the skew bound first,

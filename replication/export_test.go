@@ -23,6 +23,13 @@ func (l *SQLiteLog) AppendNext(ctx context.Context, tx *sql.Tx, es ...Entry) ([]
 	if err != nil {
 		return nil, err
 	}
+	return l.appendAfter(ctx, tx, head, numbered(es, head))
+}
+
+// numbered returns es as the entries after head: an entry whose Seq is 0
+// gets its place's seq, one whose Seq is set keeps it (the log refuses it
+// unless it is that seq).
+func numbered(es []Entry, head uint64) []Entry {
 	next := make([]Entry, len(es))
 	for i, e := range es {
 		if e.Seq == 0 {
@@ -30,5 +37,22 @@ func (l *SQLiteLog) AppendNext(ctx context.Context, tx *sql.Tx, es ...Entry) ([]
 		}
 		next[i] = e
 	}
-	return l.appendAfter(ctx, tx, head, next)
+	return next
+}
+
+// AppendNext appends es to m's oplog as its next entries, alone (no
+// records, no ledger), and returns them as logged; it does not report the
+// commit: the tests' way of writing the memory's oplog alone, as
+// SQLiteLog.AppendNext is for SQLite. An entry whose Seq is 0 gets the
+// next seq; a malformed entry (see ErrInvalidEntry) appends nothing.
+func (m *Memory) AppendNext(es ...Entry) ([]Entry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	logged, err := nextEntries(numbered(es, m.head), m.head, m.now)
+	if err != nil {
+		return nil, err
+	}
+	m.entries = append(m.entries, logged...)
+	m.head = logged[len(logged)-1].Seq
+	return logged, nil
 }

@@ -42,7 +42,8 @@ func openStore(tb testing.TB, logRet, conflictRet replication.Retention) *store 
 	tb.Helper()
 	ctx := context.Background()
 	s := &store{db: openDB(tb), clock: fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
-	var err error
+	_, err := replication.Migrate(ctx, s.db)
+	require.NoError(tb, err)
 	s.log, err = replication.NewSQLiteLog(ctx, s.db, replication.LogOptions{Retention: logRet, Now: s.clock.Now})
 	require.NoError(tb, err)
 	s.records, err = replication.NewRecords(ctx, s.db)

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/internal/fakeclock"
-	"github.com/syncd-dev/syncd/ledger"
 	r "github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/logtest"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -44,11 +43,24 @@ func TestSQLiteLogConformance(t *testing.T) {
 	})
 }
 
-// TestMemoryLogConformance holds Memory, which serves the simulation's
-// change feed, to the same per-tenant retention rule as SQLiteLog.
+// TestMemoryLogConformance runs the whole conformance suite on Memory's
+// oplog, which serves the simulation's change feed.
 func TestMemoryLogConformance(t *testing.T) {
+	logtest.Run(t, func(t *testing.T, ret r.Retention) logtest.Harness {
+		clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+		mem, err := r.NewMemory(r.MemoryOptions{Log: ret, Now: clock.Now})
+		require.NoError(t, err)
+		return logtest.Harness{Log: mem, Now: clock.Now, Advance: clock.Advance,
+			Append: func(_ context.Context, es ...r.Entry) ([]r.Entry, error) { return mem.AppendNext(es...) }}
+	})
+}
+
+// TestMemoryApplyRetention holds Memory written the simulation's way
+// (Apply, and CompactTo's bound of its own) to the per-tenant retention
+// rule.
+func TestMemoryApplyRetention(t *testing.T) {
 	logtest.RunRetention(t, func(t *testing.T, keep int64) logtest.Retaining {
-		mem, err := r.NewMemory(ledger.Options{})
+		mem, err := r.NewMemory(r.MemoryOptions{})
 		require.NoError(t, err)
 		at := time.UnixMilli(1_700_000_000_000).UTC()
 		return logtest.Retaining{
@@ -66,7 +78,7 @@ func TestMemoryLogConformance(t *testing.T) {
 				}
 				return out
 			},
-			Compact: func(testing.TB) int64 { return int64(mem.Compact(int(keep))) },
+			Compact: func(testing.TB) int64 { return int64(mem.CompactTo(int(keep))) },
 		}
 	})
 }
@@ -74,7 +86,8 @@ func TestMemoryLogConformance(t *testing.T) {
 // TestSQLiteLogMigratesVersion1: an oplog of schema version 1 (one count
 // bound and one floor for the whole log) keeps its entries, counts them per
 // tenant, and keeps its floor as every tenant's, known or not, so a cursor
-// that was expired stays expired; it is migrated once.
+// that was expired stays expired; it is migrated once (Migrate, the first
+// step of the database's migrations).
 func TestSQLiteLogMigratesVersion1(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t)
@@ -97,6 +110,8 @@ func TestSQLiteLogMigratesVersion1(t *testing.T) {
 
 	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	open := func() *r.SQLiteLog {
+		_, err := r.Migrate(ctx, db)
+		require.NoError(t, err)
 		l, err := r.NewSQLiteLog(ctx, db, r.LogOptions{Retention: r.Retention{MaxEntries: 1, MaxAge: -1}, Now: clock.Now})
 		require.NoError(t, err)
 		return l

@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/syncd-dev/syncd/ledger"
 )
@@ -14,10 +16,19 @@ import (
 // conflict log and a ledger.Memory. It decides batches with the same code
 // as Store (Apply, Decide) and serves the change feed and snapshots with
 // the same rules (Read, Snapshot), so a deterministic simulation can run
-// the server's decisions without SQLite. Each Save is one atomic commit.
+// the server's decisions without SQLite. Each Apply is one atomic commit,
+// which it reports to the log's waiters itself (Committed).
+//
+// Its oplog is a Log held to the same conformance suite as SQLiteLog
+// (package logtest): the same seqs, pages, cursor errors, wake-ups and
+// per-tenant retention. It is not durable: a process that ends loses it.
 //
 // A Memory is safe for concurrent use; Apply calls are serialized.
 type Memory struct {
+	notifier  *headNotifier
+	retention Retention
+	now       func() time.Time
+
 	mu        sync.Mutex
 	ledger    *ledger.Memory
 	records   map[memRecordKey]Record
@@ -36,24 +47,49 @@ func (m *Memory) DeclareScopes(scopes *Scopes) {
 	m.scopes = scopes
 }
 
-var _ Feed = (*Memory)(nil)
+var _ Log = (*Memory)(nil)
 
 type memRecordKey struct{ tenant, model, key string }
 
-// NewMemory returns an empty Memory whose ledger uses opts.
-func NewMemory(opts ledger.Options) (*Memory, error) {
-	l, err := ledger.NewMemory(opts)
+// MemoryOptions configures a Memory. The zero value means the ledger's
+// defaults, DefaultLogRetention and time.Now.
+type MemoryOptions struct {
+	// Ledger configures the replay ledger (ledger.NewMemory).
+	Ledger ledger.Options
+	// Log bounds the oplog for Compact, each tenant on its own, as
+	// SQLiteLog's LogOptions.Retention does; zero fields take
+	// DefaultLogRetention's. Chunk has no effect: a Memory compacts under
+	// one lock.
+	Log Retention
+	// Now stamps AppliedAt where an entry has none and is the reference
+	// for Compact's age bound; nil means Ledger.Now, then time.Now.
+	Now func() time.Time
+}
+
+// NewMemory returns an empty Memory.
+func NewMemory(opts MemoryOptions) (*Memory, error) {
+	l, err := ledger.NewMemory(opts.Ledger)
 	if err != nil {
 		return nil, err
 	}
-	return &Memory{ledger: l, records: map[memRecordKey]Record{}, floors: map[string]uint64{}}, nil
+	now := opts.Now
+	if now == nil {
+		now = opts.Ledger.Now
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Memory{
+		notifier: newHeadNotifier(0), retention: opts.Log.withDefaults(DefaultLogRetention), now: now,
+		ledger: l, records: map[memRecordKey]Record{}, floors: map[string]uint64{},
+	}, nil
 }
 
 // Ledger returns the memory's replay ledger (for pruning and inspection).
 func (m *Memory) Ledger() *ledger.Memory { return m.ledger }
 
 // Apply decides b and commits its effects atomically (see the package
-// function Apply).
+// function Apply), then reports the commit to the log's waiters.
 func (m *Memory) Apply(ctx context.Context, b *Batch) (Effects, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -61,7 +97,8 @@ func (m *Memory) Apply(ctx context.Context, b *Batch) (Effects, error) {
 	if err != nil {
 		return Effects{}, err
 	}
-	fx, err := Apply(ctx, memState{m: m, tx: tx}, b)
+	st := &memState{m: m, tx: tx}
+	fx, err := Apply(ctx, st, b)
 	if err != nil {
 		tx.Rollback()
 		return Effects{}, err
@@ -69,19 +106,21 @@ func (m *Memory) Apply(ctx context.Context, b *Batch) (Effects, error) {
 	if err := tx.Commit(); err != nil {
 		return Effects{}, err
 	}
-	m.commit(&fx)
+	m.commit(st.logged, fx.Conflicts)
+	m.notifier.Committed(m.head)
 	return fx, nil
 }
 
 // memState is a Memory inside one Apply: reads see committed state; Save
-// stages the ledger rows in the ledger transaction and checks the rest,
-// which Apply commits once the ledger did.
+// stages the ledger rows in the ledger transaction and checks the
+// entries, which Apply commits once the ledger did.
 type memState struct {
-	m  *Memory
-	tx *ledger.MemoryTx
+	m      *Memory
+	tx     *ledger.MemoryTx
+	logged []Entry // Save's entries as the log keeps them
 }
 
-func (st memState) Load(ctx context.Context, b *Batch) (View, error) {
+func (st *memState) Load(ctx context.Context, b *Batch) (View, error) {
 	v := View{Records: map[RecordKey]Record{}, Head: st.m.head}
 	var err error
 	if v.Ledger, err = lookupBatch(ctx, st.tx, b); err != nil {
@@ -99,7 +138,7 @@ func (st memState) Load(ctx context.Context, b *Batch) (View, error) {
 }
 
 // memberCounts implements memberSource over m's records.
-func (st memState) memberCounts(_ context.Context, tenant, model string, values, users []string) (map[[2]string]int, error) {
+func (st *memState) memberCounts(_ context.Context, tenant, model string, values, users []string) (map[[2]string]int, error) {
 	out := map[[2]string]int{}
 	for k, rec := range st.m.records {
 		if k.tenant == tenant && k.model == model && !rec.Deleted && slices.Contains(values, rec.ScopeValue) && slices.Contains(users, rec.Member) {
@@ -110,7 +149,7 @@ func (st memState) memberCounts(_ context.Context, tenant, model string, values,
 }
 
 // founded implements memberSource over m's records.
-func (st memState) founded(_ context.Context, tenant, model string, values []string) (map[string]bool, error) {
+func (st *memState) founded(_ context.Context, tenant, model string, values []string) (map[string]bool, error) {
 	out := map[string]bool{}
 	for k, rec := range st.m.records {
 		if k.tenant == tenant && k.model == model && slices.Contains(values, rec.ScopeValue) {
@@ -120,37 +159,43 @@ func (st memState) founded(_ context.Context, tenant, model string, values []str
 	return out, nil
 }
 
-func (st memState) Save(ctx context.Context, fx *Effects) error {
-	head := st.m.head
-	for _, e := range fx.Entries {
-		unassigned := e
-		unassigned.Seq = 0
-		if err := unassigned.validate(); err != nil {
-			return fmt.Errorf("save batch: %w", err)
-		}
-		if e.Seq != head+1 {
-			return fmt.Errorf("save batch: %w: op %s decided as seq %d after head %d", ErrMalformedBatch, e.OpID, e.Seq, head)
-		}
-		head = e.Seq
+func (st *memState) Save(ctx context.Context, fx *Effects) error {
+	logged, err := nextEntries(fx.Entries, st.m.head, st.m.now)
+	if err != nil {
+		return fmt.Errorf("save batch: %w", err)
 	}
 	if err := st.tx.RecordAll(ctx, fx.Decisions); err != nil {
 		return fmt.Errorf("save batch: %w", err)
 	}
+	st.logged = logged
 	return nil
 }
 
-// commit makes fx's entries, records and conflicts visible.
-func (m *Memory) commit(fx *Effects) {
-	for _, e := range fx.Entries {
+// commit makes logged entries, their records and conflicts visible. m.mu
+// is held.
+func (m *Memory) commit(logged []Entry, conflicts []ConflictEntry) {
+	for _, e := range logged {
 		m.entries = append(m.entries, e)
 		m.head = e.Seq
 		m.records[memRecordKey{e.Tenant, e.Model, e.Key}] = e.Record()
 	}
-	for _, c := range fx.Conflicts {
+	for _, c := range conflicts {
 		c.ID = int64(len(m.conflicts) + 1)
 		m.conflicts = append(m.conflicts, c)
 	}
 }
+
+// Committed reports that appends up to head were committed and wakes the
+// waiters (see Log.Committed). Apply reports its own commits.
+func (m *Memory) Committed(head uint64) { m.notifier.Committed(head) }
+
+// Notify returns a channel closed once a commit beyond after was reported
+// (see Log.Notify).
+func (m *Memory) Notify(after uint64) <-chan struct{} { return m.notifier.Notify(after) }
+
+// Wait blocks until a commit beyond after was reported, or ctx ends (see
+// Log.Wait).
+func (m *Memory) Wait(ctx context.Context, after uint64) error { return m.notifier.Wait(ctx, after) }
 
 // Read returns the entries after req.After in req.Scope, with the same
 // paging, per-tenant cursor checks and errors as SQLiteLog.Read.
@@ -196,23 +241,55 @@ func (m *Memory) Floors(_ context.Context, above uint64) (Floors, error) {
 	return f, nil
 }
 
-// Compact removes each tenant's oldest entries until at most keep of its
-// entries remain, raises the floors of the tenants it removed entries of,
-// and returns how many it removed. Readers of such a tenant whose cursor
-// falls behind its floor get ErrCursorExpired, as with SQLiteLog.Compact;
-// other tenants' readers are not affected.
-func (m *Memory) Compact(keep int) int {
+// Compact removes the oldest entries beyond the retention
+// MemoryOptions.Log set, by the rules of SQLiteLog.Compact: first the
+// longest run of the log's oldest entries applied before the age bound,
+// then each tenant's oldest entries beyond the count bound. It raises the
+// floor of each tenant it removed entries of, and no other, and returns
+// how many it removed. It never fails.
+func (m *Memory) Compact(ctx context.Context) (int64, error) {
+	var cutoff int64 = math.MinInt64
+	if m.retention.MaxAge >= 0 {
+		cutoff = m.now().Add(-m.retention.MaxAge).UnixMilli()
+	}
+	keep := m.retention.MaxEntries
+	if keep < 0 {
+		keep = math.MaxInt64
+	}
+	return int64(m.compact(cutoff, keep)), nil
+}
+
+// CompactTo removes each tenant's oldest entries until at most keep of its
+// entries remain, whatever the retention, raises the floors of the tenants
+// it removed entries of, and returns how many it removed: a compaction job
+// with a bound of its own, as the simulation's server runs. Readers of
+// such a tenant whose cursor falls behind its floor get ErrCursorExpired,
+// as with Compact; other tenants' readers are not affected.
+func (m *Memory) CompactTo(keep int) int {
+	return m.compact(math.MinInt64, int64(max(keep, 0)))
+}
+
+// compact removes the longest run of the oldest entries applied before
+// cutoff (Unix milliseconds), then each tenant's oldest entries beyond
+// keep, raising the floors of the tenants it removed entries of.
+func (m *Memory) compact(cutoff, keep int64) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	held := map[string]int{}
-	for _, e := range m.entries {
+	aged := 0
+	for aged < len(m.entries) && m.entries[aged].AppliedAt.UnixMilli() < cutoff {
+		aged++
+	}
+	held := map[string]int64{}
+	for _, e := range m.entries[aged:] {
 		held[e.Tenant]++
 	}
 	// A new array: pages read before share the old one (PageOf).
-	kept := make([]Entry, 0, len(m.entries))
-	for _, e := range m.entries {
-		if held[e.Tenant] > keep {
-			held[e.Tenant]--
+	kept := make([]Entry, 0, len(m.entries)-aged)
+	for i, e := range m.entries {
+		if i < aged || held[e.Tenant] > keep {
+			if i >= aged {
+				held[e.Tenant]--
+			}
 			m.floors[e.Tenant] = e.Seq
 			continue
 		}

@@ -40,45 +40,9 @@ type Records struct {
 	db *sql.DB
 }
 
-const recordsSchema = `
-CREATE TABLE IF NOT EXISTS records (
-	tenant  TEXT    NOT NULL,
-	model   TEXT    NOT NULL,
-	key     TEXT    NOT NULL,
-	value   BLOB,
-	version INTEGER NOT NULL CHECK (version > 0),
-	hlc     TEXT    NOT NULL,
-	wall    INTEGER NOT NULL,
-	logical INTEGER NOT NULL,
-	origin  TEXT    NOT NULL,
-	deleted INTEGER NOT NULL,
-	op_id   TEXT    NOT NULL,
-	seq     INTEGER NOT NULL,
-	scope_value TEXT,
-	member  TEXT,
-	PRIMARY KEY (tenant, model, key)
-);
-CREATE TABLE IF NOT EXISTS records_state (
-	id          INTEGER PRIMARY KEY CHECK (id = 1),
-	applied_seq INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO records_state (id, applied_seq) VALUES (1, 0);`
-
-// NewRecords creates the records tables in db if missing and returns the
-// store. db must be a go-sqlite3 ("sqlite3") handle.
+// NewRecords returns the records kept in db, whose tables Migrate made
+// (OpenStore runs it). db must be a go-sqlite3 ("sqlite3") handle.
 func NewRecords(ctx context.Context, db *sql.DB) (*Records, error) {
-	if _, err := db.ExecContext(ctx, recordsSchema); err != nil {
-		return nil, fmt.Errorf("create records: %w", err)
-	}
-	if err := addColumns(ctx, db, "records", "scope_value TEXT", "member TEXT"); err != nil {
-		return nil, fmt.Errorf("create records: %w", err)
-	}
-	if err := addColumns(ctx, db, "records_state", "scope_decl TEXT"); err != nil {
-		return nil, fmt.Errorf("create records: %w", err)
-	}
-	if _, err := db.ExecContext(ctx, recordsScopeSchema); err != nil {
-		return nil, fmt.Errorf("create records: %w", err)
-	}
 	return &Records{db: db}, nil
 }
 
@@ -88,12 +52,6 @@ const (
 	recordColumns = `tenant, model, key, value, version, wall, logical, origin, deleted, op_id, seq, scope_value, member`
 	recordSelect  = `tenant, model, key, value, version, wall, logical, origin, deleted, op_id, seq, coalesce(scope_value, ''), coalesce(member, '')`
 )
-
-// recordsScopeSchema indexes records by scope value (backfills, scoped
-// snapshots) and membership rows by user (grants).
-const recordsScopeSchema = `
-CREATE INDEX IF NOT EXISTS records_scope ON records (tenant, scope_value, model, key) WHERE scope_value IS NOT NULL;
-CREATE INDEX IF NOT EXISTS records_member ON records (tenant, member, model) WHERE member IS NOT NULL;`
 
 // nullable stores "" as NULL.
 func nullable(s string) any {

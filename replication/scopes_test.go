@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncd-dev/syncd/ledger"
 	r "github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -40,7 +39,7 @@ func newScopedStore(t *testing.T) *scopedStore {
 	s := openStore(t, r.Retention{}, r.Retention{})
 	st, err := r.OpenStore(context.Background(), s.db, r.StoreOptions{Scopes: scopes})
 	require.NoError(t, err)
-	mem, err := r.NewMemory(ledger.Options{})
+	mem, err := r.NewMemory(r.MemoryOptions{})
 	require.NoError(t, err)
 	mem.DeclareScopes(scopes)
 	return &scopedStore{t: t, s: s, st: st, mem: mem, clock: 1_700_000_000_000}

@@ -112,40 +112,6 @@ func followWhere(scope Scope) (string, []any) {
 	return b.String(), args
 }
 
-// addColumns adds the columns (name and type) table lacks: how a database
-// written by a release before them gains them.
-func addColumns(ctx context.Context, db interface {
-	ExecContext(context.Context, string, ...any) (sql.Result, error)
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, table string, columns ...string) error {
-	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, table)
-	if err != nil {
-		return err
-	}
-	have := map[string]bool{}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close()
-			return err
-		}
-		have[name] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, c := range columns {
-		name, _, _ := strings.Cut(c, " ")
-		if !have[name] {
-			if _, err := db.ExecContext(ctx, `ALTER TABLE `+table+` ADD COLUMN `+c); err != nil {
-				return fmt.Errorf("add column %s.%s: %w", table, name, err)
-			}
-		}
-	}
-	return nil
-}
-
 // Retention bounds a table that grows with every write (the oplog, the
 // conflict log). Pruning removes the oldest rows first, in bounded chunks
 // so that no single statement holds the write lock long.

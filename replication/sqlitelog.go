@@ -63,79 +63,10 @@ type SQLiteLog struct {
 
 var _ Log = (*SQLiteLog)(nil)
 
-// oplogSchemaVersion is the version of the oplog tables this code reads and
-// writes, kept in oplog_meta. Version 1 (no oplog_meta) had one count bound
-// and one floor for the whole log; NewSQLiteLog migrates it.
-const oplogSchemaVersion = 2
-
-// oplogSchema creates the version-2 tables where missing.
-//
-// oplog_tenants has one row per tenant that ever appended: entries is how
-// many of its entries the oplog retains, floor the newest of its seqs that
-// compaction removed (0 for none). Its index on entries finds the tenants
-// beyond the count bound without reading the others; the one on floor
-// finds the floors above a seq (the feed tail's question). oplog_tenant_seq
-// finds a tenant's oldest entries.
-//
-// oplog_meta.floor is the floor every tenant has at least: the version-1
-// floor carried over by the migration (a tenant whose entries were all
-// compacted left no other trace), 0 for a log created at version 2. It
-// never changes after the migration.
-var oplogSchema = []string{
-	`CREATE TABLE IF NOT EXISTS oplog (
-		seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-		tenant     TEXT    NOT NULL,
-		model      TEXT    NOT NULL,
-		key        TEXT    NOT NULL,
-		op_id      TEXT    NOT NULL,
-		op         TEXT    NOT NULL CHECK (op IN ('put', 'delete')),
-		value      BLOB,
-		version    INTEGER NOT NULL CHECK (version > 0),
-		wall       INTEGER NOT NULL,
-		logical    INTEGER NOT NULL,
-		origin     TEXT    NOT NULL,
-		client_id  TEXT    NOT NULL,
-		applied_at INTEGER NOT NULL,
-		scope_old   TEXT,
-		scope_value TEXT,
-		member      TEXT,
-		grants      TEXT
-	)`,
-	`CREATE INDEX IF NOT EXISTS oplog_tenant_seq ON oplog (tenant, seq)`,
-	`CREATE TABLE IF NOT EXISTS oplog_tenants (
-		tenant  TEXT    NOT NULL PRIMARY KEY,
-		entries INTEGER NOT NULL,
-		floor   INTEGER NOT NULL DEFAULT 0
-	) WITHOUT ROWID`,
-	`CREATE INDEX IF NOT EXISTS oplog_tenants_by_entries ON oplog_tenants (entries)`,
-	`CREATE INDEX IF NOT EXISTS oplog_tenants_by_floor ON oplog_tenants (floor)`,
-	`CREATE TABLE IF NOT EXISTS oplog_meta (
-		id             INTEGER PRIMARY KEY CHECK (id = 1),
-		schema_version INTEGER NOT NULL,
-		floor          INTEGER NOT NULL
-	)`,
-}
-
-// migrateOplogV1 turns a version-1 oplog into version 2, after oplogSchema
-// has run: it counts every tenant's entries and keeps the version-1 floor
-// (the seq before the oldest retained entry, or the head when none is) as
-// the floor of every tenant, known or not.
-var migrateOplogV1 = []string{
-	`INSERT INTO oplog_tenants (tenant, entries, floor) SELECT tenant, count(*), 0 FROM oplog GROUP BY tenant`,
-	`INSERT INTO oplog_meta (id, schema_version, floor) VALUES (1, 2, coalesce(
-		(SELECT min(seq) - 1 FROM oplog),
-		(SELECT seq FROM sqlite_sequence WHERE name = 'oplog'),
-		0))`,
-}
-
-// NewSQLiteLog creates the oplog tables in db if missing, migrating a
-// version-1 oplog (entries are kept; its one floor becomes every tenant's),
-// and returns the log. It refuses tables written by a newer schema. db must
-// be a go-sqlite3 ("sqlite3") handle; the caller keeps owning it.
+// NewSQLiteLog returns the oplog kept in db, whose tables Migrate made
+// (OpenStore runs it). db must be a go-sqlite3 ("sqlite3") handle; the
+// caller keeps owning it.
 func NewSQLiteLog(ctx context.Context, db *sql.DB, opts LogOptions) (*SQLiteLog, error) {
-	if err := createOplog(ctx, db); err != nil {
-		return nil, fmt.Errorf("create oplog: %w", err)
-	}
 	l := &SQLiteLog{
 		db:        db,
 		retention: opts.Retention.withDefaults(DefaultLogRetention),
@@ -146,57 +77,10 @@ func NewSQLiteLog(ctx context.Context, db *sql.DB, opts LogOptions) (*SQLiteLog,
 	}
 	b, err := l.Bounds(ctx, Scope{AllTenants: true})
 	if err != nil {
-		return nil, fmt.Errorf("create oplog: %w", err)
+		return nil, fmt.Errorf("open oplog: %w", err)
 	}
 	l.notifier = newHeadNotifier(b.Head)
 	return l, nil
-}
-
-// createOplog creates or migrates the oplog tables in one transaction.
-func createOplog(ctx context.Context, db *sql.DB) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() // a no-op after Commit
-	var tables int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master
-		WHERE type = 'table' AND name IN ('oplog', 'oplog_meta')`).Scan(&tables); err != nil {
-		return err
-	}
-	exec := func(stmts []string) error {
-		for _, stmt := range stmts {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := exec(oplogSchema); err != nil {
-		return err
-	}
-	if err := addColumns(ctx, tx, "oplog", "scope_old TEXT", "scope_value TEXT", "member TEXT", "grants TEXT"); err != nil {
-		return err
-	}
-	switch tables {
-	case 0: // a new log
-		if err := exec([]string{`INSERT INTO oplog_meta (id, schema_version, floor) VALUES (1, 2, 0)`}); err != nil {
-			return err
-		}
-	case 1: // oplog without oplog_meta: version 1
-		if err := exec(migrateOplogV1); err != nil {
-			return fmt.Errorf("migrate from schema version 1: %w", err)
-		}
-	default:
-		var version int
-		if err := tx.QueryRowContext(ctx, `SELECT schema_version FROM oplog_meta WHERE id = 1`).Scan(&version); err != nil {
-			return err
-		}
-		if version != oplogSchemaVersion {
-			return fmt.Errorf("oplog tables have schema version %d, this build reads version %d", version, oplogSchemaVersion)
-		}
-	}
-	return tx.Commit()
 }
 
 // Committed reports that a transaction holding appends up to head has
@@ -236,19 +120,9 @@ func (l *SQLiteLog) appendAfter(ctx context.Context, tx *sql.Tx, head uint64, es
 	if len(es) == 0 {
 		return nil, nil
 	}
-	out := make([]Entry, len(es))
-	for i, e := range es {
-		if err := e.validate(); err != nil {
-			return nil, fmt.Errorf("append oplog entry: %w", err)
-		}
-		if e.Seq != head+1+uint64(i) {
-			return nil, fmt.Errorf("append oplog entry: %w: op %s has seq %d, the next is %d", ErrInvalidEntry, e.OpID, e.Seq, head+1+uint64(i))
-		}
-		if e.AppliedAt.IsZero() {
-			e.AppliedAt = l.now()
-		}
-		e.AppliedAt = time.UnixMilli(e.AppliedAt.UnixMilli()).UTC()
-		out[i] = e
+	out, err := nextEntries(es, head, l.now)
+	if err != nil {
+		return nil, err
 	}
 	const perStatement = 500
 	for start := 0; start < len(out); start += perStatement {
@@ -271,6 +145,28 @@ func (l *SQLiteLog) appendAfter(ctx context.Context, tx *sql.Tx, head uint64, es
 	}
 	if err := countAppended(ctx, tx, out); err != nil {
 		return nil, fmt.Errorf("append oplog entries: %w", err)
+	}
+	return out, nil
+}
+
+// nextEntries checks es as the entries after head, as every log stores
+// them: each valid, their seqs head+1, head+2 and so on. It returns them
+// as logged: AppliedAt stamped from now where zero, at millisecond
+// precision, in UTC. Errors wrap ErrInvalidEntry.
+func nextEntries(es []Entry, head uint64, now func() time.Time) ([]Entry, error) {
+	out := make([]Entry, len(es))
+	for i, e := range es {
+		if err := e.validate(); err != nil {
+			return nil, fmt.Errorf("append oplog entry: %w", err)
+		}
+		if e.Seq != head+1+uint64(i) {
+			return nil, fmt.Errorf("append oplog entry: %w: op %s has seq %d, the next is %d", ErrInvalidEntry, e.OpID, e.Seq, head+1+uint64(i))
+		}
+		if e.AppliedAt.IsZero() {
+			e.AppliedAt = now()
+		}
+		e.AppliedAt = time.UnixMilli(e.AppliedAt.UnixMilli()).UTC()
+		out[i] = e
 	}
 	return out, nil
 }

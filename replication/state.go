@@ -86,6 +86,11 @@ type Store struct {
 	Ledger    *ledger.SQL
 	// ID names this database (see Identity).
 	ID string
+	// SchemaVersion is the database's schema version, SchemaVersion()
+	// once OpenStore returns; MigratedFrom the version OpenStore found
+	// (equal when nothing ran; 0 for a new file or one of a release before
+	// versions).
+	SchemaVersion, MigratedFrom int
 	// Checkpoints is StoreOptions.Checkpoints; the writer reaches it
 	// through Wrote.
 	Checkpoints Checkpointer
@@ -105,8 +110,10 @@ func (s *Store) Wrote(weight int) {
 	}
 }
 
-// OpenStore creates the state machine's tables in db if missing and
-// returns the store. db is opened as internal/sqlitedb opens it.
+// OpenStore brings db's file to this build's schema version (Migrate) and
+// returns the store. A file of a newer version is refused, unchanged, with
+// an error wrapping *sqlitedb.NewerSchemaError (ErrNewerSchema). db is
+// opened as internal/sqlitedb opens it.
 func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) {
 	if o.Now == nil {
 		o.Now = time.Now
@@ -114,8 +121,11 @@ func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) 
 	if o.Ledger.Now == nil {
 		o.Ledger.Now = o.Now
 	}
-	s := &Store{DB: db, Checkpoints: o.Checkpoints, Scopes: o.Scopes}
-	var err error
+	found, err := Migrate(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{DB: db, Checkpoints: o.Checkpoints, SchemaVersion: SchemaVersion(), MigratedFrom: found, Scopes: o.Scopes}
 	if s.Ledger, err = ledger.NewSQL(ctx, db, o.Ledger); err != nil {
 		return nil, err
 	}
@@ -153,10 +163,6 @@ func OpenStore(ctx context.Context, db *sql.DB, o StoreOptions) (*Store, error) 
 // in this one; a copy keeps its id, and a restore gives it a new one
 // (Reidentify).
 func identity(ctx context.Context, db *sql.DB, want string) (string, error) {
-	const schema = `CREATE TABLE IF NOT EXISTS syncd_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)`
-	if _, err := db.ExecContext(ctx, schema); err != nil {
-		return "", fmt.Errorf("create syncd_meta: %w", err)
-	}
 	id := want
 	if id == "" {
 		id = uuid.NewString()

@@ -13,6 +13,7 @@ import (
 	"github.com/syncd-dev/syncd/internal/buildinfo"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/server/console"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -26,14 +27,24 @@ import (
 //	GET /v1/admin/oplog?from=SEQ&limit=N&tenant=T&model=M
 //	GET /v1/admin/conflicts?tenant=T&model=M&before=ID&limit=N
 //	GET /v1/admin/ledger/{op_id}?tenant=T     what was decided for an op, and when
+//	GET|POST|DELETE /v1/admin/deny            the JWT deny list: list, deny a jti or user, remove an entry
+//	GET /v1/admin/figures                     running totals (pushes, mutations, ack latency), readiness, alerts
+//	GET /v1/admin/tenants                     tenants: sessions, lag, oplog floor, snapshots, mutations served
+//	POST /v1/admin/clients/disconnect?tenant=T&client_id=C   drain one device's sessions
+//	GET /console/...                          the operator console (package console)
 //	GET /debug/pprof/...                      Go's profiles (net/http/pprof)
 //	GET /startupz                             503 until the boot is over (MarkServing), then 200
 //	GET /debug/snapshot                       sessions, pools, breakers, lease, queues (DebugSnapshot, at most 1 MB)
 //
 // Every path but /healthz and /startupz needs an admin token, /debug/pprof
-// included.
+// included; the console takes it in a login form (or the same bearer
+// header) and reads every page from the admin API above.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle(console.Path, s.consoleHandler(mux))
+	mux.Handle("GET "+adminapi.PathFigures, s.admin(s.adminFigures))
+	mux.Handle("GET "+adminapi.PathTenants, s.admin(s.adminTenants))
+	mux.Handle("POST "+adminapi.PathDisconnect, s.admin(s.adminDisconnect))
 	mux.HandleFunc("GET "+adminapi.PathHealth, s.healthz)
 	mux.HandleFunc("GET /startupz", s.startupz)
 	mux.Handle("GET /debug/snapshot", s.adminOnly(http.HandlerFunc(s.debugSnapshot)))
@@ -42,6 +53,9 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.Handle("GET "+adminapi.PathOplog, s.admin(s.adminOplog))
 	mux.Handle("GET "+adminapi.PathConflicts, s.admin(s.adminConflicts))
 	mux.Handle("GET "+adminapi.PathLedgerPrefix+"{op_id}", s.admin(s.adminLedger))
+	mux.Handle("GET "+adminapi.PathDeny, s.admin(s.adminDenyList))
+	mux.Handle("POST "+adminapi.PathDeny, s.admin(s.adminDeny))
+	mux.Handle("DELETE "+adminapi.PathDeny, s.admin(s.adminAllow))
 	mux.Handle(adminapi.PathProfiles, s.adminOnly(http.HandlerFunc(pprof.Index)))
 	mux.Handle("/debug/pprof/cmdline", s.adminOnly(http.HandlerFunc(pprof.Cmdline)))
 	mux.Handle("/debug/pprof/profile", s.adminOnly(http.HandlerFunc(pprof.Profile)))
@@ -92,7 +106,7 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 	}
 	sessions := s.sessionList()
 	st := adminapi.Status{
-		NodeID: s.cfg.NodeID, Build: buildinfo.Read().String(), DatabaseID: s.store.ID, StartedAt: s.started, UptimeSeconds: s.now().Sub(s.started).Seconds(),
+		NodeID: s.cfg.NodeID, Build: buildinfo.Read().String(), DatabaseID: s.store.ID, SchemaVersion: s.store.SchemaVersion, StartedAt: s.started, UptimeSeconds: s.now().Sub(s.started).Seconds(),
 		Connections: len(sessions), Draining: s.draining.Load(), OplogHead: b.Head, OplogOldest: b.Oldest, OplogFloor: b.Floor,
 		LedgerEntries: ls.Entries, LedgerFloor: ls.MaxFloor,
 	}
@@ -129,7 +143,7 @@ func (s *Server) adminClients(*http.Request) (any, int, error) {
 	for _, ss := range s.sessionList() {
 		p := ss.principal()
 		out = append(out, adminapi.Session{
-			ClientID: p.ClientID, Tenant: p.Tenant, TokenID: p.TokenID, Remote: ss.remote,
+			ClientID: p.ClientID, Tenant: p.Tenant, User: p.User, TokenID: p.TokenID, Remote: ss.remote,
 			ConnectedAt: ss.since, Cursor: ss.cursor.Load(), PendingPushes: ss.pending.Load(),
 		})
 	}
@@ -158,7 +172,7 @@ func (s *Server) adminOplog(r *http.Request) (any, int, error) {
 	for i, e := range page.Entries {
 		out.Entries[i] = adminapi.OplogEntry{
 			Change: e.Change,
-			Tenant: e.Tenant, ClientID: e.ClientID, AppliedAt: e.AppliedAt,
+			Tenant: e.Tenant, ClientID: e.ClientID, User: adminapi.UserOfClientID(e.ClientID), AppliedAt: e.AppliedAt,
 		}
 	}
 	return out, 0, nil
@@ -195,7 +209,11 @@ func adminNode(n cluster.Status) adminapi.Node {
 }
 
 func conflictSide(s replication.Side) adminapi.ConflictSide {
-	return adminapi.ConflictSide{OpID: s.OpID, Version: s.Version, Value: s.Value, HLC: s.HLC, Deleted: s.Deleted}
+	// A write's HLC origin is its device's client id (the committer
+	// refuses any other), so the conflict log names the device without a
+	// column of its own.
+	return adminapi.ConflictSide{OpID: s.OpID, ClientID: s.HLC.Origin, User: adminapi.UserOfClientID(s.HLC.Origin),
+		Version: s.Version, Value: s.Value, HLC: s.HLC, Deleted: s.Deleted}
 }
 
 func (s *Server) adminLedger(r *http.Request) (any, int, error) {
@@ -220,6 +238,15 @@ func (s *Server) adminLedger(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	ans.Result = &res
+	// The ledger keeps no client id: the oplog entry the op made, while
+	// retained, names the device and so its user.
+	if res.Seq > 0 {
+		page, err := s.store.Log.Read(r.Context(), replication.ReadRequest{After: res.Seq - 1, Scope: replication.Scope{Tenant: tenant, AllModels: true}, Limit: 1, MaxBytes: 1})
+		if err == nil && len(page.Entries) == 1 && page.Entries[0].Seq == res.Seq && page.Entries[0].OpID == opID {
+			ans.ClientID = page.Entries[0].ClientID
+			ans.User = adminapi.UserOfClientID(ans.ClientID)
+		}
+	}
 	return ans, 0, nil
 }
 

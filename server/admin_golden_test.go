@@ -39,7 +39,7 @@ func goldenAdmin(t *testing.T, name string, got []byte) {
 
 // TestAdminAnswersAreStable pins the admin API's JSON, byte for byte, as
 // syncctl, the console and scripts read it: status, clients, an oplog
-// page, conflicts and a ledger answer from a real server on a fixed clock
+// page, conflicts, a ledger answer, figures and tenants from a real server on a fixed clock
 // with fixed op ids. The values a run cannot fix (the build, the database
 // id, the session's remote address and token id) are replaced by
 // placeholders.
@@ -72,6 +72,8 @@ func TestAdminAnswersAreStable(t *testing.T) {
 	volatile := func(b []byte) []byte {
 		b = bytes.ReplaceAll(b, field("build", st.Build), field("build", "BUILD"))
 		b = bytes.ReplaceAll(b, field("database_id", st.DatabaseID), field("database_id", "DATABASE_ID"))
+		// The schema version moves with every migration of the database.
+		b = bytes.ReplaceAll(b, []byte(`"schema_version": `+strconv.Itoa(st.SchemaVersion)), []byte(`"schema_version": "SCHEMA_VERSION"`))
 		b = bytes.ReplaceAll(b, []byte(clients[0].Remote), []byte("REMOTE"))
 		return bytes.ReplaceAll(b, []byte(clients[0].TokenID), []byte("TOKEN_ID"))
 	}
@@ -84,6 +86,8 @@ func TestAdminAnswersAreStable(t *testing.T) {
 		{"ledger.json", "/v1/admin/ledger/" + stale.OpID + "?tenant=acme"},
 		{"ledger_not_found.json", "/v1/admin/ledger/01890a5d-ac96-774b-bcce-b302099a8059?tenant=acme"},
 		{"error.json", "/v1/admin/oplog?from=-1"},
+		{"figures.json", "/v1/admin/figures"},
+		{"tenants.json", "/v1/admin/tenants"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goldenAdmin(t, tc.name, volatile(adminRaw(t, ts, tc.path)))
@@ -108,7 +112,7 @@ func adminRaw(t *testing.T, ts *testServer, path string) []byte {
 func TestAdminClusterStatusIsStable(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	st := adminapi.Status{
-		NodeID: "n1", Build: "syncd v1.2.3", DatabaseID: "db-1", StartedAt: at, UptimeSeconds: 90.5, Connections: 2, OplogHead: 40, OplogOldest: 3, OplogFloor: 2,
+		NodeID: "n1", Build: "syncd v1.2.3", DatabaseID: "db-1", SchemaVersion: 1, StartedAt: at, UptimeSeconds: 90.5, Connections: 2, OplogHead: 40, OplogOldest: 3, OplogFloor: 2,
 		LedgerEntries: 41, LedgerFloor: at.Add(-time.Hour), MaxClientLagEntries: 5,
 		Cluster: &adminapi.ClusterStatus{ID: "c-1", LeaseHolder: "n1", Nodes: []adminapi.Node{
 			{Node: "n1", AppliedSeq: 44, Digest: "00ff", StreamHead: 44, LeaseHeld: true, Ready: true, At: at, Format: 2, ClusterVersion: 1},

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
-	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -137,11 +136,7 @@ func newRawCeiling(b *testing.B) *rawCeiling {
 	db, err := sqlitedb.Open(ctx, filepath.Join(b.TempDir(), "ceiling.db"), sqlitedb.Options{})
 	require.NoError(b, err)
 	b.Cleanup(func() { db.Close() })
-	_, err = replication.NewRecords(ctx, db)
-	require.NoError(b, err)
-	_, err = replication.NewSQLiteLog(ctx, db, replication.LogOptions{})
-	require.NoError(b, err)
-	_, err = ledger.NewSQL(ctx, db, ledger.Options{})
+	_, err = replication.Migrate(ctx, db)
 	require.NoError(b, err)
 	return &rawCeiling{db: db}
 }

@@ -9,7 +9,8 @@
 // New opens the database (SQLite, Config.DataPath) and starts the
 // committer; Handler serves the public endpoints (syncproto.SyncPath,
 // syncproto.SnapshotPath, /healthz, /readyz, /metrics) and AdminHandler
-// the admin API (package adminapi is its contract), each on a listener of
+// the admin API (package adminapi is its contract) and the operator
+// console under /console/ (package console, built on that API), each on a listener of
 // the caller's: HTTPServer and LimitListener give them the timeouts and
 // connection bound the server promises, ErrorLog their logger. To stop,
 // call Shutdown (drain: /readyz fails, new sessions are refused, every
@@ -58,6 +59,9 @@
 //   - quota.go: per-token and per-tenant quotas.
 //   - doors.go: listener timeouts and the connection bound.
 //   - admin.go: the admin API's handlers (adminapi holds its types).
+//   - adminconsole.go: the answers the console added to the admin API
+//     (figures, tenants, disconnect) and the console's lifetime (made by
+//     the first AdminHandler, stopped by Close).
 //   - metrics.go: the Prometheus metrics (docs/metrics.md);
 //     eventlog.go: refusals a peer can cause, logged as counts per
 //     interval, and the listeners' error log.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,8 +17,9 @@ import (
 // since the process started; these gauges are what the database holds now,
 // the figures syncctl status shows.
 type infoCollector struct {
-	databaseID string
-	ledger     interface {
+	databaseID    string
+	schemaVersion int
+	ledger        interface {
 		Stats(context.Context) (ledger.Stats, error)
 	}
 
@@ -28,15 +30,15 @@ type infoCollector struct {
 // long commit reports no durable totals rather than waiting.
 const statsTimeout = time.Second
 
-func newInfoCollector(databaseID string, l interface {
+func newInfoCollector(databaseID string, schemaVersion int, l interface {
 	Stats(context.Context) (ledger.Stats, error)
 }) *infoCollector {
 	return &infoCollector{
-		databaseID: databaseID, ledger: l,
+		databaseID: databaseID, schemaVersion: schemaVersion, ledger: l,
 		build: prometheus.NewDesc("syncd_build_info", "The build answering: always 1, with its release version, source revision and Go toolchain as labels.",
 			[]string{"version", "revision", "go_version"}, nil),
-		database: prometheus.NewDesc("syncd_database_info", "The database served (welcome.database_id): always 1, with the id as a label; a restore changes it.",
-			[]string{"database_id"}, nil),
+		database: prometheus.NewDesc("syncd_database_info", "The database served (welcome.database_id): always 1, with the id (a restore changes it) and the schema version of its file (an upgrade that migrates it changes it) as labels.",
+			[]string{"database_id", "schema_version"}, nil),
 		ledgerEntries: prometheus.NewDesc("syncd_ledger_entries", "Decisions the replay ledger holds now, over every tenant (durable; syncctl status's ledger figure).", nil, nil),
 	}
 }
@@ -50,7 +52,7 @@ func (c *infoCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *infoCollector) Collect(ch chan<- prometheus.Metric) {
 	b := buildinfo.Read()
 	ch <- prometheus.MustNewConstMetric(c.build, prometheus.GaugeValue, 1, b.Version, b.Revision, b.GoVersion)
-	ch <- prometheus.MustNewConstMetric(c.database, prometheus.GaugeValue, 1, c.databaseID)
+	ch <- prometheus.MustNewConstMetric(c.database, prometheus.GaugeValue, 1, c.databaseID, strconv.Itoa(c.schemaVersion))
 	ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
 	defer cancel()
 	if st, err := c.ledger.Stats(ctx); err == nil {

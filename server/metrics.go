@@ -38,6 +38,8 @@ type metrics struct {
 	frameBudgetInUse   prometheus.Gauge
 	frameBudgetWaits   prometheus.Counter
 	valuesOmitted      prometheus.Counter
+
+	operatorDisconnects prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -72,6 +74,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		valuesOmitted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_winner_values_omitted_total",
 			Help: "Winner values left out of push_result answers (value_omitted) to keep them within max_frame_bytes.",
+		}),
+		operatorDisconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_operator_disconnects_total", Help: "Sessions ended by an operator through the admin API or the console (they drain, close 1001, and the device reconnects).",
 		}),
 		refusedPerAddress: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_connections_refused_per_address_total",
@@ -151,7 +156,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, q := range []string{quotaTokenFrames, quotaTenantFrames} {
 		m.quotaWaits.WithLabelValues(q)
 	}
-	reg.MustRegister(m.quotaRefusals, m.quotaWaits, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsWaiting, m.snapshotsShared, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
+	reg.MustRegister(m.quotaRefusals, m.quotaWaits, m.frameBudgetInUse, m.frameBudgetWaits, m.snapshotsActive, m.snapshotsWaiting, m.snapshotsShared, m.snapshotsRefused, m.snapshotsCut, m.valuesOmitted, m.operatorDisconnects, m.refusedPerAddress, m.connections, m.connectionsTotal, m.pushes, m.mutations, m.applySeconds,
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.resyncs, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)

@@ -25,6 +25,7 @@ import (
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/server/console"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -391,6 +392,9 @@ type Server struct {
 	sessions map[*session]struct{}
 	wg       sync.WaitGroup // sessions and the janitor
 	janitor  chan struct{}  // closed to stop the retention janitor
+
+	consoleOnce sync.Once
+	console     *console.Console // made by the first AdminHandler; Close stops it
 }
 
 // New opens the database and prepares the service.
@@ -462,6 +466,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Log:    cfg.Retention.Oplog, Conflicts: cfg.Retention.Conflicts, Now: cfg.Now, ID: clusterID,
 		Checkpoints: checkpoints, Scopes: cfg.Scopes,
 	})
+	if err == nil && s.store.MigratedFrom != s.store.SchemaVersion {
+		s.log.Info("database migrated", "path", cfg.DataPath, "from_schema_version", s.store.MigratedFrom, "schema_version", s.store.SchemaVersion)
+	}
 	if err == nil {
 		if n := s.store.ScopesReindexed; n > 0 {
 			s.log.Info("scope declarations changed: records reindexed; devices resync at their next connection",
@@ -471,7 +478,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		err = s.setOplogGauges(ctx)
 	}
 	if err == nil {
-		err = reg.Register(newInfoCollector(s.store.ID, s.store.Ledger))
+		err = reg.Register(newInfoCollector(s.store.ID, s.store.SchemaVersion, s.store.Ledger))
 	}
 	if err == nil {
 		s.snapshotDB, err = openSnapshotPool(ctx, cfg)
@@ -532,19 +539,9 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 // readyz answers 200 when syncd can take traffic: the database answers and
 // the server is not draining; 503 otherwise, with the reason.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() {
-		http.Error(w, "draining", http.StatusServiceUnavailable)
+	if why := s.readiness(r.Context()); why != "" {
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
-	}
-	if err := s.store.DB.PingContext(r.Context()); err != nil {
-		http.Error(w, "database unavailable", http.StatusServiceUnavailable)
-		return
-	}
-	if s.cfg.Cluster != nil {
-		if err := s.cfg.Cluster.Ready(); err != nil {
-			http.Error(w, "cluster: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ready\n")
@@ -803,6 +800,7 @@ func (s *Server) Close() error {
 		close(s.janitor)
 	}
 	s.wg.Wait()
+	s.closeConsole()
 	s.events.close()
 	s.commits.close()
 	waitCtx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)

@@ -412,6 +412,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		DefaultPolicy: ss.srv.cfg.Policies.Default(),
 		LedgerFloorMS: floorMS(floor),
 		User:          ss.p.User,
+		Tenant:        ss.p.Tenant,
 		ServerBuild:   buildinfo.Read().String(),
 		Servers:       ss.srv.cfg.PeerURLs,
 		ValueVersions: ss.srv.versions.announced(),

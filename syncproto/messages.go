@@ -180,6 +180,11 @@ type Welcome struct {
 	// User is the user the connection's token acts for, absent when the
 	// token names none.
 	User string `json:"user,omitempty"`
+	// Tenant, optional, is the tenant the connection's token belongs to:
+	// every seq, ledger decision and record the session sees is this
+	// tenant's. A client may keep it to name its data to operators (the
+	// admin API asks for it); absent from an older server.
+	Tenant string `json:"tenant,omitempty"`
 	// ServerBuild, optional, names the server's build (release version,
 	// source revision): for logs and support, never for deciding what the
 	// client does, which follows the members above.

@@ -206,7 +206,7 @@ type serverEvent struct {
 	now      time.Time
 	clientID string
 	muts     []syncproto.Mutation
-	compact  int // with muts nil: Compact(compact)
+	compact  int // with muts nil: CompactTo(compact)
 	// refused holds, by the index of muts, the edge's value-version
 	// refusals (decided when the push arrived, replayed as they were).
 	refused map[int]*syncproto.Error
@@ -274,7 +274,7 @@ func (s *sim) newServer() error {
 	if s.f.ledgerForgets {
 		opts.MaxEntries = 1
 	}
-	m, err := replication.NewMemory(opts)
+	m, err := replication.NewMemory(replication.MemoryOptions{Ledger: opts})
 	s.srv = m
 	return err
 }
@@ -633,7 +633,7 @@ func (s *sim) apply(ev serverEvent) (replication.Effects, error) {
 // replay carries out ev on the server.
 func (s *sim) replay(ev serverEvent) error {
 	if ev.muts == nil {
-		s.srv.Compact(ev.compact)
+		s.srv.CompactTo(ev.compact)
 		return nil
 	}
 	_, err := s.apply(ev)

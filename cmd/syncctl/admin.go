@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -80,16 +81,33 @@ const adminAnswerLimit = 64 << 10
 // get fetches path?query and decodes the JSON answer into out. Statuses in
 // answers (besides 200) carry an answer too, like the ledger's 404.
 func (c *adminClient) get(ctx context.Context, path string, query url.Values, out any, answers ...int) error {
+	return c.do(ctx, http.MethodGet, path, query, nil, out, answers...)
+}
+
+// do sends method to path?query with send (JSON-encoded unless nil) and
+// decodes the JSON answer into out, as get does.
+func (c *adminClient) do(ctx context.Context, method, path string, query url.Values, send, out any, answers ...int) error {
 	target := c.base + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	var rd io.Reader
+	if send != nil {
+		b, err := json.Marshal(send)
+		if err != nil {
+			return failf(exitFailure, "request %s: %v", target, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		return failf(exitUsage, "request %s: %v", target, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")
+	if send != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -10,9 +11,10 @@ import (
 
 func (a *app) clientsCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "clients",
-		Short: "List connected clients with their cursor, lag and pending pushes",
-		Args:  exactArgs(0, "no arguments"),
+		Use:     "clients",
+		Aliases: []string{"sessions"},
+		Short:   "List connected clients with their user, cursor, lag and pending pushes",
+		Args:    exactArgs(0, "no arguments"),
 	}
 	o := addAdminFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -31,13 +33,13 @@ func (a *app) clientsCommand() *cobra.Command {
 		if err := c.get(cmd.Context(), adminapi.PathStatus, nil, &st); err != nil {
 			return err
 		}
-		t := newTable(a.stdout, "CLIENT", "TENANT", "TOKEN", "CONNECTED", "CURSOR", "LAG", "PENDING", "REMOTE")
+		t := newTable(a.stdout, "CLIENT", "TENANT", "USER", "TOKEN", "CONNECTED", "CURSOR", "LAG", "PENDING", "REMOTE")
 		for _, cl := range clients {
 			lag := uint64(0)
 			if st.OplogHead > cl.Cursor {
 				lag = st.OplogHead - cl.Cursor
 			}
-			t.row(cl.ClientID, cl.Tenant, cl.TokenID, stamp(cl.ConnectedAt), strconv.FormatUint(cl.Cursor, 10),
+			t.row(cl.ClientID, cl.Tenant, cmp.Or(cl.User, "-"), cl.TokenID, stamp(cl.ConnectedAt), strconv.FormatUint(cl.Cursor, 10),
 				strconv.FormatUint(lag, 10), strconv.FormatInt(cl.PendingPushes, 10), cl.Remote)
 		}
 		return t.flush()

@@ -68,8 +68,14 @@ saw. Page with --before ID (the last id of the previous page).`,
 	return cmd
 }
 
-// side names one side of a conflict: its version and op id.
+// side names one side of a conflict: its version and op id, and the user
+// whose device wrote it when its client id says (adminapi.UserOfClientID).
 func side(s adminapi.ConflictSide) string {
+	if s.User != "" {
+		u := s
+		u.User = ""
+		return side(u) + " by " + s.User
+	}
 	switch {
 	case s.OpID == "" && s.Version == 0:
 		return "none"

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -55,6 +56,10 @@ const (
 	stateDeadOther itemState = "dead_other"
 	// stateUnreadable: the payload is not a syncd write.
 	stateUnreadable itemState = "unreadable"
+	// stateTokenRefused: pending, with no decision on the server, on a
+	// device whose token the server refused (revoked, expired, another
+	// client id): nothing is sent until the device holds a valid token.
+	stateTokenRefused itemState = "token_refused"
 )
 
 // queuedWrite is what the device's queue knows about one item.
@@ -78,6 +83,9 @@ type explanation struct {
 	Code     syncproto.Code  `json:"code,omitempty"`    // dead_rejected: the server's refusal code
 	Version  uint64          `json:"version,omitempty"` // the version it produced (applied) or lost to (superseded, conflict)
 	Why      string          `json:"why"`
+	// Blocked, on a pending item, says why the device cannot replay at
+	// all: the server refused its token (client.TokenRefusal).
+	Blocked string `json:"blocked,omitempty"`
 	// Ledger is the server's answer for the op, when it was asked.
 	Ledger *adminapi.LedgerAnswer `json:"ledger,omitempty"`
 }
@@ -85,6 +93,31 @@ type explanation struct {
 // reasonCode matches the "CODE: message" reasons the client library gives
 // dead letters it was refused with.
 var reasonCode = regexp.MustCompile(`^([a-z][a-z0-9_]{0,63}): `)
+
+// explainStuck is explain for a device whose token the server refused
+// (refusal, nil when it was not): a pending item cannot replay, which its
+// Blocked says; one the server never decided is token_refused.
+func explainStuck(w queuedWrite, ans *adminapi.LedgerAnswer, refusal *client.TokenRefusal) explanation {
+	e := explain(w, ans)
+	if refusal == nil || w.Dead || e.State == stateUnreadable {
+		return e
+	}
+	e.Blocked = refusedToken(refusal)
+	if e.State == stateNeverSent || e.State == stateRejected {
+		e.State = stateTokenRefused
+		e.Why = "not decided by the server, and the device cannot send it: " + e.Blocked
+	}
+	return e
+}
+
+// refusedToken says why a device whose token was refused cannot replay.
+func refusedToken(r *client.TokenRefusal) string {
+	fix := "give the device a valid token (sign it in again)"
+	if r.Code == syncproto.CodeUnauthorized {
+		fix += ", or remove the token from the deny list (syncctl jwt allow) if it was revoked by mistake"
+	}
+	return fmt.Sprintf("the server refused the device's token at %s (%s: %s); no write replays until %s", stamp(r.At), r.Code, r.Message, fix)
+}
 
 // explain decides why a queued write is still pending or dead, from the
 // device's queue and the server's ledger answer (nil when the server was not
@@ -156,7 +189,7 @@ func explain(w queuedWrite, ans *adminapi.LedgerAnswer) explanation {
 
 func (a *app) explainCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "explain --path FILE --tenant T",
+		Use:   "explain FILE [--tenant T] [--replica FILE]",
 		Short: "Say, item by item, why a device's writes are still pending or dead",
 		Long: `Join a device's queue file with the server's replay ledger and say, for each
 pending item and dead letter, why it is there:
@@ -172,22 +205,29 @@ pending item and dead letter, why it is there:
   dead_decided        dead-lettered, yet the server decided it
   dead_other          dead-lettered for another reason
   unreadable          the payload is not a syncd write
+  token_refused       not decided, and the server refused the device's token
 
---server names the admin API (the ledger lives there) and --tenant the tenant
-the device's token belongs to: ledgers are per tenant.`,
-		Args: exactArgs(0, "no arguments"),
+--server names the admin API (the ledger lives there). Ledgers are per tenant:
+the client records its tenant (from the server's welcome) in its replica, and
+explain reads it from there: the queue file itself when the replica shares a
+SQLite queue's file, else the file --replica names. --tenant overrides it, and
+is needed for a device that never connected. The replica also records the
+server's last refusal of the device's token (revoked, denied, expired): while
+it stands no write replays, and explain says so first.`,
 	}
 	o := addAdminFlags(cmd)
-	path := addPathFlag(cmd)
-	var tenant string
+	file := addFileArg(cmd)
+	var tenant, replica string
 	var limit int
 	mode := progressAuto
-	cmd.Flags().StringVar(&tenant, "tenant", "", "the device's tenant (required)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "the device's tenant (default: the one its replica recorded)")
+	cmd.Flags().StringVar(&replica, "replica", "", "the device's replica file, when it is not the queue file (an NDJSON queue)")
 	cmd.Flags().IntVar(&limit, "limit", 1000, "explain at most this many items (pending first, then dead letters); 0 for all")
 	cmd.Flags().Var(&mode, "progress", "progress bar on stderr while asking the server: auto (only on a terminal), always or never")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if tenant == "" {
-			return failf(exitUsage, "--tenant is required: the server's ledger is per tenant")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		path, err := file(args)
+		if err != nil {
+			return err
 		}
 		if limit < 0 {
 			return failf(exitUsage, "--limit must not be negative")
@@ -197,11 +237,20 @@ the device's token belongs to: ledgers are per tenant.`,
 			return err
 		}
 		ctx := cmd.Context()
-		q, err := a.openQueue(*path, false)
+		q, err := a.openQueue(path, false)
 		if err != nil {
 			return err
 		}
 		defer q.Close()
+		signIn, err := readSignIn(ctx, q, replica)
+		if err != nil {
+			return err
+		}
+		if tenant == "" {
+			if tenant = signIn.Tenant; tenant == "" {
+				return failf(exitUsage, "%s records no tenant (the device never connected, its server is older, or its replica is another file): pass --tenant, or --replica FILE", path)
+			}
+		}
 		writes, more, err := readQueuedWrites(ctx, q, limit)
 		if err != nil {
 			return err
@@ -216,16 +265,48 @@ the device's token belongs to: ledgers are per tenant.`,
 					return err
 				}
 			}
-			out = append(out, explain(w, ans))
+			out = append(out, explainStuck(w, ans, signIn.Refusal))
 			p.set(i + 1)
 		}
 		p.end()
 		if a.json {
 			return printJSON(a.stdout, out)
 		}
+		if signIn.User != "" {
+			if _, err := fmt.Fprintf(a.stdout, "device of user %s in tenant %s\n", signIn.User, tenant); err != nil {
+				return err
+			}
+		}
+		if r := signIn.Refusal; r != nil {
+			if _, err := fmt.Fprintf(a.stdout, "STUCK: %s\n", refusedToken(r)); err != nil {
+				return err
+			}
+		}
 		return a.printExplanations(out, more)
 	}
 	return cmd
+}
+
+// readSignIn reads what the device's replica recorded of its sign-in:
+// from replica when given, else from the queue file when it is a SQLite
+// file that holds the replica too; an NDJSON queue without --replica, or a
+// SQLite queue without the replica's tables, records nothing.
+func readSignIn(ctx context.Context, q *deviceQueue, replica string) (client.SignIn, error) {
+	path := replica
+	if path == "" {
+		if q.format != formatSQLite {
+			return client.SignIn{}, nil
+		}
+		path = q.path
+	}
+	s, err := client.ReadSignIn(ctx, path)
+	if err != nil && replica != "" {
+		return client.SignIn{}, failf(exitBadFile, "--replica %s: %v", replica, unwrapAll(err))
+	}
+	if err != nil {
+		return client.SignIn{}, nil // a queue file without the replica's tables
+	}
+	return s, nil
 }
 
 // readQueuedWrites reads up to limit items (0: all), pending ones first,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,8 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/fakeclock"
+	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -95,7 +99,7 @@ func TestExplainAgainstLiveServer(t *testing.T) {
 	requireKeys(t, raw[3], "id", "queue", "op_id", "write", "attempts", "state", "why", "ledger")
 	requireKeys(t, raw[6], "id", "queue", "attempts", "state", "why")
 	requireKeys(t, raw[7], "id", "queue", "op_id", "write", "attempts", "state", "code", "why", "ledger")
-	requireKeys(t, raw[0]["ledger"].(map[string]any), "tenant", "op_id", "found", "op_time", "decided_at", "result", "floor")
+	requireKeys(t, raw[0]["ledger"].(map[string]any), "tenant", "op_id", "found", "op_time", "decided_at", "result", "floor", "client_id")
 
 	require.Equal(t, before, snapshotDir(t, filepath.Dir(path)), "explain changes nothing")
 
@@ -143,4 +147,60 @@ func TestExplainVerdicts(t *testing.T) {
 	dead := explain(queuedWrite{Write: &m, Dead: true, Attempts: 5, Reason: "invalid_key: bad"}, missing)
 	require.Equal(t, syncproto.CodeInvalidKey, dead.Code)
 	require.Contains(t, dead.Why, "rejected with code invalid_key after 5 attempts: bad")
+}
+
+// TestExplainReadsTheTenantAndSaysTheTokenWasRefused: a real client whose
+// replica shares its SQLite queue file syncs once (its replica records the
+// tenant from welcome), then its token is revoked and it writes again.
+// explain needs no --tenant, and says first, and on the stuck write, that
+// the device cannot replay because its token was refused; it names the
+// device's user.
+func TestExplainReadsTheTenantAndSaysTheTokenWasRefused(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	token, err := auth.Issue(ts.tokenPath, auth.Principal{Tenant: tenant, User: "bob", ClientID: "dev-b", Read: []string{auth.Wildcard}, Write: []string{"notes"}}, t0)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "device.db")
+	q, err := offlinequeue.OpenSQLite(path, offlinequeue.SQLiteOptions{})
+	require.NoError(t, err)
+	dev, err := client.Open(t.Context(), client.Config{ServerURLs: []string{ts.url}, Token: token, ClientID: "dev-b", Queue: q, ProbeInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer dev.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), syncdtest.Timeout)
+	defer cancel()
+	op, err := dev.Put(ctx, "notes", "first", json.RawMessage(`1`))
+	require.NoError(t, err)
+	_, err = dev.Await(ctx, op)
+	require.NoError(t, err)
+
+	require.NoError(t, auth.Revoke(ts.tokenPath, auth.TokenIDOf(token)))
+	require.Eventually(t, func() bool {
+		st, err := dev.Status(ctx)
+		return err == nil && errors.Is(st.LastError, client.ErrUnauthorized)
+	}, ioTimeout, 10*time.Millisecond, "the device learns its token was revoked")
+	stuck, err := dev.Put(ctx, "notes", "second", json.RawMessage(`2`))
+	require.NoError(t, err)
+	require.NoError(t, dev.Close())
+
+	c := newCLI(t, ts.adminEnv())
+	out := c.ok("explain", path)
+	require.Contains(t, out, "device of user bob in tenant "+tenant+"\n")
+	require.Regexp(t, `(?m)^STUCK: the server refused the device's token at \S+ \(unauthorized: .*\); no write replays until give the device a valid token`, out)
+	require.Contains(t, out, string(stateTokenRefused))
+	var got []explanation
+	decodeStrict(t, c.ok("explain", path, "--json"), &got)
+	require.Len(t, got, 1)
+	require.Equal(t, stuck, got[0].OpID)
+	require.Equal(t, stateTokenRefused, got[0].State)
+	require.Contains(t, got[0].Blocked, "refused the device's token")
+
+	// An NDJSON queue records no tenant: explain asks for --tenant.
+	nd := filepath.Join(t.TempDir(), "device.ndjson")
+	fq, err := offlinequeue.OpenFile(nd, offlinequeue.FileOptions{})
+	require.NoError(t, err)
+	require.NoError(t, fq.Close())
+	r := c.run("explain", nd)
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.err.Error(), "pass --tenant")
+	r = c.run("explain", nd, "--replica", filepath.Join(t.TempDir(), "missing.db"))
+	require.Equal(t, exitBadFile, r.code, "%v", r.err)
 }

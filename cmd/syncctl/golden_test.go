@@ -50,6 +50,8 @@ var (
 	// The build and the database id differ per build and per run.
 	buildLine    = regexp.MustCompile(`(?m)^(build\s+)\S.*$`)
 	databaseLine = regexp.MustCompile(`(?m)^(database\s+)\S.*$`)
+	// schemaLine's version moves with every migration of the database.
+	schemaLine = regexp.MustCompile(`(?m)^(schema\s+version )\d+$`)
 )
 
 func TestAdminCommandsGolden(t *testing.T) {
@@ -84,6 +86,7 @@ func TestAdminCommandsGolden(t *testing.T) {
 			out = remotePort.ReplaceAllString(out, "127.0.0.1:PORT")
 			out = buildLine.ReplaceAllString(out, "${1}BUILD")
 			out = databaseLine.ReplaceAllString(out, "${1}DATABASE-ID")
+			out = schemaLine.ReplaceAllString(out, "${1}N")
 			requireGolden(t, tc.name, out)
 		})
 	}
@@ -174,7 +177,7 @@ func TestTokenCommandsGolden(t *testing.T) {
 	r := c.run("token", "issue", "--admin")
 	require.NoError(t, r.err)
 	admin := strings.TrimSpace(r.stdout)
-	require.Regexp(t, `^sdk_[0-9a-f]{12}_\S+$`, admin)
+	require.Regexp(t, `^sda_[0-9a-f]{12}_\S+$`, admin, "admin tokens have their own prefix")
 	adminID := strings.SplitN(admin, "_", 3)[1]
 	require.Equal(t, "issued token "+adminID+" for an admin token in "+path+"; it is shown only this once\n", r.stderr)
 

@@ -31,7 +31,7 @@ func TestAdminCommandsJSON(t *testing.T) {
 		decodeStrict(t, out, &v)
 		require.Equal(t, uint64(5), v.OplogHead)
 		require.Equal(t, int64(2), v.LatestConflictID)
-		requireKeys(t, object(t, out), "node_id", "build", "database_id", "started_at", "uptime_seconds", "connections", "draining", "oplog_head", "oplog_oldest", "oplog_floor",
+		requireKeys(t, object(t, out), "node_id", "build", "database_id", "schema_version", "started_at", "uptime_seconds", "connections", "draining", "oplog_head", "oplog_oldest", "oplog_floor",
 			"ledger_entries", "ledger_floor", "max_client_lag_entries", "latest_conflict_id", "latest_conflict_at")
 	})
 	t.Run("clients", func(t *testing.T) {
@@ -66,7 +66,7 @@ func TestAdminCommandsJSON(t *testing.T) {
 		decodeStrict(t, out, &v)
 		require.True(t, v.Found)
 		require.Equal(t, syncproto.StatusApplied, v.Result.Status)
-		requireKeys(t, object(t, out), "tenant", "op_id", "found", "op_time", "decided_at", "result", "floor")
+		requireKeys(t, object(t, out), "tenant", "op_id", "found", "op_time", "decided_at", "result", "floor", "client_id")
 
 		r := c.run("ledger", "get", opID(99), "--tenant", tenant, "--json")
 		require.Equal(t, exitNotFound, r.code, "not found is exit status 5, with the answer still printed")

@@ -18,10 +18,12 @@ func (a *app) jwtCommand() *cobra.Command {
 		a.jwtKeygenCommand(),
 		a.jwtSignCommand(),
 		a.jwtRevokeCommand(),
+		a.jwtAllowCommand(),
+		a.jwtDeniedCommand(),
 	)
 	cmd.Long = `Make a local signing key and its JWKS (keygen), sign tokens with chosen claims
-(sign), for trying syncd's JWT sign-in without an identity provider; and put
-JWTs on syncd's deny list (revoke). In production the identity provider holds
+(sign), for trying syncd's JWT sign-in without an identity provider; and keep
+syncd's JWT deny list (revoke, allow, denied). In production the identity provider holds
 the keys and signs the tokens: see docs/operations.md, Identity.`
 	return cmd
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,7 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/server/auth/authtest"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 func TestJWTKeygenSignVerifyAndRevoke(t *testing.T) {
@@ -86,4 +91,45 @@ func TestJWTCommandsRefuseBadInput(t *testing.T) {
 	require.Equal(t, exitUsage, r.code)
 	_, err := os.Stat(filepath.Join(dir, "d.json"))
 	require.ErrorIs(t, err, os.ErrNotExist, "nothing was written")
+}
+
+// TestJWTRevokeThroughTheAdminAPI: with --server, jwt revoke, denied and
+// allow go through syncd's admin API: the revoked token's open session is
+// closed before the command returns, and allow lets it in again.
+func TestJWTRevokeThroughTheAdminAPI(t *testing.T) {
+	idp := authtest.NewProvider(t, "ES256")
+	dir := t.TempDir()
+	tokens, deny := filepath.Join(dir, "tokens.json"), filepath.Join(dir, "deny.json")
+	admin, err := auth.Issue(tokens, auth.Principal{Admin: true}, time.Now())
+	require.NoError(t, err)
+	a, err := auth.New(auth.Config{TokenFile: tokens, JWT: idp.Config(), DenyFile: deny})
+	require.NoError(t, err)
+	defer a.Close()
+	s := syncdtest.Start(t, server.Config{Authenticator: a, TokenRecheck: time.Hour})
+	ts := &testServer{srv: s.Server, url: s.URL, adminURL: s.AdminURL, tokenPath: tokens, admin: admin}
+	tok := idp.Sign("ES256", authtest.Claims("alice", tenant, time.Now(), time.Minute, map[string]any{"jti": "j-1"}))
+	sess := ts.dialAs(t, tok, "alice:phone", 0)
+
+	c := newCLI(t, map[string]string{"SYNCCTL_TOKEN": admin})
+	out := c.ok("jwt", "revoke", "--server", s.AdminURL, "--jti", "j-1", "--until", "2099-01-01T00:00:00Z")
+	require.Equal(t, "denied token j-1 until 2099-01-01T00:00:00Z; syncd closed 1 session\n", out)
+	ctx, cancel := context.WithTimeout(t.Context(), ioTimeout)
+	defer cancel()
+	_, frame, err := sess.conn.Read(ctx)
+	require.NoError(t, err, "the refusal arrives before the close")
+	require.Contains(t, string(frame), `"code":"unauthorized"`)
+
+	require.Regexp(t, `(?m)^jti\s+j-1\s+-\s+2099-01-01T00:00:00Z$`, c.ok("jwt", "denied", "--server", s.AdminURL))
+	var list adminapi.DenyList
+	decodeStrict(t, c.ok("jwt", "denied", "--deny-file", deny, "--json"), &list)
+	require.Equal(t, []adminapi.DeniedJTI{{JTI: "j-1", ExpiresAt: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)}}, list.JTIs, "the file holds what the API wrote")
+
+	require.Equal(t, "token j-1 is no longer denied\n", c.ok("jwt", "allow", "--server", s.AdminURL, "--jti", "j-1"))
+	ts.dialAs(t, tok, "alice:phone", 0)
+	r := c.run("jwt", "allow", "--server", s.AdminURL, "--jti", "j-1")
+	require.Equal(t, exitNotFound, r.code, "%v", r.err)
+	r = c.run("jwt", "allow", "--deny-file", deny, "--user", "nobody")
+	require.Equal(t, exitNotFound, r.code, "%v", r.err)
+	r = c.run("jwt", "revoke", "--server", s.AdminURL, "--deny-file", deny, "--jti", "x")
+	require.Equal(t, exitUsage, r.code, "%v", r.err)
 }

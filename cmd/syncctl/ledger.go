@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -71,14 +72,18 @@ func (a *app) printLedgerAnswer(ans adminapi.LedgerAnswer) error {
 			[2]string{"ledger floor", floor},
 		)
 	}
-	return fields(a.stdout,
-		[2]string{"op id", ans.OpID},
-		[2]string{"tenant", ans.Tenant},
-		[2]string{"decision", decision(ans.Result)},
-		[2]string{"op time", stamp(ans.OpTime)},
-		[2]string{"decided at", stamp(ans.DecidedAt)},
-		[2]string{"ledger floor", floor},
-	)
+	rows := [][2]string{
+		{"op id", ans.OpID},
+		{"tenant", ans.Tenant},
+		{"decision", decision(ans.Result)},
+		{"op time", stamp(ans.OpTime)},
+		{"decided at", stamp(ans.DecidedAt)},
+		{"ledger floor", floor},
+	}
+	if ans.ClientID != "" {
+		rows = append(rows, [2]string{"client", ans.ClientID}, [2]string{"user", cmp.Or(ans.User, "-")})
+	}
+	return fields(a.stdout, rows...)
 }
 
 // decision says in words what a recorded result was.

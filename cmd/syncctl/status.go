@@ -80,6 +80,7 @@ func (a *app) printStatus(v statusView) error {
 		[2]string{"node", st.NodeID},
 		[2]string{"build", st.Build},
 		[2]string{"database", st.DatabaseID},
+		[2]string{"schema", "version " + strconv.Itoa(st.SchemaVersion)},
 		[2]string{"started", fmt.Sprintf("%s (up %s)", stamp(st.StartedAt), (time.Duration(st.UptimeSeconds * float64(time.Second))).Round(time.Second))},
 		[2]string{"draining", yesNo(st.Draining)},
 		[2]string{"connections", strconv.Itoa(st.Connections)},

@@ -83,8 +83,7 @@ With --credential it prints the device credential instead of the bare token:
 		if err != nil {
 			return failf(exitFailure, "%v", err)
 		}
-		id, _, _ := strings.Cut(strings.TrimPrefix(token, "sdk_"), "_")
-		p.TokenID = id
+		p.TokenID = auth.TokenIDOf(token)
 		view := issuedView{tokenView: tokenView{Principal: p, CreatedAt: now}, Token: token}
 		if !p.Admin {
 			view.Credential = client.FormatCredential(p.ClientID, token)
@@ -103,7 +102,7 @@ With --credential it prints the device credential instead of the bare token:
 		if !p.Admin {
 			who = fmt.Sprintf("client %s in tenant %s", p.ClientID, p.Tenant)
 		}
-		fmt.Fprintf(a.stderr, "issued token %s for %s in %s; it is shown only this once\n", id, who, path)
+		fmt.Fprintf(a.stderr, "issued token %s for %s in %s; it is shown only this once\n", p.TokenID, who, path)
 		return nil
 	}
 	return cmd
@@ -140,8 +139,7 @@ func (a *app) issueMany(path string, p auth.Principal, count int, now time.Time)
 	views := make([]issuedView, count)
 	w := bufio.NewWriter(a.stdout)
 	for i, token := range tokens {
-		id, _, _ := strings.Cut(strings.TrimPrefix(token, "sdk_"), "_")
-		ps[i].TokenID = id
+		ps[i].TokenID = auth.TokenIDOf(token)
 		views[i] = issuedView{tokenView: tokenView{Principal: ps[i], CreatedAt: now}, Token: token}
 		if !a.json {
 			fmt.Fprintf(w, "%s %s\n", ps[i].ClientID, token)

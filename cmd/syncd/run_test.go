@@ -173,7 +173,7 @@ func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "dev-client", id)
 	require.Contains(t, logs.String(), "client_token="+token)
-	require.Regexp(t, `SYNCCTL_TOKEN=sdk_\S+ go run ./cmd/syncctl status`, logs.String())
+	require.Regexp(t, `SYNCCTL_TOKEN=sda_\S+ go run ./cmd/syncctl status`, logs.String())
 
 	stop()
 	require.Contains(t, logs.String(), "syncd stopped")
@@ -253,6 +253,7 @@ func TestMissingTokenFileNeedsDevTokens(t *testing.T) {
 	require.ErrorContains(t, err, "--dev-tokens")
 	require.NoFileExists(t, tokens)
 	require.NotContains(t, logs.String(), "sdk_", "no token logged")
+	require.NotContains(t, logs.String(), "sda_", "no admin token logged")
 }
 
 func TestAdminListenerOffLoopbackNeedsTLS(t *testing.T) {
@@ -321,7 +322,7 @@ func TestAdminListenerServesTLS(t *testing.T) {
 			"--admin-tls-cert", certPath, "--admin-tls-key", keyPath}, func(string) string { return "" }, logs)
 	}()
 	addrRE := regexp.MustCompile(`admin_addr=(127\.0\.0\.1:\d+)`)
-	tokenRE := regexp.MustCompile(`admin_token=(sdk_\S+)`)
+	tokenRE := regexp.MustCompile(`admin_token=(sda_\S+)`)
 	var addr, token string
 	require.Eventually(t, func() bool {
 		a, tk := addrRE.FindStringSubmatch(logs.String()), tokenRE.FindStringSubmatch(logs.String())

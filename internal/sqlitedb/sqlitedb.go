@@ -6,6 +6,29 @@
 // It is a leaf (it imports nothing of syncd) so that the client side (queue,
 // replica) and the server side share one implementation of this
 // durability-critical step without depending on each other.
+//
+// # Schema versions
+//
+// It also holds the one schema-version scheme of every SQLite file the
+// project writes: the file's PRAGMA user_version, moved only by Migrate.
+// The code that opens a file owns one ordered list of Migrations for it
+// (syncd's database: replication's migrations; a device's queue: the
+// queue's), and calls Migrate with it on every open, before anything else
+// reads the file. Migration i brings a file from version i to i+1, in one
+// transaction that also sets the version; a file newer than the list is
+// refused with a *NewerSchemaError naming both versions and left as it is.
+//
+// Adding a migration is one line appended to the owner's list, never an
+// edit of an earlier one (files in the field already ran those):
+//
+//	var migrations = []sqlitedb.Migration{
+//		adoptLayout1, // 0 -> 1
+//		sqlitedb.Statements(`ALTER TABLE oplog ADD COLUMN scope_value TEXT`), // 1 -> 2
+//	}
+//
+// then the schema goldens (testdata/schema_*.sql, go test -update) are
+// regenerated, and the owner's test of every earlier version shows a file
+// of each opening, migrating and reading back the same data.
 package sqlitedb
 
 import (

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The schema version of every SQLite file the project writes is its
@@ -39,6 +40,83 @@ func (e *NewerSchemaError) Unwrap() error { return ErrNewerSchema }
 // transaction that also records the new version, and must not commit or
 // roll back.
 type Migration func(ctx context.Context, tx Execer) error
+
+// Statements returns the Migration that runs stmts in order: the usual
+// form of a step that adds a table, a column or an index. Its error names
+// the statement that failed.
+func Statements(stmts ...string) Migration {
+	return func(ctx context.Context, tx Execer) error {
+		for _, stmt := range stmts {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("%s: %w", firstLine(stmt), err)
+			}
+		}
+		return nil
+	}
+}
+
+// AddColumns returns the Migration that adds to table each of columns (a
+// column definition: name, type and constraints, as ALTER TABLE ADD
+// COLUMN takes it) that table lacks. Use it, rather than Statements, for
+// columns a file may already have: one written before the file carried a
+// schema version, by a release that added them another way.
+func AddColumns(table string, columns ...string) Migration {
+	return func(ctx context.Context, tx Execer) error {
+		rows, err := tx.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, table)
+		if err != nil {
+			return fmt.Errorf("columns of %s: %w", table, err)
+		}
+		have := map[string]bool{}
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				rows.Close()
+				return fmt.Errorf("columns of %s: %w", table, err)
+			}
+			have[name] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("columns of %s: %w", table, err)
+		}
+		if len(have) == 0 {
+			return fmt.Errorf("add columns to %s: no such table", table)
+		}
+		for _, c := range columns {
+			name, _, _ := strings.Cut(strings.TrimSpace(c), " ")
+			if have[name] {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, `ALTER TABLE `+table+` ADD COLUMN `+c); err != nil {
+				return fmt.Errorf("add column %s.%s: %w", table, name, err)
+			}
+		}
+		return nil
+	}
+}
+
+// Steps returns the Migration that runs steps in order, in the one
+// transaction of their version: a version whose change touches several
+// tables.
+func Steps(steps ...Migration) Migration {
+	return func(ctx context.Context, tx Execer) error {
+		for _, step := range steps {
+			if err := step(ctx, tx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// firstLine is stmt up to its first line break, for error messages.
+func firstLine(stmt string) string {
+	stmt = strings.TrimSpace(stmt)
+	if i := strings.IndexByte(stmt, '\n'); i >= 0 {
+		return stmt[:i] + " ..."
+	}
+	return stmt
+}
 
 // Execer is what a Migration runs its statements on: the migration's
 // transaction.

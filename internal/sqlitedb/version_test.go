@@ -149,3 +149,57 @@ func TestMigrateRacingOpenersRunEachStepOnce(t *testing.T) {
 	}
 	require.Equal(t, [3]int{1, 1, 1}, runs)
 }
+
+// TestStatementsRunInOrderAndNameTheOneThatFailed: a Statements step runs
+// its statements in order in the migration's transaction; one that fails
+// is named in the error, and the step leaves nothing behind.
+func TestStatementsRunInOrderAndNameTheOneThatFailed(t *testing.T) {
+	ctx := context.Background()
+	db := openPool(t, filepath.Join(t.TempDir(), "v.db"))
+	_, err := sqlitedb.Migrate(ctx, db, []sqlitedb.Migration{
+		sqlitedb.Statements(`CREATE TABLE notes (id INTEGER PRIMARY KEY)`, `ALTER TABLE notes ADD COLUMN tag TEXT`),
+	})
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO notes (tag) VALUES ('x')`)
+	require.NoError(t, err, "the second statement ran after the first")
+
+	_, err = sqlitedb.Migrate(ctx, db, []sqlitedb.Migration{
+		sqlitedb.Statements(`CREATE TABLE notes (id INTEGER PRIMARY KEY)`, `ALTER TABLE notes ADD COLUMN tag TEXT`),
+		sqlitedb.Statements(`CREATE TABLE half (x)`, "ALTER TABLE missing\n\tADD COLUMN y TEXT"),
+	})
+	require.ErrorContains(t, err, "ALTER TABLE missing ...: no such table: missing")
+	var n int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'half'`).Scan(&n))
+	require.Zero(t, n, "the failed step's first statement was rolled back")
+	v, err := sqlitedb.SchemaVersion(ctx, db)
+	require.NoError(t, err)
+	require.Equal(t, 1, v)
+}
+
+// TestAddColumnsAddsOnlyTheMissingOnes: AddColumns adds the columns a table
+// lacks and leaves those it has (a file that gained them another way),
+// and refuses a table that does not exist.
+func TestAddColumnsAddsOnlyTheMissingOnes(t *testing.T) {
+	ctx := context.Background()
+	db := openPool(t, filepath.Join(t.TempDir(), "v.db"))
+	_, err := sqlitedb.Migrate(ctx, db, []sqlitedb.Migration{
+		sqlitedb.Statements(`CREATE TABLE notes (id INTEGER PRIMARY KEY, tag TEXT)`),
+		sqlitedb.Steps(
+			sqlitedb.AddColumns("notes", "tag TEXT", "color TEXT NOT NULL DEFAULT 'blue'"),
+			sqlitedb.AddColumns("notes", "color TEXT"), // run twice: nothing to add
+		),
+	})
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO notes (id, tag) VALUES (1, 'x')`)
+	require.NoError(t, err)
+	var color string
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT color FROM notes`).Scan(&color))
+	require.Equal(t, "blue", color)
+
+	_, err = sqlitedb.Migrate(ctx, db, []sqlitedb.Migration{
+		sqlitedb.Statements(`CREATE TABLE notes (id INTEGER PRIMARY KEY, tag TEXT)`),
+		sqlitedb.Steps(sqlitedb.AddColumns("notes", "tag TEXT")),
+		sqlitedb.AddColumns("missing", "x TEXT"),
+	})
+	require.ErrorContains(t, err, "add columns to missing: no such table")
+}

@@ -7,7 +7,9 @@
 //
 // The per-tenant retention rule (one tenant's compaction never moves
 // another's floor) is also run on its own by RunRetention, for a
-// replication.Feed that is not a Log: replication.Memory.
+// replication.Feed written and compacted another way than a Log's
+// (replication.Memory through Apply and CompactTo, as the simulation
+// drives it).
 //
 // What the suite cannot check generically stays with each implementation's
 // own tests: for SQLiteLog, that a rolled-back transaction leaves no gap.

@@ -136,3 +136,30 @@ func TestIssuedTokenWorksAtOnce(t *testing.T) {
 	_, err = a.Authenticate(tok)
 	require.NoError(t, err, "no reload interval has passed, yet the new token must work")
 }
+
+// TestAdminTokensHaveTheirOwnPrefix: an admin token is "sda_...", a client
+// token "sdk_..."; an admin token of the older "sdk_" form is still
+// accepted, and a client token given the admin prefix is not.
+func TestAdminTokensHaveTheirOwnPrefix(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	admin, err := auth.Issue(path, auth.Principal{Admin: true}, time.Unix(100, 0))
+	require.NoError(t, err)
+	member, err := auth.Issue(path, alice, time.Unix(100, 0))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(admin, "sda_"), admin)
+	require.True(t, strings.HasPrefix(member, "sdk_"), member)
+	require.True(t, auth.IsFileToken(admin) && auth.IsFileToken(member))
+	require.Equal(t, strings.SplitN(admin, "_", 3)[1], auth.TokenIDOf(admin))
+	require.Empty(t, auth.TokenIDOf("eyJhbGciOi.x.y"))
+
+	a, err := auth.NewAuthenticator(path, nil)
+	require.NoError(t, err)
+	p, err := a.Authenticate(admin)
+	require.NoError(t, err)
+	require.True(t, p.Admin)
+	p, err = a.Authenticate("sdk_" + strings.TrimPrefix(admin, "sda_"))
+	require.NoError(t, err, "an admin token issued before the prefix is still accepted")
+	require.True(t, p.Admin)
+	_, err = a.Authenticate("sda_" + strings.TrimPrefix(member, "sdk_"))
+	require.ErrorIs(t, err, auth.ErrUnauthorized, "the admin prefix on a client token")
+}

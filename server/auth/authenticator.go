@@ -7,7 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,7 +23,8 @@ const reloadInterval = time.Second
 type Config struct {
 	// TokenFile is the token file; "" means none (then JWT is required).
 	TokenFile string
-	// JWT, when set, verifies JWTs (any bearer token not starting "sdk_").
+	// JWT, when set, verifies JWTs (any bearer token not starting "sdk_"
+	// or "sda_").
 	JWT *JWTConfig
 	// DenyFile is the JWT deny list (syncctl jwt revoke); a missing file is
 	// an empty list; "" means none.
@@ -122,12 +123,13 @@ func (a *Authenticator) Close() error {
 }
 
 // Authenticate returns the principal of a bearer token. A token-file token
-// ("sdk_...") that is malformed, unknown or revoked is ErrUnauthorized and
+// ("sdk_...", an admin's "sda_...") that is malformed, unknown or revoked,
+// or has the admin prefix without being an admin's, is ErrUnauthorized and
 // no more. A JWT refusal wraps ErrUnauthorized and says why, or is
 // ErrTokenExpired. If a watched file changed and no longer parses, the last
 // good version stays in force and ReloadError reports why.
 func (a *Authenticator) Authenticate(token string) (Principal, error) {
-	if strings.HasPrefix(token, tokenPrefix) || a.jwt == nil {
+	if IsFileToken(token) || a.jwt == nil {
 		return a.fromTokenFile(token)
 	}
 	p, err := a.jwt.verify(context.Background(), token)
@@ -141,7 +143,7 @@ func (a *Authenticator) Authenticate(token string) (Principal, error) {
 }
 
 func (a *Authenticator) fromTokenFile(token string) (Principal, error) {
-	id, secret, ok := parseToken(token)
+	id, secret, adminPrefix, ok := parseToken(token)
 	if !ok || !a.tokenFile {
 		return Principal{}, ErrUnauthorized
 	}
@@ -155,7 +157,7 @@ func (a *Authenticator) fromTokenFile(token string) (Principal, error) {
 		t, found = a.byID[id]
 	}
 	a.mu.Unlock()
-	if !found || !secretMatches(t, secret) {
+	if !found || !secretMatches(t, secret) || (adminPrefix && !t.Admin) {
 		return Principal{}, ErrUnauthorized
 	}
 	return t.Principal, nil
@@ -173,7 +175,7 @@ func (a *Authenticator) Check(p Principal) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.maybeReloadLocked()
-	if why := a.denied.denies(p); why != "" {
+	if why := a.denied.denies(p, a.now()); why != "" {
 		return fmt.Errorf("%w: %s", ErrUnauthorized, why)
 	}
 	if !p.IsJWT() {
@@ -261,4 +263,58 @@ func (a *Authenticator) reloadDenyLocked() error {
 	a.denied = d
 	a.deny.accept(st)
 	return nil
+}
+
+// ErrNoDenyFile says the Authenticator was configured without a deny list
+// (Config.DenyFile), so it can neither list nor change one.
+var ErrNoDenyFile = errors.New("auth: no JWT deny list is configured (syncd --jwt-deny-file)")
+
+// DenyList returns the deny list in force, re-read first when its file
+// changed.
+func (a *Authenticator) DenyList() (DenyList, error) {
+	if a.deny == nil {
+		return DenyList{}, ErrNoDenyFile
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.reloadDenyLocked(); err != nil {
+		return DenyList{}, err
+	}
+	return a.denied.clone(), nil
+}
+
+// Deny applies d to the deny list file (Deny) and puts the result in force
+// at once: Check refuses the denied tokens from its return. Changes through
+// one Authenticator are serialised; a concurrent writer of the same file in
+// another process may lose its change.
+func (a *Authenticator) Deny(d Denial) (DenyList, error) {
+	return a.changeDenyList(func(path string, now time.Time) (DenyList, error) { return Deny(path, d, now) })
+}
+
+// Allow removes the entry of jti or user (Allow) and puts the result in
+// force at once; ErrNotDenied when the list has no such entry.
+func (a *Authenticator) Allow(jti, user string) (DenyList, error) {
+	return a.changeDenyList(func(path string, now time.Time) (DenyList, error) { return Allow(path, jti, user, now) })
+}
+
+func (a *Authenticator) changeDenyList(change func(path string, now time.Time) (DenyList, error)) (DenyList, error) {
+	if a.deny == nil {
+		return DenyList{}, ErrNoDenyFile
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d, err := change(a.deny.path, a.now())
+	if err != nil {
+		return DenyList{}, err
+	}
+	a.denied = d
+	if st, err := os.Stat(a.deny.path); err == nil {
+		a.deny.accept(st)
+	}
+	return d.clone(), nil
+}
+
+func (d DenyList) clone() DenyList {
+	d.JTIs, d.Users = slices.Clone(d.JTIs), slices.Clone(d.Users)
+	return d
 }

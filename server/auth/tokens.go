@@ -21,8 +21,16 @@ import (
 // fileVersion is the token file format this package reads and writes.
 const fileVersion = 1
 
-// tokenPrefix starts every token, so a leaked one is easy to recognise.
-const tokenPrefix = "sdk_"
+// tokenPrefix starts every client token and adminTokenPrefix every admin
+// token issued since admin tokens got their own, so a leaked one is easy
+// to recognise and an admin token is told from a client one at a glance.
+// Admin tokens issued before still start with tokenPrefix and are
+// accepted; a token starting with adminTokenPrefix is accepted only for an
+// admin principal.
+const (
+	tokenPrefix      = "sdk_"
+	adminTokenPrefix = "sda_"
+)
 
 var (
 	// ErrUnauthorized says a bearer token is missing, malformed, unknown or
@@ -140,7 +148,11 @@ func IssueMany(path string, ps []Principal, now time.Time) ([]string, error) {
 		}
 		p.TokenID = id
 		tokens = append(tokens, Token{Principal: p, SecretSHA256: hashSecret(secret), CreatedAt: now.UTC()})
-		bearers[i] = tokenPrefix + id + "_" + secret
+		prefix := tokenPrefix
+		if p.Admin {
+			prefix = adminTokenPrefix
+		}
+		bearers[i] = prefix + id + "_" + secret
 	}
 	if err := writeFile(path, tokens); err != nil {
 		return nil, fmt.Errorf("issue token: %w", err)
@@ -164,14 +176,34 @@ func Revoke(path, id string) error {
 	return nil
 }
 
-// parseToken splits a bearer token into its id and secret.
-func parseToken(token string) (id, secret string, ok bool) {
+// parseToken splits a bearer token into its id and secret, and says
+// whether it has the admin prefix.
+func parseToken(token string) (id, secret string, admin, ok bool) {
 	rest, ok := strings.CutPrefix(token, tokenPrefix)
 	if !ok {
-		return "", "", false
+		if rest, ok = strings.CutPrefix(token, adminTokenPrefix); !ok {
+			return "", "", false, false
+		}
+		admin = true
 	}
 	id, secret, ok = strings.Cut(rest, "_")
-	return id, secret, ok && id != "" && secret != ""
+	return id, secret, admin, ok && id != "" && secret != ""
+}
+
+// IsFileToken reports whether token has the form of a token-file token
+// ("sdk_..." or, for an admin, "sda_..."), as opposed to a JWT.
+func IsFileToken(token string) bool {
+	return strings.HasPrefix(token, tokenPrefix) || strings.HasPrefix(token, adminTokenPrefix)
+}
+
+// TokenIDOf returns the id of a token-file token (safe to log and to
+// revoke by), or "" when token does not have the form of one.
+func TokenIDOf(token string) string {
+	id, _, _, ok := parseToken(token)
+	if !ok {
+		return ""
+	}
+	return id
 }
 
 func newSecret() (id, secret string, err error) {

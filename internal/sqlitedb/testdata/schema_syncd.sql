@@ -1,4 +1,4 @@
--- user_version 0
+-- user_version 2
 CREATE INDEX conflicts_tenant_id ON conflicts (tenant, id);
 CREATE INDEX ledger_decisions_by_decided_at
 		ON ledger_decisions (scope, decided_at);
@@ -36,10 +36,9 @@ CREATE TABLE ledger_decisions (
 		PRIMARY KEY (scope, op_id)
 	);
 CREATE TABLE ledger_meta (
-		id             INTEGER PRIMARY KEY CHECK (id = 1),
-		schema_version INTEGER NOT NULL,
-		floor_ms       INTEGER,
-		counted_ms     INTEGER NOT NULL DEFAULT -9223372036854775808
+		id         INTEGER PRIMARY KEY CHECK (id = 1),
+		floor_ms   INTEGER,
+		counted_ms INTEGER NOT NULL DEFAULT -9223372036854775808
 	);
 CREATE TABLE ledger_scopes (
 		scope    TEXT    NOT NULL PRIMARY KEY,
@@ -59,16 +58,11 @@ CREATE TABLE oplog (
 		logical    INTEGER NOT NULL,
 		origin     TEXT    NOT NULL,
 		client_id  TEXT    NOT NULL,
-		applied_at INTEGER NOT NULL,
-		scope_old   TEXT,
-		scope_value TEXT,
-		member      TEXT,
-		grants      TEXT
-	);
+		applied_at INTEGER NOT NULL
+	, scope_old TEXT, scope_value TEXT, member TEXT, grants TEXT);
 CREATE TABLE oplog_meta (
-		id             INTEGER PRIMARY KEY CHECK (id = 1),
-		schema_version INTEGER NOT NULL,
-		floor          INTEGER NOT NULL
+		id    INTEGER PRIMARY KEY CHECK (id = 1),
+		floor INTEGER NOT NULL
 	);
 CREATE TABLE oplog_tenants (
 		tenant  TEXT    NOT NULL PRIMARY KEY,
@@ -87,9 +81,7 @@ CREATE TABLE records (
 	origin  TEXT    NOT NULL,
 	deleted INTEGER NOT NULL,
 	op_id   TEXT    NOT NULL,
-	seq     INTEGER NOT NULL,
-	scope_value TEXT,
-	member  TEXT,
+	seq     INTEGER NOT NULL, scope_value TEXT, member TEXT,
 	PRIMARY KEY (tenant, model, key)
 );
 CREATE TABLE records_state (
