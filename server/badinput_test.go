@@ -120,7 +120,8 @@ func (e *badEnv) frame(v any) wsFrame {
 func (e *badEnv) tokenDial(token string) *websocket.DialOptions { return dialOptions(token) }
 
 func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
-	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": syncproto.PolicyOptimistic}})
+	ts := startServer(t, server.Config{Policies: replication.Config{"accounts": syncproto.PolicyOptimistic},
+		Scopes: projectScopes(t), MaxScopeValues: 3})
 	e := &badEnv{
 		t: t, ts: ts,
 		phone:  ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{"*"}, Write: []string{"notes", "accounts"}}),
@@ -278,6 +279,24 @@ func TestBadInputsGetTheirDocumentedAnswerAndApplyNothing(t *testing.T) {
 			code: syncproto.CodeCursorAhead, id: "q1"},
 		{name: "subscribe with a cursor from the future", frames: frames(`{"type":"subscribe","id":"s1","cursor":1000000}`),
 			code: syncproto.CodeCursorAhead, id: "s1"},
+
+		// Scope requests (PROTOCOL.md 19.3): refused, no feed started.
+		{name: "subscribe naming an undeclared scope", frames: frames(`{"type":"subscribe","id":"s1","cursor":0,"scopes":{"team":["a"]}}`),
+			code: syncproto.CodeInvalidScope, id: "s1"},
+		{name: "subscribe holding a value of an undeclared scope", frames: frames(`{"type":"subscribe","id":"s1","cursor":0,"scopes":{},"have":{"team":["a"]}}`),
+			code: syncproto.CodeInvalidScope, id: "s1"},
+		{name: "subscribe with more scope values than max_scope_values", frames: frames(`{"type":"subscribe","id":"s1","cursor":0,"scopes":{"project":["a","b","c","d"]}}`),
+			code: syncproto.CodeTooManyScopeValues, id: "s1"},
+		{name: "subscribe holding the value *", frames: frames(`{"type":"subscribe","id":"s1","cursor":0,"scopes":{"project":["*"]},"have":{"project":["*"]}}`),
+			code: syncproto.CodeInvalidScope, id: "s1"},
+		{name: "subscribe with * beside other values", frames: frames(`{"type":"subscribe","id":"s1","cursor":0,"scopes":{"project":["*","a"]}}`),
+			code: syncproto.CodeInvalidScope, id: "s1"},
+		{name: "subscribe with a scope value holding a control character", frames: frames(`{"type":"subscribe","id":"s1","cursor":0,"scopes":{"project":["a\u0007b"]}}`),
+			code: syncproto.CodeInvalidScopeValue, id: "s1"},
+		{name: "subscribe with scope values of the wrong type", frames: frames(`{"type":"subscribe","id":"s1","cursor":0,"scopes":{"project":"a"}}`),
+			code: syncproto.CodeBadRequest, id: "s1"},
+		{name: "pull naming an undeclared scope", frames: frames(`{"type":"pull","id":"q1","cursor":0,"scopes":{"team":["a"]}}`),
+			code: syncproto.CodeInvalidScope, id: "q1"},
 
 		// Mutations refused alone, as rejected results (PROTOCOL.md 5.3).
 		{name: "empty key", frames: pushOf(map[string]any{"key": ""}), result: true, code: syncproto.CodeInvalidKey},

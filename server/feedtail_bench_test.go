@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func BenchmarkFeedTailFanout(b *testing.B) {
 				started.Add(1)
 				go func() {
 					defer subs.Done()
-					tailSubscriber(ctx, srv, scopeOf(p), started.Done, seen)
+					tailSubscriber(ctx, srv, scopeOf(p), started.Done, seen, nil)
 				}()
 			}
 			started.Wait()
@@ -69,8 +70,9 @@ func BenchmarkFeedTailFanout(b *testing.B) {
 
 // tailSubscriber follows the log from its head as the live feed does
 // (session.feed, without the websocket), sending on seen for each entry
-// read, until ctx ends. It calls started once it holds its cursor.
-func tailSubscriber(ctx context.Context, srv *Server, scope replication.Scope, started func(), seen chan<- struct{}) {
+// read, until ctx ends. It calls started once it holds its cursor, and
+// counts each page it reads in reads (when not nil).
+func tailSubscriber(ctx context.Context, srv *Server, scope replication.Scope, started func(), seen chan<- struct{}, reads *atomic.Int64) {
 	b, err := srv.store.Log.Bounds(ctx, scope)
 	started()
 	if err != nil {
@@ -79,6 +81,9 @@ func tailSubscriber(ctx context.Context, srv *Server, scope replication.Scope, s
 	cursor := b.Head
 	for ctx.Err() == nil {
 		req := replication.ReadRequest{After: cursor, Scope: scope, Limit: syncproto.DefaultPullLimit, MaxBytes: feedPageBytes}
+		if reads != nil {
+			reads.Add(1)
+		}
 		page, ok := srv.tail.read(ctx, req)
 		if !ok {
 			if page, err = srv.store.Log.Read(ctx, req); err != nil {

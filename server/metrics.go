@@ -1,6 +1,10 @@
 package server
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncd-dev/syncd/syncproto"
+)
 
 // metrics are syncd's Prometheus instruments. Label sets are bounded: status,
 // policy, code and reason take values from fixed lists; no label carries a
@@ -38,6 +42,10 @@ type metrics struct {
 	frameBudgetInUse   prometheus.Gauge
 	frameBudgetWaits   prometheus.Counter
 	valuesOmitted      prometheus.Counter
+	scopeBackfills     *prometheus.CounterVec // outcome: done|revoked|aborted
+	scopeBackfillTime  prometheus.Histogram
+	scopeEvictions     *prometheus.CounterVec // reason: moved|revoked|unsubscribed|not_granted
+	feedDelivered      prometheus.Counter
 
 	operatorDisconnects prometheus.Counter
 }
@@ -160,5 +168,39 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.resyncs, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)
+	m.registerScopes(reg)
 	return m
+}
+
+// Backfill outcomes (syncd_scope_backfills_total).
+const (
+	backfillDone    = "done"    // the value's last page was sent
+	backfillRevoked = "revoked" // the grant was lost before the last page
+	backfillAborted = "aborted" // the subscription ended or was replaced first
+)
+
+// registerScopes makes partial sync's instruments: backfills and their
+// time, evictions by reason, and every feed entry delivered (its ratio to
+// syncd_mutations_total{status="applied"} is the deliveries per write).
+func (m *metrics) registerScopes(reg prometheus.Registerer) {
+	m.scopeBackfills = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncd_scope_backfills_total", Help: "Scope values backfilled to subscriptions, by outcome (done, revoked, aborted).",
+	}, []string{"outcome"})
+	m.scopeBackfillTime = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "syncd_scope_backfill_seconds", Help: "Time from a backfill's first page read to its last page sent, of backfills done.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	})
+	m.scopeEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncd_scope_evictions_total", Help: "Evictions sent to devices, by reason (moved: evict entries; revoked, unsubscribed, not_granted: changes.evictions).",
+	}, []string{"reason"})
+	m.feedDelivered = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "syncd_feed_entries_delivered_total", Help: "Change-feed entries (evict entries included) sent to live subscribers.",
+	})
+	for _, o := range []string{backfillDone, backfillRevoked, backfillAborted} {
+		m.scopeBackfills.WithLabelValues(o)
+	}
+	for _, r := range []string{syncproto.EvictMoved, syncproto.EvictRevoked, syncproto.EvictUnsubscribed, syncproto.EvictNotGranted} {
+		m.scopeEvictions.WithLabelValues(r)
+	}
+	reg.MustRegister(m.scopeBackfills, m.scopeBackfillTime, m.scopeEvictions, m.feedDelivered)
 }

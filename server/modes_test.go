@@ -42,6 +42,8 @@ func TestBehaviourInACluster(t *testing.T) {
 		{"OldWritesAreNotExpiredWithoutEviction", TestOldWritesAreNotExpiredWithoutEviction},
 		{"RevokedTokenClosesItsSessions", TestRevokedTokenClosesItsSessions},
 		{"WALStaysBoundedUnderAStreamOfPushes", TestWALStaysBoundedUnderAStreamOfPushes},
+		{"ScopedDevicesReceiveExactlyTheirValues", TestScopedDevicesReceiveExactlyTheirValues},
+		{"ScopeRevokedAndMovedWhileOffline", TestScopeRevokedAndMovedWhileOffline},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clusterTests.Store(t, struct{}{})

@@ -402,13 +402,24 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 	if err != nil {
 		return ss.refuseAndClose(m.ID, internalError(err))
 	}
+	grants, err := ss.srv.grantsOf(ctx, ss.p)
+	if err != nil {
+		ss.log.Error("read scope grants", "err", err)
+		return ss.refuseAndClose(m.ID, internalError(err))
+	}
+	limits, scopes := ss.srv.limits(), map[string]syncproto.ScopeInfo(nil)
+	if !ss.srv.declared().Empty() {
+		limits.MaxScopeValues = ss.srv.maxScopeValues()
+		scopes = ss.srv.declared().Info(func(model string) bool { return ss.p.CanRead(model) || ss.p.CanWrite(model) })
+		grants = capGrants(grants, limits.MaxScopeValues)
+	}
 	ss.helloDone = true
 	ss.helloSeen.Store(true)
 	ss.cursor.Store(cursor)
 	ss.send(&syncproto.Welcome{
 		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), ServerTime: ss.srv.now().UnixMilli(),
 		DatabaseID: ss.srv.store.ID, Head: bounds.Head,
-		Limits: ss.srv.limits(), Models: ss.srv.modelAccess(ss.p),
+		Limits: limits, Models: ss.srv.modelAccess(ss.p),
 		DefaultPolicy: ss.srv.cfg.Policies.Default(),
 		LedgerFloorMS: floorMS(floor),
 		User:          ss.p.User,
@@ -416,6 +427,8 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		ServerBuild:   buildinfo.Read().String(),
 		Servers:       ss.srv.cfg.PeerURLs,
 		ValueVersions: ss.srv.versions.announced(),
+		Scopes:        scopes,
+		Grants:        grants,
 	})
 	return nil
 }
@@ -459,25 +472,42 @@ func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 }
 
 func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
-	page, resync := ss.read(ctx, m.ID, m.Cursor, m.Limit)
+	sc, refusal := ss.planScopes(ctx, m.Scopes, nil, nil)
+	if refusal != nil {
+		ss.refuse(m.ID, refusal)
+		return
+	}
+	page, resync := ss.read(ctx, m.ID, m.Cursor, m.Limit, sc)
 	if resync != nil {
 		ss.send(resync)
 		return
 	}
-	if page != nil {
-		ss.send(changesOf(m.ID, *page))
+	if page == nil {
+		return
+	}
+	evictions, resync, refusal := ss.scopeTurn(m.ID, *page, sc, false)
+	switch {
+	case resync != nil:
+		ss.send(resync)
+	case refusal != nil:
+		ss.refuse(m.ID, refusal)
+	default:
+		c := changesOf(m.ID, *page)
+		c.Evictions = evictions
+		ss.send(c)
 	}
 }
 
-// read serves one page after cursor in the principal's scope. It answers
-// the refusal itself and returns nil, nil when the cursor is ahead or the
-// read failed; it returns a resync when the cursor is older than the log.
-func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int) (*replication.Page, *syncproto.Resync) {
+// read serves one page after cursor in the principal's scope, narrowed to
+// what sc follows (nil: no scope declared). It answers the refusal itself
+// and returns nil, nil when the cursor is ahead or the read failed; it
+// returns a resync when the cursor is older than the log.
+func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int, sc *subscriptionScopes) (*replication.Page, *syncproto.Resync) {
 	ss.srv.catchUp(ctx, cursor)
 	if limit == 0 {
 		limit = syncproto.DefaultPullLimit
 	}
-	req := replication.ReadRequest{After: cursor, Scope: scopeOf(ss.p), Limit: limit, MaxBytes: feedPageBytes}
+	req := replication.ReadRequest{After: cursor, Scope: sc.readScope(scopeOf(ss.p), ss.p.User), Limit: limit, MaxBytes: feedPageBytes}
 	if page, ok := ss.srv.tail.read(ctx, req); ok {
 		return &page, nil
 	}
@@ -488,7 +518,7 @@ func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int
 		return &page, nil
 	case errors.As(err, &ce) && errors.Is(err, replication.ErrCursorExpired):
 		ss.srv.metrics.resyncs.Inc()
-		return nil, &syncproto.Resync{ID: id, Reason: syncproto.ResyncCursorExpired, SnapshotURL: syncproto.SnapshotPath, Head: ce.Bounds.Head}
+		return nil, &syncproto.Resync{ID: id, Reason: syncproto.ResyncCursorExpired, SnapshotURL: sc.snapshotURL(), Head: ce.Bounds.Head}
 	case errors.As(err, &ce):
 		ss.refuse(id, syncproto.Errorf(syncproto.CodeCursorAhead, "cursor %d is past the head %d", cursor, ce.Bounds.Head))
 	case ctx.Err() == nil:
@@ -511,6 +541,11 @@ func changesOf(id string, page replication.Page) *syncproto.Changes {
 // or the end of the session.
 func (ss *session) subscribe(ctx context.Context, m *syncproto.Subscribe) {
 	ss.stopSubscription()
+	sc, refusal := ss.planScopes(ctx, m.Scopes, m.Have, m.Resume)
+	if refusal != nil {
+		ss.refuse(m.ID, refusal)
+		return
+	}
 	subCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	ss.sub, ss.subDone = cancel, done
@@ -518,7 +553,7 @@ func (ss *session) subscribe(ctx context.Context, m *syncproto.Subscribe) {
 	go func() {
 		defer close(done)
 		defer ss.srv.metrics.subscribers.Dec()
-		ss.feed(subCtx, m.ID, m.Cursor)
+		ss.feed(subCtx, m.ID, m.Cursor, sc)
 	}()
 }
 
@@ -531,11 +566,23 @@ func (ss *session) stopSubscription() {
 	ss.sub, ss.subDone = nil, nil
 }
 
-func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
+// feed serves a subscription: its catch-up pages from cursor, then a page
+// per commit in its scope; for a subscription with scopes (sc), the first
+// page carries sc's evictions, and the values sc backfills are sent page
+// by page before the next changes page (each backfill page read at a seq
+// at or beyond every entry sent before it).
+func (ss *session) feed(ctx context.Context, id string, cursor uint64, sc *subscriptionScopes) {
 	first := true
 	inFlight := make(chan struct{}, feedPagesInFlight)
+	defer ss.abortBackfills(sc)
 	for ctx.Err() == nil {
-		page, resync := ss.read(ctx, id, cursor, 0)
+		if !first && sc != nil && len(sc.backfills) > 0 {
+			if !ss.backfill(ctx, id, sc, inFlight) {
+				return
+			}
+			continue
+		}
+		page, resync := ss.read(ctx, id, cursor, 0, sc)
 		if resync != nil {
 			ss.sendFeed(ctx, outbound{msg: resync})
 			return
@@ -543,10 +590,25 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 		if page == nil {
 			return
 		}
-		if len(page.Entries) > 0 || first {
-			out := outbound{frame: ss.srv.tail.frame(id, *page)}
+		evictions, resync, refusal := ss.scopeTurn(id, *page, sc, first)
+		switch {
+		case resync != nil:
+			ss.sendFeed(ctx, outbound{msg: resync})
+			return
+		case refusal != nil:
+			ss.srv.metrics.protocolErrors.WithLabelValues(string(refusal.Code)).Inc()
+			ss.sendFeed(ctx, outbound{msg: refusal.WithID(id)})
+			return
+		}
+		if len(page.Entries) > 0 || first || len(evictions) > 0 {
+			var out outbound
+			if len(evictions) == 0 {
+				out.frame = ss.srv.tail.frame(id, *page)
+			}
 			if out.frame == nil {
-				out.msg = changesOf(id, *page)
+				c := changesOf(id, *page)
+				c.Evictions = evictions
+				out.msg = c
 			}
 			entries, seq := page.Entries, page.Next
 			// The client's position (admin: cursor, lag) is where the
@@ -567,6 +629,13 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 				now := ss.srv.now()
 				for _, e := range entries {
 					ss.srv.metrics.syncLag.Observe(now.Sub(e.AppliedAt).Seconds())
+					if e.Op == syncproto.OpEvict {
+						ss.srv.metrics.scopeEvictions.WithLabelValues(syncproto.EvictMoved).Inc()
+					}
+				}
+				ss.srv.metrics.feedDelivered.Add(float64(len(entries)))
+				for _, ev := range evictions {
+					ss.srv.metrics.scopeEvictions.WithLabelValues(ev.Reason).Inc()
 				}
 				ss.cursor.Store(seq)
 				<-inFlight
@@ -581,7 +650,7 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64) {
 			// Nothing readable up to page.Next: the client is there too.
 			ss.cursor.Store(cursor)
 		}
-		if page.CaughtUp() {
+		if page.CaughtUp() && (sc == nil || len(sc.backfills) == 0) {
 			if ss.srv.store.Log.Wait(ctx, cursor) != nil {
 				return
 			}

@@ -49,15 +49,19 @@ func laneSession(t *testing.T) (*session, *websocket.Conn) {
 }
 
 // bareServer is a real server over a fresh database, serving nothing: its
-// sessions and feed are driven directly.
-func bareServer(t testing.TB) *Server {
+// sessions and feed are driven directly. edits change its Config.
+func bareServer(t testing.TB, edits ...func(*Config)) *Server {
 	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.json")
 	require.NoError(t, os.WriteFile(tokens, []byte(`{"version":1,"tokens":[]}`), 0o600))
 	a, err := auth.NewAuthenticator(tokens, nil)
 	require.NoError(t, err)
-	srv, err := New(context.Background(), Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: a})
+	cfg := Config{DataPath: filepath.Join(dir, "syncd.db"), Authenticator: a}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	srv, err := New(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
 	return srv

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -238,14 +239,63 @@ func scopeOf(p auth.Principal) replication.Scope {
 }
 
 // scopeKey names a scope: principals whose keys are equal read the same
-// snapshot.
+// snapshot (tenant, models, and the scope values followed).
 func scopeKey(sc replication.Scope) string {
-	if sc.AllModels {
-		return sc.Tenant + "\x00*"
+	key := sc.Tenant + "\x00*"
+	if !sc.AllModels {
+		models := slices.Clone(sc.Models)
+		slices.Sort(models)
+		key = sc.Tenant + "\x00" + strings.Join(slices.Compact(models), ",")
 	}
-	models := slices.Clone(sc.Models)
-	slices.Sort(models)
-	return sc.Tenant + "\x00" + strings.Join(slices.Compact(models), ",")
+	if sc.Follow != nil {
+		key += "\x00"
+		for _, name := range sortedScopes(sc.Follow) {
+			key += name + "=" + strings.Join(sc.Follow[name], ",") + ";"
+		}
+	}
+	return key
+}
+
+// snapshotScope is what a snapshot request of p reads (PROTOCOL.md 19.6):
+// its readable models and, when scopes are declared, the values named by
+// the query (scoped=1&scope=NAME:VALUE..., "*" for every value granted)
+// that p is granted, or without scoped=1 every value granted. The refusal
+// is invalid_scope or too_many_scope_values, as for a subscription.
+func (s *Server) snapshotScope(ctx context.Context, p auth.Principal, q url.Values) (replication.Scope, *syncproto.Error) {
+	scope := scopeOf(p)
+	decl := s.declared()
+	var requested syncproto.ScopeSet
+	if q.Get("scoped") == "1" {
+		requested = syncproto.ScopeSet{}
+		for _, item := range q["scope"] {
+			name, value, ok := strings.Cut(item, ":")
+			if !ok {
+				return scope, syncproto.Errorf(syncproto.CodeInvalidScope, "scope %q: want NAME:VALUE", item)
+			}
+			requested[name] = append(requested[name], value)
+		}
+		requested.Normalize()
+		if err := requested.Validate("scope", 0); err != nil {
+			return scope, syncproto.AsError(err)
+		}
+		if decl.Empty() {
+			return scope, syncproto.Errorf(syncproto.CodeInvalidScope, "this server declares no scope")
+		}
+	}
+	if decl.Empty() {
+		return scope, nil
+	}
+	grants, err := s.grantsOf(ctx, p)
+	if err != nil {
+		s.log.Error("read scope grants", "err", err)
+		return scope, internalError(err)
+	}
+	sc, e := planScopes(decl, grants, declaredTokenGrants(decl, p), requested, nil, nil, s.maxScopeValues())
+	if e != nil {
+		return scope, e
+	}
+	scope.Follow, scope.Scopes = sc.follow, decl
+	return scope, nil
 }
 
 // serveSnapshot streams the principal's readable records as of one oplog
@@ -262,7 +312,15 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
-	scope := scopeOf(p)
+	scope, e := s.snapshotScope(r.Context(), p, r.URL.Query())
+	if e != nil {
+		status := http.StatusBadRequest
+		if e.Code == syncproto.CodeInternal {
+			status = http.StatusInternalServerError
+		}
+		httpError(w, status, e)
+		return
+	}
 	key := scopeKey(scope)
 	owner := snapshotOwner{token: p.TokenID, tenant: p.Tenant}
 	joined, refused := s.snapshots.enter(r.Context(), owner, key, s.cfg.SnapshotQueueTimeout)
@@ -309,20 +367,31 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 // readSnapshot writes the snapshot of scope to out, whole unless it
-// returns an error.
+// returns an error. With scopes declared, its header names the values it
+// holds complete (scope.Follow's values; a scope followed for every value
+// names none) and its records carry their scope value.
 func (s *Server) readSnapshot(ctx context.Context, scope replication.Scope, out io.Writer) error {
+	var held syncproto.ScopeSet
+	if scope.Follow != nil {
+		held = syncproto.ScopeSet{}
+		for name, values := range scope.Follow {
+			if !scope.Follow.All(name) && len(values) > 0 {
+				held[name] = values
+			}
+		}
+	}
 	var sw *syncproto.SnapshotWriter
 	head, err := s.store.Records.SnapshotLive(ctx, s.snapshotDB, scope, func(head uint64, rec *replication.LiveRecord) error {
 		if sw == nil {
 			var err error
-			if sw, err = syncproto.NewSnapshotWriter(out, head); err != nil {
+			if sw, err = syncproto.NewScopedSnapshotWriter(out, head, held); err != nil {
 				return err
 			}
 		}
-		return sw.Write(syncproto.SnapshotRecord{Model: rec.Model, Key: rec.Key, Value: rec.Value, Version: rec.Version, HLC: rec.HLC})
+		return sw.Write(syncproto.SnapshotRecord{Model: rec.Model, Key: rec.Key, Value: rec.Value, Version: rec.Version, HLC: rec.HLC, ScopeValue: rec.ScopeValue})
 	})
 	if err == nil && sw == nil {
-		sw, err = syncproto.NewSnapshotWriter(out, head)
+		sw, err = syncproto.NewScopedSnapshotWriter(out, head, held)
 	}
 	if err != nil {
 		return err

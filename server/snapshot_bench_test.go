@@ -32,12 +32,7 @@ import (
 // buffers), half before and half after the server's snapshots. "ratio" is
 // records/s over ceiling_records/s.
 func BenchmarkSnapshotServe(b *testing.B) {
-	n := 100_000
-	if v := os.Getenv("SYNCD_BENCH_SNAPSHOT_N"); v != "" {
-		var err error
-		n, err = strconv.Atoi(v)
-		require.NoError(b, err, "SYNCD_BENCH_SNAPSHOT_N")
-	}
+	n := benchSize(b, "SYNCD_BENCH_SNAPSHOT_N", 100_000)
 	ts := startServer(b, server.Config{RequestsPerSecond: 1e9, RequestBurst: 1 << 30, Quotas: noQuotas, RetentionInterval: -1, Synchronous: sqlitedb.Normal})
 	token := ts.Member(b, "bench", "bench-client")
 	preloadRecords(b, ts, token, n)
@@ -62,17 +57,34 @@ func BenchmarkSnapshotServe(b *testing.B) {
 	b.ReportMetric(rate/ceiling.rate(), "ratio")
 }
 
+// benchSize is the number in the environment variable env, or def.
+func benchSize(b *testing.B, env string, def int) int {
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(b, err, env)
+	return n
+}
+
 // preloadRecords puts n records of about 200 bytes on distinct keys through
 // one session, pushes of syncproto.MaxBatch with benchWindow in flight.
 func preloadRecords(b *testing.B, ts *testServer, token string, n int) {
 	b.Helper()
-	c, clock := session(b, ts, token, "bench-client")
 	value := []byte(`{"v":"` + string(bytes.Repeat([]byte("abcdefghijklmnopqrstuvwxyz"), 8)[:192]) + `"}`)
+	preloadValues(b, ts, token, n, "notes", func(int) []byte { return value })
+}
+
+// preloadValues is preloadRecords of model with record i's value valueOf(i).
+func preloadValues(b *testing.B, ts *testServer, token string, n int, model string, valueOf func(i int) []byte) {
+	b.Helper()
+	c, clock := session(b, ts, token, "bench-client")
 	var frames [][]byte
 	for i := 0; i < n; i += syncproto.MaxBatch {
 		muts := make([]syncproto.Mutation, min(syncproto.MaxBatch, n-i))
 		for j := range muts {
-			muts[j] = syncproto.Mutation{OpID: newOpID(b), Model: "notes", Key: fmt.Sprintf("note-%09d", i+j), Op: syncproto.OpPut, Value: value, HLC: clock.Now()}
+			muts[j] = syncproto.Mutation{OpID: newOpID(b), Model: model, Key: fmt.Sprintf("note-%09d", i+j), Op: syncproto.OpPut, Value: valueOf(i + j), HLC: clock.Now()}
 		}
 		frame, err := syncproto.Encode(&syncproto.Push{ID: fmt.Sprintf("p%d", len(frames)), Mutations: muts})
 		require.NoError(b, err)
@@ -97,7 +109,13 @@ func preloadRecords(b *testing.B, ts *testServer, token string, n int) {
 // size in bytes.
 func fetchWholeSnapshot(b *testing.B, base, token string, want int) int64 {
 	b.Helper()
-	resp := syncdtest.Get(b, base+syncproto.SnapshotPath, token)
+	return fetchSnapshotAt(b, base+syncproto.SnapshotPath, token, want)
+}
+
+// fetchSnapshotAt is fetchWholeSnapshot of the snapshot at url.
+func fetchSnapshotAt(b *testing.B, url, token string, want int) int64 {
+	b.Helper()
+	resp := syncdtest.Get(b, url, token)
 	defer resp.Body.Close()
 	require.Equal(b, http.StatusOK, resp.StatusCode)
 	var lc lineCounter

@@ -34,6 +34,9 @@ type SnapshotRecord struct {
 	Version uint64          `json:"version"`
 	HLC     Timestamp       `json:"hlc"`
 	Deleted bool            `json:"deleted"`
+	// ScopeValue, for a record of a model a scope covers, is its scope
+	// value (PROTOCOL.md 19.6); absent otherwise.
+	ScopeValue string `json:"scope_value,omitempty"`
 }
 
 // snapshotEnd is a snapshot's last line.
@@ -70,6 +73,11 @@ func (r *SnapshotRecord) validate(known *SnapshotRecord) error {
 	if err := validateSeq("version", r.Version); err != nil {
 		return err
 	}
+	if r.ScopeValue != "" {
+		if err := ValidateScopeValue(r.ScopeValue); err != nil {
+			return err
+		}
+	}
 	if known != nil && r.HLC.Origin == known.HLC.Origin && !r.HLC.IsZero() && r.HLC.Wall >= 0 && r.HLC.Wall <= MaxWall {
 		return nil
 	}
@@ -82,10 +90,11 @@ var ErrSnapshotTruncated = errors.New("snapshot truncated")
 
 // SnapshotReader reads a snapshot body. It is not safe for concurrent use.
 type SnapshotReader struct {
-	sc    *bufio.Scanner
-	head  uint64
-	count uint64
-	done  bool
+	sc     *bufio.Scanner
+	head   uint64
+	scopes ScopeSet
+	count  uint64
+	done   bool
 }
 
 // NewSnapshotReader reads and checks the header line of body.
@@ -99,7 +108,8 @@ func NewSnapshotReader(body io.Reader) (*SnapshotReader, error) {
 		return nil, fmt.Errorf("read snapshot header: %w", err)
 	}
 	var h struct {
-		Head *uint64 `json:"head"`
+		Head   *uint64  `json:"head"`
+		Scopes ScopeSet `json:"scopes"`
 	}
 	if err := json.Unmarshal(line, &h); err != nil || h.Head == nil {
 		return nil, fmt.Errorf("read snapshot header: %w", Errorf(CodeMalformed, "first line is not {\"head\":N}"))
@@ -107,13 +117,21 @@ func NewSnapshotReader(body io.Reader) (*SnapshotReader, error) {
 	if err := validateSeq("head", *h.Head); err != nil {
 		return nil, fmt.Errorf("read snapshot header: %w", err)
 	}
-	r.head = *h.Head
+	if err := h.Scopes.Validate("scopes", 0); err != nil {
+		return nil, fmt.Errorf("read snapshot header: %w", err)
+	}
+	r.head, r.scopes = *h.Head, h.Scopes
 	return r, nil
 }
 
 // Head returns the seq the snapshot is consistent with: subscribe from it
 // once every record is applied.
 func (r *SnapshotReader) Head() uint64 { return r.head }
+
+// Scopes returns the scope values the snapshot holds complete (the
+// header's scopes, PROTOCOL.md 19.6): the device's have once it is
+// loaded. nil from a server that declares no scope.
+func (r *SnapshotReader) Scopes() ScopeSet { return r.scopes }
 
 // Next returns the next record. It returns io.EOF after the trailer, when
 // the whole snapshot has been read and checked, and an error wrapping
@@ -196,12 +214,27 @@ const snapshotFlushBytes = 64 << 10
 // NewSnapshotWriter starts a snapshot body for head on w. The header line
 // goes out with the first records (or Close).
 func NewSnapshotWriter(w io.Writer, head uint64) (*SnapshotWriter, error) {
+	return NewScopedSnapshotWriter(w, head, nil)
+}
+
+// NewScopedSnapshotWriter is NewSnapshotWriter for a server that declares
+// scopes: scopes, when not nil, are the scope values the snapshot holds
+// complete (the header's scopes, PROTOCOL.md 19.6).
+func NewScopedSnapshotWriter(w io.Writer, head uint64, scopes ScopeSet) (*SnapshotWriter, error) {
 	if err := validateSeq("head", head); err != nil {
 		return nil, fmt.Errorf("write snapshot header: %w", err)
 	}
 	sw := &SnapshotWriter{w: w, buf: make([]byte, 0, snapshotFlushBytes+4<<10)}
 	sw.buf = append(sw.buf, `{"head":`...)
 	sw.buf = strconv.AppendUint(sw.buf, head, 10)
+	if scopes != nil {
+		b, err := json.Marshal(scopes)
+		if err != nil {
+			return nil, fmt.Errorf("write snapshot header: %w", err)
+		}
+		sw.buf = append(sw.buf, `,"scopes":`...)
+		sw.buf = append(sw.buf, b...)
+	}
 	sw.buf = append(sw.buf, "}\n"...)
 	return sw, nil
 }
@@ -274,6 +307,10 @@ func appendSnapshotRecord(dst []byte, rec *SnapshotRecord) ([]byte, error) {
 	dst = append(dst, rec.HLC.Origin...)
 	dst = append(dst, `","deleted":`...)
 	dst = strconv.AppendBool(dst, rec.Deleted)
+	if rec.ScopeValue != "" {
+		dst = append(dst, `,"scope_value":`...)
+		dst = appendJSONString(dst, rec.ScopeValue)
+	}
 	return append(dst, "}\n"...), nil
 }
 
