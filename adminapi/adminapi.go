@@ -179,6 +179,13 @@ type Node struct {
 	// must share (token file, models, retention...): a node whose part
 	// differs from the majority's does not serve.
 	Agreement map[string]string `json:"agreement,omitempty"`
+	// Format is the highest command stream format the node understands
+	// and announces (0 from a release before formats); ClusterVersion the
+	// cluster version as the node last surveyed it: the lowest format its
+	// members announce, the newest any node publishes
+	// (docs/operations.md, Upgrades).
+	Format         int `json:"format,omitempty"`
+	ClusterVersion int `json:"cluster_version,omitempty"`
 }
 
 // Session is one connected sync session in the answer of PathSessions.

@@ -156,7 +156,7 @@ func (s Scope) Sees(e *Entry) (deliver, evict bool) {
 
 // Holds reports whether a reader of s holds rec: its tenant and model are
 // selected and, for a scoped model, Follow holds its scope value (what
-// followWhere selects in SQL).
+// recordsSelect selects in SQL).
 func (s Scope) Holds(rec Record) bool {
 	if !s.Selects(rec.Tenant, rec.Model) {
 		return false

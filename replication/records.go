@@ -326,10 +326,8 @@ func (rec Record) validate() error {
 // writers, but a slow fn holds back WAL checkpoints, so fn should not wait
 // on anything unbounded.
 func (r *Records) Snapshot(ctx context.Context, scope Scope, fn func(head uint64, rec Record) error) (uint64, error) {
-	where, args := scopeWhere(scope)
-	fw, fargs := followWhere(scope)
-	query := `SELECT ` + recordSelect + ` FROM records WHERE 1 = 1` + where + fw + ` ORDER BY tenant, model, key`
-	args = append(args, fargs...)
+	query, args := recordsSelect(recordSelect, "1 = 1", scope)
+	query += ` ORDER BY 1, 2, 3` // tenant, model, key
 	head, err := snapshotRows(ctx, r.db, query, args, func(head uint64, rows *sql.Rows) error {
 		rec, err := scanRecord(rows)
 		if err != nil {
@@ -364,10 +362,10 @@ type LiveRecord struct {
 // for every row: no copy of a value, no allocation per row beyond the
 // driver's own.
 func (r *Records) SnapshotLive(ctx context.Context, db *sql.DB, scope Scope, fn func(head uint64, rec *LiveRecord) error) (uint64, error) {
-	where, args := scopeWhere(scope)
-	fw, fargs := followWhere(scope)
-	query := `SELECT model, key, value, version, wall, logical, origin, coalesce(scope_value, '') FROM records WHERE deleted = 0` + where + fw + ` ORDER BY tenant, model, key`
-	args = append(args, fargs...)
+	query, args := recordsSelect(`model, key, value, version, wall, logical, origin, coalesce(scope_value, '')`, "deleted = 0", scope)
+	if scope.Follow == nil {
+		query += ` ORDER BY tenant, model, key`
+	}
 	var (
 		rec   LiveRecord
 		value sql.RawBytes

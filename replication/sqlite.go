@@ -6,6 +6,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -65,51 +67,71 @@ func scopeWhere(scope Scope) (string, []any) {
 	return b.String(), args
 }
 
-// followWhere returns the SQL condition (with a leading " AND ") and
-// arguments keeping, of the records of scoped models, those whose scope
-// value scope.Follow holds (Scope.Sees for records): nothing when scope
-// follows every value.
-func followWhere(scope Scope) (string, []any) {
-	if scope.Follow == nil || scope.Scopes == nil || scope.Scopes.Empty() {
-		return "", nil
+// recordsSelect returns the statement selecting cols of the records scope
+// holds (scopeWhere, and Follow for scoped models) that meet cond. When
+// scope follows scope values it is a UNION ALL of one branch for the
+// models no scope covers and one per declared scope with values followed,
+// so that each branch reads an index (the primary key, or records_scope
+// for the values followed) instead of scanning the tenant; the rows come
+// in no particular order.
+func recordsSelect(cols, cond string, scope Scope) (string, []any) {
+	where, args := scopeWhere(scope)
+	base := `SELECT ` + cols + ` FROM records WHERE ` + cond + where
+	if scope.Follow == nil || scope.Scopes.Empty() {
+		return base, args
 	}
+	in := func(n int) string { return "(?" + strings.Repeat(",?", n-1) + ")" }
 	var (
-		b       strings.Builder
-		args    []any
-		covered []string
+		branches []string
+		all      []any
+		covered  []any
 	)
-	b.WriteString(" AND (")
-	for i, name := range scope.Scopes.Names() {
+	for _, name := range scope.Scopes.Names() {
 		d := scope.Scopes.Named(name)
-		models := make([]string, 0, len(d.Fields))
-		for m := range d.Fields {
+		models := make([]any, 0, len(d.Fields))
+		for _, m := range slices.Sorted(maps.Keys(d.Fields)) {
 			models = append(models, m)
 		}
 		covered = append(covered, models...)
-		if i > 0 {
-			b.WriteString(" OR ")
-		}
-		b.WriteString("(model IN (?" + strings.Repeat(",?", len(models)-1) + ")")
-		for _, m := range models {
-			args = append(args, m)
-		}
-		switch values := scope.Follow[name]; {
-		case scope.Follow.All(name):
+		values := scope.Follow[name]
+		switch {
 		case len(values) == 0:
-			b.WriteString(" AND 0 = 1")
+		case scope.Follow.All(name):
+			branches = append(branches, base+` AND model IN `+in(len(models)))
+			all = append(append(all, args...), models...)
 		default:
-			b.WriteString(" AND scope_value IN (?" + strings.Repeat(",?", len(values)-1) + ")")
+			branches = append(branches, base+` AND scope_value IN `+in(len(values))+` AND model IN `+in(len(models)))
+			all = append(all, args...)
 			for _, v := range values {
-				args = append(args, v)
+				all = append(all, v)
 			}
+			all = append(all, models...)
 		}
-		b.WriteString(")")
 	}
-	b.WriteString(" OR model NOT IN (?" + strings.Repeat(",?", len(covered)-1) + "))")
-	for _, m := range covered {
-		args = append(args, m)
+	// The models no scope covers: the ranges of model names between the
+	// covered ones, each a range of the primary key (a NOT IN would read
+	// every covered row of the tenant only to skip it).
+	slices.SortFunc(covered, func(a, b any) int { return strings.Compare(a.(string), b.(string)) })
+	var gaps []string
+	var gapArgs []any
+	for i := 0; i <= len(covered); i++ {
+		cond := base
+		if i > 0 {
+			cond += ` AND model > ?`
+		}
+		if i < len(covered) {
+			cond += ` AND model < ?`
+		}
+		gaps = append(gaps, cond)
+		gapArgs = append(gapArgs, args...)
+		if i > 0 {
+			gapArgs = append(gapArgs, covered[i-1])
+		}
+		if i < len(covered) {
+			gapArgs = append(gapArgs, covered[i])
+		}
 	}
-	return b.String(), args
+	return strings.Join(append(gaps, branches...), " UNION ALL "), append(gapArgs, all...)
 }
 
 // Retention bounds a table that grows with every write (the oplog, the

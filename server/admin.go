@@ -204,7 +204,8 @@ func (s *Server) adminConflicts(r *http.Request) (any, int, error) {
 // adminNode is a cluster node's report as the admin API shows it.
 func adminNode(n cluster.Status) adminapi.Node {
 	return adminapi.Node{Node: n.Node, AppliedSeq: n.AppliedSeq, Digest: n.Digest, StreamHead: n.StreamHead, Lag: n.Lag,
-		LeaseHeld: n.LeaseHeld, Ready: n.Ready, Problem: n.Problem, At: n.At, Agreement: n.Agreement}
+		LeaseHeld: n.LeaseHeld, Ready: n.Ready, Problem: n.Problem, At: n.At, Agreement: n.Agreement,
+		Format: n.Format, ClusterVersion: n.ClusterVersion}
 }
 
 func conflictSide(s replication.Side) adminapi.ConflictSide {

@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // clusterCommitter is a cluster node's committer: it publishes the edge's
@@ -54,4 +56,22 @@ func (s *Server) catchUp(ctx context.Context, cursor uint64) {
 	wctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	_ = s.store.Log.Wait(wctx, cursor-1)
+}
+
+// pushRefusalCode is the code of a push that was not decided (err: the
+// committer did not take it, or took it and cannot say): shutting_down
+// while syncd closes; server_busy when this cluster node does not serve
+// (cluster.ErrNotServing: its configuration differs from the cluster's,
+// its stream drifted, it diverged), a retryable answer that sends the
+// device to another node; internal otherwise. Each says nothing was
+// applied, so the device resends.
+func pushRefusalCode(err error) syncproto.Code {
+	switch {
+	case errors.Is(err, errStoreClosed):
+		return syncproto.CodeShuttingDown
+	case errors.Is(err, cluster.ErrNotServing):
+		return syncproto.CodeServerBusy
+	default:
+		return syncproto.CodeInternal
+	}
 }

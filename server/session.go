@@ -457,10 +457,9 @@ func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 		if ctx.Err() != nil {
 			return // the session is being cut: nothing more is sent on it
 		}
-		code := syncproto.CodeShuttingDown
-		if !errors.Is(err, errStoreClosed) {
+		code := pushRefusalCode(err)
+		if code != syncproto.CodeShuttingDown {
 			ss.log.Error("push not decided", "err", err)
-			code = syncproto.CodeInternal
 		}
 		refusal := syncproto.Errorf(code, "push not applied (%s); resend it", code)
 		ss.srv.slo.answered(refusal, 0)
@@ -860,10 +859,7 @@ func (ss *session) encode(msg syncproto.Message) ([]byte, error) {
 // a retryable error saying nothing of it was applied.
 func pushAnswer(id string, r *pushRequest) syncproto.Message {
 	if r.err != nil {
-		code := syncproto.CodeInternal
-		if errors.Is(r.err, errStoreClosed) {
-			code = syncproto.CodeShuttingDown
-		}
+		code := pushRefusalCode(r.err)
 		return syncproto.Errorf(code, "push not applied (%s); resend it", code).WithID(id)
 	}
 	return &syncproto.PushResult{ID: id, Results: r.fx.Results}

@@ -97,7 +97,8 @@ func (a *app) printStatus(v statusView) error {
 }
 
 // printCluster lists every node of the cluster as the answering node last
-// heard of it: applied stream seq, lag, the lease, and readiness.
+// heard of it: applied stream seq, lag, the lease, the format it announces
+// and the cluster version it sees, and readiness.
 func (a *app) printCluster(c *adminapi.ClusterStatus) error {
 	lease := c.LeaseHolder
 	if lease == "" {
@@ -107,14 +108,23 @@ func (a *app) printCluster(c *adminapi.ClusterStatus) error {
 		return err
 	}
 	fmt.Fprintln(a.stdout)
-	t := newTable(a.stdout, "NODE", "APPLIED", "STREAM HEAD", "LAG", "LEASE", "READY", "REPORTED")
+	t := newTable(a.stdout, "NODE", "APPLIED", "STREAM HEAD", "LAG", "LEASE", "FORMAT", "VERSION", "READY", "REPORTED")
 	for _, n := range c.Nodes {
 		ready := "yes"
 		if !n.Ready {
 			ready = "no: " + n.Problem
 		}
 		t.row(n.Node, strconv.FormatUint(n.AppliedSeq, 10), strconv.FormatUint(n.StreamHead, 10),
-			strconv.FormatUint(n.Lag, 10), yesNo(n.LeaseHeld), ready, stamp(n.At))
+			strconv.FormatUint(n.Lag, 10), yesNo(n.LeaseHeld), formatOf(n.Format), formatOf(n.ClusterVersion), ready, stamp(n.At))
 	}
 	return t.flush()
+}
+
+// formatOf shows a command stream format; 0 is a node of a release
+// before formats, which understands the first.
+func formatOf(f int) string {
+	if f == 0 {
+		return "1 (unannounced)"
+	}
+	return strconv.Itoa(f)
 }

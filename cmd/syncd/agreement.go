@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/syncd-dev/syncd/replication/cluster"
 )
@@ -14,15 +17,86 @@ import (
 //     a node whose file missed a revocation the others have refuses to
 //     serve (and a file being replaced on every node is judged once it has
 //     been replaced everywhere);
+//   - "jwt": what decides which JWTs the node admits (jwtAgreement), so
+//     two nodes that would admit different tokens do not both serve;
+//   - "scopes": the partial sync declarations (--scope, --membership),
+//     which every node's materializer applies (scope values, grants);
 //   - "retention": the retention settings, which the lease holder's jobs
 //     carry out on every node alike, and how often they run.
 func agreement(o options) func() map[string]string {
 	retention := fmt.Sprintf("%+v every %s", o.retention, o.retentionEvery)
+	scopes := o.scopes.String()
 	return func() map[string]string {
-		tokens, err := os.ReadFile(o.tokens)
-		if err != nil {
-			tokens = []byte("unreadable: " + err.Error())
+		return map[string]string{
+			"tokens":    cluster.HashPart(readForAgreement(o.tokens)),
+			"jwt":       cluster.HashPart([]byte(o.jwt.agreement())),
+			"scopes":    cluster.HashPart([]byte(scopes)),
+			"retention": cluster.HashPart([]byte(retention)),
 		}
-		return map[string]string{"tokens": cluster.HashPart(tokens), "retention": cluster.HashPart([]byte(retention))}
 	}
+}
+
+// agreement is the text of the JWT settings that decide which tokens a
+// node admits: the verification rules (issuer, audience, algorithms,
+// leeway, lifetime and size bounds), the claims a principal is read from,
+// and the identity of the key source and the deny list. Files (the JWKS
+// file, the HS256 secret, the deny list) are read afresh at every report
+// and stand by their SHA-256, so a node that missed a key rotation or a
+// revocation differs; a JWKS URL stands by the URL and its CA file's
+// digest (the keys behind it are fetched by each node on its own
+// schedule, within --jwt-jwks-refresh). The fetch schedule itself
+// (refresh, min refresh, timeout) is not part of it: nodes may fetch at
+// different paces and still admit the same tokens. "off" when JWT
+// verification is off.
+func (j *jwtOptions) agreement() string {
+	if !j.enabled() {
+		return "off"
+	}
+	var b strings.Builder
+	field := func(name string, v any) { fmt.Fprintf(&b, "%s=%q\n", name, fmt.Sprint(v)) }
+	file := func(name, path string) {
+		if path == "" {
+			field(name, "")
+			return
+		}
+		field(name, cluster.HashPart(readForAgreement(path)))
+	}
+	field("issuer", j.issuer)
+	field("audience", j.audience)
+	if j.secretFile == "" {
+		field("algorithms", j.algorithms) // ignored with a shared secret (HS256 only)
+	}
+	field("leeway", j.leeway)
+	field("max_lifetime", j.maxLifetime)
+	field("max_bytes", j.maxBytes)
+	field("tenant_claim", j.tenantClaim)
+	field("default_tenant", j.defaultTenant)
+	field("read_claim", j.readClaim)
+	field("write_claim", j.writeClaim)
+	field("scopes_claim", j.scopesClaim)
+	field("client_id_claim", j.clientIDClaim)
+	field("jwks_url", j.jwksURL)
+	file("jwks_ca", j.jwksCA)
+	file("jwks_file", j.jwksFile)
+	file("hs256_secret", j.secretFile)
+	file("deny_list", j.denyFile)
+	return b.String()
+}
+
+// readForAgreement reads a file whose contents the nodes must share; one
+// that cannot be read stands by why (missing, or the error without its
+// path, which may differ between nodes), unlike any readable file.
+func readForAgreement(path string) []byte {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []byte("missing\x00")
+	}
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return []byte("unreadable\x00" + err.Error())
+	}
+	return data
 }

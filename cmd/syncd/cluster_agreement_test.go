@@ -50,13 +50,7 @@ func TestClusterProcessStaleTokenFile(t *testing.T) {
 	defer open.close()
 
 	require.NoError(t, auth.Revoke(pc.tokens, id))
-	require.Eventually(t, func() bool {
-		code, body := readyz(third)
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "tokens")
-	}, time.Minute, 200*time.Millisecond, "the stale node names its token file")
-	for _, n := range pc.nodes[:2] {
-		require.True(t, n.ready(), "%s serves on", n.name)
-	}
+	requireOutOfAgreement(t, pc, third, "tokens")
 
 	// The stale node still knows the token, but serves nobody: its open
 	// session is closed (server_busy: another node serves) and new ones
@@ -98,4 +92,41 @@ func mustOpID(t testing.TB) string {
 	id, err := syncproto.NewOpID()
 	require.NoError(t, err)
 	return id
+}
+
+// TestClusterProcessJWTSettingsDiffer: three nodes verifying JWTs with
+// the same shared secret; node-3 restarted with another required issuer
+// (it would admit other tokens than its peers) refuses to serve, /readyz
+// naming the JWT settings, while the others serve on; restarted with the
+// cluster's settings, it serves again.
+func TestClusterProcessJWTSettingsDiffer(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "jwt-secret")
+	require.NoError(t, os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef0123456789abcdef"), 0o600))
+	pc := startProcCluster(t, "--jwt-hs256-secret-file", secret, "--jwt-issuer", "https://id.example", "--jwt-audience", "app")
+	third := pc.nodes[2]
+	args := third.args
+	third.kill(t)
+	third.args = append(append([]string(nil), args...), "--jwt-issuer", "https://elsewhere.example")
+	third.start(t)
+	requireOutOfAgreement(t, pc, third, "jwt")
+
+	third.kill(t)
+	third.args = args
+	third.start(t)
+	third.waitReady(t)
+}
+
+// requireOutOfAgreement waits until node n answers /readyz 503 naming the
+// agreement part it differs in, and checks that the other nodes serve on.
+func requireOutOfAgreement(t testing.TB, pc *procCluster, n *procNode, part string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		code, body := readyz(n)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, part)
+	}, time.Minute, 200*time.Millisecond, "%s names %s", n.name, part)
+	for _, o := range pc.nodes {
+		if o != n {
+			require.True(t, o.ready(), "%s serves on", o.name)
+		}
+	}
 }

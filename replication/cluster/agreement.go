@@ -40,6 +40,9 @@ const (
 	// PartCommandKey: a fingerprint of the command key (an HMAC of a fixed
 	// text under a key derived from it: it tells nothing of the key).
 	PartCommandKey = "command_key"
+	// PartRecordsCheckGap: the least stream time between two records
+	// checks a node digests.
+	PartRecordsCheckGap = "records_check_gap"
 )
 
 // agreement computes this node's parts: Options.Agreement's and the
@@ -56,6 +59,7 @@ func (c *Cluster) agreement() map[string]string {
 	fmt.Fprintf(&models, "default=%q\n", c.opts.Policies.Default())
 	parts[PartModels] = HashPart([]byte(models.String()))
 	parts[PartClockSkew] = c.opts.MaxClockSkew.String()
+	parts[PartRecordsCheckGap] = c.opts.RecordsCheckGap.String()
 	parts[PartCommandKey] = hex.EncodeToString(mac(deriveKey(c.opts.CommandKey, "syncd agreement v1"), []byte("command key fingerprint")))[:16]
 	return parts
 }

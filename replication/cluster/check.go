@@ -89,7 +89,7 @@ const maxJobLimit = 1_000_000
 // check decides whether msg, the stream's next message, is a command this
 // node applies: it returns the command, or the refusal that skips it, or
 // an error that must stop the node (an authenticated command of a newer
-// version). It reads nothing but msg, the node's options that every node
+// version or format: *FormatError, at which the node waits). It reads nothing but msg, the node's options that every node
 // shares (checked by the configuration agreement) and pos, the log's
 // state, so every node decides alike.
 func (m *materializer) check(msg streamMsg, pos position) (Command, *RefusedError, error) {
@@ -113,11 +113,18 @@ func (m *materializer) check(msg streamMsg, pos position) (Command, *RefusedErro
 	}
 	switch {
 	case c.Version > CommandVersion:
-		return Command{}, nil, fmt.Errorf("%w: stream seq %d is an authenticated command of version %d, this node applies version %d: upgrade this node", ErrBadCommand, msg.seq, c.Version, CommandVersion)
+		return Command{}, nil, &FormatError{Seq: msg.seq, What: fmt.Sprintf("an authenticated command of version %d (this node applies version %d)", c.Version, CommandVersion), Have: o.Format}
 	case c.Version != CommandVersion:
 		return refuse(RefusedMalformed, "version %d", c.Version)
 	case (len(c.Batches) == 0) == (c.Job == nil):
 		return refuse(RefusedMalformed, "%s holds neither or both of batches and a job", c.ID)
+	}
+	if j := c.Job; j != nil && j.Kind != jobCompactWholeOplog {
+		if f, ok := jobFormats[j.Kind]; !ok {
+			return Command{}, nil, &FormatError{Seq: msg.seq, What: fmt.Sprintf("an authenticated job of a kind this release does not know (%q)", j.Kind), Have: o.Format}
+		} else if f > o.Format {
+			return Command{}, nil, &FormatError{Seq: msg.seq, What: fmt.Sprintf("the job %s of format %d", j.Kind, f), Have: o.Format}
+		}
 	}
 	bound := msg.at.Add(o.MaxClockSkew)
 	for i := range c.Batches {

@@ -50,6 +50,9 @@ const (
 	DefaultSnapshotEvery   = time.Hour
 	DefaultCheckpointEvery = 1000
 	DefaultPoll            = 20 * time.Millisecond
+	// DefaultRecordsCheckEvery: a records check an hour, as snapshots.
+	DefaultRecordsCheckEvery = time.Hour
+	DefaultRecordsCheckGap   = time.Minute
 )
 
 // Options configure a node's membership in a cluster. The zero value of
@@ -121,6 +124,24 @@ type Options struct {
 	// serve, naming the part (ErrConfigMismatch). It is called on the
 	// report loop, every few seconds, and must return quickly.
 	Agreement func() map[string]string
+	// Format is the highest command stream format this node understands
+	// and announces (Formats); 0 means LatestFormat. A lower one makes
+	// the node act as a node of the release that stopped at it: it
+	// announces that format, holds the cluster version at it, and waits
+	// (ErrNeedsUpgrade) at a command of a later one. For tests of rolling
+	// upgrades, and to hold a cluster at a format while a release is
+	// tried.
+	Format int
+	// RecordsCheckEvery is how often the lease holder publishes a records
+	// check (the check_records job, once the cluster version allows it):
+	// every node then reads its whole records table once, and the nodes
+	// compare what they read. 0 means DefaultRecordsCheckEvery.
+	RecordsCheckEvery time.Duration
+	// RecordsCheckGap is the least stream time between two records checks
+	// a node digests: the bound on their cost, whoever publishes them (a
+	// closer one is a no-op). The same on every node (PartRecordsCheckGap);
+	// 0 means DefaultRecordsCheckGap.
+	RecordsCheckGap time.Duration
 	// Now is the clock of jobs (the retention reference they carry); nil
 	// means time.Now.
 	Now    func() time.Time
@@ -145,6 +166,14 @@ func (o *Options) setDefaults() error {
 	def(&o.JobInterval, DefaultJobInterval)
 	def(&o.SnapshotEvery, DefaultSnapshotEvery)
 	def(&o.Poll, DefaultPoll)
+	def(&o.RecordsCheckEvery, DefaultRecordsCheckEvery)
+	def(&o.RecordsCheckGap, DefaultRecordsCheckGap)
+	if o.Format == 0 {
+		o.Format = LatestFormat
+	}
+	if o.Format < FormatBase || o.Format > LatestFormat {
+		return fmt.Errorf("format %d: want %d to %d", o.Format, FormatBase, LatestFormat)
+	}
 	def(&o.MaxClockSkew, replication.DefaultMaxClockSkew)
 	if len(o.CommandKey) < MinCommandKeyBytes {
 		return fmt.Errorf("CommandKey: %d bytes, want at least %d (the cluster secret's command key)", len(o.CommandKey), MinCommandKeyBytes)
@@ -219,6 +248,9 @@ type Cluster struct {
 	waitingQuorum atomic.Bool
 	quorumLogged  atomic.Int64                 // unix nanos of the last "waiting for cluster quorum" log
 	failed        atomic.Pointer[error]        // set when this node must stop serving
+	blocked       atomic.Pointer[error]        // set while the materializer waits at a command of a later format (waitForUpgrade)
+	version       atomic.Int64                 // the cluster version, as of the last survey (setVersion)
+	unverified    atomic.Bool                  // set while this node's restored records wait for a records check to agree with its peers
 	applied       atomic.Pointer[appliedState] // what the store holds, for Status
 	streamHead    atomic.Uint64                // the stream's head, as last read or seen
 	published     chan struct{}                // signalled when this node's publish is acknowledged: its materializer reads at once
@@ -251,6 +283,8 @@ func Connect(ctx context.Context, nc *nats.Conn, o Options) (*Cluster, error) {
 	c := &Cluster{opts: o, nc: nc, js: js, log: o.Logger.With("node", o.Node),
 		waiters: map[string]waiter{}, checkpoints: make(chan checkpoint, 16), published: make(chan struct{}, 1)}
 	c.metrics = newMetrics(o.Registerer)
+	c.metrics.nodeFormat.Set(float64(o.Format))
+	c.setVersion(FormatBase) // until the first survey says otherwise
 	if max := nc.MaxPayload(); max < int64(o.MaxCommandBytes) {
 		return nil, fmt.Errorf("cluster: %w: the NATS servers accept messages up to %d bytes, syncd publishes up to %d: set max_payload to at least %d on every server",
 			ErrMisconfigured, max, o.MaxCommandBytes, o.MaxCommandBytes)
@@ -467,6 +501,14 @@ func (c *Cluster) Start(store *replication.Store, onApplied func(oplogHead uint6
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
+	unverified, err := readUnverified(context.Background(), store.DB)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	if unverified {
+		c.unverified.Store(true)
+		c.metrics.recordsUnverified.Set(1)
+	}
 	c.store = store
 	c.onApplied = onApplied
 	c.setApplied(pos)
@@ -498,17 +540,18 @@ var ErrClosed = errors.New("cluster node closed")
 // Ready returns nil when the node may serve: it is not waiting for quorum,
 // has not failed (divergence, a gap it must restore from a snapshot), the
 // command stream exists with the settings syncd requires
-// (ErrMisconfigured, ErrStreamDeleted), and its configuration agrees with
-// the cluster's (ErrConfigMismatch).
+// (ErrMisconfigured, ErrStreamDeleted), its configuration agrees with
+// the cluster's (ErrConfigMismatch), it does not wait at a command of a
+// later format (ErrNeedsUpgrade), and, when it restored a snapshot, a
+// records check agreed with its peers since (ErrRecordsUnverified).
 func (c *Cluster) Ready() error {
-	if errp := c.failed.Load(); errp != nil {
-		return *errp
+	for _, p := range []*atomic.Pointer[error]{&c.failed, &c.misconfig, &c.mismatch, &c.blocked} {
+		if errp := p.Load(); errp != nil {
+			return *errp
+		}
 	}
-	if errp := c.misconfig.Load(); errp != nil {
-		return *errp
-	}
-	if errp := c.mismatch.Load(); errp != nil {
-		return *errp
+	if c.unverified.Load() {
+		return c.unverifiedError()
 	}
 	if c.waitingQuorum.Load() {
 		return ErrWaitingForQuorum
@@ -521,9 +564,10 @@ func (c *Cluster) Ready() error {
 var ErrWaitingForQuorum = errors.New("waiting for cluster quorum")
 
 // Refuses reports why this node must not serve devices at all, reads
-// included: it diverged, its stream is misconfigured, or its
-// configuration differs from the cluster's (a token file missing a
-// revocation, other model declarations). nil while it serves, and while it
+// included: it diverged, its stream is misconfigured, its configuration
+// differs from the cluster's (a token file missing a revocation, other
+// model declarations), it waits for an upgrade, or its restored records
+// are not verified yet. nil while it serves, and while it
 // only waits for quorum.
 func (c *Cluster) Refuses() error {
 	if err := c.Ready(); err != nil && !errors.Is(err, ErrWaitingForQuorum) {
@@ -556,11 +600,18 @@ type Status struct {
 	// Agreement is a hash per named part of the configuration every node
 	// must share (Options.Agreement), as of the node's last report.
 	Agreement map[string]string `json:"agreement,omitempty"`
+	// Format is the highest command stream format the node understands
+	// (Formats); nodes of releases before formats leave it out (0, read
+	// as FormatBase). ClusterVersion is the cluster version as the node
+	// last surveyed it: the formats it publishes.
+	Format         int `json:"format,omitempty"`
+	ClusterVersion int `json:"cluster_version,omitempty"`
 }
 
 // Status returns this node's status now.
 func (c *Cluster) Status() Status {
-	st := Status{Node: c.opts.Node, StreamHead: c.streamHead.Load(), LeaseHeld: c.leaseHeld.Load(), At: c.opts.Now().UTC()}
+	st := Status{Node: c.opts.Node, StreamHead: c.streamHead.Load(), LeaseHeld: c.leaseHeld.Load(), At: c.opts.Now().UTC(),
+		Format: c.opts.Format, ClusterVersion: int(c.version.Load())}
 	if a := c.applied.Load(); a != nil { // nil before Start
 		st.AppliedSeq, st.Digest = a.seq, a.digest
 	}

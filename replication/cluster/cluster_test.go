@@ -106,6 +106,14 @@ func startNode(t testing.TB, ns *server.Server, name, path string, o cluster.Opt
 // cluster's).
 func startNodeWith(t testing.TB, ns *server.Server, name, path string, o cluster.Options, so replication.StoreOptions) *node {
 	t.Helper()
+	return startNodeEdited(t, ns, name, path, o, so, nil)
+}
+
+// startNodeEdited is startNodeWith that runs edit, when not nil, on the
+// node's database file after PrepareData and before the node opens it: an
+// intruder altering the disk of a node being restored.
+func startNodeEdited(t testing.TB, ns *server.Server, name, path string, o cluster.Options, so replication.StoreOptions, edit func(path string)) *node {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	o.Node = name
@@ -128,6 +136,9 @@ func startNodeWith(t testing.TB, ns *server.Server, name, path string, o cluster
 	require.NoError(t, err)
 	_, err = n.cl.PrepareData(ctx, path)
 	require.NoError(t, err)
+	if edit != nil {
+		edit(path)
+	}
 	n.db, err = sqlitedb.Open(ctx, path, sqlitedb.Options{})
 	require.NoError(t, err)
 	so.ID = n.cl.ID()

@@ -13,13 +13,15 @@ import (
 )
 
 // CommandVersion is the encoding version of the commands this package
-// writes.
+// writes. What may change in commands beyond it is listed in Formats, and
+// published only once every node understands it (Cluster.uses).
 //
-// A materializer meeting an authenticated command of a newer version (a
-// node of a newer release, during a rolling upgrade) stops loudly: the
-// command is an honest peer's, and skipping it while the newer nodes apply
-// it would make the replicas diverge; stopping says "upgrade this node".
-// A command that is not authenticated is never given that power: whatever
+// A materializer meeting an authenticated command of a newer version or
+// format than it understands (a node of a newer release that joined a
+// cluster whose version had moved past this node's) waits there, loudly
+// (ErrNeedsUpgrade): the command is an honest peer's, and skipping it
+// while the newer nodes apply it would make the replicas diverge. A
+// command that is not authenticated is never given that power: whatever
 // its version, it is refused and skipped like any other unauthenticated
 // message (see refusal).
 const CommandVersion = 1
@@ -71,8 +73,8 @@ type Job struct {
 }
 
 // ErrBadCommand is wrapped when an authenticated stream message is a
-// command this node cannot apply as its peers may have (a newer version,
-// an unknown or retired job): the node stops serving.
+// command this node cannot apply as its peers may have (a retired job):
+// the node stops serving.
 var ErrBadCommand = errors.New("bad command")
 
 // HeaderAuth is the NATS header that carries a command's authenticator:

@@ -17,4 +17,14 @@
 // JetStream object store let a new or lagging node catch up (PrepareData);
 // every node publishes a running digest of what it applied (Status, Nodes)
 // and stops serving (Ready) on a mismatch with a peer at the same sequence.
+// Records checks (JobCheckRecords) fold a digest of every node's records
+// into that digest at one sequence, so the nodes compare record contents
+// too; a node restored from a snapshot serves only once one agreed.
+//
+// Rolling upgrades: each node announces the highest command stream
+// format it understands (Status.Format, the table Formats); the cluster
+// version is the lowest its members announce, and a command of a newer
+// format is published only once the version reaches it, so no node meets
+// a command it cannot apply (one that does, a node of an older release
+// joining late, waits there: ErrNeedsUpgrade).
 package cluster

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"time"
 
@@ -53,6 +54,8 @@ func (c *Cluster) holdLease(ctx context.Context, token uint64, renewEvery time.D
 	defer jobs.Stop()
 	snapshots := time.NewTicker(c.opts.SnapshotEvery)
 	defer snapshots.Stop()
+	checks := time.NewTicker(c.opts.RecordsCheckEvery)
+	defer checks.Stop()
 	var snapAt uint64 // the seq of the last snapshot this holder stored
 	for {
 		select {
@@ -76,6 +79,12 @@ func (c *Cluster) holdLease(ctx context.Context, token uint64, renewEvery time.D
 			c.publishJobs(ctx, token)
 		case <-snapshots.C:
 			snapAt = c.takeSnapshot(ctx, snapAt)
+		case <-checks.C:
+			// Until every node understands records checks, none is
+			// published (ErrFormatNotInUse): the format gate.
+			if err := c.publishRecordsCheck(ctx, token); err != nil && !errors.Is(err, ErrFormatNotInUse) && ctx.Err() == nil {
+				c.log.Warn("records check not published", "err", err)
+			}
 		}
 	}
 }
@@ -148,11 +157,13 @@ func (c *Cluster) runJob(ctx context.Context, job *Job) (int64, error) {
 	}
 }
 
-// checkpoint is one node's digest at one stream seq.
+// checkpoint is one node's digest at one stream seq. Records marks the
+// seq of a records check: the digest there covers record contents.
 type checkpoint struct {
-	Node   string `json:"node"`
-	Seq    uint64 `json:"seq"`
-	Digest string `json:"digest"`
+	Node    string `json:"node"`
+	Seq     uint64 `json:"seq"`
+	Digest  string `json:"digest"`
+	Records bool   `json:"records,omitempty"`
 }
 
 // checkpoint hands a checkpoint of this node to the report loop.
@@ -172,7 +183,10 @@ const reportEvery = 2 * time.Second
 // peers at the same seq, and agrees with fewer than disagree, stops
 // serving rather than serve divergent data.
 func (c *Cluster) runReports(ctx context.Context) {
-	watcher, err := c.nodes.Watch(ctx, "digest.*", jetstream.UpdatesOnly())
+	// The peers' newest checkpoints first, then every update: a node that
+	// reaches a seq after its peers reported there (catching up, or
+	// restored) still compares its digest with theirs.
+	watcher, err := c.nodes.Watch(ctx, "digest.*")
 	if err != nil {
 		c.log.Warn("cannot watch peer digests", "err", err)
 	}
@@ -187,6 +201,12 @@ func (c *Cluster) runReports(ctx context.Context) {
 	c.watchStream(ctx)
 	c.report(ctx)
 	peers := c.survey(ctx)
+	if c.unverified.Load() {
+		// Once peers' checkpoints are watched and the cluster version
+		// known: a check published before would be compared with nothing.
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); c.verifyRecords(ctx) }()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -216,9 +236,10 @@ func (c *Cluster) runReports(ctx context.Context) {
 }
 
 // survey reads every node's status, compares this node's configuration
-// with the live peers' (checkAgreement), and returns how many live peers
-// there are. When the statuses cannot be read, the agreement keeps its
-// last verdict.
+// with the live peers' (checkAgreement), computes the cluster version
+// (clusterVersion), and returns how many live peers there are. When the
+// statuses cannot be read, the agreement and the version keep their last
+// verdict.
 func (c *Cluster) survey(ctx context.Context) int {
 	nodes, err := c.readNodes(ctx)
 	if err != nil {
@@ -227,6 +248,7 @@ func (c *Cluster) survey(ctx context.Context) int {
 	if a := c.agreed.Load(); a != nil {
 		c.checkAgreement(*a, nodes)
 	}
+	c.setVersion(clusterVersion(c.opts.Format, c.opts.Node, nodes, c.opts.Now()))
 	return c.countLive(nodes)
 }
 
@@ -244,6 +266,22 @@ func (c *Cluster) readNodes(ctx context.Context) ([]Status, error) {
 	lctx, cancel := context.WithTimeout(ctx, c.opts.APITimeout)
 	defer cancel()
 	return c.Nodes(lctx)
+}
+
+// servingPeers counts the other nodes that reported recently that they
+// serve.
+func (c *Cluster) servingPeers(ctx context.Context) int {
+	nodes, err := c.readNodes(ctx)
+	if err != nil {
+		return math.MaxInt // no verdict without the peers
+	}
+	n := 0
+	for _, st := range nodes {
+		if st.Node != c.opts.Node && st.Ready && c.opts.Now().Sub(st.At) < 5*reportEvery {
+			n++
+		}
+	}
+	return n
 }
 
 func (c *Cluster) countLive(nodes []Status) int {
@@ -342,19 +380,34 @@ func (c *Cluster) putJSON(ctx context.Context, key string, v any) {
 
 // verdict is a comparison of this node's digest with its peers' at one seq:
 // the new comparisons a checkpoint made, and the tally of every peer.
+// mine is whether this node's own checkpoint at seq is known, records
+// whether seq is a records check's.
 type verdict struct {
 	seq                 uint64
 	matched, mismatched int
 	agree, disagree     []string
+	mine, records       bool
 }
 
 // judge counts v's comparisons and, once every live peer has reported at
 // v.seq, stops this node when more peers disagree with it than agree (with
 // one peer, a disagreement stops both: neither can tell which is right).
+//
+// At a records check, a node whose restored records wait for verification
+// is verified once every live peer that serves reported there and more
+// agree than disagree (or no such peer is live: a node alone has none to
+// ask; a peer that stopped would never report).
 func (c *Cluster) judge(ctx context.Context, v verdict, livePeers *int) {
 	c.metrics.digestChecks.WithLabelValues("match").Add(float64(v.matched))
 	c.metrics.digestChecks.WithLabelValues("mismatch").Add(float64(v.mismatched))
+	if v.records {
+		c.metrics.recordsChecks.WithLabelValues("match").Add(float64(v.matched))
+		c.metrics.recordsChecks.WithLabelValues("mismatch").Add(float64(v.mismatched))
+	}
 	if len(v.disagree) == 0 {
+		if v.records && v.mine && c.unverified.Load() && len(v.agree) >= c.servingPeers(ctx) {
+			c.recordsVerified(ctx, v.seq, v.agree)
+		}
 		return
 	}
 	// A mismatch: count the live peers afresh, so that a peer whose report
@@ -364,36 +417,45 @@ func (c *Cluster) judge(ctx context.Context, v verdict, livePeers *int) {
 		return
 	}
 	if len(v.agree) < len(v.disagree) {
-		c.fail(&DivergedError{Seq: v.seq, Peers: v.disagree})
+		c.fail(&DivergedError{Seq: v.seq, Peers: v.disagree, Records: v.records})
 		return
+	}
+	if v.records && v.mine && c.unverified.Load() && len(v.agree) > len(v.disagree) {
+		c.recordsVerified(ctx, v.seq, v.agree)
 	}
 	c.log.Error("a peer's state digest differs from this node's", "seq", v.seq, "peers", v.disagree, "agreeing", v.agree)
 }
 
 // DivergedError says this node's state differs from its peers' at the same
 // stream seq. The node stops serving; an operator replaces its data (start
-// it empty: it restores the newest snapshot).
+// it empty: it restores the newest snapshot). Records is set when the seq
+// is a records check's: what differs is the contents of the records.
 type DivergedError struct {
-	Seq   uint64
-	Peers []string
+	Seq     uint64
+	Peers   []string
+	Records bool
 }
 
 func (e *DivergedError) Error() string {
+	if e.Records {
+		return "records differ from peers " + joinProblems(e.Peers) + " at the records check of stream seq " + formatSeq(e.Seq) + " (their contents, read on every node, do not digest alike): this node stops serving"
+	}
 	return "state digest differs from peers " + joinProblems(e.Peers) + " at stream seq " + formatSeq(e.Seq) + ": this node stops serving"
 }
 
 // digestBook remembers the recent checkpoints of every node, to compare
 // this node's with its peers' at the same seq.
 type digestBook struct {
-	self  string
-	bySeq map[uint64]map[string]string
-	order []uint64
+	self    string
+	bySeq   map[uint64]map[string]string
+	records map[uint64]bool // the seqs of records checks
+	order   []uint64
 }
 
 const keepCheckpoints = 32
 
 func newDigestBook(self string) *digestBook {
-	return &digestBook{self: self, bySeq: map[uint64]map[string]string{}}
+	return &digestBook{self: self, bySeq: map[uint64]map[string]string{}, records: map[uint64]bool{}}
 }
 
 // add records cp and compares this node's digest at cp.Seq with the peers'.
@@ -405,15 +467,20 @@ func (b *digestBook) add(cp checkpoint) verdict {
 		b.order = append(b.order, cp.Seq)
 		if len(b.order) > keepCheckpoints {
 			delete(b.bySeq, b.order[0])
+			delete(b.records, b.order[0])
 			b.order = b.order[1:]
 		}
 	}
 	at[cp.Node] = cp.Digest
-	v := verdict{seq: cp.Seq}
+	if cp.Records {
+		b.records[cp.Seq] = true
+	}
+	v := verdict{seq: cp.Seq, records: b.records[cp.Seq]}
 	mine, ok := at[b.self]
 	if !ok {
 		return v
 	}
+	v.mine = true
 	for node, d := range at {
 		if node == b.self {
 			continue

@@ -38,6 +38,7 @@ type position struct {
 	digest   []byte // running digest after applied
 	jobToken uint64 // the fencing token of the last applied job
 	jobAt    int64  // the stream time of the last applied job, unix nanoseconds (0: none recorded)
+	checkAt  int64  // the stream time of the last records check digested, unix nanoseconds (0: none)
 }
 
 const (
@@ -45,13 +46,14 @@ const (
 	metaDigest   = "cluster_digest"
 	metaJobToken = "cluster_job_token"
 	metaJobAt    = "cluster_job_token_at"
+	metaCheckAt  = "cluster_records_checked_at"
 )
 
 // readPosition reads the materializer's position from db (zero when it
 // never applied anything).
 func readPosition(ctx context.Context, db *sql.DB) (position, error) {
 	var p position
-	rows, err := db.QueryContext(ctx, `SELECT name, value FROM syncd_meta WHERE name IN (?, ?, ?, ?)`, metaApplied, metaDigest, metaJobToken, metaJobAt)
+	rows, err := db.QueryContext(ctx, `SELECT name, value FROM syncd_meta WHERE name IN (?, ?, ?, ?, ?)`, metaApplied, metaDigest, metaJobToken, metaJobAt, metaCheckAt)
 	if err != nil {
 		return p, fmt.Errorf("read the applied position: %w", err)
 	}
@@ -70,6 +72,8 @@ func readPosition(ctx context.Context, db *sql.DB) (position, error) {
 			p.jobToken, err = strconv.ParseUint(value, 10, 64)
 		case metaJobAt:
 			p.jobAt, err = strconv.ParseInt(value, 10, 64)
+		case metaCheckAt:
+			p.checkAt, err = strconv.ParseInt(value, 10, 64)
 		}
 		if err != nil {
 			return p, fmt.Errorf("read the applied position: %s: %w", name, err)
@@ -84,6 +88,7 @@ func writePosition(ctx context.Context, tx *sql.Tx, p position) error {
 		metaDigest:   hex.EncodeToString(p.digest),
 		metaJobToken: strconv.FormatUint(p.jobToken, 10),
 		metaJobAt:    strconv.FormatInt(p.jobAt, 10),
+		metaCheckAt:  strconv.FormatInt(p.checkAt, 10),
 	} {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO syncd_meta (name, value) VALUES (?, ?)
 			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, name, value); err != nil {
@@ -119,6 +124,13 @@ func (c *Cluster) materialize(ctx context.Context) {
 		var gap *GapError
 		if errors.As(err, &gap) {
 			err = m.confirmGap(ctx, gap)
+		}
+		// A command of a later format: wait there, neither applying nor
+		// skipping it, until this node is upgraded.
+		var later *FormatError
+		if errors.As(err, &later) {
+			c.waitForUpgrade(later)
+			return
 		}
 		// A gap, an authenticated command this node cannot apply as its
 		// peers may have, or a batch the decision code found malformed
@@ -300,7 +312,12 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 		}
 		var fxs []replication.Effects
 		var jobRows int64
-		if cmd.Job != nil {
+		var records []byte // the records digest of a records check
+		if cmd.Job != nil && cmd.Job.Kind == JobCheckRecords {
+			if records, err = m.checkRecords(ctx, tx, &pos, msg.at); err != nil {
+				return fmt.Errorf("apply stream seq %d: %w", seq, err)
+			}
+		} else if cmd.Job != nil {
 			if jobRows, err = m.applyJob(ctx, tx, &pos, cmd.Job, msg.at); err != nil {
 				return fmt.Errorf("apply stream seq %d: %w", seq, err)
 			}
@@ -318,10 +335,13 @@ func (m *materializer) apply(ctx context.Context, group []streamMsg) (err error)
 			fxs = append(fxs, fx)
 		}
 		pos.digest = chain(pos.digest, seq, fxs, jobRows)
+		if records != nil {
+			pos.digest = chainRecords(pos.digest, seq, records)
+		}
 		pos.applied = seq
 		answers = append(answers, answer{id: cmd.ID, applied: applied{fxs: fxs, jobRows: jobRows}})
-		if seq%c.opts.CheckpointEvery == 0 {
-			checkpoints = append(checkpoints, checkpoint{Node: c.opts.Node, Seq: seq, Digest: hex.EncodeToString(pos.digest)})
+		if seq%c.opts.CheckpointEvery == 0 || records != nil {
+			checkpoints = append(checkpoints, checkpoint{Node: c.opts.Node, Seq: seq, Digest: hex.EncodeToString(pos.digest), Records: records != nil})
 		}
 	}
 	if pos.applied == m.pos.applied {

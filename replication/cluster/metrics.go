@@ -14,7 +14,7 @@ type metrics struct {
 	publishFailures  prometheus.Counter
 	waitingQuorum    prometheus.Gauge
 	leaseHeld        prometheus.Gauge
-	jobs             *prometheus.CounterVec // kind, result: applied|stale_token
+	jobs             *prometheus.CounterVec // kind, result: applied|stale_token|too_soon
 	snapshotAge      prometheus.Gauge
 	snapshots        *prometheus.CounterVec // result: stored|failed
 	digestChecks     *prometheus.CounterVec // result: match|mismatch
@@ -22,6 +22,12 @@ type metrics struct {
 	refused          *prometheus.CounterVec // reason: refusalReasons
 	misconfigured    prometheus.Gauge
 	configMismatch   prometheus.Gauge
+
+	clusterVersion    prometheus.Gauge
+	nodeFormat        prometheus.Gauge
+	waitingForUpgrade prometheus.Gauge
+	recordsUnverified prometheus.Gauge
+	recordsChecks     *prometheus.CounterVec // result: match|mismatch
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -56,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "syncd_cluster_lease_held", Help: "1 while this node holds the singleton-job lease, else 0.",
 		}),
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncd_cluster_jobs_total", Help: "Singleton job commands applied by this node, by kind and result (applied, stale_token).",
+			Name: "syncd_cluster_jobs_total", Help: "Singleton job commands applied by this node, by kind and result (applied, stale_token; too_soon: a records check within a minute of the last).",
 		}, []string{"kind", "result"}),
 		snapshotAge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncd_cluster_snapshot_age_seconds", Help: "Age of the newest snapshot in the object store, read every few seconds (unset until the first snapshot).",
@@ -79,6 +85,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		configMismatch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncd_cluster_config_mismatch", Help: "1 while a part of this node's configuration that every node must share differs from the majority's (the node does not serve), else 0.",
 		}),
+		clusterVersion: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_cluster_version", Help: "The cluster version as this node last surveyed it: the lowest command stream format its members announce, the newest it publishes.",
+		}),
+		nodeFormat: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_cluster_node_format", Help: "The highest command stream format this node understands and announces.",
+		}),
+		waitingForUpgrade: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_cluster_waiting_for_upgrade", Help: "1 while this node waits at a command of a format it does not understand (it does not serve until upgraded), else 0.",
+		}),
+		recordsUnverified: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncd_cluster_records_unverified", Help: "1 while this node's records, restored from a snapshot, wait for a records check to agree with its peers (it does not serve), else 0.",
+		}),
+		recordsChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_cluster_records_checks_total", Help: "Comparisons of this node's digest with a peer's at a records check (record contents), by result (match, mismatch).",
+		}, []string{"result"}),
 	}
 	// Every known label value exists from the start, at zero, so a rate
 	// or an alert on it has a series before the first event.
@@ -86,6 +107,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		for _, result := range []string{"applied", "stale_token"} {
 			m.jobs.WithLabelValues(string(kind), result)
 		}
+	}
+	for _, result := range []string{"applied", "too_soon"} {
+		m.jobs.WithLabelValues(string(JobCheckRecords), result)
 	}
 	for _, result := range []string{"stored", "failed"} {
 		m.snapshots.WithLabelValues(result)
@@ -95,11 +119,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, result := range []string{"match", "mismatch"} {
 		m.digestChecks.WithLabelValues(result)
+		m.recordsChecks.WithLabelValues(result)
 	}
 	if reg != nil {
 		reg.MustRegister(m.appliedSeq, m.streamHead, m.lagSeconds, m.applySeconds, m.publishSeconds,
 			m.publishedBatches, m.publishFailures, m.waitingQuorum, m.leaseHeld, m.jobs,
-			m.snapshotAge, m.snapshots, m.digestChecks, m.failed, m.refused, m.misconfigured, m.configMismatch)
+			m.snapshotAge, m.snapshots, m.digestChecks, m.failed, m.refused, m.misconfigured, m.configMismatch,
+			m.clusterVersion, m.nodeFormat, m.waitingForUpgrade, m.recordsUnverified, m.recordsChecks)
 	}
 	return m
 }

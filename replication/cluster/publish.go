@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +34,10 @@ var (
 	// this node did not apply it within CommitTimeout. It may be applied
 	// later: resend the same ops, and the ledger answers duplicates.
 	ErrOutcomeUnknown = errors.New("command published; outcome not known yet")
+	// ErrNotServing: this node must not take writes now (Refuses says
+	// why). Nothing was published: resend, to another node or to this
+	// one once it serves again; for a device it is server_busy.
+	ErrNotServing = errors.New("this node does not serve")
 )
 
 // DoneFunc receives a submitted batch's decision once this node has applied
@@ -73,16 +76,14 @@ func newPublisher(c *Cluster) *publisher {
 
 // Submit publishes b (grouped with other batches waiting) and calls done
 // once this node applied it. It returns an error only when b was not taken:
-// too large, the node does not serve (its configuration differs from the
-// cluster's, ErrConfigMismatch: a token the others revoked must not write
-// through it; or the stream drifted or is gone, ErrMisconfigured,
-// ErrStreamDeleted), or ctx ended or the node closed while waiting for
-// room.
+// too large, the node does not serve (ErrNotServing, wrapping Refuses'
+// reason: its configuration differs from the cluster's, ErrConfigMismatch,
+// as a token the others revoked must not write through it; the stream
+// drifted or is gone, ErrMisconfigured, ErrStreamDeleted; it diverged), or
+// ctx ended or the node closed while waiting for room.
 func (c *Cluster) Submit(ctx context.Context, b *replication.Batch, done DoneFunc) error {
-	for _, p := range []*atomic.Pointer[error]{&c.mismatch, &c.misconfig} {
-		if errp := p.Load(); errp != nil {
-			return fmt.Errorf("submit: %w", *errp)
-		}
+	if err := c.Refuses(); err != nil {
+		return fmt.Errorf("submit: %w: %w", ErrNotServing, err)
 	}
 	data, err := json.Marshal(b)
 	if err != nil {
@@ -219,9 +220,17 @@ func (p *publisher) refuseQueued() {
 }
 
 // publishGroup publishes group as one command and hands its submissions
-// to the materializer's answer.
+// to the materializer's answer. A group taken while the node served, which
+// it no longer does by the time it is published (its token file just
+// missed a revocation), is not published: each is answered ErrNotServing.
 func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
 	c := p.c
+	if err := c.Refuses(); err != nil {
+		for _, s := range group {
+			s.done(replication.Effects{}, fmt.Errorf("publish: %w: %w", ErrNotServing, err))
+		}
+		return
+	}
 	cmd := Command{ID: uuid.NewString(), Batches: make([]replication.Batch, len(group))}
 	for i, s := range group {
 		cmd.Batches[i] = *s.batch
@@ -263,6 +272,9 @@ func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
 // answers with the original seq (within its duplicate window), so a
 // command is never appended twice. It gives up after CommitTimeout.
 func (c *Cluster) publish(ctx context.Context, cmd Command) (uint64, error) {
+	if f := commandFormat(cmd); !c.uses(f) {
+		return 0, fmt.Errorf("%w: the command needs format %d, the cluster version is %d", ErrFormatNotInUse, f, c.version.Load())
+	}
 	data, err := encodeCommand(cmd)
 	if err != nil {
 		return 0, err

@@ -35,6 +35,12 @@ func (c *Cluster) takeSnapshot(ctx context.Context, last uint64) uint64 {
 	if a := c.applied.Load(); last != 0 && a != nil && a.seq == last {
 		return last
 	}
+	if err := c.Refuses(); err != nil {
+		// Not a state to hand on: diverged, or restored records not
+		// verified yet.
+		c.log.Warn("snapshot not taken: this node does not serve", "err", err)
+		return last
+	}
 	start := time.Now()
 	applied, err := c.storeSnapshot(ctx)
 	if err != nil {
@@ -160,6 +166,12 @@ func (c *Cluster) PrepareData(ctx context.Context, path string) (bool, error) {
 	tmp := path + ".restoring"
 	snapAt, err := c.downloadSnapshot(ctx, tmp, applied, first)
 	if err != nil {
+		os.Remove(tmp)
+		return false, err
+	}
+	// Its records are compared with the peers' before it serves, however
+	// authentic the snapshot: the mark says so across restarts.
+	if err := markUnverified(ctx, tmp, snapAt); err != nil {
 		os.Remove(tmp)
 		return false, err
 	}

@@ -64,6 +64,10 @@ func TestForgedCommandsLeaveSyncdNodesServing(t *testing.T) {
 			require.Equal(t, count, n.MetricValue(t, fmt.Sprintf(`syncd_cluster_commands_refused_total{reason=%q}`, reason)), "node %d: %s", i+1, reason)
 		}
 		require.Empty(t, n.Oplog(t, "&tenant=victim"), "node %d: no forged write applied", i+1)
+		st := selfStatus(t, n)
+		require.Equal(t, cluster.LatestFormat, st.Format, "node %d announces its format in the admin status", i+1)
+		require.Equal(t, cluster.LatestFormat, st.ClusterVersion, "node %d", i+1)
+		require.EqualValues(t, cluster.LatestFormat, n.MetricValue(t, "syncd_cluster_version"), "node %d", i+1)
 		entries := n.Oplog(t, "&tenant=acme")
 		require.Len(t, entries, 2, "node %d: the two honest writes only", i+1)
 	}

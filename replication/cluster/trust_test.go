@@ -213,6 +213,7 @@ func TestNodesAgreeOnConfiguration(t *testing.T) {
 	clock := syncproto.NewClock("phone", nil)
 	_, err := nodes[2].tryCommit(batchOf("phone", put(clock, "notes", "k", `"through the stale node"`)))
 	require.ErrorIs(t, err, cluster.ErrConfigMismatch, "a token the others revoked does not write through it")
+	require.ErrorIs(t, err, cluster.ErrNotServing, "which a device is told is server_busy")
 	nodes[0].commit(t, batchOf("phone", put(clock, "notes", "k", `"through a current node"`)))
 
 	require.NoError(t, os.WriteFile(files[2], []byte(`{"tokens":[]}`), 0o600))
@@ -284,20 +285,39 @@ func TestForgedSnapshotIsRefused(t *testing.T) {
 	}
 }
 
-// TestAuthenticatedNewerVersionStopsTheNode: a command of a newer version
-// that carries a valid authenticator is a newer node's (a rolling
-// upgrade): skipping it would diverge from the nodes that apply it, so
-// the node stops, saying to upgrade it. The same bytes unauthenticated
-// were skipped (TestForgedCommandsAreRefusedAlike).
-func TestAuthenticatedNewerVersionStopsTheNode(t *testing.T) {
-	servers := syncdtest.StartNATS(t, 1, testSecret)
-	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{JobInterval: time.Hour})
-	writeMany(t, n, "phone", 1)
-	data := []byte(`{"v":2,"id":"from-a-newer-node"}`)
-	publishRaw(t, n.nc, data, cluster.Authenticate(testKey, data))
-	require.Eventually(t, func() bool { return n.cl.Ready() != nil }, waitFor, 20*time.Millisecond)
-	require.ErrorIs(t, n.cl.Ready(), cluster.ErrBadCommand)
-	require.ErrorContains(t, n.cl.Ready(), "upgrade this node")
+// TestAuthenticatedNewerVersionWaitsForUpgrade: a command of a newer
+// version, a job of a kind this release does not know, or a job of a
+// later format than the node announces, that carries a valid
+// authenticator is a newer node's: skipping it would diverge from
+// the nodes that apply it, so the node waits there, not serving, saying
+// to upgrade it, without failing. The same bytes unauthenticated were
+// skipped (TestForgedCommandsAreRefusedAlike).
+func TestAuthenticatedNewerVersionWaitsForUpgrade(t *testing.T) {
+	older := cluster.Options{JobInterval: time.Hour, Format: cluster.FormatBase}
+	for i, c := range []struct {
+		data []byte
+		o    cluster.Options
+	}{
+		{[]byte(`{"v":2,"id":"from-a-newer-node"}`), cluster.Options{JobInterval: time.Hour}},
+		{[]byte(`{"v":1,"id":"a-newer-job","job":{"kind":"rebalance","token":0,"now":"2026-01-01T00:00:00Z","limit":1}}`), cluster.Options{JobInterval: time.Hour}},
+		// A node of the release before records checks, in a cluster that
+		// moved on without it.
+		{[]byte(`{"v":1,"id":"a-records-check","job":{"kind":"check_records","token":0,"now":"2026-01-01T00:00:00Z","limit":1}}`), older},
+	} {
+		data := c.data
+		servers := syncdtest.StartNATS(t, 1, testSecret) // a stream of its own
+		n := startNode(t, servers[0], fmt.Sprintf("node-%d", i+1), filepath.Join(t.TempDir(), "syncd.db"), c.o)
+		writeMany(t, n, "phone", 1)
+		at := publishRaw(t, n.nc, data, cluster.Authenticate(testKey, data))
+		require.Eventually(t, func() bool { return n.cl.Ready() != nil }, waitFor, 20*time.Millisecond)
+		require.ErrorIs(t, n.cl.Ready(), cluster.ErrNeedsUpgrade)
+		require.ErrorContains(t, n.cl.Ready(), "upgrade it")
+		require.ErrorIs(t, n.cl.Refuses(), cluster.ErrNeedsUpgrade, "it does not serve")
+		require.Equal(t, 1.0, n.metric(t, "syncd_cluster_waiting_for_upgrade", "", ""))
+		require.Equal(t, 0.0, n.metric(t, "syncd_cluster_node_failed", "", ""), "it waits, it has not failed")
+		require.Less(t, n.cl.Status().AppliedSeq, at, "it neither applied nor skipped the command")
+		n.stop()
+	}
 }
 
 // TestOptionsNameWhatIsMissing: a node without a command key of at least

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestJWTAgreementCoversWhatDecidesAdmission: every JWT setting that
+// changes which tokens a node admits changes the "jwt" part, files by
+// their contents (a key rotation or a revocation a node missed); the
+// fetch schedule does not, and a missing file stands by "missing" whatever
+// its path.
+func TestJWTAgreementCoversWhatDecidesAdmission(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(data), 0o600))
+		return p
+	}
+	jwks := write("jwks.json", `{"keys":[]}`)
+	deny := write("deny.json", `{"denied":[]}`)
+	base := func() jwtOptions {
+		var j jwtOptions
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		j.register(fs)
+		require.NoError(t, fs.Parse([]string{"--jwt-jwks-file", jwks, "--jwt-deny-file", deny, "--jwt-issuer", "https://id.example"}))
+		return j
+	}
+	want := base()
+	again := base()
+	require.Equal(t, want.agreement(), again.agreement(), "the same settings agree")
+
+	differs := map[string]func(j *jwtOptions){
+		"issuer":          func(j *jwtOptions) { j.issuer = "https://other.example" },
+		"audience":        func(j *jwtOptions) { j.audience = "app" },
+		"algorithms":      func(j *jwtOptions) { j.algorithms = "RS256" },
+		"leeway":          func(j *jwtOptions) { j.leeway = time.Minute },
+		"max lifetime":    func(j *jwtOptions) { j.maxLifetime = time.Hour },
+		"max bytes":       func(j *jwtOptions) { j.maxBytes = 1024 },
+		"tenant claim":    func(j *jwtOptions) { j.tenantClaim = "org" },
+		"default tenant":  func(j *jwtOptions) { j.defaultTenant = "acme" },
+		"read claim":      func(j *jwtOptions) { j.readClaim = "r" },
+		"write claim":     func(j *jwtOptions) { j.writeClaim = "w" },
+		"scopes claim":    func(j *jwtOptions) { j.scopesClaim = "s" },
+		"client id claim": func(j *jwtOptions) { j.clientIDClaim = "device" },
+		"jwks url":        func(j *jwtOptions) { j.jwksURL = "https://id.example/jwks"; j.jwksFile = "" },
+		"jwks file contents": func(j *jwtOptions) {
+			j.jwksFile = write("jwks2.json", `{"keys":[{"kid":"new"}]}`)
+		},
+		"hs256 secret": func(j *jwtOptions) {
+			j.secretFile = write("secret", "0123456789abcdef0123456789abcdef")
+			j.jwksFile = ""
+		},
+		"deny list contents": func(j *jwtOptions) {
+			j.denyFile = write("deny2.json", `{"denied":[{"jti":"x"}]}`)
+		},
+		"off": func(j *jwtOptions) { j.jwksFile = "" },
+	}
+	for name, change := range differs {
+		j := base()
+		change(&j)
+		require.NotEqual(t, want.agreement(), j.agreement(), "%s must be part of the agreement", name)
+	}
+
+	same := base()
+	same.refresh, same.minRefresh, same.timeout = time.Hour, time.Hour, time.Hour
+	require.Equal(t, want.agreement(), same.agreement(), "the fetch schedule is each node's own")
+
+	a, b := base(), base()
+	a.denyFile, b.denyFile = filepath.Join(dir, "a", "none.json"), filepath.Join(dir, "b", "none.json")
+	require.Equal(t, a.agreement(), b.agreement(), "a missing deny list is missing wherever it was looked for")
+	before := want.agreement()
+	require.NoError(t, os.WriteFile(deny, []byte(`{"denied":[{"jti":"y"}]}`), 0o600))
+	require.NotEqual(t, before, want.agreement(), "the deny list is read afresh")
+}
+
+// TestAgreementCoversScopes: nodes with other partial sync declarations
+// differ in the "scopes" part, and only there.
+func TestAgreementCoversScopes(t *testing.T) {
+	var a, b options
+	require.NoError(t, a.scopes.Set("project=tasks.project"))
+	require.NoError(t, b.scopes.Set("project=tasks.project,notes.project"))
+	pa, pb := agreement(a)(), agreement(b)()
+	for part := range pa {
+		if part == "scopes" {
+			require.NotEqual(t, pa[part], pb[part])
+			continue
+		}
+		require.Equal(t, pa[part], pb[part], part)
+	}
+	var c options
+	require.NoError(t, c.scopes.Set("project=tasks.project"))
+	require.NoError(t, c.scopes.SetMembership("project=tasks:owner"))
+	require.NotEqual(t, pa["scopes"], agreement(c)()["scopes"], "the membership model too")
+}
