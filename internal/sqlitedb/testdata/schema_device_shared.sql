@@ -2,6 +2,7 @@
 CREATE UNIQUE INDEX items_key ON items (key) WHERE length(key) > 0;
 CREATE INDEX outcomes_by_time ON outcomes (decided_at);
 CREATE INDEX pending_by_key ON pending (model, key, queue_id);
+CREATE INDEX records_by_scope_value ON records (scope_value, model) WHERE scope_value <> '';
 CREATE TABLE dead_letters (
 	id          INTEGER PRIMARY KEY,
 	payload     BLOB    NOT NULL,
@@ -55,6 +56,6 @@ CREATE TABLE records (
 	version INTEGER NOT NULL,
 	hlc     TEXT NOT NULL,
 	wall    INTEGER NOT NULL,
-	deleted INTEGER NOT NULL,
+	deleted INTEGER NOT NULL, scope_value TEXT NOT NULL DEFAULT '',
 	PRIMARY KEY (model, key)
 ) WITHOUT ROWID;

@@ -1,6 +1,7 @@
--- user_version 0
+-- user_version 2
 CREATE INDEX outcomes_by_time ON outcomes (decided_at);
 CREATE INDEX pending_by_key ON pending (model, key, queue_id);
+CREATE INDEX records_by_scope_value ON records (scope_value, model) WHERE scope_value <> '';
 CREATE TABLE meta (
 	name  TEXT PRIMARY KEY,
 	value INTEGER NOT NULL
@@ -38,6 +39,6 @@ CREATE TABLE records (
 	version INTEGER NOT NULL,
 	hlc     TEXT NOT NULL,
 	wall    INTEGER NOT NULL,
-	deleted INTEGER NOT NULL,
+	deleted INTEGER NOT NULL, scope_value TEXT NOT NULL DEFAULT '',
 	PRIMARY KEY (model, key)
 ) WITHOUT ROWID;
