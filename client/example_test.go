@@ -296,7 +296,7 @@ func Example_partialSync() {
 		log.Fatal(err)
 	}
 	c, err := client.Open(ctx, client.Config{ServerURLs: []string{srv.URL}, Credential: srv.Credential, Queue: queue,
-		Scopes: syncproto.ScopeSet{"project": {"p1"}}}) // without it: every granted value
+		Scopes: syncproto.ScopeSet{"project": {"p1", "p2"}}}) // without it: every granted value
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -317,8 +317,21 @@ func Example_partialSync() {
 			log.Fatal(err)
 		}
 	}
-	if err := c.WaitScope(ctx, "project", "p1"); err != nil {
+	if err := c.Sync(ctx); err != nil {
 		log.Fatal(err)
+	}
+	fmt.Println("following p1 and p2:", keys())
+
+	sub := c.Changes()
+	defer sub.Close()
+	if err := c.SetScopes(ctx, "project", "p1"); err != nil {
+		log.Fatal(err)
+	}
+	for ev := range sub.C {
+		if ev.Evicted != "" {
+			fmt.Println("evicted", ev.Key+":", ev.Evicted)
+			break
+		}
 	}
 	fmt.Println("following p1:", keys())
 
@@ -328,23 +341,10 @@ func Example_partialSync() {
 	if err := c.WaitScope(ctx, "project", "p2"); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("after adding p2:", keys())
-
-	sub := c.Changes()
-	defer sub.Close()
-	if err := c.SetScopes(ctx, "project", "p2"); err != nil {
-		log.Fatal(err)
-	}
-	for ev := range sub.C {
-		if ev.Evicted != "" {
-			fmt.Println("evicted", ev.Key+":", ev.Evicted)
-			break
-		}
-	}
-	fmt.Println("after dropping p1:", keys())
+	fmt.Println("after adding p2 again:", keys())
 	// Output:
+	// following p1 and p2: [t1 t2]
+	// evicted t2: unsubscribed
 	// following p1: [t1]
-	// after adding p2: [t1 t2]
-	// evicted t1: unsubscribed
-	// after dropping p1: [t2]
+	// after adding p2 again: [t1 t2]
 }

@@ -170,6 +170,16 @@ func (c *Client) WaitScope(ctx context.Context, scope, value string) error {
 		switch {
 		case state == ScopeReady:
 			return nil
+		case ok && state == ScopeUnsubscribed:
+			// Unsubscribed before: wait when the device requests it again
+			// (SetScopes), until its backfill replaces that state.
+			requested, err := c.requests(ctx, scope, value)
+			if err != nil {
+				return err
+			}
+			if !requested {
+				return &ScopeError{Scope: scope, Value: value, Reason: string(state)}
+			}
 		case ok && state != ScopeBackfilling:
 			return &ScopeError{Scope: scope, Value: value, Reason: string(state)}
 		case !ok:
