@@ -53,6 +53,8 @@ type feedTail struct {
 	entries []replication.Entry
 	encoded [][]byte // entries[i] as a changes entry in JSON, encoded once for every subscriber
 	bytes   int
+
+	shared sharedFrames // the newest changes frames built, handed to every subscriber with the same page
 }
 
 // tailedLog is what the feed tail reads of the oplog: pages and bounds to
@@ -254,9 +256,18 @@ func encodeChange(e replication.Entry) []byte {
 // from entries encoded once in the tail, or nil when an entry of the page
 // is not in the tail (the writer then encodes the message itself). It is
 // byte for byte what syncproto.Encode writes for changesOf(id, page).
+//
+// Subscribers at the same cursor in the same scope read the same page
+// after a commit, under the same request id (the client library's); the
+// first builds the frame and the others get the same bytes from t.shared,
+// so a commit seen by a thousand of them builds its frame once. The frame
+// returned is shared: callers never modify it.
 func (t *feedTail) frame(id string, page replication.Page) []byte {
 	if len(page.Entries) > syncproto.MaxPullLimit {
 		return nil
+	}
+	if b := t.shared.get(id, page); b != nil {
+		return b
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -301,5 +312,63 @@ func (t *feedTail) frame(id string, page replication.Page) []byte {
 	if len(b) > syncproto.MaxFrameBytes {
 		return nil
 	}
+	t.shared.put(id, page, b)
 	return b
+}
+
+// sharedFrameCount bounds the frames feedTail.frame keeps to share: the
+// few page shapes that subscribers woken by the same commits read (at the
+// head, or one or two pages behind it). Each frame is at most
+// syncproto.MaxFrameBytes, and those held here are also queued on the
+// sessions they were built for.
+const sharedFrameCount = 4
+
+// sharedFrames is the newest changes frames built from the tail, each with
+// the request id and page it answers, newest first. It is safe for
+// concurrent use.
+type sharedFrames struct {
+	mu     sync.Mutex
+	frames [sharedFrameCount]sharedFrame
+}
+
+type sharedFrame struct {
+	id    string
+	page  replication.Page // Entries is the tail's memory, read only
+	frame []byte
+}
+
+// get returns the frame built for id and a page with the same entries
+// (seq and op), cursor and head, or nil.
+func (s *sharedFrames) get(id string, page replication.Page) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.frames {
+		if f := &s.frames[i]; f.frame != nil && f.id == id && samePage(f.page, page) {
+			return f.frame
+		}
+	}
+	return nil
+}
+
+// put keeps frame as the newest, dropping the oldest.
+func (s *sharedFrames) put(id string, page replication.Page, frame []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	copy(s.frames[1:], s.frames[:sharedFrameCount-1])
+	s.frames[0] = sharedFrame{id: id, page: page, frame: frame}
+}
+
+// samePage reports whether a and b encode to the same changes frame: the
+// same entries (a seq is one entry of the log, and its op says whether it
+// stands as itself or as an evict), cursor and head.
+func samePage(a, b replication.Page) bool {
+	if a.Next != b.Next || a.Head != b.Head || len(a.Entries) != len(b.Entries) {
+		return false
+	}
+	for i := range a.Entries {
+		if a.Entries[i].Seq != b.Entries[i].Seq || a.Entries[i].Op != b.Entries[i].Op {
+			return false
+		}
+	}
+	return true
 }

@@ -46,6 +46,8 @@ type metrics struct {
 	scopeBackfillTime  prometheus.Histogram
 	scopeEvictions     *prometheus.CounterVec // reason: moved|revoked|unsubscribed|not_granted
 	feedDelivered      prometheus.Counter
+	feedPagesMerged    prometheus.Counter   // feed pages written within another's frame
+	pushAnswerSeconds  prometheus.Histogram // a push's arrival to its answer written
 
 	operatorDisconnects prometheus.Counter
 }
@@ -157,6 +159,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncd_subscribers", Help: "Live change-feed subscriptions.",
 		}),
+		feedPagesMerged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncd_feed_pages_merged_total", Help: "Change-feed pages written within the frame of the page queued before them (a subscriber's writer fell behind), each a frame and a write saved.",
+		}),
+		pushAnswerSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "syncd_push_answer_seconds", Help: "Time from a push's arrival to its answer written to the connection: syncd_apply_duration_seconds plus the wait for the session's writer and the write.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
 	}
 	for _, q := range []string{quotaTokenMutations, quotaTenantMutations, quotaTokenConns, quotaTenantConns} {
 		m.quotaRefusals.WithLabelValues(q)
@@ -168,6 +177,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.batchSize, m.commitGroupBatches, m.conflicts, m.hookFallbacks, m.ledgerHits,
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.resyncs, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)
+	reg.MustRegister(m.feedPagesMerged, m.pushAnswerSeconds)
 	m.registerScopes(reg)
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -37,6 +38,7 @@ type benchConfig struct {
 	progress       progressMode
 	findKnee       bool
 	knee           kneeTargets
+	cpuProfile     string // file for the generator's own CPU profile; "" = none
 }
 
 func (a *app) benchCommand() *cobra.Command {
@@ -90,6 +92,7 @@ delivered and no error.`,
 	f.BoolVar(&cfg.findKnee, "find-knee", false, "search the highest open-loop rate meeting the knee targets (several runs; see above)")
 	f.DurationVar(&cfg.knee.ackP99, "knee-ack-p99", 100*time.Millisecond, "--find-knee: the push-ack p99 a run must stay under")
 	f.DurationVar(&cfg.knee.deliveryP99, "knee-delivery-p99", 250*time.Millisecond, "--find-knee: the feed-delivery p99 a run must stay under")
+	f.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write the generator's own CPU profile (go tool pprof) to this file, over every run")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if !cmd.Flags().Changed("url") {
 			if v := a.getenv("SYNCCTL_SYNC_URL"); v != "" {
@@ -111,6 +114,11 @@ delivered and no error.`,
 		if len(clients) < cfg.connections {
 			return failf(exitUsage, "--connections %d: %s holds only %d clients (syncctl token issue --count %d)", cfg.connections, cfg.clientsFile, len(clients), cfg.connections)
 		}
+		stop, err := startCPUProfile(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 		if cfg.findKnee {
 			if cfg.rate == 0 {
 				cfg.rate = 1
@@ -393,4 +401,24 @@ func (l *benchLine) end() {
 		fmt.Fprintln(l.w)
 		l.drawn = false
 	}
+}
+
+// startCPUProfile starts the generator's CPU profile into path (nothing
+// when path is empty) and returns what stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, failf(exitUsage, "--cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, failf(exitUsage, "--cpuprofile: %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
