@@ -34,7 +34,16 @@ curl -fsS -H "Authorization: Bearer $adm" -o "$dir/syncd.pprof" \
   "http://$admin/debug/pprof/profile?seconds=$PROFILE_SECONDS"
 grep -E 'VmRSS|VmHWM' "/proc/$pid/status" >> "$dir/rss.txt"
 wait "$bench"
-cat "$dir/bench.txt" "$dir/rss.txt"
+# The ack's split, as means over the run: waiting for the committer
+# (syncd_commit_wait_seconds), arrival to commit (syncd_apply_duration_seconds)
+# and arrival to the answer written (syncd_push_answer_seconds, where the
+# build has it).
+curl -fsS "http://$addr/metrics" | awk '
+  /^syncd_(commit_wait|apply_duration|push_answer)_seconds(_sum|_count)/ {
+    name=$1; sub(/\{.*\}/, "", name); v[name]+=$2 }
+  END { for (m in v) if (m ~ /_sum$/) { b=m; sub(/_sum$/, "", b)
+    if (v[b "_count"] > 0) printf "%-40s mean %.1f ms over %d\n", b, 1000*v[m]/v[b "_count"], v[b "_count"] } }' > "$dir/split.txt"
+cat "$dir/bench.txt" "$dir/rss.txt" "$dir/split.txt"
 echo "== load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== syncd"; go tool pprof -top -nodecount 35 "$BIN/syncd" "$dir/syncd.pprof" 2>/dev/null | head -45
 echo "== generator"; go tool pprof -top -nodecount 25 "$BIN/syncctl" "$dir/bench.pprof" 2>/dev/null | head -35
