@@ -22,7 +22,9 @@ adm=$("$BIN/syncctl" token issue --tokens "$dir/tokens.json" --admin)
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -fsS "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-"$BIN/syncctl" bench --url "http://$addr" --clients "$dir/clients.txt" --connections 1000 \
+cpu0=$(awk '{print $14+$15}' "/proc/$pid/stat")
+/usr/bin/time -f "generator CPU %U s user + %S s system" -o "$dir/bench-cpu.txt" \
+  "$BIN/syncctl" bench --url "http://$addr" --clients "$dir/clients.txt" --connections 1000 \
   --push-share 0.1 --subscribe-share 1 --batch 10 --rate "$RATE" \
   --duration "$DURATION" --drain 30s --progress never --cpuprofile "$dir/bench.pprof" > "$dir/bench.txt" &
 bench=$!
@@ -34,6 +36,8 @@ curl -fsS -H "Authorization: Bearer $adm" -o "$dir/syncd.pprof" \
   "http://$admin/debug/pprof/profile?seconds=$PROFILE_SECONDS"
 grep -E 'VmRSS|VmHWM' "/proc/$pid/status" >> "$dir/rss.txt"
 wait "$bench"
+# CPU of the whole run (connects included), to divide by its deliveries.
+echo "syncd CPU $(awk -v c0="$cpu0" -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14+$15-c0)/hz}' "/proc/$pid/stat") s" >> "$dir/bench-cpu.txt"
 # The ack's split, as means over the run: waiting for the committer
 # (syncd_commit_wait_seconds), arrival to commit (syncd_apply_duration_seconds)
 # and arrival to the answer written (syncd_push_answer_seconds, where the
@@ -43,7 +47,7 @@ curl -fsS "http://$addr/metrics" | awk '
     name=$1; sub(/\{.*\}/, "", name); v[name]+=$2 }
   END { for (m in v) if (m ~ /_sum$/) { b=m; sub(/_sum$/, "", b)
     if (v[b "_count"] > 0) printf "%-40s mean %.1f ms over %d\n", b, 1000*v[m]/v[b "_count"], v[b "_count"] } }' > "$dir/split.txt"
-cat "$dir/bench.txt" "$dir/rss.txt" "$dir/split.txt"
+cat "$dir/bench.txt" "$dir/rss.txt" "$dir/split.txt" "$dir/bench-cpu.txt"
 echo "== load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== syncd"; go tool pprof -top -nodecount 35 "$BIN/syncd" "$dir/syncd.pprof" 2>/dev/null | head -45
 echo "== generator"; go tool pprof -top -nodecount 25 "$BIN/syncctl" "$dir/bench.pprof" 2>/dev/null | head -35
