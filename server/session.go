@@ -717,7 +717,7 @@ func internalError(err error) *syncproto.Error {
 // failure it keeps draining (answers are lost with the connection; the
 // client resends and the ledger answers duplicates) so no producer blocks.
 func (ss *session) writeLoop(ctx context.Context, fail context.CancelFunc) {
-	ss.write = newWriteDeadline(ctx, ss.srv.cfg.WriteTimeout)
+	ss.write = newWriteDeadline(ctx, ss.conn, ss.srv.cfg.WriteTimeout)
 	defer ss.write.stop()
 	broken := false
 	for {
@@ -851,38 +851,39 @@ func valueBytes(entries []replication.Entry) int {
 }
 
 // writeDeadline bounds each of the writer's writes by WriteTimeout with
-// one context and one timer for the session's life, where a context with
-// a timeout per write cost a timer and a cancellation registration per
-// frame (about 8% of syncd's CPU delivering a busy feed). A write that
-// outlasts the timeout cancels the context: that write fails, the websocket
-// library closes the connection, and every later write fails at once, as
-// with a timeout per write; a timer that fires just as a write returns
-// cuts the session the same way.
+// one timer for the session's life: a write that outlasts the timeout
+// closes the connection, which fails that write and every later one, as a
+// context with a timeout per write did. That context cost a timer, a
+// cancellation registration in the session's context and one in the
+// websocket library per frame (about 10% of syncd's CPU delivering a busy
+// feed); the writes now carry a context that never ends, and the session's
+// context, once, closes the connection when it ends. A timer that fires
+// just as a write returns cuts the session the same way.
 type writeDeadline struct {
-	ctx     context.Context
-	cancel  context.CancelFunc
-	timer   *time.Timer
-	timeout time.Duration
+	conn      *websocket.Conn
+	timer     *time.Timer
+	timeout   time.Duration
+	unwatched func() bool // stops watching the session's context
 }
 
-func newWriteDeadline(parent context.Context, timeout time.Duration) writeDeadline {
-	ctx, cancel := context.WithCancel(parent)
-	t := time.AfterFunc(timeout, cancel)
+func newWriteDeadline(ctx context.Context, conn *websocket.Conn, timeout time.Duration) writeDeadline {
+	cut := func() { conn.CloseNow() }
+	t := time.AfterFunc(timeout, cut)
 	t.Stop()
-	return writeDeadline{ctx: ctx, cancel: cancel, timer: t, timeout: timeout}
+	return writeDeadline{conn: conn, timer: t, timeout: timeout, unwatched: context.AfterFunc(ctx, cut)}
 }
 
 // writeFrame writes one text message within the timeout.
-func (w writeDeadline) writeFrame(conn *websocket.Conn, frame []byte) error {
+func (w writeDeadline) writeFrame(frame []byte) error {
 	w.timer.Reset(w.timeout)
-	err := conn.Write(w.ctx, websocket.MessageText, frame)
+	err := w.conn.Write(context.Background(), websocket.MessageText, frame)
 	w.timer.Stop()
 	return err
 }
 
 func (w writeDeadline) stop() {
 	w.timer.Stop()
-	w.cancel()
+	w.unwatched()
 }
 
 func (ss *session) flushThenClose(ctx context.Context, broken *bool) {
@@ -959,7 +960,7 @@ func (ss *session) handle(ctx context.Context, o outbound, broken *bool, fail co
 		ss.log.Error("encode answer", "type", o.msg.Type(), "err", err)
 		frame, _ = syncproto.Encode(internalError(err).WithID(o.msg.RequestID()))
 	}
-	err = ss.write.writeFrame(ss.conn, frame)
+	err = ss.write.writeFrame(frame)
 	if err != nil {
 		*broken = true
 		fail()
