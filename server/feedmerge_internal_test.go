@@ -88,7 +88,7 @@ func TestQueuedFeedPagesAreMergedIntoOneFrame(t *testing.T) {
 	sent := 0
 	queuedPage(t, ss, "feed", 0, 1, 2, 8, &sent)
 	queuedPage(t, ss, "feed", 2, 3, 4, 8, &sent)
-	queuedPage(t, ss, "feed", 3, 4, 4, 8, &sent) // read after 3: does not continue the pages before it
+	queuedPage(t, ss, "feed", 3, 4, 4, 8, &sent)                                                                   // read after 3: does not continue the pages before it
 	ss.feedbox <- outbound{msg: &syncproto.Changes{ID: "feed", Entries: []syncproto.Change{}, Cursor: 8, Head: 8}} // no page: a message
 	startWriter(t, ss)
 
