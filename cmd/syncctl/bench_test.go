@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -109,6 +110,7 @@ func TestBenchRefusesBadInputAndLeavesNothingRunning(t *testing.T) {
 		{"refused token", []string{"--url", s.URL, "--clients", refused, "--connections", "1"}, exitUnauthorized, "refused the client token"},
 		{"not syncd", []string{"--url", notSyncd.URL, "--clients", clients, "--connections", "1"}, exitFailure, "refused the connection: 404"},
 		{"unreachable", []string{"--url", "http://" + syncdtest.FreeAddr(t), "--clients", clients, "--connections", "1", "--connect-timeout", "2s"}, exitUnreachable, "unreachable"},
+		{"unwritable cpu profile", []string{"--url", s.URL, "--clients", clients, "--connections", "1", "--cpuprofile", filepath.Join(dir, "none", "cpu.pprof")}, exitUsage, "--cpuprofile"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := c.run(append([]string{"bench"}, tc.args...)...)
@@ -122,6 +124,24 @@ func TestBenchRefusesBadInputAndLeavesNothingRunning(t *testing.T) {
 	// keep-alive connections of the shared HTTP client may remain.)
 	require.Eventually(t, func() bool { return !strings.Contains(stacks(), "syncctl.(*bench") }, syncdtest.Timeout, 10*time.Millisecond,
 		"bench left goroutines running:\n%s", stacks())
+}
+
+// --cpuprofile writes the generator's own CPU profile over the run, in
+// the format go tool pprof reads (gzipped protocol buffers).
+func TestBenchWritesTheGeneratorsCPUProfile(t *testing.T) {
+	s := syncdtest.Start(t, server.Config{})
+	clients := benchClients(t, s, 2)
+	path := filepath.Join(t.TempDir(), "bench.pprof")
+	newCLI(t, map[string]string{"SYNCCTL_SYNC_URL": s.URL}).ok("bench", "--clients", clients, "--connections", "2",
+		"--push-share", "0.5", "--duration", "300ms", "--drain", "10s", "--cpuprofile", path)
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	require.NoError(t, err, "a gzipped profile")
+	body, err := io.ReadAll(z)
+	require.NoError(t, err)
+	require.NotEmpty(t, body)
 }
 
 // stacks returns every goroutine's stack.
