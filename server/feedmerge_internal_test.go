@@ -56,8 +56,8 @@ func queuedPage(t *testing.T, ss *session, id string, after, from, to, head uint
 	ss.feedbox <- outbound{frame: frame, feed: &feedPage{id: id, after: after, page: page}, onSent: func() { *sent++ }}
 }
 
-// readChanges reads one frame and decodes it as a changes page.
-func readChanges(t *testing.T, c *websocket.Conn) (*syncproto.Changes, []byte) {
+// readMessage reads one frame the writer sent, and decodes it.
+func readMessage(t *testing.T, c *websocket.Conn) (syncproto.Message, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), laneTimeout)
 	defer cancel()
@@ -65,6 +65,13 @@ func readChanges(t *testing.T, c *websocket.Conn) (*syncproto.Changes, []byte) {
 	require.NoError(t, err)
 	msg, err := syncproto.Decode(frame)
 	require.NoError(t, err)
+	return msg, frame
+}
+
+// readChanges reads one frame and decodes it as a changes page.
+func readChanges(t *testing.T, c *websocket.Conn) (*syncproto.Changes, []byte) {
+	t.Helper()
+	msg, frame := readMessage(t, c)
 	ch, ok := msg.(*syncproto.Changes)
 	require.True(t, ok, "a changes frame, got %s", msg.Type())
 	return ch, frame

@@ -84,12 +84,7 @@ func startWriter(t *testing.T, ss *session) {
 // changes frame's cursor.
 func nextFrame(t *testing.T, c *websocket.Conn) (syncproto.Type, string, uint64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), laneTimeout)
-	defer cancel()
-	_, frame, err := c.Read(ctx)
-	require.NoError(t, err)
-	msg, err := syncproto.Decode(frame)
-	require.NoError(t, err)
+	msg, _ := readMessage(t, c)
 	if ch, ok := msg.(*syncproto.Changes); ok {
 		return msg.Type(), ch.ID, ch.Cursor
 	}
