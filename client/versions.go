@@ -7,6 +7,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/client/synccore"
+	"github.com/syncd-dev/syncd/internal/crashpoint"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -89,7 +90,11 @@ func (r *replica) recordModelVersions(ctx context.Context, declared map[string]u
 			return err
 		}
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	crashpoint.Reach("model versions recorded")
+	return nil
 }
 
 // pendingPage is how many queued writes Pending reads at once.
