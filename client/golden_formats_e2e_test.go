@@ -1,13 +1,11 @@
 package client_test
 
 import (
-	"database/sql"
 	"encoding/json"
 	"flag"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	_ "github.com/mattn/go-sqlite3"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/client"
-	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
 )
@@ -101,28 +98,6 @@ func TestGoldenFormats(t *testing.T) {
 			requireGoldenReplays(t, s, d, m, tenant)
 		})
 	}
-}
-
-// A queue file of a newer format than this build's is refused, naming
-// both versions, before anything in it is read or changed.
-func TestGoldenQueueOfANewerFormatIsRefused(t *testing.T) {
-	dir := copyDir(t, filepath.Join(goldenDir, "sqlite"))
-	db, err := sql.Open("sqlite3", filepath.Join(dir, "queue.db"))
-	require.NoError(t, err)
-	_, err = db.Exec(`PRAGMA user_version = 2`)
-	require.NoError(t, err)
-	require.NoError(t, db.Close())
-	_, err = offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
-	require.ErrorContains(t, err, "queue schema version 2 is newer than this build's 1")
-
-	dir = copyDir(t, filepath.Join(goldenDir, "ndjson"))
-	path := filepath.Join(dir, "queue.ndjson")
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.True(t, strings.Contains(string(b), `"version":1`))
-	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), `"version":1`, `"version":2`, 1)), 0o600))
-	_, err = offlinequeue.OpenFile(path, offlinequeue.FileOptions{})
-	require.ErrorIs(t, err, offlinequeue.ErrUnsupportedVersion)
 }
 
 // openGolden opens a device over the golden files of kind copied into

@@ -54,29 +54,36 @@ func TestDeviceMigrationKillChild(t *testing.T) {
 	if !ok {
 		return
 	}
-	dir, kind := os.Getenv(killDirEnv), os.Getenv(killKindEnv)
-	var q offlinequeue.Queue
-	var err error
-	switch kind {
-	case "ndjson":
-		q, err = offlinequeue.OpenFile(filepath.Join(dir, "queue.ndjson"), offlinequeue.FileOptions{FS: steppedFS{offlinequeue.OSFS()}})
-	case "sqlite", "sqlite-beside":
-		q, err = offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
-	default:
-		t.Fatalf("%s=%q names no golden kind", killKindEnv, kind)
-	}
-	require.NoError(t, err)
-	c, err := client.Open(t.Context(), client.Config{
-		ServerURLs: []string{"http://" + closedAddr(t)}, Token: "unused", ClientID: goldenClient,
-		Queue: q, ReplicaPath: filepath.Join(dir, "replica.db"),
-		ModelVersions: map[string]uint64{"notes": 2},
-		Registerer:    prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	c, err := openOffline(t, os.Getenv(killKindEnv), os.Getenv(killDirEnv), steppedFS{offlinequeue.OSFS()})
 	require.NoError(t, err)
 	crashpoint.Reach("client open returned")
 	n := done()
 	require.NoError(t, c.Close())
 	fmt.Printf("opened after %d steps\n", n)
+}
+
+// openOffline opens a client over the device files of kind (a key of
+// killGoldens) in dir, its NDJSON queue's file system fsys, with the
+// golden's model versions and a server address nothing listens on: it
+// opens (and migrates) the files and replays nothing.
+func openOffline(t *testing.T, kind, dir string, fsys offlinequeue.FS) (*client.Client, error) {
+	t.Helper()
+	var q offlinequeue.Queue
+	var err error
+	if kind == "ndjson" {
+		q, err = offlinequeue.OpenFile(filepath.Join(dir, "queue.ndjson"), offlinequeue.FileOptions{FS: fsys})
+	} else {
+		q, err = offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return client.Open(t.Context(), client.Config{
+		ServerURLs: []string{"http://" + closedAddr(t)}, Token: "unused", ClientID: goldenClient,
+		Queue: q, ReplicaPath: filepath.Join(dir, "replica.db"),
+		ModelVersions: map[string]uint64{"notes": 2},
+		Registerer:    prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
 }
 
 // closedAddr is a loopback address nothing listens on.
@@ -101,6 +108,25 @@ var killGoldens = map[string]struct {
 	"sqlite-beside": {golden: "sqlite", prepare: splitReplica},
 }
 
+// goldenDevice copies the files of the golden device kind (a key of
+// killGoldens) into a fresh directory and returns it, with the manifest
+// naming its writes.
+func goldenDevice(t *testing.T, kind string) (string, goldenManifest) {
+	t.Helper()
+	g, ok := killGoldens[kind]
+	require.True(t, ok, "no golden kind %q", kind)
+	golden := filepath.Join(goldenDir, g.golden)
+	var m goldenManifest
+	b, err := os.ReadFile(filepath.Join(golden, "manifest.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &m))
+	dir := copyDir(t, golden)
+	if g.prepare != nil {
+		g.prepare(t, dir)
+	}
+	return dir, m
+}
+
 // TestKillDuringDeviceMigration: for each device of an earlier release
 // (killGoldens: a SQLite queue holding the replica and outcomes at the
 // replica's first schema, unversioned; an NDJSON queue with a replica file
@@ -116,19 +142,10 @@ func TestKillDuringDeviceMigration(t *testing.T) {
 	s := startSyncd(t, server.Config{})
 	total := 0
 	for _, kind := range []string{"sqlite", "ndjson", "sqlite-beside"} {
-		g := killGoldens[kind]
-		golden := filepath.Join(goldenDir, g.golden)
-		var m goldenManifest
-		b, err := os.ReadFile(filepath.Join(golden, "manifest.json"))
-		require.NoError(t, err)
-		require.NoError(t, json.Unmarshal(b, &m))
 		points := 0
 		for k := 1; ; k++ {
 			require.LessOrEqual(t, k, maxKillSteps, "opening a golden device reaches more steps than the test tries")
-			dir := copyDir(t, golden)
-			if g.prepare != nil {
-				g.prepare(t, dir)
-			}
+			dir, m := goldenDevice(t, kind)
 			ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 			r := crashtest.Run(t, ctx, []string{
 				crashtest.StepEnv + "=" + strconv.Itoa(k), killKindEnv + "=" + kind, killDirEnv + "=" + dir,

@@ -146,7 +146,7 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 		crashpoint.Reach("replica schema in the queue's file committed")
 		if path != "" {
 			if err := r.importFile(ctx, path); err != nil {
-				return nil, fmt.Errorf("import the replica file %s: %w", path, err)
+				return nil, fmt.Errorf("import the replica file %s: %w", path, newerReplica(err))
 			}
 		}
 		return r, nil
@@ -171,8 +171,9 @@ var replicaTables = []string{"records", "pending", "outcomes", "meta", "meta_tex
 
 // importFile moves a replica file an earlier version kept at path (beside
 // a SQLite queue) into the queue's file: every table's rows in one commit
-// with the mark metaImported, then the old file's -wal, -shm and -journal
-// and last the file itself are removed and the directory synced. A crash
+// with the mark metaImported; once a checkpoint synced that commit, the
+// old file's -wal, -shm and -journal and last the file itself are removed
+// and the directory synced. A crash
 // before the commit imports again on the next open; one after it only
 // removes what is left (TestKillDuringDeviceMigration kills it at each
 // step). A replica that was already imported, or
@@ -214,6 +215,17 @@ func (r *replica) importFile(ctx context.Context, path string) error {
 			return err
 		}
 	}
+	// At a synchronous level below FULL a commit is durable only once its
+	// log is synced: the old file goes only after a checkpoint synced the
+	// import, else the next open removes it.
+	var busy, logPages, copied int64
+	if err := r.db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(FULL)`).Scan(&busy, &logPages, &copied); err != nil {
+		return fmt.Errorf("checkpoint the import: %w", err)
+	}
+	if busy != 0 {
+		return nil
+	}
+	crashpoint.Reach("replica import checkpointed")
 	// The file itself goes last: one whose path is gone has nothing
 	// beside it left either.
 	for _, f := range []string{path + "-wal", path + "-shm", path + "-journal", path} {
@@ -233,8 +245,9 @@ func (r *replica) importFile(ctx context.Context, path string) error {
 }
 
 // refuseNonReplica is importFile's sqlitedb Options.Inspect: a database
-// with tables but no replica records table is not touched (not even
-// switched to WAL), and not removed. An empty one (a replica whose first
+// with tables but no replica records table, or a replica of a newer schema
+// than this build's, is not touched (not even switched to WAL), and not
+// removed. An empty one (a replica whose first
 // open was cut short) has nothing to import.
 func refuseNonReplica(c *sqlite3.SQLiteConn) error {
 	n, err := sqlitedb.QueryValue(c, `SELECT count(*) FROM sqlite_schema`)
@@ -250,6 +263,13 @@ func refuseNonReplica(c *sqlite3.SQLiteConn) error {
 	}
 	if n != int64(1) {
 		return errors.New("not a syncd replica (no records table)")
+	}
+	v, err := sqlitedb.QueryValue(c, `PRAGMA user_version`)
+	if err != nil {
+		return err
+	}
+	if v, ok := v.(int64); ok && v > int64(len(replicaMigrations)) {
+		return &sqlitedb.NewerSchemaError{File: int(v), Known: len(replicaMigrations)}
 	}
 	return nil
 }
