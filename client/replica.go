@@ -173,11 +173,10 @@ var replicaTables = []string{"records", "pending", "outcomes", "meta", "meta_tex
 // a SQLite queue) into the queue's file: every table's rows in one commit
 // with the mark metaImported; once a checkpoint synced that commit, the
 // old file's -wal, -shm and -journal and last the file itself are removed
-// and the directory synced. A crash
-// before the commit imports again on the next open; one after it only
-// removes what is left (TestKillDuringDeviceMigration kills it at each
-// step). A replica that was already imported, or
-// a path with no file, is left alone.
+// and the directory synced. A crash before the commit imports again on
+// the next open; one after it only removes what is left
+// (TestKillDuringDeviceMigration kills it at each step). A replica that
+// was already imported, or a path with no file, is left alone.
 func (r *replica) importFile(ctx context.Context, path string) error {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -246,8 +245,8 @@ func (r *replica) importFile(ctx context.Context, path string) error {
 
 // refuseNonReplica is importFile's sqlitedb Options.Inspect: a database
 // with tables but no replica records table, or a replica of a newer schema
-// than this build's, is not touched (not even switched to WAL), and not
-// removed. An empty one (a replica whose first
+// than this build's (*sqlitedb.NewerSchemaError), is not touched (not even
+// switched to WAL), and not removed. An empty one (a replica whose first
 // open was cut short) has nothing to import.
 func refuseNonReplica(c *sqlite3.SQLiteConn) error {
 	n, err := sqlitedb.QueryValue(c, `SELECT count(*) FROM sqlite_schema`)

@@ -61,7 +61,7 @@ func migrateShared(ctx context.Context, sq sharedQueue) error {
 			return &sqlitedb.NewerSchemaError{File: int(v), Known: len(replicaMigrations)}
 		}
 		if err := sqlitedb.MigrateTx(ctx, tx, int(v), replicaMigrations); err != nil {
-			return fmt.Errorf("replica: %w", err)
+			return err
 		}
 		return setMigratedVersion(ctx, tx, int(v))
 	})

@@ -209,7 +209,8 @@ func migrateOne(ctx context.Context, db *sql.DB, migrations []Migration) (int, e
 // file whose schema version is kept elsewhere than in user_version (a
 // component's tables inside another's file, its version in a row the
 // caller sets in the same transaction). Each statement a migration runs
-// is a crashpoint step. Its error names the step that failed.
+// is a crashpoint step. Its error names the versions of the step that
+// failed.
 func MigrateTx(ctx context.Context, tx Execer, from int, migrations []Migration) error {
 	for i := from; i < len(migrations); i++ {
 		if err := migrations[i](ctx, steppingExecer{Execer: tx, to: i + 1}); err != nil {
