@@ -60,6 +60,7 @@ type procNode struct {
 	natsAddr  string // that listener's host:port
 	routeAddr string // the embedded NATS server's route listener
 	logPath   string
+	bin       string // the syncd binary it runs; "" is this package's own (the test binary)
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd's process has been waited for
@@ -94,6 +95,15 @@ func startProcClusterVia(t testing.TB, via func(from, to int, addr string) strin
 // startProcClusterEach is startProcClusterVia with each(i)'s flags added
 // to node i's (each may be nil).
 func startProcClusterEach(t testing.TB, via func(from, to int, addr string) string, each func(i int) []string, extra ...string) *procCluster {
+	t.Helper()
+	pc := newProcCluster(t, via, each, extra...)
+	pc.startAll(t)
+	return pc
+}
+
+// newProcCluster is startProcClusterEach without the start: a test sets
+// what it must on the nodes (their binary) and calls startAll.
+func newProcCluster(t testing.TB, via func(from, to int, addr string) string, each func(i int) []string, extra ...string) *procCluster {
 	t.Helper()
 	dir := t.TempDir()
 	pc := &procCluster{tokens: filepath.Join(dir, "tokens.json")}
@@ -134,14 +144,19 @@ func startProcClusterEach(t testing.TB, via func(from, to int, addr string) stri
 			}
 		}
 	})
-	// The three start together: each waits for the others' quorum.
+	return pc
+}
+
+// startAll starts every node and waits until each is ready: the three
+// start together, each waiting for the others' quorum.
+func (pc *procCluster) startAll(t testing.TB) {
+	t.Helper()
 	for _, n := range pc.nodes {
 		n.start(t)
 	}
 	for _, n := range pc.nodes {
 		n.waitReady(t)
 	}
-	return pc
 }
 
 // start starts n's process; its output is appended to n.logPath.
@@ -150,7 +165,11 @@ func (n *procNode) start(t testing.TB) {
 	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	require.NoError(t, err)
 	defer log.Close()
-	n.cmd = exec.Command(os.Args[0], n.args...)
+	bin := os.Args[0]
+	if n.bin != "" {
+		bin = n.bin
+	}
+	n.cmd = exec.Command(bin, n.args...)
 	n.cmd.Env = append(os.Environ(), execSyncdEnv+"=1")
 	n.cmd.Stdout, n.cmd.Stderr = log, log
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
