@@ -425,6 +425,11 @@ type pushConn struct {
 
 // dialPush opens a session as clientID on n.
 func dialPush(ctx context.Context, n *procNode, token, clientID string, clock *syncproto.Clock) (*pushConn, error) {
+	return dialHello(ctx, n, token, &syncproto.Hello{ID: "hello", ClientID: clientID, HLC: clock.Now()})
+}
+
+// dialHello opens a session on n that starts with hello.
+func dialHello(ctx context.Context, n *procNode, token string, hello *syncproto.Hello) (*pushConn, error) {
 	ws := "ws" + n.url[len("http"):] + syncproto.SyncPath
 	conn, _, err := websocket.Dial(ctx, ws, &websocket.DialOptions{
 		Subprotocols: []string{syncproto.Subprotocol},
@@ -435,7 +440,7 @@ func dialPush(ctx context.Context, n *procNode, token, clientID string, clock *s
 	}
 	conn.SetReadLimit(int64(syncproto.MaxFrameBytes))
 	c := &pushConn{conn: conn}
-	if _, err := c.roundTrip(ctx, &syncproto.Hello{ID: "hello", ClientID: clientID, HLC: clock.Now()}); err != nil {
+	if _, err := c.roundTrip(ctx, hello); err != nil {
 		conn.CloseNow()
 		return nil, err
 	}
