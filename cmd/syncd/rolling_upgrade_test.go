@@ -517,7 +517,7 @@ func (f *feed) requireEveryEntryOnce(t testing.TB, pc *procCluster) uint64 {
 // hold are flags and SYNCD_* variables, listed by --help, validated with
 // the range they take, and reach the node's cluster options.
 func TestClusterUpgradeFlags(t *testing.T) {
-	base := []string{"--cluster", "--cluster-secret", "s"}
+	base := []string{"--cluster", "--cluster-secret", "s", "--replicas", "1"}
 	none := func(string) string { return "" }
 	o, err := parseFlags(base, none, io.Discard)
 	require.NoError(t, err)
