@@ -607,9 +607,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // load is a set of writers spread over the nodes, running until stop.
 type load struct {
 	writers []*writer
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	errs    chan error
+	*group
 }
 
 // startLoad starts n writers (writer i's home is node i mod 3) pushing
@@ -619,36 +617,52 @@ var loads atomic.Int64
 
 func startLoad(t testing.TB, pc *procCluster, n, batch int) *load {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{cancel: cancel, errs: make(chan error, n)}
+	l := &load{group: newGroup(n)}
 	gen := loads.Add(1) // writers of a later load write keys of their own
 	for i := range n {
 		w := &writer{id: fmt.Sprintf("writer-%d-%d", gen, i), home: i % len(pc.nodes), batch: batch}
 		w.token = pc.member(t, w.id)
 		l.writers = append(l.writers, w)
 	}
-	return l.run(ctx, pc)
-}
-
-func (l *load) run(ctx context.Context, pc *procCluster) *load {
 	for _, w := range l.writers {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			if err := w.run(ctx, pc); err != nil {
-				l.errs <- err
-			}
-		}()
+		l.run(func(ctx context.Context) error { return w.run(ctx, pc) })
 	}
 	return l
 }
 
-// stop stops the writers and returns the first error any of them had.
-func (l *load) stop() error {
-	l.cancel()
-	l.wg.Wait()
+// group runs goroutines until stop and keeps the first error any of them
+// returned; it owns them.
+type group struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+}
+
+// newGroup returns a group for up to n goroutines.
+func newGroup(n int) *group {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &group{ctx: ctx, cancel: cancel, errs: make(chan error, n)}
+}
+
+// run runs fn in a goroutine of g until fn returns or g stops.
+func (g *group) run(fn func(ctx context.Context) error) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := fn(g.ctx); err != nil {
+			g.errs <- err
+		}
+	}()
+}
+
+// stop stops the goroutines, waits for them, and returns the first error
+// any of them had. It may be called again.
+func (g *group) stop() error {
+	g.cancel()
+	g.wg.Wait()
 	select {
-	case err := <-l.errs:
+	case err := <-g.errs:
 		return err
 	default:
 		return nil

@@ -351,44 +351,23 @@ type feedFollower struct {
 
 // feed is a set of followers running until stop.
 type feed struct {
-	subs   []*feedFollower
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errs   chan error
+	subs []*feedFollower
+	*group
 }
 
 func startFeed(t testing.TB, pc *procCluster, n int) *feed {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	f := &feed{cancel: cancel, errs: make(chan error, n)}
+	f := &feed{group: newGroup(n)}
 	for i := range n {
 		s := &feedFollower{id: fmt.Sprintf("reader-%d", i), home: (i + 1) % len(pc.nodes), seen: map[string]int{}}
 		s.token = pc.member(t, s.id)
 		f.subs = append(f.subs, s)
 	}
 	for _, s := range f.subs {
-		f.wg.Add(1)
-		go func() { // owned by f: ends at stop
-			defer f.wg.Done()
-			if err := s.run(ctx, pc); err != nil {
-				f.errs <- err
-			}
-		}()
+		f.run(func(ctx context.Context) error { return s.run(ctx, pc) })
 	}
 	t.Cleanup(func() { _ = f.stop() })
 	return f
-}
-
-// stop stops the followers and returns the first error any of them had.
-func (f *feed) stop() error {
-	f.cancel()
-	f.wg.Wait()
-	select {
-	case err := <-f.errs:
-		return err
-	default:
-		return nil
-	}
 }
 
 func (f *feed) reconnects() int {
