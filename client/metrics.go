@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "syncd_client_resyncs_total", Help: "Snapshots loaded into the local replica (bootstrap or resync).",
 		}),
 		snapshotsAbandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncd_client_snapshots_abandoned_total", Help: "Snapshot downloads given up, the replica left as it was, by reason (too_large, timeout, status, truncated, invalid, failed).",
+			Name: "syncd_client_snapshots_abandoned_total", Help: "Snapshot downloads given up, the replica left as it was, by reason (too_large, timeout, status, truncated, invalid, failed, scopes).",
 		}, []string{"reason"}),
 		clockRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_client_clock_refused_total", Help: "Observed timestamps not adopted: more than MaxObservedClockAhead ahead of the server's clock.",

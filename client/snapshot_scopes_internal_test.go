@@ -198,3 +198,27 @@ func TestScopedSnapshotIsCheckedAgainstItsHeader(t *testing.T) {
 		require.Equal(t, []string{"notes/n1", "tasks/t1", "tasks/t2"}, keys(t, c.replica))
 	})
 }
+
+// A scope requested "*" that the header does not name is one the server
+// follows whole (its token grants every value, PROTOCOL.md 19.3): the
+// values of its rows are complete. Named in the header, its rows must be
+// of the values named.
+func TestSnapshotScopesCompleteUnderEveryValue(t *testing.T) {
+	all := syncproto.ScopeSet{"project": {"*"}}
+	rows := syncproto.ScopeSet{"project": {"p1", "p7"}}
+	have, err := snapshotScopes{want: all, held: syncproto.ScopeSet{}}.complete(rows)
+	require.NoError(t, err)
+	require.Equal(t, rows, have)
+
+	have, err = snapshotScopes{want: all, held: syncproto.ScopeSet{"project": {"p1", "p2", "p7"}}}.complete(rows)
+	require.NoError(t, err)
+	require.Equal(t, syncproto.ScopeSet{"project": {"p1", "p2", "p7"}}, have, "a granted value without rows is complete")
+
+	_, err = snapshotScopes{want: all, held: syncproto.ScopeSet{"project": {"p1"}}}.complete(rows)
+	require.ErrorIs(t, err, ErrSnapshotScopes)
+
+	have, err = snapshotScopes{}.complete(rows)
+	require.NoError(t, err)
+	require.Equal(t, rows, have, "a device without scopes is not checked")
+	require.NoError(t, snapshotScopes{}.checkHeader())
+}
