@@ -398,15 +398,17 @@ func (w *writer) scoped(ctx context.Context, e *journal.Entry) (json.RawMessage,
 		return found, nil
 	}
 	me := w.cfg.Profile.User
+	// Few task keys, so that puts often move a task between projects.
+	task := func() string { return fmt.Sprintf("t%03d", w.rng.IntN(max(1, w.cfg.Keys/5))) }
 	switch roll := w.rng.IntN(100); {
 	case len(held) == 0:
 		v.Project, v.User = project(w.rng.IntN(Projects)), me
 		e.Model, e.Key = ModelMembers, "m-"+me+"-"+v.Project
 	case roll < 50:
 		v.Project = pick()
-		e.Model, e.Key = ModelTasks, fmt.Sprintf("t%03d", w.rng.IntN(w.cfg.Keys))
+		e.Model, e.Key = ModelTasks, task()
 	case roll < 60:
-		e.Model, e.Key = ModelTasks, fmt.Sprintf("t%03d", w.rng.IntN(w.cfg.Keys))
+		e.Model, e.Key = ModelTasks, task()
 		found, err := present(e.Model, e.Key)
 		if err != nil {
 			return nil, err
