@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// Every reason is exported from the start (at zero), so a rate over
 	// one is defined before its first abandon.
-	for _, r := range []string{abandonedTooLarge, abandonedTimeout, abandonedStatus, abandonedTruncate, abandonedInvalid, abandonedFailed} {
+	for _, r := range []string{abandonedTooLarge, abandonedTimeout, abandonedStatus, abandonedTruncate, abandonedInvalid, abandonedFailed, abandonedScopes} {
 		m.snapshotsAbandoned.WithLabelValues(r)
 	}
 	if reg == nil {
