@@ -7,8 +7,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/soak/checker"
+	"github.com/syncd-dev/syncd/soak/journal"
 	"github.com/syncd-dev/syncd/syncproto"
 )
+
+// A scoped write refused forbidden_scope (its writer lost the value
+// meanwhile) may be dead-lettered; the run stays accounted for.
+func TestScopedWriteRefusedForbiddenScopeIsAccounted(t *testing.T) {
+	s := fixture()
+	a := client(s, "a")
+	a.Journal[5].Class = journal.ClassScoped
+	o := a.Replica.Outcomes[a.Journal[5].OpID]
+	o.Reason = "forbidden_scope: scope project value p2 is not granted"
+	a.Replica.Outcomes[a.Journal[5].OpID] = o
+	for _, v := range checker.Check(s).Verdicts {
+		require.True(t, v.Holds, "invariant %d: %v", int(v.Invariant), v.Evidence)
+	}
+}
 
 // scopedFixture is the fixture with scope project declared over docs (and
 // its membership model members): docs/d1 is in project p1, and a membership
