@@ -65,6 +65,20 @@ const (
 	// deny list file (--jwt-deny-file), 404 for a DELETE of an entry the
 	// list does not hold.
 	PathDeny = "/v1/admin/deny"
+	// PathTokens is the token file's tokens. GET answers a TokensPage
+	// (sorted by id; parameters ParamAfter and ParamLimit, at most
+	// MaxTokensPage). POST with a TokenRequest body issues a token and
+	// answers an IssuedToken: its bearer token is in that answer only (the
+	// file keeps a hash), 400 when the request names an invalid principal.
+	// DELETE with ParamTokenID revokes a token, ends its open sessions
+	// (unauthorized, close 1008) before answering, and answers a
+	// TokenRevoked; 404 when the file holds no such token. 409 when syncd
+	// runs without a token file (JWT only).
+	PathTokens = "/v1/admin/tokens"
+	// PathRecentDevices answers a []Device: the devices whose last
+	// session on this node ended lately, latest first, at most
+	// MaxRecentDevices.
+	PathRecentDevices = "/v1/admin/clients/recent"
 )
 
 // The admin API's query parameters.
@@ -88,6 +102,11 @@ const (
 	ParamUser = "user"
 	// ParamClientID names one device (PathDisconnect).
 	ParamClientID = "client_id"
+	// ParamAfter lists the tokens with an id after it (PathTokens; "" or
+	// absent: from the first).
+	ParamAfter = "after"
+	// ParamTokenID names the token a DELETE of PathTokens revokes.
+	ParamTokenID = "token_id"
 )
 
 // The admin API's limits: a larger limit is served as the maximum.
@@ -98,6 +117,13 @@ const (
 	MaxConflicts = 1000
 	// MaxTenants bounds the tenants of one TenantsPage.
 	MaxTenants = 10000
+	// MaxTokensPage bounds the tokens of one TokensPage.
+	MaxTokensPage = 1000
+	// MaxTokenRequestBytes bounds the body of a POST of PathTokens.
+	MaxTokenRequestBytes = 16 << 10
+	// MaxRecentDevices bounds the disconnected devices whose last push
+	// and last error a node keeps (PathRecentDevices).
+	MaxRecentDevices = 256
 )
 
 // LedgerPath is the path of the ledger answer for opID.
@@ -202,6 +228,27 @@ type Session struct {
 	Cursor uint64 `json:"cursor"`
 	// PendingPushes counts the session's pushes not yet answered.
 	PendingPushes int64 `json:"pending_pushes"`
+	// LastPushAt and LastPushOps are the device's last push to this node
+	// (any of its sessions) and its mutations; zero before its first.
+	LastPushAt  time.Time `json:"last_push_at,omitzero"`
+	LastPushOps int       `json:"last_push_ops,omitempty"`
+	// LastError is the code of the last error the device's pushes got
+	// here (a push refused whole, or the first refused write of a push),
+	// at LastErrorAt; "" when none.
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+}
+
+// Device is a device that disconnected from a node lately (the answer of
+// PathRecentDevices): its last push and last error, as in Session.
+type Device struct {
+	Tenant         string    `json:"tenant"`
+	ClientID       string    `json:"client_id"`
+	LastPushAt     time.Time `json:"last_push_at,omitzero"`
+	LastPushOps    int       `json:"last_push_ops,omitempty"`
+	LastError      string    `json:"last_error,omitempty"`
+	LastErrorAt    time.Time `json:"last_error_at,omitzero"`
+	DisconnectedAt time.Time `json:"disconnected_at"`
 }
 
 // OplogPage is the answer of PathOplog.
@@ -415,4 +462,60 @@ type Tenant struct {
 	// syncd_commit_served_mutations_total series of the tenant, absent
 	// beyond its label bound, where tenants share "~other").
 	MutationsServed uint64 `json:"mutations_served"`
+}
+
+// TokensPage is the answer of GET PathTokens: one page of the token
+// file's tokens, sorted by id. Secrets are never in it.
+type TokensPage struct {
+	Tokens []TokenInfo `json:"tokens"`
+	// Next is the ParamAfter of the following page, "" on the last.
+	Next string `json:"next,omitempty"`
+	// Total counts every token of the file.
+	Total int `json:"total"`
+}
+
+// TokenInfo is one token of the token file: its id (safe to log and to
+// revoke by) and what it may do.
+type TokenInfo struct {
+	ID string `json:"id"`
+	// Admin tokens authorise the admin API only and carry nothing else.
+	Admin    bool                `json:"admin,omitempty"`
+	Tenant   string              `json:"tenant,omitempty"`
+	User     string              `json:"user,omitempty"`
+	ClientID string              `json:"client_id,omitempty"`
+	Read     []string            `json:"read,omitempty"`
+	Write    []string            `json:"write,omitempty"`
+	Scopes   map[string][]string `json:"scopes,omitempty"`
+	// CreatedAt is when the token was issued.
+	CreatedAt time.Time `json:"created_at"`
+	// Sessions counts its open sync sessions on this node.
+	Sessions int `json:"sessions"`
+}
+
+// TokenRequest is the body of POST PathTokens: the principal of the token
+// to issue. An admin token names nothing else; a device's token names its
+// tenant and client id, and the models it may read and write ("*": every
+// model).
+type TokenRequest struct {
+	Admin    bool                `json:"admin,omitempty"`
+	Tenant   string              `json:"tenant,omitempty"`
+	User     string              `json:"user,omitempty"`
+	ClientID string              `json:"client_id,omitempty"`
+	Read     []string            `json:"read,omitempty"`
+	Write    []string            `json:"write,omitempty"`
+	Scopes   map[string][]string `json:"scopes,omitempty"`
+}
+
+// IssuedToken is the answer of POST PathTokens. Bearer is the token
+// itself: shown here once, never again.
+type IssuedToken struct {
+	Token  TokenInfo `json:"token"`
+	Bearer string    `json:"bearer"`
+}
+
+// TokenRevoked is the answer of DELETE PathTokens.
+type TokenRevoked struct {
+	TokenID string `json:"token_id"`
+	// ClosedSessions counts the open sessions the revocation ended.
+	ClosedSessions int `json:"closed_sessions"`
 }

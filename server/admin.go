@@ -31,6 +31,8 @@ import (
 //	GET /v1/admin/figures                     running totals (pushes, mutations, ack latency), readiness, alerts
 //	GET /v1/admin/tenants                     tenants: sessions, lag, oplog floor, snapshots, mutations served
 //	POST /v1/admin/clients/disconnect?tenant=T&client_id=C   drain one device's sessions
+//	GET /v1/admin/clients/recent              devices disconnected lately: last push, last error
+//	GET|POST|DELETE /v1/admin/tokens          the token file: list (paged), issue (shown once), revoke
 //	GET /console/...                          the operator console (package console)
 //	GET /debug/pprof/...                      Go's profiles (net/http/pprof)
 //	GET /startupz                             503 until the boot is over (MarkServing), then 200
@@ -45,6 +47,10 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.Handle("GET "+adminapi.PathFigures, s.admin(s.adminFigures))
 	mux.Handle("GET "+adminapi.PathTenants, s.admin(s.adminTenants))
 	mux.Handle("POST "+adminapi.PathDisconnect, s.admin(s.adminDisconnect))
+	mux.Handle("GET "+adminapi.PathRecentDevices, s.admin(s.adminRecentDevices))
+	mux.Handle("GET "+adminapi.PathTokens, s.admin(s.adminTokens))
+	mux.Handle("POST "+adminapi.PathTokens, s.admin(s.adminIssueToken))
+	mux.Handle("DELETE "+adminapi.PathTokens, s.admin(s.adminRevokeToken))
 	mux.HandleFunc("GET "+adminapi.PathHealth, s.healthz)
 	mux.HandleFunc("GET /startupz", s.startupz)
 	mux.Handle("GET /debug/snapshot", s.adminOnly(http.HandlerFunc(s.debugSnapshot)))
@@ -142,9 +148,11 @@ func (s *Server) adminClients(*http.Request) (any, int, error) {
 	out := []adminapi.Session{}
 	for _, ss := range s.sessionList() {
 		p := ss.principal()
+		a := s.devices.activity(p.Tenant, p.ClientID)
 		out = append(out, adminapi.Session{
 			ClientID: p.ClientID, Tenant: p.Tenant, User: p.User, TokenID: p.TokenID, Remote: ss.remote,
 			ConnectedAt: ss.since, Cursor: ss.cursor.Load(), PendingPushes: ss.pending.Load(),
+			LastPushAt: a.lastPush, LastPushOps: a.lastPushOps, LastError: string(a.lastError), LastErrorAt: a.lastErrorAt,
 		})
 	}
 	return out, 0, nil
