@@ -67,7 +67,7 @@ const (
 	PathDeny = "/v1/admin/deny"
 	// PathTokens is the token file's tokens. GET answers a TokensPage
 	// (sorted by id; parameters ParamAfter and ParamLimit, at most
-	// MaxTokensPage). POST with a TokenRequest body issues a token and
+	// MaxTokensPage; with ParamTokenID, that token alone, or none). POST with a TokenRequest body issues a token and
 	// answers an IssuedToken: its bearer token is in that answer only (the
 	// file keeps a hash), 400 when the request names an invalid principal.
 	// DELETE with ParamTokenID revokes a token, ends its open sessions
@@ -105,7 +105,8 @@ const (
 	// ParamAfter lists the tokens with an id after it (PathTokens; "" or
 	// absent: from the first).
 	ParamAfter = "after"
-	// ParamTokenID names the token a DELETE of PathTokens revokes.
+	// ParamTokenID names the token a DELETE of PathTokens revokes, or
+	// the one a GET lists.
 	ParamTokenID = "token_id"
 )
 

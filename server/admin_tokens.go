@@ -30,6 +30,9 @@ func (s *Server) adminTokens(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, tokenStatus(err), err
 	}
+	if only := q.Get(adminapi.ParamTokenID); only != "" {
+		tokens = slices.DeleteFunc(tokens, func(t auth.Token) bool { return t.TokenID != only })
+	}
 	after := q.Get(adminapi.ParamAfter)
 	start, _ := slices.BinarySearchFunc(tokens, after, func(t auth.Token, id string) int { return strings.Compare(t.TokenID, id) })
 	if start < len(tokens) && tokens[start].TokenID == after {

@@ -64,6 +64,7 @@ var funcs = template.FuncMap{
 	"raw":      readable,
 	"size":     func(b []byte) string { return fmt.Sprintf("%d bytes", len(b)) },
 	"q":        query,
+	"join":     func(v []string) string { return strings.Join(v, ",") },
 }
 
 // query is the query string of key, value pairs, values escaped; an empty
@@ -217,15 +218,22 @@ func (c *Console) sessionsOf(r *http.Request, id identity) (adminapi.Status, []a
 }
 
 // pageBounds is the slice of n rows that ?page= (from 0) shows.
-func pageBounds(r *http.Request, n int) (start, end int) {
-	p, _ := strconv.Atoi(r.URL.Query().Get("page"))
+func pageBounds(r *http.Request, n int) (start, end int) { return pageBoundsOf(r, "page", n) }
+
+// pageBoundsOf is the slice of n rows that the page parameter param
+// (from 0) shows.
+func pageBoundsOf(r *http.Request, param string, n int) (start, end int) {
+	p, _ := strconv.Atoi(r.URL.Query().Get(param))
 	start = min(max(0, p)*PageSize, n)
 	return start, min(start+PageSize, n)
 }
 
 // prevPage is the previous ?page= (-1: none); nextPage the next (-1: none).
-func prevPage(r *http.Request) int {
-	p, _ := strconv.Atoi(r.URL.Query().Get("page"))
+func prevPage(r *http.Request) int { return prevPageOf(r, "page") }
+
+// prevPageOf is the previous value of the page parameter param (-1: none).
+func prevPageOf(r *http.Request, param string) int {
+	p, _ := strconv.Atoi(r.URL.Query().Get(param))
 	if p <= 0 {
 		return -1
 	}
@@ -244,20 +252,22 @@ func (c *Console) devices(w http.ResponseWriter, r *http.Request, id identity) e
 	if err != nil {
 		return err
 	}
-	start, end := pageBounds(r, len(sessions))
-	// A browser's message comes from its session; ?done= is shown only
-	// to a bearer-header client (a script), so a link cannot put words on
-	// an operator's page.
-	flash := r.URL.Query().Get("done")
-	if id.sess != nil {
-		flash = c.sessions.takeFlash(id.sess)
+	var recent []adminapi.Device
+	if _, err := c.call(r, id, http.MethodGet, adminapi.PathRecentDevices, nil, &recent); err != nil {
+		return err
 	}
-	c.render(w, r, http.StatusOK, "devices", view{Title: "Devices", Flash: flash, Data: struct {
-		Head       uint64
-		Total      int
-		Rows       []adminapi.Session
-		Prev, Next int
-	}{st.OplogHead, len(sessions), sessions[start:end], prevPage(r), nextPage(r, end, len(sessions))}}, id)
+	start, end := pageBounds(r, len(sessions))
+	rstart, rend := pageBoundsOf(r, "rpage", len(recent))
+	c.render(w, r, http.StatusOK, "devices", view{Title: "Devices", Flash: c.flashOf(r, id), Data: struct {
+		Head         uint64
+		Total        int
+		Rows         []adminapi.Session
+		Prev, Next   int
+		Recent       []adminapi.Device
+		RecentTotal  int
+		RPrev, RNext int
+	}{st.OplogHead, len(sessions), sessions[start:end], prevPage(r), nextPage(r, end, len(sessions)),
+		recent[rstart:rend], len(recent), prevPageOf(r, "rpage"), nextPage(r, rend, len(recent))}}, id)
 	return nil
 }
 
@@ -275,12 +285,7 @@ func (c *Console) disconnect(w http.ResponseWriter, r *http.Request, id identity
 		done = fmt.Sprintf("%s/%s has no session on this node", ans.Tenant, ans.ClientID)
 	}
 	c.cfg.Logger.Info("console: device disconnected", "tenant", ans.Tenant, "client_id", ans.ClientID, "sessions", ans.Sessions, "remote", r.RemoteAddr)
-	if id.sess != nil {
-		c.sessions.setFlash(id.sess, done)
-		http.Redirect(w, r, Path+"devices", http.StatusSeeOther)
-		return
-	}
-	http.Redirect(w, r, Path+"devices?done="+url.QueryEscape(done), http.StatusSeeOther)
+	c.afterAction(w, r, id, "devices", done)
 }
 
 // filter is the tenant, model and value switch a data page was asked for.
