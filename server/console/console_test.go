@@ -254,6 +254,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	eventually(t, "the overview's head follows", 10*time.Second, func() bool {
 		return text(t, tab, "#head") == strconv.FormatUint(head, 10)
 	})
+	// The ledger holds a decision per mutation, the superseded one
+	// included, and the overview's count follows it live (it once stayed
+	// at its page-load value).
+	require.Equal(t, int(head+1), srv.Status(t).LedgerEntries)
+	eventually(t, "the overview's ledger count follows", 10*time.Second, func() bool {
+		return text(t, tab, "#ledger") == strconv.FormatUint(head+1, 10)
+	})
 	shoot("overview")
 
 	// The oplog pages on the server: 100 rows, then the next 100.
@@ -304,6 +311,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.NoError(t, chromedp.Do(tab, chromedp.Reload()))
 		return text(t, tab, `#devices tr[data-client="phone"] td.cursor`) == strconv.FormatUint(head, 10)
 	})
+	require.Equal(t, fmt.Sprintf("%d op(s)", syncproto.MaxBatch), strings.SplitN(text(t, tab, `#devices tr[data-client="writer"] td.last-push`), ", ", 2)[1])
+	require.Equal(t, "none", text(t, tab, `#devices tr[data-client="phone"] td.last-push`))
 	shoot("devices")
 
 	// A post that rides on the cookie alone, or with a forged CSRF token,
@@ -603,4 +612,126 @@ func TestConsoleKeyHistoryPages(t *testing.T) {
 	second := page(next)
 	require.Equal(t, 50, strings.Count(rows.FindString(second), "<tr>")-1)
 	require.NotContains(t, second, `id="key-more"`, "nothing after the head")
+}
+
+// TestConsoleTokensInABrowser drives the tokens page in a real headless
+// Chromium: issue a device token (shown once, never again), a device
+// connects with it and pushes (the devices page shows the push), requests
+// without the CSRF token change nothing, then revoke it after the
+// confirmation page: the device's session is closed unauthorized at once
+// (the periodic recheck is an hour away), the token is refused from then
+// on, and the device is listed among the recently disconnected.
+func TestConsoleTokensInABrowser(t *testing.T) {
+	srv := syncdtest.Start(t, server.Config{TokenRecheck: time.Hour})
+	tab := browser(t)
+	var dialogs, consoleErrors []string
+	var mu sync.Mutex
+	require.NoError(t, chromedp.Listen(tab, func(ev any) {
+		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			mu.Lock()
+			dialogs = append(dialogs, d.Message)
+			mu.Unlock()
+		}
+	}))
+	messages := chromedp.Console(tab)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || (m.Type == "error" && !strings.HasPrefix(m.Text, "Failed to load resource")) {
+				mu.Lock()
+				consoleErrors = append(consoleErrors, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	base := srv.AdminURL + console.Path
+	logIn(t, tab, base, srv.AdminToken)
+	countTokens := func() int {
+		t.Helper()
+		tokens, err := auth.ReadFile(srv.TokenPath)
+		require.NoError(t, err)
+		return len(tokens)
+	}
+	before := countTokens()
+
+	// Issue a device token: the answer shows it, once.
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"tokens"),
+		chromedp.SendKeys(chromedp.ID("issue-tenant"), "acme"), chromedp.SendKeys(chromedp.ID("issue-client"), "tablet"),
+		chromedp.Click(chromedp.ID("issue")), chromedp.WaitVisible(chromedp.ID("bearer"))))
+	bearer, tokenID := text(t, tab, "#bearer"), text(t, tab, "#issued-id")
+	require.True(t, strings.HasPrefix(bearer, "sdk_"+tokenID+"_"), "a device token: %q", bearer)
+	require.Equal(t, before+1, countTokens())
+	screenshot(t, tab, "token-issued")
+
+	// The device connects with it and pushes; the devices page shows the
+	// push.
+	tablet := connect(t, srv, bearer, "tablet", syncproto.NewClock("tablet", nil))
+	require.Equal(t, syncproto.StatusApplied, tablet.push("notes", map[string]string{"a": `{"n":1}`})[0].Status)
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"devices")))
+	require.Contains(t, text(t, tab, `#devices tr[data-client="tablet"] td.last-push`), "1 op(s)")
+	require.Equal(t, "none", text(t, tab, `#devices tr[data-client="tablet"] td.last-error`))
+
+	// The tokens page lists it with its session, and never its secret.
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"tokens")))
+	row := `#tokens tr[data-token="` + tokenID + `"]`
+	require.Equal(t, "1", text(t, tab, row+" td.sessions"))
+	html, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	require.NoError(t, err)
+	require.NotContains(t, html, bearer, "the token is shown once only")
+	screenshot(t, tab, "tokens")
+
+	// Without the CSRF token a post issues and revokes nothing.
+	for _, post := range []struct{ path, body string }{
+		{"tokens/issue", "tenant=acme&client_id=mallory"},
+		{"tokens/revoke", "token_id=" + tokenID},
+		{"tokens/revoke", "token_id=" + tokenID + "&csrf=forged"},
+	} {
+		status, err := chromedp.Run(tab, chromedp.Evaluate[int](fmt.Sprintf(
+			`fetch(%q, {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"}, body: %q}).then((r) => r.status)`, console.Path+post.path, post.body),
+			chromedp.EvalAwaitPromise))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusForbidden, status, post)
+	}
+	require.Equal(t, before+1, countTokens(), "the refused posts changed nothing")
+	tablet.send(&syncproto.Ping{ID: "still-here"})
+	_, ok := tablet.recv().(*syncproto.Pong)
+	require.True(t, ok, "the tablet's session lives on")
+
+	// Revoke, after the confirmation page: the session closes at once.
+	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.CSS(row+" a")), chromedp.WaitVisible(chromedp.ID("revoke-confirm"))))
+	require.Equal(t, before+1, countTokens(), "the confirmation page revokes nothing")
+	screenshot(t, tab, "token-revoke")
+	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.ID("revoke-confirm")), chromedp.WaitVisible(chromedp.ID("flash"))))
+	require.Equal(t, fmt.Sprintf("revoked %s: 1 session(s) closed", tokenID), text(t, tab, "#flash"))
+	require.Equal(t, before, countTokens())
+	for {
+		_, err := tablet.tryRecv()
+		if err != nil {
+			require.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "the tablet's session closed unauthorized: %v", err)
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), syncdtest.Timeout)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, srv.SyncURL(), &websocket.DialOptions{
+		Subprotocols: []string{syncproto.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + bearer}},
+	})
+	require.Error(t, err)
+	require.NotNil(t, resp)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the revoked token is refused")
+	require.Equal(t, 1.0, srv.MetricValue(t, `syncd_admin_token_changes_total{change="revoked"}`))
+
+	// The device is among the recently disconnected, with its last push.
+	eventually(t, "the tablet among the recently disconnected", 10*time.Second, func() bool {
+		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"devices")))
+		s, err := chromedp.Run(tab, chromedp.Evaluate[string](`(document.querySelector('#recent tr[data-client="tablet"] td.last-push') || {}).textContent || ""`))
+		return err == nil && strings.Contains(s, "1 op(s)")
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, dialogs)
+	require.Empty(t, consoleErrors, "the pages ran without errors (a CSP violation is one)")
 }
