@@ -52,8 +52,9 @@ const (
 	// when the device has no session here.
 	PathDisconnect = "/v1/admin/clients/disconnect"
 	// PathTenants answers a TenantsPage: the tenants this node knows of
-	// (with sessions here, with a compacted oplog, or served by its
-	// committer since it started), sorted by name, at most MaxTenants.
+	// (with sessions here, with oplog entries, or served by its committer
+	// since it started), sorted by name; parameters ParamAfter (names
+	// after it) and ParamLimit (at most MaxTenants, the default).
 	PathTenants = "/v1/admin/tenants"
 	// PathHealth answers 200 while the process serves; it needs no token.
 	PathHealth = "/healthz"
@@ -102,8 +103,8 @@ const (
 	ParamUser = "user"
 	// ParamClientID names one device (PathDisconnect).
 	ParamClientID = "client_id"
-	// ParamAfter lists the tokens with an id after it (PathTokens; "" or
-	// absent: from the first).
+	// ParamAfter lists the tokens with an id, or the tenants with a name,
+	// after it (PathTokens, PathTenants; "" or absent: from the first).
 	ParamAfter = "after"
 	// ParamTokenID names the token a DELETE of PathTokens revokes, or
 	// the one a GET lists.
@@ -398,6 +399,10 @@ type Figures struct {
 	// durable commit, after which it is answered
 	// (syncd_apply_duration_seconds).
 	Ack Histogram `json:"ack"`
+	// TenantMutations counts the mutations each tenant pushed to this
+	// node since it started (every tenant seen; a reader samples it for
+	// per-tenant rates, as the console's tenants page does).
+	TenantMutations map[string]uint64 `json:"tenant_mutations,omitempty"`
 	// Alerts are the conditions the server itself knows to be wrong now
 	// (an open conflict hook breaker, a drain, a cluster node that does
 	// not serve); the rules of docs/alerts evaluate the rest in
@@ -439,9 +444,10 @@ type Disconnected struct {
 // TenantsPage is the answer of PathTenants.
 type TenantsPage struct {
 	Tenants []Tenant `json:"tenants"`
-	// Truncated is true when more than MaxTenants were known: the page
-	// holds the first by name.
+	// Truncated is true when more tenants follow the page (its Next).
 	Truncated bool `json:"truncated"`
+	// Next is the ParamAfter of the following page, "" on the last.
+	Next string `json:"next,omitempty"`
 }
 
 // Tenant is one tenant as this node sees it.
@@ -463,6 +469,15 @@ type Tenant struct {
 	// syncd_commit_served_mutations_total series of the tenant, absent
 	// beyond its label bound, where tenants share "~other").
 	MutationsServed uint64 `json:"mutations_served"`
+	// OplogEntries counts its retained oplog entries (the whole cluster's
+	// log on a cluster node: every node holds the same).
+	OplogEntries uint64 `json:"oplog_entries"`
+	// QuotaRefusals counts its pushes and upgrades a quota refused here
+	// since start (syncd_quota_refusals_total, by tenant).
+	QuotaRefusals uint64 `json:"quota_refusals"`
+	// MutationsPushed counts the mutations it pushed to this node since
+	// start (Figures.TenantMutations).
+	MutationsPushed uint64 `json:"mutations_pushed"`
 }
 
 // TokensPage is the answer of GET PathTokens: one page of the token

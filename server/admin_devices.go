@@ -36,11 +36,15 @@ type deviceBook struct {
 	byDevice map[deviceKey]*deviceActivity
 	recent   []deviceKey // disconnected, earliest first; each also in byDevice
 	tracked  prometheus.Gauge
+	// pushedByTenant counts the mutations each tenant pushed here since
+	// start: one entry per tenant seen, as bounded as the token file (and
+	// the JWT issuer's tenants), like the quota book.
+	pushedByTenant map[string]uint64
 }
 
 // newDeviceBook makes the book and registers its gauge on reg.
 func newDeviceBook(reg prometheus.Registerer) *deviceBook {
-	b := &deviceBook{byDevice: map[deviceKey]*deviceActivity{}, tracked: prometheus.NewGauge(prometheus.GaugeOpts{
+	b := &deviceBook{byDevice: map[deviceKey]*deviceActivity{}, pushedByTenant: map[string]uint64{}, tracked: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "syncd_admin_devices_tracked",
 		Help: "Devices whose last push and last error the admin API keeps: those with a session open here plus at most 256 recently disconnected.",
 	})}
@@ -71,6 +75,7 @@ func (b *deviceBook) pushed(p auth.Principal, ops int, refusal syncproto.Code, n
 	defer b.mu.Unlock()
 	a := b.entryLocked(deviceKey{p.Tenant, p.ClientID})
 	a.lastPush, a.lastPushOps = now, ops
+	b.pushedByTenant[p.Tenant] += uint64(ops)
 	if refusal != "" {
 		a.lastError, a.lastErrorAt = refusal, now
 	}
@@ -109,6 +114,17 @@ func (b *deviceBook) activity(tenant, clientID string) deviceActivity {
 		return *a
 	}
 	return deviceActivity{}
+}
+
+// pushedTotals returns a copy of the mutations each tenant pushed here.
+func (b *deviceBook) pushedTotals() map[string]uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]uint64, len(b.pushedByTenant))
+	for t, n := range b.pushedByTenant {
+		out[t] = n
+	}
+	return out
 }
 
 // recentDevices returns the recently disconnected devices, latest first.

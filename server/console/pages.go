@@ -185,18 +185,39 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request, id identity) e
 	return nil
 }
 
+// tenantRow is one tenant as the tenants page shows it: the admin API's
+// figures and its mutation rate over the sampler's window.
+type tenantRow struct {
+	adminapi.Tenant
+	Rate string
+}
+
+// tenants: one page of the tenants (PageSize, after ?after=, paged by the
+// admin API), each with its mutation rate over the sampler's window.
 func (c *Console) tenants(w http.ResponseWriter, r *http.Request, id identity) error {
+	after := r.URL.Query().Get("after")
+	q := url.Values{adminapi.ParamLimit: {strconv.Itoa(PageSize)}}
+	if after != "" {
+		q.Set(adminapi.ParamAfter, after)
+	}
 	var tp adminapi.TenantsPage
-	if _, err := c.call(r, id, http.MethodGet, adminapi.PathTenants, nil, &tp); err != nil {
+	if _, err := c.call(r, id, http.MethodGet, adminapi.PathTenants, q, &tp); err != nil {
 		return err
 	}
-	start, end := pageBounds(r, len(tp.Tenants))
+	rates, window := c.sampler.tenantRates()
+	rows := make([]tenantRow, len(tp.Tenants))
+	for i, t := range tp.Tenants {
+		rows[i] = tenantRow{Tenant: t, Rate: "…"}
+		if window > 0 {
+			rows[i].Rate = strconv.FormatFloat(rates[t.Tenant], 'f', 1, 64) + "/s"
+		}
+	}
 	c.render(w, r, http.StatusOK, "tenants", view{Title: "Tenants", Data: struct {
-		Rows       []adminapi.Tenant
-		Total      int
-		Truncated  bool
-		Prev, Next int
-	}{tp.Tenants[start:end], len(tp.Tenants), tp.Truncated, prevPage(r), nextPage(r, end, len(tp.Tenants))}}, id)
+		Rows   []tenantRow
+		After  string
+		Next   string
+		Window string
+	}{rows, after, tp.Next, window.Round(time.Second).String()}}, id)
 	return nil
 }
 
