@@ -80,6 +80,10 @@ const (
 	// session on this node ended lately, latest first, at most
 	// MaxRecentDevices.
 	PathRecentDevices = "/v1/admin/clients/recent"
+	// PathCluster answers a ClusterInfra: the NATS servers a cluster node
+	// knows and the command stream's leader and replicas (one JetStream
+	// request); 409 on a single node.
+	PathCluster = "/v1/admin/cluster"
 )
 
 // The admin API's query parameters.
@@ -178,6 +182,8 @@ type ClusterStatus struct {
 	// LeaseHolder is the node holding the singleton-job lease, as the nodes
 	// report it ("" when none reports it).
 	LeaseHolder string `json:"lease_holder"`
+	// LeaseToken is the holder's fencing token (0 when none reports it).
+	LeaseToken uint64 `json:"lease_token,omitempty"`
 	// Nodes are sorted by name; the answering node's entry is current, the
 	// others' are what each last reported.
 	Nodes []Node `json:"nodes"`
@@ -214,6 +220,58 @@ type Node struct {
 	// (docs/operations.md, Upgrades).
 	Format         int `json:"format,omitempty"`
 	ClusterVersion int `json:"cluster_version,omitempty"`
+	// LeaseToken is the singleton-job lease's fencing token (its
+	// revision) on the node holding it, 0 on the others.
+	LeaseToken uint64 `json:"lease_token,omitempty"`
+	// LastDigestCheck and LastRecordsCheck are the node's last
+	// comparisons of its state digest with its peers' at one stream seq
+	// (nil before the first); a records check's digest covers record
+	// contents.
+	LastDigestCheck  *Check `json:"last_digest_check,omitempty"`
+	LastRecordsCheck *Check `json:"last_records_check,omitempty"`
+}
+
+// Check is one comparison of a node's state digest with its peers' at
+// stream seq Seq.
+type Check struct {
+	At  time.Time `json:"at"`
+	Seq uint64    `json:"seq"`
+	// Result is "match" when every peer that reported at Seq agreed,
+	// "mismatch" when one disagreed (Disagree names them).
+	Result   string   `json:"result"`
+	Agree    []string `json:"agree,omitempty"`
+	Disagree []string `json:"disagree,omitempty"`
+}
+
+// ClusterInfra is the answer of PathCluster: the messaging a cluster
+// node runs on, as it sees it now.
+type ClusterInfra struct {
+	Node string `json:"node"`
+	// Servers are the NATS servers the node's connection knows,
+	// credentials removed; Connected marks the one it is on.
+	Servers []NATSServer `json:"servers"`
+	// StreamLeader is the NATS server leading the command stream (""
+	// with StreamError saying why when it has none or did not answer).
+	StreamLeader string          `json:"stream_leader"`
+	StreamError  string          `json:"stream_error,omitempty"`
+	Replicas     []StreamReplica `json:"replicas,omitempty"`
+}
+
+// NATSServer is one NATS server of a ClusterInfra.
+type NATSServer struct {
+	URL       string `json:"url"`
+	Connected bool   `json:"connected"`
+}
+
+// StreamReplica is one follower of the command stream as its leader
+// reports it: current (caught up), offline, seen ActiveSeconds ago, Lag
+// operations behind.
+type StreamReplica struct {
+	Name          string  `json:"name"`
+	Current       bool    `json:"current"`
+	Offline       bool    `json:"offline"`
+	ActiveSeconds float64 `json:"active_seconds"`
+	Lag           uint64  `json:"lag"`
 }
 
 // Session is one connected sync session in the answer of PathSessions.

@@ -32,6 +32,7 @@ import (
 //	GET /v1/admin/tenants                     tenants: sessions, lag, oplog floor, snapshots, mutations served
 //	POST /v1/admin/clients/disconnect?tenant=T&client_id=C   drain one device's sessions
 //	GET /v1/admin/clients/recent              devices disconnected lately: last push, last error
+//	GET /v1/admin/cluster                     a cluster node's NATS servers, the stream's leader and replicas
 //	GET|POST|DELETE /v1/admin/tokens          the token file: list (paged), issue (shown once), revoke
 //	GET /console/...                          the operator console (package console)
 //	GET /debug/pprof/...                      Go's profiles (net/http/pprof)
@@ -48,6 +49,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.Handle("GET "+adminapi.PathTenants, s.admin(s.adminTenants))
 	mux.Handle("POST "+adminapi.PathDisconnect, s.admin(s.adminDisconnect))
 	mux.Handle("GET "+adminapi.PathRecentDevices, s.admin(s.adminRecentDevices))
+	mux.Handle("GET "+adminapi.PathCluster, s.admin(s.adminCluster))
 	mux.Handle("GET "+adminapi.PathTokens, s.admin(s.adminTokens))
 	mux.Handle("POST "+adminapi.PathTokens, s.admin(s.adminIssueToken))
 	mux.Handle("DELETE "+adminapi.PathTokens, s.admin(s.adminRevokeToken))
@@ -136,7 +138,7 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 		slices.SortFunc(cs.Nodes, func(a, b adminapi.Node) int { return strings.Compare(a.Node, b.Node) })
 		for _, n := range cs.Nodes {
 			if n.LeaseHeld {
-				cs.LeaseHolder = n.Node
+				cs.LeaseHolder, cs.LeaseToken = n.Node, n.LeaseToken
 			}
 		}
 		st.Cluster = cs
@@ -213,7 +215,8 @@ func (s *Server) adminConflicts(r *http.Request) (any, int, error) {
 func adminNode(n cluster.Status) adminapi.Node {
 	return adminapi.Node{Node: n.Node, AppliedSeq: n.AppliedSeq, Digest: n.Digest, StreamHead: n.StreamHead, Lag: n.Lag,
 		LeaseHeld: n.LeaseHeld, Ready: n.Ready, Problem: n.Problem, At: n.At, Agreement: n.Agreement,
-		Format: n.Format, ClusterVersion: n.ClusterVersion}
+		Format: n.Format, ClusterVersion: n.ClusterVersion,
+		LeaseToken: n.LeaseToken, LastDigestCheck: adminCheck(n.LastDigestCheck), LastRecordsCheck: adminCheck(n.LastRecordsCheck)}
 }
 
 func conflictSide(s replication.Side) adminapi.ConflictSide {

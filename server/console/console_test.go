@@ -549,7 +549,6 @@ func TestConsoleClusterPageShowsANodeDown(t *testing.T) {
 	nodes := syncdtest.StartCluster(t, 3, server.Config{})
 	writer := connect(t, nodes[0], nodes[0].Member(t, "acme", "writer"), "writer", syncproto.NewClock("writer", nil))
 	writer.push("notes", map[string]string{"a": `{"n":1}`, "b": `{"n":2}`})
-
 	tab := browser(t)
 	base := nodes[0].AdminURL + console.Path
 	logIn(t, tab, base, nodes[0].AdminToken)
@@ -562,6 +561,15 @@ func TestConsoleClusterPageShowsANodeDown(t *testing.T) {
 		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"cluster")))
 		return strings.HasPrefix(text(t, tab, "#lease-holder"), "node-")
 	})
+	_, err := strconv.ParseUint(text(t, tab, "#lease-token"), 10, 64)
+	require.NoError(t, err, "the holder's fencing token is a revision")
+	require.NotEmpty(t, text(t, tab, "#stream-leader"))
+	require.NotContains(t, text(t, tab, "#stream-leader"), "none")
+	require.Contains(t, text(t, tab, "#nats-servers"), "connected")
+	require.Len(t, strings.Split(text(t, tab, "#replicas tbody"), "\n"), 2, "two followers of a stream of three replicas")
+	// Digest checkpoints come every 1000 stream messages: none yet.
+	require.Equal(t, "none yet", text(t, tab, `#nodes tr[data-node="node-1"] td.digest-check`))
+	require.Equal(t, "none yet", text(t, tab, `#nodes tr[data-node="node-1"] td.records-check`), "records checks run hourly")
 
 	nodes[2].Stop(t)
 	eventually(t, "the stopped node shown down", 30*time.Second, func() bool {
@@ -572,7 +580,7 @@ func TestConsoleClusterPageShowsANodeDown(t *testing.T) {
 	require.Equal(t, "ready", state("node-2"))
 	for _, n := range []string{"node-1", "node-2"} {
 		lag := text(t, tab, `#nodes tr[data-node="`+n+`"] td.lag`)
-		_, err := strconv.ParseUint(lag, 10, 64)
+		_, err = strconv.ParseUint(lag, 10, 64)
 		require.NoError(t, err, "%s's lag is a count of entries: %q", n, lag)
 	}
 	screenshot(t, tab, "cluster")

@@ -171,17 +171,22 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request, id identity) e
 		return err
 	}
 	var rows []nodeRow
+	var infra adminapi.ClusterInfra
 	if st.Cluster != nil {
 		now := c.cfg.Now()
 		for _, n := range st.Cluster.Nodes {
 			age := max(0, now.Sub(n.At))
 			rows = append(rows, nodeRow{Node: n, Silent: age > NodeSilentAfter, Age: age.Round(time.Second).String()})
 		}
+		if _, err := c.call(r, id, http.MethodGet, adminapi.PathCluster, nil, &infra); err != nil {
+			return err
+		}
 	}
 	c.render(w, r, http.StatusOK, "cluster", view{Title: "Cluster", Data: struct {
 		Status adminapi.Status
 		Nodes  []nodeRow
-	}{st, rows}}, id)
+		Infra  adminapi.ClusterInfra
+	}{st, rows, infra}}, id)
 	return nil
 }
 
