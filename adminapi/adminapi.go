@@ -552,14 +552,8 @@ type TokensPage struct {
 // revoke by) and what it may do.
 type TokenInfo struct {
 	ID string `json:"id"`
-	// Admin tokens authorise the admin API only and carry nothing else.
-	Admin    bool                `json:"admin,omitempty"`
-	Tenant   string              `json:"tenant,omitempty"`
-	User     string              `json:"user,omitempty"`
-	ClientID string              `json:"client_id,omitempty"`
-	Read     []string            `json:"read,omitempty"`
-	Write    []string            `json:"write,omitempty"`
-	Scopes   map[string][]string `json:"scopes,omitempty"`
+	// TokenRequest is what the token may do, as it was issued.
+	TokenRequest
 	// CreatedAt is when the token was issued.
 	CreatedAt time.Time `json:"created_at"`
 	// Sessions counts its open sync sessions on this node.
@@ -567,9 +561,9 @@ type TokenInfo struct {
 }
 
 // TokenRequest is the body of POST PathTokens: the principal of the token
-// to issue. An admin token names nothing else; a device's token names its
-// tenant and client id, and the models it may read and write ("*": every
-// model).
+// to issue. An admin token (it authorises the admin API only) names
+// nothing else; a device's token names its tenant and client id, and the
+// models it may read and write ("*": every model).
 type TokenRequest struct {
 	Admin    bool                `json:"admin,omitempty"`
 	Tenant   string              `json:"tenant,omitempty"`

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -120,11 +121,7 @@ func (b *deviceBook) activity(tenant, clientID string) deviceActivity {
 func (b *deviceBook) pushedTotals() map[string]uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make(map[string]uint64, len(b.pushedByTenant))
-	for t, n := range b.pushedByTenant {
-		out[t] = n
-	}
-	return out
+	return maps.Clone(b.pushedByTenant)
 }
 
 // recentDevices returns the recently disconnected devices, latest first.

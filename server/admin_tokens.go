@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -19,12 +20,9 @@ import (
 // sessions of each on this node.
 func (s *Server) adminTokens(r *http.Request) (any, int, error) {
 	q := r.URL.Query()
-	limit, err := uintParam(q.Get(adminapi.ParamLimit))
+	limit, err := limitParam(q, adminapi.MaxTokensPage)
 	if err != nil {
 		return nil, http.StatusBadRequest, err
-	}
-	if limit == 0 || limit > adminapi.MaxTokensPage {
-		limit = adminapi.MaxTokensPage
 	}
 	tokens, err := s.cfg.Authenticator.Tokens()
 	if err != nil {
@@ -38,7 +36,7 @@ func (s *Server) adminTokens(r *http.Request) (any, int, error) {
 	if start < len(tokens) && tokens[start].TokenID == after {
 		start++
 	}
-	end := min(start+int(limit), len(tokens))
+	end := min(start+limit, len(tokens))
 	sessions := map[string]int{}
 	for _, ss := range s.sessionList() {
 		sessions[ss.principal().TokenID]++
@@ -53,6 +51,18 @@ func (s *Server) adminTokens(r *http.Request) (any, int, error) {
 		page.Next = tokens[end-1].TokenID
 	}
 	return page, 0, nil
+}
+
+// limitParam reads ParamLimit: absent, 0 or above most, most.
+func limitParam(q url.Values, most int) (int, error) {
+	limit, err := uintParam(q.Get(adminapi.ParamLimit))
+	if err != nil {
+		return 0, err
+	}
+	if limit == 0 || limit > uint64(most) {
+		return most, nil
+	}
+	return int(limit), nil
 }
 
 // adminIssueToken issues a token; the bearer token is in its answer only.
@@ -95,8 +105,8 @@ func (s *Server) adminRevokeToken(r *http.Request) (any, int, error) {
 
 func tokenInfo(t auth.Token) adminapi.TokenInfo {
 	p := t.Principal
-	return adminapi.TokenInfo{ID: p.TokenID, Admin: p.Admin, Tenant: p.Tenant, User: p.User, ClientID: p.ClientID,
-		Read: p.Read, Write: p.Write, Scopes: p.Scopes, CreatedAt: t.CreatedAt}
+	return adminapi.TokenInfo{ID: p.TokenID, CreatedAt: t.CreatedAt, TokenRequest: adminapi.TokenRequest{Admin: p.Admin, Tenant: p.Tenant, User: p.User,
+		ClientID: p.ClientID, Read: p.Read, Write: p.Write, Scopes: p.Scopes}}
 }
 
 // registerAdmin registers the admin API's own instruments.

@@ -159,12 +159,9 @@ func (s *Server) closeConsole() {
 func (s *Server) adminTenants(r *http.Request) (any, int, error) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	limit, err := uintParam(q.Get(adminapi.ParamLimit))
+	limit, err := limitParam(q, adminapi.MaxTenants)
 	if err != nil {
 		return nil, http.StatusBadRequest, err
-	}
-	if limit == 0 || limit > adminapi.MaxTenants {
-		limit = adminapi.MaxTenants
 	}
 	after := q.Get(adminapi.ParamAfter)
 	b, err := s.store.Log.Bounds(ctx, replication.Scope{AllTenants: true})
@@ -176,7 +173,7 @@ func (s *Server) adminTenants(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	// One more than the page, to know whether another follows.
-	counts, err := s.store.Log.TenantEntries(ctx, after, int(limit)+1)
+	counts, err := s.store.Log.TenantEntries(ctx, after, limit+1)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -228,14 +225,14 @@ func (s *Server) adminTenants(r *http.Request) (any, int, error) {
 			}
 		}
 	}
-	page := adminapi.TenantsPage{Tenants: make([]adminapi.Tenant, 0, min(len(by), int(limit)))}
+	page := adminapi.TenantsPage{Tenants: make([]adminapi.Tenant, 0, min(len(by), limit))}
 	for name, t := range by {
 		if name > after && name != "" {
 			page.Tenants = append(page.Tenants, *t)
 		}
 	}
 	slices.SortFunc(page.Tenants, func(a, b adminapi.Tenant) int { return strings.Compare(a.Tenant, b.Tenant) })
-	if len(page.Tenants) > int(limit) {
+	if len(page.Tenants) > limit {
 		page.Tenants, page.Truncated = page.Tenants[:limit], true
 		page.Next = page.Tenants[limit-1].Tenant
 	}

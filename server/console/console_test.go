@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,41 @@ func browser(t *testing.T) context.Context {
 	return tab
 }
 
+// watch listens to the tab for script dialogs and console errors; the
+// returned func reads what it heard so far. A refused request logs
+// "Failed to load resource" (the tests make some on purpose); anything
+// else of type error, a CSP violation included, counts.
+func watch(t *testing.T, tab context.Context) func() (dialogs, consoleErrors []string) {
+	t.Helper()
+	var dialogs, consoleErrors []string
+	var mu sync.Mutex
+	require.NoError(t, chromedp.Listen(tab, func(ev any) {
+		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			mu.Lock()
+			dialogs = append(dialogs, d.Message)
+			mu.Unlock()
+		}
+	}))
+	messages := chromedp.Console(tab)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || (m.Type == "error" && !strings.HasPrefix(m.Text, "Failed to load resource")) {
+				mu.Lock()
+				consoleErrors = append(consoleErrors, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() ([]string, []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(dialogs), slices.Clone(consoleErrors)
+	}
+}
+
 // logIn logs the tab in at the console under base with token and waits
 // for the overview.
 func logIn(t *testing.T, tab context.Context, base, token string) {
@@ -195,31 +231,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, syncproto.StatusSuperseded, late.push("notes", map[string]string{"hostile": `{"text":"older"}`})[0].Status)
 
 	tab := browser(t)
-	var dialogs, consoleErrors []string
-	var mu sync.Mutex
-	require.NoError(t, chromedp.Listen(tab, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
-			dialogs = append(dialogs, d.Message)
-		}
-	}))
-	messages := chromedp.Console(tab)
-	go func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			// A refused request logs "Failed to load resource" (the test
-			// makes some on purpose); anything else of type error, a
-			// CSP violation included, is a failure.
-			if m.IsException() || (m.Type == "error" && !strings.HasPrefix(m.Text, "Failed to load resource")) {
-				mu.Lock()
-				consoleErrors = append(consoleErrors, m.String())
-				mu.Unlock()
-			}
-		}
-	}()
+	troubles := watch(t, tab)
 	shoot := func(name string) { screenshot(t, tab, name) }
 	base := srv.AdminURL + console.Path
 
@@ -380,8 +392,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"cluster"), chromedp.WaitVisible(chromedp.CSS("main"))))
 	require.Contains(t, text(t, tab, "#single"), "single node")
 
-	mu.Lock()
-	defer mu.Unlock()
+	dialogs, consoleErrors := troubles()
 	require.Empty(t, dialogs, "no script from a value ran")
 	require.Empty(t, consoleErrors, "the pages ran without errors (a CSP violation is one)")
 }
@@ -632,28 +643,7 @@ func TestConsoleKeyHistoryPages(t *testing.T) {
 func TestConsoleTokensInABrowser(t *testing.T) {
 	srv := syncdtest.Start(t, server.Config{TokenRecheck: time.Hour})
 	tab := browser(t)
-	var dialogs, consoleErrors []string
-	var mu sync.Mutex
-	require.NoError(t, chromedp.Listen(tab, func(ev any) {
-		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
-			mu.Lock()
-			dialogs = append(dialogs, d.Message)
-			mu.Unlock()
-		}
-	}))
-	messages := chromedp.Console(tab)
-	go func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.IsException() || (m.Type == "error" && !strings.HasPrefix(m.Text, "Failed to load resource")) {
-				mu.Lock()
-				consoleErrors = append(consoleErrors, m.String())
-				mu.Unlock()
-			}
-		}
-	}()
+	troubles := watch(t, tab)
 	base := srv.AdminURL + console.Path
 	logIn(t, tab, base, srv.AdminToken)
 	countTokens := func() int {
@@ -738,8 +728,7 @@ func TestConsoleTokensInABrowser(t *testing.T) {
 		return err == nil && strings.Contains(s, "1 op(s)")
 	})
 
-	mu.Lock()
-	defer mu.Unlock()
+	dialogs, consoleErrors := troubles()
 	require.Empty(t, dialogs)
 	require.Empty(t, consoleErrors, "the pages ran without errors (a CSP violation is one)")
 }

@@ -200,11 +200,7 @@ type tenantRow struct {
 // tenants: one page of the tenants (PageSize, after ?after=, paged by the
 // admin API), each with its mutation rate over the sampler's window.
 func (c *Console) tenants(w http.ResponseWriter, r *http.Request, id identity) error {
-	after := r.URL.Query().Get("after")
-	q := url.Values{adminapi.ParamLimit: {strconv.Itoa(PageSize)}}
-	if after != "" {
-		q.Set(adminapi.ParamAfter, after)
-	}
+	after, q := afterPage(r)
 	var tp adminapi.TenantsPage
 	if _, err := c.call(r, id, http.MethodGet, adminapi.PathTenants, q, &tp); err != nil {
 		return err

@@ -13,11 +13,7 @@ import (
 // tokens: one page of the token file's tokens (PageSize, after ?after=),
 // with the form that issues one.
 func (c *Console) tokens(w http.ResponseWriter, r *http.Request, id identity) error {
-	after := r.URL.Query().Get("after")
-	q := url.Values{adminapi.ParamLimit: {strconv.Itoa(PageSize)}}
-	if after != "" {
-		q.Set(adminapi.ParamAfter, after)
-	}
+	after, q := afterPage(r)
 	var tp adminapi.TokensPage
 	if _, err := c.call(r, id, http.MethodGet, adminapi.PathTokens, q, &tp); err != nil {
 		return err
@@ -27,6 +23,17 @@ func (c *Console) tokens(w http.ResponseWriter, r *http.Request, id identity) er
 		After string
 	}{tp, after}}, id)
 	return nil
+}
+
+// afterPage is the ?after= of a page keyed by name, and the admin API
+// query of the PageSize rows after it.
+func afterPage(r *http.Request) (string, url.Values) {
+	after := r.URL.Query().Get("after")
+	q := url.Values{adminapi.ParamLimit: {strconv.Itoa(PageSize)}}
+	if after != "" {
+		q.Set(adminapi.ParamAfter, after)
+	}
+	return after, q
 }
 
 // flashOf is the message a page shows after an action: from the session
