@@ -134,3 +134,26 @@ func TestAdminClusterStatusIsStable(t *testing.T) {
 		Replicas: []adminapi.StreamReplica{{Name: "n1", Current: true, ActiveSeconds: 0.25}, {Name: "n2", Offline: true, ActiveSeconds: 30, Lag: 7}}}))
 	goldenAdmin(t, "cluster_infra.json", buf.Bytes())
 }
+
+// TestAdminTokenAnswersAreStable pins the encodings of the tokens
+// answers: a page, an issued token (its bearer), a revocation, a recently
+// disconnected device.
+func TestAdminTokenAnswersAreStable(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	device := adminapi.TokenInfo{ID: "0a1b2c3d4e5f", CreatedAt: at, Sessions: 1,
+		TokenRequest: adminapi.TokenRequest{Tenant: "acme", User: "alice", ClientID: "alice:phone", Read: []string{"*"}, Write: []string{"notes"}}}
+	admin := adminapi.TokenInfo{ID: "ffeeddccbbaa", CreatedAt: at, TokenRequest: adminapi.TokenRequest{Admin: true}}
+	for name, v := range map[string]any{
+		"tokens.json":        adminapi.TokensPage{Tokens: []adminapi.TokenInfo{device, admin}, Next: "ffeeddccbbaa", Total: 3},
+		"token_issued.json":  adminapi.IssuedToken{Token: device, Bearer: "sdk_0a1b2c3d4e5f_SECRET"},
+		"token_revoked.json": adminapi.TokenRevoked{TokenID: "0a1b2c3d4e5f", ClosedSessions: 1},
+		"recent.json": []adminapi.Device{{Tenant: "acme", ClientID: "alice:phone", LastPushAt: at, LastPushOps: 3,
+			LastError: "forbidden_model", LastErrorAt: at, DisconnectedAt: at.Add(time.Minute)}},
+	} {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent("", "  ")
+		require.NoError(t, enc.Encode(v))
+		goldenAdmin(t, name, buf.Bytes())
+	}
+}
