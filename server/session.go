@@ -59,9 +59,9 @@ type session struct {
 	idle     *time.Timer // closes the session with 4000 when nothing was heard for IdleTimeout
 	idleOver bool        // reading ended: nothing restarts idle any more
 
-	helloSeen atomic.Bool   // hello was answered; the hello deadline is off
-	cursor    feedPosition  // the newest seq delivered on the live feed, or routed past it
-	pending   atomic.Int64  // pushes submitted and not yet answered
+	helloSeen atomic.Bool  // hello was answered; the hello deadline is off
+	cursor    feedPosition // the newest seq delivered on the live feed, or routed past it
+	pending   atomic.Int64 // pushes submitted and not yet answered
 }
 
 // outbound is one entry of a lane: a message ready to send, a push whose
