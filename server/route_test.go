@@ -12,6 +12,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -423,6 +426,7 @@ func TestRoutedFeedOnAClusterNode(t *testing.T) {
 	}{
 		{"DeliversEveryEntryOfItsValues", TestRoutedFeedDeliversEveryEntryOfItsValues},
 		{"FollowsGrantsAndSetChanges", TestRoutedFeedFollowsGrantsAndSetChanges},
+		{"SkipsWhatIsNotForIt", TestRoutedFeedSkipsWhatIsNotForIt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clusterTests.Store(t, struct{}{})
@@ -430,4 +434,45 @@ func TestRoutedFeedOnAClusterNode(t *testing.T) {
 			tc.test(t)
 		})
 	}
+}
+
+// A subscription no write concerns is not woken, yet stands at the head:
+// the admin API reports its cursor at the head (not behind by every write
+// of others), and when a compaction removed only others' entries after
+// its cursor, the next entry for it arrives as changes, not as resync.
+func TestRoutedFeedSkipsWhatIsNotForIt(t *testing.T) {
+	ts := startServer(t, server.Config{Scopes: projectScopes(t),
+		Retention: server.Retention{Oplog: replication.Retention{MaxEntries: 5, MaxAge: -1}}, RetentionInterval: -1})
+	quiet, _ := session(t, ts, ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "quiet", User: "quiet", Read: []string{"*"},
+		Scopes: map[string][]string{"project": {"p0"}}}), "quiet")
+	head := ts.head(t)
+	quiet.send(&syncproto.Subscribe{ID: "q", Cursor: head, Scopes: syncproto.ScopeSet{"project": {"p0"}}, Have: syncproto.ScopeSet{"project": {"p0"}}})
+	first := expect[*syncproto.Changes](quiet)
+	require.Equal(t, head, first.Cursor)
+
+	w, clock := writer(t, ts, "writer")
+	last := putTasks(t, w, clock, "p1", "other", 30)
+	cursorOf := func(clientID string) uint64 {
+		var sessions []adminapi.Session
+		ts.Admin(t, adminapi.PathSessions, &sessions)
+		for _, s := range sessions {
+			if s.ClientID == clientID {
+				return s.Cursor
+			}
+		}
+		t.Fatalf("no session of %s", clientID)
+		return 0
+	}
+	require.Eventually(t, func() bool { return cursorOf("quiet") == last }, ioTimeout, 10*time.Millisecond,
+		"the admin API reports the quiet subscription at the head %d", last)
+
+	ts.runRetention(t)
+	require.Greater(t, ts.Status(t).OplogFloor, head, "compaction removed entries after the quiet subscription's last frame")
+	mine := putTasks(t, w, clock, "p0", "mine", 1)
+	ch := expect[*syncproto.Changes](quiet)
+	require.Equal(t, "q", ch.ID)
+	require.Len(t, ch.Entries, 1)
+	require.Equal(t, mine, ch.Entries[0].Seq)
+	require.Equal(t, mine, ch.Cursor)
+	require.Equal(t, mine, cursorOf("quiet"))
 }
