@@ -99,6 +99,20 @@ func randomTasks(t testing.TB, rng *rand.Rand, clock *syncproto.Clock, prefix st
 	return batches
 }
 
+// randomWriters opens n writer sessions and returns them with each one's
+// randomTasks of batches batches.
+func randomWriters(t testing.TB, ts *testServer, rng *rand.Rand, n, batches int) ([]*wsClient, [][][]syncproto.Mutation) {
+	t.Helper()
+	clients := make([]*wsClient, n)
+	work := make([][][]syncproto.Mutation, n)
+	for w := range n {
+		var clock *syncproto.Clock
+		clients[w], clock = writer(t, ts, fmt.Sprint("writer", w))
+		work[w] = randomTasks(t, rng, clock, fmt.Sprint("w", w), batches)
+	}
+	return clients, work
+}
+
 // startWriters runs each writer's batches in its own goroutine and returns
 // a channel that yields the first error (or nil) once all are done.
 func startWriters(clients []*wsClient, batches [][][]syncproto.Mutation) <-chan error {
@@ -113,18 +127,13 @@ func startWriters(clients []*wsClient, batches [][][]syncproto.Mutation) <-chan 
 		close(errs)
 		var first error
 		for err := range errs {
-			first = cmpErr(first, err)
+			if first == nil {
+				first = err
+			}
 		}
 		done <- first
 	}()
 	return done
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // routedEntry is what a device received of one oplog entry.
@@ -215,13 +224,7 @@ func TestRoutedFeedDeliversEveryEntryOfItsValues(t *testing.T) {
 		require.Empty(t, first.Entries)
 		require.Empty(t, first.Evictions)
 	}
-	var clients []*wsClient
-	var batches [][][]syncproto.Mutation
-	for w := range 4 {
-		c, clock := writer(t, ts, fmt.Sprint("writer", w))
-		clients = append(clients, c)
-		batches = append(batches, randomTasks(t, rng, clock, fmt.Sprint("w", w), 30))
-	}
+	clients, batches := randomWriters(t, ts, rng, 4, 30)
 	require.NoError(t, <-startWriters(clients, batches))
 
 	for _, d := range devices {
@@ -355,13 +358,7 @@ func TestRoutedFeedFollowsGrantsAndSetChanges(t *testing.T) {
 	bob.send(&syncproto.Subscribe{ID: "b0", Cursor: head, Scopes: syncproto.ScopeSet{"project": bobSets[0]}})
 	bf := &follower{c: bob, rep: newReplica(), have: map[string]bool{}, cursor: head}
 
-	var clients []*wsClient
-	var batches [][][]syncproto.Mutation
-	for w := range 3 {
-		c, clock := writer(t, ts, fmt.Sprint("writer", w))
-		clients = append(clients, c)
-		batches = append(batches, randomTasks(t, rng, clock, fmt.Sprint("w", w), 40))
-	}
+	clients, batches := randomWriters(t, ts, rng, 3, 40)
 	// The membership writer: alice gains p1, p2, p5, loses p1, gains p1
 	// again, loses p2, one push at a time, between the others' writes.
 	mc, mclock := writer(t, ts, "membership")
