@@ -29,10 +29,11 @@ const (
 )
 
 // feedTail is the newest stretch of the oplog, read from the database once
-// and shared by every subscription of this node: after a commit, one
-// subscription refills it with one read, and every other subscription
-// filters its own scope from memory. Without it, one write read by a
-// thousand subscribers is a thousand SQLite queries.
+// and shared by every subscription of this node: a commit of this node's
+// committer hands its entries over (committed), or the router's driver
+// refills it with one read (drive), and each subscription the router wakes
+// for them (route.go) filters its own scope from memory. Without it, one
+// write read by a thousand subscribers is a thousand SQLite queries.
 //
 // It holds every committed entry with start < seq <= head, in seq order,
 // at most feedTailBytes of values (the oldest are dropped first), and the
