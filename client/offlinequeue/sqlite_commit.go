@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 )
 
 // maxBatch bounds the enqueues that share one transaction.
@@ -65,6 +66,7 @@ func (s *SQLite) apply(ctx context.Context, op string, fn func(ctx context.Conte
 func (s *SQLite) commitLoop() {
 	defer close(s.stopped)
 	var held *writeRequest // a non-enqueue met while gathering a group
+	last := 0              // the size of the previous group of enqueues
 	for {
 		r := held
 		held = nil
@@ -81,21 +83,46 @@ func (s *SQLite) commitLoop() {
 			continue
 		}
 		group := []*writeRequest{r}
-	gather:
+		group, held = s.gather(group, last)
+		last = len(group)
+		s.commitEnqueues(group)
+		s.rec.committed(len(group))
+		s.checkpoints.Wrote(len(group))
+	}
+}
+
+// maxRejoinYields bounds how many times one gathering yields the processor
+// for the producers of the previous group to come back.
+const maxRejoinYields = 8
+
+// gather adds to group every enqueue waiting in s.requests, up to maxBatch;
+// it stops at a non-enqueue and returns it as held. When the previous
+// group had company (last > 1), the producers its commit released are
+// likely runnable and about to enqueue again: gather yields the processor
+// (runtime.Gosched, no timer) and takes what they sent, again as long as
+// a yield brings more (at most maxRejoinYields). Without it concurrent
+// producers split into two groups that alternate, one committing while the
+// other forms, and each commit carries half of them. A lone producer (last
+// 1) never yields.
+func (s *SQLite) gather(group []*writeRequest, last int) ([]*writeRequest, *writeRequest) {
+	for yields := 0; ; yields++ {
+		before := len(group)
+	drain:
 		for len(group) < maxBatch {
 			select {
 			case next := <-s.requests:
 				if next.apply != nil {
-					held = next
-					break gather
+					return group, next
 				}
 				group = append(group, next)
 			default:
-				break gather
+				break drain
 			}
 		}
-		s.commitEnqueues(group)
-		s.checkpoints.Wrote(len(group))
+		if last <= 1 || len(group) >= maxBatch || yields == maxRejoinYields || (yields > 0 && len(group) == before) {
+			return group, nil
+		}
+		runtime.Gosched()
 	}
 }
 
