@@ -123,17 +123,8 @@ func BenchmarkEnqueue(b *testing.B) {
 
 // meanGroup is the mean of syncd_client_queue_commit_enqueues on reg.
 func meanGroup(b *testing.B, reg *prometheus.Registry) float64 {
-	b.Helper()
-	families, err := reg.Gather()
-	require.NoError(b, err)
-	for _, f := range families {
-		if f.GetName() == "syncd_client_queue_commit_enqueues" {
-			h := f.GetMetric()[0].GetHistogram()
-			return h.GetSampleSum() / float64(h.GetSampleCount())
-		}
-	}
-	b.Fatal("syncd_client_queue_commit_enqueues not gathered")
-	return 0
+	writes, enqueues := commitHistogram(b, reg)
+	return enqueues / float64(writes)
 }
 
 func timed(f func()) time.Duration {

@@ -32,17 +32,26 @@ type writeRequest struct {
 // letters evicted by it.
 type counts struct{ pending, dead, evicted int }
 
-// submit hands r to the committer and waits for its outcome. Once r has been
-// handed over it runs to completion whatever happens to ctx, so an error
-// never means "perhaps".
+// submit hands r to the committer and waits for its outcome; while writes
+// come one at a time (s.solo) and the writer is free with nothing waiting,
+// it commits r itself. Once r has been handed over (or its commit begun) it
+// runs to completion whatever happens to ctx, so an error never means
+// "perhaps".
 func (s *SQLite) submit(ctx context.Context, r *writeRequest) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
 	defer s.life.RUnlock()
+	if s.solo.Load() && s.waiting.Load() == 0 && s.writer.TryLock() {
+		s.commitOne(r)
+		s.writer.Unlock()
+		return r.err
+	}
+	s.waiting.Add(1)
 	select {
 	case s.requests <- r:
 	case <-ctx.Done():
+		s.waiting.Add(-1)
 		return ctx.Err()
 	}
 	<-r.done
@@ -56,13 +65,14 @@ func (s *SQLite) apply(ctx context.Context, op string, fn func(ctx context.Conte
 	return s.submit(ctx, &writeRequest{op: op, apply: fn, done: make(chan struct{})})
 }
 
-// commitLoop is the committer: the one goroutine that writes. It takes a
-// request; if it is an enqueue, it also takes every enqueue already waiting
-// (up to maxBatch) and commits them in one transaction. Enqueues arriving
-// during that commit wait in s.requests and form the next group, so a lone
-// enqueue never waits for company and a busy queue pays one commit per group.
-// It exits when Close closes s.stop, which Close does only after every
-// submitter has returned.
+// commitLoop is the committer: the goroutine that writes what callers hand
+// over (a caller writing one at a time commits its own write, submit). It
+// takes a request and s.writer; if it is an enqueue, it also takes every
+// enqueue already waiting (up to maxBatch) and commits them in one
+// transaction. Enqueues arriving during that commit wait in s.requests and
+// form the next group, so a lone enqueue never waits for company and a busy
+// queue pays one commit per group. It exits when Close closes s.stop, which
+// Close does only after every submitter has returned.
 func (s *SQLite) commitLoop() {
 	defer close(s.stopped)
 	var held *writeRequest // a non-enqueue met while gathering a group
@@ -77,18 +87,39 @@ func (s *SQLite) commitLoop() {
 				return
 			}
 		}
+		s.writer.Lock()
+		s.waiting.Add(-1)
 		if r.apply != nil {
-			s.commitApply(r)
-			s.checkpoints.Wrote(1)
+			s.commitOne(r)
+			s.writer.Unlock()
 			continue
 		}
 		group := []*writeRequest{r}
 		group, held = s.gather(group, last)
 		last = len(group)
-		s.commitEnqueues(group)
-		s.rec.committed(len(group))
-		s.checkpoints.Wrote(len(group))
+		s.solo.Store(last == 1 && held == nil)
+		s.commitGroup(group)
+		s.writer.Unlock()
 	}
+}
+
+// commitOne commits one write: an enqueue as a group of one, anything else
+// in a transaction of its own. The caller holds s.writer.
+func (s *SQLite) commitOne(r *writeRequest) {
+	if r.apply != nil {
+		s.commitApply(r)
+		s.checkpoints.Wrote(1)
+		return
+	}
+	s.commitGroup([]*writeRequest{r})
+}
+
+// commitGroup commits a group of enqueues and counts it. The caller holds
+// s.writer.
+func (s *SQLite) commitGroup(group []*writeRequest) {
+	s.commitEnqueues(group)
+	s.rec.committed(len(group))
+	s.checkpoints.Wrote(len(group))
 }
 
 // maxRejoinYields bounds how many times one gathering yields the processor
@@ -112,8 +143,9 @@ func (s *SQLite) gather(group []*writeRequest, last int) ([]*writeRequest, *writ
 			select {
 			case next := <-s.requests:
 				if next.apply != nil {
-					return group, next
+					return group, next // still counted in s.waiting
 				}
+				s.waiting.Add(-1)
 				group = append(group, next)
 			default:
 				break drain
@@ -160,8 +192,24 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 		added, refused = 0, 0
 		find := tx.StmtContext(ctx, s.stmts.findKey)
 		insert := tx.StmtContext(ctx, s.stmts.insert)
+		var insertNew *sql.Stmt // bound on first use
 		for _, r := range group {
 			r.id, r.err = 0, nil
+			if r.with == nil && s.pending+added < s.opts.MaxDepth {
+				// Room for it, no hook: the insert looks the key up.
+				if insertNew == nil {
+					insertNew = tx.StmtContext(ctx, s.stmts.insertNew)
+				}
+				id, inserted, err := s.insertNew(ctx, insertNew, find, r)
+				if err != nil {
+					return err
+				}
+				r.id = id
+				if inserted {
+					added++
+				}
+				continue
+			}
 			if r.key != "" {
 				var id int64
 				err := find.QueryRowContext(ctx, blob(r.key)).Scan(&id)
@@ -173,7 +221,7 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 					return err
 				}
 			}
-			// s.pending is written only by this goroutine.
+			// s.pending is written only by the holder of s.writer.
 			if depth := s.pending + added; depth >= s.opts.MaxDepth {
 				r.err = &FullError{Depth: depth, Capacity: s.opts.MaxDepth}
 				refused++
@@ -253,38 +301,47 @@ func (s *SQLite) insertWith(ctx context.Context, tx *sql.Tx, insert *sql.Stmt, r
 }
 
 // commitLone commits an enqueue that found no other waiting without an
-// explicit transaction: a key lookup, then one autocommit insert, as cheap
-// as a durable SQLite write gets. The committer is the only writer, so
-// nothing can come between the lookup and the insert; an insert that fails
-// is rolled back by SQLite and leaves nothing, so its error is certain and
-// never poisons the handle. (The caller has checked the depth bound.)
+// explicit transaction: one autocommit insert that does nothing if the key
+// is pending (then a lookup of that item's id), as cheap as a durable
+// SQLite write gets. The holder of s.writer is the only writer, so nothing can come
+// between the insert and the lookup; an insert that fails is rolled back by
+// SQLite and leaves nothing, so its error is certain and never poisons the
+// handle. (The caller has checked the depth bound.)
 func (s *SQLite) commitLone(r *writeRequest) {
 	defer close(r.done)
-	ctx := context.Background()
 	r.id, r.err = 0, nil
-	if r.key != "" {
-		var id int64
-		err := s.stmts.findKey.QueryRowContext(ctx, blob(r.key)).Scan(&id)
-		if err == nil {
-			r.id = ID(id) // dedup hit
-			return
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			r.err = fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, err)
-			return
-		}
-	}
-	res, err := s.stmts.insert.ExecContext(ctx, r.payload, blob(r.key), s.opts.now().UnixNano())
-	var id int64
-	if err == nil {
-		id, err = res.LastInsertId()
-	}
+	id, inserted, err := s.insertNew(context.Background(), s.stmts.insertNew, s.stmts.findKey, r)
 	if err != nil {
 		r.err = fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, err)
 		return
 	}
-	r.id = ID(id)
-	s.addCounts(counts{pending: 1})
+	r.id = id
+	if inserted {
+		s.addCounts(counts{pending: 1})
+	}
+}
+
+// insertNew inserts r's item with insertNew unless r's key is pending, and
+// then returns the pending item's id (found with findKey) and inserted
+// false.
+func (s *SQLite) insertNew(ctx context.Context, insertNew, findKey *sql.Stmt, r *writeRequest) (id ID, inserted bool, err error) {
+	res, err := insertNew.ExecContext(ctx, r.payload, blob(r.key), s.opts.now().UnixNano())
+	if err != nil {
+		return 0, false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, false, err
+	}
+	if n == 0 { // dedup hit
+		var hit int64
+		if err := findKey.QueryRowContext(ctx, blob(r.key)).Scan(&hit); err != nil {
+			return 0, false, err
+		}
+		return ID(hit), false, nil
+	}
+	newID, err := res.LastInsertId()
+	return ID(newID), err == nil, err
 }
 
 // commitLoneWith commits an EnqueueWith that found no other waiting: the

@@ -122,7 +122,7 @@ func TestSQLiteEnqueueWithSharesTheGroupTransaction(t *testing.T) {
 			ids[i], errs[i] = q.EnqueueWith(context.Background(), []byte(note), "key-"+note, overlayHook(note))
 		})
 	}
-	require.Eventually(t, func() bool { return len(q.requests) == len(notes) }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return q.waiting.Load() == int64(len(notes)) }, 10*time.Second, time.Millisecond,
 		"the enqueues did not reach the committer")
 	g.open()
 	require.NoError(t, first()[0].err)
