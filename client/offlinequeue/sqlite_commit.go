@@ -18,6 +18,9 @@ type writeRequest struct {
 	payload []byte
 	key     string
 	with    func(ctx context.Context, tx *sql.Tx, id ID) error // EnqueueWith's hook, or nil
+	// committing, if not nil, is told the item's id before the commit
+	// (EnqueueCommitting).
+	committing func(ID)
 
 	op    string // names the operation in errors
 	apply func(ctx context.Context, tx *sql.Tx) (counts, error)
@@ -180,7 +183,7 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 		s.hooks.batch(len(group))
 	}
 	if len(group) == 1 && s.poisoned == nil && s.pending < s.opts.MaxDepth {
-		if group[0].with == nil {
+		if group[0].with == nil && group[0].committing == nil {
 			s.commitLone(group[0])
 		} else {
 			s.commitLoneWith(group[0])
@@ -190,6 +193,7 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 	var added, refused int
 	err := s.inTx("enqueue into", func(ctx context.Context, tx *sql.Tx) error {
 		added, refused = 0, 0
+		var fresh []*writeRequest // inserted, with committing to call
 		find := tx.StmtContext(ctx, s.stmts.findKey)
 		insert := tx.StmtContext(ctx, s.stmts.insert)
 		var insertNew *sql.Stmt // bound on first use
@@ -207,6 +211,9 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 				r.id = id
 				if inserted {
 					added++
+					if r.committing != nil {
+						fresh = append(fresh, r)
+					}
 				}
 				continue
 			}
@@ -234,6 +241,9 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 				}
 				if ok {
 					added++
+					if r.committing != nil {
+						fresh = append(fresh, r)
+					}
 				}
 				continue
 			}
@@ -243,6 +253,13 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 			}
 			r.id = id
 			added++
+			if r.committing != nil {
+				fresh = append(fresh, r)
+			}
+		}
+		// Every statement of the group is written: only the commit is left.
+		for _, r := range fresh {
+			r.committing(r.id)
 		}
 		return nil
 	})
@@ -344,8 +361,8 @@ func (s *SQLite) insertNew(ctx context.Context, insertNew, findKey *sql.Stmt, r 
 	return ID(newID), err == nil, err
 }
 
-// commitLoneWith commits an EnqueueWith that found no other waiting: the
-// item and the hook in one transaction, without the savepoint a group
+// commitLoneWith commits an EnqueueWith (or EnqueueCommitting) that found
+// no other waiting: the item and the hook in one transaction, without the savepoint a group
 // needs to undo one member (here the member is the whole transaction).
 // A failing hook rolls it back; its error is r's, certain, and does not
 // poison the handle.
@@ -370,10 +387,15 @@ func (s *SQLite) commitLoneWith(r *writeRequest) {
 		if err != nil {
 			return err
 		}
-		if hookErr = r.with(ctx, tx, id); hookErr != nil {
-			return hookErr
+		if r.with != nil {
+			if hookErr = r.with(ctx, tx, id); hookErr != nil {
+				return hookErr
+			}
 		}
 		r.id, inserted = id, true
+		if r.committing != nil {
+			r.committing(id) // only the commit is left
+		}
 		return nil
 	})
 	switch {

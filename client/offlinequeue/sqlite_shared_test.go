@@ -103,6 +103,87 @@ func TestSQLiteEnqueueWithCommitsBoth(t *testing.T) {
 	require.Equal(t, 1, n)
 }
 
+// TestSQLiteEnqueueCommittingTellsBeforeTheCommit: committing gets the new
+// item's id while its commit is still to come (another connection does not
+// see the item yet) and before the call returns; a dedup hit, a refused
+// hook and a queued group's members each call it as they should, and a
+// MarkDoneWith started from committing commits after the item.
+func TestSQLiteEnqueueCommittingTellsBeforeTheCommit(t *testing.T) {
+	for _, lone := range []bool{true, false} {
+		t.Run(fmt.Sprintf("lone=%v", lone), func(t *testing.T) {
+			g := newSQLiteGate()
+			hooks := sqliteHooks{}
+			if !lone {
+				hooks = g.hooks()
+			}
+			q := openShared(t, filepath.Join(t.TempDir(), "queue.db"), hooks)
+			ctx := t.Context()
+			t.Cleanup(g.open)
+			var wait func() []sqliteResult
+			if !lone { // hold the writer, so the calls below commit as a group
+				wait = sqliteEnqueueAsync(q, sqliteArgs{"stall", ""})
+				require.Equal(t, 1, g.next(t))
+			}
+
+			type told struct {
+				id      ID
+				visible int
+			}
+			var mu sync.Mutex
+			var tells []told
+			var settled chan error
+			committing := func(note string) func(ID) {
+				return func(id ID) {
+					var n int
+					// Another connection reads the last commit.
+					err := q.DB().QueryRowContext(ctx, `SELECT count(*) FROM items WHERE id = ?`, id).Scan(&n)
+					mu.Lock()
+					defer mu.Unlock()
+					require.NoError(t, err)
+					tells = append(tells, told{id, n})
+					if note == "a" {
+						settled = make(chan error, 1)
+						go func() { settled <- q.MarkDoneWith(context.Background(), func(context.Context, *sql.Tx) error { return nil }, id) }()
+					}
+				}
+			}
+			notes := []string{"a", "fail-b", "c"}
+			ids := make([]ID, len(notes))
+			errs := make([]error, len(notes))
+			var wg sync.WaitGroup
+			for i, note := range notes {
+				call := func() { ids[i], errs[i] = q.EnqueueCommitting(ctx, []byte(note), "k-"+note, overlayHook(note), committing(note)) }
+				if lone {
+					call()
+				} else {
+					wg.Go(call)
+				}
+			}
+			if !lone {
+				require.Eventually(t, func() bool { return q.waiting.Load() == int64(len(notes)) }, 10*time.Second, time.Millisecond)
+				g.open()
+				require.NoError(t, wait()[0].err)
+				wg.Wait()
+			}
+			require.NoError(t, errs[0])
+			require.ErrorIs(t, errs[1], errHookRefused)
+			require.NoError(t, errs[2])
+			mu.Lock()
+			require.ElementsMatch(t, []told{{ids[0], 0}, {ids[2], 0}}, tells, "told before the commit, not for the refused hook")
+			mu.Unlock()
+
+			dup, err := q.EnqueueCommitting(ctx, []byte("c again"), "k-c", overlayHook("never"), func(ID) { t.Error("told of a dedup hit") })
+			require.NoError(t, err)
+			require.Equal(t, ids[2], dup)
+
+			require.NoError(t, <-settled, "the item is marked done after its commit")
+			n, err := q.Len(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1+map[bool]int{true: 0, false: 1}[lone], n, "c (and the stalled item) remain")
+		})
+	}
+}
+
 // TestSQLiteEnqueueWithSharesTheGroupTransaction: hooked enqueues waiting
 // together are committed in one group; a failing hook undoes its own item
 // and row only (its savepoint), and its neighbours commit.
