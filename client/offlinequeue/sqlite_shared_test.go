@@ -143,7 +143,9 @@ func TestSQLiteEnqueueCommittingTellsBeforeTheCommit(t *testing.T) {
 					tells = append(tells, told{id, n})
 					if note == "a" {
 						settled = make(chan error, 1)
-						go func() { settled <- q.MarkDoneWith(context.Background(), func(context.Context, *sql.Tx) error { return nil }, id) }()
+						go func() {
+							settled <- q.MarkDoneWith(context.Background(), func(context.Context, *sql.Tx) error { return nil }, id)
+						}()
 					}
 				}
 			}
@@ -152,7 +154,9 @@ func TestSQLiteEnqueueCommittingTellsBeforeTheCommit(t *testing.T) {
 			errs := make([]error, len(notes))
 			var wg sync.WaitGroup
 			for i, note := range notes {
-				call := func() { ids[i], errs[i] = q.EnqueueCommitting(ctx, []byte(note), "k-"+note, overlayHook(note), committing(note)) }
+				call := func() {
+					ids[i], errs[i] = q.EnqueueCommitting(ctx, []byte(note), "k-"+note, overlayHook(note), committing(note))
+				}
 				if lone {
 					call()
 				} else {
