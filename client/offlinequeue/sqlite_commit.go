@@ -45,7 +45,7 @@ func (s *SQLite) submit(ctx context.Context, r *writeRequest) error {
 		return err
 	}
 	defer s.life.RUnlock()
-	if s.solo.Load() && s.waiting.Load() == 0 && s.writer.TryLock() {
+	if s.solo.Load() && s.waiting.Load() == 0 && s.lockWriter(r) {
 		s.commitOne(r)
 		s.writer.Unlock()
 		return r.err
@@ -59,6 +59,20 @@ func (s *SQLite) submit(ctx context.Context, r *writeRequest) error {
 	}
 	<-r.done
 	return r.err
+}
+
+// lockWriter takes s.writer for a caller committing r itself: an enqueue
+// only if it is free (one that finds it taken joins the committer's next
+// group, so concurrent enqueues share commits), any other write waiting for
+// it (it is its own transaction whoever runs it, most often the driver
+// settling a write whose enqueue is committing, and waiting spares it the
+// hand-offs through the committer).
+func (s *SQLite) lockWriter(r *writeRequest) bool {
+	if r.apply == nil {
+		return s.writer.TryLock()
+	}
+	s.writer.Lock()
+	return true
 }
 
 // apply runs fn in a transaction of its own. fn returns the change it made to
