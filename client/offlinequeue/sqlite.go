@@ -60,8 +60,10 @@ type SQLiteOptions struct {
 // committed and survives a power cut. Concurrent Enqueue calls share one
 // transaction (group commit): callers that arrive while a commit is in
 // flight are committed together in the next one, and each returns only after
-// the transaction holding its item committed. A single Enqueue with nothing
-// in flight commits at once.
+// the transaction holding its item committed; the callers a commit released
+// join the next group before it is written (see gather), so n concurrent
+// producers share about one commit per round, not two. A single Enqueue with
+// nothing in flight commits at once, in its caller's goroutine.
 //
 // A write that fails before its commit is rolled back and did not happen;
 // the handle keeps working. If a commit itself fails, its outcome is
