@@ -279,8 +279,9 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 		return err
 	}
 	// With the replica in the queue's file, the item is handed to the
-	// driver, and the driver woken, once only the item's commit is left,
-	// so its push travels and syncd applies it while the commit syncs. The
+	// driver, and the driver woken, once only the item's commit is left
+	// (at SyncNormal, which has no sync to wait for, just after it), so
+	// its push travels and syncd applies it while the commit syncs. The
 	// driver's own later writes to the queue (settling the item) commit
 	// after it, and this call returns only once it is durable; should that
 	// commit fail, the error says its fate is unknown (ErrPoisoned) and

@@ -133,9 +133,9 @@
 // ledger answers "duplicate" with the original result: nothing is lost and
 // nothing is applied twice.
 //
-// With a SQLite queue a write is handed to the replay as soon as only its
-// commit is left, so it may be sent, and applied by syncd, while that
-// commit syncs; Put still returns only once it is durable, and the
+// With a SQLite queue at SyncFull a write is handed to the replay as soon
+// as only its commit is left, so it may be sent, and applied by syncd,
+// while that commit syncs; Put still returns only once it is durable, and the
 // settling of its outcome commits after it. A crash (or a failed commit,
 // ErrPoisoned) during that Put may therefore leave a write applied on
 // syncd that the device did not keep: its Put never returned an op id,

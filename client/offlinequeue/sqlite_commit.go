@@ -205,6 +205,7 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 		return
 	}
 	var added, refused int
+	var told []*writeRequest // to tell after the commit
 	err := s.inTx("enqueue into", func(ctx context.Context, tx *sql.Tx) error {
 		added, refused = 0, 0
 		var fresh []*writeRequest // inserted, with committing to call
@@ -271,9 +272,11 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 				fresh = append(fresh, r)
 			}
 		}
-		// Every statement of the group is written: only the commit is left.
-		for _, r := range fresh {
-			r.committing(r.id)
+		if s.syncsOnCommit() {
+			// Every statement of the group is written: only the commit is left.
+			tell(fresh)
+		} else {
+			told = fresh
 		}
 		return nil
 	})
@@ -286,9 +289,23 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 		for range refused {
 			s.rec.overflowed()
 		}
+		tell(told)
 	}
 	for _, r := range group {
 		close(r.done)
+	}
+}
+
+// syncsOnCommit says whether a commit waits for the disk (every level but
+// SyncNormal): only then is there a sync for EnqueueCommitting's caller to
+// overlap, and committing is called before the commit; at SyncNormal it is
+// called just after it.
+func (s *SQLite) syncsOnCommit() bool { return s.opts.Synchronous != SyncNormal }
+
+// tell calls the committing of each of rs with its item's id.
+func tell(rs []*writeRequest) {
+	for _, r := range rs {
+		r.committing(r.id)
 	}
 }
 
@@ -407,7 +424,7 @@ func (s *SQLite) commitLoneWith(r *writeRequest) {
 			}
 		}
 		r.id, inserted = id, true
-		if r.committing != nil {
+		if r.committing != nil && s.syncsOnCommit() {
 			r.committing(id) // only the commit is left
 		}
 		return nil
@@ -416,6 +433,9 @@ func (s *SQLite) commitLoneWith(r *writeRequest) {
 	case err == nil:
 		if inserted {
 			s.addCounts(counts{pending: 1})
+			if r.committing != nil && !s.syncsOnCommit() {
+				r.committing(r.id)
+			}
 		}
 	case hookErr != nil && !errors.Is(err, ErrPoisoned):
 		r.id, r.err = 0, fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, hookErr)

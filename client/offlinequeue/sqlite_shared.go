@@ -42,7 +42,9 @@ func (s *SQLite) EnqueueWith(ctx context.Context, payload []byte, key string, wi
 // not nil, with the new item's ID once the item and with's rows are
 // written and only the commit is left: the item is not durable yet, and
 // the call returns once it is. So a caller can start what follows from the
-// write (sending it) while the commit's sync runs. If that commit then
+// write (sending it) while the commit's sync runs. At SyncNormal, where a
+// commit does not wait for the disk, committing is called just after the
+// commit instead (still before the call returns). If that commit then
 // fails, the call's error matches ErrPoisoned: the item's fate is unknown,
 // as for any failed commit. committing is not called for a dedup hit, a
 // refused or failed item, nor for any item of a group that is rolled back

@@ -52,7 +52,13 @@ func overlayRows(t *testing.T, q *SQLite) map[ID]string {
 
 func openShared(t *testing.T, path string, hooks sqliteHooks) *SQLite {
 	t.Helper()
-	q := openTestSQLite(t, path, SQLiteOptions{}, hooks)
+	return openSharedAt(t, path, SyncFull, hooks)
+}
+
+// openSharedAt is openShared at a synchronous level.
+func openSharedAt(t *testing.T, path string, level Synchronous, hooks sqliteHooks) *SQLite {
+	t.Helper()
+	q := openTestSQLite(t, path, SQLiteOptions{Synchronous: level}, hooks)
 	require.NoError(t, q.Update(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, overlaySchema)
 		return err
@@ -105,18 +111,24 @@ func TestSQLiteEnqueueWithCommitsBoth(t *testing.T) {
 
 // TestSQLiteEnqueueCommittingTellsBeforeTheCommit: committing gets the new
 // item's id while its commit is still to come (another connection does not
-// see the item yet) and before the call returns; a dedup hit, a refused
-// hook and a queued group's members each call it as they should, and a
-// MarkDoneWith started from committing commits after the item.
+// see the item yet; at SyncNormal just after it) and before the call
+// returns; a dedup hit, a refused hook and a queued group's members each
+// call it as they should, and a MarkDoneWith started from committing
+// commits after the item.
 func TestSQLiteEnqueueCommittingTellsBeforeTheCommit(t *testing.T) {
-	for _, lone := range []bool{true, false} {
-		t.Run(fmt.Sprintf("lone=%v", lone), func(t *testing.T) {
+	for _, c := range []struct {
+		lone    bool
+		level   Synchronous
+		visible int // the item as another connection sees it when told
+	}{{true, SyncFull, 0}, {false, SyncFull, 0}, {true, SyncNormal, 1}, {false, SyncNormal, 1}} {
+		lone := c.lone
+		t.Run(fmt.Sprintf("lone=%v/normal=%v", lone, c.level == SyncNormal), func(t *testing.T) {
 			g := newSQLiteGate()
 			hooks := sqliteHooks{}
 			if !lone {
 				hooks = g.hooks()
 			}
-			q := openShared(t, filepath.Join(t.TempDir(), "queue.db"), hooks)
+			q := openSharedAt(t, filepath.Join(t.TempDir(), "queue.db"), c.level, hooks)
 			ctx := t.Context()
 			t.Cleanup(g.open)
 			var wait func() []sqliteResult
@@ -173,7 +185,7 @@ func TestSQLiteEnqueueCommittingTellsBeforeTheCommit(t *testing.T) {
 			require.ErrorIs(t, errs[1], errHookRefused)
 			require.NoError(t, errs[2])
 			mu.Lock()
-			require.ElementsMatch(t, []told{{ids[0], 0}, {ids[2], 0}}, tells, "told before the commit, not for the refused hook")
+			require.ElementsMatch(t, []told{{ids[0], c.visible}, {ids[2], c.visible}}, tells, "told as the level says, not for the refused hook")
 			mu.Unlock()
 
 			dup, err := q.EnqueueCommitting(ctx, []byte("c again"), "k-c", overlayHook("never"), func(ID) { t.Error("told of a dedup hit") })
