@@ -74,7 +74,7 @@ var durableKinds = []durableKind{
 //	producers=1:  enq/s, ceiling/s (file: write+fsync of the exact line the
 //	              queue writes; sqlite: one-row transactions on the queue's
 //	              own table and index, same pragmas), x_ceiling = enq/s over
-//	              ceiling/s (target >= 0.8)
+//	              ceiling/s (target >= 0.85)
 //	producers=16: enq/s, x_single = enq/s over one producer's rate on a
 //	              second queue of the same kind (group commit; target >= 8),
 //	              enq/commit = the mean group a durable write carried
