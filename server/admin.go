@@ -31,6 +31,8 @@ import (
 //	GET /v1/admin/figures                     running totals (pushes, mutations, ack latency), readiness, alerts
 //	GET /v1/admin/tenants                     tenants: sessions, lag, oplog floor, snapshots, mutations served
 //	POST /v1/admin/clients/disconnect?tenant=T&client_id=C   drain one device's sessions
+//	GET /v1/admin/scopes?tenant=T&scope=S&value=V&user=U&after=A&limit=N   declared scopes, values with grants and devices, a user's grants
+//	GET /v1/admin/scopes/explain?tenant=T&client_id=C&model=M&key=K&want=S:V   whether a key is on a device's scopes, and why
 //	GET /console/...                          the operator console (package console)
 //	GET /debug/pprof/...                      Go's profiles (net/http/pprof)
 //	GET /startupz                             503 until the boot is over (MarkServing), then 200
@@ -61,6 +63,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.Handle("/debug/pprof/profile", s.adminOnly(http.HandlerFunc(pprof.Profile)))
 	mux.Handle("/debug/pprof/symbol", s.adminOnly(http.HandlerFunc(pprof.Symbol)))
 	mux.Handle("/debug/pprof/trace", s.adminOnly(http.HandlerFunc(pprof.Trace)))
+	s.scopesRoutes(mux)
 	return mux
 }
 
