@@ -131,11 +131,12 @@ func (s *SQLite) commitOne(r *writeRequest) {
 	s.commitGroup([]*writeRequest{r})
 }
 
-// commitGroup commits a group of enqueues and counts it. The caller holds
-// s.writer.
+// commitGroup commits a group of enqueues and counts it (before the
+// commit releases its callers, so a caller that returned is counted). The
+// caller holds s.writer.
 func (s *SQLite) commitGroup(group []*writeRequest) {
-	s.commitEnqueues(group)
 	s.rec.committed(len(group))
+	s.commitEnqueues(group)
 	s.checkpoints.Wrote(len(group))
 }
 
