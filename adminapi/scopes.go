@@ -31,9 +31,6 @@ const (
 	// ParamValue selects one scope value (with ParamScope, or of the only
 	// scope declared).
 	ParamValue = "value"
-	// ParamAfter is the ScopesPage.Next of the previous page: the values
-	// after it ("" from the first).
-	ParamAfter = "after"
 	// ParamKey names one record's key.
 	ParamKey = "key"
 	// ParamWant is one requested value, SCOPE:VALUE (VALUE "*": every

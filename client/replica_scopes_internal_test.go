@@ -211,9 +211,10 @@ func TestReplicaSchemaMigratesAndRefusesNewer(t *testing.T) {
 			// A newer build's replica is refused.
 			bump(ctx, t, q, path)
 			_, err = openReplica(ctx, q, path, offlinequeue.SyncFull, time.Now)
-			var newer *sqlitedb.NewerSchemaError
+			var newer *offlinequeue.NewerFormatError
 			require.ErrorAs(t, err, &newer)
 			require.Equal(t, len(replicaMigrations)+1, newer.File)
+			require.Equal(t, len(replicaMigrations), newer.Known)
 			require.NoError(t, q.Close())
 		})
 	}
