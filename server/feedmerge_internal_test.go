@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/replication"
@@ -31,7 +32,7 @@ func tailEntry(seq uint64) replication.Entry {
 // memoryTail is a feed tail holding entries 1..n, its log at head n.
 func memoryTail(t *testing.T, n uint64) *feedTail {
 	log := &countedLog{}
-	tail := newFeedTail(log)
+	tail := newFeedTail(log, newRouter(nil, prometheus.NewRegistry()))
 	_, ok := tail.read(t.Context(), replication.ReadRequest{Scope: replication.Scope{AllTenants: true, AllModels: true}})
 	require.True(t, ok)
 	entries := make([]replication.Entry, n)

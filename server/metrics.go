@@ -50,6 +50,7 @@ type metrics struct {
 	pushAnswerSeconds  prometheus.Histogram // a push's arrival to its answer written
 
 	operatorDisconnects prometheus.Counter
+	adminTokenChanges   *prometheus.CounterVec // change: issued|revoked
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -179,6 +180,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)
 	reg.MustRegister(m.feedPagesMerged, m.pushAnswerSeconds)
 	m.registerScopes(reg)
+	m.registerAdmin(reg)
 	return m
 }
 

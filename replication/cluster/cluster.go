@@ -124,6 +124,14 @@ type Options struct {
 	// serve, naming the part (ErrConfigMismatch). It is called on the
 	// report loop, every few seconds, and must return quickly.
 	Agreement func() map[string]string
+	// AgreementAbsent is, for a part of Agreement that releases before it
+	// did not publish, the value such a node stands for: what it does
+	// without the setting the part covers (no scope declarations, for a
+	// release before partial sync). A peer without the part counts with
+	// this value, so a node of this release whose setting an older node
+	// cannot share does not serve beside it; a part not listed here is
+	// compared only among the nodes that publish it.
+	AgreementAbsent map[string]string
 	// Format is the highest command stream format this node understands
 	// and announces (Formats); 0 means LatestFormat. A lower one makes
 	// the node act as a node of the release that stopped at it: it
@@ -256,6 +264,9 @@ type Cluster struct {
 	published     chan struct{}                // signalled when this node's publish is acknowledged: its materializer reads at once
 	leaseHeld     atomic.Bool
 	leaseToken    atomic.Uint64 // the lease's revision while held
+
+	lastDigestCheck  atomic.Pointer[Check] // the last digest comparison with peers (noteCheck)
+	lastRecordsCheck atomic.Pointer[Check] // the last records check's
 
 	checkpoints chan checkpoint // from the materializer to the report loop
 
@@ -606,6 +617,13 @@ type Status struct {
 	// last surveyed it: the formats it publishes.
 	Format         int `json:"format,omitempty"`
 	ClusterVersion int `json:"cluster_version,omitempty"`
+	// LeaseToken is the singleton-job lease's fencing token (its
+	// revision) while the node holds it, 0 otherwise.
+	LeaseToken uint64 `json:"lease_token,omitempty"`
+	// LastDigestCheck and LastRecordsCheck are the node's last
+	// comparisons of its digest with its peers' (nil before the first).
+	LastDigestCheck  *Check `json:"last_digest_check,omitempty"`
+	LastRecordsCheck *Check `json:"last_records_check,omitempty"`
 }
 
 // Status returns this node's status now.
@@ -616,6 +634,10 @@ func (c *Cluster) Status() Status {
 		st.AppliedSeq, st.Digest = a.seq, a.digest
 	}
 	st.Lag = st.StreamHead - min(st.StreamHead, st.AppliedSeq)
+	if st.LeaseHeld {
+		st.LeaseToken = c.leaseToken.Load()
+	}
+	st.LastDigestCheck, st.LastRecordsCheck = c.lastDigestCheck.Load(), c.lastRecordsCheck.Load()
 	if a := c.agreed.Load(); a != nil {
 		st.Agreement = *a
 	}
