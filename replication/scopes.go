@@ -137,11 +137,17 @@ func (s *Scopes) Names() []string {
 func (s *Scopes) Info(visible func(model string) bool) map[string]syncproto.ScopeInfo {
 	out := map[string]syncproto.ScopeInfo{}
 	for name, d := range s.byName {
-		info := syncproto.ScopeInfo{Models: map[string]string{}, Membership: d.Membership}
+		info := syncproto.ScopeInfo{Models: map[string]string{}}
 		for m, f := range d.Fields {
 			if visible(m) {
 				info.Models[m] = f
 			}
+		}
+		if m := d.Membership; m != nil && visible(m.Model) {
+			// A principal that may not see the membership model is told
+			// only of the models it sees: welcome describes no model
+			// outside them.
+			info.Membership = m
 		}
 		if len(info.Models) > 0 {
 			out[name] = info
