@@ -114,7 +114,8 @@ func TestScopeAddedWithoutResync(t *testing.T) {
 // TestScopeRevokedAndMovedWhileOffline: while a device is offline, a row
 // it holds moves to a value it does not follow and its membership grant of
 // another value is removed. The first frame of its next subscription
-// evicts the revoked value and carries the moved row's evict entry; a
+// carries the moved row's evict entry and, at the revocation's seq, the
+// eviction of the revoked value; a
 // write of the revoked value is refused forbidden_scope.
 func TestScopeRevokedAndMovedWhileOffline(t *testing.T) {
 	ts, owner := scopedServer(t, 0)
@@ -140,7 +141,10 @@ func TestScopeRevokedAndMovedWhileOffline(t *testing.T) {
 	c.send(&syncproto.Subscribe{ID: "s2", Cursor: head, Scopes: syncproto.ScopeSet{"project": {"p1", "p2"}}, Have: syncproto.ScopeSet{"project": {"p1", "p2"}}})
 	first := expect[*syncproto.Changes](c)
 	require.Equal(t, []syncproto.Eviction{{Scope: "project", Value: "p2", Reason: syncproto.EvictRevoked}}, first.Evictions)
-	require.Len(t, first.Entries, 1, "the move, as an evict entry; nothing of p2")
+	require.Len(t, first.Entries, 2, "the move, as an evict entry, and the membership row's delete that revokes p2 (the last of p2 the device reads, at the seq of the eviction)")
+	require.Equal(t, "m-u1-p2", first.Entries[1].Key)
+	require.Equal(t, syncproto.OpDelete, first.Entries[1].Op)
+	require.Equal(t, first.Entries[1].Seq, first.Cursor)
 	e := first.Entries[0]
 	require.Equal(t, syncproto.OpEvict, e.Op)
 	require.Equal(t, syncproto.EvictMoved, e.Reason)
