@@ -209,6 +209,19 @@ func planScopes(decl *replication.Scopes, grants, token, requested, have syncpro
 			}
 		}
 	}
+	// A value whose backfill was left unfinished (resume) is held in part:
+	// it leaves the device as a value of have would.
+	for _, name := range slices.Sorted(maps.Keys(resume)) {
+		for _, v := range slices.Sorted(maps.Keys(resume[name])) {
+			switch {
+			case have.Has(name, v):
+			case !sc.requests(name, v):
+				sc.evictions = append(sc.evictions, syncproto.Eviction{Scope: name, Value: v, Reason: syncproto.EvictUnsubscribed})
+			case sc.all[name] && !grants.Has(name, v):
+				sc.evictions = append(sc.evictions, syncproto.Eviction{Scope: name, Value: v, Reason: syncproto.EvictRevoked})
+			}
+		}
+	}
 	for _, name := range sortedScopes(sc.follow) {
 		if sc.follow.All(name) {
 			// A request of every value under a grant of every value is
