@@ -42,21 +42,37 @@ func framesUntil(t testing.TB, c *wsClient, id string, seq uint64) ([]syncproto.
 // gets B's rows as backfill pages and the live tail, no resync, its cursor
 // never moves backwards, and it receives at most 1.2 times B's records
 // plus the tail. Removing B again evicts B alone.
-func TestScopeAddedWithoutResync(t *testing.T) {
+func TestScopeAddedWithoutResync(t *testing.T) { scopeAddedWithoutResync(t, 5000, true) }
+
+// TestScopeAddedWithoutResyncBesideAHundredThousandRows is the same at
+// the issue's scale: the device holds A's 100,000 rows (it says so in
+// have) when it adds B's 1,000.
+func TestScopeAddedWithoutResyncBesideAHundredThousandRows(t *testing.T) {
+	scopeAddedWithoutResync(t, 100_000, false)
+}
+
+// scopeAddedWithoutResync runs the add of B (1,000 rows) beside A (aRows
+// rows), which the device first downloads by backfill or else claims in
+// have.
+func scopeAddedWithoutResync(t *testing.T, aRows int, download bool) {
 	ts, owner := scopedServer(t, 0)
 	oc, oclock := session(t, ts, owner, "owner")
 	filler := strings.Repeat("x", 1000)
-	write := func(p, prefix string, n int) {
+	write := func(p, prefix string, n int, pad string) {
 		for start := 0; start < n; start += syncproto.MaxBatch {
 			var muts []syncproto.Mutation
 			for i := start; i < min(n, start+syncproto.MaxBatch); i++ {
-				muts = append(muts, put(t, oclock, "tasks", fmt.Sprintf("%s%05d", prefix, i), fmt.Sprintf(`{"project_id":%q,"pad":%q}`, p, filler)))
+				muts = append(muts, put(t, oclock, "tasks", fmt.Sprintf("%s%06d", prefix, i), fmt.Sprintf(`{"project_id":%q,"pad":%q}`, p, pad)))
 			}
 			requireApplied(t, oc.push("w", muts...))
 		}
 	}
-	write("A", "a", 5000)
-	write("B", "b", 1000)
+	aPad := filler
+	if !download {
+		aPad = "" // rows the device holds already: their size does not matter
+	}
+	write("A", "a", aRows, aPad)
+	write("B", "b", 1000, filler)
 	_, recs := ts.Snapshot(t, owner)
 	bBytes := 0
 	for _, r := range recs {
@@ -71,13 +87,15 @@ func TestScopeAddedWithoutResync(t *testing.T) {
 		Scopes: map[string][]string{"project": {"A", "B"}}})
 	c, _ := session(t, ts, tok, "phone")
 	head := ts.head(t)
-	c.send(&syncproto.Subscribe{ID: "s1", Cursor: head, Scopes: syncproto.ScopeSet{"project": {"A"}}})
-	_, pages := readBackfills(t, c, "s1", "A")
-	require.Len(t, pages, 5, "A's 5,000 rows")
+	if download {
+		c.send(&syncproto.Subscribe{ID: "s1", Cursor: head, Scopes: syncproto.ScopeSet{"project": {"A"}}})
+		_, pages := readBackfills(t, c, "s1", "A")
+		require.Len(t, pages, aRows/1000, "A's rows, 1,000 a page")
+	}
 
 	// Add B, with a live write to A and to B while it is backfilled.
 	c.send(&syncproto.Subscribe{ID: "s2", Cursor: head, Scopes: syncproto.ScopeSet{"project": {"A", "B"}}, Have: syncproto.ScopeSet{"project": {"A"}}})
-	requireApplied(t, oc.push("live", put(t, oclock, "tasks", "a00001", `{"project_id":"A","n":1}`), put(t, oclock, "tasks", "b00001", `{"project_id":"B","n":1}`)))
+	requireApplied(t, oc.push("live", put(t, oclock, "tasks", "a000001", `{"project_id":"A","n":1}`), put(t, oclock, "tasks", "b000001", `{"project_id":"B","n":1}`)))
 	tail := ts.head(t)
 	got, size := framesUntil(t, c, "s2", tail)
 	cursor, backfilled, liveBytes := head, 0, 0
@@ -102,12 +120,13 @@ func TestScopeAddedWithoutResync(t *testing.T) {
 	require.Equal(t, 1000, backfilled)
 	require.LessOrEqual(t, float64(size), 1.2*float64(bBytes)+float64(liveBytes)+1024,
 		"received %d bytes for B's %d bytes of records and %d of tail", size, bBytes, liveBytes)
-	t.Logf("added B: %d bytes received, B's records %d bytes (ratio %.3f), tail %d bytes", size, bBytes, float64(size)/float64(bBytes), liveBytes)
+	t.Logf("A %d rows, added B: %d bytes received, B's records %d bytes (ratio %.3f), tail %d bytes", aRows, size, bBytes, float64(size)/float64(bBytes), liveBytes)
 
 	// Remove B: B alone is evicted, nothing is backfilled.
 	c.send(&syncproto.Subscribe{ID: "s3", Cursor: tail, Scopes: syncproto.ScopeSet{"project": {"A"}}, Have: syncproto.ScopeSet{"project": {"A", "B"}}})
 	first := expect[*syncproto.Changes](c)
 	require.Equal(t, []syncproto.Eviction{{Scope: "project", Value: "B", Reason: syncproto.EvictUnsubscribed}}, first.Evictions)
+	require.Empty(t, first.Entries)
 	require.Empty(t, c.barrier(), "no backfill")
 }
 
