@@ -283,6 +283,17 @@ func TestScopedDevicesAtScaleReceiveExactlyTheirValues(t *testing.T) {
 	}
 }
 
+// inheritMode runs sub in parent's mode (clusterMode looks a test up by
+// itself, not by its parent: a subtest of a test in the cluster table
+// would otherwise start a single server) and returns what undoes it.
+func inheritMode(parent, sub *testing.T) func() {
+	if !clusterMode(parent) {
+		return func() {}
+	}
+	clusterTests.Store(sub, struct{}{})
+	return func() { clusterTests.Delete(sub) }
+}
+
 func scopedScaleRun(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 21))
 	values := []string{"p0", "p1", "p2", "p3", "p4"}
