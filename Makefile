@@ -12,7 +12,7 @@ SOAK_DURATION ?= 10m
 SOAK_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build deps rules test abuse bench fuzz lint clean soak cluster cluster-node cluster-kill cluster-stop cluster-test cluster-chaos simulate knee
+.PHONY: run build deps rules test abuse bench peerbench fuzz lint clean soak cluster cluster-node cluster-kill cluster-stop cluster-test cluster-chaos simulate knee
 
 # Root installs packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -136,10 +136,18 @@ cluster-chaos:
 	SYNCD_CLUSTER_KILLS=$(CLUSTER_KILLS) $(GO) test -race -count=1 -run 'TestClusterProcessKills' -timeout 40m -v ./cmd/syncd/
 
 ## bench: the benchmark suite, each beside its ceiling measured in the same run, as a table
-bench:
+bench: peerbench
 	mkdir -p var
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m ./... | tee var/bench.txt
 	$(GO) run ./tools/benchtable < var/bench.txt
+
+## peerbench: PouchDB (pinned in tools/peerbench/package-lock.json), the peer the
+## awaited-write and backlog-replay benchmarks are measured beside in the same run
+peerbench: tools/peerbench/node_modules/.package-lock.json
+
+tools/peerbench/node_modules/.package-lock.json: tools/peerbench/package-lock.json
+	cd tools/peerbench && npm ci --omit=optional --no-audit --no-fund
+	touch $@
 
 ## knee: the fan-out knee at syncd's defaults (tools/knee/knee.sh): the built syncd
 ## started as users start it, 1,000 subscribed devices and 100 pushers, syncctl bench

@@ -187,37 +187,40 @@ func (c *groupCommitter) loop() {
 
 // commitQueued commits groups until no push waits.
 func (c *groupCommitter) commitQueued() {
-	for {
-		group := c.take()
-		if len(group) == 0 {
-			return
-		}
-		c.commitGroup(group)
+	for c.commitGroup() {
 	}
 }
 
-// take takes the next group from the fair queue, within the group bounds,
-// and frees the slots its pushes held.
-func (c *groupCommitter) take() []*pushRequest {
+// next takes the next push of the group being applied from the fair
+// queue, within the group's bounds, and frees the slot it held; nil ends
+// the group. The committer calls it between pushes while the group's
+// transaction is open, so a push queued by another tenant while a long
+// group is applied joins that group in its turn and is answered by its
+// commit, rather than waiting for the whole group and then its own.
+func (c *groupCommitter) next(g *groupTurns) *pushRequest {
 	c.mu.Lock()
-	group := c.queue.take(maxGroupPushes, maxGroupMutations)
-	taken := c.now()
-	held := make([]*tenantSlots, len(group))
-	for i, r := range group {
-		held[i] = c.slots[r.batch.Tenant]
-		c.share.taken(r.batch.Tenant, r, taken)
+	r := c.queue.next(g)
+	var sl *tenantSlots
+	if r != nil {
+		sl = c.slots[r.batch.Tenant]
+		c.share.taken(r.batch.Tenant, r, c.now())
 	}
 	c.mu.Unlock()
-	for i, r := range group {
-		c.release(r.batch.Tenant, held[i], true)
+	if r != nil {
+		c.release(r.batch.Tenant, sl, true)
 	}
-	return group
+	return r
 }
 
-func (c *groupCommitter) commitGroup(group []*pushRequest) {
+// commitGroup applies and commits the next group; false when no push
+// waited.
+func (c *groupCommitter) commitGroup() bool {
 	// The transaction is not tied to any session's context: once a push is
 	// taken, it commits or fails as a whole, never "perhaps".
-	head, err := c.applyGroup(context.Background(), group)
+	group, head, err := c.applyGroup(context.Background())
+	if len(group) == 0 {
+		return false
+	}
 	committed := c.now()
 	for _, r := range group {
 		if err != nil {
@@ -248,6 +251,7 @@ func (c *groupCommitter) commitGroup(group []*pushRequest) {
 		batches[i] = r.batch
 	}
 	c.store.Wrote(replication.CheckpointWeight(batches))
+	return true
 }
 
 // appended returns the oplog entries a committed group appended, in seq
@@ -266,12 +270,19 @@ func appended(group []*pushRequest) []replication.Entry {
 	return es
 }
 
-// applyGroup decides every batch of the group in one transaction and
-// returns the newest oplog seq it appended (0 if none).
-func (c *groupCommitter) applyGroup(ctx context.Context, group []*pushRequest) (head uint64, err error) {
+// applyGroup takes pushes from the fair queue (next) and decides each in
+// one transaction, committed once the group ends; it returns the pushes
+// taken (none: nothing waited, no transaction) and the newest oplog seq
+// appended (0 if none). On an error every push taken fails with it.
+func (c *groupCommitter) applyGroup(ctx context.Context) (group []*pushRequest, head uint64, err error) {
+	g := newGroupTurns(maxGroupPushes, maxGroupMutations)
+	r := c.next(g)
+	if r == nil {
+		return nil, 0, nil
+	}
 	tx, err := c.writer.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
+		return []*pushRequest{r}, 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -279,27 +290,30 @@ func (c *groupCommitter) applyGroup(ctx context.Context, group []*pushRequest) (
 		}
 	}()
 	st := c.store.In(tx)
-	for _, r := range group {
+	for ; r != nil; r = c.next(g) {
+		group = append(group, r)
 		if r.fx, err = replication.Apply(ctx, st, r.batch); err != nil {
-			return 0, err
+			// The rest of the group's turns stay queued for the next one.
+			return group, 0, err
 		}
 		if n := len(r.fx.Entries); n > 0 {
 			head = r.fx.Entries[n-1].Seq
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+		return group, 0, fmt.Errorf("commit: %w", err)
 	}
-	return head, nil
+	return group, head, nil
 }
 
 // Fair sharing of the commit path.
 const (
-	// commitQuantum is the mutations a tenant of weight 1 may have taken
-	// per round of the fair queue (a push costs its mutations, at least
-	// one). It is syncproto.MaxBatch, so every turn takes at least one
-	// push: a tenant with queued work is served within one round.
-	commitQuantum = syncproto.MaxBatch
+	// commitQuantum is the mutations a tenant of weight 1 gains in credit
+	// per turn of the fair queue. It is one push of a typical size, not a
+	// full batch: a tenant that queues a push waits for at most one such
+	// turn of each other tenant with queued work, and a larger push is
+	// taken once its tenant has saved enough credit over its turns.
+	commitQuantum = 100
 	// maxQueuedPerTenant caps the pushes one tenant has waiting for the
 	// committer; its next push waits in its session, unread frames behind
 	// it (TCP backpressure), while other tenants' pushes are queued.
@@ -309,13 +323,13 @@ const (
 )
 
 // fairQueue is the committer's input: one FIFO line per tenant, taken in
-// deficit round robin order. Each round, a tenant in turn gains
-// commitQuantum times its weight in credit and has pushes taken from the
-// head of its line while their cost (mutations) fits its credit; an idle
-// tenant keeps no credit. So when the committer is saturated each tenant
-// with queued work gets mutations in proportion to its weight, one that
-// pushes more than its share waits in its own line, and a tenant that
-// queues a push is served before any other tenant gets a second turn.
+// deficit round robin order. Each turn, a tenant gains commitQuantum times
+// its weight in credit and has pushes taken from the head of its line
+// while their cost (mutations) fits its credit; an idle tenant keeps no
+// credit. So when the committer is saturated each tenant with queued work
+// gets mutations in proportion to its weight, one that pushes more than
+// its share waits in its own line, and a tenant that queues a push is
+// served before any other tenant gets a second turn.
 // One session's pushes are one tenant's, taken in the order queued.
 // fairQueue has no lock and no goroutine: the committer guards it.
 type fairQueue struct {
@@ -341,9 +355,8 @@ func newFairQueue(weights map[string]int) *fairQueue {
 }
 
 // pushCost is what a push costs in the fair order: its mutations, at
-// least one and at most commitQuantum (a push holds at most
-// syncproto.MaxBatch), so every turn takes at least one push.
-func pushCost(r *pushRequest) int { return min(max(1, len(r.batch.Writes)), commitQuantum) }
+// least one.
+func pushCost(r *pushRequest) int { return max(1, len(r.batch.Writes)) }
 
 // push queues r at the end of its tenant's line.
 func (q *fairQueue) push(r *pushRequest) {
@@ -356,49 +369,73 @@ func (q *fairQueue) push(r *pushRequest) {
 	l.pushes = append(l.pushes, r)
 }
 
-// take removes and returns the next pushes in the fair order: at most
-// maxPushes, and no more than maxMutations mutations unless the first push
-// alone holds more. While several tenants wait, a group holds at most one
-// round (each tenant's one turn), so a tenant's push waits for at most
-// one round's commit besides its own; one tenant alone fills the group.
-// A tenant whose turn a full group cut keeps it for the next call.
-func (q *fairQueue) take(maxPushes, maxMutations int) []*pushRequest {
-	var group []*pushRequest
-	n := 0
-	turns := map[*tenantLine]bool{} // turns begun in this group
-	for len(group) < maxPushes && len(q.active) > 0 {
+// groupTurns is what one commit group took from the fair queue so far: its
+// bounds, its pushes and mutations, and the turns begun in it.
+type groupTurns struct {
+	maxPushes, maxMutations int
+	pushes, mutations       int
+	turns                   map[*tenantLine]bool // tenants that began a turn in the group
+	repeated                bool                 // a tenant began a second turn in the group
+	joined                  bool                 // a tenant began its first turn after one repeated
+}
+
+// newGroupTurns starts a group of at most maxPushes pushes and no more than
+// maxMutations mutations unless its first push alone holds more.
+func newGroupTurns(maxPushes, maxMutations int) *groupTurns {
+	return &groupTurns{maxPushes: maxPushes, maxMutations: maxMutations, turns: map[*tenantLine]bool{}}
+}
+
+// next removes and returns the group's next push in the fair order, or nil
+// when the group ends: its bounds are reached, no push waits, or a tenant
+// joined it late. The group goes on through as many rounds as its bounds
+// allow while the same tenants take turns (one tenant alone fills it), so
+// commits stay large under steady load; a tenant whose first turn in the
+// group comes after another tenant's second (it queued while the group was
+// being applied) takes that turn, and the group ends at the next turn, so
+// the late push is answered by this group's commit after at most one turn
+// of each other tenant. A tenant whose turn the bounds cut keeps it for
+// the next group.
+func (q *fairQueue) next(g *groupTurns) *pushRequest {
+	for g.pushes < g.maxPushes && len(q.active) > 0 {
 		l := q.active[0]
 		if !l.inTurn {
-			if turns[l] && len(q.active) > 1 {
-				break // a new round: the next group's
+			if g.joined {
+				return nil // the late tenant had its turn
 			}
-			turns[l] = true
+			switch {
+			case !g.turns[l] && g.repeated:
+				g.joined = true
+			case g.turns[l]:
+				g.repeated = true
+			}
+			g.turns[l] = true
 			l.deficit += commitQuantum * l.weight
 			l.inTurn = true
 		}
 		head := l.pushes[0]
 		cost := pushCost(head)
 		if cost > l.deficit {
-			// Its turn is over: to the back of the round.
+			// Its turn is over: to the back of the round, its credit kept.
 			l.inTurn = false
 			q.active = append(q.active[1:], l)
 			continue
 		}
-		if len(group) > 0 && n+cost > maxMutations {
-			break
+		if g.pushes > 0 && g.mutations+cost > g.maxMutations {
+			return nil
 		}
 		l.pushes[0] = nil
 		l.pushes = l.pushes[1:]
 		l.deficit -= cost
-		group = append(group, head)
-		n += cost
+		g.pushes++
+		g.mutations += cost
 		if len(l.pushes) == 0 {
 			// Idle: it leaves the round and keeps no credit.
 			q.active = q.active[1:]
 			delete(q.lines, l.tenant)
 		}
+		return head
 	}
-	return group
+	return nil
 }
 
 // otherTenants is the tenant label of the tenants beyond

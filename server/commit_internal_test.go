@@ -17,10 +17,21 @@ func queued(tenant string, i, mutations int) *pushRequest {
 	return newPushRequest(b, time.Time{})
 }
 
+// take takes one group from q as the committer does, when nothing is
+// queued while the group is applied.
+func take(q *fairQueue, maxPushes, maxMutations int) []*pushRequest {
+	var group []*pushRequest
+	g := newGroupTurns(maxPushes, maxMutations)
+	for r := q.next(g); r != nil; r = q.next(g) {
+		group = append(group, r)
+	}
+	return group
+}
+
 // takeAll empties q in groups of the committer's bounds.
 func takeAll(q *fairQueue) [][]*pushRequest {
 	var groups [][]*pushRequest
-	for g := q.take(maxGroupPushes, maxGroupMutations); len(g) > 0; g = q.take(maxGroupPushes, maxGroupMutations) {
+	for g := take(q, maxGroupPushes, maxGroupMutations); len(g) > 0; g = take(q, maxGroupPushes, maxGroupMutations) {
 		groups = append(groups, g)
 	}
 	return groups
@@ -45,7 +56,7 @@ func TestFairQueueServesAWaitingTenantWithinOneRound(t *testing.T) {
 		served[tenant]++
 	}
 	for range 3 {
-		g := q.take(maxGroupPushes, maxGroupMutations)
+		g := take(q, maxGroupPushes, maxGroupMutations)
 		require.NotEmpty(t, g)
 		for _, r := range g {
 			inOrder(r)
@@ -97,7 +108,7 @@ func TestFairQueueSharesByWeight(t *testing.T) {
 			// within one round's credit.
 			served := map[string]int{}
 			for served["b"] < 40*commitQuantum {
-				g := q.take(maxGroupPushes, maxGroupMutations)
+				g := take(q, maxGroupPushes, maxGroupMutations)
 				require.NotEmpty(t, g)
 				for _, r := range g {
 					served[r.batch.Tenant] += pushCost(r)
@@ -114,30 +125,63 @@ func TestFairQueueSharesByWeight(t *testing.T) {
 func TestFairQueueIdleTenantKeepsNoCredit(t *testing.T) {
 	q := newFairQueue(nil)
 	q.push(queued("a", 0, 1))
-	require.Len(t, q.take(maxGroupPushes, maxGroupMutations), 1)
+	require.Len(t, take(q, maxGroupPushes, maxGroupMutations), 1)
 	require.Empty(t, q.lines, "an empty line leaves the queue")
 	for i := range 10 {
 		q.push(queued("a", i, 500))
 		q.push(queued("b", i, 500))
 	}
-	g := q.take(2, maxGroupMutations)
+	g := take(q, 2, maxGroupMutations)
 	require.Equal(t, []string{"a", "b"}, []string{g[0].batch.Tenant, g[1].batch.Tenant}, "one push each per round")
 }
 
-// While several tenants wait, a group holds one round at most, so a
-// tenant's push waits for one round's commit besides its own; one tenant
-// alone fills the group to its bounds.
-func TestFairQueueGroupsHoldOneRoundUnderContention(t *testing.T) {
+// Under steady load a group goes on through rounds to its bounds (one
+// tenant alone fills it; so do tenants taking turns from its start), but a
+// tenant that queues while a group is applied joins it in its turn and the
+// group ends right after that turn: its push is answered by the commit
+// running when it queued, after at most one turn of each other tenant.
+func TestFairQueueLateTenantJoinsTheRunningGroupAndEndsIt(t *testing.T) {
 	q := newFairQueue(nil)
-	for i := range 10 {
+	for i := range 40 {
+		q.push(queued("a", i, 100))
+	}
+	require.Len(t, take(q, maxGroupPushes, maxGroupMutations), maxGroupMutations/100, "alone: up to the group's bounds")
+
+	q = newFairQueue(nil)
+	for i := range 20 {
 		q.push(queued("a", i, 100))
 		q.push(queued("b", i, 100))
 	}
-	g := q.take(maxGroupPushes, maxGroupMutations)
-	require.Len(t, g, 10, "a's turn (5 pushes of 100) and b's")
+	require.Len(t, take(q, maxGroupPushes, maxGroupMutations), maxGroupMutations/100, "taking turns from the start: up to the bounds")
+
 	q = newFairQueue(nil)
 	for i := range 40 {
 		q.push(queued("a", i, 100))
 	}
-	require.Len(t, q.take(maxGroupPushes, maxGroupMutations), maxGroupMutations/100, "alone: up to the group's bounds")
+	g := newGroupTurns(maxGroupPushes, maxGroupMutations)
+	for range 5 {
+		require.Equal(t, "a", q.next(g).batch.Tenant)
+	}
+	q.push(queued("late", 0, 3))
+	r := q.next(g)
+	require.Equal(t, "late", r.batch.Tenant, "the late push is taken before a's next turn")
+	require.Nil(t, q.next(g), "and the group ends after the late tenant's turn")
+	require.Len(t, take(q, maxGroupPushes, maxGroupMutations), maxGroupMutations/100, "a goes on in the next group")
+}
+
+// A push larger than the quantum is taken once its tenant saved enough
+// credit over its turns, while the other tenants' turns go on between.
+func TestFairQueueLargePushWaitsForItsCredit(t *testing.T) {
+	q := newFairQueue(nil)
+	q.push(queued("big", 0, 500))
+	for i := range 10 {
+		q.push(queued("small", i, commitQuantum))
+	}
+	var order []string
+	for _, g := range takeAll(q) {
+		for _, r := range g {
+			order = append(order, r.batch.Tenant)
+		}
+	}
+	require.Equal(t, []string{"small", "small", "small", "small", "big", "small", "small", "small", "small", "small", "small"}, order)
 }

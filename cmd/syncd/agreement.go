@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
 )
 
@@ -99,4 +100,16 @@ func readForAgreement(path string) []byte {
 		return []byte("unreadable\x00" + err.Error())
 	}
 	return data
+}
+
+// agreementAbsent is what a node of a release before a part of agreement
+// stands for in it (cluster.Options.AgreementAbsent): a release before
+// partial sync declares no scopes, so a node of this release that declares
+// some does not serve beside one (its materializer would decide writes of
+// scoped models differently). "jwt" has no such value: the releases before
+// it verified JWTs by settings they did not publish, which are compared
+// only among the nodes that publish them.
+func agreementAbsent() map[string]string {
+	var none replication.Scopes
+	return map[string]string{"scopes": cluster.HashPart([]byte(none.String()))}
 }

@@ -47,6 +47,11 @@ type clusterOptions struct {
 	streamMaxBytes int64
 	snapshotEvery  time.Duration
 	startTimeout   time.Duration
+	// What an operator holds during an upgrade: how often the records
+	// check runs, and the highest command stream format this node
+	// announces (0: the release's latest).
+	recordsCheckEvery time.Duration
+	maxFormat         int
 }
 
 func (c *clusterOptions) register(fs *flag.FlagSet) {
@@ -70,11 +75,19 @@ func (c *clusterOptions) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.streamMaxBytes, "stream-max-bytes", 0, "cap on the command stream's size in bytes (0: no cap)")
 	fs.DurationVar(&c.snapshotEvery, "snapshot-every", cluster.DefaultSnapshotEvery, "how often the lease holder stores a snapshot that new and lagging nodes restore (keep it well within --stream-max-age)")
 	fs.DurationVar(&c.startTimeout, "cluster-start-timeout", 2*time.Minute, "how long to wait at start for the cluster's quorum before giving up")
+	fs.DurationVar(&c.recordsCheckEvery, "cluster-records-check-every", cluster.DefaultRecordsCheckEvery, "how often the lease holder publishes a records check (every node reads its whole records table once and the nodes compare what they read); nodes digest at most one a minute, whoever publishes them")
+	fs.IntVar(&c.maxFormat, "cluster-max-format", 0, fmt.Sprintf("the highest command stream format this node announces, %d to %d (0: this release's latest, %d); a lower one holds the cluster version, and what the later formats bring, off until the flag is lifted (docs/operations.md, Upgrades)", cluster.FormatBase, cluster.LatestFormat, cluster.LatestFormat))
 }
 
 func (c *clusterOptions) validate() error {
 	if !c.enabled {
 		return nil
+	}
+	if c.maxFormat != 0 && (c.maxFormat < cluster.FormatBase || c.maxFormat > cluster.LatestFormat) {
+		return fmt.Errorf("--cluster-max-format %d: this release understands formats %d to %d (0: the latest)", c.maxFormat, cluster.FormatBase, cluster.LatestFormat)
+	}
+	if c.recordsCheckEvery <= 0 {
+		return fmt.Errorf("--cluster-records-check-every %s: want a positive duration", c.recordsCheckEvery)
 	}
 	if c.natsURL != "" && len(c.natsRoutes) > 0 {
 		return errors.New("--nats-route configures the embedded NATS server; with --nats-url the NATS cluster is external")
@@ -202,7 +215,8 @@ func joinCluster(ctx context.Context, o options, log *slog.Logger, reg prometheu
 	m.cluster, err = cluster.Connect(jctx, m.nc, cluster.Options{
 		Node: o.nodeID, Replicas: c.replicas, StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes, SnapshotEvery: c.snapshotEvery,
 		SnapshotDir: filepath.Dir(o.data), Logger: log, Registerer: reg, CommandKey: secret.CommandKey(),
-		MaxClockSkew: o.maxClockSkew, Policies: o.models, Agreement: agreement(o), JobInterval: o.retentionEvery,
+		MaxClockSkew: o.maxClockSkew, Policies: o.models, Agreement: agreement(o), AgreementAbsent: agreementAbsent(), JobInterval: o.retentionEvery,
+		RecordsCheckEvery: c.recordsCheckEvery, Format: c.maxFormat,
 	})
 	if err != nil {
 		m.close()

@@ -28,11 +28,18 @@ func previousRelease(t *testing.T) string {
 }
 
 // buildPreviousNotes builds the example app of the previous release from
-// the repository's own history (a detached git worktree), so its client
-// library is exactly what that release shipped.
+// the repository's own history, so its client library is exactly what that
+// release shipped.
 func buildPreviousNotes(t *testing.T) string {
 	t.Helper()
-	rev := previousRelease(t)
+	return buildAtCommit(t, previousRelease(t), "./examples/notes")
+}
+
+// buildAtCommit builds the package pkg (relative to the module root) as it
+// was at commit rev, from a detached git worktree of the repository's own
+// history, and returns the binary's path. Both go away when t ends.
+func buildAtCommit(t *testing.T, rev, pkg string) string {
+	t.Helper()
 	dir := t.TempDir()
 	tree := filepath.Join(dir, "tree")
 	run := func(d string, name string, args ...string) {
@@ -44,8 +51,8 @@ func buildPreviousNotes(t *testing.T) string {
 	}
 	run("..", "git", "worktree", "add", "--detach", "--quiet", tree, rev)
 	t.Cleanup(func() { _ = exec.Command("git", "-C", "..", "worktree", "remove", "--force", tree).Run() })
-	bin := filepath.Join(dir, "notes-previous")
-	run(tree, "go", "build", "-o", bin, "./examples/notes")
+	bin := filepath.Join(dir, filepath.Base(pkg)+"-"+rev[:min(len(rev), 7)])
+	run(tree, "go", "build", "-o", bin, pkg)
 	return bin
 }
 

@@ -60,6 +60,7 @@ type procNode struct {
 	natsAddr  string // that listener's host:port
 	routeAddr string // the embedded NATS server's route listener
 	logPath   string
+	bin       string // the syncd binary it runs; "" is this package's own (the test binary)
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd's process has been waited for
@@ -94,6 +95,15 @@ func startProcClusterVia(t testing.TB, via func(from, to int, addr string) strin
 // startProcClusterEach is startProcClusterVia with each(i)'s flags added
 // to node i's (each may be nil).
 func startProcClusterEach(t testing.TB, via func(from, to int, addr string) string, each func(i int) []string, extra ...string) *procCluster {
+	t.Helper()
+	pc := newProcCluster(t, via, each, extra...)
+	pc.startAll(t)
+	return pc
+}
+
+// newProcCluster is startProcClusterEach without the start: a test sets
+// what it must on the nodes (their binary) and calls startAll.
+func newProcCluster(t testing.TB, via func(from, to int, addr string) string, each func(i int) []string, extra ...string) *procCluster {
 	t.Helper()
 	dir := t.TempDir()
 	pc := &procCluster{tokens: filepath.Join(dir, "tokens.json")}
@@ -134,14 +144,19 @@ func startProcClusterEach(t testing.TB, via func(from, to int, addr string) stri
 			}
 		}
 	})
-	// The three start together: each waits for the others' quorum.
+	return pc
+}
+
+// startAll starts every node and waits until each is ready: the three
+// start together, each waiting for the others' quorum.
+func (pc *procCluster) startAll(t testing.TB) {
+	t.Helper()
 	for _, n := range pc.nodes {
 		n.start(t)
 	}
 	for _, n := range pc.nodes {
 		n.waitReady(t)
 	}
-	return pc
 }
 
 // start starts n's process; its output is appended to n.logPath.
@@ -150,7 +165,11 @@ func (n *procNode) start(t testing.TB) {
 	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	require.NoError(t, err)
 	defer log.Close()
-	n.cmd = exec.Command(os.Args[0], n.args...)
+	bin := os.Args[0]
+	if n.bin != "" {
+		bin = n.bin
+	}
+	n.cmd = exec.Command(bin, n.args...)
 	n.cmd.Env = append(os.Environ(), execSyncdEnv+"=1")
 	n.cmd.Stdout, n.cmd.Stderr = log, log
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -406,6 +425,11 @@ type pushConn struct {
 
 // dialPush opens a session as clientID on n.
 func dialPush(ctx context.Context, n *procNode, token, clientID string, clock *syncproto.Clock) (*pushConn, error) {
+	return dialHello(ctx, n, token, &syncproto.Hello{ID: "hello", ClientID: clientID, HLC: clock.Now()})
+}
+
+// dialHello opens a session on n that starts with hello.
+func dialHello(ctx context.Context, n *procNode, token string, hello *syncproto.Hello) (*pushConn, error) {
 	ws := "ws" + n.url[len("http"):] + syncproto.SyncPath
 	conn, _, err := websocket.Dial(ctx, ws, &websocket.DialOptions{
 		Subprotocols: []string{syncproto.Subprotocol},
@@ -416,7 +440,7 @@ func dialPush(ctx context.Context, n *procNode, token, clientID string, clock *s
 	}
 	conn.SetReadLimit(int64(syncproto.MaxFrameBytes))
 	c := &pushConn{conn: conn}
-	if _, err := c.roundTrip(ctx, &syncproto.Hello{ID: "hello", ClientID: clientID, HLC: clock.Now()}); err != nil {
+	if _, err := c.roundTrip(ctx, hello); err != nil {
 		conn.CloseNow()
 		return nil, err
 	}
@@ -583,9 +607,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // load is a set of writers spread over the nodes, running until stop.
 type load struct {
 	writers []*writer
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	errs    chan error
+	*group
 }
 
 // startLoad starts n writers (writer i's home is node i mod 3) pushing
@@ -595,36 +617,52 @@ var loads atomic.Int64
 
 func startLoad(t testing.TB, pc *procCluster, n, batch int) *load {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{cancel: cancel, errs: make(chan error, n)}
+	l := &load{group: newGroup(n)}
 	gen := loads.Add(1) // writers of a later load write keys of their own
 	for i := range n {
 		w := &writer{id: fmt.Sprintf("writer-%d-%d", gen, i), home: i % len(pc.nodes), batch: batch}
 		w.token = pc.member(t, w.id)
 		l.writers = append(l.writers, w)
 	}
-	return l.run(ctx, pc)
-}
-
-func (l *load) run(ctx context.Context, pc *procCluster) *load {
 	for _, w := range l.writers {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			if err := w.run(ctx, pc); err != nil {
-				l.errs <- err
-			}
-		}()
+		l.run(func(ctx context.Context) error { return w.run(ctx, pc) })
 	}
 	return l
 }
 
-// stop stops the writers and returns the first error any of them had.
-func (l *load) stop() error {
-	l.cancel()
-	l.wg.Wait()
+// group runs goroutines until stop and keeps the first error any of them
+// returned; it owns them.
+type group struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+}
+
+// newGroup returns a group for up to n goroutines.
+func newGroup(n int) *group {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &group{ctx: ctx, cancel: cancel, errs: make(chan error, n)}
+}
+
+// run runs fn in a goroutine of g until fn returns or g stops.
+func (g *group) run(fn func(ctx context.Context) error) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := fn(g.ctx); err != nil {
+			g.errs <- err
+		}
+	}()
+}
+
+// stop stops the goroutines, waits for them, and returns the first error
+// any of them had. It may be called again.
+func (g *group) stop() error {
+	g.cancel()
+	g.wg.Wait()
 	select {
-	case err := <-l.errs:
+	case err := <-g.errs:
 		return err
 	default:
 		return nil

@@ -45,6 +45,7 @@ var allowed = map[string][]string{
 	"internal/buildinfo":            {},
 	"internal/datalock":             {},
 	"internal/breaker":              {},
+	"internal/peerbench":            {},
 	"replication":                   {"syncproto", "ledger", "internal/breaker", "internal/sqlitedb"},
 	"client/offlinequeue":           {"internal/sqlitedb", "internal/dirsync"},
 	"client/netmonitor":             {},

@@ -75,14 +75,19 @@ func HashPart(data []byte) string {
 // of peers' (each a live peer's published parts): a part whose value
 // another group of nodes shares with as many nodes as this node's value
 // or more (with one peer, a difference is a tie, and both refuse: neither
-// can tell which is right). A peer that does not publish a part is not
-// counted for it.
-func disagreement(mine map[string]string, peers []map[string]string) []string {
+// can tell which is right). A peer that does not publish a part (a node of
+// a release before it) counts with the part's value in absent when it has
+// one there, and is not counted for it otherwise.
+func disagreement(mine map[string]string, peers []map[string]string, absent map[string]string) []string {
 	var out []string
 	for _, part := range slices.Sorted(maps.Keys(mine)) {
 		count := map[string]int{mine[part]: 1}
 		for _, p := range peers {
-			if v, ok := p[part]; ok {
+			v, ok := p[part]
+			if !ok {
+				v, ok = absent[part]
+			}
+			if ok {
 				count[v]++
 			}
 		}
@@ -110,7 +115,7 @@ func (c *Cluster) checkAgreement(mine map[string]string, peers []Status) {
 			theirs = append(theirs, st.Agreement)
 		}
 	}
-	parts := disagreement(mine, theirs)
+	parts := disagreement(mine, theirs, c.opts.AgreementAbsent)
 	if len(parts) == 0 {
 		c.seenMismatch = 0
 		if c.mismatch.Swap(nil) != nil {

@@ -124,6 +124,14 @@ type Options struct {
 	// serve, naming the part (ErrConfigMismatch). It is called on the
 	// report loop, every few seconds, and must return quickly.
 	Agreement func() map[string]string
+	// AgreementAbsent is, for a part of Agreement that releases before it
+	// did not publish, the value such a node stands for: what it does
+	// without the setting the part covers (no scope declarations, for a
+	// release before partial sync). A peer without the part counts with
+	// this value, so a node of this release whose setting an older node
+	// cannot share does not serve beside it; a part not listed here is
+	// compared only among the nodes that publish it.
+	AgreementAbsent map[string]string
 	// Format is the highest command stream format this node understands
 	// and announces (Formats); 0 means LatestFormat. A lower one makes
 	// the node act as a node of the release that stopped at it: it

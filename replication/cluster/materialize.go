@@ -12,7 +12,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // maxApplyGroup bounds the stream messages applied in one transaction.
@@ -421,7 +423,10 @@ func (m *materializer) applyJob(ctx context.Context, tx *sql.Tx, pos *position, 
 
 // chain is the running digest: what this node applied at seq, chained to
 // everything before. Two nodes with the same digest at a seq applied the
-// same decisions in the same order.
+// same decisions in the same order, whichever releases they run: each
+// batch's effects are hashed in their digest form (digestEffects), whose
+// bytes a release that adds a member to the effects leaves unchanged while
+// the member is empty.
 func chain(prev []byte, seq uint64, fxs []replication.Effects, jobRows int64) []byte {
 	h := sha256.New()
 	h.Write(prev)
@@ -429,9 +434,49 @@ func chain(prev []byte, seq uint64, fxs []replication.Effects, jobRows int64) []
 	h.Write(binary.BigEndian.AppendUint64(nil, uint64(jobRows)))
 	enc := json.NewEncoder(h)
 	for i := range fxs {
-		_ = enc.Encode(&fxs[i]) // writing to a hash cannot fail
+		_ = enc.Encode(newDigestEffects(&fxs[i])) // writing to a hash cannot fail
 	}
 	return h.Sum(nil)
+}
+
+// digestEffects is replication.Effects as the running digest hashes it:
+// the JSON of the effects as the first release with a cluster wrote them,
+// and each member added since only where it is not empty. Nodes of the
+// release before scopes hash oplog entries without ScopeOld, Member and
+// Grants; a node of this release hashes them only on entries of scoped
+// models, which no node applies before every node declares the same scopes
+// (the configuration agreement), so a mixed cluster's digests agree. A
+// member added to Effects or to anything it holds is added here with
+// omitempty (or the equivalent), or a rolling upgrade ends in every
+// upgraded node diverging from the older ones
+// (TestDigestFormOfEffectsIsThePreviousRelease's).
+type digestEffects struct {
+	Results   []syncproto.Result
+	Entries   []digestEntry
+	Conflicts []replication.ConflictEntry
+	Decisions []ledger.Decision
+	Stale     []int
+}
+
+// digestEntry is an oplog entry's digest form: the members added with
+// partial sync are left out when empty (they come after the others, as
+// in replication.Entry).
+type digestEntry struct {
+	replication.Entry
+	ScopeOld string                    `json:",omitempty"`
+	Member   string                    `json:",omitempty"`
+	Grants   []replication.GrantChange `json:",omitempty"`
+}
+
+func newDigestEffects(fx *replication.Effects) *digestEffects {
+	d := &digestEffects{Results: fx.Results, Conflicts: fx.Conflicts, Decisions: fx.Decisions, Stale: fx.Stale}
+	if fx.Entries != nil {
+		d.Entries = make([]digestEntry, len(fx.Entries))
+		for i, e := range fx.Entries {
+			d.Entries[i] = digestEntry{Entry: e, ScopeOld: e.ScopeOld, Member: e.Member, Grants: e.Grants}
+		}
+	}
+	return d
 }
 
 // chainRefused is the running digest after the command at seq was refused
