@@ -37,10 +37,14 @@ func TestScopedWinnersLeftOutAreNotReadOnResend(t *testing.T) {
 	c, _ := session(t, ts, tok("p1"), "phone")
 	older := syncproto.NewClock("phone", func() time.Time { return time.Now().Add(-time.Hour) })
 	var losers []syncproto.Mutation
-	for i := range keys {
-		key := fmt.Sprintf("k%02d", i)
-		requireApplied(t, oc.push("w"+key, put(t, oclock, "tasks", key, big("p1", i))))
-		losers = append(losers, put(t, older, "tasks", key, `{"project_id":"p1","n":1}`))
+	for i := 0; i < keys; i += 3 {
+		var muts []syncproto.Mutation
+		for k := i; k < i+3; k++ {
+			key := fmt.Sprintf("k%02d", k)
+			muts = append(muts, put(t, oclock, "tasks", key, big("p1", k)))
+			losers = append(losers, put(t, older, "tasks", key, `{"project_id":"p1","n":1}`))
+		}
+		requireApplied(t, oc.push(fmt.Sprint("w", i), muts...))
 	}
 	results := c.push("losers", losers...)
 	omitted := 0
