@@ -89,7 +89,7 @@ rules: deps
 .PHONY: console-screenshots
 console-screenshots: deps
 	mkdir -p docs/console
-	SYNCD_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run 'TestConsoleInABrowser$$|TestConsoleClusterPageShowsANodeDown$$' ./server/console
+	SYNCD_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run 'TestConsoleInABrowser$$|TestConsoleTokensInABrowser$$|TestConsoleClusterPageShowsANodeDown$$' ./server/console
 
 ## simulate: the client's seeded simulation (client/synccore) over SEEDS schedules
 ## (default 100000), without the race detector; a failing seed prints its replay command

@@ -52,8 +52,9 @@ const (
 	// when the device has no session here.
 	PathDisconnect = "/v1/admin/clients/disconnect"
 	// PathTenants answers a TenantsPage: the tenants this node knows of
-	// (with sessions here, with a compacted oplog, or served by its
-	// committer since it started), sorted by name, at most MaxTenants.
+	// (with sessions here, with oplog entries, or served by its committer
+	// since it started), sorted by name; parameters ParamAfter (names
+	// after it) and ParamLimit (at most MaxTenants, the default).
 	PathTenants = "/v1/admin/tenants"
 	// PathHealth answers 200 while the process serves; it needs no token.
 	PathHealth = "/healthz"
@@ -65,6 +66,24 @@ const (
 	// deny list file (--jwt-deny-file), 404 for a DELETE of an entry the
 	// list does not hold.
 	PathDeny = "/v1/admin/deny"
+	// PathTokens is the token file's tokens. GET answers a TokensPage
+	// (sorted by id; parameters ParamAfter and ParamLimit, at most
+	// MaxTokensPage; with ParamTokenID, that token alone, or none). POST with a TokenRequest body issues a token and
+	// answers an IssuedToken: its bearer token is in that answer only (the
+	// file keeps a hash), 400 when the request names an invalid principal.
+	// DELETE with ParamTokenID revokes a token, ends its open sessions
+	// (unauthorized, close 1008) before answering, and answers a
+	// TokenRevoked; 404 when the file holds no such token. 409 when syncd
+	// runs without a token file (JWT only).
+	PathTokens = "/v1/admin/tokens"
+	// PathRecentDevices answers a []RecentDevice: the devices whose last
+	// session on this node ended lately, latest first, at most
+	// MaxRecentDevices.
+	PathRecentDevices = "/v1/admin/clients/recent"
+	// PathCluster answers a ClusterInfra: the NATS servers a cluster node
+	// knows and the command stream's leader and replicas (one JetStream
+	// request); 409 on a single node.
+	PathCluster = "/v1/admin/cluster"
 )
 
 // The admin API's query parameters.
@@ -88,6 +107,14 @@ const (
 	ParamUser = "user"
 	// ParamClientID names one device (PathDisconnect).
 	ParamClientID = "client_id"
+	// ParamAfter lists the tokens with an id, the tenants with a name, or
+	// the scope values after it (PathTokens, PathTenants, and the
+	// ScopesPage.Next of the previous page of PathScopes; "" or absent:
+	// from the first).
+	ParamAfter = "after"
+	// ParamTokenID names the token a DELETE of PathTokens revokes, or
+	// the one a GET lists.
+	ParamTokenID = "token_id"
 )
 
 // The admin API's limits: a larger limit is served as the maximum.
@@ -98,6 +125,13 @@ const (
 	MaxConflicts = 1000
 	// MaxTenants bounds the tenants of one TenantsPage.
 	MaxTenants = 10000
+	// MaxTokensPage bounds the tokens of one TokensPage.
+	MaxTokensPage = 1000
+	// MaxTokenRequestBytes bounds the body of a POST of PathTokens.
+	MaxTokenRequestBytes = 16 << 10
+	// MaxRecentDevices bounds the disconnected devices whose last push
+	// and last error a node keeps (PathRecentDevices).
+	MaxRecentDevices = 256
 )
 
 // LedgerPath is the path of the ledger answer for opID.
@@ -150,6 +184,8 @@ type ClusterStatus struct {
 	// LeaseHolder is the node holding the singleton-job lease, as the nodes
 	// report it ("" when none reports it).
 	LeaseHolder string `json:"lease_holder"`
+	// LeaseToken is the holder's fencing token (0 when none reports it).
+	LeaseToken uint64 `json:"lease_token,omitempty"`
 	// Nodes are sorted by name; the answering node's entry is current, the
 	// others' are what each last reported.
 	Nodes []Node `json:"nodes"`
@@ -186,6 +222,58 @@ type Node struct {
 	// (docs/operations.md, Upgrades).
 	Format         int `json:"format,omitempty"`
 	ClusterVersion int `json:"cluster_version,omitempty"`
+	// LeaseToken is the singleton-job lease's fencing token (its
+	// revision) on the node holding it, 0 on the others.
+	LeaseToken uint64 `json:"lease_token,omitempty"`
+	// LastDigestCheck and LastRecordsCheck are the node's last
+	// comparisons of its state digest with its peers' at one stream seq
+	// (nil before the first); a records check's digest covers record
+	// contents.
+	LastDigestCheck  *Check `json:"last_digest_check,omitempty"`
+	LastRecordsCheck *Check `json:"last_records_check,omitempty"`
+}
+
+// Check is one comparison of a node's state digest with its peers' at
+// stream seq Seq.
+type Check struct {
+	At  time.Time `json:"at"`
+	Seq uint64    `json:"seq"`
+	// Result is "match" when every peer that reported at Seq agreed,
+	// "mismatch" when one disagreed (Disagree names them).
+	Result   string   `json:"result"`
+	Agree    []string `json:"agree,omitempty"`
+	Disagree []string `json:"disagree,omitempty"`
+}
+
+// ClusterInfra is the answer of PathCluster: the messaging a cluster
+// node runs on, as it sees it now.
+type ClusterInfra struct {
+	Node string `json:"node"`
+	// Servers are the NATS servers the node's connection knows,
+	// credentials removed; Connected marks the one it is on.
+	Servers []NATSServer `json:"servers"`
+	// StreamLeader is the NATS server leading the command stream (""
+	// with StreamError saying why when it has none or did not answer).
+	StreamLeader string          `json:"stream_leader"`
+	StreamError  string          `json:"stream_error,omitempty"`
+	Replicas     []StreamReplica `json:"replicas,omitempty"`
+}
+
+// NATSServer is one NATS server of a ClusterInfra.
+type NATSServer struct {
+	URL       string `json:"url"`
+	Connected bool   `json:"connected"`
+}
+
+// StreamReplica is one follower of the command stream as its leader
+// reports it: current (caught up), offline, seen ActiveSeconds ago, Lag
+// operations behind.
+type StreamReplica struct {
+	Name          string  `json:"name"`
+	Current       bool    `json:"current"`
+	Offline       bool    `json:"offline"`
+	ActiveSeconds float64 `json:"active_seconds"`
+	Lag           uint64  `json:"lag"`
 }
 
 // Session is one connected sync session in the answer of PathSessions.
@@ -202,6 +290,28 @@ type Session struct {
 	Cursor uint64 `json:"cursor"`
 	// PendingPushes counts the session's pushes not yet answered.
 	PendingPushes int64 `json:"pending_pushes"`
+	// LastPushAt and LastPushOps are the device's last push to this node
+	// (any of its sessions) and its mutations; zero before its first.
+	LastPushAt  time.Time `json:"last_push_at,omitzero"`
+	LastPushOps int       `json:"last_push_ops,omitempty"`
+	// LastError is the code of the last error the device's pushes got
+	// here (a push refused whole, or the first refused write of a push),
+	// at LastErrorAt; "" when none.
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+}
+
+// RecentDevice is a device that disconnected from a node lately (the
+// answer of PathRecentDevices): its last push and last error, as in
+// Session.
+type RecentDevice struct {
+	Tenant         string    `json:"tenant"`
+	ClientID       string    `json:"client_id"`
+	LastPushAt     time.Time `json:"last_push_at,omitzero"`
+	LastPushOps    int       `json:"last_push_ops,omitempty"`
+	LastError      string    `json:"last_error,omitempty"`
+	LastErrorAt    time.Time `json:"last_error_at,omitzero"`
+	DisconnectedAt time.Time `json:"disconnected_at"`
 }
 
 // OplogPage is the answer of PathOplog.
@@ -350,6 +460,10 @@ type Figures struct {
 	// durable commit, after which it is answered
 	// (syncd_apply_duration_seconds).
 	Ack Histogram `json:"ack"`
+	// TenantMutations counts the mutations each tenant pushed to this
+	// node since it started (every tenant seen; a reader samples it for
+	// per-tenant rates, as the console's tenants page does).
+	TenantMutations map[string]uint64 `json:"tenant_mutations,omitempty"`
 	// Alerts are the conditions the server itself knows to be wrong now
 	// (an open conflict hook breaker, a drain, a cluster node that does
 	// not serve); the rules of docs/alerts evaluate the rest in
@@ -391,9 +505,10 @@ type Disconnected struct {
 // TenantsPage is the answer of PathTenants.
 type TenantsPage struct {
 	Tenants []Tenant `json:"tenants"`
-	// Truncated is true when more than MaxTenants were known: the page
-	// holds the first by name.
+	// Truncated is true when more tenants follow the page (its Next).
 	Truncated bool `json:"truncated"`
+	// Next is the ParamAfter of the following page, "" on the last.
+	Next string `json:"next,omitempty"`
 }
 
 // Tenant is one tenant as this node sees it.
@@ -415,4 +530,63 @@ type Tenant struct {
 	// syncd_commit_served_mutations_total series of the tenant, absent
 	// beyond its label bound, where tenants share "~other").
 	MutationsServed uint64 `json:"mutations_served"`
+	// OplogEntries counts its retained oplog entries (the whole cluster's
+	// log on a cluster node: every node holds the same).
+	OplogEntries uint64 `json:"oplog_entries"`
+	// QuotaRefusals counts its pushes and upgrades a quota refused here
+	// since start (syncd_quota_refusals_total, by tenant).
+	QuotaRefusals uint64 `json:"quota_refusals"`
+	// MutationsPushed counts the mutations it pushed to this node since
+	// start (Figures.TenantMutations).
+	MutationsPushed uint64 `json:"mutations_pushed"`
+}
+
+// TokensPage is the answer of GET PathTokens: one page of the token
+// file's tokens, sorted by id. Secrets are never in it.
+type TokensPage struct {
+	Tokens []TokenInfo `json:"tokens"`
+	// Next is the ParamAfter of the following page, "" on the last.
+	Next string `json:"next,omitempty"`
+	// Total counts every token of the file.
+	Total int `json:"total"`
+}
+
+// TokenInfo is one token of the token file: its id (safe to log and to
+// revoke by) and what it may do.
+type TokenInfo struct {
+	ID string `json:"id"`
+	// TokenRequest is what the token may do, as it was issued.
+	TokenRequest
+	// CreatedAt is when the token was issued.
+	CreatedAt time.Time `json:"created_at"`
+	// Sessions counts its open sync sessions on this node.
+	Sessions int `json:"sessions"`
+}
+
+// TokenRequest is the body of POST PathTokens: the principal of the token
+// to issue. An admin token (it authorises the admin API only) names
+// nothing else; a device's token names its tenant and client id, and the
+// models it may read and write ("*": every model).
+type TokenRequest struct {
+	Admin    bool                `json:"admin,omitempty"`
+	Tenant   string              `json:"tenant,omitempty"`
+	User     string              `json:"user,omitempty"`
+	ClientID string              `json:"client_id,omitempty"`
+	Read     []string            `json:"read,omitempty"`
+	Write    []string            `json:"write,omitempty"`
+	Scopes   map[string][]string `json:"scopes,omitempty"`
+}
+
+// IssuedToken is the answer of POST PathTokens. Bearer is the token
+// itself: shown here once, never again.
+type IssuedToken struct {
+	Token  TokenInfo `json:"token"`
+	Bearer string    `json:"bearer"`
+}
+
+// TokenRevoked is the answer of DELETE PathTokens.
+type TokenRevoked struct {
+	TokenID string `json:"token_id"`
+	// ClosedSessions counts the open sessions the revocation ended.
+	ClosedSessions int `json:"closed_sessions"`
 }

@@ -1,19 +1,18 @@
 package client_test
 
 import (
-	"database/sql"
 	"encoding/json"
 	"flag"
+	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	_ "github.com/mattn/go-sqlite3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/client"
-	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
 )
@@ -71,7 +70,7 @@ func writeGolden(t *testing.T, kind, dir string) goldenManifest {
 // dead letter and the outcomes are kept. With -update-golden it first
 // writes the files anew from this build.
 func TestGoldenFormats(t *testing.T) {
-	for kind, o := range goldenKinds {
+	for kind := range goldenKinds {
 		t.Run(kind, func(t *testing.T) {
 			golden := filepath.Join(goldenDir, kind)
 			if *updateGolden {
@@ -95,57 +94,59 @@ func TestGoldenFormats(t *testing.T) {
 			dir := copyDir(t, golden)
 
 			s := startSyncd(t, server.Config{})
-			o.tweak = func(c *client.Config) { c.ModelVersions = map[string]uint64{"notes": 2} }
-			d := openDevice(t, s, s.proxy(t), dir, goldenClient, o)
-			items := d.queued(t)
-			require.Len(t, items, len(m.Pending))
-			for i, it := range items {
-				mut := queuedMutation(t, it)
-				require.Equal(t, m.Pending[i], mut.OpID)
-				require.Equal(t, m.Versions[i], mut.ValueVersion)
-				if mut.OpID == m.Charged {
-					require.EqualValues(t, 2, it.Attempts)
-				}
-			}
-			require.NoError(t, d.Drain(t.Context()))
-			d.requireApplied(t, m.Pending)
-			counts := s.oplogCounts(t)
-			for _, op := range m.Pending {
-				require.Equal(t, 1, counts[op], "applied once")
-			}
-			require.Zero(t, counts[m.Decided], "a decided write is not sent again")
-			o, found, err := d.Lookup(t.Context(), m.Decided)
-			require.NoError(t, err)
-			require.True(t, found)
-			require.Equal(t, client.StatusApplied, o.Status)
-			dead, err := d.DeadLetters(t.Context(), 0, 10)
-			require.NoError(t, err)
-			require.Len(t, dead, 1)
-			require.Equal(t, 0, d.status(t).Pending)
+			d := openGolden(t, s, kind, dir, s.token(t, goldenClient))
+			requireGoldenReplays(t, s, d, m, tenant)
 		})
 	}
 }
 
-// A queue file of a newer format than this build's is refused, naming
-// both versions, before anything in it is read or changed.
-func TestGoldenQueueOfANewerFormatIsRefused(t *testing.T) {
-	dir := copyDir(t, filepath.Join(goldenDir, "sqlite"))
-	db, err := sql.Open("sqlite3", filepath.Join(dir, "queue.db"))
-	require.NoError(t, err)
-	_, err = db.Exec(`PRAGMA user_version = 2`)
-	require.NoError(t, err)
-	require.NoError(t, db.Close())
-	_, err = offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
-	require.ErrorContains(t, err, "queue schema version 2 is newer than this build's 1")
+// openGolden opens a device over the golden files of kind copied into
+// dir, reaching s with token, with the golden's model versions.
+func openGolden(t *testing.T, s *syncd, kind, dir, token string) *device {
+	t.Helper()
+	o := goldenKinds[kind]
+	o.token = token
+	o.tweak = func(c *client.Config) { c.ModelVersions = map[string]uint64{"notes": 2} }
+	return openDevice(t, s, s.proxy(t), dir, goldenClient, o)
+}
 
-	dir = copyDir(t, filepath.Join(goldenDir, "ndjson"))
-	path := filepath.Join(dir, "queue.ndjson")
-	b, err := os.ReadFile(path)
+// requireGoldenReplays checks that d, opened over golden files whose
+// writes m names, holds them in the states they were in and replays them
+// against s in tenant: every queued write is decided exactly once (the
+// charged one keeps its attempts until then), the decided one is not sent
+// again, the dead letter and the outcomes are kept.
+func requireGoldenReplays(t *testing.T, s *syncd, d *device, m goldenManifest, tenant string) {
+	t.Helper()
+	items := d.queued(t)
+	require.Len(t, items, len(m.Pending))
+	for i, it := range items {
+		mut := queuedMutation(t, it)
+		require.Equal(t, m.Pending[i], mut.OpID)
+		require.Equal(t, m.Versions[i], mut.ValueVersion)
+		if mut.OpID == m.Charged {
+			require.EqualValues(t, 2, it.Attempts)
+		}
+	}
+	require.NoError(t, d.Drain(t.Context()))
+	d.requireApplied(t, m.Pending)
+	counts := map[string]int{}
+	for _, e := range s.Oplog(t, "&"+url.Values{adminapi.ParamTenant: {tenant}}.Encode()) {
+		counts[e.OpID]++
+	}
+	for _, op := range m.Pending {
+		require.Equal(t, 1, counts[op], "applied once")
+	}
+	require.Zero(t, counts[m.Decided], "a decided write is not sent again")
+	o, found, err := d.Lookup(t.Context(), m.Decided)
 	require.NoError(t, err)
-	require.True(t, strings.Contains(string(b), `"version":1`))
-	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), `"version":1`, `"version":2`, 1)), 0o600))
-	_, err = offlinequeue.OpenFile(path, offlinequeue.FileOptions{})
-	require.ErrorIs(t, err, offlinequeue.ErrUnsupportedVersion)
+	require.True(t, found)
+	require.Equal(t, client.StatusApplied, o.Status)
+	dead, err := d.DeadLetters(t.Context(), 0, 10)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, m.Dead, dead[0].Mutation.OpID)
+	require.Contains(t, dead[0].Reason, "forbidden_model")
+	require.Equal(t, 0, d.status(t).Pending)
 }
 
 // copyDir copies the files of dir into a fresh temporary directory.

@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "syncd_client_resyncs_total", Help: "Snapshots loaded into the local replica (bootstrap or resync).",
 		}),
 		snapshotsAbandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncd_client_snapshots_abandoned_total", Help: "Snapshot downloads given up, the replica left as it was, by reason (too_large, timeout, status, truncated, invalid, failed).",
+			Name: "syncd_client_snapshots_abandoned_total", Help: "Snapshot downloads given up, the replica left as it was, by reason (too_large, timeout, status, truncated, invalid, failed, scopes).",
 		}, []string{"reason"}),
 		clockRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncd_client_clock_refused_total", Help: "Observed timestamps not adopted: more than MaxObservedClockAhead ahead of the server's clock.",
@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// Every reason is exported from the start (at zero), so a rate over
 	// one is defined before its first abandon.
-	for _, r := range []string{abandonedTooLarge, abandonedTimeout, abandonedStatus, abandonedTruncate, abandonedInvalid, abandonedFailed} {
+	for _, r := range []string{abandonedTooLarge, abandonedTimeout, abandonedStatus, abandonedTruncate, abandonedInvalid, abandonedFailed, abandonedScopes} {
 		m.snapshotsAbandoned.WithLabelValues(r)
 	}
 	if reg == nil {

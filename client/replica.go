@@ -16,6 +16,7 @@ import (
 	"github.com/mattn/go-sqlite3"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/crashpoint"
 	"github.com/syncd-dev/syncd/internal/dirsync"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 )
@@ -140,11 +141,12 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 	if sq, ok := q.(sharedQueue); ok {
 		r := &replica{db: sq.DB(), shared: sq, queue: q, now: now, stmts: stmtCache{db: sq.DB()}}
 		if err := migrateShared(ctx, sq); err != nil {
-			return nil, fmt.Errorf("replica schema: %w", err)
+			return nil, fmt.Errorf("replica schema: %w", newerReplica(err))
 		}
+		crashpoint.Reach("replica schema in the queue's file committed")
 		if path != "" {
 			if err := r.importFile(ctx, path); err != nil {
-				return nil, fmt.Errorf("import the replica file %s: %w", path, err)
+				return nil, fmt.Errorf("import the replica file %s: %w", path, newerReplica(err))
 			}
 		}
 		return r, nil
@@ -155,7 +157,7 @@ func openReplica(ctx context.Context, q offlinequeue.Queue, path string, sync of
 	}
 	if _, err := sqlitedb.Migrate(ctx, db, replicaMigrations); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("replica schema: %w", err)
+		return nil, fmt.Errorf("replica schema: %w", newerReplica(err))
 	}
 	return &replica{db: db, queue: q, now: now, stmts: stmtCache{db: db}}, nil
 }
@@ -169,10 +171,12 @@ var replicaTables = []string{"records", "pending", "outcomes", "meta", "meta_tex
 
 // importFile moves a replica file an earlier version kept at path (beside
 // a SQLite queue) into the queue's file: every table's rows in one commit
-// with the mark metaImported, then the old file and its -wal and -shm are
-// removed. A crash before the commit imports again on the next open; one
-// after it only removes the file. A replica that was already imported, or
-// a path with no file, is left alone.
+// with the mark metaImported; once a checkpoint synced that commit, the
+// old file's -wal, -shm and -journal and last the file itself are removed
+// and the directory synced. A crash before the commit imports again on
+// the next open; one after it only removes what is left
+// (TestKillDuringDeviceMigration kills it at each step). A replica that
+// was already imported, or a path with no file, is left alone.
 func (r *replica) importFile(ctx context.Context, path string) error {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -199,25 +203,49 @@ func (r *replica) importFile(ctx context.Context, path string) error {
 				if err := copyTable(ctx, old, tx, table); err != nil {
 					return fmt.Errorf("copy %s: %w", table, err)
 				}
+				crashpoint.Reach("replica import: copied " + table + ", not committed")
 			}
 			return setMeta(ctx, tx, metaImported, 1)
 		}); err != nil {
 			return err
 		}
+		crashpoint.Reach("replica import committed")
 		if err := old.Close(); err != nil {
 			return err
 		}
 	}
-	for _, f := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
-		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// At a synchronous level below FULL a commit is durable only once its
+	// log is synced: the old file goes only after a checkpoint synced the
+	// import, else the next open removes it.
+	var busy, logPages, copied int64
+	if err := r.db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(FULL)`).Scan(&busy, &logPages, &copied); err != nil {
+		return fmt.Errorf("checkpoint the import: %w", err)
+	}
+	if busy != 0 {
+		return nil
+	}
+	crashpoint.Reach("replica import checkpointed")
+	// The file itself goes last: one whose path is gone has nothing
+	// beside it left either.
+	for _, f := range []string{path + "-wal", path + "-shm", path + "-journal", path} {
+		err := os.Remove(f)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		if err == nil {
+			crashpoint.Reach("replica import: removed " + filepath.Base(f))
+		}
 	}
-	return dirsync.Sync(filepath.Dir(path))
+	if err := dirsync.Sync(filepath.Dir(path)); err != nil {
+		return err
+	}
+	crashpoint.Reach("replica import: directory synced")
+	return nil
 }
 
 // refuseNonReplica is importFile's sqlitedb Options.Inspect: a database
-// with tables but no replica records table is not touched (not even
+// with tables but no replica records table, or a replica of a newer schema
+// than this build's (*sqlitedb.NewerSchemaError), is not touched (not even
 // switched to WAL), and not removed. An empty one (a replica whose first
 // open was cut short) has nothing to import.
 func refuseNonReplica(c *sqlite3.SQLiteConn) error {
@@ -234,6 +262,13 @@ func refuseNonReplica(c *sqlite3.SQLiteConn) error {
 	}
 	if n != int64(1) {
 		return errors.New("not a syncd replica (no records table)")
+	}
+	v, err := sqlitedb.QueryValue(c, `PRAGMA user_version`)
+	if err != nil {
+		return err
+	}
+	if v, ok := v.(int64); ok && v > int64(len(replicaMigrations)) {
+		return &sqlitedb.NewerSchemaError{File: int(v), Known: len(replicaMigrations)}
 	}
 	return nil
 }

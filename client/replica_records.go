@@ -311,6 +311,9 @@ func (r *replica) resetFromSnapshot(ctx context.Context, sr *syncproto.SnapshotR
 		if have, err = keepFollowed(ctx, tx, sc.want, sc.cov); err != nil {
 			return err
 		}
+		if have, err = sc.complete(have); err != nil {
+			return err
+		}
 		return storeScopes(ctx, tx, &synccore.Scopes{Have: have, Resume: map[string]map[string]string{}, Lost: sc.lost})
 	})
 	if err != nil {

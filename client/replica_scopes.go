@@ -23,17 +23,11 @@ import (
 var replicaMigrations = []sqlitedb.Migration{
 	// 1: the tables of the first release. Replicas written before the
 	// version was recorded hold them already (IF NOT EXISTS).
-	func(ctx context.Context, tx sqlitedb.Execer) error {
-		_, err := tx.ExecContext(ctx, replicaSchema)
-		return err
-	},
+	sqlitedb.Statements(replicaSchemaStatements()...),
 	// 2: partial sync: each record's scope value ("" for a model no scope
 	// covers), indexed for evictions.
-	func(ctx context.Context, tx sqlitedb.Execer) error {
-		_, err := tx.ExecContext(ctx, `ALTER TABLE records ADD COLUMN scope_value TEXT NOT NULL DEFAULT '';
-			CREATE INDEX records_by_scope_value ON records (scope_value, model) WHERE scope_value <> '';`)
-		return err
-	},
+	sqlitedb.Statements(`ALTER TABLE records ADD COLUMN scope_value TEXT NOT NULL DEFAULT ''`,
+		`CREATE INDEX records_by_scope_value ON records (scope_value, model) WHERE scope_value <> ''`),
 }
 
 // metaReplicaSchema is the replica's schema version in a queue's file.
@@ -66,12 +60,10 @@ func migrateShared(ctx context.Context, sq sharedQueue) error {
 		if int(v) > len(replicaMigrations) {
 			return &sqlitedb.NewerSchemaError{File: int(v), Known: len(replicaMigrations)}
 		}
-		for i := int(v); i < len(replicaMigrations); i++ {
-			if err := replicaMigrations[i](ctx, tx); err != nil {
-				return fmt.Errorf("migrate replica schema from version %d to %d: %w", i, i+1, err)
-			}
+		if err := sqlitedb.MigrateTx(ctx, tx, int(v), replicaMigrations); err != nil {
+			return err
 		}
-		return setMeta(ctx, tx, metaReplicaSchema, uint64(len(replicaMigrations)))
+		return setMigratedVersion(ctx, tx, int(v))
 	})
 }
 

@@ -143,7 +143,10 @@ func TestReplicaKeepsOnlyFollowedValuesAfterASnapshot(t *testing.T) {
 		_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: 3, Entries: []syncproto.Change{scopedChange(1, "tasks", "old", "p1", 1)}}, cov)
 		require.NoError(t, err)
 		var body bytes.Buffer
-		sw, err := syncproto.NewSnapshotWriter(&body, 9)
+		// The header says the snapshot holds p1 and p3 (p4, requested, is
+		// not granted), as syncd writes it for this request.
+		held := syncproto.ScopeSet{"project": {"p1", "p3"}}
+		sw, err := syncproto.NewScopedSnapshotWriter(&body, 9, held)
 		require.NoError(t, err)
 		for _, c := range []syncproto.Change{scopedChange(1, "tasks", "a", "p1", 1), scopedChange(2, "tasks", "b", "p2", 1),
 			scopedChange(3, "comments", "c", "p3", 1), {Model: "notes", Key: "n", Value: json.RawMessage(`{"project_id":"p2"}`), Version: 1, HLC: syncproto.Timestamp{Wall: 1, Origin: "srv"}}} {
@@ -152,10 +155,10 @@ func TestReplicaKeepsOnlyFollowedValuesAfterASnapshot(t *testing.T) {
 		require.NoError(t, sw.Close())
 		sr, err := syncproto.NewSnapshotReader(&body)
 		require.NoError(t, err)
-		head, have, err := r.resetFromSnapshot(ctx, sr, snapshotScopes{want: syncproto.ScopeSet{"project": {"p1", "p3", "p4"}}, cov: cov})
+		head, have, err := r.resetFromSnapshot(ctx, sr, snapshotScopes{want: syncproto.ScopeSet{"project": {"p1", "p3", "p4"}}, cov: cov, held: sr.Scopes()})
 		require.NoError(t, err)
 		require.EqualValues(t, 9, head)
-		require.Equal(t, syncproto.ScopeSet{"project": {"p1", "p3"}}, have, "a requested value without rows is backfilled, not claimed")
+		require.Equal(t, held, have, "the values the header holds; a requested value it does not name is not claimed")
 		for key, want := range map[string]bool{"a": true, "b": false, "old": false} {
 			_, _, found := scopeValueOf(t, r, "tasks", key)
 			require.Equal(t, want, found, key)
@@ -208,9 +211,10 @@ func TestReplicaSchemaMigratesAndRefusesNewer(t *testing.T) {
 			// A newer build's replica is refused.
 			bump(ctx, t, q, path)
 			_, err = openReplica(ctx, q, path, offlinequeue.SyncFull, time.Now)
-			var newer *sqlitedb.NewerSchemaError
+			var newer *offlinequeue.NewerFormatError
 			require.ErrorAs(t, err, &newer)
 			require.Equal(t, len(replicaMigrations)+1, newer.File)
+			require.Equal(t, len(replicaMigrations), newer.Known)
 			require.NoError(t, q.Close())
 		})
 	}

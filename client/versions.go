@@ -2,11 +2,13 @@ package client
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/client/synccore"
+	"github.com/syncd-dev/syncd/internal/crashpoint"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -62,34 +64,36 @@ func metaValueVersion(model string) string { return "value_version:" + model }
 
 // recordModelVersions refuses a declared version below the one recorded
 // by an earlier Open (*VersionBackwardsError), then records the declared
-// ones, in one transaction.
+// ones, in one transaction (the queue's committer's when the replica is in
+// the queue's file, like every other replica write).
 func (r *replica) recordModelVersions(ctx context.Context, declared map[string]uint64) error {
 	if len(declared) == 0 {
 		return nil
 	}
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	models := make([]string, 0, len(declared))
 	for m := range declared {
 		models = append(models, m)
 	}
 	slices.Sort(models)
-	for _, m := range models {
-		recorded, err := r.meta(ctx, tx, metaValueVersion(m))
-		if err != nil {
-			return err
+	if err := r.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, m := range models {
+			recorded, err := r.meta(ctx, tx, metaValueVersion(m))
+			if err != nil {
+				return err
+			}
+			if declared[m] < recorded {
+				return &VersionBackwardsError{Model: m, Declared: declared[m], Recorded: recorded}
+			}
+			if err := setMeta(ctx, tx, metaValueVersion(m), declared[m]); err != nil {
+				return err
+			}
 		}
-		if declared[m] < recorded {
-			return &VersionBackwardsError{Model: m, Declared: declared[m], Recorded: recorded}
-		}
-		if err := setMeta(ctx, tx, metaValueVersion(m), declared[m]); err != nil {
-			return err
-		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	return tx.Commit()
+	crashpoint.Reach("model versions recorded")
+	return nil
 }
 
 // pendingPage is how many queued writes Pending reads at once.

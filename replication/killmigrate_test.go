@@ -1,14 +1,11 @@
 package replication_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +13,7 @@ import (
 	"github.com/mattn/go-sqlite3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/crashpoint/crashtest"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication"
 )
@@ -41,10 +39,7 @@ func TestMain(m *testing.M) {
 // ran to its end instead.
 func migrateUntil(path, stopAt string) int {
 	var ledgerDone, oplogDone atomic.Bool
-	stop := func(point string) {
-		fmt.Printf("stopped at %s\n", point)
-		select {} // until killed
-	}
+	stop := crashtest.Stop // until killed
 	db, err := sqlitedb.Open(context.Background(), path, sqlitedb.Options{Configure: func(c *sqlite3.SQLiteConn) error {
 		c.RegisterUpdateHook(func(_ int, _, table string, _ int64) {
 			switch table {
@@ -137,17 +132,9 @@ func TestKillDuringMigration(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			child := exec.CommandContext(ctx, os.Args[0])
-			child.Env = append(os.Environ(), childDB+"="+path, childStopAt+"="+point)
-			out, err := child.StdoutPipe()
-			require.NoError(t, err)
-			child.Stderr = os.Stderr
-			require.NoError(t, child.Start())
-			line, err := bufio.NewReader(out).ReadString('\n')
-			require.NoError(t, err)
-			require.Equal(t, "stopped at "+point, strings.TrimSpace(line))
-			require.NoError(t, child.Process.Kill()) // SIGKILL
-			require.Error(t, child.Wait())
+			r := crashtest.Run(t, ctx, []string{childDB + "=" + path, childStopAt + "=" + point})
+			require.True(t, r.Stopped, "the migration ran to its end: %s", r.Output)
+			require.Equal(t, point, r.Point)
 
 			db = openFile(t, path)
 			defer db.Close()

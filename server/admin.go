@@ -31,6 +31,11 @@ import (
 //	GET /v1/admin/figures                     running totals (pushes, mutations, ack latency), readiness, alerts
 //	GET /v1/admin/tenants                     tenants: sessions, lag, oplog floor, snapshots, mutations served
 //	POST /v1/admin/clients/disconnect?tenant=T&client_id=C   drain one device's sessions
+//	GET /v1/admin/scopes?tenant=T&scope=S&value=V&user=U&after=A&limit=N   declared scopes, values with grants and devices, a user's grants
+//	GET /v1/admin/scopes/explain?tenant=T&client_id=C&model=M&key=K&want=S:V   whether a key is on a device's scopes, and why
+//	GET /v1/admin/clients/recent              devices disconnected lately: last push, last error
+//	GET /v1/admin/cluster                     a cluster node's NATS servers, the stream's leader and replicas
+//	GET|POST|DELETE /v1/admin/tokens          the token file: list (paged), issue (shown once), revoke
 //	GET /console/...                          the operator console (package console)
 //	GET /debug/pprof/...                      Go's profiles (net/http/pprof)
 //	GET /startupz                             503 until the boot is over (MarkServing), then 200
@@ -45,6 +50,11 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.Handle("GET "+adminapi.PathFigures, s.admin(s.adminFigures))
 	mux.Handle("GET "+adminapi.PathTenants, s.admin(s.adminTenants))
 	mux.Handle("POST "+adminapi.PathDisconnect, s.admin(s.adminDisconnect))
+	mux.Handle("GET "+adminapi.PathRecentDevices, s.admin(s.adminRecentDevices))
+	mux.Handle("GET "+adminapi.PathCluster, s.admin(s.adminCluster))
+	mux.Handle("GET "+adminapi.PathTokens, s.admin(s.adminTokens))
+	mux.Handle("POST "+adminapi.PathTokens, s.admin(s.adminIssueToken))
+	mux.Handle("DELETE "+adminapi.PathTokens, s.admin(s.adminRevokeToken))
 	mux.HandleFunc("GET "+adminapi.PathHealth, s.healthz)
 	mux.HandleFunc("GET /startupz", s.startupz)
 	mux.Handle("GET /debug/snapshot", s.adminOnly(http.HandlerFunc(s.debugSnapshot)))
@@ -61,6 +71,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.Handle("/debug/pprof/profile", s.adminOnly(http.HandlerFunc(pprof.Profile)))
 	mux.Handle("/debug/pprof/symbol", s.adminOnly(http.HandlerFunc(pprof.Symbol)))
 	mux.Handle("/debug/pprof/trace", s.adminOnly(http.HandlerFunc(pprof.Trace)))
+	s.scopesRoutes(mux)
 	return mux
 }
 
@@ -130,7 +141,7 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 		slices.SortFunc(cs.Nodes, func(a, b adminapi.Node) int { return strings.Compare(a.Node, b.Node) })
 		for _, n := range cs.Nodes {
 			if n.LeaseHeld {
-				cs.LeaseHolder = n.Node
+				cs.LeaseHolder, cs.LeaseToken = n.Node, n.LeaseToken
 			}
 		}
 		st.Cluster = cs
@@ -142,9 +153,11 @@ func (s *Server) adminClients(*http.Request) (any, int, error) {
 	out := []adminapi.Session{}
 	for _, ss := range s.sessionList() {
 		p := ss.principal()
+		a := s.devices.activity(p.Tenant, p.ClientID)
 		out = append(out, adminapi.Session{
 			ClientID: p.ClientID, Tenant: p.Tenant, User: p.User, TokenID: p.TokenID, Remote: ss.remote,
 			ConnectedAt: ss.since, Cursor: ss.cursor.Load(), PendingPushes: ss.pending.Load(),
+			LastPushAt: a.lastPush, LastPushOps: a.lastPushOps, LastError: string(a.lastError), LastErrorAt: a.lastErrorAt,
 		})
 	}
 	return out, 0, nil
@@ -205,7 +218,8 @@ func (s *Server) adminConflicts(r *http.Request) (any, int, error) {
 func adminNode(n cluster.Status) adminapi.Node {
 	return adminapi.Node{Node: n.Node, AppliedSeq: n.AppliedSeq, Digest: n.Digest, StreamHead: n.StreamHead, Lag: n.Lag,
 		LeaseHeld: n.LeaseHeld, Ready: n.Ready, Problem: n.Problem, At: n.At, Agreement: n.Agreement,
-		Format: n.Format, ClusterVersion: n.ClusterVersion}
+		Format: n.Format, ClusterVersion: n.ClusterVersion,
+		LeaseToken: n.LeaseToken, LastDigestCheck: adminCheck(n.LastDigestCheck), LastRecordsCheck: adminCheck(n.LastRecordsCheck)}
 }
 
 func conflictSide(s replication.Side) adminapi.ConflictSide {

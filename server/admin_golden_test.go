@@ -107,15 +107,18 @@ func adminRaw(t *testing.T, ts *testServer, path string) []byte {
 
 // TestAdminClusterStatusIsStable pins the cluster part of the status
 // answer, which only a cluster node fills: the encoding of a status with
-// two nodes, one holding the lease and one not ready, one announcing a
-// newer format than the other (the cluster version the older one's).
+// two nodes, one holding the lease (with its fencing token and its last
+// digest and records checks) and one not ready, one announcing a newer
+// format than the other (the cluster version the older one's).
 func TestAdminClusterStatusIsStable(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	st := adminapi.Status{
 		NodeID: "n1", Build: "syncd v1.2.3", DatabaseID: "db-1", SchemaVersion: 1, StartedAt: at, UptimeSeconds: 90.5, Connections: 2, OplogHead: 40, OplogOldest: 3, OplogFloor: 2,
 		LedgerEntries: 41, LedgerFloor: at.Add(-time.Hour), MaxClientLagEntries: 5,
-		Cluster: &adminapi.ClusterStatus{ID: "c-1", LeaseHolder: "n1", Nodes: []adminapi.Node{
-			{Node: "n1", AppliedSeq: 44, Digest: "00ff", StreamHead: 44, LeaseHeld: true, Ready: true, At: at, Format: 2, ClusterVersion: 1},
+		Cluster: &adminapi.ClusterStatus{ID: "c-1", LeaseHolder: "n1", LeaseToken: 12, Nodes: []adminapi.Node{
+			{Node: "n1", AppliedSeq: 44, Digest: "00ff", StreamHead: 44, LeaseHeld: true, Ready: true, At: at, Format: 2, ClusterVersion: 1, LeaseToken: 12,
+				LastDigestCheck:  &adminapi.Check{At: at, Seq: 40, Result: "mismatch", Agree: []string{"n3"}, Disagree: []string{"n2"}},
+				LastRecordsCheck: &adminapi.Check{At: at.Add(-time.Hour), Seq: 20, Result: "match", Agree: []string{"n2", "n3"}}},
 			{Node: "n2", AppliedSeq: 40, Digest: "0abc", StreamHead: 44, Lag: 4, Problem: "catching up: 4 commands behind", At: at.Add(-time.Second), Format: 1, ClusterVersion: 1},
 		}},
 	}
@@ -124,4 +127,33 @@ func TestAdminClusterStatusIsStable(t *testing.T) {
 	enc.SetIndent("", "  ")
 	require.NoError(t, enc.Encode(st))
 	goldenAdmin(t, "status_cluster.json", buf.Bytes())
+
+	buf.Reset()
+	require.NoError(t, enc.Encode(adminapi.ClusterInfra{Node: "n1", StreamLeader: "n3",
+		Servers:  []adminapi.NATSServer{{URL: "nats://10.0.0.1:4222", Connected: true}, {URL: "nats://10.0.0.2:4222"}},
+		Replicas: []adminapi.StreamReplica{{Name: "n1", Current: true, ActiveSeconds: 0.25}, {Name: "n2", Offline: true, ActiveSeconds: 30, Lag: 7}}}))
+	goldenAdmin(t, "cluster_infra.json", buf.Bytes())
+}
+
+// TestAdminTokenAnswersAreStable pins the encodings of the tokens
+// answers: a page, an issued token (its bearer), a revocation, a recently
+// disconnected device.
+func TestAdminTokenAnswersAreStable(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	device := adminapi.TokenInfo{ID: "0a1b2c3d4e5f", CreatedAt: at, Sessions: 1,
+		TokenRequest: adminapi.TokenRequest{Tenant: "acme", User: "alice", ClientID: "alice:phone", Read: []string{"*"}, Write: []string{"notes"}}}
+	admin := adminapi.TokenInfo{ID: "ffeeddccbbaa", CreatedAt: at, TokenRequest: adminapi.TokenRequest{Admin: true}}
+	for name, v := range map[string]any{
+		"tokens.json":        adminapi.TokensPage{Tokens: []adminapi.TokenInfo{device, admin}, Next: "ffeeddccbbaa", Total: 3},
+		"token_issued.json":  adminapi.IssuedToken{Token: device, Bearer: "sdk_0a1b2c3d4e5f_SECRET"},
+		"token_revoked.json": adminapi.TokenRevoked{TokenID: "0a1b2c3d4e5f", ClosedSessions: 1},
+		"recent.json": []adminapi.RecentDevice{{Tenant: "acme", ClientID: "alice:phone", LastPushAt: at, LastPushOps: 3,
+			LastError: "forbidden_model", LastErrorAt: at, DisconnectedAt: at.Add(time.Minute)}},
+	} {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent("", "  ")
+		require.NoError(t, enc.Encode(v))
+		goldenAdmin(t, name, buf.Bytes())
+	}
 }

@@ -36,7 +36,7 @@ func (s *Server) readiness(ctx context.Context) string {
 // figures reads the running totals of PathFigures from the server's own
 // instruments.
 func (s *Server) figures(ctx context.Context) (adminapi.Figures, error) {
-	f := adminapi.Figures{At: s.now().UTC(), Mutations: map[string]uint64{}, Alerts: []adminapi.Alert{}}
+	f := adminapi.Figures{At: s.now().UTC(), Mutations: map[string]uint64{}, Alerts: []adminapi.Alert{}, TenantMutations: s.devices.pushedTotals()}
 	f.NotReady = s.readiness(ctx)
 	f.Ready = f.NotReady == ""
 	var m dto.Metric
@@ -150,16 +150,30 @@ func (s *Server) closeConsole() {
 	}
 }
 
-// adminTenants lists the tenants this node knows of: from its sessions,
-// the oplog's tenant floors, its snapshot gate and its committer's
-// per-tenant counts.
+// adminTenants answers one page of the tenants this node knows of: from
+// its sessions, the oplog's per-tenant counts and floors, its snapshot
+// gate, its quota book, its pushes and its committer's per-tenant counts.
+// A page holds the first ParamLimit names after ParamAfter of the union of
+// those sources: the oplog is read for that many names at most, and the
+// other sources are in memory.
 func (s *Server) adminTenants(r *http.Request) (any, int, error) {
 	ctx := r.Context()
+	q := r.URL.Query()
+	limit, err := limitParam(q, adminapi.MaxTenants)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	after := q.Get(adminapi.ParamAfter)
 	b, err := s.store.Log.Bounds(ctx, replication.Scope{AllTenants: true})
 	if err != nil {
 		return nil, 0, err
 	}
 	floors, err := s.store.Log.Floors(ctx, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	// One more than the page, to know whether another follows.
+	counts, err := s.store.Log.TenantEntries(ctx, after, limit+1)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -172,6 +186,10 @@ func (s *Server) adminTenants(r *http.Request) (any, int, error) {
 		}
 		return t
 	}
+	for _, c := range counts {
+		t := of(c.Tenant)
+		t.OplogEntries, t.OplogFloor = c.Entries, max(floors.All, c.Floor)
+	}
 	for _, ss := range s.sessionList() {
 		t := of(ss.principal().Tenant)
 		t.Sessions++
@@ -180,14 +198,17 @@ func (s *Server) adminTenants(r *http.Request) (any, int, error) {
 			t.MaxLagEntries = max(t.MaxLagEntries, b.Head-c)
 		}
 	}
-	for name, floor := range floors.Tenants {
-		of(name).OplogFloor = max(floors.All, floor)
-	}
 	s.snapshots.mu.Lock()
 	for name, n := range s.snapshots.byTenant {
 		of(name).Snapshots = n
 	}
 	s.snapshots.mu.Unlock()
+	for name, n := range s.quotas.quotaRefusals() {
+		of(name).QuotaRefusals = n
+	}
+	for name, n := range s.devices.pushedTotals() {
+		of(name).MutationsPushed = n
+	}
 	families, err := s.registry.Gather()
 	if err != nil {
 		return nil, 0, err
@@ -204,13 +225,16 @@ func (s *Server) adminTenants(r *http.Request) (any, int, error) {
 			}
 		}
 	}
-	page := adminapi.TenantsPage{Tenants: make([]adminapi.Tenant, 0, len(by))}
-	for _, t := range by {
-		page.Tenants = append(page.Tenants, *t)
+	page := adminapi.TenantsPage{Tenants: make([]adminapi.Tenant, 0, min(len(by), limit))}
+	for name, t := range by {
+		if name > after && name != "" {
+			page.Tenants = append(page.Tenants, *t)
+		}
 	}
 	slices.SortFunc(page.Tenants, func(a, b adminapi.Tenant) int { return strings.Compare(a.Tenant, b.Tenant) })
-	if len(page.Tenants) > adminapi.MaxTenants {
-		page.Tenants, page.Truncated = page.Tenants[:adminapi.MaxTenants], true
+	if len(page.Tenants) > limit {
+		page.Tenants, page.Truncated = page.Tenants[:limit], true
+		page.Next = page.Tenants[limit-1].Tenant
 	}
 	return page, 0, nil
 }

@@ -26,10 +26,12 @@ import (
 //
 // paused is the session's set of models paused by a value-version refusal
 // (valueVersions.check).
-func (s *Server) push(ctx context.Context, p auth.Principal, muts []syncproto.Mutation, paused map[string]bool) (*pushRequest, error) {
+func (s *Server) push(ctx context.Context, p auth.Principal, muts []syncproto.Mutation, paused map[string]bool) (req *pushRequest, err error) {
 	b := replication.Admit(replication.Author{Tenant: p.Tenant, ClientID: p.ClientID, User: p.User, Grants: tokenGrants(p), CanWrite: p.CanWrite},
 		muts, s.cfg.Policies, s.now(), s.cfg.MaxClockSkew)
 	s.versions.check(&b, paused)
+	s.notePush(p, &b)
+	defer func() { s.notePushError(p, err) }()
 	for _, w := range b.Writes {
 		if w.Refusal == nil {
 			// Admitted timestamps are within the skew bound: observing

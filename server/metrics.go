@@ -48,6 +48,7 @@ type metrics struct {
 	feedDelivered      prometheus.Counter
 
 	operatorDisconnects prometheus.Counter
+	adminTokenChanges   *prometheus.CounterVec // change: issued|revoked
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -169,6 +170,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.ledgerRecords, m.ledgerEvictions, m.oplogHead, m.oplogOldest, m.resyncs, m.syncLag,
 		m.bytesReceived, m.bytesSent, m.protocolErrors, m.rateLimited, m.subscribers)
 	m.registerScopes(reg)
+	m.registerAdmin(reg)
 	return m
 }
 

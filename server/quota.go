@@ -135,6 +135,7 @@ type tenantQuota struct {
 	mutations *rate.Limiter
 	frames    *frameBudget // nil: no cap
 	conns     int
+	refusals  uint64 // pushes and upgrades of the tenant refused by a quota (its tokens' or its own)
 }
 
 func newQuotaBook(q Quotas, now func() time.Time, m *metrics) *quotaBook {
@@ -202,12 +203,14 @@ func (b *quotaBook) charge(p auth.Principal, n int) *syncproto.Error {
 	rt := tok.ReserveN(now, max(n, 0))
 	if d := rt.DelayFrom(now); d > 0 {
 		rt.CancelAt(now)
+		b.countRefusal(p.Tenant)
 		return b.refuse(quotaTokenMutations, d, "this token is over %g mutations a second", b.q.TokenMutationsPerSecond)
 	}
 	rn := ten.ReserveN(now, max(n, 0))
 	if d := rn.DelayFrom(now); d > 0 {
 		rn.CancelAt(now)
 		rt.CancelAt(now)
+		b.countRefusal(p.Tenant)
 		return b.refuse(quotaTenantMutations, d, "this tenant is over %g mutations a second", b.q.TenantMutationsPerSecond)
 	}
 	return nil
@@ -240,7 +243,30 @@ func (b *quotaBook) openConn(p auth.Principal) *syncproto.Error {
 		ten.conns++
 		return nil
 	}
+	ten.refusals++
 	return e
+}
+
+// countRefusal counts a quota refusal of tenant's (quotaRefusals).
+func (b *quotaBook) countRefusal(tenant string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tenant(tenant).refusals++
+}
+
+// quotaRefusals returns the quota refusals of each tenant seen since start
+// (syncd_quota_refusals_total by tenant, which the metric does not label
+// to keep its series bounded).
+func (b *quotaBook) quotaRefusals() map[string]uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]uint64, len(b.tenants))
+	for name, t := range b.tenants {
+		if t.refusals > 0 {
+			out[name] = t.refusals
+		}
+	}
+	return out
 }
 
 func (b *quotaBook) closeConn(p auth.Principal) {

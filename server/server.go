@@ -395,6 +395,7 @@ type Server struct {
 
 	consoleOnce sync.Once
 	console     *console.Console // made by the first AdminHandler; Close stops it
+	devices     *deviceBook      // last push and last error per device (admin API)
 }
 
 // New opens the database and prepares the service.
@@ -454,6 +455,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		started:  cfg.Now(),
 		sessions: map[*session]struct{}{},
 		janitor:  make(chan struct{}),
+		devices:  newDeviceBook(reg),
 	}
 	s.snapshots = &snapshotGate{max: cfg.MaxConcurrentSnapshots, maxQueue: max(0, cfg.MaxQueuedSnapshots), maxTenant: cfg.MaxSnapshotsPerTenant,
 		waitingGauge: s.metrics.snapshotsWaiting, byToken: map[string]int{}, byTenant: map[string]int{}}
@@ -646,6 +648,7 @@ func (s *Server) untrack(ss *session) {
 	s.mu.Lock()
 	delete(s.sessions, ss)
 	s.mu.Unlock()
+	s.noteUntracked(ss)
 	s.wg.Done()
 }
 

@@ -53,6 +53,9 @@ type childConfig struct {
 	WriteEvery     time.Duration
 	Keys, HotKeys  int
 	ForgetAttempts bool
+	// Users are the scoped clients' users, whom a scoped client grants
+	// and revokes projects (membership churn).
+	Users []string
 }
 
 // childStatus is one status line a client writes on stdout.
@@ -123,7 +126,7 @@ func runChild(ctx context.Context, cfg childConfig, in io.Reader, out, logw io.W
 		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Incarnation))),
 	}
 	c, err := client.Open(ctx, client.Config{
-		ServerURLs: cfg.ServerURLs, Token: cfg.Token, ClientID: cfg.Profile.ID,
+		ServerURLs: cfg.ServerURLs, Token: cfg.Token, ClientID: cfg.Profile.ID, Scopes: cfg.Profile.want(),
 		Queue: q, ReplicaPath: cfg.ReplicaPath, ConflictHandler: w.handle,
 		RetryInterval: 100 * time.Millisecond, MaxRetryInterval: time.Second,
 		ProbeInterval: 500 * time.Millisecond, Backoff: reconnect.Backoff{Base: 100 * time.Millisecond, Cap: 2 * time.Second},
@@ -305,6 +308,11 @@ func (w *writer) one(ctx context.Context) error {
 	value := journal.Value{Write: e.Write, Pad: w.pad()}.Encode()
 	docs := w.cfg.Profile.writesDocs()
 	switch roll := w.rng.IntN(100); {
+	case w.cfg.Profile.scoped() && w.rng.IntN(4) == 0:
+		var err error
+		if value, err = w.scoped(ctx, &e); err != nil {
+			return err
+		}
 	case roll < 10:
 		e.Class = journal.ClassPoison
 		e.Model = ModelAudit
@@ -353,6 +361,83 @@ func (w *writer) one(ctx context.Context) error {
 	w.writes++
 	e.Kind, e.OpID = journal.KindMade, op
 	return w.j.Append(e)
+}
+
+// scoped fills e with a write of the membership churn (a quarter of a
+// scoped client's writes) and returns its value: a task put in a project
+// the client holds (or, one time in ten, any project: refused
+// forbidden_scope unless held), a task deleted, a project granted to a
+// user by a membership row, or a grant revoked by deleting one. A client
+// that holds no project founds one (a membership row naming itself, which
+// the server applies only while the project has no member). Deletes are
+// of rows the replica holds.
+func (w *writer) scoped(ctx context.Context, e *journal.Entry) (json.RawMessage, error) {
+	st, err := w.c.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	var held []string
+	for _, s := range st.Scopes {
+		if s.Scope == ScopeProject && (s.State == client.ScopeReady || s.State == client.ScopeBackfilling) {
+			held = append(held, s.Value)
+		}
+	}
+	pick := func() string {
+		if len(held) == 0 || w.rng.IntN(10) == 0 {
+			return project(w.rng.IntN(Projects))
+		}
+		return held[w.rng.IntN(len(held))]
+	}
+	e.Class, e.Op = journal.ClassScoped, "put"
+	v := journal.Value{Write: e.Write, Pad: w.pad()}
+	present := func(model, key string) (bool, error) {
+		_, found, err := w.c.Get(ctx, model, key)
+		if err != nil {
+			return false, fmt.Errorf("read %s/%s: %w", model, key, err)
+		}
+		return found, nil
+	}
+	me := w.cfg.Profile.User
+	// Few task keys, so that puts often move a task between projects.
+	task := func() string { return fmt.Sprintf("t%03d", w.rng.IntN(max(1, w.cfg.Keys/5))) }
+	switch roll := w.rng.IntN(100); {
+	case len(held) == 0:
+		v.Project, v.User = project(w.rng.IntN(Projects)), me
+		e.Model, e.Key = ModelMembers, "m-"+me+"-"+v.Project
+	case roll < 50:
+		v.Project = pick()
+		e.Model, e.Key = ModelTasks, task()
+	case roll < 60:
+		e.Model, e.Key = ModelTasks, task()
+		found, err := present(e.Model, e.Key)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			e.Op = "delete"
+			return nil, nil
+		}
+		v.Project = pick()
+	case roll < 85 || len(w.cfg.Users) == 0:
+		v.Project, v.User = pick(), me
+		if len(w.cfg.Users) > 0 {
+			v.User = w.cfg.Users[w.rng.IntN(len(w.cfg.Users))]
+		}
+		e.Model, e.Key = ModelMembers, "m-"+v.User+"-"+v.Project
+	default:
+		user, p := w.cfg.Users[w.rng.IntN(len(w.cfg.Users))], pick()
+		e.Model, e.Key = ModelMembers, "m-"+user+"-"+p
+		found, err := present(e.Model, e.Key)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			e.Op = "delete"
+			return nil, nil
+		}
+		v.Project, v.User = p, user
+	}
+	return v.Encode(), nil
 }
 
 // handle is the app's conflict handler. Its decision depends on the op id

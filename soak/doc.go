@@ -38,6 +38,17 @@
 // version), which must end in the dead-letter store. Every write is
 // journaled before the call and after it returns (package journal).
 //
+// Partial sync: syncd declares scope project over tasks and members (by
+// project_id; a members row grants its project to its user). The clients
+// of the main tenant that may write docs are scoped: each is its own user,
+// follows every project it is granted ("*"), and makes a quarter of its
+// writes in the membership churn: tasks put in a project it holds (often
+// moving a task between projects) or deleted, projects granted to a user
+// or revoked by membership rows, a project founded when it holds none.
+// A write to a value the writer no longer holds is refused forbidden_scope
+// and dead-lettered, the one refusal besides poison writes the checker
+// accepts. c00's token also grants p0.
+//
 // A scheduler with a seeded RNG injects, at random times and with every
 // kind planned at least once: network flaps on one client's proxy
 // (blackhole, outage, reset, delay, throttle, an acknowledgement lost
@@ -70,7 +81,12 @@
 // When the churn ends, every fault is lifted, every client is restarted if
 // it was down, told to stop writing, and the harness waits (bounded) until
 // every queue holds only dead letters, every client is connected, and every
-// cursor is past every entry its token may read. Then the clients stop
+// cursor is past every entry its token may read (of unscoped models: a
+// device is sent no entry of a value it does not follow). Then the harness
+// writes a sentinel note and waits until every client of the main tenant
+// is past it: the feed is in seq order and ends a backfill before its
+// next frame, so each then holds what it follows, which invariant 4
+// compares with the server's records filtered by its grants. Then the clients stop
 // cleanly, the proxies close, syncd's goroutines and open files are read
 // from its /metrics against the baseline taken after its newest start, and
 // syncd stops with SIGTERM. Package checker then loads the files (syncd's

@@ -12,10 +12,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/soak/checker"
+	"github.com/syncd-dev/syncd/soak/journal"
 	"github.com/syncd-dev/syncd/soak/report"
 )
 
@@ -179,12 +182,22 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	sentinelToken, err := auth.Issue(r.path("tokens.json"), auth.Principal{Tenant: tenantMain, ClientID: sentinelClient, Read: []string{ModelNotes}, Write: []string{ModelNotes}}, time.Now())
+	if err != nil {
+		return nil, err
+	}
 	if err := r.newNodes(bin, adminToken); err != nil {
 		return nil, err
 	}
 	var addrs []string
 	for _, n := range r.nodes {
 		addrs = append(addrs, n.addr)
+	}
+	var users []string
+	for _, p := range r.prof {
+		if p.scoped() {
+			users = append(users, p.User)
+		}
 	}
 	for i, p := range r.prof {
 		cdir := r.path("clients", p.ID)
@@ -204,7 +217,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 				Profile: p, Token: tokens[i], ServerURLs: proxies.urls(i % len(r.nodes)),
 				QueuePath: filepath.Join(cdir, queue), ReplicaPath: filepath.Join(cdir, "replica.db"), JournalPath: filepath.Join(cdir, "journal.ndjson"),
 				Seed: r.cfg.Seed + int64(i+1)*1_000_003, WriteEvery: r.cfg.WriteEvery, Keys: r.cfg.Keys, HotKeys: r.cfg.HotKeys,
-				ForgetAttempts: r.cfg.Break == BreakForgetAttempts,
+				ForgetAttempts: r.cfg.Break == BreakForgetAttempts, Users: users,
 			},
 			cfgPath: filepath.Join(cdir, "client.json"), logPath: filepath.Join(cdir, "client.log"), self: self, proxies: proxies,
 		})
@@ -235,6 +248,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err == nil {
 		quiesced, err = r.quiesce(ctx)
 	}
+	if err == nil && quiesced {
+		quiesced, err = r.sentinel(ctx, sentinelToken, r.cfg.QuiesceTimeout)
+	}
 	stopSampling()
 	wg.Wait()
 	if err != nil {
@@ -264,7 +280,7 @@ func (r *runner) newNodes(bin, adminToken string) error {
 		if err != nil {
 			return err
 		}
-		r.syncd = newSyncd(bin, r.path("syncd.db"), r.path("tokens.json"), a[0], a[1], adminToken, r.path("syncd.log"), r.cfg.MaxClockSkew)
+		r.syncd = newSyncd(bin, r.path("syncd.db"), r.path("tokens.json"), a[0], a[1], adminToken, r.path("syncd.log"), r.cfg.MaxClockSkew, scopeArgs...)
 		r.nodes = []*syncdProc{r.syncd}
 		return nil
 	}
@@ -293,7 +309,7 @@ func (r *runner) newNodes(bin, adminToken string) error {
 			return err
 		}
 		n := newSyncd(bin, r.path("nodes", name, "syncd.db"), r.path("tokens.json"), a[0], a[1], adminToken, r.path("nodes", name, "syncd.log"),
-			r.cfg.MaxClockSkew, clusterArgs(i, a[2], routeAddrs[i], r.path("cluster.secret"), routeFlags[i])...)
+			r.cfg.MaxClockSkew, append(clusterArgs(i, a[2], routeAddrs[i], r.path("cluster.secret"), routeFlags[i]), scopeArgs...)...)
 		n.name, n.readyTimeout, n.natsAddr, n.natsPassword = name, clusterReadyTimeout, a[2], secret.NodePassword()
 		r.nodes = append(r.nodes, n)
 	}
@@ -309,7 +325,7 @@ func issueTokens(path string, prof []profile) (clients []string, admin string, e
 		return nil, "", err
 	}
 	for _, p := range prof {
-		tok, err := auth.Issue(path, auth.Principal{Tenant: p.Tenant, ClientID: p.ID, Read: p.Read, Write: p.Write}, now)
+		tok, err := auth.Issue(path, auth.Principal{Tenant: p.Tenant, ClientID: p.ID, User: p.User, Read: p.Read, Write: p.Write, Scopes: p.Grants}, now)
 		if err != nil {
 			return nil, "", err
 		}
@@ -449,8 +465,72 @@ func (r *runner) settled(ctx context.Context, c *clientProc, head uint64) bool {
 		return true
 	}
 	p := c.cfg.Profile
-	done, err := r.syncd.caughtUp(ctx, p.Tenant, p.Read, s.Cursor)
+	done, err := r.syncd.caughtUp(ctx, p.Tenant, unscoped(p.Read), s.Cursor)
 	return err == nil && done
+}
+
+// unscoped returns models without those a scope covers: a device is sent
+// no entry of a value it does not follow, so its cursor may stay below
+// such entries; sentinel covers what it does follow.
+func unscoped(models []string) []string {
+	var out []string
+	for _, m := range models {
+		if m != ModelTasks && m != ModelMembers {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// sentinelKey is the note the harness writes once the clients quiesced.
+const sentinelKey = "soak-sentinel"
+
+// sentinel writes one note of the main tenant as the harness (after every
+// write of the run: the clients quiesced) and waits, within limit, until
+// every client of the tenant that reads notes has its cursor there. The
+// feed delivers in seq order and ends a value's backfill before its next
+// frame, so a client past the sentinel has every entry and eviction of
+// the values it follows: what the checker compares its replica with.
+func (r *runner) sentinel(ctx context.Context, token string, limit time.Duration) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	c, err := client.Open(ctx, client.Config{
+		ServerURLs: []string{"http://" + r.syncd.addr}, Token: token, ClientID: sentinelClient,
+		Queue: offlinequeue.NewMemory(offlinequeue.Options{}), ReplicaPath: r.path("sentinel-replica.db"),
+		RetryInterval: 100 * time.Millisecond, MaxRetryInterval: time.Second,
+	})
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	op, err := c.Put(ctx, ModelNotes, sentinelKey, journal.Value{Write: "harness/sentinel"}.Encode())
+	if err != nil {
+		return false, err
+	}
+	o, err := c.Await(ctx, op)
+	if err != nil || o.Status != client.StatusApplied {
+		return false, errors.Join(err, fmt.Errorf("sentinel write: %s %s", o.Status, o.Reason))
+	}
+	fmt.Fprintf(r.events, "%9.3fs sentinel note at seq %d\n", time.Since(r.start).Seconds(), o.Seq)
+	for {
+		behind := ""
+		for _, cl := range r.clients {
+			p := cl.cfg.Profile
+			if s := cl.status(); p.Tenant == tenantMain && s.Cursor < o.Seq {
+				behind = fmt.Sprintf("%s at cursor %d", p.ID, s.Cursor)
+				break
+			}
+		}
+		if behind == "" {
+			return true, nil
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(r.events, "%9.3fs not past the sentinel: %s\n", time.Since(r.start).Seconds(), behind)
+			return false, nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // finish stops everything cleanly, measures syncd against its baseline,
@@ -482,10 +562,10 @@ func (r *runner) finish(ctx context.Context, quiesced bool) (*Result, error) {
 	}
 	r.scanLogs()
 
-	layout := checker.Layout{ServerDB: r.syncd.dbPath, Policies: policies, Process: proc}
+	layout := checker.Layout{ServerDB: r.syncd.dbPath, Policies: policies, Scopes: scopes, Process: proc}
 	for _, c := range r.clients {
 		p := c.cfg.Profile
-		layout.Clients = append(layout.Clients, checker.ClientLayout{ID: p.ID, Tenant: p.Tenant, Read: p.Read,
+		layout.Clients = append(layout.Clients, checker.ClientLayout{ID: p.ID, Tenant: p.Tenant, Read: p.Read, User: p.User, Grants: p.Grants, Want: p.want(),
 			QueueKind: p.Queue, QueuePath: c.cfg.QueuePath, ReplicaPath: c.cfg.ReplicaPath, JournalPath: c.cfg.JournalPath})
 	}
 	state, err := checker.Load(ctx, layout)

@@ -93,7 +93,7 @@ var _ Queue = (*File)(nil)
 // FIFO, device, socket or directory is refused with *PathError. Every file
 // it creates gets FileMode (0600).
 //
-// Errors: *PathError, ErrLocked, *CorruptError, ErrUnsupportedVersion, an invalid option,
+// Errors: *PathError, ErrLocked, *CorruptError, *NewerFormatError (matching ErrUnsupportedVersion), an invalid option,
 // or an I/O error. On any of them the file at path is byte-for-byte unchanged,
 // with one exception: when the directory cannot be synced after the compacted
 // file was renamed into place, path holds the same queue, compacted, and the

@@ -67,6 +67,24 @@ const (
 // newer build.
 var ErrUnsupportedVersion = errors.New("offlinequeue: unsupported queue file format version")
 
+// NewerFormatError refuses a device file written by a newer build than
+// this one: a queue file, a SQLite queue, or (from the client) a replica
+// and its outcome store. It names both versions. Nothing in the file was
+// read past its version, nor changed; open it with a build at least as new
+// as the one that wrote it. It matches ErrUnsupportedVersion (errors.Is).
+type NewerFormatError struct {
+	Format string // what carries the version: "queue file format", "queue schema", "replica schema"
+	File   int    // the version the file carries
+	Known  int    // the newest version this build reads
+}
+
+func (e *NewerFormatError) Error() string {
+	return fmt.Sprintf("%s version %d is newer than this build's %d: open it with a newer build", e.Format, e.File, e.Known)
+}
+
+// Unwrap makes every NewerFormatError match ErrUnsupportedVersion.
+func (e *NewerFormatError) Unwrap() error { return ErrUnsupportedVersion }
+
 // CorruptError says a queue file holds damage that a crash cannot cause: a
 // malformed or impossible record before the last line, or a missing header.
 // The file was left byte-for-byte as it was and nothing was loaded; opening it
@@ -204,7 +222,7 @@ func checkHeader(r *record, decodeErr error, complete bool) error {
 	case r.Op != opHeader:
 		return &CorruptError{Line: 1, Err: fmt.Errorf("first line is a %q record, not the header", r.Op)}
 	case r.Version > fileFormatVersion:
-		return fmt.Errorf("%w: file has version %d, this build reads up to %d", ErrUnsupportedVersion, r.Version, fileFormatVersion)
+		return &NewerFormatError{Format: "queue file format", File: r.Version, Known: fileFormatVersion}
 	case r.Version < 1:
 		return &CorruptError{Line: 1, Err: fmt.Errorf("header version %d", r.Version)}
 	}

@@ -133,7 +133,7 @@ type sqliteHooks struct {
 // then the settings are read back. Open fails if the file system cannot
 // provide WAL (network and some overlay mounts cannot), if the file is not a
 // SQLite database, if it is a database that is not a syncd queue, or if its
-// schema is newer than this build knows. A failed open leaves nothing open,
+// schema is newer than this build knows (*NewerFormatError). A failed open leaves nothing open,
 // and a file it refused (not a database, not a queue, a newer schema) is left
 // byte-for-byte as it was. A queue file it creates, and its directory entry,
 // are durable when it returns.
@@ -284,7 +284,7 @@ func checkSchema(version, objects int64) (fresh bool, err error) {
 	case version == schemaVersion:
 		return false, nil
 	case version > schemaVersion:
-		return false, fmt.Errorf("queue schema version %d is newer than this build's %d: open it with a newer syncd", version, schemaVersion)
+		return false, &NewerFormatError{Format: "queue schema", File: int(version), Known: schemaVersion}
 	case version != 0 || objects != 0:
 		return false, fmt.Errorf("database (user_version %d, %d schema objects) is not a syncd offline queue", version, objects)
 	}
@@ -317,6 +317,9 @@ var migrations = []sqlitedb.Migration{
 // the version again first.
 func migrate(ctx context.Context, db *sql.DB) error {
 	_, err := sqlitedb.Migrate(ctx, db, migrations[:schemaVersion])
+	if ne, ok := errors.AsType[*sqlitedb.NewerSchemaError](err); ok {
+		return &NewerFormatError{Format: "queue schema", File: ne.File, Known: ne.Known}
+	}
 	return err
 }
 

@@ -189,9 +189,9 @@ func explain(w queuedWrite, ans *adminapi.LedgerAnswer) explanation {
 
 func (a *app) explainCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "explain FILE [--tenant T] [--replica FILE]",
-		Short: "Say, item by item, why a device's writes are still pending or dead",
-		Long: `Join a device's queue file with the server's replay ledger and say, for each
+		Use:   "explain (FILE [--tenant T] [--replica FILE] | --client C --model M --key K --tenant T [--want S=V,...])",
+		Short: "Say why a device's writes are still pending or dead, or whether a key is on a device's scopes",
+		Long: `With FILE: join a device's queue file with the server's replay ledger and say, for each
 pending item and dead letter, why it is there:
 
   never_sent          the server has no decision: never sent (or lost before)
@@ -213,7 +213,18 @@ explain reads it from there: the queue file itself when the replica shares a
 SQLite queue's file, else the file --replica names. --tenant overrides it, and
 is needed for a device that never connected. The replica also records the
 server's last refusal of the device's token (revoked, denied, expired): while
-it stands no write replays, and explain says so first.`,
+it stands no write replays, and explain says so first.
+
+With --client C --model M --key K (and --tenant, or --replica FILE of the
+device to read it from): say whether the key is on the device's scopes
+(partial sync, PROTOCOL.md section 19) and why: the record's scope value, the
+device's grants (its token's, when it has a session on the server; its user's
+membership rows), which grant brought the value (the token, or which
+membership row at which seq), and when and why it left (moved at seq N to
+value V, revoked at seq N by a membership row, unsubscribed), from the
+server's oplog. The server keeps no device's requested set: give it with
+--want SCOPE=V1,V2 (as the device subscribes; "SCOPE=*" for every value
+granted) to have it checked. A model no scope covers is answered "unscoped".`,
 	}
 	o := addAdminFlags(cmd)
 	file := addFileArg(cmd)
@@ -224,7 +235,11 @@ it stands no write replays, and explain says so first.`,
 	cmd.Flags().StringVar(&replica, "replica", "", "the device's replica file, when it is not the queue file (an NDJSON queue)")
 	cmd.Flags().IntVar(&limit, "limit", 1000, "explain at most this many items (pending first, then dead letters); 0 for all")
 	cmd.Flags().Var(&mode, "progress", "progress bar on stderr while asking the server: auto (only on a terminal), always or never")
+	k := addKeyFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if k.set() {
+			return a.explainKey(cmd, o, k, args, tenant, replica)
+		}
 		path, err := file(args)
 		if err != nil {
 			return err

@@ -196,6 +196,8 @@ type serverOptions struct {
 	// oplogMaxEntries, when set, is the oplog's count bound per tenant
 	// (no age bound), applied by the janitor every few milliseconds.
 	oplogMaxEntries int64
+	// scopes, when set, are the server's scope declarations.
+	scopes *replication.Scopes
 }
 
 func startServer(t testing.TB, o serverOptions) *testServer {
@@ -214,6 +216,7 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 		Authenticator:     authn,
 		Policies:          replication.Config{"docs": syncproto.PolicyOptimistic},
 		RetentionInterval: -1,
+		Scopes:            o.scopes,
 	}
 	if o.clock != nil {
 		cfg.Now = o.clock.Now

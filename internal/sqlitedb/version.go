@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/syncd-dev/syncd/internal/crashpoint"
 )
 
 // The schema version of every SQLite file the project writes is its
@@ -186,16 +188,49 @@ func migrateOne(ctx context.Context, db *sql.DB, migrations []Migration) (int, e
 	if v == len(migrations) {
 		return v, nil // another opener migrated it meanwhile
 	}
-	if err := migrations[v](ctx, conn); err != nil {
-		return v, fmt.Errorf("migrate schema from version %d to %d: %w", v, v+1, err)
+	if err := MigrateTx(ctx, conn, v, migrations[:v+1]); err != nil {
+		return v, err
 	}
 	// PRAGMA takes no parameters; v+1 is an int this function computed.
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
 		return v, fmt.Errorf("migrate schema: set version %d: %w", v+1, err)
 	}
+	crashpoint.Reach(fmt.Sprintf("schema version %d set, not committed", v+1))
 	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
 		return v, fmt.Errorf("migrate schema: commit version %d: %w", v+1, err)
 	}
 	committed = true
+	crashpoint.Reach(fmt.Sprintf("schema version %d committed", v+1))
 	return v + 1, nil
+}
+
+// MigrateTx runs migrations[from:] in order in tx, the caller's one
+// transaction, which it neither commits nor rolls back: the form for a
+// file whose schema version is kept elsewhere than in user_version (a
+// component's tables inside another's file, its version in a row the
+// caller sets in the same transaction). Each statement a migration runs
+// is a crashpoint step. Its error names the versions of the step that
+// failed.
+func MigrateTx(ctx context.Context, tx Execer, from int, migrations []Migration) error {
+	for i := from; i < len(migrations); i++ {
+		if err := migrations[i](ctx, steppingExecer{Execer: tx, to: i + 1}); err != nil {
+			return fmt.Errorf("migrate schema from version %d to %d: %w", i, i+1, err)
+		}
+	}
+	return nil
+}
+
+// steppingExecer is the Execer a migration runs on: after each statement
+// it executed, the migration to version to reaches a crashpoint step.
+type steppingExecer struct {
+	Execer
+	to int
+}
+
+func (s steppingExecer) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	r, err := s.Execer.ExecContext(ctx, query, args...)
+	if err == nil {
+		crashpoint.Reach(fmt.Sprintf("schema version %d: ran %s", s.to, firstLine(query)))
+	}
+	return r, err
 }

@@ -265,6 +265,9 @@ type Cluster struct {
 	leaseHeld     atomic.Bool
 	leaseToken    atomic.Uint64 // the lease's revision while held
 
+	lastDigestCheck  atomic.Pointer[Check] // the last digest comparison with peers (noteCheck)
+	lastRecordsCheck atomic.Pointer[Check] // the last records check's
+
 	checkpoints chan checkpoint // from the materializer to the report loop
 
 	waitMu  sync.Mutex
@@ -614,6 +617,13 @@ type Status struct {
 	// last surveyed it: the formats it publishes.
 	Format         int `json:"format,omitempty"`
 	ClusterVersion int `json:"cluster_version,omitempty"`
+	// LeaseToken is the singleton-job lease's fencing token (its
+	// revision) while the node holds it, 0 otherwise.
+	LeaseToken uint64 `json:"lease_token,omitempty"`
+	// LastDigestCheck and LastRecordsCheck are the node's last
+	// comparisons of its digest with its peers' (nil before the first).
+	LastDigestCheck  *Check `json:"last_digest_check,omitempty"`
+	LastRecordsCheck *Check `json:"last_records_check,omitempty"`
 }
 
 // Status returns this node's status now.
@@ -624,6 +634,10 @@ func (c *Cluster) Status() Status {
 		st.AppliedSeq, st.Digest = a.seq, a.digest
 	}
 	st.Lag = st.StreamHead - min(st.StreamHead, st.AppliedSeq)
+	if st.LeaseHeld {
+		st.LeaseToken = c.leaseToken.Load()
+	}
+	st.LastDigestCheck, st.LastRecordsCheck = c.lastDigestCheck.Load(), c.lastRecordsCheck.Load()
 	if a := c.agreed.Load(); a != nil {
 		st.Agreement = *a
 	}

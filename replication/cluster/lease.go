@@ -398,6 +398,7 @@ type verdict struct {
 // agree than disagree (or no such peer is live: a node alone has none to
 // ask; a peer that stopped would never report).
 func (c *Cluster) judge(ctx context.Context, v verdict, livePeers *int) {
+	c.noteCheck(v)
 	c.metrics.digestChecks.WithLabelValues("match").Add(float64(v.matched))
 	c.metrics.digestChecks.WithLabelValues("mismatch").Add(float64(v.mismatched))
 	if v.records {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -54,16 +55,32 @@ func (rec *recorder) Write(p []byte) (int, error) {
 // JSON answer into out. okStatus lists answers besides 200 whose body is
 // still the answer (404 for a ledger op not held). It returns the status.
 func (c *Console) call(r *http.Request, id identity, method, path string, q url.Values, out any, okStatus ...int) (int, error) {
+	return c.callWith(r, id, method, path, q, nil, out, okStatus...)
+}
+
+// callWith is call with a JSON request body (nil: none).
+func (c *Console) callWith(r *http.Request, id identity, method, path string, q url.Values, body any, out any, okStatus ...int) (int, error) {
 	u := path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(r.Context(), method, u, nil)
+	var reqBody io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		reqBody = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(r.Context(), method, u, reqBody)
 	if err != nil {
 		return 0, err
 	}
 	req.RemoteAddr, req.Host = r.RemoteAddr, r.Host
 	req.Header.Set("Authorization", "Bearer "+id.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	rec := &recorder{header: http.Header{}}
 	c.cfg.API.ServeHTTP(rec, req)
 	if rec.over {

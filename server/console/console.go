@@ -180,5 +180,9 @@ func (c *Console) routes() {
 	c.mux.Handle("GET "+Path+"key", c.page(c.keyHistory))
 	c.mux.Handle("GET "+Path+"conflicts", c.page(c.conflicts))
 	c.mux.Handle("GET "+Path+"op", c.page(c.op))
+	c.mux.Handle("GET "+Path+"tokens", c.page(c.tokens))
+	c.mux.Handle("POST "+Path+"tokens/issue", c.action(c.issueToken))
+	c.mux.Handle("GET "+Path+"tokens/revoke", c.page(c.confirmRevoke))
+	c.mux.Handle("POST "+Path+"tokens/revoke", c.action(c.revokeToken))
 	c.mux.HandleFunc(Path, func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
 }

@@ -113,3 +113,29 @@ func TestQueryLeavesOutOnlyDefaults(t *testing.T) {
 		require.Equal(t, tc.want, string(query(tc.kv...)))
 	}
 }
+
+// TestTenantRatesOverTheWindow: per-tenant rates are taken between the
+// oldest kept reading and the newest; the sampler keeps at most
+// TenantMarks readings, none older than its window, whatever the
+// sampling interval; a restarted counter gives no negative rate.
+func TestTenantRatesOverTheWindow(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := &sampler{window: 10 * time.Second}
+	rates, window := s.tenantRates()
+	require.Nil(t, rates)
+	require.Zero(t, window)
+	s.mark(tenantMark{at: t0, totals: map[string]uint64{"acme": 0, "globex": 50}})
+	_, window = s.tenantRates()
+	require.Zero(t, window, "one reading is no rate")
+	// A reading every 100 ms for 30 s: acme pushes 10 a second, globex
+	// restarts at 0 and stays there.
+	for i := 1; i <= 300; i++ {
+		s.mark(tenantMark{at: t0.Add(time.Duration(i) * 100 * time.Millisecond), totals: map[string]uint64{"acme": uint64(i), "globex": 0}})
+		require.LessOrEqual(t, len(s.marks), TenantMarks)
+	}
+	rates, window = s.tenantRates()
+	require.LessOrEqual(t, window, 10*time.Second)
+	require.GreaterOrEqual(t, window, 9*time.Second)
+	require.InDelta(t, 10.0, rates["acme"], 0.01)
+	require.Zero(t, rates["globex"])
+}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,41 @@ func browser(t *testing.T) context.Context {
 	return tab
 }
 
+// watch listens to the tab for script dialogs and console errors; the
+// returned func reads what it heard so far. A refused request logs
+// "Failed to load resource" (the tests make some on purpose); anything
+// else of type error, a CSP violation included, counts.
+func watch(t *testing.T, tab context.Context) func() (dialogs, consoleErrors []string) {
+	t.Helper()
+	var dialogs, consoleErrors []string
+	var mu sync.Mutex
+	require.NoError(t, chromedp.Listen(tab, func(ev any) {
+		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			mu.Lock()
+			dialogs = append(dialogs, d.Message)
+			mu.Unlock()
+		}
+	}))
+	messages := chromedp.Console(tab)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || (m.Type == "error" && !strings.HasPrefix(m.Text, "Failed to load resource")) {
+				mu.Lock()
+				consoleErrors = append(consoleErrors, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() ([]string, []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(dialogs), slices.Clone(consoleErrors)
+	}
+}
+
 // logIn logs the tab in at the console under base with token and waits
 // for the overview.
 func logIn(t *testing.T, tab context.Context, base, token string) {
@@ -195,31 +231,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, syncproto.StatusSuperseded, late.push("notes", map[string]string{"hostile": `{"text":"older"}`})[0].Status)
 
 	tab := browser(t)
-	var dialogs, consoleErrors []string
-	var mu sync.Mutex
-	require.NoError(t, chromedp.Listen(tab, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
-			dialogs = append(dialogs, d.Message)
-		}
-	}))
-	messages := chromedp.Console(tab)
-	go func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			// A refused request logs "Failed to load resource" (the test
-			// makes some on purpose); anything else of type error, a
-			// CSP violation included, is a failure.
-			if m.IsException() || (m.Type == "error" && !strings.HasPrefix(m.Text, "Failed to load resource")) {
-				mu.Lock()
-				consoleErrors = append(consoleErrors, m.String())
-				mu.Unlock()
-			}
-		}
-	}()
+	troubles := watch(t, tab)
 	shoot := func(name string) { screenshot(t, tab, name) }
 	base := srv.AdminURL + console.Path
 
@@ -253,6 +265,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	})
 	eventually(t, "the overview's head follows", 10*time.Second, func() bool {
 		return text(t, tab, "#head") == strconv.FormatUint(head, 10)
+	})
+	// The ledger holds a decision per mutation, the superseded one
+	// included, and the overview's count follows it live (it once stayed
+	// at its page-load value).
+	require.Equal(t, int(head+1), srv.Status(t).LedgerEntries)
+	eventually(t, "the overview's ledger count follows", 10*time.Second, func() bool {
+		return text(t, tab, "#ledger") == strconv.FormatUint(head+1, 10)
 	})
 	shoot("overview")
 
@@ -304,6 +323,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.NoError(t, chromedp.Do(tab, chromedp.Reload()))
 		return text(t, tab, `#devices tr[data-client="phone"] td.cursor`) == strconv.FormatUint(head, 10)
 	})
+	require.Equal(t, fmt.Sprintf("%d op(s)", syncproto.MaxBatch), strings.SplitN(text(t, tab, `#devices tr[data-client="writer"] td.last-push`), ", ", 2)[1])
+	require.Equal(t, "none", text(t, tab, `#devices tr[data-client="phone"] td.last-push`))
 	shoot("devices")
 
 	// A post that rides on the cookie alone, or with a forged CSRF token,
@@ -371,8 +392,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"cluster"), chromedp.WaitVisible(chromedp.CSS("main"))))
 	require.Contains(t, text(t, tab, "#single"), "single node")
 
-	mu.Lock()
-	defer mu.Unlock()
+	dialogs, consoleErrors := troubles()
 	require.Empty(t, dialogs, "no script from a value ran")
 	require.Empty(t, consoleErrors, "the pages ran without errors (a CSP violation is one)")
 }
@@ -540,7 +560,6 @@ func TestConsoleClusterPageShowsANodeDown(t *testing.T) {
 	nodes := syncdtest.StartCluster(t, 3, server.Config{})
 	writer := connect(t, nodes[0], nodes[0].Member(t, "acme", "writer"), "writer", syncproto.NewClock("writer", nil))
 	writer.push("notes", map[string]string{"a": `{"n":1}`, "b": `{"n":2}`})
-
 	tab := browser(t)
 	base := nodes[0].AdminURL + console.Path
 	logIn(t, tab, base, nodes[0].AdminToken)
@@ -553,6 +572,15 @@ func TestConsoleClusterPageShowsANodeDown(t *testing.T) {
 		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"cluster")))
 		return strings.HasPrefix(text(t, tab, "#lease-holder"), "node-")
 	})
+	_, err := strconv.ParseUint(text(t, tab, "#lease-token"), 10, 64)
+	require.NoError(t, err, "the holder's fencing token is a revision")
+	require.NotEmpty(t, text(t, tab, "#stream-leader"))
+	require.NotContains(t, text(t, tab, "#stream-leader"), "none")
+	require.Contains(t, text(t, tab, "#nats-servers"), "connected")
+	require.Len(t, strings.Split(text(t, tab, "#replicas tbody"), "\n"), 2, "two followers of a stream of three replicas")
+	// Digest checkpoints come every 1000 stream messages: none yet.
+	require.Equal(t, "none yet", text(t, tab, `#nodes tr[data-node="node-1"] td.digest-check`))
+	require.Equal(t, "none yet", text(t, tab, `#nodes tr[data-node="node-1"] td.records-check`), "records checks run hourly")
 
 	nodes[2].Stop(t)
 	eventually(t, "the stopped node shown down", 30*time.Second, func() bool {
@@ -563,7 +591,7 @@ func TestConsoleClusterPageShowsANodeDown(t *testing.T) {
 	require.Equal(t, "ready", state("node-2"))
 	for _, n := range []string{"node-1", "node-2"} {
 		lag := text(t, tab, `#nodes tr[data-node="`+n+`"] td.lag`)
-		_, err := strconv.ParseUint(lag, 10, 64)
+		_, err = strconv.ParseUint(lag, 10, 64)
 		require.NoError(t, err, "%s's lag is a count of entries: %q", n, lag)
 	}
 	screenshot(t, tab, "cluster")
@@ -603,4 +631,104 @@ func TestConsoleKeyHistoryPages(t *testing.T) {
 	second := page(next)
 	require.Equal(t, 50, strings.Count(rows.FindString(second), "<tr>")-1)
 	require.NotContains(t, second, `id="key-more"`, "nothing after the head")
+}
+
+// TestConsoleTokensInABrowser drives the tokens page in a real headless
+// Chromium: issue a device token (shown once, never again), a device
+// connects with it and pushes (the devices page shows the push), requests
+// without the CSRF token change nothing, then revoke it after the
+// confirmation page: the device's session is closed unauthorized at once
+// (the periodic recheck is an hour away), the token is refused from then
+// on, and the device is listed among the recently disconnected.
+func TestConsoleTokensInABrowser(t *testing.T) {
+	srv := syncdtest.Start(t, server.Config{TokenRecheck: time.Hour})
+	tab := browser(t)
+	troubles := watch(t, tab)
+	base := srv.AdminURL + console.Path
+	logIn(t, tab, base, srv.AdminToken)
+	countTokens := func() int {
+		t.Helper()
+		tokens, err := auth.ReadFile(srv.TokenPath)
+		require.NoError(t, err)
+		return len(tokens)
+	}
+	before := countTokens()
+
+	// Issue a device token: the answer shows it, once.
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"tokens"),
+		chromedp.SendKeys(chromedp.ID("issue-tenant"), "acme"), chromedp.SendKeys(chromedp.ID("issue-client"), "tablet"),
+		chromedp.Click(chromedp.ID("issue")), chromedp.WaitVisible(chromedp.ID("bearer"))))
+	bearer, tokenID := text(t, tab, "#bearer"), text(t, tab, "#issued-id")
+	require.True(t, strings.HasPrefix(bearer, "sdk_"+tokenID+"_"), "a device token: %q", bearer)
+	require.Equal(t, before+1, countTokens())
+	screenshot(t, tab, "token-issued")
+
+	// The device connects with it and pushes; the devices page shows the
+	// push.
+	tablet := connect(t, srv, bearer, "tablet", syncproto.NewClock("tablet", nil))
+	require.Equal(t, syncproto.StatusApplied, tablet.push("notes", map[string]string{"a": `{"n":1}`})[0].Status)
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"devices")))
+	require.Contains(t, text(t, tab, `#devices tr[data-client="tablet"] td.last-push`), "1 op(s)")
+	require.Equal(t, "none", text(t, tab, `#devices tr[data-client="tablet"] td.last-error`))
+
+	// The tokens page lists it with its session, and never its secret.
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"tokens")))
+	row := `#tokens tr[data-token="` + tokenID + `"]`
+	require.Equal(t, "1", text(t, tab, row+" td.sessions"))
+	html, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	require.NoError(t, err)
+	require.NotContains(t, html, bearer, "the token is shown once only")
+	screenshot(t, tab, "tokens")
+
+	// Without the CSRF token a post issues and revokes nothing.
+	for _, post := range []struct{ path, body string }{
+		{"tokens/issue", "tenant=acme&client_id=mallory"},
+		{"tokens/revoke", "token_id=" + tokenID},
+		{"tokens/revoke", "token_id=" + tokenID + "&csrf=forged"},
+	} {
+		status, err := chromedp.Run(tab, chromedp.Evaluate[int](fmt.Sprintf(
+			`fetch(%q, {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"}, body: %q}).then((r) => r.status)`, console.Path+post.path, post.body),
+			chromedp.EvalAwaitPromise))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusForbidden, status, post)
+	}
+	require.Equal(t, before+1, countTokens(), "the refused posts changed nothing")
+	tablet.send(&syncproto.Ping{ID: "still-here"})
+	_, ok := tablet.recv().(*syncproto.Pong)
+	require.True(t, ok, "the tablet's session lives on")
+
+	// Revoke, after the confirmation page: the session closes at once.
+	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.CSS(row+" a")), chromedp.WaitVisible(chromedp.ID("revoke-confirm"))))
+	require.Equal(t, before+1, countTokens(), "the confirmation page revokes nothing")
+	screenshot(t, tab, "token-revoke")
+	require.NoError(t, chromedp.Do(tab, chromedp.Click(chromedp.ID("revoke-confirm")), chromedp.WaitVisible(chromedp.ID("flash"))))
+	require.Equal(t, fmt.Sprintf("revoked %s: 1 session(s) closed", tokenID), text(t, tab, "#flash"))
+	require.Equal(t, before, countTokens())
+	for {
+		_, err := tablet.tryRecv()
+		if err != nil {
+			require.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "the tablet's session closed unauthorized: %v", err)
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), syncdtest.Timeout)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, srv.SyncURL(), &websocket.DialOptions{
+		Subprotocols: []string{syncproto.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + bearer}},
+	})
+	require.Error(t, err)
+	require.NotNil(t, resp)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the revoked token is refused")
+	require.Equal(t, 1.0, srv.MetricValue(t, `syncd_admin_token_changes_total{change="revoked"}`))
+
+	// The device is among the recently disconnected, with its last push.
+	eventually(t, "the tablet among the recently disconnected", 10*time.Second, func() bool {
+		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base+"devices")))
+		s, err := chromedp.Run(tab, chromedp.Evaluate[string](`(document.querySelector('#recent tr[data-client="tablet"] td.last-push') || {}).textContent || ""`))
+		return err == nil && strings.Contains(s, "1 op(s)")
+	})
+
+	dialogs, consoleErrors := troubles()
+	require.Empty(t, dialogs)
+	require.Empty(t, consoleErrors, "the pages ran without errors (a CSP violation is one)")
 }

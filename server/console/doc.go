@@ -4,13 +4,19 @@
 // operator's admin token, so the console has no second query path and no
 // privilege of its own: what the API refuses, the console cannot show.
 //
-// Pages: overview (build, uptime, readiness, connections, applies per
-// second and push ack latency over the last minutes, refreshed live,
-// alerts the server knows), cluster (nodes, applied seq, lag, lease
-// holder), tenants (sessions, lag, oplog floor, snapshots, mutations
-// served), devices (connected sessions with
-// cursor and lag; disconnect a device), data (the oplog paged and filtered
-// by tenant and model, one key's history, conflicts, op-id lookup).
+// Pages: overview (build, uptime, readiness, connections, oplog range and
+// ledger size, applies per second and push ack latency over the last
+// minutes, refreshed live, alerts the server knows), cluster (nodes,
+// applied seq, lag, lease holder and fencing token, last digest and
+// records checks, the command stream's leader and followers, the NATS
+// servers), tenants (sessions, lag, mutation rate over the sampler's
+// window, quota refusals, oplog entries and floor, snapshots, mutations
+// served), devices (connected sessions with cursor, lag, last push and
+// last error; disconnect a device; the devices disconnected lately), data
+// (the oplog paged and filtered by tenant and model, one key's history,
+// conflicts, op-id lookup), tokens (the token file paged; issue a token,
+// shown once on the answer page only; revoke one after a confirmation
+// page, which ends its sessions).
 //
 // What it promises:
 //
@@ -33,7 +39,8 @@
 //     Every answer carries a strict Content-Security-Policy (scripts and
 //     styles from /console/static/ only, no inline script, no framing),
 //     nosniff, no referrer to other sites and no caching.
-//   - Bounds: every table pages on the server (an oplog page is at most
+//   - Bounds: every table pages on the server (devices, tenants and tokens
+//     PageSize rows a page; an oplog page is at most
 //     MaxOplogPage entries; a key's history shows at most PageSize entries
 //     and scans at most KeyScanEntries oplog entries per request, and says
 //     where to continue); live figures

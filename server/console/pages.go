@@ -64,6 +64,7 @@ var funcs = template.FuncMap{
 	"raw":      readable,
 	"size":     func(b []byte) string { return fmt.Sprintf("%d bytes", len(b)) },
 	"q":        query,
+	"join":     func(v []string) string { return strings.Join(v, ",") },
 }
 
 // query is the query string of key, value pairs, values escaped; an empty
@@ -170,32 +171,54 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request, id identity) e
 		return err
 	}
 	var rows []nodeRow
+	var infra adminapi.ClusterInfra
 	if st.Cluster != nil {
 		now := c.cfg.Now()
 		for _, n := range st.Cluster.Nodes {
 			age := max(0, now.Sub(n.At))
 			rows = append(rows, nodeRow{Node: n, Silent: age > NodeSilentAfter, Age: age.Round(time.Second).String()})
 		}
+		if _, err := c.call(r, id, http.MethodGet, adminapi.PathCluster, nil, &infra); err != nil {
+			return err
+		}
 	}
 	c.render(w, r, http.StatusOK, "cluster", view{Title: "Cluster", Data: struct {
 		Status adminapi.Status
 		Nodes  []nodeRow
-	}{st, rows}}, id)
+		Infra  adminapi.ClusterInfra
+	}{st, rows, infra}}, id)
 	return nil
 }
 
+// tenantRow is one tenant as the tenants page shows it: the admin API's
+// figures and its mutation rate over the sampler's window.
+type tenantRow struct {
+	adminapi.Tenant
+	Rate string
+}
+
+// tenants: one page of the tenants (PageSize, after ?after=, paged by the
+// admin API), each with its mutation rate over the sampler's window.
 func (c *Console) tenants(w http.ResponseWriter, r *http.Request, id identity) error {
+	after, q := afterPage(r)
 	var tp adminapi.TenantsPage
-	if _, err := c.call(r, id, http.MethodGet, adminapi.PathTenants, nil, &tp); err != nil {
+	if _, err := c.call(r, id, http.MethodGet, adminapi.PathTenants, q, &tp); err != nil {
 		return err
 	}
-	start, end := pageBounds(r, len(tp.Tenants))
+	rates, window := c.sampler.tenantRates()
+	rows := make([]tenantRow, len(tp.Tenants))
+	for i, t := range tp.Tenants {
+		rows[i] = tenantRow{Tenant: t, Rate: "…"}
+		if window > 0 {
+			rows[i].Rate = strconv.FormatFloat(rates[t.Tenant], 'f', 1, 64) + "/s"
+		}
+	}
 	c.render(w, r, http.StatusOK, "tenants", view{Title: "Tenants", Data: struct {
-		Rows       []adminapi.Tenant
-		Total      int
-		Truncated  bool
-		Prev, Next int
-	}{tp.Tenants[start:end], len(tp.Tenants), tp.Truncated, prevPage(r), nextPage(r, end, len(tp.Tenants))}}, id)
+		Rows   []tenantRow
+		After  string
+		Next   string
+		Window string
+	}{rows, after, tp.Next, window.Round(time.Second).String()}}, id)
 	return nil
 }
 
@@ -217,15 +240,22 @@ func (c *Console) sessionsOf(r *http.Request, id identity) (adminapi.Status, []a
 }
 
 // pageBounds is the slice of n rows that ?page= (from 0) shows.
-func pageBounds(r *http.Request, n int) (start, end int) {
-	p, _ := strconv.Atoi(r.URL.Query().Get("page"))
+func pageBounds(r *http.Request, n int) (start, end int) { return pageBoundsOf(r, "page", n) }
+
+// pageBoundsOf is the slice of n rows that the page parameter param
+// (from 0) shows.
+func pageBoundsOf(r *http.Request, param string, n int) (start, end int) {
+	p, _ := strconv.Atoi(r.URL.Query().Get(param))
 	start = min(max(0, p)*PageSize, n)
 	return start, min(start+PageSize, n)
 }
 
 // prevPage is the previous ?page= (-1: none); nextPage the next (-1: none).
-func prevPage(r *http.Request) int {
-	p, _ := strconv.Atoi(r.URL.Query().Get("page"))
+func prevPage(r *http.Request) int { return prevPageOf(r, "page") }
+
+// prevPageOf is the previous value of the page parameter param (-1: none).
+func prevPageOf(r *http.Request, param string) int {
+	p, _ := strconv.Atoi(r.URL.Query().Get(param))
 	if p <= 0 {
 		return -1
 	}
@@ -244,20 +274,22 @@ func (c *Console) devices(w http.ResponseWriter, r *http.Request, id identity) e
 	if err != nil {
 		return err
 	}
-	start, end := pageBounds(r, len(sessions))
-	// A browser's message comes from its session; ?done= is shown only
-	// to a bearer-header client (a script), so a link cannot put words on
-	// an operator's page.
-	flash := r.URL.Query().Get("done")
-	if id.sess != nil {
-		flash = c.sessions.takeFlash(id.sess)
+	var recent []adminapi.RecentDevice
+	if _, err := c.call(r, id, http.MethodGet, adminapi.PathRecentDevices, nil, &recent); err != nil {
+		return err
 	}
-	c.render(w, r, http.StatusOK, "devices", view{Title: "Devices", Flash: flash, Data: struct {
-		Head       uint64
-		Total      int
-		Rows       []adminapi.Session
-		Prev, Next int
-	}{st.OplogHead, len(sessions), sessions[start:end], prevPage(r), nextPage(r, end, len(sessions))}}, id)
+	start, end := pageBounds(r, len(sessions))
+	rstart, rend := pageBoundsOf(r, "rpage", len(recent))
+	c.render(w, r, http.StatusOK, "devices", view{Title: "Devices", Flash: c.flashOf(r, id), Data: struct {
+		Head         uint64
+		Total        int
+		Rows         []adminapi.Session
+		Prev, Next   int
+		Recent       []adminapi.RecentDevice
+		RecentTotal  int
+		RPrev, RNext int
+	}{st.OplogHead, len(sessions), sessions[start:end], prevPage(r), nextPage(r, end, len(sessions)),
+		recent[rstart:rend], len(recent), prevPageOf(r, "rpage"), nextPage(r, rend, len(recent))}}, id)
 	return nil
 }
 
@@ -275,12 +307,7 @@ func (c *Console) disconnect(w http.ResponseWriter, r *http.Request, id identity
 		done = fmt.Sprintf("%s/%s has no session on this node", ans.Tenant, ans.ClientID)
 	}
 	c.cfg.Logger.Info("console: device disconnected", "tenant", ans.Tenant, "client_id", ans.ClientID, "sessions", ans.Sessions, "remote", r.RemoteAddr)
-	if id.sess != nil {
-		c.sessions.setFlash(id.sess, done)
-		http.Redirect(w, r, Path+"devices", http.StatusSeeOther)
-		return
-	}
-	http.Redirect(w, r, Path+"devices?done="+url.QueryEscape(done), http.StatusSeeOther)
+	c.afterAction(w, r, id, "devices", done)
 }
 
 // filter is the tenant, model and value switch a data page was asked for.

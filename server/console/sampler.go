@@ -85,11 +85,29 @@ type sampler struct {
 	mu      sync.Mutex
 	samples []Sample // oldest first, at most max
 	max     int
+	// marks are readings of the per-tenant totals at least
+	// window/TenantMarks apart, oldest first, the oldest within window
+	// (Config.History) of the newest; latest is the newest reading. Per-tenant rates are
+	// taken between marks[0] and latest, so memory is TenantMarks+1 maps
+	// whatever the sampling interval.
+	marks  []tenantMark
+	latest tenantMark
+	window time.Duration
+}
+
+// TenantMarks bounds the readings of per-tenant totals the sampler keeps
+// for the tenants page's rates.
+const TenantMarks = 10
+
+// tenantMark is one reading of Figures.TenantMutations.
+type tenantMark struct {
+	at     time.Time
+	totals map[string]uint64
 }
 
 func startSampler(cfg Config) *sampler {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &sampler{cancel: cancel, done: make(chan struct{}), max: max(1, int(cfg.History/cfg.SampleInterval))}
+	s := &sampler{cancel: cancel, done: make(chan struct{}), max: max(1, int(cfg.History/cfg.SampleInterval)), window: cfg.History}
 	go s.run(ctx, cfg)
 	return s
 }
@@ -103,6 +121,9 @@ func (s *sampler) run(ctx context.Context, cfg Config) {
 		rctx, cancel := context.WithTimeout(ctx, cfg.SampleInterval)
 		f, err := cfg.Figures(rctx)
 		cancel()
+		if err == nil {
+			s.mark(tenantMark{at: f.At, totals: f.TenantMutations})
+		}
 		switch {
 		case err != nil:
 			cfg.Logger.Warn("console: reading the live figures", "err", err)
@@ -128,6 +149,39 @@ func (s *sampler) add(x Sample) {
 		s.samples = s.samples[:len(s.samples)-1]
 	}
 	s.samples = append(s.samples, x)
+}
+
+// mark records a reading of the per-tenant totals.
+func (s *sampler) mark(m tenantMark) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latest = m
+	if n := len(s.marks); n == 0 || m.at.Sub(s.marks[n-1].at) >= s.window/TenantMarks {
+		s.marks = append(s.marks, m)
+	}
+	for len(s.marks) > 1 && (len(s.marks) > TenantMarks || m.at.Sub(s.marks[0].at) > s.window) {
+		s.marks = s.marks[1:]
+	}
+}
+
+// tenantRates returns each tenant's mutations pushed per second over the
+// window the marks span, and that window (0: not two readings yet).
+func (s *sampler) tenantRates() (map[string]float64, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.marks) == 0 {
+		return nil, 0
+	}
+	first := s.marks[0]
+	window := s.latest.at.Sub(first.at)
+	if window <= 0 {
+		return nil, 0
+	}
+	rates := make(map[string]float64, len(s.latest.totals))
+	for t, n := range s.latest.totals {
+		rates[t] = float64(sub(n, first.totals[t])) / window.Seconds()
+	}
+	return rates, window
 }
 
 // history returns a copy of the samples, oldest first.

@@ -2,10 +2,12 @@ package checker
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/soak/journal"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // write is one write a client made: from a made line of its journal, or a
@@ -79,7 +81,8 @@ type accounting struct {
 // checkAccounted is invariant 1: every write made ends applied (and is in
 // the oplog), superseded or conflict (decided in the ledger; a conflict went
 // to the app's handler, and a rebase it asked for is itself accounted for),
-// or dead-lettered with a reason (and only the poison writes may be);
+// or dead-lettered with a reason (and only the poison writes may be, and
+// scoped writes refused forbidden_scope);
 // every oplog entry of a client comes from a write its journal made, or
 // from a call a crash interrupted.
 func checkAccounted(s *State, ix *index) accounting {
@@ -163,8 +166,10 @@ func checkAccounted(s *State, ix *index) accounting {
 					b.fail("%s was dead-lettered without a reason", where)
 				case !dead[w.opID]:
 					b.fail("%s is dead-lettered by its outcome but not in the dead-letter store", where)
-				case w.class != journal.ClassPoison:
-					b.fail("%s was dead-lettered, but only poison writes may be: %s", where, o.Reason)
+				case w.class == journal.ClassScoped && !strings.HasPrefix(o.Reason, string(syncproto.CodeForbiddenScope)+":"):
+					b.fail("%s was dead-lettered, but a scoped write may be only for forbidden_scope: %s", where, o.Reason)
+				case w.class != journal.ClassPoison && w.class != journal.ClassScoped:
+					b.fail("%s was dead-lettered, but only poison and scoped writes may be: %s", where, o.Reason)
 				}
 			default:
 				b.fail("%s has an unknown outcome status %q", where, o.Status)

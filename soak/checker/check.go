@@ -29,7 +29,9 @@ const (
 	// from the oplog with the declared policies.
 	ReferenceModel
 	// Converged (4): every replica equals the server's records for what
-	// its token may read.
+	// its token may read, filtered, in scoped models, by the scope values
+	// it follows (granted by its token or its user's membership rows, and
+	// requested); a row of a value it does not follow is a leak.
 	Converged
 	// Drained (5): queues hold only dead letters, the oplog has no gaps,
 	// every database passes its integrity check.

@@ -321,7 +321,14 @@ func TestCheckerNamesTheBrokenInvariant(t *testing.T) {
 				client(s, "a").Journal[5].Class = journal.ClassLWW
 			},
 			violated: []checker.Invariant{checker.Accounted},
-			evidence: "was dead-lettered, but only poison writes may be",
+			evidence: "was dead-lettered, but only poison and scoped writes may be",
+		},
+		"a scoped write dead-lettered for another reason than forbidden_scope": {
+			doctor: func(s *checker.State) {
+				client(s, "a").Journal[5].Class = journal.ClassScoped
+			},
+			violated: []checker.Invariant{checker.Accounted},
+			evidence: "a scoped write may be only for forbidden_scope: forbidden_model",
 		},
 		"a conflict the app's handler never saw": {
 			doctor: func(s *checker.State) {

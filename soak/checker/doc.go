@@ -34,7 +34,13 @@
 //     the conflict log are not newer than their winners.
 //  4. Converged: every replica equals the server's live records of its
 //     tenant and readable models, holds nothing else, has an empty pending
-//     overlay and a cursor at or past the newest entry it may read.
+//     overlay and a cursor at or past the newest entry it may read. In a
+//     model a scope covers (partial sync), the records it must hold are
+//     those of the values it follows at quiescence: granted by its token
+//     or by a live membership row naming its user, and requested; a live
+//     row of any other value in its replica is a leak. Scoped entries do
+//     not count for the cursor (a value gained later arrives by backfill,
+//     which leaves the cursor where it was).
 //  5. Drained: every queue is empty but for dead letters (each with a
 //     reason, charged at least the refusal that put it there); the oplog's seqs are consecutive up to its head; PRAGMA
 //     integrity_check is ok on every database, and every NDJSON queue

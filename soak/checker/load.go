@@ -19,7 +19,9 @@ type Layout struct {
 	// ServerDB is syncd's SQLite database; Policies its declared models.
 	ServerDB string
 	Policies map[string]string
-	Clients  []ClientLayout
+	// Scopes are the scopes syncd declares (nil: none).
+	Scopes  []Scope
+	Clients []ClientLayout
 	// Process is syncd's goroutine and file counts, measured by the
 	// harness while syncd ran (the one part of the state not in a file).
 	Process Process
@@ -29,8 +31,13 @@ type Layout struct {
 type ClientLayout struct {
 	ID, Tenant string
 	Read       []string
-	QueueKind  string // ndjson, sqlite or memory
-	QueuePath  string
+	// User, Grants and Want are its token's user and scope grants and its
+	// request (Client).
+	User      string
+	Grants    syncproto.ScopeSet
+	Want      syncproto.ScopeSet
+	QueueKind string // ndjson, sqlite or memory
+	QueuePath string
 	// ReplicaPath is the replica's own file. When a SQLite queue's file
 	// holds the replica's tables (a client over offlinequeue.SQLite keeps
 	// them there, client.Config.ReplicaPath), that file is read instead.
@@ -61,7 +68,7 @@ func Load(ctx context.Context, l Layout) (*State, error) {
 	if s.Server, err = loadServer(ctx, l.ServerDB); err != nil {
 		return nil, fmt.Errorf("load syncd database: %w", err)
 	}
-	s.Server.Policies = l.Policies
+	s.Server.Policies, s.Server.Scopes = l.Policies, l.Scopes
 	for _, cl := range l.Clients {
 		c, err := loadClient(ctx, cl)
 		if err != nil {
@@ -147,12 +154,12 @@ func loadServer(ctx context.Context, path string) (Server, error) {
 	if err := db.QueryRowContext(ctx, `SELECT applied_seq FROM records_state WHERE id = 1`).Scan(&s.AppliedSeq); err != nil {
 		return s, fmt.Errorf("records_state: %w", err)
 	}
-	err = each(ctx, db, `SELECT tenant, model, key, value, version, wall, logical, origin, deleted, op_id, seq FROM records`,
+	err = each(ctx, db, `SELECT tenant, model, key, value, version, wall, logical, origin, deleted, op_id, seq, coalesce(scope_value, ''), coalesce(member, '') FROM records`,
 		func(r *sql.Rows) error {
 			var rec Record
 			var wall, logical int64
 			var origin string
-			if err := r.Scan(&rec.Tenant, &rec.Model, &rec.Key, &rec.Value, &rec.Version, &wall, &logical, &origin, &rec.Deleted, &rec.OpID, &rec.Seq); err != nil {
+			if err := r.Scan(&rec.Tenant, &rec.Model, &rec.Key, &rec.Value, &rec.Version, &wall, &logical, &origin, &rec.Deleted, &rec.OpID, &rec.Seq, &rec.ScopeValue, &rec.Member); err != nil {
 				return err
 			}
 			rec.HLC = timestamp(wall, logical, origin)
@@ -221,7 +228,7 @@ func loadServer(ctx context.Context, path string) (Server, error) {
 }
 
 func loadClient(ctx context.Context, l ClientLayout) (Client, error) {
-	c := Client{ID: l.ID, Tenant: l.Tenant, Read: l.Read}
+	c := Client{ID: l.ID, Tenant: l.Tenant, Read: l.Read, User: l.User, Grants: l.Grants, Want: l.Want}
 	var err error
 	if c.Journal, err = journal.Read(l.JournalPath); err != nil {
 		return c, err

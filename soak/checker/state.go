@@ -40,6 +40,17 @@ type Server struct {
 	Conflicts       []Conflict
 	// Integrity holds the rows of PRAGMA integrity_check: ["ok"] when sound.
 	Integrity []string
+	// Scopes are the declared scopes (partial sync): nil when none.
+	Scopes []Scope
+}
+
+// Scope is one declared scope as the checker needs it: the models it
+// covers and its membership model ("" when none), whose live records grant
+// their scope value to the user in their Member.
+type Scope struct {
+	Name       string
+	Models     []string
+	Membership string
 }
 
 // OplogEntry is one applied write.
@@ -67,6 +78,10 @@ type Record struct {
 	Deleted bool
 	OpID    string
 	Seq     uint64
+	// ScopeValue is the record's scope value ("" outside scoped models);
+	// Member the user a live membership row grants it to.
+	ScopeValue string
+	Member     string
 }
 
 // Decision is one replay-ledger row: what was decided for an op, the first
@@ -94,7 +109,13 @@ type Client struct {
 	ID     string
 	Tenant string
 	// Read lists the models its token may read; "*" is every model.
-	Read    []string
+	Read []string
+	// User is the user its token acts for (membership rows name it);
+	// Grants the scope values its token grants ("*": every value); Want
+	// the values it requests (nil: every value granted).
+	User    string
+	Grants  syncproto.ScopeSet
+	Want    syncproto.ScopeSet
 	Journal []journal.Entry
 	Queue   Queue
 	Replica Replica
@@ -103,6 +124,38 @@ type Client struct {
 // CanRead reports whether the client's token may read model.
 func (c *Client) CanRead(model string) bool {
 	return slices.Contains(c.Read, "*") || slices.Contains(c.Read, model)
+}
+
+// scopeOf returns the declared scope covering model, or nil.
+func (s *Server) scopeOf(model string) *Scope {
+	for i := range s.Scopes {
+		if slices.Contains(s.Scopes[i].Models, model) {
+			return &s.Scopes[i]
+		}
+	}
+	return nil
+}
+
+// follows reports whether client c, at quiescence, holds rows of value of
+// scope sc: its token or a live membership row of its user grants the
+// value, and its request names it (or names none).
+func (s *Server) follows(c *Client, sc *Scope, value string) bool {
+	if c.Want != nil && !c.Want.Has(sc.Name, value) {
+		return false
+	}
+	if c.Grants.Has(sc.Name, value) {
+		return true
+	}
+	if sc.Membership == "" || c.User == "" {
+		return false
+	}
+	for i := range s.Records {
+		r := &s.Records[i]
+		if r.Tenant == c.Tenant && r.Model == sc.Membership && !r.Deleted && r.Member == c.User && r.ScopeValue == value {
+			return true
+		}
+	}
+	return false
 }
 
 // Queue is a client's durable queue at quiescence.

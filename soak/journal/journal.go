@@ -60,6 +60,11 @@ const (
 	ClassOptimistic Class = "optimistic" // a PutIfVersion on an optimistic model
 	ClassPoison     Class = "poison"     // a write the server always refuses
 	ClassRebase     Class = "rebase"     // a write the conflict handler made
+	// ClassScoped is a put or delete in a model a scope covers (a task,
+	// or a membership row granting or revoking a value): applied or
+	// superseded, or refused forbidden_scope when the writer does not hold
+	// the value (it lost it meanwhile) and dead-lettered.
+	ClassScoped Class = "scoped"
 )
 
 // Decisions of a KindHandler line.
@@ -177,6 +182,10 @@ type Value struct {
 	Write string `json:"w"`
 	Depth int    `json:"depth,omitempty"`
 	Pad   string `json:"pad,omitempty"`
+	// Project is a scoped write's scope value (the scope's member in
+	// tasks and members), User a membership row's user.
+	Project string `json:"project_id,omitempty"`
+	User    string `json:"user,omitempty"`
 }
 
 // Encode returns v as the JSON a client puts.

@@ -72,6 +72,9 @@
     text("connections", st.connections);
     text("maxlag", st.max_client_lag_entries);
     text("head", st.oplog_head);
+    text("oldest", st.oplog_oldest);
+    text("floor", st.oplog_floor);
+    text("ledger", st.ledger_entries);
     const ready = document.getElementById("ready");
     if (ready) {
       ready.textContent = f.ready ? "ready" : "not ready: " + f.not_ready;
