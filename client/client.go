@@ -278,11 +278,30 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 	if err != nil {
 		return err
 	}
-	fresh, overlayErr, err := c.replica.enqueue(ctx, payload, m)
+	// With the replica in the queue's file, the item is handed to the
+	// driver, and the driver woken, once only the item's commit is left
+	// (at SyncNormal, which has no sync to wait for, just after it), so
+	// its push travels and syncd applies it while the commit syncs. The
+	// driver's own later writes to the queue (settling the item) commit
+	// after it, and this call returns only once it is durable; should that
+	// commit fail, the error says its fate is unknown (ErrPoisoned) and
+	// the write may have reached syncd, as after any failed commit.
+	it, ok := queuedItem(1, payload, m)
+	var handed bool // set by committing, which happens before enqueue returns
+	committing := func(id offlinequeue.ID) {
+		if !ok {
+			return
+		}
+		it.ID, handed = uint64(id), true
+		c.queued.add(it)
+		c.wake()
+	}
+	fresh, overlayErr, err := c.replica.enqueue(ctx, payload, m, committing)
 	if err != nil {
 		return fmt.Errorf("client: queue %s/%s: %w", m.Model, m.Key, err)
 	}
-	if it, ok := queuedItem(fresh, payload, m); ok {
+	if !handed && fresh != 0 && ok {
+		it.ID = uint64(fresh)
 		c.queued.add(it) // before the kick: the driver reads it from memory
 	}
 	// The write is durable from here on. Should the overlay update have
@@ -294,11 +313,16 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 	}
 	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Value: m.Value, Deleted: m.Op == syncproto.OpDelete, Local: true})
 	c.statusChanged()
+	c.wake()
+	return nil
+}
+
+// wake tells the driver a write was queued (Client.kick); it never blocks.
+func (c *Client) wake() {
 	select {
 	case c.kick <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // queuedItem is the queue item a write inserted (fresh, its id; 0 for

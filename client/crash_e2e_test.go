@@ -46,14 +46,28 @@ const (
 // The client process is killed (SIGKILL) ten times while it writes and
 // replays, and reopened on the same files each time. Every write a process
 // saw returned from Put ends applied, and none is applied twice: the queue
-// (NDJSON file), the replica's outcomes and the server's ledger agree
-// across the crashes.
+// (an NDJSON file, or SQLite with the replica in its file), the replica's
+// outcomes and the server's ledger agree across the crashes.
 func TestKilledMidReplay(t *testing.T) {
 	if cfg := os.Getenv(killChildEnv); cfg != "" {
 		runKillChild(t, cfg)
 		return
 	}
 	t.Parallel() // mostly waits on child processes
+	for _, sqlite := range []bool{false, true} {
+		name := map[bool]string{false: "file", true: "sqlite"}[sqlite]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			killMidReplay(t, sqlite)
+		})
+	}
+}
+
+// killMidReplay is TestKilledMidReplay over one kind of queue. With the
+// SQLite queue a write is pushed while its Put's commit syncs, so a kill
+// can also land after syncd applied a write whose Put never returned: it
+// must still be applied once, and every write a Put returned applied.
+func killMidReplay(t *testing.T, sqlite bool) {
 	const rounds, writes = 10, 80
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
@@ -61,8 +75,7 @@ func TestKilledMidReplay(t *testing.T) {
 	s := startSyncd(t, server.Config{})
 	p := s.proxy(t)
 	dir := t.TempDir()
-	cfg := killChild{Dir: dir, URL: "http://" + p.Addr(), Token: s.token(t, "phone-k"), ClientID: "phone-k", Writes: writes, Life: waitFor}
-
+	cfg := killChild{Dir: dir, URL: "http://" + p.Addr(), Token: s.token(t, "phone-k"), ClientID: "phone-k", Writes: writes, Life: waitFor, SQLiteQueue: sqlite}
 	var reported []string
 	for round := range rounds {
 		cfg.Round = round
@@ -89,7 +102,7 @@ func TestKilledMidReplay(t *testing.T) {
 	}
 
 	p.SetMode(faultproxy.Pass)
-	d := openDevice(t, s, p, dir, cfg.ClientID, deviceOptions{token: cfg.Token, fileQueue: true})
+	d := openDevice(t, s, p, dir, cfg.ClientID, deviceOptions{token: cfg.Token, fileQueue: !sqlite})
 	d.waitSynced(t)
 	d.requireApplied(t, reported)
 	s.requireAppliedOnce(t, reported)

@@ -133,6 +133,15 @@
 // ledger answers "duplicate" with the original result: nothing is lost and
 // nothing is applied twice.
 //
+// With a SQLite queue at SyncFull a write is handed to the replay as soon
+// as only its commit is left, so it may be sent, and applied by syncd,
+// while that commit syncs; Put still returns only once it is durable, and the
+// settling of its outcome commits after it. A crash (or a failed commit,
+// ErrPoisoned) during that Put may therefore leave a write applied on
+// syncd that the device did not keep: its Put never returned an op id,
+// and the feed brings the record back like any other change. It is never
+// applied twice.
+//
 // Durability is the queue's synchronous level (offlinequeue.SyncFull by
 // default; Config.ReplicaSynchronous for a replica file of its own).
 // SyncNormal survives a process crash; a power cut may roll back the last

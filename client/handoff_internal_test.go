@@ -14,7 +14,7 @@ import (
 // push; it returns the decision.
 func decideQueued(t *testing.T, r *replica, m *syncproto.Mutation, o Outcome) decision {
 	t.Helper()
-	_, _, err := r.enqueue(t.Context(), mustJSON(t, m), m)
+	_, _, err := r.enqueue(t.Context(), mustJSON(t, m), m, nil)
 	require.NoError(t, err)
 	items, err := r.queue.Peek(t.Context(), 0, 100)
 	require.NoError(t, err)

@@ -136,13 +136,13 @@ func refuseInserts(t *testing.T, r *replica, table string) {
 func TestEnqueueIsOneCommitInTheQueuesFile(t *testing.T) {
 	forEachLayout(t, func(t *testing.T, r *replica) {
 		ok := testMutation(t, "a", `{"n":1}`)
-		_, overlayErr, err := r.enqueue(t.Context(), mustJSON(t, ok), ok)
+		_, overlayErr, err := r.enqueue(t.Context(), mustJSON(t, ok), ok, nil)
 		require.NoError(t, err)
 		require.NoError(t, overlayErr)
 
 		refuseInserts(t, r, "pending")
 		m := testMutation(t, "b", `{"n":2}`)
-		_, overlayErr, err = r.enqueue(t.Context(), mustJSON(t, m), m)
+		_, overlayErr, err = r.enqueue(t.Context(), mustJSON(t, m), m, nil)
 		n, lenErr := r.queue.Len(t.Context())
 		require.NoError(t, lenErr)
 		if r.shared != nil {
@@ -169,7 +169,7 @@ func TestEnqueueIsOneCommitInTheQueuesFile(t *testing.T) {
 func TestDecideDoneLeavesNothingHalfDone(t *testing.T) {
 	forEachLayout(t, func(t *testing.T, r *replica) {
 		m := testMutation(t, "a", `{"n":1}`)
-		_, _, err := r.enqueue(t.Context(), mustJSON(t, m), m)
+		_, _, err := r.enqueue(t.Context(), mustJSON(t, m), m, nil)
 		require.NoError(t, err)
 		items, err := r.queue.Peek(t.Context(), 0, 10)
 		require.NoError(t, err)
@@ -323,7 +323,7 @@ func TestReplicaFileIsImportedIntoTheQueuesFile(t *testing.T) {
 	require.NoError(t, applyFeed(ctx, old, []syncproto.Change{{Seq: 7, Model: "notes", Key: "s", Value: server.Value, Version: 3, HLC: server.HLC}}, 7))
 	pending, decided := testMutation(t, "p", `{"n":1}`), testMutation(t, "d", `{"n":2}`)
 	for _, m := range []*syncproto.Mutation{pending, decided} {
-		_, overlayErr, err := old.enqueue(ctx, mustJSON(t, m), m)
+		_, overlayErr, err := old.enqueue(ctx, mustJSON(t, m), m, nil)
 		require.NoError(t, err)
 		require.NoError(t, overlayErr)
 	}
@@ -418,7 +418,7 @@ func TestDecideManyAppliedWrites(t *testing.T) {
 		var ds []decision
 		var ids []offlinequeue.ID
 		add := func(m *syncproto.Mutation, o Outcome) {
-			_, _, err := r.enqueue(ctx, mustJSON(t, m), m)
+			_, _, err := r.enqueue(ctx, mustJSON(t, m), m, nil)
 			require.NoError(t, err)
 			ds = append(ds, decision{mut: m, outcome: o})
 		}

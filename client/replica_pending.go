@@ -35,10 +35,12 @@ const pendingHWEvery = 256
 // item this call inserted (0 for a dedup hit). With a replica file of its
 // own the queue commits first; then overlayErr non-nil says the write is
 // queued (it replays) but the overlay missed it, and reconcile must repair
-// it; fresh is 0.
-func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Mutation) (fresh offlinequeue.ID, overlayErr, err error) {
+// it; fresh is 0. In the queue's file, committing (if not nil) gets the
+// fresh id once only the commit is left (offlinequeue's
+// EnqueueCommitting); elsewhere it is not called.
+func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Mutation, committing func(offlinequeue.ID)) (fresh offlinequeue.ID, overlayErr, err error) {
 	if r.shared != nil {
-		_, err := r.shared.EnqueueWith(ctx, payload, m.OpID, func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error {
+		_, err := r.shared.EnqueueCommitting(ctx, payload, m.OpID, func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error {
 			x := r.inTx(ctx, tx)
 			if err := insertPending(x, id, m); err != nil {
 				return err
@@ -48,7 +50,7 @@ func (r *replica) enqueue(ctx context.Context, payload []byte, m *syncproto.Muta
 				return nil
 			}
 			return raisePendingHW(x, id)
-		})
+		}, committing)
 		if err != nil {
 			return 0, nil, err
 		}

@@ -341,6 +341,18 @@ func (r *Records) Snapshot(ctx context.Context, scope Scope, fn func(head uint64
 	return head, nil
 }
 
+// SnapshotMmapBytes is how much of the database file a connection serving
+// SnapshotLive maps into memory (PRAGMA mmap_size; address space, not
+// memory: the pages are the operating system's page cache). A scoped
+// snapshot reads the rows of one scope value, spread over the whole table
+// (one page each, found through records_scope); mapped, a page costs a
+// memory access instead of a read system call and a copy into SQLite's
+// own cache, which holds only about 500 pages per connection. Parts of a
+// larger file are read the ordinary way.
+const SnapshotMmapBytes = 1 << 30
+
+var snapshotMmap = fmt.Sprintf("PRAGMA mmap_size = %d", SnapshotMmapBytes)
+
 // LiveRecord is one live record as SnapshotLive streams it: what a client
 // bootstrapping from a snapshot needs of it, nothing more.
 type LiveRecord struct {
@@ -376,16 +388,16 @@ func (r *Records) SnapshotLive(ctx context.Context, db *sql.DB, scope Scope, fn 
 		}
 		rec.Value = value
 		return fn(head, &rec)
-	})
+	}, snapshotMmap)
 	if err != nil {
 		return 0, fmt.Errorf("snapshot live records: %w", err)
 	}
 	return head, nil
 }
 
-// snapshotRows runs query in one read transaction on db and calls fn on
-// each row with the head the read reflects.
-func snapshotRows(ctx context.Context, db *sql.DB, query string, args []any, fn func(head uint64, rows *sql.Rows) error) (uint64, error) {
+// snapshotRows runs query in one read transaction on db (after setup, see
+// readTx) and calls fn on each row with the head the read reflects.
+func snapshotRows(ctx context.Context, db *sql.DB, query string, args []any, fn func(head uint64, rows *sql.Rows) error, setup ...string) (uint64, error) {
 	var head uint64
 	err := readTx(ctx, db, func(conn *sql.Conn) error {
 		if err := conn.QueryRowContext(ctx, `SELECT applied_seq FROM records_state WHERE id = 1`).Scan(&head); err != nil {
@@ -402,7 +414,7 @@ func snapshotRows(ctx context.Context, db *sql.DB, query string, args []any, fn 
 			}
 		}
 		return rows.Err()
-	})
+	}, setup...)
 	return head, err
 }
 

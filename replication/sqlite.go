@@ -17,8 +17,9 @@ import (
 // issues BEGIN DEFERRED itself rather than db.BeginTx, so that a handle
 // opened with _txlock=immediate (the usual choice for the apply path) does
 // not make readers take the write lock. It always ends with ROLLBACK: a
-// read has nothing to commit.
-func readTx(ctx context.Context, db *sql.DB, fn func(conn *sql.Conn) error) (err error) {
+// read has nothing to commit. setup runs on the connection first, outside
+// the transaction (connection settings such as PRAGMA mmap_size).
+func readTx(ctx context.Context, db *sql.DB, fn func(conn *sql.Conn) error, setup ...string) (err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
@@ -28,6 +29,11 @@ func readTx(ctx context.Context, db *sql.DB, fn func(conn *sql.Conn) error) (err
 			err = closeErr
 		}
 	}()
+	for _, stmt := range setup {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
 	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
 		return err
 	}

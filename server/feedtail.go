@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -28,10 +29,11 @@ const (
 )
 
 // feedTail is the newest stretch of the oplog, read from the database once
-// and shared by every subscription of this node: after a commit, one
-// subscription refills it with one read, and every other subscription
-// filters its own scope from memory. Without it, one write read by a
-// thousand subscribers is a thousand SQLite queries.
+// and shared by every subscription of this node: a commit of this node's
+// committer hands its entries over (committed), or the router's driver
+// refills it with one read (drive), and each subscription the router wakes
+// for them (route.go) filters its own scope from memory. Without it, one
+// write read by a thousand subscribers is a thousand SQLite queries.
 //
 // It holds every committed entry with start < seq <= head, in seq order,
 // at most feedTailBytes of values (the oldest are dropped first), and the
@@ -41,7 +43,8 @@ const (
 // after it. It is safe for concurrent use; a reader never waits for a
 // refill other than the one it needs.
 type feedTail struct {
-	log tailedLog
+	log    tailedLog
+	router *router // wakes the subscriptions each appended entry concerns
 
 	fill sync.Mutex // one refill at a time
 
@@ -65,8 +68,41 @@ type tailedLog interface {
 	Notify(after uint64) <-chan struct{}
 }
 
-func newFeedTail(log tailedLog) *feedTail {
-	return &feedTail{log: log, floors: replication.Floors{Tenants: map[string]uint64{}}}
+// newFeedTail returns the tail of log, routing what it appends with r
+// (whose driver it becomes).
+func newFeedTail(log tailedLog, r *router) *feedTail {
+	t := &feedTail{log: log, router: r, floors: replication.Floors{Tenants: map[string]uint64{}}}
+	r.drive = t.drive
+	return t
+}
+
+// drive refills the tail at every commit the log reports beyond its head,
+// so that the router routes every entry without waiting for a
+// subscription to read, until ctx ends. A refill that fails wakes every
+// subscription (they read the log themselves) and is tried again after
+// routeRetry.
+func (t *feedTail) drive(ctx context.Context) {
+	for {
+		t.mu.RLock()
+		head := t.head
+		t.mu.RUnlock()
+		select {
+		case <-t.log.Notify(head):
+		case <-ctx.Done():
+			return
+		}
+		if err := t.refill(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			t.router.broadcast(head+1, head)
+			select {
+			case <-time.After(routeRetry):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 // read answers req from memory, refilling the tail first when the log has
@@ -161,10 +197,12 @@ func (t *feedTail) behind(head uint64) bool {
 	}
 }
 
-// append adds a page read after the tail's head and drops the oldest
-// entries beyond feedTailBytes.
+// append adds a page read after the tail's head, drops the oldest
+// entries beyond feedTailBytes, and routes the page's entries. The caller
+// holds fill, so pages are routed in seq order.
 func (t *feedTail) append(page replication.Page) {
 	t.mu.Lock()
+	defer t.router.route(page.Entries) // after mu is released: a woken subscription reads the tail at once
 	defer t.mu.Unlock()
 	for _, e := range page.Entries {
 		t.bytes += len(e.Value)
@@ -189,8 +227,12 @@ func (t *feedTail) append(page replication.Page) {
 
 // anchor empties the tail and starts it at head (every floor is at or
 // below the head it was read with, so none the tail kept matters now).
+// The entries between the old head and head are never routed: every
+// subscription is woken to read them itself. The caller holds fill.
 func (t *feedTail) anchor(head uint64) {
 	t.mu.Lock()
+	old := t.head
+	defer t.router.broadcast(old+1, head)
 	defer t.mu.Unlock()
 	t.ready, t.start, t.head = true, head, head
 	t.entries, t.encoded, t.bytes = nil, nil, 0

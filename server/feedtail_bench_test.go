@@ -69,10 +69,13 @@ func BenchmarkFeedTailFanout(b *testing.B) {
 }
 
 // tailSubscriber follows the log from its head as the live feed does
-// (session.feed, without the websocket), sending on seen for each entry
-// read, until ctx ends. It calls started once it holds its cursor, and
-// counts each page it reads in reads (when not nil).
+// (session.feed, without the websocket: registered with the feed router
+// before its first read, woken only by entries routed to it), sending on
+// seen for each entry read, until ctx ends. It calls started once it holds
+// its cursor, and counts each page it reads in reads (when not nil).
 func tailSubscriber(ctx context.Context, srv *Server, scope replication.Scope, started func(), seen chan<- struct{}, reads *atomic.Int64) {
+	route := srv.tail.router.subscribe(scope)
+	defer route.close()
 	b, err := srv.store.Log.Bounds(ctx, scope)
 	started()
 	if err != nil {
@@ -98,8 +101,10 @@ func tailSubscriber(ctx context.Context, srv *Server, scope replication.Scope, s
 			}
 		}
 		cursor = page.Next
-		if page.CaughtUp() && srv.store.Log.Wait(ctx, cursor) != nil {
-			return
+		if page.CaughtUp() {
+			if cursor, ok = route.wait(ctx, cursor); !ok {
+				return
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/replication"
@@ -41,7 +42,7 @@ func (l *countedLog) Notify(after uint64) <-chan struct{} {
 // left for a refill to read.
 func TestCommittedEntriesReachTheFeedWithoutARead(t *testing.T) {
 	log := &countedLog{}
-	tail := newFeedTail(log)
+	tail := newFeedTail(log, newRouter(nil, prometheus.NewRegistry()))
 	scope := replication.Scope{AllTenants: true, AllModels: true}
 	page, ok := tail.read(t.Context(), replication.ReadRequest{Scope: scope})
 	require.True(t, ok)

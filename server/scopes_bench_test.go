@@ -21,9 +21,9 @@ import (
 // op commits one write to one value and waits until its 10 followers read
 // it. deliveries/write is the entries subscriptions received per write (10
 // is exact delivery); reads/write is the pages subscriptions read per
-// write: every subscription of the node wakes at each commit and filters
-// the shared tail, so it is about 1,000 whatever the write's receivers (the
-// cost the feed pays per write beyond delivery). The every_value run is
+// write: the feed router (route.go) wakes only the subscriptions a commit
+// concerns, so it equals deliveries/write (10, where every subscription
+// woke at every commit before routing: 1,000). The every_value run is
 // the ceiling: the same subscriptions following every value, each write
 // delivered to all 1,000; fanout_ms of both runs side by side is the ratio.
 func BenchmarkScopeFanout(b *testing.B) {

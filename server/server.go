@@ -476,7 +476,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			s.log.Info("scope declarations changed: records reindexed; devices resync at their next connection",
 				"records", n, "scopes", cfg.Scopes.String(), "database_id", s.store.ID)
 		}
-		s.tail = newFeedTail(s.store.Log)
+		s.tail = newFeedTail(s.store.Log, newRouter(s.declared(), reg))
 		err = s.setOplogGauges(ctx)
 	}
 	if err == nil {

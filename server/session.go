@@ -59,9 +59,9 @@ type session struct {
 	idle     *time.Timer // closes the session with 4000 when nothing was heard for IdleTimeout
 	idleOver bool        // reading ended: nothing restarts idle any more
 
-	helloSeen atomic.Bool   // hello was answered; the hello deadline is off
-	cursor    atomic.Uint64 // the newest seq delivered on the live feed
-	pending   atomic.Int64  // pushes submitted and not yet answered
+	helloSeen atomic.Bool  // hello was answered; the hello deadline is off
+	cursor    feedPosition // the newest seq delivered on the live feed, or routed past it
+	pending   atomic.Int64 // pushes submitted and not yet answered
 }
 
 // outbound is one entry of a lane: a message ready to send, a push whose
@@ -575,6 +575,14 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64, sc *subsc
 	first := true
 	inFlight := make(chan struct{}, feedPagesInFlight)
 	defer ss.abortBackfills(sc)
+	// Registered before the first read: every entry for it after that
+	// read wakes it (route.go).
+	route := ss.srv.tail.router.subscribe(sc.readScope(scopeOf(ss.p), ss.p.User))
+	ss.cursor.follow(route)
+	defer func() {
+		ss.cursor.follow(nil)
+		route.close()
+	}()
 	for ctx.Err() == nil {
 		if !first && sc != nil && len(sc.backfills) > 0 {
 			if !ss.backfill(ctx, id, sc, inFlight) {
@@ -599,6 +607,10 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64, sc *subsc
 			ss.srv.metrics.protocolErrors.WithLabelValues(string(refusal.Code)).Inc()
 			ss.sendFeed(ctx, outbound{msg: refusal.WithID(id)})
 			return
+		case len(page.Grants) > 0:
+			// What it follows may have changed: routed by the new set
+			// before the next read.
+			route.update(sc.readScope(scopeOf(ss.p), ss.p.User))
 		}
 		if len(page.Entries) > 0 || first || len(evictions) > 0 {
 			var out outbound
@@ -651,7 +663,8 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64, sc *subsc
 			ss.cursor.Store(cursor)
 		}
 		if page.CaughtUp() && (sc == nil || len(sc.backfills) == 0) {
-			if ss.srv.store.Log.Wait(ctx, cursor) != nil {
+			var ok bool
+			if cursor, ok = route.wait(ctx, cursor); !ok {
 				return
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 )
@@ -56,13 +57,16 @@ type File struct {
 	opts Options
 	rec  recorder
 
-	mu       sync.Mutex
-	idle     sync.Cond     // broadcast when writing turns false
-	st       *fileState    // changed only by the holder of the writer slot
-	writing  bool          // the writer slot: one goroutine owns f and size
-	batch    *enqueueBatch // enqueues waiting for the next group commit
-	closed   bool
-	poisoned *poisonError // the failed rollback that ended writing, or nil
+	mu      sync.Mutex
+	idle    sync.Cond     // broadcast when writing turns false
+	st      *fileState    // changed only by the holder of the writer slot
+	writing bool          // the writer slot: one goroutine owns f and size
+	batch   *enqueueBatch // enqueues waiting for the next group commit
+	// lastBatch is the size of the last batch written; the writer slot's
+	// holder sets it.
+	lastBatch int
+	closed    bool
+	poisoned  *poisonError // the failed rollback that ended writing, or nil
 
 	// Owned by the writer slot's holder, and by OpenFile and Close.
 	f    FSFile
@@ -239,14 +243,41 @@ func (q *File) Enqueue(ctx context.Context, payload []byte, key string) (ID, err
 func (q *File) commitBatchLocked(b *enqueueBatch) {
 	defer close(b.done)
 	err := q.acquireLocked()
+	if err == nil {
+		q.rejoinLocked(b)
+	}
 	q.batch = nil // later callers form the next batch
 	if err == nil {
+		q.lastBatch = len(b.reqs)
 		err = q.writeBatchLocked(b)
 		q.releaseLocked()
 	}
 	if err != nil {
 		for _, r := range b.reqs {
 			r.id, r.err = 0, err
+		}
+	}
+}
+
+// rejoinLocked lets the callers the previous group commit released join b
+// before it is written. When that group had company (lastBatch > 1), they
+// are likely runnable and about to enqueue again: the leader, holding the
+// writer slot, yields the processor with q.mu released (runtime.Gosched, no
+// timer), again as long as a yield brings more (at most maxRejoinYields).
+// Without it concurrent callers split into two batches that alternate, one
+// writing while the other forms, and each fsync carries half of them. A
+// lone caller (lastBatch 1) never yields.
+func (q *File) rejoinLocked(b *enqueueBatch) {
+	if q.lastBatch <= 1 {
+		return
+	}
+	for range maxRejoinYields {
+		before := len(b.reqs)
+		q.mu.Unlock()
+		runtime.Gosched()
+		q.mu.Lock()
+		if len(b.reqs) == before {
+			return
 		}
 	}
 }
@@ -299,6 +330,7 @@ func (q *File) writeBatchLocked(b *enqueueBatch) error {
 		for _, put := range puts {
 			q.st.apply(put)
 		}
+		q.rec.committed(len(b.reqs))
 		q.rec.setCounts(len(q.st.pending), len(q.st.dead))
 	}
 	for range full {

@@ -10,6 +10,7 @@ type Metrics struct {
 	deadLetters *prometheus.GaugeVec
 	overflow    *prometheus.CounterVec
 	evictions   *prometheus.CounterVec
+	groups      *prometheus.HistogramVec
 }
 
 // NewMetrics registers the queue metrics on reg (never on the global registry):
@@ -19,6 +20,8 @@ type Metrics struct {
 //	syncd_client_queue_overflow_total{queue}  counter enqueues refused by MaxDepth
 //	syncd_client_queue_dead_letters_evicted_total{queue}
 //	                                          counter dead letters evicted beyond MaxDeadLetters
+//	syncd_client_queue_commit_enqueues{queue} histogram enqueues that shared one
+//	                                          durable write (group commit; file and SQLite queues)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -37,8 +40,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "syncd_client_queue_dead_letters_evicted_total",
 			Help: "Dead letters deleted because the dead-letter store was beyond its maximum (MaxDeadLetters).",
 		}, []string{"queue"}),
+		groups: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "syncd_client_queue_commit_enqueues",
+			Help:    "Enqueues written by one durable write of the queue (group commit): 1 for a lone enqueue.",
+			Buckets: groupBuckets,
+		}, []string{"queue"}),
 	}
-	for _, c := range []prometheus.Collector{m.depth, m.deadLetters, m.overflow, m.evictions} {
+	for _, c := range []prometheus.Collector{m.depth, m.deadLetters, m.overflow, m.evictions, m.groups} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -57,8 +65,13 @@ func (m *Metrics) recorder(queue string) recorder {
 		deadLetters: m.deadLetters.WithLabelValues(queue),
 		overflow:    m.overflow.WithLabelValues(queue),
 		evictions:   m.evictions.WithLabelValues(queue),
+		groups:      m.groups.WithLabelValues(queue),
 	}
 }
+
+// groupBuckets are the commit group sizes the histogram tells apart: 1,
+// 2, 4, ... up to maxBatch, the most one SQLite commit takes.
+var groupBuckets = prometheus.ExponentialBuckets(1, 2, 9)
 
 // recorder is one queue's view of Metrics.
 type recorder struct {
@@ -66,6 +79,7 @@ type recorder struct {
 	deadLetters prometheus.Gauge
 	overflow    prometheus.Counter
 	evictions   prometheus.Counter
+	groups      prometheus.Observer
 }
 
 func (r recorder) setCounts(pending, dead int) {
@@ -85,5 +99,12 @@ func (r recorder) overflowed() {
 func (r recorder) evicted(n int) {
 	if r.evictions != nil && n > 0 {
 		r.evictions.Add(float64(n))
+	}
+}
+
+// committed records one durable write that carried n enqueues.
+func (r recorder) committed(n int) {
+	if r.groups != nil && n > 0 {
+		r.groups.Observe(float64(n))
 	}
 }

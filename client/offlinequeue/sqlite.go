@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -59,8 +60,10 @@ type SQLiteOptions struct {
 // committed and survives a power cut. Concurrent Enqueue calls share one
 // transaction (group commit): callers that arrive while a commit is in
 // flight are committed together in the next one, and each returns only after
-// the transaction holding its item committed. A single Enqueue with nothing
-// in flight commits at once.
+// the transaction holding its item committed; the callers a commit released
+// join the next group before it is written (see gather), so n concurrent
+// producers share about one commit per round, not two. A single Enqueue with
+// nothing in flight commits at once, in its caller's goroutine.
 //
 // A write that fails before its commit is rolled back and did not happen;
 // the handle keeps working. If a commit itself fails, its outcome is
@@ -91,6 +94,19 @@ type SQLite struct {
 	stop     chan struct{}      // closed by Close to stop the committer
 	stopped  chan struct{}      // closed by the committer when it exits
 
+	// writer is held by whoever writes: the committer, or a caller that
+	// commits its own write (submit). Everything "the committer" owns
+	// below is owned by writer's holder.
+	writer sync.Mutex
+	// solo is true while writes come one at a time (the committer's last
+	// group was a lone write): a caller that then finds the writer free and
+	// nothing waiting commits its write itself, without the two hand-offs
+	// between goroutines a trip through the committer costs.
+	solo atomic.Bool
+	// waiting counts the requests handed to the committer that it has not
+	// yet taken into a commit (under writer).
+	waiting atomic.Int64
+
 	// checkpoints runs the log's checkpoints beside the committer, which
 	// tells it of each write: no commit checkpoints (sqlitedb's
 	// Checkpointer says why).
@@ -100,7 +116,7 @@ type SQLite struct {
 	pending int // committed pending items
 	dead    int // committed dead letters
 
-	// poisoned is set and read by the committer only.
+	// poisoned is set and read by the holder of writer only.
 	poisoned error
 }
 
@@ -187,7 +203,7 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 			_ = db.Close()
 		}
 	}()
-	// One connection writes (the committer); the others serve readers.
+	// One connection writes (the holder of writer); the others serve readers.
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 
@@ -209,6 +225,7 @@ func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, e
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
+	q.solo.Store(true)
 	if err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items), (SELECT count(*) FROM dead_letters)`).Scan(&q.pending, &q.dead); err != nil {
 		return nil, fmt.Errorf("count items: %w", err)
 	}
@@ -326,8 +343,14 @@ func migrate(ctx context.Context, db *sql.DB) error {
 // The queue's statements. Key lookups repeat the partial index's WHERE term
 // so that SQLite can use the index.
 const (
-	sqlFindKey     = `SELECT id FROM items WHERE key = ? AND length(key) > 0`
-	sqlInsert      = `INSERT INTO items (payload, key, attempts, enqueued_at) VALUES (?, ?, 0, ?)`
+	sqlFindKey = `SELECT id FROM items WHERE key = ? AND length(key) > 0`
+	sqlInsert  = `INSERT INTO items (payload, key, attempts, enqueued_at) VALUES (?, ?, 0, ?)`
+	// sqlInsertNew inserts an item unless its non-empty key is pending
+	// (then it changes nothing): a key lookup and an insert in one step.
+	// Not an upsert (ON CONFLICT DO NOTHING): that takes an AUTOINCREMENT
+	// id even when it inserts nothing, and ids are given without gaps.
+	sqlInsertNew = `INSERT INTO items (payload, key, attempts, enqueued_at)
+		SELECT ?1, ?2, 0, ?3 WHERE NOT EXISTS (SELECT 1 FROM items WHERE key = ?2 AND length(key) > 0)`
 	sqlPeek        = `SELECT id, payload, key, attempts, enqueued_at FROM items WHERE id > ? ORDER BY id LIMIT ?`
 	sqlDeleteItem  = `DELETE FROM items WHERE id = ?`
 	sqlSetAttempts = `UPDATE items SET attempts = ? WHERE id = ?`
@@ -351,8 +374,9 @@ const (
 // pool; a transaction binds it to its connection with Tx.StmtContext, which
 // reuses the connection's prepared copy.
 type sqliteStmts struct {
-	findKey, insert, peek, deleteItem, setAttempts *sql.Stmt
-	kill, listDead, revive, deleteDead, evictDead  *sql.Stmt
+	findKey, insert, insertNew, peek, deleteItem  *sql.Stmt
+	setAttempts                                   *sql.Stmt
+	kill, listDead, revive, deleteDead, evictDead *sql.Stmt
 }
 
 func prepareStmts(ctx context.Context, db *sql.DB) (sqliteStmts, error) {
@@ -363,6 +387,7 @@ func prepareStmts(ctx context.Context, db *sql.DB) (sqliteStmts, error) {
 	}{
 		{&s.findKey, sqlFindKey},
 		{&s.insert, sqlInsert},
+		{&s.insertNew, sqlInsertNew},
 		{&s.peek, sqlPeek},
 		{&s.deleteItem, sqlDeleteItem},
 		{&s.setAttempts, sqlSetAttempts},
@@ -383,7 +408,7 @@ func prepareStmts(ctx context.Context, db *sql.DB) (sqliteStmts, error) {
 }
 
 func (s sqliteStmts) close() {
-	for _, stmt := range []*sql.Stmt{s.findKey, s.insert, s.peek, s.deleteItem, s.setAttempts, s.kill, s.listDead, s.revive, s.deleteDead, s.evictDead} {
+	for _, stmt := range []*sql.Stmt{s.findKey, s.insert, s.insertNew, s.peek, s.deleteItem, s.setAttempts, s.kill, s.listDead, s.revive, s.deleteDead, s.evictDead} {
 		if stmt != nil {
 			_ = stmt.Close()
 		}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 )
 
 // maxBatch bounds the enqueues that share one transaction.
@@ -17,6 +18,9 @@ type writeRequest struct {
 	payload []byte
 	key     string
 	with    func(ctx context.Context, tx *sql.Tx, id ID) error // EnqueueWith's hook, or nil
+	// committing, if not nil, is told the item's id before the commit
+	// (EnqueueCommitting).
+	committing func(ID)
 
 	op    string // names the operation in errors
 	apply func(ctx context.Context, tx *sql.Tx) (counts, error)
@@ -31,21 +35,44 @@ type writeRequest struct {
 // letters evicted by it.
 type counts struct{ pending, dead, evicted int }
 
-// submit hands r to the committer and waits for its outcome. Once r has been
-// handed over it runs to completion whatever happens to ctx, so an error
-// never means "perhaps".
+// submit hands r to the committer and waits for its outcome; while writes
+// come one at a time (s.solo) and the writer is free with nothing waiting,
+// it commits r itself. Once r has been handed over (or its commit begun) it
+// runs to completion whatever happens to ctx, so an error never means
+// "perhaps".
 func (s *SQLite) submit(ctx context.Context, r *writeRequest) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
 	defer s.life.RUnlock()
+	if s.solo.Load() && s.waiting.Load() == 0 && s.lockWriter(r) {
+		s.commitOne(r)
+		s.writer.Unlock()
+		return r.err
+	}
+	s.waiting.Add(1)
 	select {
 	case s.requests <- r:
 	case <-ctx.Done():
+		s.waiting.Add(-1)
 		return ctx.Err()
 	}
 	<-r.done
 	return r.err
+}
+
+// lockWriter takes s.writer for a caller committing r itself: an enqueue
+// only if it is free (one that finds it taken joins the committer's next
+// group, so concurrent enqueues share commits), any other write waiting for
+// it (it is its own transaction whoever runs it, most often the driver
+// settling a write whose enqueue is committing, and waiting spares it the
+// hand-offs through the committer).
+func (s *SQLite) lockWriter(r *writeRequest) bool {
+	if r.apply == nil {
+		return s.writer.TryLock()
+	}
+	s.writer.Lock()
+	return true
 }
 
 // apply runs fn in a transaction of its own. fn returns the change it made to
@@ -55,16 +82,18 @@ func (s *SQLite) apply(ctx context.Context, op string, fn func(ctx context.Conte
 	return s.submit(ctx, &writeRequest{op: op, apply: fn, done: make(chan struct{})})
 }
 
-// commitLoop is the committer: the one goroutine that writes. It takes a
-// request; if it is an enqueue, it also takes every enqueue already waiting
-// (up to maxBatch) and commits them in one transaction. Enqueues arriving
-// during that commit wait in s.requests and form the next group, so a lone
-// enqueue never waits for company and a busy queue pays one commit per group.
-// It exits when Close closes s.stop, which Close does only after every
-// submitter has returned.
+// commitLoop is the committer: the goroutine that writes what callers hand
+// over (a caller writing one at a time commits its own write, submit). It
+// takes a request and s.writer; if it is an enqueue, it also takes every
+// enqueue already waiting (up to maxBatch) and commits them in one
+// transaction. Enqueues arriving during that commit wait in s.requests and
+// form the next group, so a lone enqueue never waits for company and a busy
+// queue pays one commit per group. It exits when Close closes s.stop, which
+// Close does only after every submitter has returned.
 func (s *SQLite) commitLoop() {
 	defer close(s.stopped)
 	var held *writeRequest // a non-enqueue met while gathering a group
+	last := 0              // the size of the previous group of enqueues
 	for {
 		r := held
 		held = nil
@@ -75,27 +104,75 @@ func (s *SQLite) commitLoop() {
 				return
 			}
 		}
+		s.writer.Lock()
+		s.waiting.Add(-1)
 		if r.apply != nil {
-			s.commitApply(r)
-			s.checkpoints.Wrote(1)
+			s.commitOne(r)
+			s.writer.Unlock()
 			continue
 		}
 		group := []*writeRequest{r}
-	gather:
+		group, held = s.gather(group, last)
+		last = len(group)
+		s.solo.Store(last == 1 && held == nil)
+		s.commitGroup(group)
+		s.writer.Unlock()
+	}
+}
+
+// commitOne commits one write: an enqueue as a group of one, anything else
+// in a transaction of its own. The caller holds s.writer.
+func (s *SQLite) commitOne(r *writeRequest) {
+	if r.apply != nil {
+		s.commitApply(r)
+		s.checkpoints.Wrote(1)
+		return
+	}
+	s.commitGroup([]*writeRequest{r})
+}
+
+// commitGroup commits a group of enqueues and counts it (before the
+// commit releases its callers, so a caller that returned is counted). The
+// caller holds s.writer.
+func (s *SQLite) commitGroup(group []*writeRequest) {
+	s.rec.committed(len(group))
+	s.commitEnqueues(group)
+	s.checkpoints.Wrote(len(group))
+}
+
+// maxRejoinYields bounds how many times one gathering yields the processor
+// for the producers of the previous group to come back.
+const maxRejoinYields = 8
+
+// gather adds to group every enqueue waiting in s.requests, up to maxBatch;
+// it stops at a non-enqueue and returns it as held. When the previous
+// group had company (last > 1), the producers its commit released are
+// likely runnable and about to enqueue again: gather yields the processor
+// (runtime.Gosched, no timer) and takes what they sent, again as long as
+// a yield brings more (at most maxRejoinYields). Without it concurrent
+// producers split into two groups that alternate, one committing while the
+// other forms, and each commit carries half of them. A lone producer (last
+// 1) never yields.
+func (s *SQLite) gather(group []*writeRequest, last int) ([]*writeRequest, *writeRequest) {
+	for yields := 0; ; yields++ {
+		before := len(group)
+	drain:
 		for len(group) < maxBatch {
 			select {
 			case next := <-s.requests:
 				if next.apply != nil {
-					held = next
-					break gather
+					return group, next // still counted in s.waiting
 				}
+				s.waiting.Add(-1)
 				group = append(group, next)
 			default:
-				break gather
+				break drain
 			}
 		}
-		s.commitEnqueues(group)
-		s.checkpoints.Wrote(len(group))
+		if last <= 1 || len(group) >= maxBatch || yields == maxRejoinYields || (yields > 0 && len(group) == before) {
+			return group, nil
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -121,7 +198,7 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 		s.hooks.batch(len(group))
 	}
 	if len(group) == 1 && s.poisoned == nil && s.pending < s.opts.MaxDepth {
-		if group[0].with == nil {
+		if group[0].with == nil && group[0].committing == nil {
 			s.commitLone(group[0])
 		} else {
 			s.commitLoneWith(group[0])
@@ -129,12 +206,33 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 		return
 	}
 	var added, refused int
+	var told []*writeRequest // to tell after the commit
 	err := s.inTx("enqueue into", func(ctx context.Context, tx *sql.Tx) error {
 		added, refused = 0, 0
+		var fresh []*writeRequest // inserted, with committing to call
 		find := tx.StmtContext(ctx, s.stmts.findKey)
 		insert := tx.StmtContext(ctx, s.stmts.insert)
+		var insertNew *sql.Stmt // bound on first use
 		for _, r := range group {
 			r.id, r.err = 0, nil
+			if r.with == nil && s.pending+added < s.opts.MaxDepth {
+				// Room for it, no hook: the insert looks the key up.
+				if insertNew == nil {
+					insertNew = tx.StmtContext(ctx, s.stmts.insertNew)
+				}
+				id, inserted, err := s.insertNew(ctx, insertNew, find, r)
+				if err != nil {
+					return err
+				}
+				r.id = id
+				if inserted {
+					added++
+					if r.committing != nil {
+						fresh = append(fresh, r)
+					}
+				}
+				continue
+			}
 			if r.key != "" {
 				var id int64
 				err := find.QueryRowContext(ctx, blob(r.key)).Scan(&id)
@@ -146,7 +244,7 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 					return err
 				}
 			}
-			// s.pending is written only by this goroutine.
+			// s.pending is written only by the holder of s.writer.
 			if depth := s.pending + added; depth >= s.opts.MaxDepth {
 				r.err = &FullError{Depth: depth, Capacity: s.opts.MaxDepth}
 				refused++
@@ -159,6 +257,9 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 				}
 				if ok {
 					added++
+					if r.committing != nil {
+						fresh = append(fresh, r)
+					}
 				}
 				continue
 			}
@@ -168,6 +269,15 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 			}
 			r.id = id
 			added++
+			if r.committing != nil {
+				fresh = append(fresh, r)
+			}
+		}
+		if s.syncsOnCommit() {
+			// Every statement of the group is written: only the commit is left.
+			tell(fresh)
+		} else {
+			told = fresh
 		}
 		return nil
 	})
@@ -180,9 +290,23 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 		for range refused {
 			s.rec.overflowed()
 		}
+		tell(told)
 	}
 	for _, r := range group {
 		close(r.done)
+	}
+}
+
+// syncsOnCommit says whether a commit waits for the disk (every level but
+// SyncNormal): only then is there a sync for EnqueueCommitting's caller to
+// overlap, and committing is called before the commit; at SyncNormal it is
+// called just after it.
+func (s *SQLite) syncsOnCommit() bool { return s.opts.Synchronous != SyncNormal }
+
+// tell calls the committing of each of rs with its item's id.
+func tell(rs []*writeRequest) {
+	for _, r := range rs {
+		r.committing(r.id)
 	}
 }
 
@@ -226,42 +350,51 @@ func (s *SQLite) insertWith(ctx context.Context, tx *sql.Tx, insert *sql.Stmt, r
 }
 
 // commitLone commits an enqueue that found no other waiting without an
-// explicit transaction: a key lookup, then one autocommit insert, as cheap
-// as a durable SQLite write gets. The committer is the only writer, so
-// nothing can come between the lookup and the insert; an insert that fails
-// is rolled back by SQLite and leaves nothing, so its error is certain and
-// never poisons the handle. (The caller has checked the depth bound.)
+// explicit transaction: one autocommit insert that does nothing if the key
+// is pending (then a lookup of that item's id), as cheap as a durable
+// SQLite write gets. The holder of s.writer is the only writer, so nothing can come
+// between the insert and the lookup; an insert that fails is rolled back by
+// SQLite and leaves nothing, so its error is certain and never poisons the
+// handle. (The caller has checked the depth bound.)
 func (s *SQLite) commitLone(r *writeRequest) {
 	defer close(r.done)
-	ctx := context.Background()
 	r.id, r.err = 0, nil
-	if r.key != "" {
-		var id int64
-		err := s.stmts.findKey.QueryRowContext(ctx, blob(r.key)).Scan(&id)
-		if err == nil {
-			r.id = ID(id) // dedup hit
-			return
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			r.err = fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, err)
-			return
-		}
-	}
-	res, err := s.stmts.insert.ExecContext(ctx, r.payload, blob(r.key), s.opts.now().UnixNano())
-	var id int64
-	if err == nil {
-		id, err = res.LastInsertId()
-	}
+	id, inserted, err := s.insertNew(context.Background(), s.stmts.insertNew, s.stmts.findKey, r)
 	if err != nil {
 		r.err = fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, err)
 		return
 	}
-	r.id = ID(id)
-	s.addCounts(counts{pending: 1})
+	r.id = id
+	if inserted {
+		s.addCounts(counts{pending: 1})
+	}
 }
 
-// commitLoneWith commits an EnqueueWith that found no other waiting: the
-// item and the hook in one transaction, without the savepoint a group
+// insertNew inserts r's item with insertNew unless r's key is pending, and
+// then returns the pending item's id (found with findKey) and inserted
+// false.
+func (s *SQLite) insertNew(ctx context.Context, insertNew, findKey *sql.Stmt, r *writeRequest) (id ID, inserted bool, err error) {
+	res, err := insertNew.ExecContext(ctx, r.payload, blob(r.key), s.opts.now().UnixNano())
+	if err != nil {
+		return 0, false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, false, err
+	}
+	if n == 0 { // dedup hit
+		var hit int64
+		if err := findKey.QueryRowContext(ctx, blob(r.key)).Scan(&hit); err != nil {
+			return 0, false, err
+		}
+		return ID(hit), false, nil
+	}
+	newID, err := res.LastInsertId()
+	return ID(newID), err == nil, err
+}
+
+// commitLoneWith commits an EnqueueWith (or EnqueueCommitting) that found
+// no other waiting: the item and the hook in one transaction, without the savepoint a group
 // needs to undo one member (here the member is the whole transaction).
 // A failing hook rolls it back; its error is r's, certain, and does not
 // poison the handle.
@@ -286,16 +419,24 @@ func (s *SQLite) commitLoneWith(r *writeRequest) {
 		if err != nil {
 			return err
 		}
-		if hookErr = r.with(ctx, tx, id); hookErr != nil {
-			return hookErr
+		if r.with != nil {
+			if hookErr = r.with(ctx, tx, id); hookErr != nil {
+				return hookErr
+			}
 		}
 		r.id, inserted = id, true
+		if r.committing != nil && s.syncsOnCommit() {
+			r.committing(id) // only the commit is left
+		}
 		return nil
 	})
 	switch {
 	case err == nil:
 		if inserted {
 			s.addCounts(counts{pending: 1})
+			if r.committing != nil && !s.syncsOnCommit() {
+				r.committing(r.id)
+			}
 		}
 	case hookErr != nil && !errors.Is(err, ErrPoisoned):
 		r.id, r.err = 0, fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, hookErr)

@@ -91,6 +91,7 @@ func TestSQLiteQueriesUseIndexes(t *testing.T) {
 		return strings.Join(details, "; ")
 	}
 	require.Contains(t, plan(sqlFindKey, []byte("k")), "INDEX items_key", "key lookup must use the partial unique index")
+	require.Contains(t, plan(sqlInsertNew, []byte("p"), []byte("k"), 0), "INDEX items_key", "the insert's key lookup must use the partial unique index")
 	require.Contains(t, plan(sqlPeek, 0, 10), "INTEGER PRIMARY KEY", "Peek must seek by ID, not scan")
 	require.Contains(t, plan(sqlListDead, 0, 10), "INTEGER PRIMARY KEY", "DeadLetters must seek by ID, not scan")
 }
@@ -215,7 +216,7 @@ func stallSQLiteThenQueue(t *testing.T, q *SQLite, g *sqliteGate, args ...sqlite
 	waitFirst := sqliteEnqueueAsync(q, sqliteArgs{"stall", ""})
 	require.Equal(t, 1, g.next(t), "the first enqueue is committed alone, at once")
 	waitRest := sqliteEnqueueAsync(q, args...)
-	require.Eventually(t, func() bool { return len(q.requests) == len(args) }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return q.waiting.Load() == int64(len(args)) }, 10*time.Second, time.Millisecond,
 		"the enqueues did not reach the committer")
 	return func() (sqliteResult, []sqliteResult) {
 		g.open()

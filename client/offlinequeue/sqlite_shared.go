@@ -35,10 +35,27 @@ type Hook func(ctx context.Context, tx *sql.Tx) error
 // neighbours'.
 // Errors: those of Enqueue, or the hook's error.
 func (s *SQLite) EnqueueWith(ctx context.Context, payload []byte, key string, with func(ctx context.Context, tx *sql.Tx, id ID) error) (ID, error) {
+	return s.EnqueueCommitting(ctx, payload, key, with, nil)
+}
+
+// EnqueueCommitting is EnqueueWith that also calls committing, when it is
+// not nil, with the new item's ID once the item and with's rows are
+// written and only the commit is left: the item is not durable yet, and
+// the call returns once it is. So a caller can start what follows from the
+// write (sending it) while the commit's sync runs. At SyncNormal, where a
+// commit does not wait for the disk, committing is called just after the
+// commit instead (still before the call returns). If that commit then
+// fails, the call's error matches ErrPoisoned: the item's fate is unknown,
+// as for any failed commit. committing is not called for a dedup hit, a
+// refused or failed item, nor for any item of a group that is rolled back
+// (its neighbours' statements are all written first); it runs in the
+// queue's writer and must not block or call the queue. Writes that follow
+// on the queue (MarkDoneWith of the item) commit after this one.
+func (s *SQLite) EnqueueCommitting(ctx context.Context, payload []byte, key string, with func(ctx context.Context, tx *sql.Tx, id ID) error, committing func(ID)) (ID, error) {
 	if err := s.opts.validateEnqueue(payload, key); err != nil {
 		return 0, err
 	}
-	r := &writeRequest{payload: payload, key: key, with: with, done: make(chan struct{})}
+	r := &writeRequest{payload: payload, key: key, with: with, committing: committing, done: make(chan struct{})}
 	if err := s.submit(ctx, r); err != nil {
 		return 0, err
 	}

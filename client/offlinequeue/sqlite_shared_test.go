@@ -52,7 +52,13 @@ func overlayRows(t *testing.T, q *SQLite) map[ID]string {
 
 func openShared(t *testing.T, path string, hooks sqliteHooks) *SQLite {
 	t.Helper()
-	q := openTestSQLite(t, path, SQLiteOptions{}, hooks)
+	return openSharedAt(t, path, SyncFull, hooks)
+}
+
+// openSharedAt is openShared at a synchronous level.
+func openSharedAt(t *testing.T, path string, level Synchronous, hooks sqliteHooks) *SQLite {
+	t.Helper()
+	q := openTestSQLite(t, path, SQLiteOptions{Synchronous: level}, hooks)
 	require.NoError(t, q.Update(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, overlaySchema)
 		return err
@@ -103,6 +109,97 @@ func TestSQLiteEnqueueWithCommitsBoth(t *testing.T) {
 	require.Equal(t, 1, n)
 }
 
+// TestSQLiteEnqueueCommittingTellsBeforeTheCommit: committing gets the new
+// item's id while its commit is still to come (another connection does not
+// see the item yet; at SyncNormal just after it) and before the call
+// returns; a dedup hit, a refused hook and a queued group's members each
+// call it as they should, and a MarkDoneWith started from committing
+// commits after the item.
+func TestSQLiteEnqueueCommittingTellsBeforeTheCommit(t *testing.T) {
+	for _, c := range []struct {
+		lone    bool
+		level   Synchronous
+		visible int // the item as another connection sees it when told
+	}{{true, SyncFull, 0}, {false, SyncFull, 0}, {true, SyncNormal, 1}, {false, SyncNormal, 1}} {
+		lone := c.lone
+		t.Run(fmt.Sprintf("lone=%v/normal=%v", lone, c.level == SyncNormal), func(t *testing.T) {
+			g := newSQLiteGate()
+			hooks := sqliteHooks{}
+			if !lone {
+				hooks = g.hooks()
+			}
+			q := openSharedAt(t, filepath.Join(t.TempDir(), "queue.db"), c.level, hooks)
+			ctx := t.Context()
+			t.Cleanup(g.open)
+			var wait func() []sqliteResult
+			if !lone { // hold the writer, so the calls below commit as a group
+				wait = sqliteEnqueueAsync(q, sqliteArgs{"stall", ""})
+				require.Equal(t, 1, g.next(t))
+			}
+
+			type told struct {
+				id      ID
+				visible int
+			}
+			var mu sync.Mutex
+			var tells []told
+			var settled chan error
+			committing := func(note string) func(ID) {
+				return func(id ID) {
+					var n int
+					// Another connection reads the last commit.
+					err := q.DB().QueryRowContext(ctx, `SELECT count(*) FROM items WHERE id = ?`, id).Scan(&n)
+					mu.Lock()
+					defer mu.Unlock()
+					require.NoError(t, err)
+					tells = append(tells, told{id, n})
+					if note == "a" {
+						settled = make(chan error, 1)
+						go func() {
+							settled <- q.MarkDoneWith(context.Background(), func(context.Context, *sql.Tx) error { return nil }, id)
+						}()
+					}
+				}
+			}
+			notes := []string{"a", "fail-b", "c"}
+			ids := make([]ID, len(notes))
+			errs := make([]error, len(notes))
+			var wg sync.WaitGroup
+			for i, note := range notes {
+				call := func() {
+					ids[i], errs[i] = q.EnqueueCommitting(ctx, []byte(note), "k-"+note, overlayHook(note), committing(note))
+				}
+				if lone {
+					call()
+				} else {
+					wg.Go(call)
+				}
+			}
+			if !lone {
+				require.Eventually(t, func() bool { return q.waiting.Load() == int64(len(notes)) }, 10*time.Second, time.Millisecond)
+				g.open()
+				require.NoError(t, wait()[0].err)
+				wg.Wait()
+			}
+			require.NoError(t, errs[0])
+			require.ErrorIs(t, errs[1], errHookRefused)
+			require.NoError(t, errs[2])
+			mu.Lock()
+			require.ElementsMatch(t, []told{{ids[0], c.visible}, {ids[2], c.visible}}, tells, "told as the level says, not for the refused hook")
+			mu.Unlock()
+
+			dup, err := q.EnqueueCommitting(ctx, []byte("c again"), "k-c", overlayHook("never"), func(ID) { t.Error("told of a dedup hit") })
+			require.NoError(t, err)
+			require.Equal(t, ids[2], dup)
+
+			require.NoError(t, <-settled, "the item is marked done after its commit")
+			n, err := q.Len(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1+map[bool]int{true: 0, false: 1}[lone], n, "c (and the stalled item) remain")
+		})
+	}
+}
+
 // TestSQLiteEnqueueWithSharesTheGroupTransaction: hooked enqueues waiting
 // together are committed in one group; a failing hook undoes its own item
 // and row only (its savepoint), and its neighbours commit.
@@ -122,7 +219,7 @@ func TestSQLiteEnqueueWithSharesTheGroupTransaction(t *testing.T) {
 			ids[i], errs[i] = q.EnqueueWith(context.Background(), []byte(note), "key-"+note, overlayHook(note))
 		})
 	}
-	require.Eventually(t, func() bool { return len(q.requests) == len(notes) }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return q.waiting.Load() == int64(len(notes)) }, 10*time.Second, time.Millisecond,
 		"the enqueues did not reach the committer")
 	g.open()
 	require.NoError(t, first()[0].err)
