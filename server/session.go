@@ -487,7 +487,7 @@ func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 }
 
 func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
-	sc, refusal := ss.planScopes(ctx, m.Scopes, nil, nil)
+	sc, refusal := ss.planScopes(ctx, m.Cursor, m.Scopes, nil, nil)
 	if refusal != nil {
 		ss.refuse(m.ID, refusal)
 		return
@@ -556,7 +556,7 @@ func changesOf(id string, page replication.Page) *syncproto.Changes {
 // or the end of the session.
 func (ss *session) subscribe(ctx context.Context, m *syncproto.Subscribe) {
 	ss.stopSubscription()
-	sc, refusal := ss.planScopes(ctx, m.Scopes, m.Have, m.Resume)
+	sc, refusal := ss.planScopes(ctx, m.Cursor, m.Scopes, m.Have, m.Resume)
 	if refusal != nil {
 		ss.refuse(m.ID, refusal)
 		return
