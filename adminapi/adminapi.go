@@ -288,6 +288,10 @@ type Session struct {
 	ConnectedAt time.Time `json:"connected_at"`
 	// Cursor is the last sequence the session's feed delivered.
 	Cursor uint64 `json:"cursor"`
+	// Subscribed says the session has a live feed: only then is the head
+	// minus Cursor the entries the device has yet to receive (a session
+	// that never subscribed, or whose feed ended, is behind nothing).
+	Subscribed bool `json:"subscribed"`
 	// PendingPushes counts the session's pushes not yet answered.
 	PendingPushes int64 `json:"pending_pushes"`
 	// LastPushAt and LastPushOps are the device's last push to this node

@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/client/offlinequeue"
+	"github.com/syncd-dev/syncd/internal/peerbench"
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/syncdtest"
@@ -44,8 +45,16 @@ const (
 //	                  plus one loopback TCP round trip (ceilingProbe, sampled
 //	                  between chunks of awaitChunk writes)
 //	ratio             writes/s over ceiling_writes/s
+//	pouchdb_puts/s    the peer in the same run: PouchDB's online put, the
+//	                  same number of sequential awaited puts of documents
+//	                  of the same size to a PouchDB server on this machine
+//	                  (tools/peerbench; LevelDB, no fsync: the durability
+//	                  NORMAL compares with)
+//	x_pouchdb         writes/s over pouchdb_puts/s
 //
-// Targets (issue 10 item 5): p50 <= 1.5 ms at NORMAL, <= 3 ms at FULL.
+// Targets: issue 10 item 5, p50 <= 1.5 ms at NORMAL, <= 3 ms at FULL;
+// issue 24 item 3, NORMAL >= 1.5x PouchDB's online put, FULL >= 0.7x
+// the ceiling.
 func BenchmarkAwaitedPut(b *testing.B) {
 	for _, level := range []struct {
 		name   string
@@ -109,11 +118,27 @@ func BenchmarkAwaitedPut(b *testing.B) {
 			b.ReportMetric(rate, "writes/s")
 			b.ReportMetric(ceiling, "ceiling_writes/s")
 			b.ReportMetric(rate/ceiling, "ratio")
+			peer := pouchDBPuts(b, n)
+			b.ReportMetric(peer, "pouchdb_puts/s")
+			b.ReportMetric(rate/peer, "x_pouchdb")
 		})
 	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// pouchDBPuts is PouchDB's online put on this machine: n sequential awaited
+// puts to its own server, in puts a second.
+func pouchDBPuts(b *testing.B, n int) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	peer, err := peerbench.Start(ctx, b.TempDir())
+	require.NoError(b, err)
+	defer peer.Close()
+	rate, err := peer.Puts(ctx, "puts", n)
+	require.NoError(b, err)
+	return rate
+}
 
 // awaitChunk is how many writes BenchmarkAwaitedPut times between two
 // samplings of its ceiling.

@@ -230,7 +230,12 @@ func (r *replica) applyChanges(ctx context.Context, a synccore.Apply, cov covere
 // goes down but by resetFromSnapshot, which the feed's reader does not run
 // beside, so an entry found applied stays applied.
 func (r *replica) unapplied(ctx context.Context, entries []syncproto.Change) ([]syncproto.Change, error) {
-	entries = r.echoes.drop(entries)
+	return r.notHeld(ctx, r.echoes.drop(entries))
+}
+
+// notHeld returns the entries the records do not hold at their version or
+// newer, in order, found with one query.
+func (r *replica) notHeld(ctx context.Context, entries []syncproto.Change) ([]syncproto.Change, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}

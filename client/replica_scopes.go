@@ -229,9 +229,12 @@ func evictValues(ctx context.Context, tx *sql.Tx, evictions []syncproto.Eviction
 // applyBackfill stores a backfill page's entries by version (a record
 // held at the same or a newer version is kept) and the scope state, in
 // one transaction; the cursor does not move. It returns the entries it
-// stored.
+// stored. The records alone say what is held: a backfill entry is no
+// echo, and the device's own write to a value it did not follow was
+// settled without being kept (echoes notes it all the same), so its row
+// comes with the backfill of that value.
 func (r *replica) applyBackfill(ctx context.Context, a synccore.ApplyBackfill) ([]syncproto.Change, error) {
-	fresh, err := r.unapplied(ctx, a.Entries)
+	fresh, err := r.notHeld(ctx, a.Entries)
 	if err != nil {
 		return nil, err
 	}

@@ -430,30 +430,8 @@ func scanRecord(row interface{ Scan(...any) error }) (Record, error) {
 // of membership models (scopes' Membership): the grants a principal's
 // token does not carry. Token grants are the caller's to add.
 func (r *Records) Grants(ctx context.Context, tenant, user string, scopes *Scopes) (syncproto.ScopeSet, error) {
-	out := syncproto.ScopeSet{}
-	if user == "" || scopes == nil {
-		return out, nil
-	}
-	rows, err := r.db.QueryContext(ctx, `SELECT model, scope_value FROM records
-		WHERE tenant = ? AND member = ? AND deleted = 0 AND scope_value IS NOT NULL`, tenant, user)
-	if err != nil {
-		return nil, fmt.Errorf("grants of %s: %w", user, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var model, value string
-		if err := rows.Scan(&model, &value); err != nil {
-			return nil, fmt.Errorf("grants of %s: %w", user, err)
-		}
-		if d := scopes.Of(model); d != nil && d.Membership != nil && d.Membership.Model == model {
-			out[d.Name] = append(out[d.Name], value)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("grants of %s: %w", user, err)
-	}
-	out.Normalize()
-	return out, nil
+	grants, _, err := r.GrantsAt(ctx, tenant, user, scopes)
+	return grants, err
 }
 
 // ScopePage is one page of a scope value's live records (ReadScopeValue):

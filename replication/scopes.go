@@ -137,11 +137,17 @@ func (s *Scopes) Names() []string {
 func (s *Scopes) Info(visible func(model string) bool) map[string]syncproto.ScopeInfo {
 	out := map[string]syncproto.ScopeInfo{}
 	for name, d := range s.byName {
-		info := syncproto.ScopeInfo{Models: map[string]string{}, Membership: d.Membership}
+		info := syncproto.ScopeInfo{Models: map[string]string{}}
 		for m, f := range d.Fields {
 			if visible(m) {
 				info.Models[m] = f
 			}
+		}
+		if m := d.Membership; m != nil && visible(m.Model) {
+			// A principal that may not see the membership model is told
+			// only of the models it sees: welcome describes no model
+			// outside them.
+			info.Membership = m
 		}
 		if len(info.Models) > 0 {
 			out[name] = info
@@ -388,4 +394,107 @@ func (s txMembers) memberCounts(ctx context.Context, tenant, model string, value
 
 func (s txMembers) founded(ctx context.Context, tenant, model string, values []string) (map[string]bool, error) {
 	return s.r.founded(ctx, s.tx, tenant, model, values)
+}
+
+// GrantsAt returns the scope values user holds in tenant through live rows
+// of membership models (Grants), and the seq of the last write applied to
+// the records they were read from: the grants are those at that seq.
+func (r *Records) GrantsAt(ctx context.Context, tenant, user string, scopes *Scopes) (syncproto.ScopeSet, uint64, error) {
+	out := syncproto.ScopeSet{}
+	if user == "" || scopes == nil {
+		return out, 0, nil
+	}
+	var at uint64
+	err := readTx(ctx, r.db, func(conn *sql.Conn) error {
+		if err := conn.QueryRowContext(ctx, `SELECT applied_seq FROM records_state WHERE id = 1`).Scan(&at); err != nil {
+			return err
+		}
+		rows, err := conn.QueryContext(ctx, `SELECT model, scope_value FROM records
+			WHERE tenant = ? AND member = ? AND deleted = 0 AND scope_value IS NOT NULL`, tenant, user)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var model, value string
+			if err := rows.Scan(&model, &value); err != nil {
+				return err
+			}
+			if d := scopes.Of(model); d != nil && d.Membership != nil && d.Membership.Model == model {
+				out[d.Name] = append(out[d.Name], value)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("grants of %s: %w", user, err)
+	}
+	out.Normalize()
+	return out, at, nil
+}
+
+// membershipModels returns the declared membership models, sorted.
+func (s *Scopes) membershipModels() []string {
+	var models []string
+	for _, name := range s.Names() {
+		if m := s.byName[name].Membership; m != nil {
+			models = append(models, m.Model)
+		}
+	}
+	return models
+}
+
+// RewindGrants returns the membership grants user held in tenant at seq
+// cursor, given held, those it held at seq at (GrantsAt), by undoing the
+// grant changes of the writes in (cursor, at] that feed holds. A reader
+// that walks the log from cursor must start from these, not from held:
+// the walk meets each of those changes at its seq, and an entry is
+// readable by the grants at its own seq only (PROTOCOL.md 19.1). A cursor
+// the feed no longer holds yields its *CursorError.
+func RewindGrants(ctx context.Context, feed Feed, scopes *Scopes, tenant, user string, held syncproto.ScopeSet, cursor, at uint64) (syncproto.ScopeSet, error) {
+	models := scopes.membershipModels()
+	if cursor >= at || user == "" || len(models) == 0 {
+		return held, nil
+	}
+	// The first change of a value in the window says what it was before:
+	// a value gained there was not held at cursor, a value lost was.
+	first := map[[2]string]bool{}
+	var order [][2]string
+	req := ReadRequest{After: cursor, Limit: MaxReadLimit,
+		Scope: Scope{Tenant: tenant, Models: models, Follow: syncproto.ScopeSet{}, Scopes: scopes, User: user}}
+	for req.After < at {
+		page, err := feed.Read(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if page.Next <= req.After || (len(page.Grants) > 0 && page.Next > at) {
+			break
+		}
+		for _, g := range page.Grants {
+			k := [2]string{g.Scope, g.Value}
+			if _, seen := first[k]; !seen {
+				first[k] = g.Held
+				order = append(order, k)
+			}
+		}
+		req.After = page.Next
+	}
+	out := make(syncproto.ScopeSet, len(held))
+	for name, values := range held {
+		out[name] = slices.Clone(values)
+	}
+	for _, k := range order {
+		if first[k] {
+			out[k[0]] = slices.DeleteFunc(out[k[0]], func(v string) bool { return v == k[1] })
+		} else if !out.Has(k[0], k[1]) {
+			out[k[0]] = append(out[k[0]], k[1])
+		}
+	}
+	for name, values := range out {
+		if len(values) == 0 {
+			delete(out, name)
+		}
+	}
+	out.Normalize()
+	return out, nil
 }

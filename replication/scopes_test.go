@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -328,4 +329,32 @@ func TestDeclaringAScopeOverExistingRowsReindexesThemAndRenamesTheDatabase(t *te
 	b = r.Admit(a, []syncproto.Mutation{fix}, r.Config{}, time.UnixMilli(1_700_000_000_300), time.Minute)
 	inTx(t, s.db, func(tx *sql.Tx) (err error) { fx, err = r.Apply(ctx, again.In(tx), &b); return err })
 	require.Equal(t, []string{"applied"}, codes(fx))
+}
+
+// welcome describes to each principal only the models it may see: one
+// that reads tasks but not the membership model members gets the scope
+// without its membership (welcome's validation refuses a membership model
+// the scope's listed models lack).
+func TestScopeInfoDescribesOnlyTheVisibleModels(t *testing.T) {
+	s := projectScopes(t)
+	for _, tc := range []struct {
+		name       string
+		visible    []string
+		membership bool
+	}{
+		{"both", []string{"tasks", "members"}, true},
+		{"tasks only", []string{"tasks"}, false},
+		{"members only", []string{"members"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			info := s.Info(func(m string) bool { return slices.Contains(tc.visible, m) })
+			require.Len(t, info["project"].Models, len(tc.visible))
+			m := info["project"].Membership
+			require.Equal(t, tc.membership, m != nil)
+			if m != nil {
+				require.Contains(t, info["project"].Models, m.Model)
+			}
+		})
+	}
+	require.Empty(t, s.Info(func(string) bool { return false }), "a principal that sees none of its models is told of no scope")
 }

@@ -122,8 +122,8 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 		LedgerEntries: ls.Entries, LedgerFloor: ls.MaxFloor,
 	}
 	for _, ss := range sessions {
-		if c := ss.cursor.Load(); b.Head > c {
-			st.MaxClientLagEntries = max(st.MaxClientLagEntries, b.Head-c)
+		if lag, ok := ss.lag(b.Head); ok {
+			st.MaxClientLagEntries = max(st.MaxClientLagEntries, lag)
 		}
 	}
 	if c := s.cfg.Cluster; c != nil {
@@ -156,7 +156,7 @@ func (s *Server) adminClients(*http.Request) (any, int, error) {
 		a := s.devices.activity(p.Tenant, p.ClientID)
 		out = append(out, adminapi.Session{
 			ClientID: p.ClientID, Tenant: p.Tenant, User: p.User, TokenID: p.TokenID, Remote: ss.remote,
-			ConnectedAt: ss.since, Cursor: ss.cursor.Load(), PendingPushes: ss.pending.Load(),
+			ConnectedAt: ss.since, Cursor: ss.cursor.Load(), Subscribed: ss.feeding.Load(), PendingPushes: ss.pending.Load(),
 			LastPushAt: a.lastPush, LastPushOps: a.lastPushOps, LastError: string(a.lastError), LastErrorAt: a.lastErrorAt,
 		})
 	}

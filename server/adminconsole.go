@@ -194,8 +194,8 @@ func (s *Server) adminTenants(r *http.Request) (any, int, error) {
 		t := of(ss.principal().Tenant)
 		t.Sessions++
 		t.PendingPushes += ss.pending.Load()
-		if c := ss.cursor.Load(); b.Head > c {
-			t.MaxLagEntries = max(t.MaxLagEntries, b.Head-c)
+		if lag, ok := ss.lag(b.Head); ok {
+			t.MaxLagEntries = max(t.MaxLagEntries, lag)
 		}
 	}
 	s.snapshots.mu.Lock()

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/url"
 	"slices"
 	"time"
@@ -23,6 +25,16 @@ import (
 // (AllValues standing for the whole scope) united with its user's
 // membership grants, sorted. nil when no scope is declared.
 func (s *Server) grantsOf(ctx context.Context, p auth.Principal) (syncproto.ScopeSet, error) {
+	return s.grantsAt(ctx, p, math.MaxUint64)
+}
+
+// grantsAt returns what p held of the declared scopes at seq cursor (its
+// membership grants rewound to that seq, replication.RewindGrants), or
+// now for a cursor at or past the records: what a walk of the log from
+// cursor starts from, so that it reads each entry with the grants at the
+// entry's own seq. A cursor the log no longer holds gets the grants now
+// (the walk answers it resync).
+func (s *Server) grantsAt(ctx context.Context, p auth.Principal, cursor uint64) (syncproto.ScopeSet, error) {
 	if s.declared().Empty() {
 		return nil, nil
 	}
@@ -30,9 +42,19 @@ func (s *Server) grantsOf(ctx context.Context, p auth.Principal) (syncproto.Scop
 	if p.User == "" {
 		return out, nil
 	}
-	held, err := s.store.Records.Grants(ctx, p.Tenant, p.User, s.declared())
+	held, at, err := s.store.Records.GrantsAt(ctx, p.Tenant, p.User, s.declared())
 	if err != nil {
 		return nil, fmt.Errorf("read grants of %s: %w", p.User, err)
+	}
+	if cursor < at {
+		then, err := replication.RewindGrants(ctx, s.store.Log, s.declared(), p.Tenant, p.User, held, cursor, at)
+		var ce *replication.CursorError
+		switch {
+		case err == nil:
+			held = then
+		case !errors.As(err, &ce):
+			return nil, fmt.Errorf("read grants of %s at %d: %w", p.User, cursor, err)
+		}
 	}
 	for name, values := range held {
 		if !out.All(name) && scopesDeclare(s.declared(), name) {
@@ -183,6 +205,19 @@ func planScopes(decl *replication.Scopes, grants, token, requested, have syncpro
 			case !sc.requests(name, v):
 				sc.evictions = append(sc.evictions, syncproto.Eviction{Scope: name, Value: v, Reason: syncproto.EvictUnsubscribed})
 			case !grants.Has(name, v):
+				sc.evictions = append(sc.evictions, syncproto.Eviction{Scope: name, Value: v, Reason: syncproto.EvictRevoked})
+			}
+		}
+	}
+	// A value whose backfill was left unfinished (resume) is held in part:
+	// it leaves the device as a value of have would.
+	for _, name := range slices.Sorted(maps.Keys(resume)) {
+		for _, v := range slices.Sorted(maps.Keys(resume[name])) {
+			switch {
+			case have.Has(name, v):
+			case !sc.requests(name, v):
+				sc.evictions = append(sc.evictions, syncproto.Eviction{Scope: name, Value: v, Reason: syncproto.EvictUnsubscribed})
+			case sc.all[name] && !grants.Has(name, v):
 				sc.evictions = append(sc.evictions, syncproto.Eviction{Scope: name, Value: v, Reason: syncproto.EvictRevoked})
 			}
 		}

@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -42,49 +44,81 @@ func framesUntil(t testing.TB, c *wsClient, id string, seq uint64) ([]syncproto.
 // gets B's rows as backfill pages and the live tail, no resync, its cursor
 // never moves backwards, and it receives at most 1.2 times B's records
 // plus the tail. Removing B again evicts B alone.
-func TestScopeAddedWithoutResync(t *testing.T) {
+func TestScopeAddedWithoutResync(t *testing.T) { scopeAddedWithoutResync(t, 5000, true) }
+
+// TestScopeAddedWithoutResyncBesideAHundredThousandRows is the same at
+// the issue's scale: the device holds A's 100,000 rows (it says so in
+// have) when it adds B's 1,000.
+func TestScopeAddedWithoutResyncBesideAHundredThousandRows(t *testing.T) {
+	scopeAddedWithoutResync(t, 100_000, false)
+}
+
+// scopeAddedWithoutResync runs the add of B (1,000 rows) beside A (aRows
+// rows), which the device first downloads by backfill or else claims in
+// have.
+func scopeAddedWithoutResync(t *testing.T, aRows int, download bool) {
 	ts, owner := scopedServer(t, 0)
 	oc, oclock := session(t, ts, owner, "owner")
 	filler := strings.Repeat("x", 1000)
-	write := func(p, prefix string, n int) {
+	write := func(p, prefix string, n int, pad string) {
 		for start := 0; start < n; start += syncproto.MaxBatch {
 			var muts []syncproto.Mutation
 			for i := start; i < min(n, start+syncproto.MaxBatch); i++ {
-				muts = append(muts, put(t, oclock, "tasks", fmt.Sprintf("%s%05d", prefix, i), fmt.Sprintf(`{"project_id":%q,"pad":%q}`, p, filler)))
+				muts = append(muts, put(t, oclock, "tasks", fmt.Sprintf("%s%06d", prefix, i), fmt.Sprintf(`{"project_id":%q,"pad":%q}`, p, pad)))
 			}
 			requireApplied(t, oc.push("w", muts...))
 		}
 	}
-	write("A", "a", 5000)
-	write("B", "b", 1000)
-	_, recs := ts.Snapshot(t, owner)
-	bBytes := 0
-	for _, r := range recs {
+	aPad := filler
+	if !download {
+		aPad = "" // rows the device holds already: their size does not matter
+	}
+	write("A", "a", aRows, aPad)
+	write("B", "b", 1000, filler)
+	// B's records, as a snapshot of B alone holds them.
+	resp := syncdtest.Get(t, ts.url+syncproto.SnapshotPath+"?scoped=1&scope=project:B", owner)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	sr, err := syncproto.NewSnapshotReader(resp.Body)
+	require.NoError(t, err)
+	bBytes, bRows := 0, 0
+	for {
+		r, err := sr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
 		if strings.HasPrefix(r.Key, "b") {
 			line, err := json.Marshal(r)
 			require.NoError(t, err)
-			bBytes += len(line)
+			bBytes, bRows = bBytes+len(line), bRows+1
 		}
 	}
+	require.Equal(t, 1000, bRows)
 
 	tok := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "phone", User: "alice", Read: []string{"*"},
 		Scopes: map[string][]string{"project": {"A", "B"}}})
 	c, _ := session(t, ts, tok, "phone")
 	head := ts.head(t)
-	c.send(&syncproto.Subscribe{ID: "s1", Cursor: head, Scopes: syncproto.ScopeSet{"project": {"A"}}})
-	_, pages := readBackfills(t, c, "s1", "A")
-	require.Len(t, pages, 5, "A's 5,000 rows")
+	if download {
+		c.send(&syncproto.Subscribe{ID: "s1", Cursor: head, Scopes: syncproto.ScopeSet{"project": {"A"}}})
+		_, pages := readBackfills(t, c, "s1", "A")
+		require.Len(t, pages, aRows/1000, "A's rows, 1,000 a page")
+	}
 
 	// Add B, with a live write to A and to B while it is backfilled.
 	c.send(&syncproto.Subscribe{ID: "s2", Cursor: head, Scopes: syncproto.ScopeSet{"project": {"A", "B"}}, Have: syncproto.ScopeSet{"project": {"A"}}})
-	requireApplied(t, oc.push("live", put(t, oclock, "tasks", "a00001", `{"project_id":"A","n":1}`), put(t, oclock, "tasks", "b00001", `{"project_id":"B","n":1}`)))
+	requireApplied(t, oc.push("live", put(t, oclock, "tasks", "a000001", `{"project_id":"A","n":1}`), put(t, oclock, "tasks", "b000001", `{"project_id":"B","n":1}`)))
 	tail := ts.head(t)
 	got, size := framesUntil(t, c, "s2", tail)
-	cursor, backfilled, liveBytes := head, 0, 0
+	cursor, backfilled, liveBytes, started := head, 0, 0, false
 	for _, msg := range got {
 		switch m := msg.(type) {
 		case *syncproto.Changes:
-			require.Equal(t, "s2", m.ID)
+			// The live write may reach the previous subscription before
+			// the server reads the new one: its frames come first.
+			started = started || m.ID == "s2"
+			require.Equal(t, map[bool]string{true: "s2", false: "s1"}[started], m.ID)
 			require.GreaterOrEqual(t, m.Cursor, cursor, "the cursor never moves backwards")
 			require.Empty(t, m.Evictions)
 			cursor = m.Cursor
@@ -102,19 +136,21 @@ func TestScopeAddedWithoutResync(t *testing.T) {
 	require.Equal(t, 1000, backfilled)
 	require.LessOrEqual(t, float64(size), 1.2*float64(bBytes)+float64(liveBytes)+1024,
 		"received %d bytes for B's %d bytes of records and %d of tail", size, bBytes, liveBytes)
-	t.Logf("added B: %d bytes received, B's records %d bytes (ratio %.3f), tail %d bytes", size, bBytes, float64(size)/float64(bBytes), liveBytes)
+	t.Logf("A %d rows, added B: %d bytes received, B's records %d bytes (ratio %.3f), tail %d bytes", aRows, size, bBytes, float64(size)/float64(bBytes), liveBytes)
 
 	// Remove B: B alone is evicted, nothing is backfilled.
 	c.send(&syncproto.Subscribe{ID: "s3", Cursor: tail, Scopes: syncproto.ScopeSet{"project": {"A"}}, Have: syncproto.ScopeSet{"project": {"A", "B"}}})
 	first := expect[*syncproto.Changes](c)
 	require.Equal(t, []syncproto.Eviction{{Scope: "project", Value: "B", Reason: syncproto.EvictUnsubscribed}}, first.Evictions)
+	require.Empty(t, first.Entries)
 	require.Empty(t, c.barrier(), "no backfill")
 }
 
 // TestScopeRevokedAndMovedWhileOffline: while a device is offline, a row
 // it holds moves to a value it does not follow and its membership grant of
 // another value is removed. The first frame of its next subscription
-// evicts the revoked value and carries the moved row's evict entry; a
+// carries the moved row's evict entry and, at the revocation's seq, the
+// eviction of the revoked value; a
 // write of the revoked value is refused forbidden_scope.
 func TestScopeRevokedAndMovedWhileOffline(t *testing.T) {
 	ts, owner := scopedServer(t, 0)
@@ -140,7 +176,10 @@ func TestScopeRevokedAndMovedWhileOffline(t *testing.T) {
 	c.send(&syncproto.Subscribe{ID: "s2", Cursor: head, Scopes: syncproto.ScopeSet{"project": {"p1", "p2"}}, Have: syncproto.ScopeSet{"project": {"p1", "p2"}}})
 	first := expect[*syncproto.Changes](c)
 	require.Equal(t, []syncproto.Eviction{{Scope: "project", Value: "p2", Reason: syncproto.EvictRevoked}}, first.Evictions)
-	require.Len(t, first.Entries, 1, "the move, as an evict entry; nothing of p2")
+	require.Len(t, first.Entries, 2, "the move, as an evict entry, and the membership row's delete that revokes p2 (the last of p2 the device reads, at the seq of the eviction)")
+	require.Equal(t, "m-u1-p2", first.Entries[1].Key)
+	require.Equal(t, syncproto.OpDelete, first.Entries[1].Op)
+	require.Equal(t, first.Entries[1].Seq, first.Cursor)
 	e := first.Entries[0]
 	require.Equal(t, syncproto.OpEvict, e.Op)
 	require.Equal(t, syncproto.EvictMoved, e.Reason)

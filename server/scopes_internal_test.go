@@ -57,11 +57,14 @@ func TestPlanScopes(t *testing.T) {
 			evictions: []syncproto.Eviction{ev("project", "p8", syncproto.EvictNotGranted), ev("project", "p9", syncproto.EvictRevoked)},
 		},
 		{
+			// p7's backfill was left unfinished and p7 is no longer
+			// granted: the part held is evicted.
 			name:      "every value granted now or later; resume positions honoured",
 			requested: syncproto.ScopeSet{"project": {"*"}},
 			have:      syncproto.ScopeSet{"project": {"p1"}},
 			resume:    map[string]map[string]string{"project": {"p3": "tasks/t9", "p7": "tasks/x"}},
 			follow:    syncproto.ScopeSet{"project": {"p1", "p2", "p3"}},
+			evictions: []syncproto.Eviction{{Scope: "project", Value: "p7", Reason: syncproto.EvictRevoked}},
 			backfills: []backfillJob{{scope: "project", value: "p2"}, {scope: "project", value: "p3", after: "tasks/t9"}},
 		},
 		{

@@ -103,7 +103,10 @@ type replicaRow struct {
 // records filtered by what the device follows at the head.
 func TestScopedDevicesReceiveExactlyTheirValues(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
-		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { scopedNoLeakRun(t, seed) })
+		t.Run(fmt.Sprint("seed ", seed), func(sub *testing.T) {
+			defer inheritMode(t, sub)()
+			scopedNoLeakRun(sub, seed)
+		})
 	}
 }
 
@@ -157,9 +160,9 @@ func scopedNoLeakRun(t *testing.T, seed uint64) {
 	// Before the devices: rows in every value, enough that backfills take
 	// several pages while the writes below move their rows; u1 a member of
 	// p1 and p2.
-	for start := 0; start < bulk; start += syncproto.MaxBatch {
+	for start := 0; start < bulk; start += 100 {
 		var muts []syncproto.Mutation
-		for i := start; i < min(bulk, start+syncproto.MaxBatch); i++ {
+		for i := start; i < min(bulk, start+100); i++ {
 			key := fmt.Sprintf("bulk%04d", i)
 			tasks[key] = true
 			muts = append(muts, put(t, oclock, "tasks", key, fmt.Sprintf(`{"project_id":%q}`, values[i%len(values)])))

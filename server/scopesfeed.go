@@ -7,11 +7,12 @@ import (
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// planScopes plans what a pull or subscription of this session follows
-// (planScopes), reading the principal's grants now. nil when the server
+// planScopes plans what a pull or subscription of this session from
+// cursor follows (planScopes), from the principal's grants at cursor
+// (grantsAt). nil when the server
 // declares no scope; a request naming scopes is then refused
 // invalid_scope.
-func (ss *session) planScopes(ctx context.Context, requested, have syncproto.ScopeSet, resume map[string]map[string]string) (*subscriptionScopes, *syncproto.Error) {
+func (ss *session) planScopes(ctx context.Context, cursor uint64, requested, have syncproto.ScopeSet, resume map[string]map[string]string) (*subscriptionScopes, *syncproto.Error) {
 	decl := ss.srv.declared()
 	if decl.Empty() {
 		if requested != nil || have != nil || resume != nil {
@@ -19,7 +20,7 @@ func (ss *session) planScopes(ctx context.Context, requested, have syncproto.Sco
 		}
 		return nil, nil
 	}
-	grants, err := ss.srv.grantsOf(ctx, ss.p)
+	grants, err := ss.srv.grantsAt(ctx, ss.p, cursor)
 	if err != nil {
 		ss.log.Error("read scope grants", "err", err)
 		return nil, internalError(err)

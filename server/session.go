@@ -65,7 +65,22 @@ type session struct {
 
 	helloSeen atomic.Bool  // hello was answered; the hello deadline is off
 	cursor    feedPosition // the newest seq delivered on the live feed, or routed past it
+	feeding   atomic.Bool  // a live feed (subscribe) runs: only then does cursor say how far behind the device is
 	pending   atomic.Int64 // pushes submitted and not yet answered
+}
+
+// lag is how many entries the session's live feed has not delivered yet
+// of a log whose head is head; ok is false when the session has no live
+// feed (it never subscribed, unsubscribed, or its feed ended), so nothing
+// is being delivered to it and it is behind nothing.
+func (ss *session) lag(head uint64) (lag uint64, ok bool) {
+	if !ss.feeding.Load() {
+		return 0, false
+	}
+	if c := ss.cursor.Load(); head > c {
+		return head - c, true
+	}
+	return 0, true
 }
 
 // outbound is one entry of a lane: a message ready to send, a push whose
@@ -486,7 +501,7 @@ func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 }
 
 func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
-	sc, refusal := ss.planScopes(ctx, m.Scopes, nil, nil)
+	sc, refusal := ss.planScopes(ctx, m.Cursor, m.Scopes, nil, nil)
 	if refusal != nil {
 		ss.refuse(m.ID, refusal)
 		return
@@ -555,7 +570,7 @@ func changesOf(id string, page replication.Page) *syncproto.Changes {
 // or the end of the session.
 func (ss *session) subscribe(ctx context.Context, m *syncproto.Subscribe) {
 	ss.stopSubscription()
-	sc, refusal := ss.planScopes(ctx, m.Scopes, m.Have, m.Resume)
+	sc, refusal := ss.planScopes(ctx, m.Cursor, m.Scopes, m.Have, m.Resume)
 	if refusal != nil {
 		ss.refuse(m.ID, refusal)
 		return
@@ -564,9 +579,11 @@ func (ss *session) subscribe(ctx context.Context, m *syncproto.Subscribe) {
 	done := make(chan struct{})
 	ss.sub, ss.subDone = cancel, done
 	ss.srv.metrics.subscribers.Inc()
+	ss.feeding.Store(true)
 	go func() {
 		defer close(done)
 		defer ss.srv.metrics.subscribers.Dec()
+		defer ss.feeding.Store(false)
 		ss.feed(subCtx, m.ID, m.Cursor, sc)
 	}()
 }

@@ -35,12 +35,15 @@ func (a *app) clientsCommand() *cobra.Command {
 		}
 		t := newTable(a.stdout, "CLIENT", "TENANT", "USER", "TOKEN", "CONNECTED", "CURSOR", "LAG", "PENDING", "REMOTE")
 		for _, cl := range clients {
-			lag := uint64(0)
-			if st.OplogHead > cl.Cursor {
-				lag = st.OplogHead - cl.Cursor
+			lag := "-" // no live feed: behind nothing
+			if cl.Subscribed {
+				lag = "0"
+				if st.OplogHead > cl.Cursor {
+					lag = strconv.FormatUint(st.OplogHead-cl.Cursor, 10)
+				}
 			}
 			t.row(cl.ClientID, cl.Tenant, cmp.Or(cl.User, "-"), cl.TokenID, stamp(cl.ConnectedAt), strconv.FormatUint(cl.Cursor, 10),
-				strconv.FormatUint(lag, 10), strconv.FormatInt(cl.PendingPushes, 10), cl.Remote)
+				lag, strconv.FormatInt(cl.PendingPushes, 10), cl.Remote)
 		}
 		return t.flush()
 	}

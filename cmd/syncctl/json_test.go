@@ -40,7 +40,7 @@ func TestAdminCommandsJSON(t *testing.T) {
 		decodeStrict(t, out, &v)
 		require.Len(t, v, 1)
 		require.Equal(t, clientID, v[0].ClientID)
-		requireKeys(t, objects(t, out)[0], "client_id", "tenant", "token_id", "remote", "connected_at", "cursor", "pending_pushes", "last_push_at", "last_push_ops")
+		requireKeys(t, objects(t, out)[0], "client_id", "tenant", "token_id", "remote", "connected_at", "cursor", "subscribed", "pending_pushes", "last_push_at", "last_push_ops")
 	})
 	t.Run("oplog tail", func(t *testing.T) {
 		out := c.ok("oplog", "tail", "--json")
