@@ -228,11 +228,12 @@ func (c *groupCommitter) commitGroup() bool {
 		}
 		c.metrics.applySeconds.Observe(committed.Sub(r.arrived).Seconds())
 	}
+	wake := func() {}
 	if err != nil {
 		c.logger.Error("commit failed; pushes answered as not processed", "pushes", len(group), "err", err)
 	} else {
 		if head > 0 {
-			c.tail.committed(appended(group))
+			wake = c.tail.committed(appended(group))
 			c.store.Committed(head)
 			c.metrics.oplogHead.Set(float64(head))
 		}
@@ -244,6 +245,9 @@ func (c *groupCommitter) commitGroup() bool {
 	for _, r := range group {
 		close(r.done)
 	}
+	// The answers first, then the feed: the pushes' sessions are
+	// scheduled before the subscriptions the entries wake.
+	wake()
 	// The committer is the single node's one writer: with automatic
 	// checkpoints off, its checkpointer keeps the log bounded.
 	batches := make([]*replication.Batch, len(group))

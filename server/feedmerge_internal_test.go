@@ -39,7 +39,7 @@ func memoryTail(t *testing.T, n uint64) *feedTail {
 	for i := range entries {
 		entries[i] = tailEntry(uint64(i) + 1)
 	}
-	tail.committed(entries)
+	tail.committed(entries)()
 	log.head = n
 	return tail
 }

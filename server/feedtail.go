@@ -176,16 +176,28 @@ func (t *feedTail) refill(ctx context.Context) error {
 // reading the log. Entries that do not follow the tail's head (the tail
 // is not filled yet, or another writer's entries came between), or that
 // come while a refill runs, are left for a refill to read.
-func (t *feedTail) committed(entries []replication.Entry) {
+//
+// The entries are in the tail (a pull reads them) when it returns; the
+// subscriptions they concern are woken by wake, which the writer calls
+// once it has answered the commit's pushes, so the answers' writers are
+// scheduled before the feed's burst of one frame per subscriber. Until
+// wake runs the tail takes nothing else (routing stays in seq order);
+// wake must be called exactly once.
+func (t *feedTail) committed(entries []replication.Entry) (wake func()) {
 	if len(entries) == 0 || !t.fill.TryLock() {
-		return
+		return func() {}
 	}
-	defer t.fill.Unlock()
 	t.mu.RLock()
 	follows := t.ready && entries[0].Seq == t.head+1
 	t.mu.RUnlock()
-	if follows {
-		t.append(replication.Page{Entries: entries, Next: entries[len(entries)-1].Seq})
+	if !follows {
+		t.fill.Unlock()
+		return func() {}
+	}
+	t.store(replication.Page{Entries: entries, Next: entries[len(entries)-1].Seq})
+	return func() {
+		defer t.fill.Unlock()
+		t.router.route(entries)
 	}
 }
 
@@ -203,8 +215,14 @@ func (t *feedTail) behind(head uint64) bool {
 // entries beyond feedTailBytes, and routes the page's entries. The caller
 // holds fill, so pages are routed in seq order.
 func (t *feedTail) append(page replication.Page) {
+	t.store(page)
+	t.router.route(page.Entries) // after mu is released: a woken subscription reads the tail at once
+}
+
+// store adds a page read after the tail's head and drops the oldest
+// entries beyond feedTailBytes, routing nothing. The caller holds fill.
+func (t *feedTail) store(page replication.Page) {
 	t.mu.Lock()
-	defer t.router.route(page.Entries) // after mu is released: a woken subscription reads the tail at once
 	defer t.mu.Unlock()
 	for _, e := range page.Entries {
 		t.bytes += len(e.Value)

@@ -53,7 +53,7 @@ func TestCommittedEntriesReachTheFeedWithoutARead(t *testing.T) {
 		return replication.Entry{Change: syncproto.Change{Seq: seq, Model: "notes", Key: "k", OpID: "op", Op: syncproto.OpPut,
 			Value: []byte(`{}`), Version: seq, HLC: syncproto.Timestamp{Wall: at.UnixMilli(), Origin: "c"}}, Tenant: "acme", ClientID: "c", AppliedAt: at}
 	}
-	tail.committed([]replication.Entry{entry(1), entry(2)})
+	tail.committed([]replication.Entry{entry(1), entry(2)})()
 	log.head = 2
 	page, ok = tail.read(t.Context(), replication.ReadRequest{Scope: scope})
 	require.True(t, ok)
@@ -61,7 +61,7 @@ func TestCommittedEntriesReachTheFeedWithoutARead(t *testing.T) {
 	require.Equal(t, uint64(2), page.Next)
 	require.Zero(t, log.reads)
 
-	tail.committed([]replication.Entry{entry(4)}) // seq 3 came between
+	tail.committed([]replication.Entry{entry(4)})() // seq 3 came between
 	log.head = 4
 	_, ok = tail.read(t.Context(), replication.ReadRequest{After: 2, Scope: scope})
 	require.True(t, ok)

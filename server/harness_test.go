@@ -414,6 +414,28 @@ func (c *wsClient) push(id string, muts ...syncproto.Mutation) []syncproto.Resul
 	return c.pushResult(id, len(muts))
 }
 
+// pushResending sends one push and returns its results, resending the
+// same mutations while the answer is a retryable error (a cluster node
+// that is not serving for a moment answers server_busy): a client does
+// so, and the ledger answers a resend of an applied op as a duplicate.
+// It gives up after 30 s.
+func (c *wsClient) pushResending(id string, muts ...syncproto.Mutation) []syncproto.Result {
+	c.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		c.send(&syncproto.Push{ID: id, Mutations: muts})
+		msg := c.recvAnswer()
+		if e, ok := msg.(*syncproto.Error); ok && e.ID == id && e.Retryable && time.Now().Before(deadline) {
+			time.Sleep(max(50*time.Millisecond, time.Duration(e.RetryAfterMS)*time.Millisecond))
+			continue
+		}
+		pr, ok := msg.(*syncproto.PushResult)
+		require.True(c.t, ok, "want *syncproto.PushResult, got %#v", msg)
+		require.Equal(c.t, id, pr.ID)
+		require.Len(c.t, pr.Results, len(muts))
+		return pr.Results
+	}
+}
+
 // pushResult reads the answer to push id and requires n results.
 func (c *wsClient) pushResult(id string, n int) []syncproto.Result {
 	c.t.Helper()

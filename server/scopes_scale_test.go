@@ -307,7 +307,7 @@ func scopedScaleRun(t *testing.T, seed uint64) {
 	members := map[string]bool{} // live membership rows by key
 	tasks := map[string]string{} // live task keys -> value
 	push := func(id string, muts []syncproto.Mutation) {
-		res := oc.push(id, muts...)
+		res := oc.pushResending(id, muts...)
 		requireApplied(t, res)
 		r.wrote(muts, res)
 		for i, m := range muts {

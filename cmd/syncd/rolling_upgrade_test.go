@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,9 +102,22 @@ func TestRollingUpgradeFromThePreviousRelease(t *testing.T) {
 
 	// Every node on this build: the version moves, by itself, on every node.
 	pc.waitVersion(t, cluster.LatestFormat)
+	// syncctl status asks one node, which shows the others as their last
+	// status reports said (one every few seconds): it shows the new
+	// version for every node once each reported after the move.
+	latest := []string{strconv.Itoa(cluster.LatestFormat), strconv.Itoa(cluster.LatestFormat)}
+	shown := func(out string) bool {
+		for _, n := range pc.nodes {
+			if !slices.Equal(latest, statusFormats(t, out, n.name)) {
+				return false
+			}
+		}
+		return true
+	}
 	out := ctl(pc.nodes[0])
-	for _, n := range pc.nodes {
-		require.Equal(t, []string{strconv.Itoa(cluster.LatestFormat), strconv.Itoa(cluster.LatestFormat)}, statusFormats(t, out, n.name), "syncctl status:\n%s", out)
+	for deadline := time.Now().Add(60 * time.Second); !shown(out); out = ctl(pc.nodes[0]) {
+		require.True(t, time.Now().Before(deadline), "syncctl status shows format and version %v for every node within 60s; last:\n%s", latest, out)
+		time.Sleep(500 * time.Millisecond)
 	}
 	t.Logf("syncctl status once every node runs this build:\n%s", out)
 	// The format it brings is in use: a records check, compared on every node.
