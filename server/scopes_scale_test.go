@@ -93,6 +93,7 @@ func (d *scaleDevice) mayRead(g grantLog, value string, seq uint64) bool {
 type scaleRun struct {
 	t      *testing.T
 	nodes  []*testServer
+	tokens map[string]string // by tokenKey: every token the run uses, issued before it starts
 	grants grantLog
 	// history holds, by model/key, the scope value of each applied write
 	// of a task, in seq order (a delete keeps the row's).
@@ -144,7 +145,8 @@ func (r *scaleRun) connect(d *scaleDevice, token syncproto.ScopeSet) {
 	t := r.t
 	ts := r.nodes[d.node]
 	d.token = token
-	d.tok = ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: d.name, User: d.user, Read: []string{"*"}, Write: []string{"*"}, Scopes: token})
+	d.tok = r.tokens[tokenKey(d.name, token["project"])]
+	require.NotEmpty(t, d.tok, "no token issued for %s granting %v", d.name, token)
 	c := dial(t, ts, d.tok)
 	c.hello(d.name, d.cursor, d.clock)
 	d.conn, d.done, d.in, d.err = c.conn, make(chan struct{}), nil, nil
@@ -157,6 +159,59 @@ func (r *scaleRun) connect(d *scaleDevice, token syncproto.ScopeSet) {
 	}
 	c.send(sub)
 	go d.read()
+}
+
+// tokenKey names the token of device granting the values of project.
+func tokenKey(device string, project []string) string {
+	return device + "|" + strings.Join(project, ",")
+}
+
+// issueTokens issues, before anything connects, a token for each device
+// d0..d3 (user u0..u3) granting each subset of values (in values' order,
+// as the run builds its grants), then waits until every node of a cluster
+// reported the token file as it now is. The nodes of a cluster share the
+// token file, which is part of their agreement: a node that rereads it
+// before the others refuses to serve, closing its sessions, until they
+// have, so a token issued mid-run would cut the run's sessions.
+func (r *scaleRun) issueTokens(values []string) {
+	t := r.t
+	r.tokens = map[string]string{}
+	for i := range 4 {
+		device, user := fmt.Sprint("d", i), fmt.Sprint("u", i)
+		for mask := range 1 << len(values) {
+			var grant []string
+			for j, v := range values {
+				if mask&(1<<j) != 0 {
+					grant = append(grant, v)
+				}
+			}
+			var scopes map[string][]string
+			if grant != nil {
+				scopes = map[string][]string{"project": grant}
+			}
+			r.tokens[tokenKey(device, grant)] = r.nodes[0].Issue(t, auth.Principal{Tenant: "acme", ClientID: device, User: user,
+				Read: []string{"*"}, Write: []string{"*"}, Scopes: scopes})
+		}
+	}
+	if len(r.nodes) == 1 {
+		return
+	}
+	issued := time.Now()
+	settled := func() bool {
+		st := r.nodes[0].Status(t)
+		if st.Cluster == nil || len(st.Cluster.Nodes) != len(r.nodes) {
+			return false
+		}
+		for _, n := range st.Cluster.Nodes {
+			if !n.Ready || !n.At.After(issued) || n.Agreement["tokens"] != st.Cluster.Nodes[0].Agreement["tokens"] {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(60 * time.Second); !settled(); time.Sleep(100 * time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "the cluster's nodes did not all report the new token file within 60s")
+	}
 }
 
 // disconnect closes d's connection and checks what it read.
@@ -302,6 +357,7 @@ func scopedScaleRun(t *testing.T, seed uint64) {
 	for _, n := range ts.nodes {
 		r.nodes = append(r.nodes, &testServer{Server: n, srv: n.Server, url: n.URL, adminURL: n.AdminURL, tokenPath: n.TokenPath, adminToken: n.AdminToken, nodes: ts.nodes})
 	}
+	r.issueTokens(values)
 	oc, oclock := session(t, ts, owner, "owner")
 
 	members := map[string]bool{} // live membership rows by key
