@@ -250,17 +250,7 @@ func scopedNoLeakRun(t *testing.T, seed uint64) {
 	}
 
 	// The server's records at head, by key.
-	snapHead, recs := ts.Snapshot(t, owner)
-	require.Equal(t, head, snapHead)
-	server := map[string]replicaRow{}
-	for _, r := range recs {
-		if r.Model == "notes" {
-			continue
-		}
-		var v struct{ Project_ID string }
-		require.NoError(t, json.Unmarshal(r.Value, &v))
-		server[r.Model+"/"+r.Key] = replicaRow{version: r.Version, value: string(r.Value), scope: v.Project_ID}
-	}
+	server := scopedRecords(t, ts, owner, head)
 
 	for _, d := range devices {
 		d.mu.Lock()
@@ -352,4 +342,23 @@ func scopedNoLeakRun(t *testing.T, seed uint64) {
 		}
 		require.Equal(t, want, got, "%s's replica is the server's records it follows", d.name)
 	}
+}
+
+// scopedRecords is the server's records of the scoped models (every model
+// but notes) at the head of a snapshot read with owner's token, by
+// model/key; the snapshot's head must be head.
+func scopedRecords(t *testing.T, ts *testServer, owner string, head uint64) map[string]replicaRow {
+	t.Helper()
+	snapHead, recs := ts.Snapshot(t, owner)
+	require.Equal(t, head, snapHead)
+	server := map[string]replicaRow{}
+	for _, rec := range recs {
+		if rec.Model == "notes" {
+			continue
+		}
+		var v struct{ Project_ID string }
+		require.NoError(t, json.Unmarshal(rec.Value, &v))
+		server[rec.Model+"/"+rec.Key] = replicaRow{version: rec.Version, value: string(rec.Value), scope: v.Project_ID}
+	}
+	return server
 }

@@ -545,17 +545,7 @@ func scopedScaleRun(t *testing.T, seed uint64) {
 		}, 60*time.Second, 5*time.Millisecond, "%s reaches the head %d", d.name, head)
 	}
 
-	snapHead, recs := ts.Snapshot(t, owner)
-	require.Equal(t, head, snapHead)
-	server := map[string]replicaRow{}
-	for _, rec := range recs {
-		if rec.Model == "notes" {
-			continue
-		}
-		var v struct{ Project_ID string }
-		require.NoError(t, json.Unmarshal(rec.Value, &v))
-		server[rec.Model+"/"+rec.Key] = replicaRow{version: rec.Version, value: string(rec.Value), scope: v.Project_ID}
-	}
+	server := scopedRecords(t, ts, owner, head)
 	for _, d := range devices {
 		d.mu.Lock()
 		err := d.err
