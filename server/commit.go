@@ -442,26 +442,17 @@ func (q *fairQueue) next(g *groupTurns) *pushRequest {
 	return nil
 }
 
-// otherTenants is the tenant label of the tenants beyond
-// Config.MaxTenantLabels (a value no tenant name can take: syncproto.IDPattern).
-const otherTenants = "~other"
-
 // commitShareMetrics are the fair queue's metrics per tenant: work queued,
-// mutations served and time waited. The tenant label is bounded: tenants
-// given a weight, then the first MaxTenantLabels other tenants seen since
-// start have their own; the rest share otherTenants.
+// mutations served and time waited. The tenant label is bounded
+// (tenantLabels).
 type commitShareMetrics struct {
 	queuedMutations *prometheus.GaugeVec     // tenant
 	served          *prometheus.CounterVec   // tenant
 	wait            *prometheus.HistogramVec // tenant
-
-	mu         sync.Mutex
-	labels     map[string]bool // tenants with their own label
-	maxLabels  int             // labels beyond the weighted tenants'
-	unweighted int
+	labels          *tenantLabels
 }
 
-func newCommitShareMetrics(reg prometheus.Registerer, weights map[string]int, maxLabels int) *commitShareMetrics {
+func newCommitShareMetrics(reg prometheus.Registerer, labels *tenantLabels) *commitShareMetrics {
 	m := &commitShareMetrics{
 		queuedMutations: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "syncd_commit_queued_mutations", Help: "Mutations of pushes waiting for the committer, by tenant (tenants beyond --max-tenant-labels: ~other).",
@@ -473,36 +464,18 @@ func newCommitShareMetrics(reg prometheus.Registerer, weights map[string]int, ma
 			Name: "syncd_commit_wait_seconds", Help: "Time a push waited in its tenant's line before the committer took it, by tenant.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"tenant"}),
-		labels: map[string]bool{}, maxLabels: maxLabels,
-	}
-	for t := range weights {
-		m.labels[t] = true
+		labels: labels,
 	}
 	reg.MustRegister(m.queuedMutations, m.served, m.wait)
 	return m
 }
 
-// label is tenant's label value.
-func (m *commitShareMetrics) label(tenant string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.labels[tenant] {
-		return tenant
-	}
-	if m.unweighted < m.maxLabels {
-		m.unweighted++
-		m.labels[tenant] = true
-		return tenant
-	}
-	return otherTenants
-}
-
 func (m *commitShareMetrics) queued(tenant string, r *pushRequest) {
-	m.queuedMutations.WithLabelValues(m.label(tenant)).Add(float64(pushCost(r)))
+	m.queuedMutations.WithLabelValues(m.labels.label(tenant)).Add(float64(pushCost(r)))
 }
 
 func (m *commitShareMetrics) taken(tenant string, r *pushRequest, at time.Time) {
-	l := m.label(tenant)
+	l := m.labels.label(tenant)
 	m.queuedMutations.WithLabelValues(l).Sub(float64(pushCost(r)))
 	m.served.WithLabelValues(l).Add(float64(pushCost(r)))
 	m.wait.WithLabelValues(l).Observe(at.Sub(r.arrived).Seconds())

@@ -115,7 +115,7 @@ func (s *Server) takeDebugSnapshot() *DebugSnapshot {
 	}
 	if g := s.snapshots; g != nil {
 		g.mu.Lock()
-		snap.Queues.SnapshotsRunning, snap.Queues.SnapshotsWaiting = g.running, len(g.queue)
+		snap.Queues.SnapshotsRunning, snap.Queues.SnapshotsWaiting = g.running, g.queue.len()
 		g.mu.Unlock()
 	}
 	if s.cfg.Cluster != nil {

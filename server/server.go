@@ -457,8 +457,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		janitor:  make(chan struct{}),
 		devices:  newDeviceBook(reg),
 	}
-	s.snapshots = &snapshotGate{max: cfg.MaxConcurrentSnapshots, maxQueue: max(0, cfg.MaxQueuedSnapshots), maxTenant: cfg.MaxSnapshotsPerTenant,
-		waitingGauge: s.metrics.snapshotsWaiting, byToken: map[string]int{}, byTenant: map[string]int{}}
+	labels := newTenantLabels(cfg.TenantWeights, max(0, cfg.MaxTenantLabels))
+	s.snapshots = newSnapshotGate(cfg.MaxConcurrentSnapshots, max(0, cfg.MaxQueuedSnapshots), cfg.MaxSnapshotsPerTenant, cfg.TenantWeights,
+		s.metrics.snapshotsWaiting, newSnapshotTurnMetrics(reg, labels))
 	s.snapshotSends = newSnapshotSender(max(1, runtime.GOMAXPROCS(0)/2))
 	s.quotas = newQuotaBook(cfg.Quotas, cfg.Now, s.metrics)
 	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics.frameBudgetInUse, s.metrics.frameBudgetWaits)
@@ -495,7 +496,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		})
 		s.commits = clusterCommitter{cluster: cfg.Cluster, metrics: s.metrics, now: cfg.Now}
 	} else if err == nil {
-		share := newCommitShareMetrics(reg, cfg.TenantWeights, max(0, cfg.MaxTenantLabels))
+		share := newCommitShareMetrics(reg, labels)
 		s.commits, err = newGroupCommitter(ctx, s.store, s.tail, cfg.Now, s.metrics, share, cfg.TenantWeights, cfg.Logger)
 	}
 	if err != nil {

@@ -11,21 +11,34 @@ import (
 )
 
 // snapshotGate admits snapshots within the global, per-tenant and
-// per-token limits, queueing those beyond the global one. A waiter is given either a turn of
-// its own (a read of the database) or a place in the read of another
-// waiter of the same scope whose turn came (snapshotshare.go). It is safe
-// for concurrent use.
+// per-token limits, queueing those beyond the global one in a line per
+// tenant (turnQueue): when a turn frees, it goes to the tenants with
+// snapshots waiting in a weighted round robin (Config.TenantWeights, as
+// the committer's), so a tenant whose devices storm waits in its own line
+// and another tenant's device gets a turn within one round. A waiter is
+// given either a turn of its own (a read of the database) or a place in
+// the read of another waiter of the same scope whose turn came
+// (snapshotshare.go). It is safe for concurrent use.
 type snapshotGate struct {
 	max, maxQueue int
 	maxTenant     int              // per tenant, running or waiting; <= 0: no cap
 	waitingGauge  prometheus.Gauge // syncd_snapshots_waiting
+	turnMetrics   *snapshotTurnMetrics
 
 	mu       sync.Mutex
 	running  int
-	queue    []*snapshotWaiter // first first
-	byToken  map[string]int    // snapshots running or waiting, by token
-	byTenant map[string]int    // snapshots running or waiting, by tenant
-	took     time.Duration     // moving average of the served snapshots' durations
+	queue    *turnQueue
+	byToken  map[string]int // snapshots running or waiting, by token
+	byTenant map[string]int // snapshots running or waiting, by tenant
+	took     time.Duration  // moving average of the served snapshots' durations
+}
+
+// newSnapshotGate returns a gate of max turns at once, maxQueue waiting
+// and maxTenant running or waiting per tenant (<= 0: no cap), whose
+// turns go round the tenants by weights (absent: 1).
+func newSnapshotGate(max, maxQueue, maxTenant int, weights map[string]int, waiting prometheus.Gauge, tm *snapshotTurnMetrics) *snapshotGate {
+	return &snapshotGate{max: max, maxQueue: maxQueue, maxTenant: maxTenant, waitingGauge: waiting, turnMetrics: tm,
+		queue: newTurnQueue(weights), byToken: map[string]int{}, byTenant: map[string]int{}}
 }
 
 // snapshotOwner is whose snapshot it is, for the per-token and per-tenant
@@ -34,7 +47,7 @@ type snapshotOwner struct{ token, tenant string }
 
 // snapshotWaiter is one snapshot waiting in the queue.
 type snapshotWaiter struct {
-	scope string
+	tenant, scope string
 	// turn gets nil for a turn of its own, or a reader of another's read.
 	turn chan *shareReader
 }
@@ -60,19 +73,21 @@ func (g *snapshotGate) enter(ctx context.Context, owner snapshotOwner, scope str
 		defer g.mu.Unlock()
 		return nil, g.refuseLocked(fmt.Sprintf("this tenant already has %d snapshots running or waiting, the most one tenant may", g.maxTenant))
 	}
-	if g.running < g.max && len(g.queue) == 0 {
+	if g.running < g.max && g.queue.len() == 0 {
 		g.running++
 		g.addLocked(owner)
+		g.turnMetrics.took(owner.tenant)
 		g.mu.Unlock()
 		return nil, nil
 	}
-	if len(g.queue) >= g.maxQueue {
+	if g.queue.len() >= g.maxQueue {
 		defer g.mu.Unlock()
-		return nil, g.refuseLocked(fmt.Sprintf("%d snapshots running and %d waiting, the most this server queues", g.running, len(g.queue)))
+		return nil, g.refuseLocked(fmt.Sprintf("%d snapshots running and %d waiting, the most this server queues", g.running, g.queue.len()))
 	}
-	w := &snapshotWaiter{scope: scope, turn: make(chan *shareReader, 1)}
-	g.queue = append(g.queue, w)
+	w := &snapshotWaiter{tenant: owner.tenant, scope: scope, turn: make(chan *shareReader, 1)}
+	g.queue.push(w)
 	g.waitingGauge.Inc()
+	g.turnMetrics.waiting(owner.tenant, 1)
 	g.addLocked(owner)
 	g.mu.Unlock()
 
@@ -86,12 +101,11 @@ func (g *snapshotGate) enter(ctx context.Context, owner snapshotOwner, scope str
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	i := slices.Index(g.queue, w)
-	if i < 0 { // given a turn as the wait ended: take it
+	if !g.queue.remove(w) { // given a turn as the wait ended: take it
 		return <-w.turn, nil
 	}
-	g.queue = slices.Delete(g.queue, i, i+1)
 	g.waitingGauge.Dec()
+	g.turnMetrics.waiting(owner.tenant, -1)
 	g.dropLocked(owner)
 	return nil, g.refuseLocked(fmt.Sprintf("no turn within %s", wait))
 }
@@ -102,14 +116,11 @@ func (g *snapshotGate) enter(ctx context.Context, owner snapshotOwner, scope str
 func (g *snapshotGate) share(scope string, share *snapshotShare) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.queue = slices.DeleteFunc(g.queue, func(w *snapshotWaiter) bool {
-		if w.scope != scope {
-			return false
-		}
+	for _, w := range g.queue.removeScope(scope) {
 		w.turn <- share.reader()
 		g.waitingGauge.Dec()
-		return true
-	})
+		g.turnMetrics.waiting(w.tenant, -1)
+	}
 }
 
 // leaveShared ends a snapshot admitted into another's read.
@@ -120,7 +131,7 @@ func (g *snapshotGate) leaveShared(owner snapshotOwner) {
 }
 
 // leave ends an admitted snapshot that took d, handing its turn to the
-// first waiter.
+// next waiter in the fair order.
 func (g *snapshotGate) leave(owner snapshotOwner, d time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -130,10 +141,11 @@ func (g *snapshotGate) leave(owner snapshotOwner, d time.Duration) {
 	} else {
 		g.took += (d - g.took) / 8
 	}
-	if len(g.queue) > 0 {
-		g.queue[0].turn <- nil
-		g.queue = slices.Delete(g.queue, 0, 1)
+	if w := g.queue.next(); w != nil {
+		w.turn <- nil
 		g.waitingGauge.Dec()
+		g.turnMetrics.waiting(w.tenant, -1)
+		g.turnMetrics.took(w.tenant)
 		return
 	}
 	g.running--
@@ -162,10 +174,167 @@ func (g *snapshotGate) refuseLocked(reason string) *snapshotRefusal {
 	if took == 0 {
 		took = snapshotFirstGuess
 	}
-	scopes := map[string]struct{}{}
-	for _, w := range g.queue {
-		scopes[w.scope] = struct{}{}
-	}
-	rounds := (g.running + len(scopes) + g.max) / g.max
+	rounds := (g.running + g.queue.scopes() + g.max) / g.max
 	return &snapshotRefusal{reason: reason, retryAfter: min(time.Duration(rounds)*took, snapshotMaxRetryAfter)}
+}
+
+// turnQueue is the snapshot gate's input: one FIFO line of waiters per
+// tenant, given turns in weighted round robin. A tenant of weight w with
+// snapshots waiting takes up to w turns when its round comes, then goes
+// to the back of the round; one whose line empties leaves the round and
+// keeps no credit. So a tenant whose snapshot starts waiting gets a turn
+// before any other tenant takes more than its weight of turns (within
+// one round), however many its devices storming. Waiters that join a
+// read (removeScope) take no turn. turnQueue has no lock and no
+// goroutine: the gate guards it.
+type turnQueue struct {
+	weights map[string]int
+	lines   map[string]*turnLine
+	// active holds the tenants with waiters in round order; active[0] has
+	// the turn.
+	active []*turnLine
+	n      int // waiters in all
+}
+
+type turnLine struct {
+	tenant  string
+	weight  int
+	waiters []*snapshotWaiter // first first
+	credit  int               // turns left in its round (0: its round has not begun)
+}
+
+// newTurnQueue returns an empty queue; weights gives a tenant's weight
+// (absent: 1).
+func newTurnQueue(weights map[string]int) *turnQueue {
+	return &turnQueue{weights: weights, lines: map[string]*turnLine{}}
+}
+
+func (q *turnQueue) len() int { return q.n }
+
+// push queues w at the end of its tenant's line; a tenant without waiters
+// joins the round at its end.
+func (q *turnQueue) push(w *snapshotWaiter) {
+	l := q.lines[w.tenant]
+	if l == nil {
+		l = &turnLine{tenant: w.tenant, weight: max(1, q.weights[w.tenant])}
+		q.lines[w.tenant] = l
+		q.active = append(q.active, l)
+	}
+	l.waiters = append(l.waiters, w)
+	q.n++
+}
+
+// next removes and returns the waiter whose turn it is, or nil when none
+// waits.
+func (q *turnQueue) next() *snapshotWaiter {
+	if len(q.active) == 0 {
+		return nil
+	}
+	l := q.active[0]
+	if l.credit == 0 {
+		l.credit = l.weight
+	}
+	w := l.waiters[0]
+	l.waiters[0] = nil
+	l.waiters = l.waiters[1:]
+	l.credit--
+	q.n--
+	switch {
+	case len(l.waiters) == 0:
+		q.drop(l)
+	case l.credit == 0: // its round is over: to the back
+		q.active = append(q.active[1:], l)
+	}
+	return w
+}
+
+// remove takes w out of its line; false when it is not queued (it was
+// given a turn or a place in a read).
+func (q *turnQueue) remove(w *snapshotWaiter) bool {
+	l := q.lines[w.tenant]
+	if l == nil {
+		return false
+	}
+	i := slices.Index(l.waiters, w)
+	if i < 0 {
+		return false
+	}
+	l.waiters = slices.Delete(l.waiters, i, i+1)
+	q.n--
+	if len(l.waiters) == 0 {
+		q.drop(l)
+	}
+	return true
+}
+
+// removeScope takes every waiter of scope out of the queue and returns
+// them, first first within each tenant.
+func (q *turnQueue) removeScope(scope string) []*snapshotWaiter {
+	var out []*snapshotWaiter
+	for _, l := range slices.Clone(q.active) {
+		l.waiters = slices.DeleteFunc(l.waiters, func(w *snapshotWaiter) bool {
+			if w.scope != scope {
+				return false
+			}
+			out = append(out, w)
+			return true
+		})
+		if len(l.waiters) == 0 {
+			q.drop(l)
+		}
+	}
+	q.n -= len(out)
+	return out
+}
+
+// drop removes an emptied line from the round; it keeps no credit.
+func (q *turnQueue) drop(l *turnLine) {
+	delete(q.lines, l.tenant)
+	q.active = slices.DeleteFunc(q.active, func(a *turnLine) bool { return a == l })
+}
+
+// scopes is how many distinct scopes wait: the reads the queue needs.
+func (q *turnQueue) scopes() int {
+	seen := map[string]struct{}{}
+	for _, l := range q.active {
+		for _, w := range l.waiters {
+			seen[w.scope] = struct{}{}
+		}
+	}
+	return len(seen)
+}
+
+// snapshotTurnMetrics are the snapshot gate's metrics per tenant:
+// snapshots waiting for a turn and turns taken. The tenant label is
+// bounded (tenantLabels).
+type snapshotTurnMetrics struct {
+	waitingVec *prometheus.GaugeVec   // tenant
+	turns      *prometheus.CounterVec // tenant
+	labels     *tenantLabels
+}
+
+func newSnapshotTurnMetrics(reg prometheus.Registerer, labels *tenantLabels) *snapshotTurnMetrics {
+	m := &snapshotTurnMetrics{
+		waitingVec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "syncd_snapshot_turns_waiting", Help: "Snapshot requests waiting for a turn, by tenant (tenants beyond --max-tenant-labels: ~other).",
+		}, []string{"tenant"}),
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_snapshot_turns_total", Help: "Snapshot turns (database reads of their own) taken, by tenant: the share of the snapshot turns each tenant is served.",
+		}, []string{"tenant"}),
+		labels: labels,
+	}
+	reg.MustRegister(m.waitingVec, m.turns)
+	return m
+}
+
+// waiting adds delta to tenant's snapshots waiting.
+func (m *snapshotTurnMetrics) waiting(tenant string, delta float64) {
+	m.waitingVec.WithLabelValues(m.labels.label(tenant)).Add(delta)
+}
+
+// took counts a turn of tenant; its waiting series exists from then on.
+func (m *snapshotTurnMetrics) took(tenant string) {
+	l := m.labels.label(tenant)
+	m.turns.WithLabelValues(l).Inc()
+	m.waitingVec.WithLabelValues(l).Add(0)
 }
