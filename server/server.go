@@ -180,10 +180,12 @@ type Config struct {
 	// order (fairQueue): when it is saturated, each tenant with pushes
 	// waiting gets mutations committed in proportion to its weight, from
 	// 1 to MaxTenantWeight. A tenant absent has weight 1. A single node
-	// only: a cluster's command stream keeps its arrival order.
+	// only: a cluster's command stream keeps its arrival order. The same
+	// weight is the tenant's turns a round in the snapshot queue
+	// (snapshotGate), on every node.
 	TenantWeights map[string]int
 	// MaxTenantLabels caps the tenants given their own tenant label in the
-	// committer's per-tenant metrics (syncd_commit_*), beyond those of
+	// per-tenant metrics (syncd_commit_*, syncd_snapshot_turns_*), beyond those of
 	// TenantWeights: the first seen since start; the others share the
 	// label "~other". 0 means DefaultMaxTenantLabels; negative, none.
 	MaxTenantLabels int

@@ -20,9 +20,10 @@ import (
 // Snapshot budgets. Snapshots read through a connection pool of their own
 // (MaxConcurrentSnapshots connections), so devices bootstrapping at once
 // never take the connections hello, pull, feeds, /readyz and the admin API
-// use. Devices beyond the limit wait their turn in a bounded queue (first
-// come, first served, holding no database connection; when a device's turn
-// comes, the waiters of its scope join its read: snapshotshare.go). Beyond
+// use. Devices beyond the limit wait their turn in a bounded queue, a line
+// per tenant whose turns go round the tenants (snapshotgate.go), holding no
+// database connection; when a device's turn comes, the waiters of its
+// scope join its read (snapshotshare.go). Beyond
 // the queue, or after waiting SnapshotQueueTimeout, they are refused 503
 // server_busy with a Retry-After from the queue's length and the recent
 // snapshots' duration.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -184,6 +185,17 @@ func runScenario(t *testing.T) *scenario {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+
+	// A snapshot downloaded, so the snapshot turns' metrics have series.
+	req, err = http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+syncproto.SnapshotPath, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+prober)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	// A protocol error: a request of an unknown type after hello.
 	wsctx, cancel := context.WithTimeout(ctx, waitFor)
