@@ -174,13 +174,17 @@ func (s *snapshotStorm) storm(tb testing.TB, ctx context.Context, waitFor int) (
 //	b_first_byte_alone_ms, b_first_byte_storm_ms, b_first_byte_ratio
 //	b_done_alone_ms, b_done_storm_ms, b_done_ratio
 //	a_storm_s  the time A's whole storm took
+//	b_done_in_a_turns  b_done_storm_ms over one turn of the storm (a_storm_s
+//	           times MaxConcurrentSnapshots over the storm's devices): what
+//	           B waited and read, in turns; the fair order's floor is about
+//	           2 (the end of one running read, then its own)
 //
 // One op is one round: B alone (5 fetches, their median), then one storm.
 func BenchmarkSnapshotFairness(b *testing.B) {
 	devices := benchSize(b, "SYNCD_BENCH_STORM_DEVICES", stormValues)
 	s := startSnapshotStorm(b, server.Config{RequestsPerSecond: 1e9, RequestBurst: 1 << 30, Quotas: noQuotas, RetentionInterval: -1, Synchronous: sqlitedb.Normal}, devices)
 	ctx := context.Background()
-	var firstAlone, firstStorm, doneAlone, doneStorm, stormTook []float64
+	var firstAlone, firstStorm, doneAlone, doneStorm, stormTook, inTurns []float64
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ResetTimer()
 	for range b.N {
@@ -207,7 +211,9 @@ func BenchmarkSnapshotFairness(b *testing.B) {
 		got := fetchTimed(ctx, s.ts.url, s.bToken, stormPerValue)
 		require.NoError(b, got.err)
 		require.NoError(b, wait())
-		stormTook = append(stormTook, time.Since(start).Seconds())
+		took := time.Since(start).Seconds()
+		stormTook = append(stormTook, took)
+		inTurns = append(inTurns, got.done.Seconds()/(took*server.DefaultMaxConcurrentSnapshots/float64(devices)))
 		firstStorm, doneStorm = append(firstStorm, ms(got.firstByte)), append(doneStorm, ms(got.done))
 	}
 	b.StopTimer()
@@ -218,6 +224,7 @@ func BenchmarkSnapshotFairness(b *testing.B) {
 	b.ReportMetric(median(doneStorm), "b_done_storm_ms")
 	b.ReportMetric(median(doneStorm)/median(doneAlone), "b_done_ratio")
 	b.ReportMetric(median(stormTook), "a_storm_s")
+	b.ReportMetric(median(inTurns), "b_done_in_a_turns")
 }
 
 // median is the middle of v (sorted in place).
