@@ -93,6 +93,22 @@ func TestAGenerationTellsWhichNodeIsBehind(t *testing.T) {
 			require.Equal(t, tc.wantDiffers, got.differs)
 		})
 	}
+	// A shared file rewritten again and again, each node having read
+	// another version: by digest alone it is a three-way tie and every
+	// node is outvoted (each would stop serving: the flap of issuing on a
+	// cluster); by generation, the newest serves and the others are behind.
+	three := []map[string]string{tokensAt("a", "5"), tokensAt("b", "6"), tokensAt("c", "7")}
+	for i, mine := range three {
+		peers := append(append([]map[string]string(nil), three[:i]...), three[i+1:]...)
+		require.Equal(t, []string{"tokens", "tokens_generation"}, outvoted(mine, peers, nil), "by digest alone")
+		got := compare(mine, peers, nil, graded)
+		require.Nil(t, got.outvoted, "by generation")
+		if i < 2 {
+			require.Equal(t, map[string]generations{"tokens": {uint64(5 + i), 7}}, got.behind)
+		} else {
+			require.Empty(t, got.behind, "the newest")
+		}
+	}
 	// Without generations declared, the generation is a part as any.
 	require.Equal(t, []string{"tokens", "tokens_generation"}, outvoted(tokensAt("a", "5"), []map[string]string{tokensAt("b", "6"), tokensAt("b", "6")}, nil))
 }
