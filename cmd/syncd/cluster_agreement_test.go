@@ -253,12 +253,15 @@ func TestClusterProcessIssueOnASharedTokenFile(t *testing.T) {
 		defer c.close()
 		conns[i] = c
 	}
-	// Rounds of issues span several reports (the scale test that once
-	// issued as it went saw nodes flap within a few): at least 3 rounds,
-	// then until 6 reports passed, 30 at most.
+	// Rounds of issues, one every 250 ms, span several reports (the scale
+	// test that once issued as it went saw nodes flap within a few): at
+	// least 3 rounds, then until 6 reports passed, 60 at most.
 	var issued []device
 	start := time.Now()
-	for round := 0; round < 30 && (round < 3 || time.Since(start) < 6*2*time.Second); round++ {
+	pace := time.NewTicker(250 * time.Millisecond)
+	defer pace.Stop()
+	for round := 0; round < 60 && (round < 3 || time.Since(start) < 6*2*time.Second); round++ {
+		<-pace.C
 		n := pc.nodes[round%len(pc.nodes)]
 		fromFile := device{id: fmt.Sprintf("file-%d", round)}
 		fromFile.token = pc.member(t, fromFile.id)
@@ -273,6 +276,7 @@ func TestClusterProcessIssueOnASharedTokenFile(t *testing.T) {
 	}
 	require.NoError(t, auth.Revoke(pc.tokens, auth.TokenIDOf(issued[0].token)))
 	want := fileGeneration(t, pc.tokens)
+	t.Logf("%d tokens issued over %s; the file is at generation %v", len(issued), time.Since(start).Round(time.Millisecond), want)
 	for _, n := range pc.nodes {
 		waitNodeMetric(t, n, tokensGeneration, want, "publishes the file's generation")
 	}
