@@ -121,7 +121,8 @@ type comparison struct {
 	// a higher generation than this node's, with the highest.
 	behind map[string]generations
 	// differs: some live peer publishes a value other than this node's
-	// in some part (or lacks one this node publishes).
+	// in some part (a part a peer does not publish, which reading again
+	// cannot change, is left out).
 	differs bool
 }
 
@@ -154,7 +155,7 @@ func compare(mine map[string]string, peers []map[string]string, absent map[strin
 	}
 	for _, p := range peers {
 		for part, v := range mine {
-			if pv, ok := p[part]; !ok || pv != v {
+			if pv, ok := p[part]; ok && pv != v {
 				cmp.differs = true
 			}
 		}

@@ -84,6 +84,7 @@ func TestAGenerationTellsWhichNodeIsBehind(t *testing.T) {
 		{"same generation, majority", tokensAt("b", "6"), []map[string]string{tokensAt("b", "6"), tokensAt("x", "6")}, nil, map[string]generations{}, true},
 		{"older releases count by digest: outvoted", tokensAt("b", "6"), []map[string]string{tokensAt("a", ""), tokensAt("a", "")}, []string{"tokens"}, map[string]generations{}, true},
 		{"older releases count by digest: agreed", tokensAt("a", "6"), []map[string]string{tokensAt("a", ""), tokensAt("b", "5")}, nil, map[string]generations{}, true},
+		{"an older release with the same file", tokensAt("a", "6"), []map[string]string{tokensAt("a", ""), tokensAt("a", "6")}, nil, map[string]generations{}, false},
 		{"a peer's unreadable generation counts as none", tokensAt("a", "6"), []map[string]string{tokensAt("a", "x"), tokensAt("a", "6")}, nil, map[string]generations{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
