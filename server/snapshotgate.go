@@ -33,11 +33,11 @@ type snapshotGate struct {
 	took     time.Duration  // moving average of the served snapshots' durations
 }
 
-// newSnapshotGate returns a gate of max turns at once, maxQueue waiting
+// newSnapshotGate returns a gate of turns turns at once, maxQueue waiting
 // and maxTenant running or waiting per tenant (<= 0: no cap), whose
 // turns go round the tenants by weights (absent: 1).
-func newSnapshotGate(max, maxQueue, maxTenant int, weights map[string]int, waiting prometheus.Gauge, tm *snapshotTurnMetrics) *snapshotGate {
-	return &snapshotGate{max: max, maxQueue: maxQueue, maxTenant: maxTenant, waitingGauge: waiting, turnMetrics: tm,
+func newSnapshotGate(turns, maxQueue, maxTenant int, weights map[string]int, waiting prometheus.Gauge, tm *snapshotTurnMetrics) *snapshotGate {
+	return &snapshotGate{max: turns, maxQueue: maxQueue, maxTenant: maxTenant, waitingGauge: waiting, turnMetrics: tm,
 		queue: newTurnQueue(weights), byToken: map[string]int{}, byTenant: map[string]int{}}
 }
 
