@@ -3,19 +3,7 @@ package replication
 import (
 	"context"
 	"database/sql"
-
-	"github.com/syncd-dev/syncd/internal/sqlitedb"
 )
-
-// LiveSelect exposes SnapshotLive's query, for its plan.
-var LiveSelect = liveSelect
-
-// MigrateTo brings db's file to schema version v of this build's
-// migrations, the file an older build left.
-func MigrateTo(ctx context.Context, db *sql.DB, v int) error {
-	_, err := sqlitedb.Migrate(ctx, db, migrations[:v])
-	return err
-}
 
 // DecideWrite exposes the per-write decision of Decide to the external tests.
 var DecideWrite = decideWrite

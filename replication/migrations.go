@@ -24,7 +24,6 @@ import (
 var migrations = []sqlitedb.Migration{
 	adoptLayout1, // 0 -> 1: a new file, or any release before versions
 	addScopes,    // 1 -> 2: partial sync's scope values, members, grants
-	coverScopes,  // 2 -> 3: records_scope carries a scoped snapshot's columns
 }
 
 // SchemaVersion returns the schema version of syncd's database this build
@@ -76,20 +75,6 @@ var addScopes = sqlitedb.Steps(
 	sqlitedb.Statements(
 		`CREATE INDEX IF NOT EXISTS records_scope ON records (tenant, scope_value, model, key) WHERE scope_value IS NOT NULL`,
 		`CREATE INDEX IF NOT EXISTS records_member ON records (tenant, member, model) WHERE member IS NOT NULL`),
-)
-
-// coverScopes makes records_scope a covering index of the scoped snapshot
-// (Records.SnapshotLive): it carries, after the scope value, model and
-// key it is ordered by, every column the snapshot reads. A scope value's
-// live records then come from consecutive index pages, about as many as
-// the records of a tenant of their size hold, instead of one table page
-// each spread over the file (docs/benchmarks.md, "Scoped snapshot against
-// a plain read"). It costs a second copy of each scoped record's value,
-// version and clock in the index; records of models no scope covers have
-// no entry (the index is partial).
-var coverScopes = sqlitedb.Statements(
-	`DROP INDEX IF EXISTS records_scope`,
-	`CREATE INDEX records_scope ON records (tenant, scope_value, model, key, deleted, version, wall, logical, origin, value) WHERE scope_value IS NOT NULL`,
 )
 
 // The statements of layout 1 below are the layout as it shipped: they never

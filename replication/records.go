@@ -343,12 +343,12 @@ func (r *Records) Snapshot(ctx context.Context, scope Scope, fn func(head uint64
 
 // SnapshotMmapBytes is how much of the database file a connection serving
 // SnapshotLive maps into memory (PRAGMA mmap_size; address space, not
-// memory: the pages are the operating system's page cache). A snapshot
-// larger than SQLite's own cache (about 500 pages per connection) reads
-// most of its pages again each time; mapped, a page it read before costs
-// a memory access instead of a read system call and a copy. (A scoped
-// snapshot reads its values' consecutive entries of records_scope, which
-// covers its columns.) Parts of a larger file are read the ordinary way.
+// memory: the pages are the operating system's page cache). A scoped
+// snapshot reads the rows of one scope value, spread over the whole table
+// (one page each, found through records_scope); mapped, a page costs a
+// memory access instead of a read system call and a copy into SQLite's
+// own cache, which holds only about 500 pages per connection. Parts of a
+// larger file are read the ordinary way.
 const SnapshotMmapBytes = 1 << 30
 
 var snapshotMmap = fmt.Sprintf("PRAGMA mmap_size = %d", SnapshotMmapBytes)
@@ -374,7 +374,10 @@ type LiveRecord struct {
 // for every row: no copy of a value, no allocation per row beyond the
 // driver's own.
 func (r *Records) SnapshotLive(ctx context.Context, db *sql.DB, scope Scope, fn func(head uint64, rec *LiveRecord) error) (uint64, error) {
-	query, args := liveSelect(scope)
+	query, args := recordsSelect(`model, key, value, version, wall, logical, origin, coalesce(scope_value, '')`, "deleted = 0", scope)
+	if scope.Follow == nil {
+		query += ` ORDER BY tenant, model, key`
+	}
 	var (
 		rec   LiveRecord
 		value sql.RawBytes
@@ -390,16 +393,6 @@ func (r *Records) SnapshotLive(ctx context.Context, db *sql.DB, scope Scope, fn 
 		return 0, fmt.Errorf("snapshot live records: %w", err)
 	}
 	return head, nil
-}
-
-// liveSelect is SnapshotLive's query of scope: the branch of each scope
-// value followed reads only records_scope, which covers its columns.
-func liveSelect(scope Scope) (string, []any) {
-	query, args := recordsSelect(`model, key, value, version, wall, logical, origin, coalesce(scope_value, '')`, "deleted = 0", scope)
-	if scope.Follow == nil {
-		query += ` ORDER BY tenant, model, key`
-	}
-	return query, args
 }
 
 // snapshotRows runs query in one read transaction on db (after setup, see

@@ -78,8 +78,8 @@ func scopeWhere(scope Scope) (string, []any) {
 // scope follows scope values it is a UNION ALL of one branch for the
 // models no scope covers and one per declared scope with values followed,
 // so that each branch reads an index (the primary key, or records_scope
-// for the values followed, which covers SnapshotLive's columns) instead
-// of scanning the tenant; the rows come in no particular order.
+// for the values followed) instead of scanning the tenant; the rows come
+// in no particular order.
 func recordsSelect(cols, cond string, scope Scope) (string, []any) {
 	where, args := scopeWhere(scope)
 	base := `SELECT ` + cols + ` FROM records WHERE ` + cond + where

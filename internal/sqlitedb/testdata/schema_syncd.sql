@@ -1,4 +1,4 @@
--- user_version 3
+-- user_version 2
 CREATE INDEX conflicts_tenant_id ON conflicts (tenant, id);
 CREATE INDEX ledger_decisions_by_decided_at
 		ON ledger_decisions (scope, decided_at);
@@ -6,7 +6,7 @@ CREATE INDEX oplog_tenant_seq ON oplog (tenant, seq);
 CREATE INDEX oplog_tenants_by_entries ON oplog_tenants (entries);
 CREATE INDEX oplog_tenants_by_floor ON oplog_tenants (floor);
 CREATE INDEX records_member ON records (tenant, member, model) WHERE member IS NOT NULL;
-CREATE INDEX records_scope ON records (tenant, scope_value, model, key, deleted, version, wall, logical, origin, value) WHERE scope_value IS NOT NULL;
+CREATE INDEX records_scope ON records (tenant, scope_value, model, key) WHERE scope_value IS NOT NULL;
 CREATE TABLE conflicts (
 	id             INTEGER PRIMARY KEY AUTOINCREMENT,
 	tenant         TEXT    NOT NULL,
