@@ -381,6 +381,7 @@ type groupTurns struct {
 	turns                   map[*tenantLine]bool // tenants that began a turn in the group
 	repeated                bool                 // a tenant began a second turn in the group
 	joined                  bool                 // a tenant began its first turn after one repeated
+	drained                 bool                 // a tenant's line emptied in the group: no second turns
 }
 
 // newGroupTurns starts a group of at most maxPushes pushes and no more than
@@ -390,21 +391,32 @@ func newGroupTurns(maxPushes, maxMutations int) *groupTurns {
 }
 
 // next removes and returns the group's next push in the fair order, or nil
-// when the group ends: its bounds are reached, no push waits, or a tenant
-// joined it late. The group goes on through as many rounds as its bounds
-// allow while the same tenants take turns (one tenant alone fills it), so
-// commits stay large under steady load; a tenant whose first turn in the
-// group comes after another tenant's second (it queued while the group was
-// being applied) takes that turn, and the group ends at the next turn, so
-// the late push is answered by this group's commit after at most one turn
-// of each other tenant. A tenant whose turn the bounds cut keeps it for
-// the next group.
+// when the group ends: its bounds are reached, no push waits, a tenant
+// joined it late, or a tenant it served has nothing more queued. The group
+// goes on through as many rounds as its bounds allow while the same
+// tenants take turns with work left (one tenant alone fills it), so commits
+// stay large under steady load. Two rules keep a light tenant's push from
+// waiting for rounds of the others after it was taken:
+//   - late: a tenant whose first turn in the group comes after another
+//     tenant's second (it queued while the group was being applied) takes
+//     that turn, and the group ends at the next turn;
+//   - drained: once a tenant's line empties in the group (its last queued
+//     push was taken: its device waits for this commit), no tenant begins
+//     a second turn in it; the round goes on to its end, so many tenants
+//     with one push each still share one commit.
+//
+// Either way the light tenant's push is answered by the commit of the group
+// that took it, after at most one turn of each other tenant in that group.
+// A tenant whose turn the bounds cut keeps it for the next group.
 func (q *fairQueue) next(g *groupTurns) *pushRequest {
 	for g.pushes < g.maxPushes && len(q.active) > 0 {
 		l := q.active[0]
 		if !l.inTurn {
 			if g.joined {
 				return nil // the late tenant had its turn
+			}
+			if g.drained && g.turns[l] {
+				return nil // the round is over and a served tenant waits for this commit
 			}
 			switch {
 			case !g.turns[l] && g.repeated:
@@ -436,6 +448,7 @@ func (q *fairQueue) next(g *groupTurns) *pushRequest {
 			// Idle: it leaves the round and keeps no credit.
 			q.active = q.active[1:]
 			delete(q.lines, l.tenant)
+			g.drained = true
 		}
 		return head
 	}

@@ -169,6 +169,58 @@ func TestFairQueueLateTenantJoinsTheRunningGroupAndEndsIt(t *testing.T) {
 	require.Len(t, take(q, maxGroupPushes, maxGroupMutations), maxGroupMutations/100, "a goes on in the next group")
 }
 
+// A tenant whose last queued push a group took waits for that group's
+// commit: once its line empties no tenant begins a second turn in the
+// group, so the push is committed after at most one turn of each other
+// tenant, whether it was queued when the group began or while the group's
+// first turn was applied (before any tenant's second turn, where the late
+// rule does not apply). A round of many tenants with one push each still
+// shares one group.
+func TestFairQueueGroupEndsWhenATenantItServedDrains(t *testing.T) {
+	tenants := func(g []*pushRequest) []string {
+		var ts []string
+		for _, r := range g {
+			ts = append(ts, r.batch.Tenant)
+		}
+		return ts
+	}
+	flood := func() *fairQueue {
+		q := newFairQueue(nil)
+		for i := range 40 {
+			q.push(queued("a", i, 100))
+		}
+		return q
+	}
+
+	q := flood()
+	q.push(queued("light", 0, 1))
+	require.Equal(t, []string{"a", "light"}, tenants(take(q, maxGroupPushes, maxGroupMutations)), "queued at the group's start: one turn of a, then the commit")
+	require.Len(t, take(q, maxGroupPushes, maxGroupMutations), maxGroupMutations/100, "a alone fills the next group")
+
+	q = flood()
+	g := newGroupTurns(maxGroupPushes, maxGroupMutations)
+	require.Equal(t, "a", q.next(g).batch.Tenant)
+	q.push(queued("light", 0, 1)) // while a's first push is applied
+	require.Equal(t, "light", q.next(g).batch.Tenant, "taken before a's second turn")
+	require.Nil(t, q.next(g), "and the group ends: light waits for no second turn of a")
+
+	q = flood()
+	q.push(queued("light", 0, 1))
+	q.push(queued("light", 1, 150)) // more than one turn's credit: light does not drain in its first turn
+	require.Equal(t, []string{"a", "light", "a", "light"}, tenants(take(q, maxGroupPushes, maxGroupMutations)), "light drains in its second turn and the group ends there")
+
+	q = newFairQueue(nil)
+	var want []string
+	for i := range maxGroupPushes - 1 {
+		tenant := fmt.Sprintf("t%d", i)
+		q.push(queued(tenant, 0, 1))
+		want = append(want, tenant)
+	}
+	q.push(queued("t0", 1, commitQuantum)) // beyond t0's first turn's credit
+	require.Equal(t, want, tenants(take(q, maxGroupPushes, maxGroupMutations)), "one push each: the round ends the group, not the first tenant that drains")
+	require.Equal(t, []string{"t0"}, tenants(take(q, maxGroupPushes, maxGroupMutations)), "t0's second turn is the next group's")
+}
+
 // A push larger than the quantum is taken once its tenant saved enough
 // credit over its turns, while the other tenants' turns go on between.
 func TestFairQueueLargePushWaitsForItsCredit(t *testing.T) {
