@@ -304,6 +304,7 @@ func (c *groupCommitter) applyGroup(ctx context.Context) (group []*pushRequest, 
 			head = r.fx.Entries[n-1].Seq
 		}
 	}
+	c.share.groupEnded(g.ended)
 	if err := tx.Commit(); err != nil {
 		return group, 0, fmt.Errorf("commit: %w", err)
 	}
@@ -382,7 +383,19 @@ type groupTurns struct {
 	repeated                bool                 // a tenant began a second turn in the group
 	joined                  bool                 // a tenant began its first turn after one repeated
 	drained                 bool                 // a tenant's line emptied in the group: no second turns
+	ended                   groupEnd             // why next last returned nil
 }
+
+// groupEnd is why a commit group ended: the value of
+// syncd_commit_groups_total's label "ended".
+type groupEnd string
+
+const (
+	groupEndedEmpty   groupEnd = "empty"   // no push waited
+	groupEndedBounds  groupEnd = "bounds"  // maxGroupPushes or maxGroupMutations
+	groupEndedLate    groupEnd = "late"    // a tenant that queued during the group had its turn
+	groupEndedDrained groupEnd = "drained" // a tenant it served had nothing more queued, at the round's end
+)
 
 // newGroupTurns starts a group of at most maxPushes pushes and no more than
 // maxMutations mutations unless its first push alone holds more.
@@ -413,10 +426,12 @@ func (q *fairQueue) next(g *groupTurns) *pushRequest {
 		l := q.active[0]
 		if !l.inTurn {
 			if g.joined {
-				return nil // the late tenant had its turn
+				g.ended = groupEndedLate // the late tenant had its turn
+				return nil
 			}
 			if g.drained && g.turns[l] {
-				return nil // the round is over and a served tenant waits for this commit
+				g.ended = groupEndedDrained // the round is over and a served tenant waits for this commit
+				return nil
 			}
 			switch {
 			case !g.turns[l] && g.repeated:
@@ -437,6 +452,7 @@ func (q *fairQueue) next(g *groupTurns) *pushRequest {
 			continue
 		}
 		if g.pushes > 0 && g.mutations+cost > g.maxMutations {
+			g.ended = groupEndedBounds
 			return nil
 		}
 		l.pushes[0] = nil
@@ -451,6 +467,10 @@ func (q *fairQueue) next(g *groupTurns) *pushRequest {
 			g.drained = true
 		}
 		return head
+	}
+	g.ended = groupEndedEmpty
+	if g.pushes >= g.maxPushes {
+		g.ended = groupEndedBounds
 	}
 	return nil
 }
@@ -467,6 +487,7 @@ type commitShareMetrics struct {
 	queuedMutations *prometheus.GaugeVec     // tenant
 	served          *prometheus.CounterVec   // tenant
 	wait            *prometheus.HistogramVec // tenant
+	groupEnds       *prometheus.CounterVec   // ended
 
 	mu         sync.Mutex
 	labels     map[string]bool // tenants with their own label
@@ -486,12 +507,18 @@ func newCommitShareMetrics(reg prometheus.Registerer, weights map[string]int, ma
 			Name: "syncd_commit_wait_seconds", Help: "Time a push waited in its tenant's line before the committer took it, by tenant.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"tenant"}),
+		groupEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_commit_groups_total", Help: "Commit groups (one transaction, one fsync each) by why the committer ended them: empty (no push waited), bounds (pushes or mutations), late (a tenant that queued during the group had its turn), drained (a tenant it served had nothing more queued).",
+		}, []string{"ended"}),
 		labels: map[string]bool{}, maxLabels: maxLabels,
+	}
+	for _, e := range []groupEnd{groupEndedEmpty, groupEndedBounds, groupEndedLate, groupEndedDrained} {
+		m.groupEnds.WithLabelValues(string(e))
 	}
 	for t := range weights {
 		m.labels[t] = true
 	}
-	reg.MustRegister(m.queuedMutations, m.served, m.wait)
+	reg.MustRegister(m.queuedMutations, m.served, m.wait, m.groupEnds)
 	return m
 }
 
@@ -519,4 +546,8 @@ func (m *commitShareMetrics) taken(tenant string, r *pushRequest, at time.Time) 
 	m.queuedMutations.WithLabelValues(l).Sub(float64(pushCost(r)))
 	m.served.WithLabelValues(l).Add(float64(pushCost(r)))
 	m.wait.WithLabelValues(l).Observe(at.Sub(r.arrived).Seconds())
+}
+
+func (m *commitShareMetrics) groupEnded(e groupEnd) {
+	m.groupEnds.WithLabelValues(string(e)).Inc()
 }

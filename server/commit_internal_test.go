@@ -20,12 +20,18 @@ func queued(tenant string, i, mutations int) *pushRequest {
 // take takes one group from q as the committer does, when nothing is
 // queued while the group is applied.
 func take(q *fairQueue, maxPushes, maxMutations int) []*pushRequest {
+	group, _ := takeWhy(q, maxPushes, maxMutations)
+	return group
+}
+
+// takeWhy is take, with why the group ended.
+func takeWhy(q *fairQueue, maxPushes, maxMutations int) ([]*pushRequest, groupEnd) {
 	var group []*pushRequest
 	g := newGroupTurns(maxPushes, maxMutations)
 	for r := q.next(g); r != nil; r = q.next(g) {
 		group = append(group, r)
 	}
-	return group
+	return group, g.ended
 }
 
 // takeAll empties q in groups of the committer's bounds.
@@ -166,6 +172,7 @@ func TestFairQueueLateTenantJoinsTheRunningGroupAndEndsIt(t *testing.T) {
 	r := q.next(g)
 	require.Equal(t, "late", r.batch.Tenant, "the late push is taken before a's next turn")
 	require.Nil(t, q.next(g), "and the group ends after the late tenant's turn")
+	require.Equal(t, groupEndedLate, g.ended)
 	require.Len(t, take(q, maxGroupPushes, maxGroupMutations), maxGroupMutations/100, "a goes on in the next group")
 }
 
@@ -194,8 +201,12 @@ func TestFairQueueGroupEndsWhenATenantItServedDrains(t *testing.T) {
 
 	q := flood()
 	q.push(queued("light", 0, 1))
-	require.Equal(t, []string{"a", "light"}, tenants(take(q, maxGroupPushes, maxGroupMutations)), "queued at the group's start: one turn of a, then the commit")
-	require.Len(t, take(q, maxGroupPushes, maxGroupMutations), maxGroupMutations/100, "a alone fills the next group")
+	group, ended := takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Equal(t, []string{"a", "light"}, tenants(group), "queued at the group's start: one turn of a, then the commit")
+	require.Equal(t, groupEndedDrained, ended)
+	group, ended = takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Len(t, group, maxGroupMutations/100, "a alone fills the next group")
+	require.Equal(t, groupEndedBounds, ended)
 
 	q = flood()
 	g := newGroupTurns(maxGroupPushes, maxGroupMutations)
@@ -203,6 +214,7 @@ func TestFairQueueGroupEndsWhenATenantItServedDrains(t *testing.T) {
 	q.push(queued("light", 0, 1)) // while a's first push is applied
 	require.Equal(t, "light", q.next(g).batch.Tenant, "taken before a's second turn")
 	require.Nil(t, q.next(g), "and the group ends: light waits for no second turn of a")
+	require.Equal(t, groupEndedDrained, g.ended)
 
 	q = flood()
 	q.push(queued("light", 0, 1))
@@ -217,8 +229,12 @@ func TestFairQueueGroupEndsWhenATenantItServedDrains(t *testing.T) {
 		want = append(want, tenant)
 	}
 	q.push(queued("t0", 1, commitQuantum)) // beyond t0's first turn's credit
-	require.Equal(t, want, tenants(take(q, maxGroupPushes, maxGroupMutations)), "one push each: the round ends the group, not the first tenant that drains")
-	require.Equal(t, []string{"t0"}, tenants(take(q, maxGroupPushes, maxGroupMutations)), "t0's second turn is the next group's")
+	group, ended = takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Equal(t, want, tenants(group), "one push each: the round ends the group, not the first tenant that drains")
+	require.Equal(t, groupEndedDrained, ended)
+	group, ended = takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Equal(t, []string{"t0"}, tenants(group), "t0's second turn is the next group's")
+	require.Equal(t, groupEndedEmpty, ended)
 }
 
 // A push larger than the quantum is taken once its tenant saved enough
