@@ -465,7 +465,9 @@ func (d *driver) settleDone(done []synccore.Settle) {
 		ds[i] = decision{mut: &done[i].Item.Mutation, outcome: outcome(done[i], c.now()), upcast: done[i].Verdict.Result.Upcast}
 		ids[i] = offlinequeue.ID(done[i].Item.ID)
 	}
-	if err := c.replica.decideDone(c.ctx, ds, ids); err != nil {
+	// Done: applied, duplicate or superseded, each an answer the server's
+	// ledger keeps, so the outcomes need not wait for the disk.
+	if err := c.replica.decideDone(c.ctx, ds, ids, true); err != nil {
 		d.fail("settling written outcomes", err)
 		return
 	}
@@ -487,7 +489,8 @@ func (d *driver) settle(s synccore.Settle) error {
 		if err != nil {
 			return err
 		}
-		if err := c.replica.decideDone(ctx, []decision{{mut: m, outcome: o}}, []offlinequeue.ID{id}); err != nil {
+		// Synced: the handler's decision (RebasedAs) is the device's own.
+		if err := c.replica.decideDone(ctx, []decision{{mut: m, outcome: o}}, []offlinequeue.ID{id}, false); err != nil {
 			return err
 		}
 		c.published()

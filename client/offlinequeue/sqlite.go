@@ -49,7 +49,19 @@ type SQLiteOptions struct {
 	// DefaultBusyTimeout; a negative value is refused. It is set before any
 	// other setting, so it also covers the switch to WAL on open.
 	BusyTimeout time.Duration
+	// UnsyncedWindow bounds how long a write committed without its own
+	// sync (MarkDoneUnsynced) may stay exposed to a power cut: the next
+	// synced commit of the file makes it durable, and if none comes within
+	// the window the queue syncs the log itself. 0 means
+	// DefaultUnsyncedWindow; a negative value is refused. At SyncNormal
+	// nothing is synced on commit and the window does not apply.
+	UnsyncedWindow time.Duration
 }
+
+// DefaultUnsyncedWindow is SQLiteOptions.UnsyncedWindow's default: a write
+// committed by MarkDoneUnsynced is durable at most this long after it
+// returned (on a device writing steadily, at its next enqueue).
+const DefaultUnsyncedWindow = 100 * time.Millisecond
 
 // SQLite is a Queue in one SQLite database file: an indexed table of pending
 // items and one of dead letters. It suits deep queues and keyed dedup at
@@ -118,6 +130,10 @@ type SQLite struct {
 
 	// poisoned is set and read by the holder of writer only.
 	poisoned error
+
+	// unsynced commits MarkDoneUnsynced's writes (see sqlite_unsynced.go);
+	// nil at SyncNormal, where every commit is unsynced alike.
+	unsynced *unsyncedWriter
 }
 
 var _ Queue = (*SQLite)(nil)
@@ -138,6 +154,9 @@ type sqliteHooks struct {
 	// batch runs in the committer before each group of enqueues is written,
 	// with the group's size.
 	batch func(size int)
+	// deferredSync runs after the queue synced its log for commits made
+	// without a sync (MarkDoneUnsynced), under the writer.
+	deferredSync func()
 }
 
 // OpenSQLite opens (creating if needed) the queue stored in the SQLite
@@ -170,6 +189,14 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 		return nil, fmt.Errorf("offlinequeue: open sqlite queue %s: %w", path, err)
 	}
 	q.checkpoints = sqlitedb.StartCheckpointer(q.db, checkpointOptions)
+	if q.syncsOnCommit() {
+		if q.unsynced, err = startUnsynced(q); err != nil {
+			q.checkpoints.Close()
+			q.stmts.close()
+			_ = q.db.Close()
+			return nil, fmt.Errorf("offlinequeue: open sqlite queue %s: %w", path, err)
+		}
+	}
 	go q.commitLoop()
 	return q, nil
 }
@@ -179,6 +206,9 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, err error) {
 	if err := opts.checkLimits(); err != nil {
 		return nil, err
+	}
+	if opts.UnsyncedWindow < 0 {
+		return nil, fmt.Errorf("offlinequeue: negative UnsyncedWindow %v", opts.UnsyncedWindow)
 	}
 	opts.Options = opts.Options.withDefaults()
 	files := sqliteFiles(path)
@@ -643,9 +673,10 @@ func (s *SQLite) Close() error {
 	s.life.Unlock()
 	close(s.stop)
 	<-s.stopped
+	syncErr := s.unsynced.close()
 	s.checkpoints.Close()
 	s.stmts.close()
-	if err := s.db.Close(); err != nil {
+	if err := errors.Join(syncErr, s.db.Close()); err != nil {
 		return fmt.Errorf("offlinequeue: close %s: %w", s.path, err)
 	}
 	return nil
