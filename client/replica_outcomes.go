@@ -68,7 +68,8 @@ type decision struct {
 // relearnable says the server's ledger holds every one of these outcomes
 // (the writes were applied, answered duplicate or superseded): then, in
 // the queue's file, the commit does not wait for the disk
-// (offlinequeue.SQLite.MarkDoneUnsynced). A power cut before the log is
+// (offlinequeue.SQLite.MarkDoneUnsynced); with a file of its own, the
+// items' removal does not (below). A power cut before the log is
 // synced (at the latest offlinequeue.SQLiteOptions.UnsyncedWindow later)
 // rolls back the outcomes and the removal of the items together; the
 // writes, pending again, are replayed and the ledger answers each with the
@@ -92,7 +93,20 @@ func (r *replica) decideDone(ctx context.Context, ds []decision, ids []offlinequ
 		return err
 	}
 	r.recorded(gen, ds)
+	if q, ok := r.queue.(unsyncedDone); ok && relearnable {
+		return q.MarkDoneUnsynced(ctx, ids...)
+	}
 	return r.queue.MarkDone(ctx, ids...)
+}
+
+// unsyncedDone is a queue that can mark items done without waiting for
+// the disk (offlinequeue.File). With a replica file of its own, the
+// outcomes still commit at the replica's level first: the item's removal,
+// unsynced, is then never durable before its outcome, and a power cut
+// that loses the removal leaves a write that is replayed and answered
+// duplicate, its outcome already recorded.
+type unsyncedDone interface {
+	MarkDoneUnsynced(ctx context.Context, ids ...offlinequeue.ID) error
 }
 
 // recorded tells the Await calls waiting for them and the feed's echo

@@ -49,19 +49,7 @@ type SQLiteOptions struct {
 	// DefaultBusyTimeout; a negative value is refused. It is set before any
 	// other setting, so it also covers the switch to WAL on open.
 	BusyTimeout time.Duration
-	// UnsyncedWindow bounds how long a write committed without its own
-	// sync (MarkDoneUnsynced) may stay exposed to a power cut: the next
-	// synced commit of the file makes it durable, and if none comes within
-	// the window the queue syncs the log itself. 0 means
-	// DefaultUnsyncedWindow; a negative value is refused. At SyncNormal
-	// nothing is synced on commit and the window does not apply.
-	UnsyncedWindow time.Duration
 }
-
-// DefaultUnsyncedWindow is SQLiteOptions.UnsyncedWindow's default: a write
-// committed by MarkDoneUnsynced is durable at most this long after it
-// returned (on a device writing steadily, at its next enqueue).
-const DefaultUnsyncedWindow = 100 * time.Millisecond
 
 // SQLite is a Queue in one SQLite database file: an indexed table of pending
 // items and one of dead letters. It suits deep queues and keyed dedup at
@@ -206,9 +194,6 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 func newSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (q *SQLite, err error) {
 	if err := opts.checkLimits(); err != nil {
 		return nil, err
-	}
-	if opts.UnsyncedWindow < 0 {
-		return nil, fmt.Errorf("offlinequeue: negative UnsyncedWindow %v", opts.UnsyncedWindow)
 	}
 	opts.Options = opts.Options.withDefaults()
 	files := sqliteFiles(path)

@@ -7,46 +7,29 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"time"
 )
 
-// Writes committed without their own sync. A queue at SyncFull syncs its
-// write-ahead log on every commit, so a call that returned survives a
-// power cut. MarkDoneUnsynced is the one exception, for a caller whose
-// write can be lost to a power cut and learned again (the client's record
-// of a write's outcome: the server's ledger keeps it, and the write,
-// still pending after the cut, is replayed and answered from the ledger).
-// Such a write commits at synchronous=NORMAL on a connection of its own:
-// it is in the log, so it survives a process crash at once, and it is
-// durable as soon as the log is synced, by the next synced commit of the
-// file (an enqueue syncs the whole log, this write's frames with it) or,
-// when none comes within SQLiteOptions.UnsyncedWindow, by the queue, which
-// then syncs the log itself.
-//
-// Order: the log is one file written in commit order and recovered as a
-// prefix of whole commits, so an unsynced write is never durable before a
-// write committed ahead of it (the enqueue of the item it marks done).
+// A SQLite queue's write without a sync (see unsynced.go) commits at
+// synchronous=NORMAL on a connection of its own: its frames are in the
+// write-ahead log, which the next commit at FULL syncs whole.
 
 // unsyncedWriter owns the connection that commits without a sync and the
-// goroutine that bounds how long such a commit stays unsynced.
+// syncLater that bounds how long such a commit stays unsynced.
 type unsyncedWriter struct {
-	q      *SQLite
-	conn   *sql.Conn // synchronous=NORMAL
-	window time.Duration
+	q    *SQLite
+	conn *sql.Conn // synchronous=NORMAL
 
-	// pending says a commit on conn may not be synced yet. It is read
-	// and written by the holder of q.writer only.
+	// pending says a commit on conn may not be synced yet; err is the
+	// failure of the last sync, for Close. Both are owned by the holder of
+	// q.writer.
 	pending bool
-	// err is the failure of the last sync, for Close (set under q.writer).
-	err error
+	err     error
 
-	kick    chan struct{} // a commit on conn is pending (buffered, one)
-	stop    chan struct{} // closed by close
-	stopped chan struct{} // closed when run returns
+	later *syncLater
 }
 
 // startUnsynced pins a connection of q's pool at synchronous=NORMAL and
-// starts the goroutine that syncs what it commits within the window.
+// starts the syncLater of what it commits.
 func startUnsynced(q *SQLite) (*unsyncedWriter, error) {
 	ctx := context.Background()
 	conn, err := q.db.Conn(ctx)
@@ -64,28 +47,17 @@ func startUnsynced(q *SQLite) (*unsyncedWriter, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("unsynced writer: %w", err)
 	}
-	u := &unsyncedWriter{
-		q:       q,
-		conn:    conn,
-		window:  q.opts.UnsyncedWindow,
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
-	}
-	if u.window == 0 {
-		u.window = DefaultUnsyncedWindow
-	}
-	go u.run()
+	u := &unsyncedWriter{q: q, conn: conn}
+	u.later = startSyncLater(q.opts.UnsyncedWindow, u.syncPending)
 	return u, nil
 }
 
-// MarkDoneUnsynced is MarkDoneWith committed without waiting for the disk
-// (see above): when it returns, the items are gone and with's rows are
+// MarkDoneUnsynced is MarkDoneWith without waiting for the disk (see
+// unsynced.go): when it returns, the items are gone and with's rows are
 // committed for every reader and survive a process crash; they survive a
-// power cut once the log is synced, at the latest UnsyncedWindow later
-// (counted by syncd_client_queue_deferred_syncs_total when the queue syncs
-// it itself). A power cut before that can roll the call back whole, never
-// in part, and never a write committed before it. At SyncNormal it is
+// power cut once the log is synced, at the latest Options.UnsyncedWindow
+// later. A power cut before that can roll the call back whole, never in
+// part, and never a write committed before it. At SyncNormal it is
 // MarkDoneWith.
 func (s *SQLite) MarkDoneUnsynced(ctx context.Context, with Hook, ids ...ID) error {
 	return s.submit(ctx, &writeRequest{op: "mark done in", unsynced: true, done: make(chan struct{}),
@@ -97,14 +69,10 @@ func (s *SQLite) MarkDoneUnsynced(ctx context.Context, with Hook, ids ...ID) err
 		}})
 }
 
-// committed records a commit on u.conn (the caller holds q.writer) and
-// wakes the goroutine that bounds its stay unsynced.
+// committed records a commit on u.conn (the caller holds q.writer).
 func (u *unsyncedWriter) committed() {
 	u.pending = true
-	select {
-	case u.kick <- struct{}{}:
-	default: // already woken
-	}
+	u.later.wake()
 }
 
 // synced records a commit that synced the log (the caller holds q.writer):
@@ -112,29 +80,6 @@ func (u *unsyncedWriter) committed() {
 func (u *unsyncedWriter) synced() {
 	if u != nil {
 		u.pending = false
-	}
-}
-
-// run syncs the log one window after an unsynced commit woke it, unless
-// a synced commit came first; at close it syncs what is left.
-func (u *unsyncedWriter) run() {
-	defer close(u.stopped)
-	for {
-		select {
-		case <-u.kick:
-		case <-u.stop:
-			u.syncPending()
-			return
-		}
-		t := time.NewTimer(u.window)
-		select {
-		case <-t.C:
-			u.syncPending()
-		case <-u.stop:
-			t.Stop()
-			u.syncPending()
-			return
-		}
 	}
 }
 
@@ -175,13 +120,13 @@ func syncFile(path string) error {
 	return errors.Join(f.Sync(), f.Close())
 }
 
-// close stops the goroutine after a last sync and releases the
-// connection; it returns that sync's error, if any. Nil-safe.
+// close stops the syncLater, syncs what is left and releases the
+// connection; it returns a sync's failure, if any. Nil-safe.
 func (u *unsyncedWriter) close() error {
 	if u == nil {
 		return nil
 	}
-	close(u.stop)
-	<-u.stopped
+	u.later.close()
+	u.syncPending()
 	return errors.Join(u.err, u.conn.Close())
 }
