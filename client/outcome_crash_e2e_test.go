@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/client"
-	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/internal/crashpoint"
 	"github.com/syncd-dev/syncd/internal/crashpoint/crashtest"
 	"github.com/syncd-dev/syncd/server"
@@ -191,14 +190,6 @@ func parseOutcomeChild(t *testing.T, out string) (op string, logs map[string]int
 func runOutcomeChild(t *testing.T, raw string) {
 	var cfg outcomeChild
 	require.NoError(t, json.Unmarshal([]byte(raw), &cfg))
-	var q offlinequeue.Queue
-	var err error
-	if cfg.FileQueue {
-		q, err = offlinequeue.OpenFile(filepath.Join(cfg.Dir, "queue.ndjson"), offlinequeue.FileOptions{})
-	} else {
-		q, err = offlinequeue.OpenSQLite(filepath.Join(cfg.Dir, "queue.db"), offlinequeue.SQLiteOptions{})
-	}
-	require.NoError(t, err)
 	printed := make(chan struct{})
 	var before []string // log sizes before the outcome was recorded
 	crashpoint.Set(func(step string) {
@@ -224,12 +215,7 @@ func runOutcomeChild(t *testing.T, raw string) {
 			crashtest.Stop(step)
 		}
 	})
-	c, err := client.Open(context.Background(), client.Config{
-		ServerURLs: []string{cfg.URL}, Token: cfg.Token, ClientID: cfg.ClientID,
-		Queue: q, ReplicaPath: filepath.Join(cfg.Dir, "replica.db"),
-		ProbeInterval: 50 * time.Millisecond, RetryInterval: 20 * time.Millisecond, MaxRetryInterval: 200 * time.Millisecond,
-	})
-	require.NoError(t, err)
+	c := openChildClient(t, cfg.Dir, cfg.URL, cfg.Token, cfg.ClientID, cfg.FileQueue)
 	defer c.Close()
 	op, err := c.Put(context.Background(), "notes", "one", json.RawMessage(`{"n":1}`))
 	require.NoError(t, err)
