@@ -575,6 +575,7 @@ func (ss *session) subscribe(ctx context.Context, m *syncproto.Subscribe) {
 		ss.refuse(m.ID, refusal)
 		return
 	}
+	ss.recordRequested(ctx, m.Scopes)
 	subCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	ss.sub, ss.subDone = cancel, done
