@@ -46,6 +46,7 @@ func scopesHistory(t *testing.T, cfg server.Config) (*testServer, func(model, ke
 	phone, _ := session(t, ts, alice, "alice:phone")
 	phone.send(&syncproto.Subscribe{ID: "s", Scopes: syncproto.ScopeSet{"project": {syncproto.AllValues}}})
 	expect[*syncproto.Changes](phone)
+	requireMetric(t, ts, `syncd_scope_requested_sets_total{result="new"}`, 1)
 	q := func(model, key string, want ...string) url.Values {
 		return url.Values{adminapi.ParamTenant: {"acme"}, adminapi.ParamClientID: {"alice:phone"}, adminapi.ParamModel: {model}, adminapi.ParamKey: {key}, adminapi.ParamWant: want}
 	}

@@ -74,6 +74,13 @@ func TestRequestedSetIsRecordedOnChangeAndReadOnEveryNode(t *testing.T) {
 		msg := c.recvAnswer()
 		return &msg
 	}
+	// waitResult waits until n subscribes of ts had result (recorded
+	// after the subscription's feed started).
+	waitResult := func(t *testing.T, result string, n float64) {
+		t.Helper()
+		require.Eventually(t, func() bool { return requestedResults(t, ts)[result] == n }, ioTimeout, 5*time.Millisecond,
+			"%s: want %v, have %v", result, n, requestedResults(t, ts))
+	}
 	// requireOnEveryNode waits until every node's explanation of b-0000
 	// (in p2) has the verdict want and the request requested.
 	requireOnEveryNode := func(t *testing.T, want string, requested syncproto.ScopeSet) {
@@ -93,8 +100,8 @@ func TestRequestedSetIsRecordedOnChangeAndReadOnEveryNode(t *testing.T) {
 
 	msg := subscribe(t, syncproto.ScopeSet{"project": {"p1"}})
 	require.IsType(t, &syncproto.Changes{}, *msg)
+	waitResult(t, "new", 1)
 	require.Equal(t, before+1, commitsOf(t, ts), "a new set is one commit")
-	require.Equal(t, 1.0, requestedResults(t, ts)["new"])
 	requireOnEveryNode(t, adminapi.KeyNotRequested, syncproto.ScopeSet{"project": {"p1"}})
 	ans = explain(t, len(ts.nodes)-1, "b-0000")
 	require.Equal(t, adminapi.RequestedRecorded, ans.RequestedFrom)
@@ -119,8 +126,8 @@ func TestRequestedSetIsRecordedOnChangeAndReadOnEveryNode(t *testing.T) {
 	for range 3 {
 		require.IsType(t, &syncproto.Changes{}, *subscribe(t, syncproto.ScopeSet{"project": {"p1", "p1"}}))
 	}
+	waitResult(t, "unchanged", 3)
 	require.Equal(t, before+1, commitsOf(t, ts), "an unchanged set costs no commit")
-	require.Equal(t, 3.0, requestedResults(t, ts)["unchanged"])
 
 	// Bad input: more values than max_scope_values (3) is refused and
 	// records nothing.
@@ -133,14 +140,14 @@ func TestRequestedSetIsRecordedOnChangeAndReadOnEveryNode(t *testing.T) {
 
 	// A changed set is recorded again, and read on every node.
 	require.IsType(t, &syncproto.Changes{}, *subscribe(t, syncproto.ScopeSet{"project": {"p1", "p2"}}))
+	waitResult(t, "changed", 1)
 	require.Equal(t, before+2, commitsOf(t, ts))
-	require.Equal(t, 1.0, requestedResults(t, ts)["changed"])
 	requireOnEveryNode(t, adminapi.KeyOnScopes, syncproto.ScopeSet{"project": {"p2"}})
 
 	// A subscribe without scopes follows every grant: the set is cleared.
 	require.IsType(t, &syncproto.Changes{}, *subscribe(t, nil))
+	waitResult(t, "cleared", 1)
 	require.Equal(t, before+3, commitsOf(t, ts))
-	require.Equal(t, 1.0, requestedResults(t, ts)["cleared"])
 	requireOnEveryNode(t, adminapi.KeyNotGranted, nil) // no set: no user known for the device either
 	require.Zero(t, requestedResults(t, ts)["failed"]+requestedResults(t, ts)["deferred"])
 }

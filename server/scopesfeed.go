@@ -157,7 +157,9 @@ func (m *metrics) registerRequested(reg prometheus.Registerer) {
 // session accepted (nil: none), with the set recorded for the device, and
 // when they differ records it through the committer (replication's
 // requested sets: part of the replicated log, so every cluster node holds
-// it), returning once it is applied here or requestedTimeout passed. A
+// it), returning once it is applied here or requestedTimeout passed (also
+// when the session ends meanwhile). The subscription's feed is started
+// first: recording never delays it. A
 // subscription without scopes removes a recorded set (it follows every
 // grant) and records nothing. The same set writes nothing: a reconnect
 // costs no commit. A failure is logged and counted; the subscription goes
@@ -196,9 +198,7 @@ func (ss *session) recordRequested(ctx context.Context, requested syncproto.Scop
 		return
 	}
 	if err := ss.submitRequested(ctx, req); err != nil {
-		if ctx.Err() == nil {
-			ss.log.Warn("record requested set", "err", err)
-		}
+		ss.log.Warn("record requested set", "err", err)
 		result = requestedFailed
 	}
 	s.metrics.scopeRequested.WithLabelValues(result).Inc()
@@ -207,7 +207,8 @@ func (ss *session) recordRequested(ctx context.Context, requested syncproto.Scop
 // submitRequested commits a batch recording req for the session's device
 // and waits, at most requestedTimeout, until it is applied.
 func (ss *session) submitRequested(ctx context.Context, req *replication.Requested) error {
-	ctx, cancel := context.WithTimeout(ctx, requestedTimeout)
+	// A device that disconnects at once still has its set recorded.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestedTimeout)
 	defer cancel()
 	b := &replication.Batch{Tenant: ss.p.Tenant, ClientID: ss.p.ClientID, User: ss.p.User,
 		At: time.UnixMilli(ss.srv.now().UnixMilli()).UTC(), Writes: []replication.Write{}, Requested: req}

@@ -575,7 +575,6 @@ func (ss *session) subscribe(ctx context.Context, m *syncproto.Subscribe) {
 		ss.refuse(m.ID, refusal)
 		return
 	}
-	ss.recordRequested(ctx, m.Scopes)
 	subCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	ss.sub, ss.subDone = cancel, done
@@ -587,6 +586,7 @@ func (ss *session) subscribe(ctx context.Context, m *syncproto.Subscribe) {
 		defer ss.feeding.Store(false)
 		ss.feed(subCtx, m.ID, m.Cursor, sc)
 	}()
+	ss.recordRequested(ctx, m.Scopes)
 }
 
 func (ss *session) stopSubscription() {

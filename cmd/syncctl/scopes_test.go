@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -59,6 +60,13 @@ func startScoped(t *testing.T) *testServer {
 	phone := ts.dialAs(t, alice, "alice:phone", 0)
 	_, ok := phone.request(&syncproto.Subscribe{Cursor: 7, Scopes: syncproto.ScopeSet{"project": {"p2", "p3"}}}).(*syncproto.Changes)
 	require.True(t, ok, "subscribe must be answered with changes")
+	// The set is recorded once the subscription's feed started.
+	c := newCLI(t, ts.adminEnv())
+	require.Eventually(t, func() bool {
+		var e adminapi.KeyExplanation
+		r := c.run("--json", "explain", "--client", "alice:phone", "--model", "tasks", "--key", "t1", "--tenant", tenant)
+		return r.err == nil && json.Unmarshal([]byte(r.stdout), &e) == nil && e.RequestedFrom == adminapi.RequestedRecorded
+	}, ioTimeout, 10*time.Millisecond, "the phone's requested set was never recorded")
 	return ts
 }
 
