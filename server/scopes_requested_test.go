@@ -66,14 +66,15 @@ func TestRequestedSetIsRecordedOnChangeAndReadOnEveryNode(t *testing.T) {
 		ts.nodes[node].Admin(t, adminapi.PathScopesExplain+"?"+q.Encode(), &ans)
 		return ans
 	}
-	subscribe := func(t *testing.T, scopes syncproto.ScopeSet) *syncproto.Message {
+	subscribeAt := func(t *testing.T, at *testServer, scopes syncproto.ScopeSet) *syncproto.Message {
 		t.Helper()
-		c, _ := session(t, ts, tok, "phone")
+		c, _ := session(t, at, tok, "phone")
 		defer c.conn.CloseNow()
 		c.send(&syncproto.Subscribe{ID: "s", Cursor: head, Scopes: scopes})
 		msg := c.recvAnswer()
 		return &msg
 	}
+	subscribe := func(t *testing.T, scopes syncproto.ScopeSet) *syncproto.Message { return subscribeAt(t, ts, scopes) }
 	// waitResult waits until n subscribes of ts had result (recorded
 	// after the subscription's feed started).
 	waitResult := func(t *testing.T, result string, n float64) {
@@ -128,6 +129,17 @@ func TestRequestedSetIsRecordedOnChangeAndReadOnEveryNode(t *testing.T) {
 	}
 	waitResult(t, "unchanged", 3)
 	require.Equal(t, before+1, commitsOf(t, ts), "an unchanged set costs no commit")
+	if clusterMode(t) {
+		// The device moves to another node: its set is there, so the
+		// same request writes nothing there either.
+		n := ts.nodes[1]
+		other := &testServer{Server: n, srv: n.Server, url: n.URL, adminURL: n.AdminURL, tokenPath: n.TokenPath, adminToken: n.AdminToken, nodes: ts.nodes}
+		published := other.MetricValue(t, "syncd_cluster_published_batches_total")
+		require.IsType(t, &syncproto.Changes{}, *subscribeAt(t, other, syncproto.ScopeSet{"project": {"p1"}}))
+		require.Eventually(t, func() bool { return requestedResults(t, other)["unchanged"] == 1 }, ioTimeout, 5*time.Millisecond, "%v", requestedResults(t, other))
+		require.Equal(t, published, other.MetricValue(t, "syncd_cluster_published_batches_total"), "the other node published nothing")
+		require.Zero(t, requestedResults(t, other)["new"])
+	}
 
 	// Bad input: more values than max_scope_values (3) is refused and
 	// records nothing.
