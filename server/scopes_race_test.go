@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -34,19 +36,38 @@ func pushOn(c *wsClient, id string, muts []syncproto.Mutation) ([]syncproto.Resu
 	return pr.Results, nil
 }
 
-// TestScopedRacesEndEqualToTheFilteredServer: seeded rounds, each racing
-// two pushes on two connections, so that they often share a group
-// commit: a membership grant of a value against a write to that value and
-// a move of a row into or out of it; a revocation against a write to the
-// value, while the device's own write to it is in flight. Every value has
-// 1,200 rows, so a grant's backfill spans two pages while rows move. The
-// device (membership grants only, requesting every value) checks every
-// frame as the scale test does (nothing of a value at a seq it did not
-// follow it, no backfill row twice) and ends equal to the server's records
-// it follows at the head: nothing missing, nothing extra.
+// TestScopedRacesEndEqualToTheFilteredServer: seeded rounds on one node,
+// and on one node of a 3-node cluster. A round grants a value (a
+// membership row) or revokes it. A grant and a write to the granted value
+// (in either order) are pipelined on one connection behind a filler push,
+// so that they land in one group: one group commit on a single node, one
+// command of the stream on a cluster (the edge publishes a client's
+// batches that wait behind its unacknowledged command together); the test
+// reads which group each landed in (the committer's group histogram, the
+// command stream) and requires it. A row then moves into or out of the
+// value while its backfill runs. A revocation races, on two connections, a
+// write to the value and a move, while the device's own write to the
+// value is in flight. Every value has 1,200 rows, so a grant's backfill
+// spans two pages. Between rounds the device reconnects (to the next node
+// of a cluster), resuming a backfill it left unfinished. The device
+// (membership grants only, requesting every value) checks every frame as
+// the scale test does (nothing of a value at a seq it did not follow it,
+// no backfill row twice) and ends equal to the server's records it
+// follows at the head: nothing missing, nothing extra.
 func TestScopedRacesEndEqualToTheFilteredServer(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3} {
-		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { scopedRaceRun(t, seed, 25) })
+	for _, mode := range []string{"single node", "cluster node"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "cluster node" {
+				clusterTests.Store(t, struct{}{})
+				defer clusterTests.Delete(t)
+			}
+			for _, seed := range []uint64{1, 2, 3} {
+				t.Run(fmt.Sprint("seed ", seed), func(sub *testing.T) {
+					defer inheritMode(t, sub)()
+					scopedRaceRun(sub, seed, 20)
+				})
+			}
+		})
 	}
 }
 
@@ -55,10 +76,15 @@ func scopedRaceRun(t *testing.T, seed uint64, rounds int) {
 	rng := rand.New(rand.NewPCG(seed, 4))
 	values := []string{"p0", "p1", "p2", "p3", "p4"}
 	ts, owner := scopedServer(t, 0)
-	r := &scaleRun{t: t, nodes: []*testServer{ts}, grants: grantLog{}, history: map[string][]scopeAt{}}
-	oc, oclock := session(t, ts, owner, "owner")
+	r := &scaleRun{t: t, nodes: ts.each(), grants: grantLog{}, history: map[string][]scopeAt{}}
+	// Every token before anything connects (a cluster's nodes share the
+	// token file: see issueTokens).
+	phone := auth.Principal{Tenant: "acme", ClientID: "phone", User: "u1", Read: []string{"*"}, Write: []string{"*"}}
+	r.tokens = map[string]string{tokenKey("phone", nil): ts.Issue(t, phone)}
 	writer := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "writer", User: "owner", Read: []string{"*"}, Write: []string{"*"},
 		Scopes: map[string][]string{"project": {"*"}}})
+	r.awaitTokenFile()
+	oc, oclock := session(t, ts, owner, "owner")
 	wc, wclock := session(t, ts, writer, "writer")
 	tasks := map[string]string{}
 	record := func(muts []syncproto.Mutation, res []syncproto.Result) {
@@ -81,7 +107,7 @@ func scopedRaceRun(t *testing.T, seed uint64, rounds int) {
 			tasks[key] = values[i%len(values)]
 			muts = append(muts, put(t, oclock, "tasks", key, fmt.Sprintf(`{"project_id":%q}`, tasks[key])))
 		}
-		res := oc.push(fmt.Sprint("bulk", start), muts...)
+		res := oc.pushResending(fmt.Sprint("bulk", start), muts...)
 		requireApplied(t, res)
 		record(muts, res)
 	}
@@ -93,7 +119,6 @@ func scopedRaceRun(t *testing.T, seed uint64, rounds int) {
 		d.conn.CloseNow()
 		<-d.done
 	})
-	own := map[string][]syncproto.Mutation{} // the device's pushes
 	held := map[string]bool{}
 	moveOf := func(value string) syncproto.Mutation {
 		// A row moved into value, or out of it, at random.
@@ -111,97 +136,226 @@ func scopedRaceRun(t *testing.T, seed uint64, rounds int) {
 			return put(t, wclock, "tasks", key, fmt.Sprintf(`{"project_id":%q,"moved":true}`, tasks[key]))
 		}
 	}
+	g := &groups{ts: ts}
+	grantRounds, oneGroup, outcomes := 0, 0, map[string]int{}
 	for round := range rounds {
+		if round > 0 {
+			// The device moves: to the next node of a cluster, or
+			// reconnects to its one node, resuming what it left.
+			r.disconnect(d)
+			d.node = (d.node + 1) % len(r.nodes)
+			r.connect(d, nil)
+		}
 		value := values[rng.IntN(len(values))]
-		var grant syncproto.Mutation
 		key := "m-u1-" + value
-		if held[value] {
-			grant = syncproto.Mutation{OpID: newOpID(t), Model: "members", Key: key, Op: syncproto.OpDelete, HLC: oclock.Now()}
-		} else {
-			grant = put(t, oclock, "members", key, fmt.Sprintf(`{"user":"u1","project_id":%q}`, value))
-		}
-		held[value] = !held[value]
-		writes := []syncproto.Mutation{put(t, wclock, "tasks", fmt.Sprintf("w%02d", rng.IntN(20)), fmt.Sprintf(`{"project_id":%q,"round":%d}`, value, round)), moveOf(value)}
+		wkey, wvalue := fmt.Sprintf("w%02d", rng.IntN(20)), fmt.Sprintf(`{"project_id":%q,"round":%d}`, value, round)
 		if !held[value] {
-			// A revocation: the device's own write to the value is in
-			// flight beside it.
-			m := put(t, d.clock, "tasks", fmt.Sprintf("own%02d", rng.IntN(10)), fmt.Sprintf(`{"project_id":%q,"round":%d}`, value, round))
-			id := fmt.Sprint("own", round)
-			own[id] = []syncproto.Mutation{m}
-			d.pushes[id] = ts.head(t)
-			frame, err := syncproto.Encode(&syncproto.Push{ID: id, Mutations: own[id]})
-			require.NoError(t, err)
-			require.NoError(t, d.conn.Write(t.Context(), websocket.MessageText, frame))
+			// A grant and a write to the value in one group, then a move
+			// while the value's backfill runs.
+			held[value] = true
+			grantRounds++
+			pair := []syncproto.Mutation{put(t, oclock, "members", key, fmt.Sprintf(`{"user":"u1","project_id":%q}`, value)), put(t, oclock, "tasks", wkey, wvalue)}
+			if rng.IntN(2) == 0 {
+				pair[0], pair[1] = pair[1], pair[0]
+			}
+			res, one := g.pipelined(t, oc, oclock, fmt.Sprint("r", round), pair)
+			record(pair, res)
+			if one {
+				oneGroup++
+			}
+			move := moveOf(value)
+			res = wc.pushResending(fmt.Sprint("m", round), move)
+			requireApplied(t, res)
+			record([]syncproto.Mutation{move}, res)
+			continue
 		}
+		// A revocation, racing a write to the value and a move on another
+		// connection, while the device's own write to the value is in
+		// flight.
+		held[value] = false
+		revoke := syncproto.Mutation{OpID: newOpID(t), Model: "members", Key: key, Op: syncproto.OpDelete, HLC: oclock.Now()}
+		writes := []syncproto.Mutation{put(t, wclock, "tasks", wkey, wvalue), moveOf(value)}
+		own := []syncproto.Mutation{put(t, d.clock, "tasks", fmt.Sprintf("own%02d", rng.IntN(10)), fmt.Sprintf(`{"project_id":%q,"round":%d}`, value, round))}
+		id := fmt.Sprint("own", round)
+		d.pushes[id] = ts.head(t)
+		frame, err := syncproto.Encode(&syncproto.Push{ID: id, Mutations: own})
+		require.NoError(t, err)
+		require.NoError(t, d.conn.Write(t.Context(), websocket.MessageText, frame))
 		var wg sync.WaitGroup
 		var gres, wres []syncproto.Result
 		var gerr, werr error
 		wg.Add(2)
-		go func() { defer wg.Done(); gres, gerr = pushOn(oc, fmt.Sprint("g", round), []syncproto.Mutation{grant}) }()
+		go func() {
+			defer wg.Done()
+			gres, gerr = pushOn(oc, fmt.Sprint("g", round), []syncproto.Mutation{revoke})
+		}()
 		go func() { defer wg.Done(); wres, werr = pushOn(wc, fmt.Sprint("w", round), writes) }()
 		wg.Wait()
 		require.NoError(t, gerr)
 		require.NoError(t, werr)
 		requireApplied(t, gres)
 		requireApplied(t, wres)
-		record([]syncproto.Mutation{grant}, gres)
+		record([]syncproto.Mutation{revoke}, gres)
 		record(writes, wres)
+		// The device's write is answered on this connection: applied, or
+		// refused forbidden_scope when the revocation came first.
+		res := d.answer(t, id)
+		outcomes[string(res[0].Status)+" "+string(res[0].Code)]++
+		require.True(t, res[0].Status == syncproto.StatusApplied || res[0].Code == syncproto.CodeForbiddenScope, "%+v", res[0])
+		r.wrote(own, res)
 	}
-	// The device's own writes are answered; the history takes the applied.
-	require.Eventually(t, func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		n := 0
-		for _, m := range d.in {
-			if _, ok := m.(*syncproto.PushResult); ok {
-				n++
-			}
-		}
-		return n == len(own) || d.err != nil
-	}, 30*time.Second, 5*time.Millisecond, "the device's writes are answered")
-	d.mu.Lock()
-	var answers []*syncproto.PushResult
-	for _, m := range d.in {
-		if pr, ok := m.(*syncproto.PushResult); ok {
-			answers = append(answers, pr)
-		}
-	}
-	d.mu.Unlock()
-	outcomes := map[string]int{}
-	for _, pr := range answers {
-		res := pr.Results[0]
-		outcomes[string(res.Status)+" "+string(res.Code)]++
-		require.True(t, res.Status == syncproto.StatusApplied || res.Code == syncproto.CodeForbiddenScope, "%+v", res)
-	}
-	for _, pr := range answers {
-		r.wrote(own[pr.ID], pr.Results)
-	}
-	t.Logf("the device's writes: %v", outcomes)
+	t.Logf("%d grants, %d in one group with the write; the device's writes: %v", grantRounds, oneGroup, outcomes)
+	require.Positive(t, grantRounds)
+	require.Equal(t, grantRounds, oneGroup, "every grant and its write landed in one group")
 
-	requireApplied(t, oc.push("end", put(t, oclock, "notes", "end", `{"n":1}`)))
+	requireApplied(t, oc.pushResending("end", put(t, oclock, "notes", "end", `{"n":1}`)))
 	head := ts.head(t)
 	require.Eventually(t, func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return d.top >= head || d.err != nil
-	}, 30*time.Second, 5*time.Millisecond, "the device reaches the head %d", head)
+	}, 60*time.Second, 5*time.Millisecond, "the device reaches the head %d", head)
 	r.disconnect(d)
+	require.Equal(t, len(d.pushes), d.answers, "every push of the device answered")
 
-	_, recs := ts.Snapshot(t, owner)
 	want := map[string]replicaRow{}
-	for _, rec := range recs {
-		var v struct{ Project_ID string }
-		require.NoError(t, json.Unmarshal(rec.Value, &v))
-		if rec.Model != "notes" && d.mayRead(r.grants, v.Project_ID, head) {
-			want[rec.Model+"/"+rec.Key] = replicaRow{version: rec.Version, value: string(rec.Value), scope: v.Project_ID}
+	for k, row := range scopedRecords(t, ts, owner, head) {
+		if d.mayRead(r.grants, row.scope, head) {
+			want[k] = row
 		}
 	}
+	require.Equal(t, want, d.rows(), "the device holds the server's records it follows")
+	t.Logf("holds %v: %d rows", d.have, len(want))
+}
+
+// answer waits for the answer to d's push id on its connection and returns
+// its results.
+func (d *scaleDevice) answer(t *testing.T, id string) []syncproto.Result {
+	t.Helper()
+	var res []syncproto.Result
+	require.Eventually(t, func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for _, m := range d.in {
+			if pr, ok := m.(*syncproto.PushResult); ok && pr.ID == id {
+				res = pr.Results
+				return true
+			}
+		}
+		return d.err != nil
+	}, 30*time.Second, 2*time.Millisecond, "%s's push %s is answered", d.name, id)
+	require.NotNil(t, res, "%s's connection ended before the answer to %s", d.name, id)
+	return res
+}
+
+// rows is d's replica without tombstones.
+func (d *scaleDevice) rows() map[string]replicaRow {
 	got := map[string]replicaRow{}
 	for k, row := range d.replica {
 		if row.value != "" {
 			got[k] = row
 		}
 	}
-	require.Equal(t, want, got, "the device holds the server's records it follows")
-	t.Logf("holds %v: %d rows", d.have, len(got))
+	return got
+}
+
+// groups tells which pushes a node decided in one group: on a single
+// node, one group commit (the committer's histogram of pushes per group);
+// on a cluster node, one command of the stream (the edge's group publish,
+// which every node applies in one transaction).
+type groups struct {
+	ts *testServer
+	js jetstream.Stream
+}
+
+// fillerRows is the size of the push pipelined ahead of a group: long
+// enough to apply (or to publish) that the pushes behind it arrive
+// meanwhile and wait together.
+const fillerRows = 100
+
+// pipelined sends, on c without waiting, a filler push (notes no scope
+// covers) and then each of muts as a push of its own, and returns their
+// results (in muts' order) and whether muts were decided in one group.
+// While the filler is applied (a single node) or unacknowledged (a
+// cluster's edge holds a client's later batches behind it), the pushes
+// behind it wait together and are taken as one group.
+func (g *groups) pipelined(t *testing.T, c *wsClient, clock *syncproto.Clock, id string, muts []syncproto.Mutation) ([]syncproto.Result, bool) {
+	t.Helper()
+	var filler []syncproto.Mutation
+	for i := range fillerRows {
+		filler = append(filler, put(t, clock, "notes", fmt.Sprintf("filler%03d", i), fmt.Sprintf(`{"n":%q}`, id)))
+	}
+	before := g.mark(t)
+	pushes := []*syncproto.Push{{ID: id + "-filler", Mutations: filler}}
+	for i, m := range muts {
+		pushes = append(pushes, &syncproto.Push{ID: fmt.Sprint(id, "-", i), Mutations: []syncproto.Mutation{m}})
+	}
+	for _, p := range pushes {
+		c.send(p)
+	}
+	var res []syncproto.Result
+	for i, p := range pushes {
+		pr := c.pushResult(p.ID, len(p.Mutations))
+		requireApplied(t, pr)
+		if i > 0 {
+			res = append(res, pr...)
+		}
+	}
+	return res, g.oneGroup(t, before, muts)
+}
+
+// mark is where the node's groups are before a pipeline: the single
+// node's count of groups and pushes, or the stream's last sequence.
+func (g *groups) mark(t *testing.T) [2]float64 {
+	t.Helper()
+	if len(g.ts.nodes) == 1 {
+		return [2]float64{g.ts.MetricValue(t, "syncd_commit_group_pushes_count"), g.ts.MetricValue(t, "syncd_commit_group_pushes_sum")}
+	}
+	if g.js == nil {
+		js, err := jetstream.New(g.ts.NATS(t))
+		require.NoError(t, err)
+		g.js, err = js.Stream(t.Context(), cluster.StreamName)
+		require.NoError(t, err)
+	}
+	info, err := g.js.Info(t.Context())
+	require.NoError(t, err)
+	return [2]float64{float64(info.State.LastSeq)}
+}
+
+// oneGroup reports whether every one of muts, pushed since before, was
+// decided in one group. On a single node nothing else commits meanwhile,
+// so the filler and muts' pushes are one group exactly when the committer
+// counted one group of them all.
+func (g *groups) oneGroup(t *testing.T, before [2]float64, muts []syncproto.Mutation) bool {
+	t.Helper()
+	if len(g.ts.nodes) == 1 {
+		after := g.mark(t)
+		require.Equal(t, float64(1+len(muts)), after[1]-before[1], "pushes committed meanwhile")
+		return after[0]-before[0] == 1
+	}
+	want := map[string]bool{}
+	for _, m := range muts {
+		want[m.OpID] = true
+	}
+	info, err := g.js.Info(t.Context())
+	require.NoError(t, err)
+	for seq := uint64(before[0]) + 1; seq <= info.State.LastSeq; seq++ {
+		msg, err := g.js.GetMsg(t.Context(), seq)
+		require.NoError(t, err)
+		var cmd cluster.Command
+		require.NoError(t, json.Unmarshal(msg.Data, &cmd))
+		in := 0
+		for _, b := range cmd.Batches {
+			for _, w := range b.Writes {
+				if want[w.Mutation.OpID] {
+					in++
+				}
+			}
+		}
+		if in > 0 {
+			return in == len(muts)
+		}
+	}
+	t.Fatalf("no command of the stream after %d holds the pushes", uint64(before[0]))
+	return false
 }
