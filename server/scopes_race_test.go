@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -47,7 +50,8 @@ func pushOn(c *wsClient, id string, muts []syncproto.Mutation) ([]syncproto.Resu
 // command stream) and requires it of every grant on a single node, of
 // most on a cluster (there the filler's acknowledgement may come before
 // the pushes behind it arrive). A row then moves into or out of the
-// value while its backfill runs. A revocation races, on two connections, a
+// value while its backfill runs, and a row of a value held before moves
+// to one not held (an evict entry). A revocation races, on two connections, a
 // write to the value and a move, while the device's own write to the
 // value is in flight. Every value has 1,200 rows, so a grant's backfill
 // spans two pages. Between rounds the device reconnects (to the next node
@@ -144,6 +148,32 @@ func scopedRaceRun(t *testing.T, seed uint64, rounds int) {
 			return put(t, wclock, "tasks", key, fmt.Sprintf(`{"project_id":%q,"moved":true}`, tasks[key]))
 		}
 	}
+	// moveOut moves a row of a value held before this round (not
+	// value) to a value not held: the device, holding that row, must be
+	// told it moved (an evict entry).
+	moveOut := func(value string) (syncproto.Mutation, bool) {
+		var from, to []string
+		for _, v := range values {
+			switch {
+			case v == value:
+			case held[v]:
+				from = append(from, v)
+			default:
+				to = append(to, v)
+			}
+		}
+		if len(from) == 0 || len(to) == 0 {
+			return syncproto.Mutation{}, false
+		}
+		src, dst := from[rng.IntN(len(from))], to[rng.IntN(len(to))]
+		for {
+			key := fmt.Sprintf("bulk%04d", rng.IntN(bulk))
+			if tasks[key] == src {
+				tasks[key] = dst
+				return put(t, wclock, "tasks", key, fmt.Sprintf(`{"project_id":%q,"moved":true}`, dst)), true
+			}
+		}
+	}
 	g := &groups{ts: ts}
 	grantRounds, oneGroup, outcomes := 0, 0, map[string]int{}
 	for round := range rounds {
@@ -171,10 +201,13 @@ func scopedRaceRun(t *testing.T, seed uint64, rounds int) {
 			if one {
 				oneGroup++
 			}
-			move := moveOf(value)
-			res = wc.pushResending(fmt.Sprint("m", round), move)
+			moves := []syncproto.Mutation{moveOf(value)}
+			if m, ok := moveOut(value); ok {
+				moves = append(moves, m)
+			}
+			res = wc.pushResending(fmt.Sprint("m", round), moves...)
 			requireApplied(t, res)
-			record([]syncproto.Mutation{move}, res)
+			record(moves, res)
 			continue
 		}
 		// A revocation, racing a write to the value and a move on another
@@ -280,20 +313,22 @@ func (d *scaleDevice) rows() map[string]replicaRow {
 // which every node applies in one transaction).
 type groups struct {
 	ts *testServer
-	js jetstream.Stream
+	js jetstream.Stream // a cluster's command stream
+	db *sql.DB          // a single node's database, to hold its write lock
 }
 
 // fillerRows is the size of the push pipelined ahead of a group: long
-// enough to apply (or to publish) that the pushes behind it arrive
-// meanwhile and wait together.
+// enough to publish that the pushes behind it arrive meanwhile and wait
+// together.
 const fillerRows = 100
 
 // pipelined sends, on c without waiting, a filler push (notes no scope
 // covers) and then each of muts as a push of its own, and returns their
 // results (in muts' order) and whether muts were decided in one group.
-// While the filler is applied (a single node) or unacknowledged (a
-// cluster's edge holds a client's later batches behind it), the pushes
-// behind it wait together and are taken as one group.
+// On a single node the committer is held (holdWriter) until muts' pushes
+// wait in its line, so they join the filler's group; on a cluster, while
+// the filler's command is unacknowledged the edge holds the client's
+// later batches, which then share the next command.
 func (g *groups) pipelined(t *testing.T, c *wsClient, clock *syncproto.Clock, id string, muts []syncproto.Mutation) ([]syncproto.Result, bool) {
 	t.Helper()
 	var filler []syncproto.Mutation
@@ -305,9 +340,25 @@ func (g *groups) pipelined(t *testing.T, c *wsClient, clock *syncproto.Clock, id
 	for i, m := range muts {
 		pushes = append(pushes, &syncproto.Push{ID: fmt.Sprint(id, "-", i), Mutations: []syncproto.Mutation{m}})
 	}
+	release := func() {}
+	if len(g.ts.nodes) == 1 {
+		release = g.holdWriter(t)
+	}
 	for _, p := range pushes {
 		c.send(p)
 	}
+	if len(g.ts.nodes) == 1 {
+		// The committer took the filler and waits for the write lock;
+		// once muts' pushes wait in its line, it may go on: it takes
+		// them into the filler's group.
+		queued := func() bool {
+			return g.ts.MetricValue(t, `syncd_commit_queued_mutations{tenant="acme"}`) == float64(len(muts))
+		}
+		for deadline := time.Now().Add(3 * time.Second); !queued() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	release()
 	var res []syncproto.Result
 	for i, p := range pushes {
 		pr := c.pushResult(p.ID, len(p.Mutations))
@@ -317,6 +368,33 @@ func (g *groups) pipelined(t *testing.T, c *wsClient, clock *syncproto.Clock, id
 		}
 	}
 	return res, g.oneGroup(t, before, muts)
+}
+
+// holdWriter takes the single node's database write lock on a connection
+// of its own and returns what releases it (once; later calls do nothing).
+// Meanwhile the committer, having taken a push, waits for the lock (up to
+// the database's busy timeout, sqlitedb.DefaultBusyTimeout) and the pushes
+// that arrive queue behind it.
+func (g *groups) holdWriter(t *testing.T) func() {
+	t.Helper()
+	if g.db == nil {
+		db, err := sqlitedb.Open(t.Context(), g.ts.DataPath, sqlitedb.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		g.db = db
+	}
+	conn, err := g.db.Conn(t.Context())
+	require.NoError(t, err)
+	_, err = conn.ExecContext(t.Context(), "BEGIN IMMEDIATE")
+	require.NoError(t, err)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_, err := conn.ExecContext(context.Background(), "ROLLBACK")
+			require.NoError(t, err)
+			require.NoError(t, conn.Close())
+		})
+	}
 }
 
 // mark is where the node's groups are before a pipeline: the single
