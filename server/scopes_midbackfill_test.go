@@ -34,15 +34,7 @@ const (
 // version), every row written before it exactly once; the replica ends
 // equal to the server's records of p1: nothing missing, nothing extra.
 func TestDeviceMovesMidBackfillMissesAndRepeatsNothing(t *testing.T) {
-	for _, mode := range []string{"single node", "cluster node"} {
-		t.Run(mode, func(t *testing.T) {
-			if mode == "cluster node" {
-				clusterTests.Store(t, struct{}{})
-				defer clusterTests.Delete(t)
-			}
-			midBackfillRun(t, 7)
-		})
-	}
+	inBothModes(t, func(t *testing.T) { midBackfillRun(t, 7) })
 }
 
 // receipt is one row a device received: by backfill or by the feed.

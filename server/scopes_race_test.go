@@ -61,26 +61,20 @@ func pushOn(c *wsClient, id string, muts []syncproto.Mutation) ([]syncproto.Resu
 // no backfill row twice) and ends equal to the server's records it
 // follows at the head: nothing missing, nothing extra.
 func TestScopedRacesEndEqualToTheFilteredServer(t *testing.T) {
-	for _, mode := range []string{"single node", "cluster node"} {
-		t.Run(mode, func(t *testing.T) {
-			if mode == "cluster node" {
-				clusterTests.Store(t, struct{}{})
-				defer clusterTests.Delete(t)
-			}
-			// A cluster node's rounds replicate through NATS: fewer of
-			// them, and fewer seeds, keep it within a minute or two.
-			seeds, rounds := []uint64{1, 2, 3}, 20
-			if mode == "cluster node" {
-				seeds, rounds = []uint64{1, 2}, 12
-			}
-			for _, seed := range seeds {
-				t.Run(fmt.Sprint("seed ", seed), func(sub *testing.T) {
-					defer inheritMode(t, sub)()
-					scopedRaceRun(sub, seed, rounds)
-				})
-			}
-		})
-	}
+	inBothModes(t, func(t *testing.T) {
+		// A cluster node's rounds replicate through NATS: fewer of them,
+		// and fewer seeds, keep it within a minute or two.
+		seeds, rounds := []uint64{1, 2, 3}, 20
+		if clusterMode(t) {
+			seeds, rounds = []uint64{1, 2}, 12
+		}
+		for _, seed := range seeds {
+			t.Run(fmt.Sprint("seed ", seed), func(sub *testing.T) {
+				defer inheritMode(t, sub)()
+				scopedRaceRun(sub, seed, rounds)
+			})
+		}
+	})
 }
 
 func scopedRaceRun(t *testing.T, seed uint64, rounds int) {

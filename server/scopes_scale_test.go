@@ -339,13 +339,19 @@ func (d *scaleDevice) apply(e syncproto.Change) {
 // the server's records filtered by what it follows at the head. Single
 // node, and one node of a 3-node cluster (devices moving between nodes).
 func TestScopedDevicesAtScaleReceiveExactlyTheirValues(t *testing.T) {
+	inBothModes(t, func(t *testing.T) { scopedScaleRun(t, 21) })
+}
+
+// inBothModes runs test as subtest "single node", then as "cluster node"
+// in cluster mode (startServer gives it a node of a 3-node cluster).
+func inBothModes(t *testing.T, test func(t *testing.T)) {
 	for _, mode := range []string{"single node", "cluster node"} {
 		t.Run(mode, func(t *testing.T) {
 			if mode == "cluster node" {
 				clusterTests.Store(t, struct{}{})
 				defer clusterTests.Delete(t)
 			}
-			scopedScaleRun(t, 21)
+			test(t)
 		})
 	}
 }
