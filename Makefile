@@ -135,11 +135,14 @@ CLUSTER_KILLS ?= 20
 cluster-chaos:
 	SYNCD_CLUSTER_KILLS=$(CLUSTER_KILLS) $(GO) test -race -count=1 -run 'TestClusterProcessKills' -timeout 40m -v ./cmd/syncd/
 
-## bench: the benchmark suite, each beside its ceiling measured in the same run, as a table
-bench: peerbench
+## bench: the benchmark suite, each beside its ceiling measured in the same run, as a table,
+## then the fan-out knee of the built binary at its defaults (runs of KNEE_DURATION)
+KNEE_DURATION ?= 20s
+bench: peerbench build
 	mkdir -p var
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m ./... | tee var/bench.txt
 	$(GO) run ./tools/benchtable < var/bench.txt
+	@BIN=$(BIN) VAR=$(VAR) DURATION=$(KNEE_DURATION) tools/knee/knee.sh | tee var/knee.txt
 
 ## peerbench: PouchDB (pinned in tools/peerbench/package-lock.json), the peer the
 ## awaited-write and backlog-replay benchmarks are measured beside in the same run

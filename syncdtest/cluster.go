@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -56,7 +57,8 @@ func StartCluster(t testing.TB, n int, cfg server.Config) []*Server {
 		node.join = func(t testing.TB, cfg server.Config) *cluster.Cluster {
 			return joinNATS(t, nats[i], secret, cluster.Options{Node: fmt.Sprintf("node-%d", i+1), Replicas: replicas,
 				CommandKey: secret.CommandKey(), MaxClockSkew: cfg.MaxClockSkew, Policies: cfg.Policies, Agreement: TokenFileAgreement(tokens),
-				Now: cfg.Now, Registerer: cfg.Registry})
+				Generations: []string{"tokens"},
+				Now:         cfg.Now, Registerer: cfg.Registry})
 		}
 		c := cfg
 		c.DataPath = filepath.Join(t.TempDir(), "syncd.db")
@@ -86,16 +88,19 @@ func (s *Server) NATS(t testing.TB) *nats.Conn {
 }
 
 // TokenFileAgreement is an Options.Agreement that publishes the hash of
-// the token file at path (part "tokens"): a node whose file differs from
-// the majority's (a revocation it missed) refuses to serve. A file that
-// cannot be read hashes as its error.
+// the token file at path (part "tokens") and its generation (part
+// cluster.GenerationPart("tokens"), for Options.Generations), as syncd
+// does: a node whose file is behind a peer's generation (a revocation it
+// missed) refuses to serve once the grace is over. A file that cannot be
+// read hashes as its error, at generation 0.
 func TokenFileAgreement(path string) func() map[string]string {
 	return func() map[string]string {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			data = []byte("unreadable: " + err.Error())
 		}
-		return map[string]string{"tokens": cluster.HashPart(data)}
+		return map[string]string{"tokens": cluster.HashPart(data),
+			cluster.GenerationPart("tokens"): strconv.FormatUint(auth.Generation(data), 10)}
 	}
 }
 

@@ -22,7 +22,12 @@ func (a *app) tokenCommand() *cobra.Command {
 	cmd.Long = `Edit syncd's token file (the file syncd --tokens reads). The file keeps
 only a hash of each token's secret: a token is shown once, when issued.
 syncd notices changes within a second, without a restart. Run syncctl as the
-user syncd runs as: the file is private (mode 0600).`
+user syncd runs as: the file is private (mode 0600).
+
+Every issue and revocation bumps the file's generation. On a cluster whose
+nodes read their own copies, copy the whole file to every node within
+syncd --cluster-tokens-grace: a node with an older generation serves until
+the grace is over, then stops (docs/operations.md, Tokens on a cluster).`
 	return cmd
 }
 

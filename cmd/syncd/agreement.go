@@ -5,19 +5,25 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/server/auth"
 )
 
 // agreement is the configuration every node of a cluster must share, as
 // cluster.Options.Agreement publishes it (the cluster adds the model
 // declarations, the skew bound and the command key's fingerprint itself):
-//   - "tokens": the token file's contents, read afresh at every report, so
-//     a node whose file missed a revocation the others have refuses to
-//     serve (and a file being replaced on every node is judged once it has
-//     been replaced everywhere);
+//   - "tokens": the token file's contents, read afresh at every report,
+//     and "tokens_generation" (cluster.GenerationPart), the generation in
+//     it (auth.Generation), which every syncctl token issue/revoke and the
+//     admin API bump: a node whose file is behind a peer's generation
+//     (it missed a revocation, or the copy has not reached it yet) serves
+//     on for --cluster-tokens-grace and refuses to serve after it; a node
+//     whose file has the same generation as the others' but other
+//     contents refuses as any part that differs from the majority's;
 //   - "jwt": what decides which JWTs the node admits (jwtAgreement), so
 //     two nodes that would admit different tokens do not both serve;
 //   - "scopes": the partial sync declarations (--scope, --membership),
@@ -28,14 +34,20 @@ func agreement(o options) func() map[string]string {
 	retention := fmt.Sprintf("%+v every %s", o.retention, o.retentionEvery)
 	scopes := o.scopes.String()
 	return func() map[string]string {
+		tokens := readForAgreement(o.tokens)
 		return map[string]string{
-			"tokens":    cluster.HashPart(readForAgreement(o.tokens)),
-			"jwt":       cluster.HashPart([]byte(o.jwt.agreement())),
-			"scopes":    cluster.HashPart([]byte(scopes)),
-			"retention": cluster.HashPart([]byte(retention)),
+			partTokens:                         cluster.HashPart(tokens),
+			cluster.GenerationPart(partTokens): strconv.FormatUint(auth.Generation(tokens), 10),
+			"jwt":                              cluster.HashPart([]byte(o.jwt.agreement())),
+			"scopes":                           cluster.HashPart([]byte(scopes)),
+			"retention":                        cluster.HashPart([]byte(retention)),
 		}
 	}
 }
+
+// partTokens is the agreement's token file part, the one with a
+// generation (cluster.Options.Generations).
+const partTokens = "tokens"
 
 // agreement is the text of the JWT settings that decide which tokens a
 // node admits: the verification rules (issuer, audience, algorithms,

@@ -2,12 +2,17 @@ package main
 
 import (
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/replication/cluster"
+	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 )
 
 // TestJWTAgreementCoversWhatDecidesAdmission: every JWT setting that
@@ -97,4 +102,55 @@ func TestAgreementCoversScopes(t *testing.T) {
 	require.NoError(t, c.scopes.Set("project=tasks.project"))
 	require.NoError(t, c.scopes.SetMembership("project=tasks:owner"))
 	require.NotEqual(t, pa["scopes"], agreement(c)()["scopes"], "the membership model too")
+}
+
+// TestAgreementPublishesTheTokenFilesGeneration: the "tokens" part is the
+// file's digest, read afresh, and "tokens_generation" the generation in
+// it, which an issue and a revocation bump; a file of a release before
+// generations, and a missing file, are generation 0.
+func TestAgreementPublishesTheTokenFilesGeneration(t *testing.T) {
+	var o options
+	o.tokens = filepath.Join(t.TempDir(), "tokens.json")
+	parts := agreement(o)
+	genPart := cluster.GenerationPart(partTokens)
+	require.Equal(t, "0", parts()[genPart], "no file yet")
+	missing := parts()[partTokens]
+
+	bearer, err := auth.Issue(o.tokens, auth.Principal{Tenant: "acme", ClientID: "phone"}, time.Now())
+	require.NoError(t, err)
+	first := parts()
+	require.Equal(t, "1", first[genPart])
+	require.NotEqual(t, missing, first[partTokens])
+	require.NoError(t, auth.Revoke(o.tokens, auth.TokenIDOf(bearer)))
+	second := parts()
+	require.Equal(t, "2", second[genPart])
+	require.NotEqual(t, first[partTokens], second[partTokens])
+
+	require.NoError(t, os.WriteFile(o.tokens, []byte(`{"version":1,"tokens":[]}`), 0o600))
+	require.Equal(t, "0", parts()[genPart], "a file of a release before generations")
+}
+
+// TestClusterTokensGraceFlag: --cluster-tokens-grace (SYNCD_CLUSTER_TOKENS_GRACE)
+// defaults to cluster.DefaultGenerationGrace, is listed by --help, and is
+// refused outside (0, cluster.MaxGenerationGrace].
+func TestClusterTokensGraceFlag(t *testing.T) {
+	base := []string{"--cluster", "--cluster-secret", "s", "--replicas", "1"}
+	none := func(string) string { return "" }
+	o, err := parseFlags(base, none, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, cluster.DefaultGenerationGrace, o.cluster.tokensGrace)
+
+	env := map[string]string{"SYNCD_CLUSTER_TOKENS_GRACE": "45s"}
+	o, err = parseFlags(base, func(k string) string { return env[k] }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 45*time.Second, o.cluster.tokensGrace)
+
+	for _, bad := range []string{"0s", "-1s", (cluster.MaxGenerationGrace + time.Second).String()} {
+		_, err := parseFlags(append(base, "--cluster-tokens-grace", bad), none, io.Discard)
+		require.ErrorContains(t, err, "--cluster-tokens-grace "+bad+": want a positive duration up to "+cluster.MaxGenerationGrace.String())
+	}
+	var help syncdtest.Buffer
+	_, err = parseFlags([]string{"--help"}, none, &help)
+	require.Error(t, err)
+	require.Contains(t, help.String(), "-cluster-tokens-grace")
 }

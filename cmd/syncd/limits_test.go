@@ -1,7 +1,11 @@
 package main
 
 import (
+	"flag"
 	"io"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,4 +49,44 @@ func TestDefaultLimitsThrottleNoDevice(t *testing.T) {
 	require.Negative(t, o.quotas.TenantMutationsPerSecond, "tenant quota off")
 	require.Equal(t, float64(server.DefaultRequestsPerSecond), o.limits.requestsPerSecond)
 	require.Empty(t, o.limits.tenantWeights, "equal weights")
+}
+
+// Every limit is listed with its flag in PROTOCOL.md section 11, and
+// every flag in docs/operations.md: a limit added without its row fails
+// here, not in an operator's hands.
+func TestEveryLimitFlagIsDocumented(t *testing.T) {
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return string(b)
+	}
+	protocol := read("../../PROTOCOL.md")
+	start := strings.Index(protocol, "## 11. Limits")
+	end := strings.Index(protocol, "## 12. ")
+	require.True(t, start >= 0 && end > start, "PROTOCOL.md has its section 11")
+	limitsSection := protocol[start:end]
+	operations := read("../../docs/operations.md")
+
+	limitFlags := flag.NewFlagSet("limits", flag.ContinueOnError)
+	new(limitOptions).register(limitFlags)
+	limits := []string{"max-connections", "max-connections-per-token", "max-connections-per-tenant", "max-connections-per-address",
+		"token-mutations-per-second", "token-mutation-burst", "tenant-mutations-per-second", "tenant-mutation-burst",
+		"frame-budget", "token-frame-bytes", "tenant-frame-bytes", "max-scope-values",
+		"oplog-max-entries", "oplog-max-age", "ledger-max-entries", "ledger-max-age"}
+	limitFlags.VisitAll(func(f *flag.Flag) { limits = append(limits, f.Name) })
+	documented := func(text, name string) bool { return strings.Contains(text, "`--"+name+"`") }
+	for _, name := range limits {
+		require.True(t, documented(limitsSection, name), "PROTOCOL.md section 11 lists --%s", name)
+	}
+
+	var help strings.Builder
+	_, err := parseFlags([]string{"--help"}, func(string) string { return "" }, &help)
+	require.ErrorIs(t, err, flag.ErrHelp)
+	flags := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(help.String(), -1)
+	require.Greater(t, len(flags), len(limits), "syncd --help lists its flags")
+	for _, f := range flags {
+		if f[1] != "version" {
+			require.True(t, strings.Contains(operations, "--"+f[1]), "docs/operations.md names --%s", f[1])
+		}
+	}
 }

@@ -1,10 +1,23 @@
 package cluster
 
 import (
+	"errors"
+	"io"
+	"log/slog"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/internal/fakeclock"
 )
+
+// outvoted is compare's outvoted parts, without generations.
+func outvoted(mine map[string]string, peers []map[string]string, absent map[string]string) []string {
+	return compare(mine, peers, absent, nil).outvoted
+}
 
 // TestAPeerWithoutAPartCountsWithItsAbsentValue: a node of a release
 // before a part of the agreement (it does not publish the part) counts
@@ -24,13 +37,165 @@ func TestAPeerWithoutAPartCountsWithItsAbsentValue(t *testing.T) {
 		{"another token file", map[string]string{"tokens": "t2", "models": "m1", "scopes": "none", "jwt": "j1"}, []string{"tokens"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, disagreement(tc.mine, []map[string]string{older, older}, absent))
+			require.Equal(t, tc.want, outvoted(tc.mine, []map[string]string{older, older}, absent))
 		})
 	}
 	// Without absent values a part no peer publishes is not compared.
-	require.Nil(t, disagreement(map[string]string{"tokens": "t1", "scopes": "s1"}, []map[string]string{older, older}, nil))
+	require.Nil(t, outvoted(map[string]string{"tokens": "t1", "scopes": "s1"}, []map[string]string{older, older}, nil))
 	// Among nodes that publish a part, the majority's value stands.
 	newer := map[string]string{"tokens": "t1", "models": "m1", "scopes": "s1", "jwt": "j2"}
-	require.Equal(t, []string{"jwt", "scopes"}, disagreement(map[string]string{"tokens": "t1", "models": "m1", "scopes": "none", "jwt": "j1"},
+	require.Equal(t, []string{"jwt", "scopes"}, outvoted(map[string]string{"tokens": "t1", "models": "m1", "scopes": "none", "jwt": "j1"},
 		[]map[string]string{newer, newer, older}, absent))
+}
+
+// tokensAt is the parts of a node whose token file has contents digest
+// at generation gen ("" publishes no generation: a release before them).
+func tokensAt(digest, gen string) map[string]string {
+	parts := map[string]string{"tokens": digest, "models": "m1"}
+	if gen != "" {
+		parts[GenerationPart("tokens")] = gen
+	}
+	return parts
+}
+
+// TestAGenerationTellsWhichNodeIsBehind: with the token file's generation
+// published beside its digest, a node of a lower generation than a live
+// peer's is behind (not outvoted, whatever the majority), a node of the
+// newest generation is never outvoted by nodes behind it, nodes of the
+// same generation with other contents are compared by majority as
+// before, and a peer of a release before generations is counted by its
+// digest alone.
+func TestAGenerationTellsWhichNodeIsBehind(t *testing.T) {
+	graded := []string{"tokens"}
+	for _, tc := range []struct {
+		name         string
+		mine         map[string]string
+		peers        []map[string]string
+		wantOutvoted []string
+		wantBehind   map[string]generations
+		wantDiffers  bool
+	}{
+		{"all alike", tokensAt("a", "5"), []map[string]string{tokensAt("a", "5"), tokensAt("a", "5")}, nil, map[string]generations{}, false},
+		{"the newest, alone: both others behind it", tokensAt("b", "6"), []map[string]string{tokensAt("a", "5"), tokensAt("a", "5")}, nil, map[string]generations{}, true},
+		{"behind the one that has the change", tokensAt("a", "5"), []map[string]string{tokensAt("b", "6"), tokensAt("a", "5")}, nil, map[string]generations{"tokens": {5, 6}}, true},
+		{"behind by several", tokensAt("a", "1"), []map[string]string{tokensAt("b", "3"), tokensAt("c", "4")}, nil, map[string]generations{"tokens": {1, 4}}, true},
+		{"same generation, other contents, outvoted", tokensAt("x", "6"), []map[string]string{tokensAt("b", "6"), tokensAt("b", "6")}, []string{"tokens"}, map[string]generations{}, true},
+		{"same generation, other contents, a tie with one peer", tokensAt("x", "6"), []map[string]string{tokensAt("b", "6"), tokensAt("a", "5")}, []string{"tokens"}, map[string]generations{}, true},
+		{"same generation, majority", tokensAt("b", "6"), []map[string]string{tokensAt("b", "6"), tokensAt("x", "6")}, nil, map[string]generations{}, true},
+		{"older releases count by digest: outvoted", tokensAt("b", "6"), []map[string]string{tokensAt("a", ""), tokensAt("a", "")}, []string{"tokens"}, map[string]generations{}, true},
+		{"older releases count by digest: agreed", tokensAt("a", "6"), []map[string]string{tokensAt("a", ""), tokensAt("b", "5")}, nil, map[string]generations{}, true},
+		{"an older release with the same file", tokensAt("a", "6"), []map[string]string{tokensAt("a", ""), tokensAt("a", "6")}, nil, map[string]generations{}, false},
+		{"a peer's unreadable generation counts as none", tokensAt("a", "6"), []map[string]string{tokensAt("a", "x"), tokensAt("a", "6")}, nil, map[string]generations{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := compare(tc.mine, tc.peers, nil, graded)
+			require.Equal(t, tc.wantOutvoted, got.outvoted)
+			require.Equal(t, tc.wantBehind, got.behind)
+			require.Equal(t, tc.wantDiffers, got.differs)
+		})
+	}
+	// A shared file rewritten again and again, each node having read
+	// another version: by digest alone it is a three-way tie and every
+	// node is outvoted (each would stop serving: the flap of issuing on a
+	// cluster); by generation, the newest serves and the others are behind.
+	three := []map[string]string{tokensAt("a", "5"), tokensAt("b", "6"), tokensAt("c", "7")}
+	for i, mine := range three {
+		peers := append(append([]map[string]string(nil), three[:i]...), three[i+1:]...)
+		require.Equal(t, []string{"tokens", "tokens_generation"}, outvoted(mine, peers, nil), "by digest alone")
+		got := compare(mine, peers, nil, graded)
+		require.Nil(t, got.outvoted, "by generation")
+		if i < 2 {
+			require.Equal(t, map[string]generations{"tokens": {uint64(5 + i), 7}}, got.behind)
+		} else {
+			require.Empty(t, got.behind, "the newest")
+		}
+	}
+	// Without generations declared, the generation is a part as any.
+	require.Equal(t, []string{"tokens", "tokens_generation"}, outvoted(tokensAt("a", "5"), []map[string]string{tokensAt("b", "6"), tokensAt("b", "6")}, nil))
+}
+
+// graceNode is a Cluster with what checkAgreement reads: the generations
+// and grace of its options, a fake clock, its metrics.
+func graceNode(t *testing.T, grace time.Duration) (*Cluster, *fakeclock.Clock) {
+	t.Helper()
+	clock := fakeclock.New(time.Unix(1_000_000, 0))
+	reg := prometheus.NewRegistry()
+	o := Options{Generations: []string{"tokens"}, GenerationGrace: grace, Now: clock.Now}
+	require.NoError(t, o.validateGenerations())
+	c := &Cluster{opts: o, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(nil), agr: newAgreementBook(o.Generations, reg)}
+	return c, clock
+}
+
+// TestABehindNodeServesForTheGraceThenRefuses: a node behind a peer's
+// generation serves (Ready nil) while the grace lasts, refuses naming the
+// part and both generations once it is over, and serves again once it
+// caught up; a spell ended within the grace counts as caught up, one that
+// ran out as expired, and the refusal once.
+func TestABehindNodeServesForTheGraceThenRefuses(t *testing.T) {
+	c, clock := graceNode(t, 10*time.Second)
+	mine := tokensAt("a", "5")
+	behind := comparison{behind: map[string]generations{"tokens": {5, 6}}}
+
+	c.checkAgreement(mine, behind)
+	require.NoError(t, c.Ready(), "behind, within the grace")
+	require.Equal(t, 1.0, testutil.ToFloat64(c.agr.behindG.WithLabelValues("tokens")))
+	require.Equal(t, 5.0, testutil.ToFloat64(c.agr.generation.WithLabelValues("tokens")))
+	clock.Advance(9 * time.Second)
+	c.checkAgreement(mine, behind)
+	require.NoError(t, c.Ready(), "still within the grace")
+	clock.Advance(time.Second)
+	c.checkAgreement(mine, comparison{})
+	require.NoError(t, c.Ready(), "caught up")
+	require.Equal(t, 0.0, testutil.ToFloat64(c.agr.behindG.WithLabelValues("tokens")))
+	require.Equal(t, 1.0, testutil.ToFloat64(c.agr.graceEnds.WithLabelValues("tokens", graceCaughtUp)))
+
+	c.checkAgreement(mine, behind)
+	clock.Advance(10 * time.Second)
+	c.checkAgreement(mine, behind)
+	err := c.Ready()
+	require.ErrorIs(t, err, ErrConfigMismatch, "the grace is over")
+	var mm *MismatchError
+	require.True(t, errors.As(err, &mm))
+	require.Equal(t, []Behind{{Part: "tokens", Have: 5, Newest: 6, Grace: 10 * time.Second}}, mm.Behind)
+	require.Contains(t, err.Error(), "tokens is at generation 5, behind a live peer's 6 for longer than the 10s grace")
+	clock.Advance(2 * time.Second)
+	c.checkAgreement(mine, behind)
+	require.Error(t, c.Ready())
+	require.Equal(t, 1.0, testutil.ToFloat64(c.agr.graceEnds.WithLabelValues("tokens", graceExpired)), "one spell, one expiry")
+	require.Equal(t, 1.0, testutil.ToFloat64(c.agr.refusals), "one refusal")
+
+	c.checkAgreement(tokensAt("b", "6"), comparison{})
+	require.NoError(t, c.Ready(), "caught up after the grace")
+	require.Equal(t, 6.0, testutil.ToFloat64(c.agr.generation.WithLabelValues("tokens")))
+	require.Equal(t, 1.0, testutil.ToFloat64(c.agr.graceEnds.WithLabelValues("tokens", graceCaughtUp)), "an expired spell is not also caught up")
+	require.Equal(t, 0.0, testutil.ToFloat64(c.metrics.configMismatch))
+}
+
+// TestAnOutvotedPartStillWaitsForARoundOfSurveys: a part outvoted (same
+// generation, other contents; or a part without generation) refuses after
+// mismatchSurveys surveys in a row, as before generations, whatever the
+// grace.
+func TestAnOutvotedPartStillWaitsForARoundOfSurveys(t *testing.T) {
+	c, _ := graceNode(t, MaxGenerationGrace)
+	out := comparison{outvoted: []string{"tokens"}}
+	for range mismatchSurveys - 1 {
+		c.checkAgreement(tokensAt("x", "6"), out)
+		require.NoError(t, c.Ready())
+	}
+	c.checkAgreement(tokensAt("x", "6"), out)
+	require.ErrorContains(t, c.Ready(), "tokens differ from the majority of the live nodes'")
+}
+
+// TestGenerationGraceIsBounded: 0 is the default, a negative grace or one
+// above MaxGenerationGrace is refused.
+func TestGenerationGraceIsBounded(t *testing.T) {
+	o := Options{}
+	require.NoError(t, o.validateGenerations())
+	require.Equal(t, DefaultGenerationGrace, o.GenerationGrace)
+	for _, bad := range []time.Duration{-time.Second, MaxGenerationGrace + time.Second} {
+		o := Options{GenerationGrace: bad}
+		require.ErrorContains(t, o.validateGenerations(), "generation grace")
+	}
+	o = Options{GenerationGrace: MaxGenerationGrace}
+	require.NoError(t, o.validateGenerations())
 }

@@ -132,6 +132,19 @@ type Options struct {
 	// cannot share does not serve beside it; a part not listed here is
 	// compared only among the nodes that publish it.
 	AgreementAbsent map[string]string
+	// Generations names the parts of Agreement whose source carries a
+	// generation that grows with every change (the token file's): for
+	// each, Agreement also returns GenerationPart(part), the generation
+	// in decimal. A node whose generation of such a part is behind a live
+	// peer's serves on for GenerationGrace, reading its configuration
+	// again at every survey, and refuses (ErrConfigMismatch) only once
+	// the grace is over; a node at the newest generation is not outvoted
+	// by nodes behind it. Nodes of the same generation, and peers that
+	// publish none, are compared by value as any part.
+	Generations []string
+	// GenerationGrace: see Generations. 0 means DefaultGenerationGrace;
+	// at most MaxGenerationGrace.
+	GenerationGrace time.Duration
 	// Format is the highest command stream format this node understands
 	// and announces (Formats); 0 means LatestFormat. A lower one makes
 	// the node act as a node of the release that stopped at it: it
@@ -176,6 +189,9 @@ func (o *Options) setDefaults() error {
 	def(&o.Poll, DefaultPoll)
 	def(&o.RecordsCheckEvery, DefaultRecordsCheckEvery)
 	def(&o.RecordsCheckGap, DefaultRecordsCheckGap)
+	if err := o.validateGenerations(); err != nil {
+		return err
+	}
 	if o.Format == 0 {
 		o.Format = LatestFormat
 	}
@@ -252,7 +268,8 @@ type Cluster struct {
 	misconfig     atomic.Pointer[error]  // set while the stream drifted from want, or is gone (checkShape)
 	mismatch      atomic.Pointer[error]  // set while this node's configuration differs from the cluster's (checkAgreement)
 	agreed        atomic.Pointer[map[string]string]
-	seenMismatch  int // surveys in a row that found a mismatch; the report loop's
+	seenMismatch  int            // surveys in a row that found a mismatch; the report loop's
+	agr           *agreementBook // the report loop's
 	waitingQuorum atomic.Bool
 	quorumLogged  atomic.Int64                 // unix nanos of the last "waiting for cluster quorum" log
 	failed        atomic.Pointer[error]        // set when this node must stop serving
@@ -294,6 +311,7 @@ func Connect(ctx context.Context, nc *nats.Conn, o Options) (*Cluster, error) {
 	c := &Cluster{opts: o, nc: nc, js: js, log: o.Logger.With("node", o.Node),
 		waiters: map[string]waiter{}, checkpoints: make(chan checkpoint, 16), published: make(chan struct{}, 1)}
 	c.metrics = newMetrics(o.Registerer)
+	c.agr = newAgreementBook(o.Generations, o.Registerer)
 	c.metrics.nodeFormat.Set(float64(o.Format))
 	c.setVersion(FormatBase) // until the first survey says otherwise
 	if max := nc.MaxPayload(); max < int64(o.MaxCommandBytes) {

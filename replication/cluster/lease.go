@@ -236,7 +236,7 @@ func (c *Cluster) runReports(ctx context.Context) {
 }
 
 // survey reads every node's status, compares this node's configuration
-// with the live peers' (checkAgreement), computes the cluster version
+// with the live peers' (surveyAgreement), computes the cluster version
 // (clusterVersion), and returns how many live peers there are. When the
 // statuses cannot be read, the agreement and the version keep their last
 // verdict.
@@ -245,9 +245,7 @@ func (c *Cluster) survey(ctx context.Context) int {
 	if err != nil {
 		return 0
 	}
-	if a := c.agreed.Load(); a != nil {
-		c.checkAgreement(*a, nodes)
-	}
+	c.surveyAgreement(ctx, nodes)
 	c.setVersion(clusterVersion(c.opts.Format, c.opts.Node, nodes, c.opts.Now()))
 	return c.countLive(nodes)
 }

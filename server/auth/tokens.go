@@ -49,8 +49,29 @@ type Token struct {
 }
 
 type file struct {
-	Version int     `json:"version"`
-	Tokens  []Token `json:"tokens"`
+	Version int `json:"version"`
+	// Generation grows by one with every change this package writes
+	// (Issue, IssueMany, Revoke, and so the admin API and syncctl), so
+	// cluster nodes that read copies of the file can tell which is newer
+	// (Generation). A file written before generations has none: 0.
+	Generation uint64  `json:"generation,omitempty"`
+	Tokens     []Token `json:"tokens"`
+}
+
+// Generation is the generation of token-file contents data: how many
+// changes this package wrote to the file since generations exist. 0 for
+// a file written before them, and for data that is not a token file (a
+// node that cannot read its file is behind any node that can). It reads
+// nothing else of data: a file it does not validate still has the
+// generation it says.
+func Generation(data []byte) uint64 {
+	var f struct {
+		Generation uint64 `json:"generation"`
+	}
+	if json.Unmarshal(data, &f) != nil {
+		return 0
+	}
+	return f.Generation
 }
 
 // Validate checks a principal's fields before a token is issued for it.
@@ -85,31 +106,37 @@ func (p Principal) Validate() error {
 
 // ReadFile loads and validates a token file.
 func ReadFile(path string) ([]Token, error) {
+	f, err := readFile(path)
+	return f.Tokens, err
+}
+
+// readFile is ReadFile with the file's generation.
+func readFile(path string) (file, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read token file: %w", err)
+		return file{}, fmt.Errorf("read token file: %w", err)
 	}
 	var f file
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("read token file %s: not a token file: %w", path, err)
+		return file{}, fmt.Errorf("read token file %s: not a token file: %w", path, err)
 	}
 	if f.Version != fileVersion {
-		return nil, fmt.Errorf("read token file %s: version %d, want %d", path, f.Version, fileVersion)
+		return file{}, fmt.Errorf("read token file %s: version %d, want %d", path, f.Version, fileVersion)
 	}
 	ids := map[string]bool{}
 	for i, t := range f.Tokens {
 		if err := t.Principal.Validate(); err != nil {
-			return nil, fmt.Errorf("read token file %s: token %d (%s): %w", path, i, t.TokenID, err)
+			return file{}, fmt.Errorf("read token file %s: token %d (%s): %w", path, i, t.TokenID, err)
 		}
 		if _, err := hex.DecodeString(t.SecretSHA256); err != nil || len(t.SecretSHA256) != 2*sha256.Size {
-			return nil, fmt.Errorf("read token file %s: token %s: bad secret_sha256", path, t.TokenID)
+			return file{}, fmt.Errorf("read token file %s: token %s: bad secret_sha256", path, t.TokenID)
 		}
 		if ids[t.TokenID] {
-			return nil, fmt.Errorf("read token file %s: token id %s appears twice", path, t.TokenID)
+			return file{}, fmt.Errorf("read token file %s: token id %s appears twice", path, t.TokenID)
 		}
 		ids[t.TokenID] = true
 	}
-	return f.Tokens, nil
+	return f, nil
 }
 
 // Issue adds a token for p to the file at path (creating the file if it does
@@ -133,13 +160,14 @@ func IssueMany(path string, ps []Principal, now time.Time) ([]string, error) {
 			return nil, fmt.Errorf("issue token: %w", err)
 		}
 	}
-	tokens, err := ReadFile(path)
+	f, err := readFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		tokens, err = nil, nil
+		f, err = file{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("issue token: %w", err)
 	}
+	tokens := f.Tokens
 	bearers := make([]string, len(ps))
 	for i, p := range ps {
 		id, secret, err := newSecret()
@@ -154,7 +182,7 @@ func IssueMany(path string, ps []Principal, now time.Time) ([]string, error) {
 		}
 		bearers[i] = prefix + id + "_" + secret
 	}
-	if err := writeFile(path, tokens); err != nil {
+	if err := writeFile(path, f.Generation, tokens); err != nil {
 		return nil, fmt.Errorf("issue token: %w", err)
 	}
 	return bearers, nil
@@ -162,15 +190,16 @@ func IssueMany(path string, ps []Principal, now time.Time) ([]string, error) {
 
 // Revoke removes the token with the given id from the file.
 func Revoke(path, id string) error {
-	tokens, err := ReadFile(path)
+	f, err := readFile(path)
 	if err != nil {
 		return fmt.Errorf("revoke token: %w", err)
 	}
-	kept := slices.DeleteFunc(tokens, func(t Token) bool { return t.TokenID == id })
-	if len(kept) == len(tokens) {
+	before := len(f.Tokens)
+	kept := slices.DeleteFunc(f.Tokens, func(t Token) bool { return t.TokenID == id })
+	if len(kept) == before {
 		return fmt.Errorf("revoke token %s: %w", id, ErrNoSuchToken)
 	}
-	if err := writeFile(path, kept); err != nil {
+	if err := writeFile(path, f.Generation, kept); err != nil {
 		return fmt.Errorf("revoke token: %w", err)
 	}
 	return nil
@@ -230,9 +259,10 @@ func secretMatches(t Token, secret string) bool {
 	return subtle.ConstantTimeCompare([]byte(t.SecretSHA256), []byte(hashSecret(secret))) == 1
 }
 
-// writeFile replaces the token file atomically and durably.
-func writeFile(path string, tokens []Token) error {
-	return writeJSONFile(path, file{Version: fileVersion, Tokens: tokens})
+// writeFile replaces the token file, read at generation was, with tokens
+// at the next generation, atomically and durably.
+func writeFile(path string, was uint64, tokens []Token) error {
+	return writeJSONFile(path, file{Version: fileVersion, Generation: was + 1, Tokens: tokens})
 }
 
 // writeJSONFile replaces the file at path with v as indented JSON,

@@ -1,0 +1,57 @@
+package auth_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncd-dev/syncd/server/auth"
+)
+
+// TestTokenFileGenerationGrowsWithEveryChange: every issue and revocation
+// writes the next generation; a file written before generations (none in
+// it) is read as generation 0, its tokens admitted, and its next change is
+// generation 1; data that is not a token file is generation 0.
+func TestTokenFileGenerationGrowsWithEveryChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	gen := func() uint64 {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return auth.Generation(data)
+	}
+	now := time.Now()
+	member := auth.Principal{Tenant: "acme", ClientID: "phone", Read: []string{auth.Wildcard}}
+	_, err := auth.Issue(path, member, now)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), gen(), "a new file")
+	bearers, err := auth.IssueMany(path, []auth.Principal{member, member}, now)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), gen(), "one rewrite, one generation")
+	require.NoError(t, auth.Revoke(path, auth.TokenIDOf(bearers[0])))
+	require.Equal(t, uint64(3), gen())
+	require.ErrorIs(t, auth.Revoke(path, auth.TokenIDOf(bearers[0])), auth.ErrNoSuchToken)
+	require.Equal(t, uint64(3), gen(), "a refused change writes nothing")
+
+	// A file of a release before generations.
+	old := `{"version":1,"tokens":[{"token_id":"0a0b0c0d0e0f","tenant":"acme","client_id":"tablet","read":["*"],` +
+		`"secret_sha256":"0000000000000000000000000000000000000000000000000000000000000000","created_at":"2026-01-01T00:00:00Z"}]}`
+	require.NoError(t, os.WriteFile(path, []byte(old), 0o600))
+	require.Equal(t, uint64(0), gen())
+	tokens, err := auth.ReadFile(path)
+	require.NoError(t, err)
+	require.Len(t, tokens, 1)
+	_, err = auth.Issue(path, member, now)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), gen())
+	tokens, err = auth.ReadFile(path)
+	require.NoError(t, err)
+	require.Len(t, tokens, 2, "the old file's token is kept")
+
+	for _, data := range []string{"", "not json", `{"generation":-1}`, `{"generation":"7"}`} {
+		require.Zero(t, auth.Generation([]byte(data)), "%q", data)
+	}
+}
