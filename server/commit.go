@@ -304,6 +304,7 @@ func (c *groupCommitter) applyGroup(ctx context.Context) (group []*pushRequest, 
 			head = r.fx.Entries[n-1].Seq
 		}
 	}
+	c.share.groupEnded(g.ended)
 	if err := tx.Commit(); err != nil {
 		return group, 0, fmt.Errorf("commit: %w", err)
 	}
@@ -381,7 +382,20 @@ type groupTurns struct {
 	turns                   map[*tenantLine]bool // tenants that began a turn in the group
 	repeated                bool                 // a tenant began a second turn in the group
 	joined                  bool                 // a tenant began its first turn after one repeated
+	drained                 bool                 // a tenant's line emptied in the group: no second turns
+	ended                   groupEnd             // why next last returned nil
 }
+
+// groupEnd is why a commit group ended: the value of
+// syncd_commit_groups_total's label "ended".
+type groupEnd string
+
+const (
+	groupEndedEmpty   groupEnd = "empty"   // no push waited
+	groupEndedBounds  groupEnd = "bounds"  // maxGroupPushes or maxGroupMutations
+	groupEndedLate    groupEnd = "late"    // a tenant that queued during the group had its turn
+	groupEndedDrained groupEnd = "drained" // a tenant it served had nothing more queued, at the round's end
+)
 
 // newGroupTurns starts a group of at most maxPushes pushes and no more than
 // maxMutations mutations unless its first push alone holds more.
@@ -390,21 +404,34 @@ func newGroupTurns(maxPushes, maxMutations int) *groupTurns {
 }
 
 // next removes and returns the group's next push in the fair order, or nil
-// when the group ends: its bounds are reached, no push waits, or a tenant
-// joined it late. The group goes on through as many rounds as its bounds
-// allow while the same tenants take turns (one tenant alone fills it), so
-// commits stay large under steady load; a tenant whose first turn in the
-// group comes after another tenant's second (it queued while the group was
-// being applied) takes that turn, and the group ends at the next turn, so
-// the late push is answered by this group's commit after at most one turn
-// of each other tenant. A tenant whose turn the bounds cut keeps it for
-// the next group.
+// when the group ends: its bounds are reached, no push waits, a tenant
+// joined it late, or a tenant it served has nothing more queued. The group
+// goes on through as many rounds as its bounds allow while the same
+// tenants take turns with work left (one tenant alone fills it), so commits
+// stay large under steady load. Two rules keep a light tenant's push from
+// waiting for rounds of the others after it was taken:
+//   - late: a tenant whose first turn in the group comes after another
+//     tenant's second (it queued while the group was being applied) takes
+//     that turn, and the group ends at the next turn;
+//   - drained: once a tenant's line empties in the group (its last queued
+//     push was taken: its device waits for this commit), no tenant begins
+//     a second turn in it; the round goes on to its end, so many tenants
+//     with one push each still share one commit.
+//
+// Either way the light tenant's push is answered by the commit of the group
+// that took it, after at most one turn of each other tenant in that group.
+// A tenant whose turn the bounds cut keeps it for the next group.
 func (q *fairQueue) next(g *groupTurns) *pushRequest {
 	for g.pushes < g.maxPushes && len(q.active) > 0 {
 		l := q.active[0]
 		if !l.inTurn {
 			if g.joined {
-				return nil // the late tenant had its turn
+				g.ended = groupEndedLate // the late tenant had its turn
+				return nil
+			}
+			if g.drained && g.turns[l] {
+				g.ended = groupEndedDrained // the round is over and a served tenant waits for this commit
+				return nil
 			}
 			switch {
 			case !g.turns[l] && g.repeated:
@@ -425,6 +452,7 @@ func (q *fairQueue) next(g *groupTurns) *pushRequest {
 			continue
 		}
 		if g.pushes > 0 && g.mutations+cost > g.maxMutations {
+			g.ended = groupEndedBounds
 			return nil
 		}
 		l.pushes[0] = nil
@@ -436,8 +464,13 @@ func (q *fairQueue) next(g *groupTurns) *pushRequest {
 			// Idle: it leaves the round and keeps no credit.
 			q.active = q.active[1:]
 			delete(q.lines, l.tenant)
+			g.drained = true
 		}
 		return head
+	}
+	g.ended = groupEndedEmpty
+	if g.pushes >= g.maxPushes {
+		g.ended = groupEndedBounds
 	}
 	return nil
 }
@@ -454,6 +487,7 @@ type commitShareMetrics struct {
 	queuedMutations *prometheus.GaugeVec     // tenant
 	served          *prometheus.CounterVec   // tenant
 	wait            *prometheus.HistogramVec // tenant
+	groupEnds       *prometheus.CounterVec   // ended
 
 	mu         sync.Mutex
 	labels     map[string]bool // tenants with their own label
@@ -473,12 +507,18 @@ func newCommitShareMetrics(reg prometheus.Registerer, weights map[string]int, ma
 			Name: "syncd_commit_wait_seconds", Help: "Time a push waited in its tenant's line before the committer took it, by tenant.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"tenant"}),
+		groupEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_commit_groups_total", Help: "Commit groups (one transaction, one fsync each) by why the committer ended them: empty (no push waited), bounds (pushes or mutations), late (a tenant that queued during the group had its turn), drained (a tenant it served had nothing more queued).",
+		}, []string{"ended"}),
 		labels: map[string]bool{}, maxLabels: maxLabels,
+	}
+	for _, e := range []groupEnd{groupEndedEmpty, groupEndedBounds, groupEndedLate, groupEndedDrained} {
+		m.groupEnds.WithLabelValues(string(e))
 	}
 	for t := range weights {
 		m.labels[t] = true
 	}
-	reg.MustRegister(m.queuedMutations, m.served, m.wait)
+	reg.MustRegister(m.queuedMutations, m.served, m.wait, m.groupEnds)
 	return m
 }
 
@@ -506,4 +546,8 @@ func (m *commitShareMetrics) taken(tenant string, r *pushRequest, at time.Time) 
 	m.queuedMutations.WithLabelValues(l).Sub(float64(pushCost(r)))
 	m.served.WithLabelValues(l).Add(float64(pushCost(r)))
 	m.wait.WithLabelValues(l).Observe(at.Sub(r.arrived).Seconds())
+}
+
+func (m *commitShareMetrics) groupEnded(e groupEnd) {
+	m.groupEnds.WithLabelValues(string(e)).Inc()
 }

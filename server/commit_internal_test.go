@@ -20,12 +20,18 @@ func queued(tenant string, i, mutations int) *pushRequest {
 // take takes one group from q as the committer does, when nothing is
 // queued while the group is applied.
 func take(q *fairQueue, maxPushes, maxMutations int) []*pushRequest {
+	group, _ := takeWhy(q, maxPushes, maxMutations)
+	return group
+}
+
+// takeWhy is take, with why the group ended.
+func takeWhy(q *fairQueue, maxPushes, maxMutations int) ([]*pushRequest, groupEnd) {
 	var group []*pushRequest
 	g := newGroupTurns(maxPushes, maxMutations)
 	for r := q.next(g); r != nil; r = q.next(g) {
 		group = append(group, r)
 	}
-	return group
+	return group, g.ended
 }
 
 // takeAll empties q in groups of the committer's bounds.
@@ -166,7 +172,69 @@ func TestFairQueueLateTenantJoinsTheRunningGroupAndEndsIt(t *testing.T) {
 	r := q.next(g)
 	require.Equal(t, "late", r.batch.Tenant, "the late push is taken before a's next turn")
 	require.Nil(t, q.next(g), "and the group ends after the late tenant's turn")
+	require.Equal(t, groupEndedLate, g.ended)
 	require.Len(t, take(q, maxGroupPushes, maxGroupMutations), maxGroupMutations/100, "a goes on in the next group")
+}
+
+// A tenant whose last queued push a group took waits for that group's
+// commit: once its line empties no tenant begins a second turn in the
+// group, so the push is committed after at most one turn of each other
+// tenant, whether it was queued when the group began or while the group's
+// first turn was applied (before any tenant's second turn, where the late
+// rule does not apply). A round of many tenants with one push each still
+// shares one group.
+func TestFairQueueGroupEndsWhenATenantItServedDrains(t *testing.T) {
+	tenants := func(g []*pushRequest) []string {
+		var ts []string
+		for _, r := range g {
+			ts = append(ts, r.batch.Tenant)
+		}
+		return ts
+	}
+	flood := func() *fairQueue {
+		q := newFairQueue(nil)
+		for i := range 40 {
+			q.push(queued("a", i, 100))
+		}
+		return q
+	}
+
+	q := flood()
+	q.push(queued("light", 0, 1))
+	group, ended := takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Equal(t, []string{"a", "light"}, tenants(group), "queued at the group's start: one turn of a, then the commit")
+	require.Equal(t, groupEndedDrained, ended)
+	group, ended = takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Len(t, group, maxGroupMutations/100, "a alone fills the next group")
+	require.Equal(t, groupEndedBounds, ended)
+
+	q = flood()
+	g := newGroupTurns(maxGroupPushes, maxGroupMutations)
+	require.Equal(t, "a", q.next(g).batch.Tenant)
+	q.push(queued("light", 0, 1)) // while a's first push is applied
+	require.Equal(t, "light", q.next(g).batch.Tenant, "taken before a's second turn")
+	require.Nil(t, q.next(g), "and the group ends: light waits for no second turn of a")
+	require.Equal(t, groupEndedDrained, g.ended)
+
+	q = flood()
+	q.push(queued("light", 0, 1))
+	q.push(queued("light", 1, 150)) // more than one turn's credit: light does not drain in its first turn
+	require.Equal(t, []string{"a", "light", "a", "light"}, tenants(take(q, maxGroupPushes, maxGroupMutations)), "light drains in its second turn and the group ends there")
+
+	q = newFairQueue(nil)
+	var want []string
+	for i := range maxGroupPushes - 1 {
+		tenant := fmt.Sprintf("t%d", i)
+		q.push(queued(tenant, 0, 1))
+		want = append(want, tenant)
+	}
+	q.push(queued("t0", 1, commitQuantum)) // beyond t0's first turn's credit
+	group, ended = takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Equal(t, want, tenants(group), "one push each: the round ends the group, not the first tenant that drains")
+	require.Equal(t, groupEndedDrained, ended)
+	group, ended = takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Equal(t, []string{"t0"}, tenants(group), "t0's second turn is the next group's")
+	require.Equal(t, groupEndedEmpty, ended)
 }
 
 // A push larger than the quantum is taken once its tenant saved enough

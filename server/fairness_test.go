@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,6 +154,13 @@ func TestFairnessFloodingTenantLeavesAnotherItsWrites(t *testing.T) {
 	require.Equal(t, fmt.Sprint(a.mutations.Load()), ts.Metric(t, `syncd_commit_served_mutations_total{tenant="flooder"}`))
 	require.Equal(t, "0", ts.Metric(t, `syncd_commit_queued_mutations{tenant="flooder"}`), "nothing left queued")
 	require.Equal(t, fmt.Sprint(honestWrites), ts.Metric(t, `syncd_commit_wait_seconds_count{tenant="honest"}`))
+	groups := 0
+	for _, ended := range []string{"empty", "bounds", "late", "drained"} {
+		n, err := strconv.Atoi(ts.Metric(t, `syncd_commit_groups_total{ended="`+ended+`"}`))
+		require.NoError(t, err)
+		groups += n
+	}
+	require.Equal(t, ts.Metric(t, `syncd_commit_group_pushes_count`), fmt.Sprint(groups), "every commit group counted once, by why it ended")
 }
 
 // BenchmarkFairness is issue 24's fairness figure, at syncd's defaults
