@@ -18,9 +18,10 @@ const (
 	// PathScopesExplain answers a KeyExplanation: whether one key is on
 	// one device's scopes and why. Parameters ParamTenant, ParamClientID,
 	// ParamModel and ParamKey are required; ParamWant (repeated,
-	// SCOPE:VALUE) is the device's requested set when the caller knows it
-	// (the server keeps none, PROTOCOL.md 19.3); ParamUser overrides the
-	// user read from the device's session or client id.
+	// SCOPE:VALUE), when given, is the requested set the answer judges
+	// with, instead of the set the server recorded at the device's last
+	// subscribe (PROTOCOL.md 19.3); ParamUser overrides the user read from
+	// the device's session, its recorded set or its client id.
 	PathScopesExplain = "/v1/admin/scopes/explain"
 )
 
@@ -88,8 +89,14 @@ type ScopeValue struct {
 	Members int `json:"members"`
 	// Devices counts the sessions connected to this node whose principal
 	// holds the value (token or membership): the devices that may follow
-	// it now. The server keeps no state of devices that are not connected.
+	// it now.
 	Devices int `json:"devices"`
+	// Requesting counts the devices of the tenant, connected or not, to
+	// any node of a cluster, whose recorded requested set (their last
+	// subscribe with scopes) names the value or every value of its scope
+	// ("*"), granted or not. At most replication's MaxRequestedDevices
+	// sets are kept per tenant.
+	Requesting int `json:"requesting"`
 	// MemberRows and DeviceList are listed for ParamValue only, at most
 	// MaxScopeValueMembers each.
 	MemberRows []MemberRow `json:"member_rows,omitempty"`
@@ -136,11 +143,12 @@ const (
 	// KeyNotFound: the tenant has no record of the key.
 	KeyNotFound = "not_found"
 	// KeyOnScopes: the device is granted the key's scope value (and
-	// requests it, or its request is unknown).
+	// requests it, or its request is unknown: RequestedFrom is empty).
 	KeyOnScopes = "on_scopes"
 	// KeyNotGranted: the device's principal does not hold the value.
 	KeyNotGranted = "not_granted"
-	// KeyNotRequested: granted, but not in the request given (ParamWant).
+	// KeyNotRequested: granted, but not in the device's request
+	// (RequestedFrom says which: ParamWant's or the recorded one).
 	KeyNotRequested = "not_requested"
 )
 
@@ -175,8 +183,16 @@ type KeyExplanation struct {
 	TokenGrants syncproto.ScopeSet `json:"token_grants,omitempty"`
 	// MemberGrants are the user's membership grants of Scope now.
 	MemberGrants []string `json:"member_grants,omitempty"`
-	// Requested is the request given with ParamWant (nil: unknown).
+	// Requested is the device's request the answer judges with (nil:
+	// unknown), from RequestedFrom.
 	Requested syncproto.ScopeSet `json:"requested,omitempty"`
+	// RequestedFrom is RequestedWant (ParamWant was given) or
+	// RequestedRecorded (the set recorded at the device's last subscribe
+	// with scopes, on any node), "" when neither is known.
+	RequestedFrom string `json:"requested_from,omitempty"`
+	// RequestedAt is when the recorded set last changed (RequestedFrom
+	// RequestedRecorded only).
+	RequestedAt *time.Time `json:"requested_at,omitempty"`
 	// Events are the key's scope history and the user's grant changes of
 	// the values it held, oldest first, from the oplog entries scanned
 	// (after ScannedFrom up to Head).
@@ -188,6 +204,12 @@ type KeyExplanation struct {
 	// tell).
 	Evicted string `json:"evicted,omitempty"`
 }
+
+// The sources of KeyExplanation.Requested.
+const (
+	RequestedWant     = "want"
+	RequestedRecorded = "recorded"
+)
 
 // GrantSource is what grants a scope value: the token (Kind "token") or a
 // membership row (Kind "membership", with the row).

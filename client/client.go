@@ -366,7 +366,10 @@ func (c *Client) List(ctx context.Context, model string, o ListOptions) ([]Recor
 }
 
 // Await waits for the final outcome of a write (by the op id Put
-// returned). Outcomes are durable: Await works across restarts. While the
+// returned). Outcomes are durable: Await works across restarts (an
+// applied or superseded outcome may be re-learned from the server's
+// ledger after a power cut; see "What durable outcome means" in the
+// package documentation). While the
 // server refuses the session for a reason only the app can fix (a bad or
 // revoked token, a wrong client id), Await returns that *RefusedError
 // instead of waiting for an outcome that cannot come.

@@ -204,20 +204,7 @@ func (s *syncd) runAndKill(t *testing.T, cfg killChild, step func(childProgress)
 func runKillChild(t *testing.T, raw string) {
 	var cfg killChild
 	require.NoError(t, json.Unmarshal([]byte(raw), &cfg))
-	var q offlinequeue.Queue
-	var err error
-	if cfg.SQLiteQueue {
-		q, err = offlinequeue.OpenSQLite(filepath.Join(cfg.Dir, "queue.db"), offlinequeue.SQLiteOptions{})
-	} else {
-		q, err = offlinequeue.OpenFile(filepath.Join(cfg.Dir, "queue.ndjson"), offlinequeue.FileOptions{})
-	}
-	require.NoError(t, err)
-	c, err := client.Open(context.Background(), client.Config{
-		ServerURLs: []string{cfg.URL}, Token: cfg.Token, ClientID: cfg.ClientID,
-		Queue: q, ReplicaPath: filepath.Join(cfg.Dir, "replica.db"),
-		ProbeInterval: 50 * time.Millisecond, RetryInterval: 20 * time.Millisecond, MaxRetryInterval: 200 * time.Millisecond,
-	})
-	require.NoError(t, err)
+	c := openChildClient(t, cfg.Dir, cfg.URL, cfg.Token, cfg.ClientID, !cfg.SQLiteQueue)
 	defer c.Close()
 	for i := range cfg.Writes {
 		op, err := c.Put(context.Background(), "notes", fmt.Sprintf("r%02d-%03d", cfg.Round, i), json.RawMessage(fmt.Sprintf(`{"round":%d,"i":%d}`, cfg.Round, i)))
@@ -238,4 +225,25 @@ func runKillChild(t *testing.T, raw string) {
 	case <-done:
 	case <-ctx.Done():
 	}
+}
+
+// openChildClient opens a crash test's child client over the queue (SQLite,
+// or the NDJSON file) and replica in dir, with the fast test intervals.
+func openChildClient(t *testing.T, dir, url, token, clientID string, fileQueue bool) *client.Client {
+	t.Helper()
+	var q offlinequeue.Queue
+	var err error
+	if fileQueue {
+		q, err = offlinequeue.OpenFile(filepath.Join(dir, "queue.ndjson"), offlinequeue.FileOptions{})
+	} else {
+		q, err = offlinequeue.OpenSQLite(filepath.Join(dir, "queue.db"), offlinequeue.SQLiteOptions{})
+	}
+	require.NoError(t, err)
+	c, err := client.Open(context.Background(), client.Config{
+		ServerURLs: []string{url}, Token: token, ClientID: clientID,
+		Queue: q, ReplicaPath: filepath.Join(dir, "replica.db"),
+		ProbeInterval: 50 * time.Millisecond, RetryInterval: 20 * time.Millisecond, MaxRetryInterval: 200 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	return c
 }

@@ -55,7 +55,24 @@
 // oplog seq), superseded (with the winner), conflict (with the winner and
 // what the ConflictHandler did) or dead_lettered (with the reason). Await
 // waits for it; Lookup reads it; both work after a restart, for
-// Config.OutcomeRetention. Outcomes are pruned at Open and while the client
+// Config.OutcomeRetention.
+//
+// What "durable outcome" means. A conflict's or a dead letter's outcome is
+// durable (at the queue's Synchronous level) before Await returns it. An
+// applied or superseded one, which the server's replay ledger keeps, is
+// recorded without waiting for the disk: Await returns once it is
+// committed on the device, where it survives a crash of the app at once
+// and a power cut once synced, by the device's next write or at the latest
+// offlinequeue.DefaultUnsyncedWindow (Options.UnsyncedWindow) later. A
+// power cut inside that window can lose the record, never the write: the
+// write stays queued (its removal from the queue is lost with, or after,
+// its outcome, never before), is replayed, and the server answers it from
+// its ledger with the same outcome, so Await after the restart returns
+// what it returned before and nothing is applied twice. That re-learning
+// works while the server's ledger covers the op (welcome's
+// ledger_retention_ms, 7 days by default); a device that lost such a
+// record to a power cut and stays offline longer gets the write
+// dead-lettered as expired instead. Outcomes are pruned at Open and while the client
 // runs (every OutcomeRetention/2, at most MaxOutcomePruneInterval), and
 // never more than MaxOutcomes are kept (the oldest go first).
 //

@@ -12,6 +12,7 @@ import (
 	"github.com/syncd-dev/syncd/client/offlinequeue"
 	"github.com/syncd-dev/syncd/client/reconnect"
 	"github.com/syncd-dev/syncd/client/synccore"
+	"github.com/syncd-dev/syncd/internal/crashpoint"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -447,6 +448,14 @@ func outcome(s synccore.Settle, now time.Time) Outcome {
 	return o
 }
 
+// Steps of settling applied writes, for crash tests (crashpoint): the
+// server's answers are in, not yet recorded; then recorded (in the queue's
+// file, committed without a sync of their own).
+const (
+	stepAnswered = "outcomes answered, not recorded"
+	stepRecorded = "outcomes recorded"
+)
+
 // settleDone finishes writes the core decided Done together, by
 // replica.decideDone: their outcomes and their items in one commit when the
 // replica lives in the queue's file, else outcomes then items, never "item
@@ -465,10 +474,14 @@ func (d *driver) settleDone(done []synccore.Settle) {
 		ds[i] = decision{mut: &done[i].Item.Mutation, outcome: outcome(done[i], c.now()), upcast: done[i].Verdict.Result.Upcast}
 		ids[i] = offlinequeue.ID(done[i].Item.ID)
 	}
-	if err := c.replica.decideDone(c.ctx, ds, ids); err != nil {
+	// Done: applied, duplicate or superseded, each an answer the server's
+	// ledger keeps, so the outcomes need not wait for the disk.
+	crashpoint.Reach(stepAnswered)
+	if err := c.replica.decideDone(c.ctx, ds, ids, true); err != nil {
 		d.fail("settling written outcomes", err)
 		return
 	}
+	crashpoint.Reach(stepRecorded)
 	c.published()
 }
 
@@ -487,7 +500,8 @@ func (d *driver) settle(s synccore.Settle) error {
 		if err != nil {
 			return err
 		}
-		if err := c.replica.decideDone(ctx, []decision{{mut: m, outcome: o}}, []offlinequeue.ID{id}); err != nil {
+		// Synced: the handler's decision (RebasedAs) is the device's own.
+		if err := c.replica.decideDone(ctx, []decision{{mut: m, outcome: o}}, []offlinequeue.ID{id}, false); err != nil {
 			return err
 		}
 		c.published()

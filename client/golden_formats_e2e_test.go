@@ -15,6 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/soak/faultproxy"
 )
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite client/testdata/formats/v1 from this build (go test ./client -run TestGoldenFormats -update-golden)")
@@ -101,13 +102,17 @@ func TestGoldenFormats(t *testing.T) {
 }
 
 // openGolden opens a device over the golden files of kind copied into
-// dir, reaching s with token, with the golden's model versions.
+// dir, reaching s with token, with the golden's model versions. Its
+// network is down until requireGoldenReplays has read the queue as the
+// files left it (a device online at open may replay it first).
 func openGolden(t *testing.T, s *syncd, kind, dir, token string) *device {
 	t.Helper()
 	o := goldenKinds[kind]
 	o.token = token
 	o.tweak = func(c *client.Config) { c.ModelVersions = map[string]uint64{"notes": 2} }
-	return openDevice(t, s, s.proxy(t), dir, goldenClient, o)
+	p := s.proxy(t)
+	p.SetMode(faultproxy.Refuse)
+	return openDevice(t, s, p, dir, goldenClient, o)
 }
 
 // requireGoldenReplays checks that d, opened over golden files whose
@@ -127,6 +132,7 @@ func requireGoldenReplays(t *testing.T, s *syncd, d *device, m goldenManifest, t
 			require.EqualValues(t, 2, it.Attempts)
 		}
 	}
+	d.online()
 	require.NoError(t, d.Drain(t.Context()))
 	d.requireApplied(t, m.Pending)
 	counts := map[string]int{}

@@ -26,7 +26,7 @@ func decideQueued(t *testing.T, r *replica, m *syncproto.Mutation, o Outcome) de
 	}
 	require.NotZero(t, id)
 	d := decision{mut: m, outcome: o}
-	require.NoError(t, r.decideDone(t.Context(), []decision{d}, []offlinequeue.ID{id}))
+	require.NoError(t, r.decideDone(t.Context(), []decision{d}, []offlinequeue.ID{id}, true))
 	return d
 }
 

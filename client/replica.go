@@ -123,6 +123,7 @@ type sharedQueue interface {
 	EnqueueWith(ctx context.Context, payload []byte, key string, with func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error) (offlinequeue.ID, error)
 	EnqueueCommitting(ctx context.Context, payload []byte, key string, with func(ctx context.Context, tx *sql.Tx, id offlinequeue.ID) error, committing func(offlinequeue.ID)) (offlinequeue.ID, error)
 	MarkDoneWith(ctx context.Context, with offlinequeue.Hook, ids ...offlinequeue.ID) error
+	MarkDoneUnsynced(ctx context.Context, with offlinequeue.Hook, ids ...offlinequeue.ID) error
 	MoveToDeadLettersWith(ctx context.Context, id offlinequeue.ID, reason string, with offlinequeue.Hook) error
 	Update(ctx context.Context, fn offlinequeue.Hook) error
 	DB() *sql.DB

@@ -178,7 +178,7 @@ func TestDecideDoneLeavesNothingHalfDone(t *testing.T) {
 		ds := []decision{{mut: m, outcome: o}}
 
 		refuseInserts(t, r, "outcomes")
-		require.ErrorContains(t, r.decideDone(t.Context(), ds, []offlinequeue.ID{items[0].ID}), "refused by the test")
+		require.ErrorContains(t, r.decideDone(t.Context(), ds, []offlinequeue.ID{items[0].ID}, true), "refused by the test")
 		n, err := r.queue.Len(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the item stays queued")
@@ -190,7 +190,7 @@ func TestDecideDoneLeavesNothingHalfDone(t *testing.T) {
 			_, err := tx.ExecContext(ctx, `DROP TRIGGER refuse_outcomes`)
 			return err
 		}))
-		require.NoError(t, r.decideDone(t.Context(), ds, []offlinequeue.ID{items[0].ID}))
+		require.NoError(t, r.decideDone(t.Context(), ds, []offlinequeue.ID{items[0].ID}, true))
 		n, err = r.queue.Len(t.Context())
 		require.NoError(t, err)
 		require.Zero(t, n)
@@ -445,7 +445,7 @@ func TestDecideManyAppliedWrites(t *testing.T) {
 
 		again := ds[2*decideChunk+3]
 		again.outcome.Seq = 12345
-		require.NoError(t, r.decideDone(ctx, append(ds, again), ids))
+		require.NoError(t, r.decideDone(ctx, append(ds, again), ids, true))
 
 		n, err := r.queue.Len(ctx)
 		require.NoError(t, err)

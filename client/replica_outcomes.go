@@ -64,10 +64,26 @@ type decision struct {
 // the two resends the writes and the ledger answers duplicate.
 // The outcomes are handed to the Await calls waiting for them once they
 // are committed (handoffs).
-func (r *replica) decideDone(ctx context.Context, ds []decision, ids []offlinequeue.ID) error {
+//
+// relearnable says the server's ledger holds every one of these outcomes
+// (the writes were applied, answered duplicate or superseded): then, in
+// the queue's file, the commit does not wait for the disk
+// (offlinequeue.SQLite.MarkDoneUnsynced); with a file of its own, the
+// items' removal does not (below). A power cut before the log is
+// synced (at the latest offlinequeue.SQLiteOptions.UnsyncedWindow later)
+// rolls back the outcomes and the removal of the items together; the
+// writes, pending again, are replayed and the ledger answers each with the
+// outcome recorded here, so nothing is applied twice and Await returns
+// the same outcome. Never before its write's enqueue: both are in one log,
+// recovered as a prefix of whole commits.
+func (r *replica) decideDone(ctx context.Context, ds []decision, ids []offlinequeue.ID, relearnable bool) error {
 	gen := r.echoes.generation()
 	if r.shared != nil {
-		if err := r.shared.MarkDoneWith(ctx, r.decideHook(ds), ids...); err != nil {
+		markDone := r.shared.MarkDoneWith
+		if relearnable {
+			markDone = r.shared.MarkDoneUnsynced
+		}
+		if err := markDone(ctx, r.decideHook(ds), ids...); err != nil {
 			return err
 		}
 		r.recorded(gen, ds)
@@ -77,7 +93,20 @@ func (r *replica) decideDone(ctx context.Context, ds []decision, ids []offlinequ
 		return err
 	}
 	r.recorded(gen, ds)
+	if q, ok := r.queue.(unsyncedDone); ok && relearnable {
+		return q.MarkDoneUnsynced(ctx, ids...)
+	}
 	return r.queue.MarkDone(ctx, ids...)
+}
+
+// unsyncedDone is a queue that can mark items done without waiting for
+// the disk (offlinequeue.File). With a replica file of its own, the
+// outcomes still commit at the replica's level first: the item's removal,
+// unsynced, is then never durable before its outcome, and a power cut
+// that loses the removal leaves a write that is replayed and answered
+// duplicate, its outcome already recorded.
+type unsyncedDone interface {
+	MarkDoneUnsynced(ctx context.Context, ids ...offlinequeue.ID) error
 }
 
 // recorded tells the Await calls waiting for them and the feed's echo

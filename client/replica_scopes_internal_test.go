@@ -254,7 +254,7 @@ func TestReplicaKeepsNoRecordOfAValueNotFollowed(t *testing.T) {
 		require.NoError(t, r.decide(ctx, mine, applied(mine)))
 		require.NoError(t, r.decide(ctx, away, applied(away)))
 		m1, m2 := put("many1", "p2"), put("many2", "p1")
-		require.NoError(t, r.decideDone(ctx, []decision{{mut: m1, outcome: applied(m1)}, {mut: m2, outcome: applied(m2)}}, nil))
+		require.NoError(t, r.decideDone(ctx, []decision{{mut: m1, outcome: applied(m1)}, {mut: m2, outcome: applied(m2)}}, nil, true))
 		_, _, found := scopeValueOf(t, r, "tasks", "many2")
 		require.True(t, found)
 		v, _, found := scopeValueOf(t, r, "tasks", "mine")

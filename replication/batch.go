@@ -30,6 +30,11 @@ type Batch struct {
 	// decided-at time of its ledger and conflict-log rows.
 	At     time.Time `json:"at"`
 	Writes []Write   `json:"writes"`
+	// Requested, when set, records the sender's requested scope set
+	// (requested.go); such a batch usually has no writes. A cluster edge
+	// sends it only once every node understands it
+	// (cluster.FormatRequestedSets).
+	Requested *Requested `json:"requested,omitempty"`
 }
 
 // Write is one mutation of a Batch with what the edge decided about it.

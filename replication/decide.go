@@ -50,6 +50,8 @@ type Effects struct {
 	Conflicts []ConflictEntry
 	// Decisions are the ledger rows recording every decided write.
 	Decisions []ledger.Decision
+	// Requested is the requested set the batch records, nil when none.
+	Requested *RequestedSet
 	// Stale lists the writes (indexes into the batch) whose hook answer was
 	// given about a version of the key that is no longer current: nothing
 	// was decided or recorded for them, and the edge asks the hook again.
@@ -98,6 +100,7 @@ func Decide(v View, b Batch) (Effects, error) {
 			return Effects{}, fmt.Errorf("decide batch of %s: write %d: %w", b.ClientID, i, err)
 		}
 	}
+	d.fx.Requested = requestedOf(&b)
 	return d.fx, nil
 }
 

@@ -22,8 +22,9 @@ import (
 // -update) and add the version to the time-travel test of every version
 // (replication's TestOpenStoreMigratesEveryShippedLayout).
 var migrations = []sqlitedb.Migration{
-	adoptLayout1, // 0 -> 1: a new file, or any release before versions
-	addScopes,    // 1 -> 2: partial sync's scope values, members, grants
+	adoptLayout1,     // 0 -> 1: a new file, or any release before versions
+	addScopes,        // 1 -> 2: partial sync's scope values, members, grants
+	addRequestedSets, // 2 -> 3: each device's requested scope set (requested.go)
 }
 
 // SchemaVersion returns the schema version of syncd's database this build

@@ -33,6 +33,9 @@ func (b *Batch) Recheck(policies Config, maxSkew time.Duration) error {
 	if err := b.Grants.Validate("grants", 0); err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformedBatch, err)
 	}
+	if err := b.Requested.check(); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformedBatch, err)
+	}
 	a := Author{Tenant: b.Tenant, ClientID: b.ClientID, CanWrite: func(string) bool { return true }}
 	for i := range b.Writes {
 		w := &b.Writes[i]

@@ -479,10 +479,7 @@ func RewindGrants(ctx context.Context, feed Feed, scopes *Scopes, tenant, user s
 		}
 		req.After = page.Next
 	}
-	out := make(syncproto.ScopeSet, len(held))
-	for name, values := range held {
-		out[name] = slices.Clone(values)
-	}
+	out := cloneScopeSet(held)
 	for _, k := range order {
 		if first[k] {
 			out[k[0]] = slices.DeleteFunc(out[k[0]], func(v string) bool { return v == k[1] })

@@ -326,5 +326,10 @@ func (st *sqlState) Save(ctx context.Context, fx *Effects) error {
 	if err := st.ledger.RecordAll(ctx, fx.Decisions); err != nil {
 		return fmt.Errorf("save batch: %w", err)
 	}
+	if fx.Requested != nil {
+		if err := saveRequested(ctx, st.tx, fx.Requested); err != nil {
+			return fmt.Errorf("save batch: %w", err)
+		}
+	}
 	return nil
 }

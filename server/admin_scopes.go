@@ -17,9 +17,10 @@ import (
 // PathScopesExplain): what an operator asks of scopes. They read the
 // records (scope values and membership rows, by the records_scope and
 // records_member indexes), the oplog (a key's history, at most
-// adminapi.MaxExplainScan seqs back) and the sessions connected to this
-// node. The server keeps no state of devices that are not connected
-// (PROTOCOL.md 19.3): their token grants and requests are not known here.
+// adminapi.MaxExplainScan seqs back), the requested sets recorded at each
+// device's last subscribe with scopes (replicated: the same on every
+// node) and the sessions connected to this node. The token grants of a
+// device not connected here are not known here.
 
 // scopesRoutes adds the partial-sync endpoints to mux.
 func (s *Server) scopesRoutes(mux *http.ServeMux) {
@@ -144,8 +145,13 @@ func (s *Server) adminScopes(r *http.Request) (any, int, error) {
 		if value != "" && len(values) == 0 {
 			values = []adminapi.ScopeValue{{Scope: name, Value: value}}
 		}
+		requesting, err := s.store.RequestedCounts(ctx, page.Tenant, name, valuesOf(values))
+		if err != nil {
+			return nil, 0, err
+		}
 		for i := range values {
 			v := &values[i]
+			v.Requesting = requesting[v.Value]
 			for _, dv := range devices {
 				if dv.grants.Has(v.Scope, v.Value) {
 					v.Devices++
@@ -172,6 +178,15 @@ func (s *Server) adminScopes(r *http.Request) (any, int, error) {
 		}
 	}
 	return page, 0, nil
+}
+
+// valuesOf returns the values of vs, in order.
+func valuesOf(vs []adminapi.ScopeValue) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.Value
+	}
+	return out
 }
 
 // scopeValues reads up to limit values of scope d in tenant after from
@@ -321,12 +336,25 @@ func (s *Server) adminScopesExplain(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	ans.Requested = want
+	recorded, found, err := s.store.RequestedSet(ctx, ans.Tenant, ans.ClientID)
+	if err != nil {
+		return nil, 0, err
+	}
+	switch {
+	case want != nil:
+		ans.Requested, ans.RequestedFrom = want, adminapi.RequestedWant
+	case found:
+		at := recorded.At
+		ans.Requested, ans.RequestedFrom, ans.RequestedAt = recorded.Scopes, adminapi.RequestedRecorded, &at
+	}
 	for _, ss := range s.sessionList() {
 		if p := ss.principal(); p.Tenant == ans.Tenant && p.ClientID == ans.ClientID {
 			ans.Connected, ans.User, ans.TokenGrants = true, p.User, declaredTokenGrants(decl, p)
 			break
 		}
+	}
+	if ans.User == "" && found {
+		ans.User = recorded.User
 	}
 	if ans.User == "" {
 		ans.User = adminapi.UserOfClientID(ans.ClientID)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/replication"
@@ -119,18 +120,26 @@ func explainKey(ans *adminapi.KeyExplanation, rows []adminapi.MemberRow) {
 		ans.Evicted = evictedBy(ans)
 	case ans.Requested != nil && !ans.Requested.Has(scope, v):
 		ans.Verdict = adminapi.KeyNotRequested
-		ans.Why = fmt.Sprintf("%s, which the device is granted (%s) but does not request", where, grantSays(ans.Grant))
+		ans.Why = fmt.Sprintf("%s, which the device is granted (%s) but does not request (%s)", where, grantSays(ans.Grant), requestSays(ans))
 		ans.Evicted = fmt.Sprintf("unsubscribed: the request names no %s %q (a device evicts a value it stops requesting, reason unsubscribed)", scope, v)
 	default:
 		ans.Verdict = adminapi.KeyOnScopes
 		ans.Why = fmt.Sprintf("%s, which the device holds through %s", where, grantSays(ans.Grant))
 		if ans.Requested == nil {
-			ans.Why += "; the server keeps no device's request, so it holds the key if it requests the value"
+			ans.Why += "; no requested set is recorded for the device (it has not subscribed with scopes since the server began recording them), so it holds the key if it requests the value"
 		}
 		if since := lastInto(ans); since != nil {
 			ans.Why += fmt.Sprintf("; the key is in %q since seq %d (%s)", v, since.Seq, since.Kind)
 		}
 	}
+}
+
+// requestSays names where ans.Requested came from.
+func requestSays(ans *adminapi.KeyExplanation) string {
+	if ans.RequestedFrom == adminapi.RequestedWant {
+		return "the request given with --want"
+	}
+	return fmt.Sprintf("its request recorded at its last subscribe, %s", ans.RequestedAt.UTC().Format(time.RFC3339))
 }
 
 // noGrant says why nothing grants ans's value.

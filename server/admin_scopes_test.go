@@ -20,7 +20,8 @@ import (
 // projectScopes: tasks t1 (p1), t2 (p1, then moved to p2), t3 (p3), t4 (p1,
 // stays), n1 (notes: unscoped); members m1 (alice in p1), m2 (bob in p1),
 // m3 (alice in p2, then deleted). It connects alice's phone, whose token
-// grants p3, and returns the server and the admin explain query for a key
+// grants p3, and subscribes it requesting every project value (so the
+// server records that set), and returns the server and the admin explain query for a key
 // of alice's phone.
 func scopesHistory(t *testing.T, cfg server.Config) (*testServer, func(model, key string, want ...string) url.Values) {
 	t.Helper()
@@ -42,7 +43,10 @@ func scopesHistory(t *testing.T, cfg server.Config) (*testServer, func(model, ke
 	requireApplied(t, oc.push("c", syncproto.Mutation{OpID: newOpID(t), Model: "members", Key: "m3", Op: syncproto.OpDelete, HLC: clock.Now()}))
 	alice := ts.Issue(t, auth.Principal{Tenant: "acme", ClientID: "alice:phone", User: "alice", Read: []string{"tasks", "members"}, Write: []string{"tasks"},
 		Scopes: map[string][]string{"project": {"p3"}}})
-	session(t, ts, alice, "alice:phone")
+	phone, _ := session(t, ts, alice, "alice:phone")
+	phone.send(&syncproto.Subscribe{ID: "s", Scopes: syncproto.ScopeSet{"project": {syncproto.AllValues}}})
+	expect[*syncproto.Changes](phone)
+	requireMetric(t, ts, `syncd_scope_requested_sets_total{result="new"}`, 1)
 	q := func(model, key string, want ...string) url.Values {
 		return url.Values{adminapi.ParamTenant: {"acme"}, adminapi.ParamClientID: {"alice:phone"}, adminapi.ParamModel: {model}, adminapi.ParamKey: {key}, adminapi.ParamWant: want}
 	}
@@ -61,6 +65,8 @@ func TestAdminExplainSaysWhyAKeyIsOrIsNotOnADevicesScopes(t *testing.T) {
 
 	t1 := ts.explainKey(t, q("tasks", "t1"))
 	require.Equal(t, adminapi.KeyOnScopes, t1.Verdict, t1.Why)
+	require.Equal(t, adminapi.RequestedRecorded, t1.RequestedFrom, "judged with the set recorded at the phone's subscribe")
+	require.Equal(t, syncproto.ScopeSet{"project": {syncproto.AllValues}}, t1.Requested)
 	require.True(t, t1.Connected)
 	require.Equal(t, "alice", t1.User)
 	require.Equal(t, "p1", t1.ScopeValue)
@@ -137,9 +143,10 @@ func TestAdminScopesListsValuesGrantsAndDevicesPaged(t *testing.T) {
 
 	require.Equal(t, http.StatusOK, ts.adminGet(t, adminapi.PathScopes+"?tenant=acme", ts.adminToken, &page))
 	require.Equal(t, []adminapi.ScopeValue{
-		{Scope: "project", Value: "p1", Rows: 4, Members: 2, Devices: 2}, // m1, m2, t1, t4; alice and bob; owner (*) and alice
-		{Scope: "project", Value: "p2", Rows: 1, Members: 0, Devices: 1}, // t2; m3 deleted; owner
-		{Scope: "project", Value: "p3", Rows: 1, Members: 0, Devices: 2}, // t3; owner and alice's token
+		// Requesting: alice's phone requested * (recorded); the owner never subscribed.
+		{Scope: "project", Value: "p1", Rows: 4, Members: 2, Devices: 2, Requesting: 1}, // m1, m2, t1, t4; alice and bob; owner (*) and alice
+		{Scope: "project", Value: "p2", Rows: 1, Members: 0, Devices: 1, Requesting: 1}, // t2; m3 deleted; owner
+		{Scope: "project", Value: "p3", Rows: 1, Members: 0, Devices: 2, Requesting: 1}, // t3; owner and alice's token
 	}, page.Values)
 	require.Empty(t, page.Next)
 
@@ -191,6 +198,7 @@ func TestAdminScopesAnswersAreStable(t *testing.T) {
 		{"scopes.json", adminapi.PathScopes + "?tenant=acme&user=alice"},
 		{"scopes_value.json", adminapi.PathScopes + "?tenant=acme&scope=project&value=p1"},
 		{"scopes_explain.json", adminapi.PathScopesExplain + "?" + q("tasks", "t2", "project:p1", "project:p2").Encode()},
+		{"scopes_explain_recorded.json", adminapi.PathScopesExplain + "?" + q("tasks", "t1").Encode()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goldenAdmin(t, tc.name, adminRaw(t, ts, tc.path))

@@ -45,6 +45,7 @@ type metrics struct {
 	scopeBackfills     *prometheus.CounterVec // outcome: done|revoked|aborted
 	scopeBackfillTime  prometheus.Histogram
 	scopeEvictions     *prometheus.CounterVec // reason: moved|revoked|unsubscribed|not_granted
+	scopeRequested     *prometheus.CounterVec // result: unchanged|new|changed|cleared|failed|deferred
 	feedDelivered      prometheus.Counter
 	feedPagesMerged    prometheus.Counter   // feed pages written within another's frame
 	pushAnswerSeconds  prometheus.Histogram // a push's arrival to its answer written
@@ -215,4 +216,5 @@ func (m *metrics) registerScopes(reg prometheus.Registerer) {
 		m.scopeEvictions.WithLabelValues(r)
 	}
 	reg.MustRegister(m.scopeBackfills, m.scopeBackfillTime, m.scopeEvictions, m.feedDelivered)
+	m.registerRequested(reg)
 }

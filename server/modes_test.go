@@ -44,6 +44,7 @@ func TestBehaviourInACluster(t *testing.T) {
 		{"WALStaysBoundedUnderAStreamOfPushes", TestWALStaysBoundedUnderAStreamOfPushes},
 		{"ScopedDevicesReceiveExactlyTheirValues", TestScopedDevicesReceiveExactlyTheirValues},
 		{"ScopeRevokedAndMovedWhileOffline", TestScopeRevokedAndMovedWhileOffline},
+		{"RequestedSetIsRecordedOnChangeAndReadOnEveryNode", TestRequestedSetIsRecordedOnChangeAndReadOnEveryNode},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clusterTests.Store(t, struct{}{})

@@ -198,6 +198,13 @@ func (r *scaleRun) issueTokens(values []string) {
 				Read: []string{"*"}, Write: []string{"*"}, Scopes: scopes})
 		}
 	}
+	r.awaitTokenFile()
+}
+
+// awaitTokenFile waits, on a cluster, until every node reported the token
+// file as it now is (see issueTokens); on one node it returns at once.
+func (r *scaleRun) awaitTokenFile() {
+	t := r.t
 	if len(r.nodes) == 1 {
 		return
 	}
@@ -332,13 +339,19 @@ func (d *scaleDevice) apply(e syncproto.Change) {
 // the server's records filtered by what it follows at the head. Single
 // node, and one node of a 3-node cluster (devices moving between nodes).
 func TestScopedDevicesAtScaleReceiveExactlyTheirValues(t *testing.T) {
+	inBothModes(t, func(t *testing.T) { scopedScaleRun(t, 21) })
+}
+
+// inBothModes runs test as subtest "single node", then as "cluster node"
+// in cluster mode (startServer gives it a node of a 3-node cluster).
+func inBothModes(t *testing.T, test func(t *testing.T)) {
 	for _, mode := range []string{"single node", "cluster node"} {
 		t.Run(mode, func(t *testing.T) {
 			if mode == "cluster node" {
 				clusterTests.Store(t, struct{}{})
 				defer clusterTests.Delete(t)
 			}
-			scopedScaleRun(t, 21)
+			test(t)
 		})
 	}
 }
@@ -358,10 +371,7 @@ func scopedScaleRun(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 21))
 	values := []string{"p0", "p1", "p2", "p3", "p4"}
 	ts, owner := scopedServer(t, 0)
-	r := &scaleRun{t: t, grants: grantLog{}, history: map[string][]scopeAt{}}
-	for _, n := range ts.nodes {
-		r.nodes = append(r.nodes, &testServer{Server: n, srv: n.Server, url: n.URL, adminURL: n.AdminURL, tokenPath: n.TokenPath, adminToken: n.AdminToken, nodes: ts.nodes})
-	}
+	r := &scaleRun{t: t, nodes: ts.each(), grants: grantLog{}, history: map[string][]scopeAt{}}
 	r.issueTokens(values)
 	oc, oclock := session(t, ts, owner, "owner")
 
@@ -578,6 +588,16 @@ func scopedScaleRun(t *testing.T, seed uint64) {
 				"%s: a snapshot line %s/%s of %q", d.name, rec.Model, rec.Key, rec.ScopeValue)
 		}
 	}
+}
+
+// each is every node of ts's cluster (ts first), or ts alone, each as a
+// testServer.
+func (ts *testServer) each() []*testServer {
+	var nodes []*testServer
+	for _, n := range ts.nodes {
+		nodes = append(nodes, &testServer{Server: n, srv: n.Server, url: n.URL, adminURL: n.AdminURL, tokenPath: n.TokenPath, adminToken: n.AdminToken, nodes: ts.nodes})
+	}
+	return nodes
 }
 
 func cloneScopeSet(s syncproto.ScopeSet) syncproto.ScopeSet {

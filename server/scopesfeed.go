@@ -2,8 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/replication/cluster"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -119,5 +124,102 @@ func (ss *session) abortBackfills(sc *subscriptionScopes) {
 	}
 	for range sc.backfills {
 		ss.srv.metrics.scopeBackfills.WithLabelValues(backfillAborted).Inc()
+	}
+}
+
+// The results of comparing a subscription's request with the device's
+// recorded requested set (syncd_scope_requested_sets_total).
+const (
+	requestedUnchanged = "unchanged" // the same set: nothing written
+	requestedNew       = "new"       // the device had none: recorded
+	requestedChanged   = "changed"   // another set: recorded
+	requestedCleared   = "cleared"   // a subscription without scopes: the set removed
+	requestedFailed    = "failed"    // not recorded (logged); the subscription goes on
+	requestedDeferred  = "deferred"  // a cluster node of an older release: not recorded
+)
+
+// requestedTimeout bounds how long a subscribe waits for its requested set
+// to be recorded before its feed starts anyway.
+const requestedTimeout = 5 * time.Second
+
+func (m *metrics) registerRequested(reg prometheus.Registerer) {
+	m.scopeRequested = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncd_scope_requested_sets_total",
+		Help: "Subscriptions compared with their device's recorded requested scope set, by result (unchanged: nothing written; new, changed, cleared: recorded through the committer; failed: not recorded; deferred: a node of the cluster does not understand requested sets yet).",
+	}, []string{"result"})
+	for _, r := range []string{requestedUnchanged, requestedNew, requestedChanged, requestedCleared, requestedFailed, requestedDeferred} {
+		m.scopeRequested.WithLabelValues(r)
+	}
+	reg.MustRegister(m.scopeRequested)
+}
+
+// recordRequested compares requested, the scopes of a subscribe the
+// session accepted (nil: none), with the set recorded for the device, and
+// when they differ records it through the committer (replication's
+// requested sets: part of the replicated log, so every cluster node holds
+// it), returning once it is applied here or requestedTimeout passed (also
+// when the session ends meanwhile). The subscription's feed is started
+// first: recording never delays it. A
+// subscription without scopes removes a recorded set (it follows every
+// grant) and records nothing. The same set writes nothing: a reconnect
+// costs no commit. A failure is logged and counted; the subscription goes
+// on, as the device's own request (and its have) is what its feed follows.
+func (ss *session) recordRequested(ctx context.Context, requested syncproto.ScopeSet) {
+	s := ss.srv
+	if s.declared().Empty() {
+		return
+	}
+	stored, found, err := s.store.RequestedSet(ctx, ss.p.Tenant, ss.p.ClientID)
+	if err != nil {
+		ss.log.Error("read requested set", "err", err)
+		s.metrics.scopeRequested.WithLabelValues(requestedFailed).Inc()
+		return
+	}
+	req := &replication.Requested{User: ss.p.User}
+	result := requestedNew
+	switch {
+	case requested == nil && !found:
+		return
+	case requested == nil:
+		req.Clear, result = true, requestedCleared
+	default:
+		req.Scopes = cloneSet(requested)
+		req.Scopes.Normalize()
+		if found && stored.User == ss.p.User && replication.SameRequest(stored.Scopes, req.Scopes) {
+			s.metrics.scopeRequested.WithLabelValues(requestedUnchanged).Inc()
+			return
+		}
+		if found {
+			result = requestedChanged
+		}
+	}
+	if c := s.cfg.Cluster; c != nil && !c.Uses(cluster.FormatRequestedSets) {
+		s.metrics.scopeRequested.WithLabelValues(requestedDeferred).Inc()
+		return
+	}
+	if err := ss.submitRequested(ctx, req); err != nil {
+		ss.log.Warn("record requested set", "err", err)
+		result = requestedFailed
+	}
+	s.metrics.scopeRequested.WithLabelValues(result).Inc()
+}
+
+// submitRequested commits a batch recording req for the session's device
+// and waits, at most requestedTimeout, until it is applied.
+func (ss *session) submitRequested(ctx context.Context, req *replication.Requested) error {
+	// A device that disconnects at once still has its set recorded.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestedTimeout)
+	defer cancel()
+	b := &replication.Batch{Tenant: ss.p.Tenant, ClientID: ss.p.ClientID, User: ss.p.User,
+		At: time.UnixMilli(ss.srv.now().UnixMilli()).UTC(), Writes: []replication.Write{}, Requested: req}
+	r, err := ss.srv.commits.submit(ctx, b)
+	if err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

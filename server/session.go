@@ -586,6 +586,7 @@ func (ss *session) subscribe(ctx context.Context, m *syncproto.Subscribe) {
 		defer ss.feeding.Store(false)
 		ss.feed(subCtx, m.ID, m.Cursor, sc)
 	}()
+	ss.recordRequested(ctx, m.Scopes)
 }
 
 func (ss *session) stopSubscription() {

@@ -22,7 +22,11 @@
 //   - For the durable queues, a call that returned nil survives a crash and,
 //     by default, a power cut; a call that returned an error left no trace.
 //     Concurrent Enqueue calls share one fsync or one transaction (group
-//     commit) without weakening that promise for any of them.
+//     commit) without weakening that promise for any of them. The one
+//     exception is MarkDoneUnsynced (File, SQLite): it survives a crash at
+//     once and a power cut once the next synced write, or the queue within
+//     Options.UnsyncedWindow (DefaultUnsyncedWindow, 100 ms), synced it;
+//     it is never durable before a write made ahead of it.
 //
 // What the caller must do: pass the same Options (MaxDepth above all) on every
 // open, open one path from one process at a time, and reopen a queue whose

@@ -70,8 +70,15 @@ type File struct {
 
 	// Owned by the writer slot's holder, and by OpenFile and Close.
 	f    FSFile
-	size int64 // bytes of f that are durable records
+	size int64 // bytes of f that are records (durable, but for an unsynced tail)
 	lock io.Closer
+	// dirty says records were written without a sync since the last one
+	// (MarkDoneUnsynced); syncErr is the failure of a deferred sync, for
+	// Close. Owned by the writer slot's holder.
+	dirty   bool
+	syncErr error
+
+	later *syncLater // syncs a dirty file within the window
 }
 
 // enqueueBatch is one group commit: Enqueue calls that share a write+fsync.
@@ -135,6 +142,7 @@ func openFile(path string, opts FileOptions) (*File, error) {
 	}
 	q.opts, q.rec, q.lock = opts.Options.withDefaults(), opts.Metrics.recorder(path), lock
 	q.rec.setCounts(len(st.pending), len(st.dead))
+	q.later = startSyncLater(q.opts.UnsyncedWindow, q.syncDirty)
 	return q, nil
 }
 
@@ -355,12 +363,13 @@ func (q *File) mutate(ctx context.Context, verb string, plan func(st *fileState)
 // mutateMany is mutate for a plan of several records, written with one
 // append and one fsync, applied in order.
 func (q *File) mutateMany(ctx context.Context, verb string, plan func(st *fileState) ([]*record, error)) error {
-	return q.mutateHolding(ctx, verb, plan, false)
+	return q.mutateHolding(ctx, verb, plan, q.writeLocked)
 }
 
-// mutateHolding is mutateMany; with hold, q.mu stays held through the
-// write, so no reader sees the state between plan and the records' apply.
-func (q *File) mutateHolding(ctx context.Context, verb string, plan func(st *fileState) ([]*record, error), hold bool) error {
+// mutateHolding is mutateMany writing with write: writeLocked, or
+// writeHeld so that q.mu stays held through the write and no reader sees
+// the state between plan and the records' apply, or writeUnsynced.
+func (q *File) mutateHolding(ctx context.Context, verb string, plan func(st *fileState) ([]*record, error), write func(buf []byte) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -380,10 +389,8 @@ func (q *File) mutateHolding(ctx context.Context, verb string, plan func(st *fil
 			break
 		}
 	}
-	if err == nil && hold {
-		err = q.writeHeld(buf)
-	} else if err == nil {
-		err = q.writeLocked(buf)
+	if err == nil {
+		err = write(buf)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", verb, err)
@@ -471,6 +478,7 @@ func (q *File) appendDurable(buf []byte) error {
 		err = fmt.Errorf("sync %s: %w", q.path, err)
 	} else {
 		q.size += int64(len(buf))
+		q.dirty = false // the sync covered an unsynced tail too
 		return nil
 	}
 	rbErr := q.f.Truncate(off)
@@ -547,13 +555,83 @@ func (q *File) Stats(ctx context.Context) (Stats, error) {
 // MarkDone implements Queue. The IDs that are pending are removed by one
 // record, so a crash keeps all of them or none.
 func (q *File) MarkDone(ctx context.Context, ids ...ID) error {
-	return q.mutate(ctx, "mark done", func(st *fileState) (*record, error) {
+	return q.mutate(ctx, "mark done", q.planDone(ids))
+}
+
+// MarkDoneUnsynced is MarkDone without waiting for the disk (see
+// unsynced.go): its record is written, not synced. When it returns the
+// items are gone for every reader and stay gone across a process crash;
+// across a power cut once the file is synced, by the next write that
+// syncs (an enqueue) or at the latest Options.UnsyncedWindow later. A
+// power cut before that keeps all of the items or none (a torn last line
+// is healed on open), never a record written before it.
+func (q *File) MarkDoneUnsynced(ctx context.Context, ids ...ID) error {
+	return q.mutateHolding(ctx, "mark done", func(st *fileState) ([]*record, error) {
+		r, err := q.planDone(ids)(st)
+		if r == nil {
+			return nil, err
+		}
+		return []*record{r}, err
+	}, q.writeUnsynced)
+}
+
+// planDone plans the record removing the pending items of ids.
+func (q *File) planDone(ids []ID) func(st *fileState) (*record, error) {
+	return func(st *fileState) (*record, error) {
 		known := distinctIn(ids, st.pending)
 		if len(known) == 0 {
 			return nil, nil
 		}
 		return &record{Op: opDone, IDs: known}, nil
-	})
+	}
+}
+
+// writeUnsynced appends buf without a sync, with q.mu held (a write to the
+// cache is short), and wakes the deferred sync. A failed write is
+// truncated away (nothing of it was synced); if that fails the handle is
+// poisoned. The caller holds the writer slot.
+func (q *File) writeUnsynced(buf []byte) error {
+	off := q.size
+	err := writeFull(q.f, buf, off)
+	if err == nil {
+		q.size += int64(len(buf))
+		q.dirty = true
+		q.later.wake()
+		return nil
+	}
+	err = fmt.Errorf("write %s: %w", q.path, err)
+	if rbErr := q.f.Truncate(off); rbErr != nil {
+		return q.notePoison(&poisonError{write: err, rollback: rbErr})
+	}
+	return err
+}
+
+// syncDirty is the deferred sync: it fsyncs the file if records were
+// written without a sync since the last one. A failed sync poisons the
+// handle: those records may be lost, so no later write may claim
+// durability.
+func (q *File) syncDirty() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.acquireLocked() != nil {
+		return // closed (Close syncs) or poisoned
+	}
+	defer q.releaseLocked()
+	q.syncDirtyHeld()
+}
+
+// syncDirtyHeld is syncDirty for the holder of the writer slot (or Close).
+func (q *File) syncDirtyHeld() {
+	if !q.dirty {
+		return
+	}
+	if err := q.f.Sync(); err != nil {
+		q.syncErr = fmt.Errorf("sync %s: %w", q.path, err)
+		q.poisoned = &poisonError{write: q.syncErr, rollback: errors.New("records written without a sync may be lost")}
+		return
+	}
+	q.dirty = false
+	q.rec.deferredSynced()
 }
 
 // SetAttempts implements Queue. Setting the count an item already has
@@ -599,6 +677,10 @@ func (q *File) MoveToDeadLettersWith(ctx context.Context, id ID, reason string, 
 // not nil.
 func (q *File) moveToDead(ctx context.Context, id ID, reason string, with func(ctx context.Context) error) error {
 	var evicted int
+	write := q.writeLocked
+	if with != nil {
+		write = q.writeHeld
+	}
 	err := q.mutateHolding(ctx, "move to dead letters", func(st *fileState) ([]*record, error) {
 		if _, ok := st.pending[id]; !ok {
 			return nil, ErrNotFound
@@ -620,7 +702,7 @@ func (q *File) moveToDead(ctx context.Context, id ID, reason string, with func(c
 		evict := longestDead(letters, over)
 		evicted = len(evict)
 		return []*record{dead, {Op: opPurge, IDs: evict}}, nil
-	}, with != nil)
+	}, write)
 	if err == nil {
 		q.rec.evicted(evicted)
 	}
@@ -692,7 +774,11 @@ func (q *File) Close() error {
 		q.idle.Wait()
 	}
 	q.mu.Unlock()
-	if err := errors.Join(q.f.Close(), q.lock.Close()); err != nil {
+	q.later.close()
+	q.mu.Lock()
+	q.syncDirtyHeld() // closed and idle: nothing else writes
+	q.mu.Unlock()
+	if err := errors.Join(q.syncErr, q.f.Close(), q.lock.Close()); err != nil {
 		return fmt.Errorf("close queue %s: %w", q.path, err)
 	}
 	return nil

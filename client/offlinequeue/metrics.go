@@ -11,6 +11,7 @@ type Metrics struct {
 	overflow    *prometheus.CounterVec
 	evictions   *prometheus.CounterVec
 	groups      *prometheus.HistogramVec
+	deferred    *prometheus.CounterVec
 }
 
 // NewMetrics registers the queue metrics on reg (never on the global registry):
@@ -22,6 +23,10 @@ type Metrics struct {
 //	                                          counter dead letters evicted beyond MaxDeadLetters
 //	syncd_client_queue_commit_enqueues{queue} histogram enqueues that shared one
 //	                                          durable write (group commit; file and SQLite queues)
+//	syncd_client_queue_deferred_syncs_total{queue}
+//	                                          counter syncs the queue ran itself for writes
+//	                                          committed without one (MarkDoneUnsynced) when no
+//	                                          synced write came within the window
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -45,8 +50,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Enqueues written by one durable write of the queue (group commit): 1 for a lone enqueue.",
 			Buckets: groupBuckets,
 		}, []string{"queue"}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncd_client_queue_deferred_syncs_total",
+			Help: "Syncs the queue ran itself to make writes committed without a sync (outcomes) durable, because no synced write came within the window.",
+		}, []string{"queue"}),
 	}
-	for _, c := range []prometheus.Collector{m.depth, m.deadLetters, m.overflow, m.evictions, m.groups} {
+	for _, c := range []prometheus.Collector{m.depth, m.deadLetters, m.overflow, m.evictions, m.groups, m.deferred} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -66,6 +75,7 @@ func (m *Metrics) recorder(queue string) recorder {
 		overflow:    m.overflow.WithLabelValues(queue),
 		evictions:   m.evictions.WithLabelValues(queue),
 		groups:      m.groups.WithLabelValues(queue),
+		deferred:    m.deferred.WithLabelValues(queue),
 	}
 }
 
@@ -80,6 +90,7 @@ type recorder struct {
 	overflow    prometheus.Counter
 	evictions   prometheus.Counter
 	groups      prometheus.Observer
+	deferred    prometheus.Counter
 }
 
 func (r recorder) setCounts(pending, dead int) {
@@ -106,5 +117,12 @@ func (r recorder) evicted(n int) {
 func (r recorder) committed(n int) {
 	if r.groups != nil && n > 0 {
 		r.groups.Observe(float64(n))
+	}
+}
+
+// deferredSynced records one sync the queue ran for unsynced writes.
+func (r recorder) deferredSynced() {
+	if r.deferred != nil {
+		r.deferred.Inc()
 	}
 }

@@ -203,7 +203,19 @@ type Options struct {
 	Now func() time.Time
 	// Metrics, when non-nil, receives depth and overflow updates.
 	Metrics *Metrics
+	// UnsyncedWindow bounds how long a write made without its own sync
+	// (MarkDoneUnsynced of the durable queues) may stay exposed to a power
+	// cut: the queue's next synced write makes it durable, and if none
+	// comes within the window the queue syncs it itself. 0 means
+	// DefaultUnsyncedWindow; a negative value is refused by the durable
+	// queues.
+	UnsyncedWindow time.Duration
 }
+
+// DefaultUnsyncedWindow is Options.UnsyncedWindow's default: a write made
+// by MarkDoneUnsynced is durable at most this long after it returned (on a
+// device writing steadily, at its next enqueue).
+const DefaultUnsyncedWindow = 100 * time.Millisecond
 
 // validateEnqueue checks an Enqueue's arguments against the limits.
 func (o Options) validateEnqueue(payload []byte, key string) error {
@@ -224,6 +236,9 @@ func (o Options) validateEnqueue(payload []byte, key string) error {
 func (o Options) withDefaults() Options {
 	if o.MaxDepth <= 0 {
 		o.MaxDepth = DefaultMaxDepth
+	}
+	if o.UnsyncedWindow <= 0 {
+		o.UnsyncedWindow = DefaultUnsyncedWindow
 	}
 	if o.MaxDeadLetters <= 0 {
 		o.MaxDeadLetters = DefaultMaxDeadLetters
@@ -250,8 +265,8 @@ func longestDead(letters []DeadLetter, n int) []ID {
 
 // checkLimits refuses negative limits, for the durable queues' open.
 func (o Options) checkLimits() error {
-	if o.MaxDepth < 0 || o.MaxDeadLetters < 0 || o.MaxPayloadBytes < 0 {
-		return fmt.Errorf("offlinequeue: negative limit (MaxDepth %d, MaxDeadLetters %d, MaxPayloadBytes %d)", o.MaxDepth, o.MaxDeadLetters, o.MaxPayloadBytes)
+	if o.MaxDepth < 0 || o.MaxDeadLetters < 0 || o.MaxPayloadBytes < 0 || o.UnsyncedWindow < 0 {
+		return fmt.Errorf("offlinequeue: negative limit (MaxDepth %d, MaxDeadLetters %d, MaxPayloadBytes %d, UnsyncedWindow %v)", o.MaxDepth, o.MaxDeadLetters, o.MaxPayloadBytes, o.UnsyncedWindow)
 	}
 	return nil
 }

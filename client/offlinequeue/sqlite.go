@@ -118,6 +118,10 @@ type SQLite struct {
 
 	// poisoned is set and read by the holder of writer only.
 	poisoned error
+
+	// unsynced commits MarkDoneUnsynced's writes (see sqlite_unsynced.go);
+	// nil at SyncNormal, where every commit is unsynced alike.
+	unsynced *unsyncedWriter
 }
 
 var _ Queue = (*SQLite)(nil)
@@ -138,6 +142,9 @@ type sqliteHooks struct {
 	// batch runs in the committer before each group of enqueues is written,
 	// with the group's size.
 	batch func(size int)
+	// deferredSync runs after the queue synced its log for commits made
+	// without a sync (MarkDoneUnsynced), under the writer.
+	deferredSync func()
 }
 
 // OpenSQLite opens (creating if needed) the queue stored in the SQLite
@@ -170,6 +177,14 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 		return nil, fmt.Errorf("offlinequeue: open sqlite queue %s: %w", path, err)
 	}
 	q.checkpoints = sqlitedb.StartCheckpointer(q.db, checkpointOptions)
+	if q.syncsOnCommit() {
+		if q.unsynced, err = startUnsynced(q); err != nil {
+			q.checkpoints.Close()
+			q.stmts.close()
+			_ = q.db.Close()
+			return nil, fmt.Errorf("offlinequeue: open sqlite queue %s: %w", path, err)
+		}
+	}
 	go q.commitLoop()
 	return q, nil
 }
@@ -643,9 +658,10 @@ func (s *SQLite) Close() error {
 	s.life.Unlock()
 	close(s.stop)
 	<-s.stopped
+	syncErr := s.unsynced.close()
 	s.checkpoints.Close()
 	s.stmts.close()
-	if err := s.db.Close(); err != nil {
+	if err := errors.Join(syncErr, s.db.Close()); err != nil {
 		return fmt.Errorf("offlinequeue: close %s: %w", s.path, err)
 	}
 	return nil

@@ -24,6 +24,8 @@ type writeRequest struct {
 
 	op    string // names the operation in errors
 	apply func(ctx context.Context, tx *sql.Tx) (counts, error)
+	// unsynced commits apply without a sync (MarkDoneUnsynced).
+	unsynced bool
 
 	// Set by the committer before it closes done.
 	id   ID
@@ -179,13 +181,21 @@ func (s *SQLite) gather(group []*writeRequest, last int) ([]*writeRequest, *writ
 // commitApply runs one non-enqueue write.
 func (s *SQLite) commitApply(r *writeRequest) {
 	var change counts
-	r.err = s.inTx(r.op, func(ctx context.Context, tx *sql.Tx) error {
+	var on beginner = s.db
+	unsynced := r.unsynced && s.unsynced != nil
+	if unsynced {
+		on = s.unsynced.conn
+	}
+	r.err = s.inTxOn(on, r.op, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		change, err = r.apply(ctx, tx)
 		return err
 	})
 	if r.err == nil {
 		s.addCounts(change)
+		if unsynced {
+			s.unsynced.committed()
+		}
 	}
 	close(r.done)
 }
@@ -287,6 +297,9 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 		}
 	} else {
 		s.addCounts(counts{pending: added})
+		if added > 0 && s.syncsOnCommit() {
+			s.unsynced.synced() // the commit wrote, so it synced the log
+		}
 		for range refused {
 			s.rec.overflowed()
 		}
@@ -367,6 +380,7 @@ func (s *SQLite) commitLone(r *writeRequest) {
 	r.id = id
 	if inserted {
 		s.addCounts(counts{pending: 1})
+		s.unsynced.synced() // nil at SyncNormal
 	}
 }
 
@@ -434,6 +448,7 @@ func (s *SQLite) commitLoneWith(r *writeRequest) {
 	case err == nil:
 		if inserted {
 			s.addCounts(counts{pending: 1})
+			s.unsynced.synced() // nil at SyncNormal
 			if r.committing != nil && !s.syncsOnCommit() {
 				r.committing(r.id)
 			}
@@ -450,11 +465,22 @@ func (s *SQLite) commitLoneWith(r *writeRequest) {
 // failure of op. A failed commit, or a failed rollback, leaves the outcome
 // unknown and poisons the handle.
 func (s *SQLite) inTx(op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.inTxOn(s.db, op, fn)
+}
+
+// beginner begins transactions: the pool, or the connection that commits
+// without a sync.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// inTxOn is inTx on a transaction begun by on.
+func (s *SQLite) inTxOn(on beginner, op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if s.poisoned != nil {
 		return s.poisoned
 	}
 	ctx := context.Background()
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := on.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("offlinequeue: %s %s: begin: %w", op, s.path, err)
 	}

@@ -222,9 +222,11 @@ device's grants (its token's, when it has a session on the server; its user's
 membership rows), which grant brought the value (the token, or which
 membership row at which seq), and when and why it left (moved at seq N to
 value V, revoked at seq N by a membership row, unsubscribed), from the
-server's oplog. The server keeps no device's requested set: give it with
---want SCOPE=V1,V2 (as the device subscribes; "SCOPE=*" for every value
-granted) to have it checked. A model no scope covers is answered "unscoped".`,
+server's oplog. A granted value the device does not request is answered
+"not_requested", judged with the requested set the server recorded at the
+device's last subscribe with scopes; --want SCOPE=V1,V2 (as the device
+subscribes; "SCOPE=*" for every value granted) judges with that set instead.
+A model no scope covers is answered "unscoped".`,
 	}
 	o := addAdminFlags(cmd)
 	file := addFileArg(cmd)

@@ -26,7 +26,7 @@ func addKeyFlags(cmd *cobra.Command) *keyFlags {
 	f.StringVar(&k.model, "model", "", "the key's model (with --client)")
 	f.StringVar(&k.key, "key", "", "the key (with --client)")
 	f.StringVar(&k.user, "user", "", "the device's user, when neither its session nor its client id names it (with --client)")
-	f.StringArrayVar(&k.want, "want", nil, `the device's requested scope values, SCOPE=V1,V2 ("SCOPE=*": every value granted); repeatable (with --client)`)
+	f.StringArrayVar(&k.want, "want", nil, `judge with these requested scope values, SCOPE=V1,V2 ("SCOPE=*": every value granted), instead of the set the server recorded; repeatable (with --client)`)
 	return k
 }
 
@@ -97,9 +97,12 @@ func (a *app) printKeyExplanation(e adminapi.KeyExplanation) error {
 	}
 	fmt.Fprintf(w, "token grants: %s\n", token)
 	fmt.Fprintf(w, "membership grants of %s: %s\n", e.Scope, cmp.Or(strings.Join(e.MemberGrants, ","), "-"))
-	requested := "unknown (the server keeps no device's request; pass --want)"
-	if e.Requested != nil {
-		requested = scopeSetText(e.Requested)
+	requested := "unknown (no set is recorded: the device has not subscribed with scopes; pass --want)"
+	switch {
+	case e.RequestedFrom == adminapi.RequestedWant:
+		requested = scopeSetText(e.Requested) + " (--want)"
+	case e.Requested != nil && e.RequestedAt != nil:
+		requested = scopeSetText(e.Requested) + " (recorded at its last subscribe, " + stamp(*e.RequestedAt) + ")"
 	}
 	fmt.Fprintf(w, "requested: %s\n", requested)
 	fmt.Fprintf(w, "history (oplog seqs %d to %d):\n", e.ScannedFrom+1, e.Head)

@@ -303,6 +303,8 @@ func (s *session) request(msg syncproto.Message) syncproto.Message {
 		m.ID = id
 	case *syncproto.Push:
 		m.ID = id
+	case *syncproto.Subscribe:
+		m.ID = id
 	}
 	frame, err := syncproto.Encode(msg)
 	require.NoError(s.t, err)

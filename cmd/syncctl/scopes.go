@@ -24,9 +24,11 @@ func (a *app) scopesCommand() *cobra.Command {
 Without --tenant: the declared scopes (name, models and their value fields,
 membership model). With --tenant: also the tenant's scope values that have
 live rows, each with its row count, the users granted it by membership rows
-and the devices connected to this node that hold it (by token or membership;
-the server keeps nothing of devices that are not connected). The server
-answers at most 1000 values a request; syncctl reads pages until --limit.
+(MEMBERS), the devices whose requested set names it or "*" of its scope
+(REQUESTING: recorded at each device's last subscribe with scopes, connected or
+not, on any node of a cluster), and the devices connected to this node that
+hold it by token or membership (CONNECTED). The server answers at most 1000
+values a request; syncctl reads pages until --limit.
 
 --value V lists the value's membership rows and devices; --user U adds what
 the user holds: membership rows, what they grant, and the token grants of the
@@ -116,9 +118,9 @@ func (a *app) printScopes(p adminapi.ScopesPage, detail bool) error {
 		return nil
 	}
 	fmt.Fprintf(a.stdout, "\ntenant %s: %s\n", p.Tenant, count(len(p.Values), "value", "values"))
-	t = newTable(a.stdout, "SCOPE", "VALUE", "ROWS", "MEMBERS", "DEVICES")
+	t = newTable(a.stdout, "SCOPE", "VALUE", "ROWS", "MEMBERS", "REQUESTING", "CONNECTED")
 	for _, v := range p.Values {
-		t.row(v.Scope, v.Value, strconv.Itoa(v.Rows), strconv.Itoa(v.Members), strconv.Itoa(v.Devices))
+		t.row(v.Scope, v.Value, strconv.Itoa(v.Rows), strconv.Itoa(v.Members), strconv.Itoa(v.Requesting), strconv.Itoa(v.Devices))
 	}
 	if err := t.flush(); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 
 // startScoped starts a server declaring scope project (tasks and members
 // by project_id; members grant to their user) with alice's phone
-// connected (its token grants p3), after the owner wrote:
+// connected (its token grants p3; it subscribed requesting p2 and p3, so
+// the server recorded that set), after the owner wrote:
 //
 //	seq 1  members/m1  alice in p1
 //	seq 2  members/m3  alice in p2
@@ -55,7 +57,16 @@ func startScoped(t *testing.T) *testServer {
 		res := s.push(m)
 		require.Equal(t, syncproto.StatusApplied, res[0].Status, "write %d: %+v", i+1, res[0])
 	}
-	ts.dialAs(t, alice, "alice:phone", 0)
+	phone := ts.dialAs(t, alice, "alice:phone", 0)
+	_, ok := phone.request(&syncproto.Subscribe{Cursor: 7, Scopes: syncproto.ScopeSet{"project": {"p2", "p3"}}}).(*syncproto.Changes)
+	require.True(t, ok, "subscribe must be answered with changes")
+	// The set is recorded once the subscription's feed started.
+	c := newCLI(t, ts.adminEnv())
+	require.Eventually(t, func() bool {
+		var e adminapi.KeyExplanation
+		r := c.run("--json", "explain", "--client", "alice:phone", "--model", "tasks", "--key", "t1", "--tenant", tenant)
+		return r.err == nil && json.Unmarshal([]byte(r.stdout), &e) == nil && e.RequestedFrom == adminapi.RequestedRecorded
+	}, ioTimeout, 10*time.Millisecond, "the phone's requested set was never recorded")
 	return ts
 }
 
@@ -66,6 +77,7 @@ func TestScopesCommandGolden(t *testing.T) {
 	requireGolden(t, "scopes_tenant_user", c.ok("scopes", "--tenant", tenant, "--user", "alice"))
 	requireGolden(t, "scopes_value", c.ok("scopes", "--tenant", tenant, "--scope", "project", "--value", "p1"))
 	requireGolden(t, "explain_key_revoked", c.ok("explain", "--client", "alice:phone", "--model", "tasks", "--key", "t2", "--tenant", tenant))
+	requireGolden(t, "explain_key_not_requested", c.ok("explain", "--client", "alice:phone", "--model", "tasks", "--key", "t1", "--tenant", tenant))
 	requireGolden(t, "explain_key_unscoped", c.ok("explain", "--client", "alice:phone", "--model", "notes", "--key", "n1", "--tenant", tenant))
 }
 
@@ -79,7 +91,7 @@ func TestScopesCommandPagesAndJSON(t *testing.T) {
 
 	var all adminapi.ScopesPage
 	decodeStrict(t, c.ok("--json", "scopes", "--tenant", tenant, "--limit", "0"), &all)
-	require.Equal(t, []adminapi.ScopeValue{{Scope: "project", Value: "p1", Rows: 2, Members: 1, Devices: 2}, {Scope: "project", Value: "p2", Rows: 1, Devices: 1}}, all.Values)
+	require.Equal(t, []adminapi.ScopeValue{{Scope: "project", Value: "p1", Rows: 2, Members: 1, Devices: 2}, {Scope: "project", Value: "p2", Rows: 1, Requesting: 1, Devices: 1}}, all.Values)
 	var rest adminapi.ScopesPage
 	decodeStrict(t, c.ok("--json", "scopes", "--tenant", tenant, "--after", "project:p1"), &rest)
 	require.Equal(t, all.Values[1:], rest.Values)
@@ -89,10 +101,15 @@ func TestScopesCommandPagesAndJSON(t *testing.T) {
 	require.Equal(t, syncproto.ScopeSet{"project": {"p1"}}, withUser.User.Grants)
 
 	var e adminapi.KeyExplanation
+	decodeStrict(t, c.ok("--json", "explain", "--client", "alice:phone", "--model", "tasks", "--key", "t1", "--tenant", tenant), &e)
+	require.Equal(t, adminapi.KeyNotRequested, e.Verdict, "judged with the recorded set: %s", e.Why)
+	require.Equal(t, adminapi.RequestedRecorded, e.RequestedFrom)
+	require.Equal(t, syncproto.ScopeSet{"project": {"p2", "p3"}}, e.Requested)
 	decodeStrict(t, c.ok("--json", "explain", "--client", "alice:phone", "--model", "tasks", "--key", "t1", "--tenant", tenant, "--want", "project=p3"), &e)
 	require.Equal(t, adminapi.KeyNotRequested, e.Verdict, e.Why)
 	decodeStrict(t, c.ok("--json", "explain", "--client", "alice:phone", "--model", "tasks", "--key", "t1", "--tenant", tenant, "--want", "project=*"), &e)
-	require.Equal(t, adminapi.KeyOnScopes, e.Verdict, e.Why)
+	require.Equal(t, adminapi.KeyOnScopes, e.Verdict, "--want overrides the recorded set: %s", e.Why)
+	require.Equal(t, adminapi.RequestedWant, e.RequestedFrom)
 	require.Equal(t, "m1", e.Grant.Row.Key)
 }
 

@@ -29,8 +29,11 @@ const (
 	FormatBase = 1
 	// FormatRecordsCheck: the check_records job.
 	FormatRecordsCheck = 2
+	// FormatRequestedSets: push batches carrying a requested set
+	// (replication.Batch.Requested).
+	FormatRequestedSets = 3
 	// LatestFormat is the highest format this release understands.
-	LatestFormat = FormatRecordsCheck
+	LatestFormat = FormatRequestedSets
 )
 
 // Formats is every format, oldest first: the one table of what each
@@ -40,6 +43,7 @@ const (
 var Formats = []Format{
 	{FormatBase, "base", "commands of version 1: push batches, and the jobs compact_oplog_per_tenant, prune_conflicts and prune_ledger. A node that announces no format (a release before this table) understands this one."},
 	{FormatRecordsCheck, "records_check", "the job check_records: every node digests its records table at the job's stream seq into its running digest and checkpoints there, so the replicas compare record contents, not only what they applied; a node restored from a snapshot serves only once such a check agreed with its peers."},
+	{FormatRequestedSets, "requested_sets", "a push batch may carry a device's requested scope set (member requested, usually without writes): every node records it in its requested_sets table, so each node answers what an offline device requests."},
 }
 
 // jobFormats is the format that introduced each job kind this release
@@ -82,6 +86,11 @@ func clusterVersion(mine int, self string, nodes []Status, now time.Time) int {
 // member of the cluster announces f or a later one. It is the one gate of
 // new formats.
 func (c *Cluster) uses(f int) bool { return int(c.version.Load()) >= f }
+
+// Uses reports whether this node may publish commands of format f: the
+// cluster version, as last surveyed, is f or more. What a format
+// introduces is published only while Uses reports true for it.
+func (c *Cluster) Uses(f int) bool { return c.uses(f) }
 
 // setVersion records the cluster version a survey found.
 func (c *Cluster) setVersion(v int) {

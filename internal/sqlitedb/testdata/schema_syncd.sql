@@ -1,4 +1,4 @@
--- user_version 2
+-- user_version 3
 CREATE INDEX conflicts_tenant_id ON conflicts (tenant, id);
 CREATE INDEX ledger_decisions_by_decided_at
 		ON ledger_decisions (scope, decided_at);
@@ -7,6 +7,7 @@ CREATE INDEX oplog_tenants_by_entries ON oplog_tenants (entries);
 CREATE INDEX oplog_tenants_by_floor ON oplog_tenants (floor);
 CREATE INDEX records_member ON records (tenant, member, model) WHERE member IS NOT NULL;
 CREATE INDEX records_scope ON records (tenant, scope_value, model, key) WHERE scope_value IS NOT NULL;
+CREATE INDEX requested_sets_age ON requested_sets (tenant, set_at, client_id);
 CREATE TABLE conflicts (
 	id             INTEGER PRIMARY KEY AUTOINCREMENT,
 	tenant         TEXT    NOT NULL,
@@ -88,4 +89,19 @@ CREATE TABLE records_state (
 	id          INTEGER PRIMARY KEY CHECK (id = 1),
 	applied_seq INTEGER NOT NULL
 , scope_decl TEXT);
+CREATE TABLE requested_sets (
+		tenant    TEXT    NOT NULL,
+		client_id TEXT    NOT NULL,
+		user_id   TEXT    NOT NULL,
+		scopes    TEXT    NOT NULL,
+		set_at    INTEGER NOT NULL,
+		PRIMARY KEY (tenant, client_id)
+	) WITHOUT ROWID;
+CREATE TABLE requested_values (
+		tenant    TEXT NOT NULL,
+		scope     TEXT NOT NULL,
+		value     TEXT NOT NULL,
+		client_id TEXT NOT NULL,
+		PRIMARY KEY (tenant, scope, value, client_id)
+	) WITHOUT ROWID;
 CREATE TABLE syncd_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
