@@ -244,8 +244,24 @@ func TestProtocolStatesServerDefaults(t *testing.T) {
 	require.NoError(t, err)
 	doc := strings.Join(strings.Fields(string(b)), " ")
 	mib := func(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
+	dur := func(ds ...time.Duration) string {
+		var out []string
+		for _, d := range ds {
+			switch {
+			case d%(24*time.Hour) == 0:
+				out = append(out, fmt.Sprintf("%d days", d/(24*time.Hour)))
+			case d%time.Minute == 0:
+				out = append(out, fmt.Sprintf("%d min", d/time.Minute))
+			default:
+				out = append(out, fmt.Sprintf("%d s", d/time.Second))
+			}
+		}
+		return strings.Join(out, " / ")
+	}
 	unannounced := map[string]string{
-		"`hello` within, after the upgrade":                        fmt.Sprintf("%d s", int(server.DefaultHelloTimeout.Seconds())),
+		"requests one session sends (announced, table above)":      fmt.Sprintf("%d/s, burst %d", int(server.DefaultRequestsPerSecond), server.DefaultRequestBurst),
+		"a session that sends nothing (announced, table above)":    dur(syncproto.DefaultIdleTimeout),
+		"`hello` within, after the upgrade":                        dur(server.DefaultHelloTimeout),
 		"open connections, whole server":                           fmt.Sprint(server.DefaultMaxConnections),
 		"open connections per token / per tenant (all its tokens)": fmt.Sprintf("%d / half the server's", server.DefaultMaxConnectionsPerToken),
 		"mutations per token / per tenant (section 14)": quotaDefault(server.DefaultTokenMutationsPerSecond, server.DefaultTokenMutationBurst) + " / " +
@@ -253,24 +269,35 @@ func TestProtocolStatesServerDefaults(t *testing.T) {
 		"a tenant's share of the commits when the server is saturated (section 14)": "equal weights",
 		"bytes of frames being read or applied, whole server / per token / per tenant (section 14)": mib(server.DefaultFrameBudgetBytes) + " / " +
 			mib(server.DefaultTokenFrameBytes) + " / " + mib(server.DefaultTenantFrameBytes),
-		"a frame, once started, arrives whole within":             fmt.Sprintf("%d s", int(server.DefaultFrameReadTimeout.Seconds())),
-		"TCP connections one IP address holds open":               fmt.Sprint(server.DefaultMaxConnectionsPerAddress),
-		"a frame the server writes is taken by the client within": fmt.Sprintf("%d s", int(server.DefaultWriteTimeout.Seconds())),
-		"oplog entries kept per tenant / their age (section 7)": fmt.Sprintf("%d / %d days",
-			replication.DefaultOplogEntriesPerTenant, int(replication.DefaultLogRetention.MaxAge.Hours()/24)),
+		"a frame, once started, arrives whole within":                                   dur(server.DefaultFrameReadTimeout),
+		"a frame the server writes (or a keepalive ping) is taken by the client within": dur(server.DefaultWriteTimeout),
+		"a session's token is checked for revocation every":                             dur(server.DefaultTokenRecheck),
+		"TCP connections one IP address holds open, per listener":                       fmt.Sprint(server.DefaultMaxConnectionsPerAddress),
+		"snapshots served at once / waiting for a turn / one tenant's running or waiting (section 7)": fmt.Sprintf("%d / %d / %d",
+			server.DefaultMaxConcurrentSnapshots, server.DefaultMaxQueuedSnapshots, server.DefaultMaxSnapshotsPerTenant),
+		"a snapshot's wait for its turn / its whole download / each write of its body": dur(server.DefaultSnapshotQueueTimeout,
+			server.DefaultSnapshotTimeout, server.DefaultSnapshotWriteTimeout),
+		"body kept for the slowest reader of a shared snapshot read": mib(server.DefaultSnapshotShareBytes),
+		"HTTP request headers / whole request / response write (a snapshot extends it per write) / kept-alive idle connection": dur(server.ReadHeaderTimeout,
+			server.ReadTimeout, server.WriteTimeout, server.IdleTimeout),
+		"scope values one subscription follows (section 19; announced, table above)": fmt.Sprint(syncproto.DefaultMaxScopeValues),
+		"oplog entries kept per tenant / their age (section 7)": fmt.Sprintf("%d / %s",
+			replication.DefaultOplogEntriesPerTenant, dur(replication.DefaultLogRetention.MaxAge)),
+		"ledger decisions kept per tenant / their age (section 10; announced as `ledger_retention_ms`)": fmt.Sprintf("%d / %s",
+			ledger.DefaultMaxEntries, dur(ledger.DefaultMaxAge)),
 	}
-	_, table, ok := strings.Cut(string(b), "| limit | syncd default |")
+	_, table, ok := strings.Cut(string(b), "| limit | syncd flag | syncd default |")
 	require.True(t, ok, "section 11's table of unannounced settings")
 	table, _, _ = strings.Cut(table, "\n\n")
 	rows := strings.Split(table, "\n")[2:] // past the header's end and its rule
 	require.Len(t, rows, len(unannounced), "one row per setting checked here")
 	for _, row := range rows {
 		cells := strings.Split(row, " | ")
-		require.Greater(t, len(cells), 2, "row %q", row)
+		require.Greater(t, len(cells), 3, "row %q", row)
 		setting := strings.TrimPrefix(cells[0], "| ")
 		want, ok := unannounced[setting]
 		require.True(t, ok, "section 11 lists %q, which this test does not know", setting)
-		require.Equal(t, want, cells[1], "syncd's default for %q", setting)
+		require.Equal(t, want, cells[2], "syncd's default for %q", setting)
 	}
 
 	for _, want := range []string{
