@@ -167,7 +167,7 @@ func scopedRaceRun(t *testing.T, seed uint64, rounds int) {
 		}
 	}
 	g := &groups{ts: ts}
-	grantRounds, oneGroup, outcomes := 0, 0, map[string]int{}
+	grantRounds, arrangedRounds, oneGroup, outcomes := 0, 0, 0, map[string]int{}
 	// moveDevice moves the device: to the next node of a cluster, or
 	// reconnects it to its one node, resuming what it left (a backfill
 	// the round's grant started, often).
@@ -218,10 +218,13 @@ func scopedRaceRun(t *testing.T, seed uint64, rounds int) {
 			if rng.IntN(2) == 0 {
 				pair[0], pair[1] = pair[1], pair[0]
 			}
-			res, one := g.pipelined(t, oc, oclock, fmt.Sprint("r", round), pair)
+			res, one, arranged := g.pipelined(t, oc, oclock, fmt.Sprint("r", round), pair)
 			record(pair, res)
-			if one {
-				oneGroup++
+			if arranged {
+				arrangedRounds++
+				if one {
+					oneGroup++
+				}
 			}
 			moveDevice()
 			moves := []syncproto.Mutation{moveOf(value)}
@@ -271,10 +274,12 @@ func scopedRaceRun(t *testing.T, seed uint64, rounds int) {
 		moveDevice()
 		settle(round)
 	}
-	t.Logf("%d grants, %d in one group with the write; %d moves resumed a backfill; the device's writes: %v", grantRounds, oneGroup, resumed, outcomes)
+	t.Logf("%d grants, %d arranged in one group with the write, %d landed there; %d moves resumed a backfill; the device's writes: %v",
+		grantRounds, arrangedRounds, oneGroup, resumed, outcomes)
 	require.Positive(t, grantRounds)
 	if len(r.nodes) == 1 {
-		require.Equal(t, grantRounds, oneGroup, "every grant and its write landed in one group commit")
+		require.Equal(t, arrangedRounds, oneGroup, "every grant arranged with its write landed in one group commit")
+		require.GreaterOrEqual(t, 2*arrangedRounds, grantRounds, "most grants were arranged with their write")
 	} else {
 		// The edge publishes the pushes behind the filler together only
 		// when both arrived before the filler's command was acknowledged:
@@ -371,7 +376,12 @@ const fillerRows = 100
 // wait in its line, so they join the filler's group; on a cluster, while
 // the filler's command is unacknowledged the edge holds the client's
 // later batches, which then share the next command.
-func (g *groups) pipelined(t *testing.T, c *wsClient, clock *syncproto.Clock, id string, muts []syncproto.Mutation) ([]syncproto.Result, bool) {
+//
+// arranged says whether the single node's committer was seen holding muts
+// in its line before it went on (always true on a cluster, where nothing
+// arranges it): a machine so loaded that the pushes did not arrive within
+// the hold (bounded below the database's busy timeout) arranges nothing.
+func (g *groups) pipelined(t *testing.T, c *wsClient, clock *syncproto.Clock, id string, muts []syncproto.Mutation) (res []syncproto.Result, one, arranged bool) {
 	t.Helper()
 	var filler []syncproto.Mutation
 	for i := range fillerRows {
@@ -383,6 +393,7 @@ func (g *groups) pipelined(t *testing.T, c *wsClient, clock *syncproto.Clock, id
 		pushes = append(pushes, &syncproto.Push{ID: fmt.Sprint(id, "-", i), Mutations: []syncproto.Mutation{m}})
 	}
 	release := func() {}
+	arranged = true
 	if len(g.ts.nodes) == 1 {
 		release = g.holdWriter(t)
 	}
@@ -399,9 +410,9 @@ func (g *groups) pipelined(t *testing.T, c *wsClient, clock *syncproto.Clock, id
 		for deadline := time.Now().Add(3 * time.Second); !queued() && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
+		arranged = queued()
 	}
 	release()
-	var res []syncproto.Result
 	for i, p := range pushes {
 		pr := c.pushResult(p.ID, len(p.Mutations))
 		requireApplied(t, pr)
@@ -409,7 +420,7 @@ func (g *groups) pipelined(t *testing.T, c *wsClient, clock *syncproto.Clock, id
 			res = append(res, pr...)
 		}
 	}
-	return res, g.oneGroup(t, before, muts)
+	return res, g.oneGroup(t, before, muts), arranged
 }
 
 // holdWriter takes the single node's database write lock on a connection
