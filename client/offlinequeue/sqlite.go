@@ -83,6 +83,7 @@ type SQLite struct {
 	rec   recorder
 	db    *sql.DB
 	stmts sqliteStmts
+	multi multiStmts // owned by the holder of writer
 	hooks sqliteHooks
 
 	// life is held shared by every call in progress and exclusively by
@@ -661,6 +662,7 @@ func (s *SQLite) Close() error {
 	syncErr := s.unsynced.close()
 	s.checkpoints.Close()
 	s.stmts.close()
+	s.multi.close()
 	if err := errors.Join(syncErr, s.db.Close()); err != nil {
 		return fmt.Errorf("offlinequeue: close %s: %w", s.path, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+
+	"github.com/mattn/go-sqlite3"
 )
 
 // maxBatch bounds the enqueues that share one transaction.
@@ -217,71 +219,23 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 	}
 	var added, refused int
 	var told []*writeRequest // to tell after the commit
+	plain := s.plainGroup(group)
 	err := s.inTx("enqueue into", func(ctx context.Context, tx *sql.Tx) error {
-		added, refused = 0, 0
 		var fresh []*writeRequest // inserted, with committing to call
-		find := tx.StmtContext(ctx, s.stmts.findKey)
-		insert := tx.StmtContext(ctx, s.stmts.insert)
-		var insertNew *sql.Stmt // bound on first use
-		for _, r := range group {
-			r.id, r.err = 0, nil
-			if r.with == nil && s.pending+added < s.opts.MaxDepth {
-				// Room for it, no hook: the insert looks the key up.
-				if insertNew == nil {
-					insertNew = tx.StmtContext(ctx, s.stmts.insertNew)
-				}
-				id, inserted, err := s.insertNew(ctx, insertNew, find, r)
-				if err != nil {
-					return err
-				}
-				r.id = id
-				if inserted {
-					added++
-					if r.committing != nil {
-						fresh = append(fresh, r)
-					}
-				}
-				continue
-			}
-			if r.key != "" {
-				var id int64
-				err := find.QueryRowContext(ctx, blob(r.key)).Scan(&id)
-				if err == nil {
-					r.id = ID(id) // dedup hit, earlier in this group or committed
-					continue
-				}
-				if !errors.Is(err, sql.ErrNoRows) {
-					return err
-				}
-			}
-			// s.pending is written only by the holder of s.writer.
-			if depth := s.pending + added; depth >= s.opts.MaxDepth {
-				r.err = &FullError{Depth: depth, Capacity: s.opts.MaxDepth}
-				refused++
-				continue
-			}
-			if r.with != nil {
-				ok, err := s.insertWith(ctx, tx, insert, r)
-				if err != nil {
-					return err
-				}
-				if ok {
-					added++
-					if r.committing != nil {
-						fresh = append(fresh, r)
-					}
-				}
-				continue
-			}
-			id, err := s.insertItem(ctx, insert, r)
-			if err != nil {
+		var err error
+		if plain {
+			var rows []*writeRequest
+			if rows, err = s.insertGroup(ctx, tx, group); err != nil {
 				return err
 			}
-			r.id = id
-			added++
-			if r.committing != nil {
-				fresh = append(fresh, r)
+			added, refused = len(rows), 0
+			for _, r := range rows {
+				if r.committing != nil {
+					fresh = append(fresh, r)
+				}
 			}
+		} else if added, refused, fresh, err = s.insertEach(ctx, tx, group); err != nil {
+			return err
 		}
 		if s.syncsOnCommit() {
 			// Every statement of the group is written: only the commit is left.
@@ -308,6 +262,77 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 	for _, r := range group {
 		close(r.done)
 	}
+}
+
+// insertEach writes group in tx one member at a time: the way of a group
+// that has an EnqueueWith hook or may meet the depth bound (else
+// insertGroup). It returns the items added, the members refused with a
+// *FullError, and the members inserted that have committing to call.
+func (s *SQLite) insertEach(ctx context.Context, tx *sql.Tx, group []*writeRequest) (added, refused int, fresh []*writeRequest, err error) {
+	find := tx.StmtContext(ctx, s.stmts.findKey)
+	insert := tx.StmtContext(ctx, s.stmts.insert)
+	var insertNew *sql.Stmt // bound on first use
+	for _, r := range group {
+		r.id, r.err = 0, nil
+		if r.with == nil && s.pending+added < s.opts.MaxDepth {
+			// Room for it, no hook: the insert looks the key up.
+			if insertNew == nil {
+				insertNew = tx.StmtContext(ctx, s.stmts.insertNew)
+			}
+			id, inserted, err := s.insertNew(ctx, insertNew, find, r)
+			if err != nil {
+				return 0, 0, nil, err
+			}
+			r.id = id
+			if inserted {
+				added++
+				if r.committing != nil {
+					fresh = append(fresh, r)
+				}
+			}
+			continue
+		}
+		if r.key != "" {
+			var id int64
+			err := find.QueryRowContext(ctx, blob(r.key)).Scan(&id)
+			if err == nil {
+				r.id = ID(id) // dedup hit, earlier in this group or committed
+				continue
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return 0, 0, nil, err
+			}
+		}
+		// s.pending is written only by the holder of s.writer.
+		if depth := s.pending + added; depth >= s.opts.MaxDepth {
+			r.err = &FullError{Depth: depth, Capacity: s.opts.MaxDepth}
+			refused++
+			continue
+		}
+		if r.with != nil {
+			ok, err := s.insertWith(ctx, tx, insert, r)
+			if err != nil {
+				return 0, 0, nil, err
+			}
+			if ok {
+				added++
+				if r.committing != nil {
+					fresh = append(fresh, r)
+				}
+			}
+			continue
+		}
+		id, err := s.insertItem(ctx, insert, r)
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		r.id = id
+		added++
+		if r.committing != nil {
+			fresh = append(fresh, r)
+		}
+	}
+	return added, refused, fresh, nil
 }
 
 // syncsOnCommit says whether a commit waits for the disk (every level but
@@ -363,25 +388,40 @@ func (s *SQLite) insertWith(ctx context.Context, tx *sql.Tx, insert *sql.Stmt, r
 }
 
 // commitLone commits an enqueue that found no other waiting without an
-// explicit transaction: one autocommit insert that does nothing if the key
-// is pending (then a lookup of that item's id), as cheap as a durable
-// SQLite write gets. The holder of s.writer is the only writer, so nothing can come
-// between the insert and the lookup; an insert that fails is rolled back by
-// SQLite and leaves nothing, so its error is certain and never poisons the
-// handle. (The caller has checked the depth bound.)
+// explicit transaction: one autocommit insert, the same statement and cost
+// as a durable one-row SQLite write. If r's key is pending the insert
+// fails on the key's unique index, rolled back whole by SQLite (its id is
+// not taken), and a lookup finds that item's id. The holder of s.writer is
+// the only writer, so nothing can come between the insert and the lookup;
+// an insert that fails is rolled back by SQLite and leaves nothing, so its
+// error is certain and never poisons the handle. (The caller has checked
+// the depth bound.)
 func (s *SQLite) commitLone(r *writeRequest) {
 	defer close(r.done)
 	r.id, r.err = 0, nil
-	id, inserted, err := s.insertNew(context.Background(), s.stmts.insertNew, s.stmts.findKey, r)
+	ctx := context.Background()
+	id, err := s.insertItem(ctx, s.stmts.insert, r)
+	if keyTaken(err) {
+		var hit int64
+		if err = s.stmts.findKey.QueryRowContext(ctx, blob(r.key)).Scan(&hit); err == nil {
+			r.id = ID(hit) // dedup hit
+			return
+		}
+	}
 	if err != nil {
 		r.err = fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, err)
 		return
 	}
 	r.id = id
-	if inserted {
-		s.addCounts(counts{pending: 1})
-		s.unsynced.synced() // nil at SyncNormal
-	}
+	s.addCounts(counts{pending: 1})
+	s.unsynced.synced() // nil at SyncNormal
+}
+
+// keyTaken says whether err is an insert's failure on the unique index of
+// pending keys.
+func keyTaken(err error) bool {
+	se, ok := errors.AsType[sqlite3.Error](err)
+	return ok && se.ExtendedCode == sqlite3.ErrConstraintUnique
 }
 
 // insertNew inserts r's item with insertNew unless r's key is pending, and

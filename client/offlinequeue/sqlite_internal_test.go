@@ -92,6 +92,7 @@ func TestSQLiteQueriesUseIndexes(t *testing.T) {
 	}
 	require.Contains(t, plan(sqlFindKey, []byte("k")), "INDEX items_key", "key lookup must use the partial unique index")
 	require.Contains(t, plan(sqlInsertNew, []byte("p"), []byte("k"), 0), "INDEX items_key", "the insert's key lookup must use the partial unique index")
+	require.Contains(t, plan(sqlFindKeys(2), []byte("k"), []byte("l")), "INDEX items_key", "a group's key lookup must use the partial unique index")
 	require.Contains(t, plan(sqlPeek, 0, 10), "INTEGER PRIMARY KEY", "Peek must seek by ID, not scan")
 	require.Contains(t, plan(sqlListDead, 0, 10), "INTEGER PRIMARY KEY", "DeadLetters must seek by ID, not scan")
 }
@@ -263,6 +264,73 @@ func TestSQLiteGroupCommitSharesOneTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, g.next(t))
 	require.Equal(t, int64(3), commits.Load()-before)
+}
+
+// A group larger than a multi-row statement is written in chunks: every
+// member gets the id of its own item, of the pending item its key names, or
+// of the earlier member of the group with its key; the ids are those of the
+// items Peek reads, without gaps; and a lone enqueue of a pending key takes
+// no id.
+func TestSQLiteGroupWritesChunksWithDedup(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "queue.db")
+	ctx := t.Context()
+	q, err := openSQLite(path, SQLiteOptions{}, sqliteHooks{})
+	require.NoError(t, err)
+	for _, k := range []string{"pending-1", "pending-2"} {
+		_, err := q.Enqueue(ctx, []byte(k), k)
+		require.NoError(t, err)
+	}
+	require.NoError(t, q.Close())
+	g := newSQLiteGate()
+	q = openTestSQLite(t, path, SQLiteOptions{}, g.hooks())
+	args := []sqliteArgs{{"again-1", "pending-1"}, {"again-2", "pending-2"}}
+	for i := range 2*maxMultiRow + 5 {
+		switch i % 3 {
+		case 0:
+			args = append(args, sqliteArgs{fmt.Sprintf("empty-%d", i), ""})
+		case 1:
+			args = append(args, sqliteArgs{fmt.Sprintf("key-%d", i), fmt.Sprintf("k-%d", i)})
+		default: // the key of the member before, which may come first
+			args = append(args, sqliteArgs{fmt.Sprintf("key-%d", i), fmt.Sprintf("k-%d", i-1)})
+		}
+	}
+	finish := stallSQLiteThenQueue(t, q, g, args...)
+	first, results := finish()
+	require.NoError(t, first.err)
+	require.Equal(t, len(args), g.next(t), "one group")
+
+	items, err := q.Peek(ctx, 0, 1000)
+	require.NoError(t, err)
+	byID := map[ID]Item{}
+	for i, it := range items {
+		require.Equal(t, ID(i+1), it.ID, "ids without gaps")
+		byID[it.ID] = it
+	}
+	keyed := 0
+	for i, r := range results {
+		require.NoError(t, r.err)
+		it, ok := byID[r.id]
+		require.True(t, ok, "member %d got id %d, no item", i, r.id)
+		require.Equal(t, args[i].key, it.Key, "member %d", i)
+		if args[i].key == "" {
+			require.Equal(t, args[i].payload, string(it.Payload))
+		}
+		if strings.HasPrefix(args[i].key, "k-") {
+			keyed++
+		}
+	}
+	require.Equal(t, ID(1), results[0].id, "a pending key is a dedup hit")
+	require.Equal(t, ID(2), results[1].id)
+	empties := (len(args) - 2 + 2) / 3
+	require.Len(t, items, 2+1+empties+(keyed+1)/2, "two pending, the stall, the empty keys, one item per key")
+
+	// A lone enqueue of a pending key is a dedup hit and takes no id.
+	id, err := q.Enqueue(ctx, []byte("again"), "pending-1")
+	require.NoError(t, err)
+	require.Equal(t, ID(1), id)
+	id, err = q.Enqueue(ctx, []byte("next"), "next")
+	require.NoError(t, err)
+	require.Equal(t, ID(len(items)+1), id)
 }
 
 func TestSQLiteGroupCommitCountsDepthWithinGroup(t *testing.T) {
