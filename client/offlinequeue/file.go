@@ -91,8 +91,10 @@ type enqueueBatch struct {
 type enqueueReq struct {
 	payload []byte
 	key     string
-	id      ID    // set by the leader
-	err     error // set by the leader
+	at      int64  // the put's time
+	rest    []byte // the put's line but its id (encodePut)
+	id      ID     // set by the leader
+	err     error  // set by the leader
 }
 
 var _ Queue = (*File)(nil)
@@ -224,7 +226,13 @@ func (q *File) Enqueue(ctx context.Context, payload []byte, key string) (ID, err
 	if err := q.opts.validateEnqueue(payload, key); err != nil {
 		return 0, err
 	}
-	r := &enqueueReq{payload: bytes.Clone(payload), key: key}
+	// The line is encoded before the lock, so the batch's writer only
+	// copies it beside its id.
+	r := &enqueueReq{payload: bytes.Clone(payload), key: key, at: q.opts.now().UnixNano()}
+	var err error
+	if r.rest, err = encodePut(r.payload, key, r.at); err != nil {
+		return 0, fmt.Errorf("offlinequeue: enqueue: %w", err)
+	}
 	q.mu.Lock()
 	if err := q.usableLocked(); err != nil {
 		q.mu.Unlock()
@@ -324,12 +332,8 @@ func (q *File) writeBatchLocked(b *enqueueBatch) error {
 		if r.key != "" {
 			planned[r.key] = next
 		}
-		put := &record{Op: opPut, ID: next, Payload: r.payload, Key: []byte(r.key), At: q.opts.now().UnixNano()}
-		var err error
-		if buf, err = appendRecord(buf, put); err != nil {
-			return fmt.Errorf("enqueue: %w", err)
-		}
-		puts = append(puts, put)
+		buf = appendPut(buf, next, r.rest)
+		puts = append(puts, &record{Op: opPut, ID: next, Payload: r.payload, Key: []byte(r.key), At: r.at})
 	}
 	if len(puts) > 0 {
 		if err := q.writeLocked(buf); err != nil {

@@ -118,3 +118,22 @@ func requireConsistentState(t *testing.T, st *fileState) {
 		require.NotContains(t, st.pending, id)
 	}
 }
+
+// FuzzAppendPut checks that the put line an enqueue encodes before the
+// lock and completes under it (encodePut, appendPut) is byte for byte the
+// line appendRecord writes for the same record.
+func FuzzAppendPut(f *testing.F) {
+	f.Add(uint64(1), []byte("p"), "", int64(0))
+	f.Add(uint64(1<<63), []byte("\x00\xff{\"}"), "op-\x00\xff", int64(1733140000000000000))
+	f.Add(uint64(42), []byte(`{"op":"put"}`), "k", int64(-1))
+	f.Fuzz(func(t *testing.T, id uint64, payload []byte, key string, at int64) {
+		if id == 0 || len(payload) == 0 {
+			return // a put has both (validateEnqueue, decodeRecord)
+		}
+		want, err := appendRecord(nil, &record{Op: opPut, ID: ID(id), Payload: payload, Key: []byte(key), At: at})
+		require.NoError(t, err)
+		rest, err := encodePut(payload, key, at)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(appendPut(nil, ID(id), rest)))
+	})
+}

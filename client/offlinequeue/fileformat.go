@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -129,6 +130,35 @@ func appendRecord(buf []byte, r *record) ([]byte, error) {
 	}
 	buf = append(buf, line...)
 	return append(buf, '\n'), nil
+}
+
+// putPrefix opens every put line: the fields before the id, which
+// encodePut leaves out and appendPut writes with the id.
+const putPrefix = `{"op":"` + opPut + `",`
+
+// encodePut encodes a put of payload and key at at without its id: the
+// part of the line that does not depend on the state, so an enqueue can
+// encode it before it takes the queue's lock. appendPut completes it.
+func encodePut(payload []byte, key string, at int64) ([]byte, error) {
+	line, err := json.Marshal(&record{Op: opPut, Payload: payload, Key: []byte(key), At: at})
+	if err != nil {
+		return nil, fmt.Errorf("encode %s record: %w", opPut, err)
+	}
+	if !bytes.HasPrefix(line, []byte(putPrefix)) {
+		return nil, fmt.Errorf("encode %s record: line %.40q does not open with %s", opPut, line, putPrefix)
+	}
+	return line[len(putPrefix):], nil
+}
+
+// appendPut appends the line of the put of id whose rest encodePut made,
+// newline included: the line appendRecord writes for that record.
+func appendPut(buf []byte, id ID, rest []byte) []byte {
+	buf = append(buf, putPrefix...)
+	buf = append(buf, `"id":`...)
+	buf = strconv.AppendUint(buf, uint64(id), 10)
+	buf = append(buf, ',')
+	buf = append(buf, rest...)
+	return append(buf, '\n')
 }
 
 // decodeRecord parses one line (without its newline) and checks that it is
