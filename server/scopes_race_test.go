@@ -279,7 +279,8 @@ func scopedRaceRun(t *testing.T, seed uint64, rounds int) {
 	require.Positive(t, grantRounds)
 	if len(r.nodes) == 1 {
 		// Held, the committer takes the pushes into the filler's group;
-		// now and then (a loaded machine) another commit comes between.
+		// on a loaded machine a pair now and then still lands in two
+		// groups (seen in CI, 1 of 8 or 9 rounds; its cause is not known).
 		require.GreaterOrEqual(t, 2*arrangedRounds, grantRounds, "most grants were arranged with their write")
 		require.GreaterOrEqual(t, 2*oneGroup, arrangedRounds, "most grants arranged with their write landed in one group commit")
 	} else {
