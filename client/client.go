@@ -287,13 +287,14 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 	// commit fail, the error says its fate is unknown (ErrPoisoned) and
 	// the write may have reached syncd, as after any failed commit.
 	it, ok := queuedItem(1, payload, m)
-	var handed bool // set by committing, which happens before enqueue returns
+	var handed bool   // set by committing, which happens before enqueue returns
+	var misses uint64 // the tail's missed reads when the item was handed over
 	committing := func(id offlinequeue.ID) {
 		if !ok {
 			return
 		}
 		it.ID, handed = uint64(id), true
-		c.queued.add(it)
+		misses = c.queued.add(it)
 		c.wake()
 	}
 	fresh, overlayErr, err := c.replica.enqueue(ctx, payload, m, committing)
@@ -313,7 +314,14 @@ func (c *Client) enqueue(ctx context.Context, m *syncproto.Mutation) error {
 	}
 	c.changes.publish(ChangeEvent{Model: m.Model, Key: m.Key, Value: m.Value, Deleted: m.Op == syncproto.OpDelete, Local: true})
 	c.statusChanged()
-	c.wake()
+	// A write handed over before its commit was announced then; it is
+	// announced again only if a read of the driver went to the queue since
+	// (where the uncommitted write was not to be seen). A second wake-up
+	// otherwise costs the driver a read of the queue that finds nothing,
+	// beside every awaited write's push.
+	if !handed || c.queued.missedSince(misses) {
+		c.wake()
+	}
 	return nil
 }
 

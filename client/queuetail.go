@@ -47,14 +47,18 @@ type queueTail struct {
 	read uint64
 	// readQueue sends the next read to the queue.
 	readQueue bool
+	// misses counts the reads page did not answer (the driver read the
+	// queue instead); see missedSince.
+	misses uint64
 }
 
-// add hands over a fresh item, committed.
-func (t *queueTail) add(it synccore.Item) {
+// add hands over a fresh item, committed or about to be; it returns the
+// count of reads missed so far, for missedSince.
+func (t *queueTail) add(it synccore.Item) (misses uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if it.ID <= t.read {
-		return
+		return t.misses
 	}
 	if len(t.items) >= maxQueueTail || t.bytes+it.Size > maxQueueTailBytes {
 		t.forget()
@@ -70,6 +74,7 @@ func (t *queueTail) add(it synccore.Item) {
 		return 0
 	})
 	t.items = slices.Insert(t.items, i, it)
+	return t.misses
 }
 
 // page answers a ReadQueue from memory, if it can (ok), and forgets the
@@ -77,6 +82,11 @@ func (t *queueTail) add(it synccore.Item) {
 func (t *queueTail) page(r synccore.ReadQueue) (page synccore.Page, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer func() {
+		if !ok {
+			t.misses++
+		}
+	}()
 	stale := 0
 	for stale < len(t.items) && t.items[stale].ID <= r.After {
 		stale++
@@ -106,6 +116,14 @@ func (t *queueTail) readFromQueue(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.read = max(t.read, id)
+}
+
+// missedSince reports whether a read was not answered from the tail (it
+// went to the queue) since add returned misses.
+func (t *queueTail) missedSince(misses uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.misses != misses
 }
 
 // queuedElsewhere sends the next read to the queue: a write was queued

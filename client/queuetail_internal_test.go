@@ -129,48 +129,87 @@ func TestQueueTailDefersToTheQueue(t *testing.T) {
 	require.Equal(t, 1, tail.bytes)
 }
 
-// The coalesced wake-up of a Put and a requeue: the driver, woken once,
-// must still send the requeued write (a model of the driver's reads with
-// the real core and tail).
-func TestRequeuedWriteIsSentDespiteAMergedWakeUp(t *testing.T) {
-	var queue []uint64
-	item := func(id uint64) synccore.Item {
-		return synccore.Item{ID: id, Size: 10, Mutation: syncproto.Mutation{OpID: "op-" + string(rune('a'+id)), Model: "notes", Key: "k", Op: syncproto.OpPut}}
-	}
-	var tail queueTail
-	core := synccore.New(synccore.Config{InFlight: 2, MaxBatch: 100, MaxPushBytes: 1 << 20}, 0)
-	var sent []uint64
-	var run func(acts []synccore.Action)
-	run = func(acts []synccore.Action) {
-		for _, a := range acts {
-			switch a := a.(type) {
-			case synccore.ReadQueue:
-				if p, ok := tail.page(a); ok {
-					run(core.Step(p))
-					continue
+// tailModel is the driver's reading of the queue, with the real core and
+// tail: reads answered from the tail, else from queue (the committed ids).
+type tailModel struct {
+	t     *testing.T
+	queue []uint64
+	tail  queueTail
+	core  *synccore.Core
+	sent  []uint64
+}
+
+func newTailModel(t *testing.T) *tailModel {
+	m := &tailModel{t: t, core: synccore.New(synccore.Config{InFlight: 4, MaxBatch: 100, MaxPushBytes: 1 << 20}, 0)}
+	m.step(synccore.Welcomed{MaxBatch: 100, MaxPushBytes: 1 << 20}) // an empty queue
+	return m
+}
+
+func tailItem(id uint64) synccore.Item {
+	return synccore.Item{ID: id, Size: 10, Mutation: syncproto.Mutation{OpID: "op-" + string(rune('a'+id)), Model: "notes", Key: "k", Op: syncproto.OpPut}}
+}
+
+// step feeds in to the core and carries out its reads and sends.
+func (m *tailModel) step(in synccore.Input) {
+	for _, a := range m.core.Step(in) {
+		switch a := a.(type) {
+		case synccore.ReadQueue:
+			if p, ok := m.tail.page(a); ok {
+				m.step(p)
+				continue
+			}
+			p := synccore.Page{Read: a.Read}
+			for _, id := range m.queue {
+				if id > a.After && len(p.Items) < a.Limit {
+					p.Items = append(p.Items, tailItem(id))
 				}
-				p := synccore.Page{Read: a.Read}
-				for _, id := range queue {
-					if id > a.After && len(p.Items) < a.Limit {
-						p.Items = append(p.Items, item(id))
-					}
-				}
-				p.End = len(p.Items) < a.Limit
-				if n := len(p.Items); n > 0 {
-					tail.readFromQueue(p.Items[n-1].ID)
-				}
-				run(core.Step(p))
-			case synccore.Send:
-				for _, it := range a.Items {
-					sent = append(sent, it.ID)
-				}
+			}
+			p.End = len(p.Items) < a.Limit
+			if n := len(p.Items); n > 0 {
+				m.tail.readFromQueue(p.Items[n-1].ID)
+			}
+			m.step(p)
+		case synccore.Send:
+			for _, it := range a.Items {
+				m.sent = append(m.sent, it.ID)
 			}
 		}
 	}
-	run(core.Step(synccore.Welcomed{MaxBatch: 100, MaxPushBytes: 1 << 20})) // an empty queue
-	queue = []uint64{1, 2}                                                  // a Put committed 1, a requeue committed 2
-	tail.queuedElsewhere()                                                  // the requeue, after its commit
-	tail.add(item(1))                                                       // the Put hands 1 over; its wake-up merges with the requeue's
-	run(core.Step(synccore.Enqueued{}))
-	require.Equal(t, []uint64{1, 2}, sent, "the requeued write is sent with the Put's")
+}
+
+// The coalesced wake-up of a Put and a requeue: the driver, woken once,
+// must still send the requeued write.
+func TestRequeuedWriteIsSentDespiteAMergedWakeUp(t *testing.T) {
+	m := newTailModel(t)
+	m.queue = []uint64{1, 2} // a Put committed 1, a requeue committed 2
+	m.tail.queuedElsewhere() // the requeue, after its commit
+	m.tail.add(tailItem(1))  // the Put hands 1 over; its wake-up merges with the requeue's
+	m.step(synccore.Enqueued{})
+	require.Equal(t, []uint64{1, 2}, m.sent, "the requeued write is sent with the Put's")
+}
+
+// A Put hands its item over before its commit and wakes the driver; after
+// the commit it wakes the driver again only if a read went to the queue
+// since (missedSince), where the uncommitted item was not to be seen. A
+// read answered from the tail needs no second wake-up (the queue read it
+// would cost finds nothing), a missed one does.
+func TestPutWakesAgainOnlyAfterAMissedRead(t *testing.T) {
+	m := newTailModel(t)
+	misses := m.tail.add(tailItem(1)) // handed over, not committed
+	m.step(synccore.Enqueued{})
+	m.queue = []uint64{1} // committed
+	require.Equal(t, []uint64{1}, m.sent, "read from the tail before its commit")
+	require.False(t, m.tail.missedSince(misses), "no second wake-up")
+
+	// A requeue committed 2 and sent the next read to the queue; a Put
+	// hands 3 over and its wake-up merges with the requeue's.
+	m.queue = append(m.queue, 2)
+	m.tail.queuedElsewhere()
+	misses = m.tail.add(tailItem(3))
+	m.step(synccore.Enqueued{})
+	require.Equal(t, []uint64{1, 2}, m.sent, "the queue read cannot see 3, not committed yet")
+	m.queue = append(m.queue, 3)
+	require.True(t, m.tail.missedSince(misses), "so its Put wakes the driver again")
+	m.step(synccore.Enqueued{})
+	require.Equal(t, []uint64{1, 2, 3}, m.sent)
 }
