@@ -45,6 +45,7 @@ func TestBehaviourInACluster(t *testing.T) {
 		{"ScopedDevicesReceiveExactlyTheirValues", TestScopedDevicesReceiveExactlyTheirValues},
 		{"ScopeRevokedAndMovedWhileOffline", TestScopeRevokedAndMovedWhileOffline},
 		{"RequestedSetIsRecordedOnChangeAndReadOnEveryNode", TestRequestedSetIsRecordedOnChangeAndReadOnEveryNode},
+		{"ScopeAddedWithoutResyncBesideAHundredThousandRows", TestScopeAddedWithoutResyncBesideAHundredThousandRows},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clusterTests.Store(t, struct{}{})
