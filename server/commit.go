@@ -349,8 +349,15 @@ type tenantLine struct {
 	tenant  string
 	weight  int
 	pushes  []*pushRequest
+	cost    int // the pushes' cost, summed
 	deficit int
 	inTurn  bool // its turn's credit was added
+}
+
+// drainsInTurn reports whether the turn l is about to begin takes all its
+// line: its queued cost fits its credit plus the turn's quantum.
+func (l *tenantLine) drainsInTurn() bool {
+	return l.cost <= l.deficit+commitQuantum*l.weight
 }
 
 // newFairQueue returns an empty queue; weights gives a tenant's weight
@@ -372,6 +379,7 @@ func (q *fairQueue) push(r *pushRequest) {
 		q.active = append(q.active, l)
 	}
 	l.pushes = append(l.pushes, r)
+	l.cost += pushCost(r)
 }
 
 // groupTurns is what one commit group took from the fair queue so far: its
@@ -394,7 +402,7 @@ const (
 	groupEndedEmpty   groupEnd = "empty"   // no push waited
 	groupEndedBounds  groupEnd = "bounds"  // maxGroupPushes or maxGroupMutations
 	groupEndedLate    groupEnd = "late"    // a tenant that queued during the group had its turn
-	groupEndedDrained groupEnd = "drained" // a tenant it served had nothing more queued, at the round's end
+	groupEndedDrained groupEnd = "drained" // a tenant it served had nothing more queued, and the next turn would leave work queued
 )
 
 // newGroupTurns starts a group of at most maxPushes pushes and no more than
@@ -414,12 +422,18 @@ func newGroupTurns(maxPushes, maxMutations int) *groupTurns {
 //     tenant's second (it queued while the group was being applied) takes
 //     that turn, and the group ends at the next turn;
 //   - drained: once a tenant's line empties in the group (its last queued
-//     push was taken: its device waits for this commit), no tenant begins
-//     a second turn in it; the round goes on to its end, so many tenants
-//     with one push each still share one commit.
+//     push was taken: its device waits for this commit), the group takes
+//     only turns that empty their tenant's line too (no second turn, no
+//     turn of a tenant with more queued than the turn's credit) and ends
+//     at the first other: many tenants with one push each still share one
+//     commit, and a light push taken before a heavy tenant's turn does not
+//     wait for that turn to be applied.
 //
 // Either way the light tenant's push is answered by the commit of the group
-// that took it, after at most one turn of each other tenant in that group.
+// that took it, after at most one turn of each other tenant in that group,
+// and none of a tenant that keeps work queued once it was taken. Where a
+// group ends never changes the fair order itself, only which commit
+// answers a push.
 // A tenant whose turn the bounds cut keeps it for the next group.
 func (q *fairQueue) next(g *groupTurns) *pushRequest {
 	for g.pushes < g.maxPushes && len(q.active) > 0 {
@@ -429,8 +443,10 @@ func (q *fairQueue) next(g *groupTurns) *pushRequest {
 				g.ended = groupEndedLate // the late tenant had its turn
 				return nil
 			}
-			if g.drained && g.turns[l] {
-				g.ended = groupEndedDrained // the round is over and a served tenant waits for this commit
+			if g.drained && (g.turns[l] || !l.drainsInTurn()) {
+				// A served tenant waits for this commit: the group takes
+				// no second turn, and no turn that leaves work queued.
+				g.ended = groupEndedDrained
 				return nil
 			}
 			switch {
@@ -458,6 +474,7 @@ func (q *fairQueue) next(g *groupTurns) *pushRequest {
 		l.pushes[0] = nil
 		l.pushes = l.pushes[1:]
 		l.deficit -= cost
+		l.cost -= cost
 		g.pushes++
 		g.mutations += cost
 		if len(l.pushes) == 0 {

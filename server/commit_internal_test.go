@@ -177,12 +177,13 @@ func TestFairQueueLateTenantJoinsTheRunningGroupAndEndsIt(t *testing.T) {
 }
 
 // A tenant whose last queued push a group took waits for that group's
-// commit: once its line empties no tenant begins a second turn in the
-// group, so the push is committed after at most one turn of each other
-// tenant, whether it was queued when the group began or while the group's
-// first turn was applied (before any tenant's second turn, where the late
-// rule does not apply). A round of many tenants with one push each still
-// shares one group.
+// commit: once its line empties the group takes no tenant's second turn
+// and no turn that leaves work queued, so the push is committed after at
+// most one turn of each other tenant, whether it was queued when the group
+// began or while the group's first turn was applied (before any tenant's
+// second turn, where the late rule does not apply), and after none of a
+// heavy tenant whose turn comes after it. A round of many tenants with one
+// push each still shares one group.
 func TestFairQueueGroupEndsWhenATenantItServedDrains(t *testing.T) {
 	tenants := func(g []*pushRequest) []string {
 		var ts []string
@@ -220,6 +221,35 @@ func TestFairQueueGroupEndsWhenATenantItServedDrains(t *testing.T) {
 	q.push(queued("light", 0, 1))
 	q.push(queued("light", 1, 150)) // more than one turn's credit: light does not drain in its first turn
 	require.Equal(t, []string{"a", "light", "a", "light"}, tenants(take(q, maxGroupPushes, maxGroupMutations)), "light drains in its second turn and the group ends there")
+
+	// Light tenants queued ahead of a's turn: their turns empty their
+	// lines and the group ends before a's, which would leave a's work
+	// queued; a's turn is the next group's, the order unchanged.
+	q = newFairQueue(nil)
+	q.push(queued("light", 0, 1))
+	q.push(queued("light2", 0, commitQuantum))
+	for i := range 40 {
+		q.push(queued("a", i, 100))
+	}
+	group, ended = takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Equal(t, []string{"light", "light2"}, tenants(group), "light pushes wait for no turn of a")
+	require.Equal(t, groupEndedDrained, ended)
+	group, ended = takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Len(t, group, maxGroupMutations/100, "a alone fills the next group")
+	require.Equal(t, "a", group[0].batch.Tenant)
+	require.Equal(t, groupEndedBounds, ended)
+
+	// A tenant whose turn would empty its line may still join: a's one
+	// remaining push fits its turn.
+	q = newFairQueue(nil)
+	q.push(queued("light", 0, 1))
+	q.push(queued("a", 0, 100))
+	q.push(queued("b", 0, 100))
+	q.push(queued("b", 1, 100))
+	group, ended = takeWhy(q, maxGroupPushes, maxGroupMutations)
+	require.Equal(t, []string{"light", "a"}, tenants(group), "a empties its line in its turn; b would not")
+	require.Equal(t, groupEndedDrained, ended)
+	require.Equal(t, []string{"b", "b"}, tenants(take(q, maxGroupPushes, maxGroupMutations)))
 
 	q = newFairQueue(nil)
 	var want []string
