@@ -423,7 +423,8 @@ func (g *groups) pipelined(t *testing.T, c *wsClient, clock *syncproto.Clock, id
 			res = append(res, pr...)
 		}
 	}
-	return res, g.oneGroup(t, before, muts), arranged
+	one, alone := g.oneGroup(t, before, muts)
+	return res, one, arranged && alone
 }
 
 // holdWriter takes the single node's database write lock on a connection
@@ -475,12 +476,15 @@ func (g *groups) mark(t *testing.T) [2]float64 {
 // decided in one group. On a single node nothing else commits meanwhile,
 // so the filler and muts' pushes are one group exactly when the committer
 // counted one group of them all.
-func (g *groups) oneGroup(t *testing.T, before [2]float64, muts []syncproto.Mutation) bool {
+func (g *groups) oneGroup(t *testing.T, before [2]float64, muts []syncproto.Mutation) (one, alone bool) {
 	t.Helper()
 	if len(g.ts.nodes) == 1 {
+		// Another push committed meanwhile (seen at load; whose is not
+		// known) leaves the histogram unable to tell: not arranged.
 		after := g.mark(t)
-		require.Equal(t, float64(1+len(muts)), after[1]-before[1], "pushes committed meanwhile")
-		return after[0]-before[0] == 1
+		pushes := after[1] - before[1]
+		require.GreaterOrEqual(t, pushes, float64(1+len(muts)), "pushes committed meanwhile")
+		return after[0]-before[0] == 1, pushes == float64(1+len(muts))
 	}
 	want := map[string]bool{}
 	for _, m := range muts {
@@ -502,9 +506,9 @@ func (g *groups) oneGroup(t *testing.T, before [2]float64, muts []syncproto.Muta
 			}
 		}
 		if in > 0 {
-			return in == len(muts)
+			return in == len(muts), true
 		}
 	}
 	t.Fatalf("no command of the stream after %d holds the pushes", uint64(before[0]))
-	return false
+	return false, false
 }
