@@ -63,20 +63,27 @@ func startFlood(tb testing.TB, ctx context.Context, ts *testServer, tenant strin
 	return f
 }
 
+// loadPush is push p of a load generator's device: n puts of small notes
+// under keys of its own, as a frame with id "p<p>".
+func loadPush(clock *syncproto.Clock, clientID string, p, n int) (id string, frame []byte, err error) {
+	muts := make([]syncproto.Mutation, n)
+	for i := range muts {
+		op, err := syncproto.NewOpID()
+		if err != nil {
+			return "", nil, err
+		}
+		muts[i] = syncproto.Mutation{OpID: op, Model: "notes", Key: fmt.Sprintf("%s-%d-%d", clientID, p, i), Op: syncproto.OpPut, Value: []byte(`{"n":1}`), HLC: clock.Now()}
+	}
+	id = fmt.Sprintf("p%d", p)
+	frame, err = syncproto.Encode(&syncproto.Push{ID: id, Mutations: muts})
+	return id, frame, err
+}
+
 // loop pushes in closed loop; it uses no require (not the test goroutine).
 func (f *flood) loop(ctx context.Context, c *wsClient, clientID string, maxPushes, pushSize int) error {
 	clock := syncproto.NewClock(clientID, nil)
 	for p := 0; p < maxPushes && ctx.Err() == nil; p++ {
-		muts := make([]syncproto.Mutation, pushSize)
-		for i := range muts {
-			op, err := syncproto.NewOpID()
-			if err != nil {
-				return err
-			}
-			muts[i] = syncproto.Mutation{OpID: op, Model: "notes", Key: fmt.Sprintf("%s-%d-%d", clientID, p, i), Op: syncproto.OpPut, Value: []byte(`{"n":1}`), HLC: clock.Now()}
-		}
-		id := fmt.Sprintf("p%d", p)
-		frame, err := syncproto.Encode(&syncproto.Push{ID: id, Mutations: muts})
+		id, frame, err := loadPush(clock, clientID, p, pushSize)
 		if err != nil {
 			return err
 		}
@@ -92,7 +99,7 @@ func (f *flood) loop(ctx context.Context, c *wsClient, clientID string, maxPushe
 			return fmt.Errorf("%s: answer to %s: %w", clientID, id, err)
 		}
 		pr, ok := msg.(*syncproto.PushResult)
-		if !ok || pr.ID != id || len(pr.Results) != len(muts) {
+		if !ok || pr.ID != id || len(pr.Results) != pushSize {
 			return fmt.Errorf("%s: want the push_result of %s, got %s", clientID, id, answer)
 		}
 		for _, r := range pr.Results {
@@ -101,7 +108,7 @@ func (f *flood) loop(ctx context.Context, c *wsClient, clientID string, maxPushe
 			}
 		}
 		f.pushes.Add(1)
-		f.mutations.Add(int64(len(muts)))
+		f.mutations.Add(int64(pushSize))
 	}
 	return nil
 }

@@ -98,16 +98,7 @@ func (l *feedLoad) push(ctx context.Context, c *wsClient, clientID string, every
 		case <-ctx.Done():
 			return nil
 		}
-		muts := make([]syncproto.Mutation, feedLoadBatch)
-		for i := range muts {
-			op, err := syncproto.NewOpID()
-			if err != nil {
-				return err
-			}
-			muts[i] = syncproto.Mutation{OpID: op, Model: "notes", Key: fmt.Sprintf("%s-%d-%d", clientID, p, i), Op: syncproto.OpPut, Value: []byte(`{"n":1}`), HLC: clock.Now()}
-		}
-		id := fmt.Sprintf("p%d", p)
-		frame, err := syncproto.Encode(&syncproto.Push{ID: id, Mutations: muts})
+		id, frame, err := loadPush(clock, clientID, p, feedLoadBatch)
 		if err != nil {
 			return err
 		}
