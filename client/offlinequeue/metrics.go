@@ -12,7 +12,6 @@ type Metrics struct {
 	evictions   *prometheus.CounterVec
 	groups      *prometheus.HistogramVec
 	deferred    *prometheus.CounterVec
-	pipelined   *prometheus.CounterVec
 }
 
 // NewMetrics registers the queue metrics on reg (never on the global registry):
@@ -28,10 +27,6 @@ type Metrics struct {
 //	                                          counter syncs the queue ran itself for writes
 //	                                          committed without one (MarkDoneUnsynced) when no
 //	                                          synced write came within the window
-//	syncd_client_queue_pipelined_syncs_total{queue}
-//	                                          counter syncs of the SQLite queue's log run
-//	                                          beside the committer for groups of enqueues
-//	                                          committed without one (pipelined group commit)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -59,12 +54,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "syncd_client_queue_deferred_syncs_total",
 			Help: "Syncs the queue ran itself to make writes committed without a sync (outcomes) durable, because no synced write came within the window.",
 		}, []string{"queue"}),
-		pipelined: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncd_client_queue_pipelined_syncs_total",
-			Help: "Syncs of the SQLite queue's log run beside its committer for groups of enqueues committed without a sync (pipelined group commit); each releases every group committed before it.",
-		}, []string{"queue"}),
 	}
-	for _, c := range []prometheus.Collector{m.depth, m.deadLetters, m.overflow, m.evictions, m.groups, m.deferred, m.pipelined} {
+	for _, c := range []prometheus.Collector{m.depth, m.deadLetters, m.overflow, m.evictions, m.groups, m.deferred} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -85,7 +76,6 @@ func (m *Metrics) recorder(queue string) recorder {
 		evictions:   m.evictions.WithLabelValues(queue),
 		groups:      m.groups.WithLabelValues(queue),
 		deferred:    m.deferred.WithLabelValues(queue),
-		pipelined:   m.pipelined.WithLabelValues(queue),
 	}
 }
 
@@ -101,7 +91,6 @@ type recorder struct {
 	evictions   prometheus.Counter
 	groups      prometheus.Observer
 	deferred    prometheus.Counter
-	pipelined   prometheus.Counter
 }
 
 func (r recorder) setCounts(pending, dead int) {
@@ -135,12 +124,5 @@ func (r recorder) committed(n int) {
 func (r recorder) deferredSynced() {
 	if r.deferred != nil {
 		r.deferred.Inc()
-	}
-}
-
-// pipelinedSynced records one sync of the log for pipelined groups.
-func (r recorder) pipelinedSynced() {
-	if r.pipelined != nil {
-		r.pipelined.Inc()
 	}
 }

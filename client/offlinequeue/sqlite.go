@@ -123,10 +123,6 @@ type SQLite struct {
 	// unsynced commits MarkDoneUnsynced's writes (see sqlite_unsynced.go);
 	// nil at SyncNormal, where every commit is unsynced alike.
 	unsynced *unsyncedWriter
-	// pipe syncs the log for groups of enqueues committed on unsynced's
-	// connection and releases their callers (sqlite_pipeline.go); nil at
-	// SyncNormal.
-	pipe *groupSyncer
 }
 
 var _ Queue = (*SQLite)(nil)
@@ -150,9 +146,6 @@ type sqliteHooks struct {
 	// deferredSync runs after the queue synced its log for commits made
 	// without a sync (MarkDoneUnsynced), under the writer.
 	deferredSync func()
-	// syncLog, if not nil, replaces the groupSyncer's sync of the log file
-	// at path (syncFile).
-	syncLog func(path string) error
 }
 
 // OpenSQLite opens (creating if needed) the queue stored in the SQLite
@@ -192,7 +185,6 @@ func openSQLite(path string, opts SQLiteOptions, hooks sqliteHooks) (*SQLite, er
 			_ = q.db.Close()
 			return nil, fmt.Errorf("offlinequeue: open sqlite queue %s: %w", path, err)
 		}
-		q.pipe = startGroupSyncer(q)
 	}
 	go q.commitLoop()
 	return q, nil
@@ -667,7 +659,6 @@ func (s *SQLite) Close() error {
 	s.life.Unlock()
 	close(s.stop)
 	<-s.stopped
-	s.pipe.close()
 	syncErr := s.unsynced.close()
 	s.checkpoints.Close()
 	s.stmts.close()

@@ -135,8 +135,11 @@ func (s *SQLite) commitOne(r *writeRequest) {
 	s.commitGroup([]*writeRequest{r})
 }
 
-// commitGroup commits a group of enqueues. The caller holds s.writer.
+// commitGroup commits a group of enqueues and counts it (before the
+// commit releases its callers, so a caller that returned is counted). The
+// caller holds s.writer.
 func (s *SQLite) commitGroup(group []*writeRequest) {
+	s.rec.committed(len(group))
 	s.commitEnqueues(group)
 	s.checkpoints.Wrote(len(group))
 }
@@ -206,16 +209,6 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 	if s.hooks.batch != nil {
 		s.hooks.batch(len(group))
 	}
-	plain := s.plainGroup(group)
-	// A plain group with company commits without a sync and is released by
-	// the groupSyncer after its sync (sqlite_pipeline.go), which counts the
-	// enqueues one sync made durable; any other write is counted here,
-	// before its commit releases its callers (so a caller that returned is
-	// counted).
-	pipelined := len(group) > 1 && plain && s.pipe != nil
-	if !pipelined {
-		s.rec.committed(len(group))
-	}
 	if len(group) == 1 && s.poisoned == nil && s.pending < s.opts.MaxDepth {
 		if group[0].with == nil && group[0].committing == nil {
 			s.commitLone(group[0])
@@ -226,11 +219,8 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 	}
 	var added, refused int
 	var told []*writeRequest // to tell after the commit
-	var on beginner = s.db
-	if pipelined {
-		on = s.unsynced.conn
-	}
-	err := s.inTxOn(on, "enqueue into", func(ctx context.Context, tx *sql.Tx) error {
+	plain := s.plainGroup(group)
+	err := s.inTx("enqueue into", func(ctx context.Context, tx *sql.Tx) error {
 		var fresh []*writeRequest // inserted, with committing to call
 		var err error
 		if plain {
@@ -261,39 +251,15 @@ func (s *SQLite) commitEnqueues(group []*writeRequest) {
 		}
 	} else {
 		s.addCounts(counts{pending: added})
-		if added > 0 && s.syncsOnCommit() && !pipelined {
+		if added > 0 && s.syncsOnCommit() {
 			s.unsynced.synced() // the commit wrote, so it synced the log
 		}
 		for range refused {
 			s.rec.overflowed()
 		}
 		tell(told)
-		if pipelined {
-			s.pipe.hand(group, false) // released after the sync
-			return
-		}
-		if added == 0 {
-			// Nothing written, so nothing synced: every member is a
-			// dedup hit or refused.
-			s.releaseAfterSync(group...)
-			return
-		}
 	}
 	for _, r := range group {
-		close(r.done)
-	}
-}
-
-// releaseAfterSync releases the callers of rs, enqueues whose commit
-// wrote nothing (dedup hits, refusals): at once, unless a pipelined group
-// is waiting for its sync, in which case after that sync, since a dedup
-// hit may name that group's item and must not return before it is durable.
-// The caller holds s.writer.
-func (s *SQLite) releaseAfterSync(rs ...*writeRequest) {
-	if s.pipe != nil && s.pipe.hand(rs, true) {
-		return
-	}
-	for _, r := range rs {
 		close(r.done)
 	}
 }
@@ -431,6 +397,7 @@ func (s *SQLite) insertWith(ctx context.Context, tx *sql.Tx, insert *sql.Stmt, r
 // error is certain and never poisons the handle. (The caller has checked
 // the depth bound.)
 func (s *SQLite) commitLone(r *writeRequest) {
+	defer close(r.done)
 	r.id, r.err = 0, nil
 	ctx := context.Background()
 	id, err := s.insertItem(ctx, s.stmts.insert, r)
@@ -438,11 +405,9 @@ func (s *SQLite) commitLone(r *writeRequest) {
 		var hit int64
 		if err = s.stmts.findKey.QueryRowContext(ctx, blob(r.key)).Scan(&hit); err == nil {
 			r.id = ID(hit) // dedup hit
-			s.releaseAfterSync(r)
 			return
 		}
 	}
-	defer close(r.done)
 	if err != nil {
 		r.err = fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, err)
 		return
@@ -488,6 +453,7 @@ func (s *SQLite) insertNew(ctx context.Context, insertNew, findKey *sql.Stmt, r 
 // A failing hook rolls it back; its error is r's, certain, and does not
 // poison the handle.
 func (s *SQLite) commitLoneWith(r *writeRequest) {
+	defer close(r.done)
 	var inserted bool
 	var hookErr error
 	r.id, r.err = 0, nil
@@ -519,21 +485,19 @@ func (s *SQLite) commitLoneWith(r *writeRequest) {
 		return nil
 	})
 	switch {
-	case err == nil && !inserted:
-		s.releaseAfterSync(r) // a dedup hit
-		return
 	case err == nil:
-		s.addCounts(counts{pending: 1})
-		s.unsynced.synced() // nil at SyncNormal
-		if r.committing != nil && !s.syncsOnCommit() {
-			r.committing(r.id)
+		if inserted {
+			s.addCounts(counts{pending: 1})
+			s.unsynced.synced() // nil at SyncNormal
+			if r.committing != nil && !s.syncsOnCommit() {
+				r.committing(r.id)
+			}
 		}
 	case hookErr != nil && !errors.Is(err, ErrPoisoned):
 		r.id, r.err = 0, fmt.Errorf("offlinequeue: enqueue into %s: %w", s.path, hookErr)
 	default:
 		r.id, r.err = 0, err
 	}
-	close(r.done)
 }
 
 // inTx runs fn in a transaction and commits it. An error from fn rolls the
