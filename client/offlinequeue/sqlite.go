@@ -131,8 +131,18 @@ var _ Queue = (*SQLite)(nil)
 // the default spacing keeps the log near SQLite's own 1,000 pages, and
 // every read of the queue and of the replica in its file is short, so the
 // committer's own checkpoint may wait for readers and surely restart the
-// log.
-var checkpointOptions = sqlitedb.CheckpointerOptions{WaitForReaders: true}
+// log. Under a stream of enqueues the background checkpoints never leave
+// the log all copied, so only that restart reuses it, and it comes once
+// the log passed maxLogPages: SQLite's own 1,000, not sqlitedb's default
+// 4,000, because a commit whose frames extend the log file waits for the
+// file system to record its new size (an fsync some 2 to 4 times as long
+// as one that overwrites frames of a log started over, measured in
+// docs/benchmarks.md), and a log that starts over every 1,000 pages
+// stops growing after its first 1,000.
+var checkpointOptions = sqlitedb.CheckpointerOptions{WaitForReaders: true, MaxLogPages: maxLogPages}
+
+// maxLogPages bounds the queue's write-ahead log (checkpointOptions).
+const maxLogPages = 1000
 
 // sqliteHooks are fault-injection and observation seams for tests; the zero
 // value (used by OpenSQLite) does nothing.

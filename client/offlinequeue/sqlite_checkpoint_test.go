@@ -51,3 +51,30 @@ func TestSQLiteCheckpointsBesideTheCommitter(t *testing.T) {
 	t.Logf("log peaked at %d bytes", wal.Size())
 	require.Less(t, wal.Size(), int64(writes*4096), "the log was checkpointed and reused")
 }
+
+// TestSQLiteLogStartsOverNearMaxLogPages: under a stream of enqueues (the
+// background checkpoints never leave the log all copied) the log starts
+// over once it passed maxLogPages, so its file stops growing near there
+// and later commits overwrite frames instead of extending it. With
+// sqlitedb's default bound (4,000 pages) the same stream grows it past
+// 4,000 pages.
+func TestSQLiteLogStartsOverNearMaxLogPages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "queue.db")
+	q := openTestSQLite(t, path, SQLiteOptions{Synchronous: SyncNormal}, sqliteHooks{})
+	ctx := t.Context()
+	const writes = 2000
+	payload := make([]byte, 200) // the size of a short queued write
+	for i := range writes {
+		payload[0] = byte(i)
+		_, err := q.Enqueue(ctx, payload, fmt.Sprintf("op-%d", i))
+		require.NoError(t, err)
+	}
+	wal, err := os.Stat(path + "-wal")
+	require.NoError(t, err)
+	pages := wal.Size() / (4096 + 24) // a frame is a page and its header
+	t.Logf("log file: %d frames after %d enqueues", pages, writes)
+	// Each write adds 3 or more frames; the log starts over after the
+	// checkpoint round that found it past maxLogPages, so it holds at most
+	// maxLogPages and what the rounds until then added.
+	require.Less(t, pages, int64(3*maxLogPages), "the log started over near maxLogPages")
+}
