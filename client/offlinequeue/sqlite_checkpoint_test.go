@@ -34,12 +34,7 @@ func TestSQLiteCheckpointsBesideTheCommitter(t *testing.T) {
 	}
 
 	const writes = 160 * sqlitedb.DefaultCheckpointEvery
-	payload := make([]byte, 2000) // about a page per item
-	for i := range writes {
-		payload[0] = byte(i)
-		_, err := q.Enqueue(ctx, payload, fmt.Sprintf("key-%d", i))
-		require.NoError(t, err)
-	}
+	enqueueStream(t, q, writes, 2000) // about a page per item
 	wal, err := os.Stat(path + "-wal")
 	require.NoError(t, err)
 	// Each write adds three pages or more to the log (the item's, its
@@ -61,14 +56,8 @@ func TestSQLiteCheckpointsBesideTheCommitter(t *testing.T) {
 func TestSQLiteLogStartsOverNearMaxLogPages(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "queue.db")
 	q := openTestSQLite(t, path, SQLiteOptions{Synchronous: SyncNormal}, sqliteHooks{})
-	ctx := t.Context()
 	const writes = 2000
-	payload := make([]byte, 200) // the size of a short queued write
-	for i := range writes {
-		payload[0] = byte(i)
-		_, err := q.Enqueue(ctx, payload, fmt.Sprintf("op-%d", i))
-		require.NoError(t, err)
-	}
+	enqueueStream(t, q, writes, 200) // the size of a short queued write
 	wal, err := os.Stat(path + "-wal")
 	require.NoError(t, err)
 	pages := wal.Size() / (4096 + 24) // a frame is a page and its header
@@ -77,4 +66,16 @@ func TestSQLiteLogStartsOverNearMaxLogPages(t *testing.T) {
 	// checkpoint round that found it past maxLogPages, so it holds at most
 	// maxLogPages and what the rounds until then added.
 	require.Less(t, pages, int64(3*maxLogPages), "the log started over near maxLogPages")
+}
+
+// enqueueStream enqueues n items of size bytes with distinct keys, one
+// after the other.
+func enqueueStream(t *testing.T, q *SQLite, n, size int) {
+	t.Helper()
+	payload := make([]byte, size)
+	for i := range n {
+		payload[0] = byte(i)
+		_, err := q.Enqueue(t.Context(), payload, fmt.Sprintf("key-%d", i))
+		require.NoError(t, err)
+	}
 }
