@@ -73,6 +73,7 @@ func TestCheckpointerBoundsTheLogWithoutAutomaticCheckpoints(t *testing.T) {
 			db, path := open(t)
 			c := sqlitedb.StartCheckpointer(db, sqlitedb.CheckpointerOptions{Every: 16, MaxLogPages: maxPages, WaitForReaders: wait})
 			size := writePages(t, db, path, writes, c.Wrote)
+			t.Logf("%+v", c.Stats())
 			c.Close()
 			c.Close() // twice is harmless
 			// The log peaks near maxPages plus what a few rounds of 16
