@@ -161,6 +161,9 @@ type Checkpointer struct {
 	// yield asks the goroutine to stop after its pass: the writer will
 	// copy what is left itself.
 	yield atomic.Bool
+	// longPass: the goroutine's last pass copied more than InlineFrames
+	// (guarded by running).
+	longPass bool
 
 	// The counters of CheckpointerStats, field by field.
 	background, backgroundFrames          atomic.Int64
@@ -178,8 +181,15 @@ type Checkpointer struct {
 // prometheus.Collector of its Stats (docs/metrics.md, syncd_wal_*) that
 // one registry may register.
 func StartCheckpointer(db *sql.DB, o CheckpointerOptions) *Checkpointer {
+	return startCheckpointer(db, o, nil)
+}
+
+// startCheckpointer is StartCheckpointer with the goroutine's beforePass
+// hook (tests).
+func startCheckpointer(db *sql.DB, o CheckpointerOptions, beforePass func()) *Checkpointer {
 	c := &Checkpointer{
-		db: db, every: o.Every, maxPages: o.MaxLogPages, limitPages: o.LimitLogPages, inlineFrames: o.InlineFrames,
+		beforePass: beforePass,
+		db:         db, every: o.Every, maxPages: o.MaxLogPages, limitPages: o.LimitLogPages, inlineFrames: o.InlineFrames,
 		mode:     "PASSIVE",
 		requests: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -239,6 +249,15 @@ func (c *Checkpointer) Wrote(weight int) {
 	switch left := log - copied; {
 	case !ok || left == 0:
 		// Nothing to copy: the next write starts the log over.
+	case log >= c.limitPages:
+		waited := !c.running.TryLock()
+		if waited {
+			c.yield.Store(true) // the goroutine stops after its pass
+			c.running.Lock()
+		}
+		c.yield.Store(false)
+		c.step(waited || left > c.inlineFrames)
+		c.running.Unlock()
 	case log >= c.maxPages && left <= c.inlineFrames:
 		if c.running.TryLock() {
 			c.yield.Store(false)
@@ -250,10 +269,6 @@ func (c *Checkpointer) Wrote(weight int) {
 		// next write's look finds it idle.
 		c.yield.Store(true)
 		c.deferred.Add(1)
-	case log >= c.limitPages:
-		c.running.Lock()
-		c.step(true)
-		c.running.Unlock()
 	default:
 		if log >= c.maxPages {
 			c.deferred.Add(1)
@@ -332,7 +347,10 @@ func (c *Checkpointer) checkpoint(mode string) (busy, log, copied int64, ok bool
 
 // catchUp is the goroutine's answer to a request: PASSIVE passes, each
 // after a look, until one leaves nothing to copy (no commit overtook it;
-// that one synced the database file) or maxPasses ran.
+// that one synced the database file) or maxPasses ran. It yields to the
+// writer (Wrote's step) only after a short pass (at most InlineFrames): a
+// pass that a commit overtook leaves the database file unsynced, and the
+// writer's step would sync all it copied.
 func (c *Checkpointer) catchUp() {
 	c.running.Lock()
 	defer c.running.Unlock()
@@ -340,7 +358,7 @@ func (c *Checkpointer) catchUp() {
 		if c.beforePass != nil {
 			c.beforePass()
 		}
-		if c.yield.Load() {
+		if !c.longPass && c.yield.Load() {
 			return
 		}
 		log, copied, ok := c.look()
@@ -353,6 +371,7 @@ func (c *Checkpointer) catchUp() {
 		}
 		c.background.Add(1)
 		c.backgroundFrames.Add(max(0, after-copied))
+		c.longPass = after-copied > c.inlineFrames
 		select {
 		case <-c.stop:
 			return
