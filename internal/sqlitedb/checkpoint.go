@@ -47,11 +47,16 @@ import (
 // may last seconds (syncd's snapshot streams), where the writer would wait
 // for it.
 //
-// The bound: should the goroutine fall so far behind (a starved goroutine
-// on a loaded machine, a reader pinning old frames) that the log reaches
-// LimitLogPages with more than InlineFrames left, Wrote waits for the
-// goroutine's checkpoint and copies all that is left in its caller, as the
-// Checkpointer did before it had InlineFrames: a stall, counted apart
+// The goroutine yields to the writer's step (ends its passes early) only
+// after a pass that copied at most InlineFrames: a pass that a commit
+// overtook leaves what it copied unsynced, and the step's sync would
+// flush all of it.
+//
+// The bound: should the log reach LimitLogPages before Wrote found a
+// moment for its step (a goroutine starved on a loaded machine, a reader
+// pinning old frames, commits larger than InlineFrames), Wrote waits for
+// the goroutine's pass, if one runs, and copies all that is left in its
+// caller, as SQLite's checkpoint on commit would: a stall, counted apart
 // (CheckpointerStats.WriterAtLimit, syncd_wal_checkpoints_total{by=
 // "writer_at_limit"}), so the log never grows past LimitLogPages plus one
 // write.
