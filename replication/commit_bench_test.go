@@ -2,7 +2,6 @@ package replication_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -11,12 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
-	r "github.com/syncd-dev/syncd/replication"
-	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // BenchmarkOneWriteCommit is the committer's transaction for one awaited
@@ -47,12 +43,8 @@ func benchOneWriteCommit(b *testing.B, level sqlitedb.Synchronous) {
 	dir := b.TempDir()
 	db, err := sqlitedb.Open(ctx, filepath.Join(dir, "syncd.db"), sqlitedb.Options{Synchronous: level, NoAutoCheckpoint: true})
 	require.NoError(b, err)
-	defer db.Close()
-	st, err := r.OpenStore(ctx, db, r.StoreOptions{})
-	require.NoError(b, err)
-	writer, err := db.Conn(ctx)
-	require.NoError(b, err)
-	defer writer.Close()
+	b.Cleanup(func() { db.Close() })
+	st, writer := committerOf(b, db)
 	ceiling, err := sqlitedb.Open(ctx, filepath.Join(dir, "ceiling.db"), sqlitedb.Options{Synchronous: level})
 	require.NoError(b, err)
 	defer ceiling.Close()
@@ -62,17 +54,8 @@ func benchOneWriteCommit(b *testing.B, level sqlitedb.Synchronous) {
 	value := []byte(`{"title":"benchmark note","body":"a value of a typical size for a small JSON document","n":12345}`)
 	i := 0
 	commit := func() {
-		wall := time.Now().UnixMilli()
-		batch := r.Batch{Tenant: "tenant-1", ClientID: "client-1", At: time.UnixMilli(wall).UTC(), Writes: []r.Write{{
-			Policy: syncproto.PolicyLWW, Mutation: syncproto.Mutation{OpID: uuid.Must(uuid.NewV7()).String(), Model: "notes",
-				Key: fmt.Sprintf("note-%09d", i), Op: syncproto.OpPut, Value: value, HLC: ts(wall, 0, "client-1")}}}}
+		commitPush(b, writer, st, oneWrite(i, time.Now().UnixMilli(), value), nil)
 		i++
-		tx, err := writer.BeginTx(ctx, nil)
-		require.NoError(b, err)
-		fx, err := r.Apply(ctx, st.In(tx), &batch)
-		require.NoError(b, err)
-		require.Len(b, fx.Entries, 1)
-		require.NoError(b, tx.Commit())
 	}
 	insert := func() {
 		_, err := ceiling.ExecContext(ctx, `INSERT INTO c (v) VALUES (?)`, value)

@@ -36,6 +36,48 @@ func walFrames(t *testing.T, path string, from int64, pageSize int) [][]uint32 {
 	return commits
 }
 
+// oneWrite is a push of one new key, note-i, stamped wall (Unix
+// milliseconds), as a device awaiting each write sends it.
+func oneWrite(i int, wall int64, value []byte) replication.Batch {
+	return replication.Batch{Tenant: "t1", ClientID: "c1", At: time.UnixMilli(wall).UTC(), Writes: []replication.Write{{
+		Mutation: syncproto.Mutation{OpID: uuid.Must(uuid.NewV7()).String(), Model: "notes", Key: fmt.Sprintf("note-%09d", i),
+			Op: syncproto.OpPut, Value: value, HLC: ts(wall, 0, "c1")}, Policy: syncproto.PolicyLWW}}}
+}
+
+// committerOf opens the store of db and the writer connection its pushes
+// commit on, as the single node's committer holds them; both close with
+// tb. db stays the caller's.
+func committerOf(tb testing.TB, db *sql.DB) (*replication.Store, *sql.Conn) {
+	tb.Helper()
+	ctx := context.Background()
+	st, err := replication.OpenStore(ctx, db, replication.StoreOptions{})
+	require.NoError(tb, err)
+	conn, err := db.Conn(ctx)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { conn.Close() })
+	return st, conn
+}
+
+// commitPush applies b over st in one transaction on conn and commits it,
+// as the single node's committer does, checking that its one write was
+// applied. wrap, when set, runs the Apply call (a seam to observe it).
+func commitPush(tb testing.TB, conn *sql.Conn, st *replication.Store, b replication.Batch, wrap func(apply func())) {
+	tb.Helper()
+	ctx := context.Background()
+	tx, err := conn.BeginTx(ctx, nil)
+	require.NoError(tb, err)
+	var fx replication.Effects
+	apply := func() { fx, err = replication.Apply(ctx, st.In(tx), &b) }
+	if wrap == nil {
+		apply()
+	} else {
+		wrap(apply)
+	}
+	require.NoError(tb, err)
+	require.NoError(tb, tx.Commit())
+	require.Len(tb, fx.Entries, 1)
+}
+
 // TestOneWriteCommitWritesNoTenantCount: the commit of a one-write push,
 // as the committer makes it (replication.Apply in one transaction, at
 // synchronous=FULL, automatic checkpoints off), writes no page of
@@ -47,25 +89,11 @@ func TestOneWriteCommitWritesNoTenantCount(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "syncd.db")
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Synchronous: sqlitedb.Full, NoAutoCheckpoint: true})
 	require.NoError(t, err)
-	defer db.Close()
-	st, err := replication.OpenStore(ctx, db, replication.StoreOptions{})
-	require.NoError(t, err)
-	conn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
+	t.Cleanup(func() { db.Close() })
+	st, conn := committerOf(t, db)
 	value := []byte(`{"title":"a note","body":"a value of a typical size for a small JSON document","n":12345}`)
-	push := func(i int) {
-		wall := time.Date(2026, 12, 5, 2, 0, 0, 0, time.UTC).UnixMilli() + int64(i)
-		b := replication.Batch{Tenant: "t1", ClientID: "c1", At: time.UnixMilli(wall).UTC(), Writes: []replication.Write{{
-			Mutation: syncproto.Mutation{OpID: uuid.Must(uuid.NewV7()).String(), Model: "notes", Key: fmt.Sprintf("note-%06d", i),
-				Op: syncproto.OpPut, Value: value, HLC: ts(wall, 0, "c1")}, Policy: syncproto.PolicyLWW}}}
-		tx, err := conn.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		fx, err := replication.Apply(ctx, st.In(tx), &b)
-		require.NoError(t, err)
-		require.Len(t, fx.Entries, 1)
-		require.NoError(t, tx.Commit())
-	}
+	start := time.Date(2026, 12, 5, 2, 0, 0, 0, time.UTC).UnixMilli()
+	push := func(i int) { commitPush(t, conn, st, oneWrite(i, start+int64(i), value), nil) }
 	for i := range 50 {
 		push(i) // the tenant's row, the trees' first pages
 	}

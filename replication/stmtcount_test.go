@@ -4,19 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/mattn/go-sqlite3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/replication"
-	"github.com/syncd-dev/syncd/syncproto"
 )
 
 // stmtLog records the statements run on the connections of a
@@ -114,29 +111,15 @@ func (s recordingStmt) QueryContext(ctx context.Context, args []driver.NamedValu
 // the savepoint around the ledger's one INSERT (SAVEPOINT, RELEASE) are no
 // longer among them; the tenant's row is only added when missing.
 func TestOneWritePushStatements(t *testing.T) {
-	ctx := context.Background()
 	log := &stmtLog{}
 	db := sql.OpenDB(&recordingConnector{dsn: "file:" + filepath.Join(t.TempDir(), "syncd.db") + "?_txlock=immediate&_journal_mode=WAL", log: log})
-	defer db.Close()
-	st, err := replication.OpenStore(ctx, db, replication.StoreOptions{})
-	require.NoError(t, err)
-	conn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	push := func(i int) []string {
-		wall := time.Date(2026, 12, 5, 2, 0, 0, 0, time.UTC).UnixMilli() + int64(i)
-		b := replication.Batch{Tenant: "t1", ClientID: "c1", At: time.UnixMilli(wall).UTC(), Writes: []replication.Write{{
-			Mutation: syncproto.Mutation{OpID: uuid.Must(uuid.NewV7()).String(), Model: "notes", Key: fmt.Sprintf("note-%d", i),
-				Op: syncproto.OpPut, Value: []byte(`{"n":1}`), HLC: ts(wall, 0, "c1")}, Policy: syncproto.PolicyLWW}}}
-		tx, err := conn.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		var fx replication.Effects
-		stmts := log.record(func() {
-			fx, err = replication.Apply(ctx, st.In(tx), &b)
+	t.Cleanup(func() { db.Close() })
+	st, conn := committerOf(t, db)
+	start := time.Date(2026, 12, 5, 2, 0, 0, 0, time.UTC).UnixMilli()
+	push := func(i int) (stmts []string) {
+		commitPush(t, conn, st, oneWrite(i, start+int64(i), []byte(`{"n":1}`)), func(apply func()) {
+			stmts = log.record(apply)
 		})
-		require.NoError(t, err)
-		require.NoError(t, tx.Commit())
-		require.Len(t, fx.Entries, 1)
 		return stmts
 	}
 	push(0) // the tenant's row, the ledger scope's row
