@@ -12,8 +12,6 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 	"github.com/stretchr/testify/require"
-
-	"github.com/syncd-dev/syncd/replication"
 )
 
 // stmtLog records the statements run on the connections of a
