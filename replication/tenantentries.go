@@ -20,6 +20,9 @@ type TenantEntries struct {
 // name after after, sorted by name: one read of the per-tenant counts
 // retention keeps, plus the tenant's entries appended since they were last
 // counted (through the index on (tenant, seq)), never a scan of the oplog.
+// Its cost grows with the entries appended since compaction last ran, so
+// with retention off (no compaction) it reads each listed tenant's whole
+// tail.
 func (l *SQLiteLog) TenantEntries(ctx context.Context, after string, limit int) ([]TenantEntries, error) {
 	var out []TenantEntries
 	err := readTx(ctx, l.db, func(conn *sql.Conn) error {
