@@ -16,10 +16,10 @@ import (
 )
 
 // TestJWTAgreementCoversWhatDecidesAdmission: every JWT setting that
-// changes which tokens a node admits changes the "jwt" part, files by
-// their contents (a key rotation or a revocation a node missed); the
-// fetch schedule does not, and a missing file stands by "missing" whatever
-// its path.
+// changes which tokens a node admits, but for the deny list (its own
+// part), changes the "jwt" part, files by their contents (a key rotation
+// a node missed); the fetch schedule does not, and a missing file stands
+// by "missing" whatever its path.
 func TestJWTAgreementCoversWhatDecidesAdmission(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, data string) string {
@@ -61,9 +61,6 @@ func TestJWTAgreementCoversWhatDecidesAdmission(t *testing.T) {
 			j.secretFile = write("secret", "0123456789abcdef0123456789abcdef")
 			j.jwksFile = ""
 		},
-		"deny list contents": func(j *jwtOptions) {
-			j.denyFile = write("deny2.json", `{"denied":[{"jti":"x"}]}`)
-		},
 		"off": func(j *jwtOptions) { j.jwksFile = "" },
 	}
 	for name, change := range differs {
@@ -77,11 +74,17 @@ func TestJWTAgreementCoversWhatDecidesAdmission(t *testing.T) {
 	require.Equal(t, want.agreement(), same.agreement(), "the fetch schedule is each node's own")
 
 	a, b := base(), base()
-	a.denyFile, b.denyFile = filepath.Join(dir, "a", "none.json"), filepath.Join(dir, "b", "none.json")
-	require.Equal(t, a.agreement(), b.agreement(), "a missing deny list is missing wherever it was looked for")
+	a.jwksFile, b.jwksFile = filepath.Join(dir, "a", "none.json"), filepath.Join(dir, "b", "none.json")
+	require.Equal(t, a.agreement(), b.agreement(), "a missing JWKS file is missing wherever it was looked for")
 	before := want.agreement()
-	require.NoError(t, os.WriteFile(deny, []byte(`{"denied":[{"jti":"y"}]}`), 0o600))
-	require.NotEqual(t, before, want.agreement(), "the deny list is read afresh")
+	require.NoError(t, os.WriteFile(jwks, []byte(`{"keys":[{"kid":"rotated"}]}`), 0o600))
+	require.NotEqual(t, before, want.agreement(), "the JWKS file is read afresh")
+
+	// The deny list is a part of its own, judged by its generation
+	// (TestAgreementPublishesTheDenyListsGeneration): not in "jwt".
+	other := base()
+	other.denyFile = write("deny2.json", `{"version":1,"generation":4,"jtis":[{"jti":"x"}],"users":[]}`)
+	require.Equal(t, want.agreement(), other.agreement(), "another deny list leaves the jwt part alone")
 }
 
 // TestAgreementCoversScopes: nodes with other partial sync declarations
@@ -153,4 +156,51 @@ func TestClusterTokensGraceFlag(t *testing.T) {
 	_, err = parseFlags([]string{"--help"}, none, &help)
 	require.Error(t, err)
 	require.Contains(t, help.String(), "-cluster-tokens-grace")
+}
+
+// TestAgreementPublishesTheDenyListsGeneration: the "jwt_deny" part is
+// the deny list's digest, read afresh, and "jwt_deny_generation" the
+// generation in it, which every denial and allow bump (auth.Deny, as
+// syncctl jwt revoke and the admin API write it); a list of a release
+// before generations, and a missing one, are generation 0; with JWT
+// verification off the part is "off" at generation 0. No other part
+// moves with the deny list.
+func TestAgreementPublishesTheDenyListsGeneration(t *testing.T) {
+	dir := t.TempDir()
+	var o options
+	o.tokens = filepath.Join(dir, "tokens.json")
+	o.jwt.secretFile = filepath.Join(dir, "secret")
+	o.jwt.denyFile = filepath.Join(dir, "deny.json")
+	parts := agreement(o)
+	genPart := cluster.GenerationPart(partJWTDeny)
+	require.Equal(t, "jwt_deny_generation", genPart)
+	missing := parts()
+	require.Equal(t, "0", missing[genPart], "no file yet")
+
+	now := time.Now()
+	_, err := auth.Deny(o.jwt.denyFile, auth.Denial{JTI: "stolen"}, now)
+	require.NoError(t, err)
+	first := parts()
+	require.Equal(t, "1", first[genPart])
+	require.NotEqual(t, missing[partJWTDeny], first[partJWTDeny])
+	_, err = auth.Allow(o.jwt.denyFile, "stolen", "", now)
+	require.NoError(t, err)
+	second := parts()
+	require.Equal(t, "2", second[genPart])
+	require.NotEqual(t, first[partJWTDeny], second[partJWTDeny])
+	for part, v := range missing {
+		if part != partJWTDeny && part != genPart {
+			require.Equal(t, v, second[part], "%s does not move with the deny list", part)
+		}
+	}
+
+	require.NoError(t, os.WriteFile(o.jwt.denyFile, []byte(`{"version":1,"jtis":[{"jti":"old"}],"users":[]}`), 0o600))
+	require.Equal(t, "0", parts()[genPart], "a list of a release before generations")
+
+	var off options
+	off.jwt.denyFile = o.jwt.denyFile
+	got := agreement(off)()
+	require.Equal(t, cluster.HashPart([]byte("off")), got[partJWTDeny], "no deny list is read without JWT verification")
+	require.Equal(t, "0", got[genPart])
+	require.Equal(t, []string{partTokens, partJWTDeny}, generationParts, "both files' parts carry a generation")
 }
