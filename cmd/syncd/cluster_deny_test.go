@@ -33,6 +33,9 @@ var (
 	denyGeneration = partMetric("syncd_cluster_config_generation", `part="jwt_deny"`)
 	denyCaughtUp   = partMetric("syncd_cluster_config_grace_ends_total", `outcome="caught_up",part="jwt_deny"`)
 	denyExpired    = partMetric("syncd_cluster_config_grace_ends_total", `outcome="expired",part="jwt_deny"`)
+	// rereadsSame counts the surveys at which a node saw a peer publish
+	// other values and found its own files unchanged.
+	rereadsSame = partMetric("syncd_cluster_config_rereads_total", `result="same"`)
 )
 
 // TestClusterProcessDenyListRolledOutNodeByNode: three nodes verify JWTs
@@ -40,7 +43,8 @@ var (
 // JWT is revoked in the operator's list (the next generation) and the
 // list copied to one node at a time:
 //   - node-1, copied first, refuses the revoked JWT and never stops
-//     serving (by digest it was outvoted two to one: the flap this part's
+//     serving, alone with the new list for four surveys (by digest it is
+//     outvoted two to one and stops at the third: the flap this part's
 //     generation removes); its device's session stays open throughout;
 //   - node-2, copied within the grace, catches up without ever refusing
 //     and refuses the revoked JWT;
@@ -125,6 +129,13 @@ func TestClusterProcessDenyListRolledOutNodeByNode(t *testing.T) {
 	copyTo(operator, 0)
 	refusesAtOnce(first, stolen, "alice:phone", "the revoked JWT once it has the copy")
 	waitNodeMetric(t, first, denyGeneration, want, "publishes the new list's generation")
+	// node-1 alone has the new list for more surveys than an outvoted
+	// part is given (3): judged by digest it would stop serving here.
+	surveys := nodeMetric(t, first, rereadsSame)
+	require.Eventually(t, func() bool {
+		v, err := metricValue(first.url+"/metrics", rereadsSame)
+		return err == nil && v >= surveys+4
+	}, time.Minute, 200*time.Millisecond, "node-1 surveys its behind peers four times")
 	for i, n := range []*procNode{second, third} {
 		waitNodeMetric(t, n, denyBehind, 1, "behind node-1's deny list")
 		require.True(t, n.ready(), "%s serves inside the grace", n.name)
