@@ -187,18 +187,27 @@ func (d device) dial(ctx context.Context, n *procNode) (*pushConn, error) {
 // (the console's token page does the same).
 func (pc *procCluster) issueThrough(t testing.TB, n *procNode, clientID string) device {
 	t.Helper()
-	body, err := json.Marshal(adminapi.TokenRequest{Tenant: "acme", ClientID: clientID, Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}})
+	var issued adminapi.IssuedToken
+	pc.adminPost(t, n, adminapi.PathTokens, adminapi.TokenRequest{Tenant: "acme", ClientID: clientID, Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard}},
+		http.StatusCreated, &issued)
+	return device{id: clientID, token: issued.Bearer}
+}
+
+// adminPost posts body as JSON to path on n's admin API with the admin
+// token, requires the answer's status to be want, and decodes its body
+// into out.
+func (pc *procCluster) adminPost(t testing.TB, n *procNode, path string, body any, want int, out any) {
+	t.Helper()
+	b, err := json.Marshal(body)
 	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPost, n.adminURL+adminapi.PathTokens, bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, n.adminURL+path, bytes.NewReader(b))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+pc.adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s issues", n.name)
-	var issued adminapi.IssuedToken
-	require.NoError(t, decodeJSONBody(resp, &issued))
-	return device{id: clientID, token: issued.Bearer}
+	require.Equal(t, want, resp.StatusCode, "%s: POST %s", n.name, path)
+	require.NoError(t, decodeJSONBody(resp, out))
 }
 
 // watchReady polls every node's /readyz until the returned stop is

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -161,15 +159,9 @@ func TestClusterProcessDenyListRolledOutNodeByNode(t *testing.T) {
 	require.NoError(t, ping(1), "node-2's device is still connected")
 
 	// A denial through one node's admin API, its file then copied.
-	body, err := json.Marshal(adminapi.Denial{User: "mallory"})
-	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPost, second.adminURL+adminapi.PathDeny, bytes.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+pc.adminToken)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode, "node-2 denies mallory")
+	var change adminapi.DenyChange
+	pc.adminPost(t, second, adminapi.PathDeny, adminapi.Denial{User: "mallory"}, http.StatusOK, &change)
+	require.Len(t, change.List.Users, 1, "node-2 denies mallory")
 	copyTo(own[1], 0)
 	copyTo(own[1], 2)
 	want = fileGeneration(t, own[1])

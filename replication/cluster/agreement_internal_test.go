@@ -64,9 +64,10 @@ func tokensAt(digest, gen string) map[string]string {
 // newest generation is never outvoted by nodes behind it, nodes of the
 // same generation with other contents are compared by majority as
 // before, and a peer of a release before generations is counted by its
-// digest alone.
+// digest alone; with two files graded (the token file and the deny list),
+// each is judged apart.
 func TestAGenerationTellsWhichNodeIsBehind(t *testing.T) {
-	graded := []string{"tokens"}
+	graded := []string{"tokens", "jwt_deny"}
 	for _, tc := range []struct {
 		name         string
 		mine         map[string]string
@@ -86,6 +87,22 @@ func TestAGenerationTellsWhichNodeIsBehind(t *testing.T) {
 		{"older releases count by digest: agreed", tokensAt("a", "6"), []map[string]string{tokensAt("a", ""), tokensAt("b", "5")}, nil, map[string]generations{}, true},
 		{"an older release with the same file", tokensAt("a", "6"), []map[string]string{tokensAt("a", ""), tokensAt("a", "6")}, nil, map[string]generations{}, false},
 		{"a peer's unreadable generation counts as none", tokensAt("a", "6"), []map[string]string{tokensAt("a", "x"), tokensAt("a", "6")}, nil, map[string]generations{}, true},
+		// With the deny list graded too (syncd's jwt_deny): a list
+		// rewritten on one node first leaves it neither outvoted nor
+		// behind; the nodes the copy has not reached are behind in that
+		// part alone; each file is judged apart.
+		{"the deny list rewritten here first", nodeAt("a", "5", "d2", "8"),
+			[]map[string]string{nodeAt("a", "5", "d1", "7"), nodeAt("a", "5", "d1", "7")}, nil, map[string]generations{}, true},
+		{"the deny list's copy has not reached this node", nodeAt("a", "5", "d1", "7"),
+			[]map[string]string{nodeAt("a", "5", "d2", "8"), nodeAt("a", "5", "d1", "7")}, nil, map[string]generations{"jwt_deny": {7, 8}}, true},
+		{"newest tokens, behind deny list", nodeAt("b", "6", "d1", "7"),
+			[]map[string]string{nodeAt("a", "5", "d2", "8"), nodeAt("a", "5", "d2", "8")}, nil, map[string]generations{"jwt_deny": {7, 8}}, true},
+		{"behind in both files", nodeAt("a", "5", "d1", "7"),
+			[]map[string]string{nodeAt("b", "6", "d2", "8"), nodeAt("b", "6", "d2", "8")}, nil, map[string]generations{"tokens": {5, 6}, "jwt_deny": {7, 8}}, true},
+		{"a deny list edited by hand: same generation, other contents", nodeAt("a", "5", "dx", "8"),
+			[]map[string]string{nodeAt("a", "5", "d2", "8"), nodeAt("a", "5", "d2", "8")}, []string{"jwt_deny"}, map[string]generations{}, true},
+		{"a peer that publishes no deny list part is not counted for it", nodeAt("a", "5", "d1", "0"),
+			[]map[string]string{nodeAt("a", "5", "d1", "0"), tokensAt("a", "5")}, nil, map[string]generations{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := compare(tc.mine, tc.peers, nil, graded)
@@ -213,42 +230,6 @@ func nodeAt(tokens, tokensGen, deny, denyGen string) map[string]string {
 	parts := tokensAt(tokens, tokensGen)
 	parts["jwt_deny"], parts[GenerationPart("jwt_deny")] = deny, denyGen
 	return parts
-}
-
-// TestTwoFilesWithGenerationsAreJudgedApart: with the token file and the
-// deny list both graded, a deny list rewritten on one node first leaves
-// that node neither outvoted nor behind, while the nodes the copy has not
-// reached are behind in the deny list alone; a node newest in one file
-// and behind in the other is behind in that one only; same generations
-// with other contents are still judged by majority, part by part.
-func TestTwoFilesWithGenerationsAreJudgedApart(t *testing.T) {
-	graded := []string{"tokens", "jwt_deny"}
-	for _, tc := range []struct {
-		name         string
-		mine         map[string]string
-		peers        []map[string]string
-		wantOutvoted []string
-		wantBehind   map[string]generations
-	}{
-		{"the deny list rewritten here first", nodeAt("a", "5", "d2", "8"),
-			[]map[string]string{nodeAt("a", "5", "d1", "7"), nodeAt("a", "5", "d1", "7")}, nil, map[string]generations{}},
-		{"the copy has not reached this node", nodeAt("a", "5", "d1", "7"),
-			[]map[string]string{nodeAt("a", "5", "d2", "8"), nodeAt("a", "5", "d1", "7")}, nil, map[string]generations{"jwt_deny": {7, 8}}},
-		{"newest tokens, behind deny list", nodeAt("b", "6", "d1", "7"),
-			[]map[string]string{nodeAt("a", "5", "d2", "8"), nodeAt("a", "5", "d2", "8")}, nil, map[string]generations{"jwt_deny": {7, 8}}},
-		{"behind in both", nodeAt("a", "5", "d1", "7"),
-			[]map[string]string{nodeAt("b", "6", "d2", "8"), nodeAt("b", "6", "d2", "8")}, nil, map[string]generations{"tokens": {5, 6}, "jwt_deny": {7, 8}}},
-		{"a deny list edited by hand: same generation, other contents", nodeAt("a", "5", "dx", "8"),
-			[]map[string]string{nodeAt("a", "5", "d2", "8"), nodeAt("a", "5", "d2", "8")}, []string{"jwt_deny"}, map[string]generations{}},
-		{"a peer that publishes no deny list part is not counted for it", nodeAt("a", "5", "d1", "0"),
-			[]map[string]string{nodeAt("a", "5", "d1", "0"), tokensAt("a", "5")}, nil, map[string]generations{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := compare(tc.mine, tc.peers, nil, graded)
-			require.Equal(t, tc.wantOutvoted, got.outvoted)
-			require.Equal(t, tc.wantBehind, got.behind)
-		})
-	}
 }
 
 // TestADenyListRolledOutNodeByNode plays an operator's rollout of a new
