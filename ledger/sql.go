@@ -293,6 +293,14 @@ func (s *sqlTx) RecordAll(ctx context.Context, ds []Decision) error {
 	if err := s.readCounted(ctx); err != nil {
 		return fmt.Errorf("ledger: record: %w", err)
 	}
+	if s.oneStatement(rows) {
+		// One INSERT and no count to change: SQLite undoes a failed
+		// statement whole, so no savepoint is needed around it.
+		if err := s.insertAll(ctx, rows); err != nil {
+			return s.explainRefusal(ctx, rows, err)
+		}
+		return nil
+	}
 	// One savepoint makes the chunks and the scope counts all or none.
 	if _, err := s.tx.ExecContext(ctx, `SAVEPOINT ledger_record_all`); err != nil {
 		return fmt.Errorf("ledger: record: %w", err)
@@ -309,6 +317,22 @@ func (s *sqlTx) RecordAll(ctx context.Context, ds []Decision) error {
 		err = fmt.Errorf("ledger: record: %w", relErr)
 	}
 	return err
+}
+
+// oneStatement reports whether insertAll writes rows in one statement:
+// they fit one chunk, every scope of theirs has its row, and none is
+// counted now (decided after counted_ms, as every decision of a clock that
+// did not go back is). The caller has read counted_ms.
+func (s *sqlTx) oneStatement(rows []row) bool {
+	if len(rows) > recordChunk {
+		return false
+	}
+	for _, r := range rows {
+		if !s.scopes[r.scope].exists || r.decidedMs <= s.counted {
+			return false
+		}
+	}
+	return true
 }
 
 // insertAll inserts rows in chunks, then counts them per scope. A row whose

@@ -3,6 +3,8 @@ package replication
 import (
 	"context"
 	"database/sql"
+
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
 )
 
 // DecideWrite exposes the per-write decision of Decide to the external tests.
@@ -55,4 +57,12 @@ func (m *Memory) AppendNext(es ...Entry) ([]Entry, error) {
 	m.entries = append(m.entries, logged...)
 	m.head = logged[len(logged)-1].Seq
 	return logged, nil
+}
+
+// MigrateTo brings db's file to schema version n of this build's
+// migrations (at most SchemaVersion()): the tests' way of making a file
+// of an earlier version.
+func MigrateTo(ctx context.Context, db *sql.DB, n int) error {
+	_, err := sqlitedb.Migrate(ctx, db, migrations[:n])
+	return err
 }

@@ -25,6 +25,7 @@ var migrations = []sqlitedb.Migration{
 	adoptLayout1,     // 0 -> 1: a new file, or any release before versions
 	addScopes,        // 1 -> 2: partial sync's scope values, members, grants
 	addRequestedSets, // 2 -> 3: each device's requested scope set (requested.go)
+	addOplogCounted,  // 3 -> 4: oplog_tenants counts entries up to oplog_meta.counted (countAppended)
 }
 
 // SchemaVersion returns the schema version of syncd's database this build
@@ -76,6 +77,15 @@ var addScopes = sqlitedb.Steps(
 	sqlitedb.Statements(
 		`CREATE INDEX IF NOT EXISTS records_scope ON records (tenant, scope_value, model, key) WHERE scope_value IS NOT NULL`,
 		`CREATE INDEX IF NOT EXISTS records_member ON records (tenant, member, model) WHERE member IS NOT NULL`),
+)
+
+// addOplogCounted adds oplog_meta.counted, the seq up to which
+// oplog_tenants.entries counts each tenant's entries (see SQLiteLog):
+// before it, every append counted its entries in its own transaction, so a
+// file's counts are exact up to its head, where counted starts.
+var addOplogCounted = sqlitedb.Steps(
+	sqlitedb.AddColumns("oplog_meta", "counted INTEGER NOT NULL DEFAULT 0"),
+	sqlitedb.Statements(`UPDATE oplog_meta SET counted = coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'oplog'), 0)`),
 )
 
 // The statements of layout 1 below are the layout as it shipped: they never
@@ -147,7 +157,7 @@ const metaLayout1 = `CREATE TABLE IF NOT EXISTS syncd_meta (name TEXT PRIMARY KE
 // oplog_meta.floor is the floor every tenant has at least: the floor of a
 // release that kept one for the whole oplog, carried over (a tenant whose
 // entries were all compacted left no other trace), 0 otherwise. It never
-// changes.
+// changes. (Schema version 4 adds oplog_meta.counted: see addOplogCounted.)
 var oplogLayout1 = []string{
 	`CREATE TABLE IF NOT EXISTS oplog (
 		seq        INTEGER PRIMARY KEY AUTOINCREMENT,

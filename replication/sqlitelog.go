@@ -47,10 +47,16 @@ type LogOptions struct {
 // one writer at a time, so transactions commit in seq order and a reader
 // never sees entry n+1 without entry n.
 //
-// Retention is per tenant: oplog_tenants counts each tenant's retained
-// entries (kept exact by Append, in the appending transaction) and holds
-// its floor, the newest of its seqs compaction removed. Compaction removes
-// a prefix of each tenant's entries and raises that tenant's floor only.
+// Retention is per tenant: oplog_tenants holds each tenant's floor, the
+// newest of its seqs compaction removed, and counts its retained entries
+// up to oplog_meta.counted. An append leaves the counts alone (a tenant's
+// first adds its row): counting in every appending transaction rewrote two
+// pages (the row and its entry in the index on counts) in each commit, a
+// sixth of a one-write commit's log frames. Compaction first counts what
+// was appended since (countTail), in its own transaction, so it decides on
+// exact counts, and TenantEntries adds the uncounted entries as it reads.
+// Compaction removes a prefix of each tenant's entries and raises that
+// tenant's floor only.
 //
 // A SQLiteLog is safe for concurrent use. The database handle stays the
 // caller's; the log never closes it.
@@ -171,22 +177,40 @@ func nextEntries(es []Entry, head uint64, now func() time.Time) ([]Entry, error)
 	return out, nil
 }
 
-// countAppended adds es to their tenants' counts in oplog_tenants: one
-// statement per tenant (a batch is one tenant's).
+// countAppended gives each tenant of es its row in oplog_tenants, with no
+// entries counted, when it has none: one statement per tenant (a batch is
+// one tenant's), which changes no page once the row exists. The entries
+// themselves are counted by compaction (countTail).
 func countAppended(ctx context.Context, tx *sql.Tx, es []Entry) error {
-	var tenants []string
-	counts := map[string]int64{}
-	for _, e := range es {
-		if counts[e.Tenant] == 0 {
-			tenants = append(tenants, e.Tenant)
+	for i, e := range es {
+		if i > 0 && e.Tenant == es[i-1].Tenant {
+			continue
 		}
-		counts[e.Tenant]++
+		if _, err := tx.ExecContext(ctx, `INSERT INTO oplog_tenants (tenant, entries) VALUES (?, 0)
+			ON CONFLICT (tenant) DO NOTHING`, e.Tenant); err != nil {
+			return fmt.Errorf("add tenant %q: %w", e.Tenant, err)
+		}
 	}
-	for _, t := range tenants {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO oplog_tenants (tenant, entries) VALUES (?, ?)
-			ON CONFLICT (tenant) DO UPDATE SET entries = entries + excluded.entries`, t, counts[t]); err != nil {
-			return fmt.Errorf("count entries of tenant %q: %w", t, err)
-		}
+	return nil
+}
+
+// countTail adds to each tenant's count in oplog_tenants its entries after
+// oplog_meta.counted, and moves counted to the head, in tx: afterwards
+// every count is exact. It reads one index entry per tenant and one per
+// entry appended since the last count, through the index on (tenant, seq),
+// and writes only the rows of tenants that appended. Replicas holding the
+// same rows count the same.
+func countTail(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE oplog_tenants AS t
+		SET entries = t.entries + (SELECT count(*) FROM oplog AS o WHERE o.tenant = t.tenant AND o.seq > m.counted)
+		FROM oplog_meta AS m
+		WHERE m.id = 1 AND EXISTS (SELECT 1 FROM oplog AS o WHERE o.tenant = t.tenant AND o.seq > m.counted)`); err != nil {
+		return fmt.Errorf("count appended entries: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE oplog_meta SET counted = h.seq
+		FROM (SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'oplog'), 0) AS seq) AS h
+		WHERE id = 1 AND counted != h.seq`); err != nil {
+		return fmt.Errorf("count appended entries: %w", err)
 	}
 	return nil
 }
@@ -429,10 +453,14 @@ func (l *SQLiteLog) CompactIn(ctx context.Context, tx *sql.Tx, now time.Time, li
 // beyond it first, ties by name). Either way every tenant loses a prefix of
 // its entries, and its floor rises to the newest seq it lost. It reads
 // nothing but the tables and takes every order from them, so replicas
-// holding the same rows remove the same rows. Its work is bounded by limit:
-// it reads the rows it removes, and the tenants beyond the bound through
-// the index on their counts.
+// holding the same rows remove the same rows. It first counts the entries
+// appended since the last count (countTail); beyond that its work is
+// bounded by limit: it reads the rows it removes, and the tenants beyond
+// the bound through the index on their counts.
 func (l *SQLiteLog) compactChunk(ctx context.Context, tx *sql.Tx, now time.Time, limit int) (int64, error) {
+	if err := countTail(ctx, tx); err != nil {
+		return 0, err
+	}
 	var removed int64
 	if l.retention.MaxAge >= 0 {
 		n, err := compactAged(ctx, tx, now.Add(-l.retention.MaxAge).UnixMilli(), limit)

@@ -103,7 +103,12 @@ type Store struct {
 }
 
 // Wrote tells the store's checkpointer, if any, of a write transaction of
-// weight (CheckpointWeight). Only the store's writer calls it.
+// weight (CheckpointWeight). Only the store's writer calls it, after the
+// transaction ended and before the next begins: with internal/sqlitedb's
+// Checkpointer it never waits for the checkpoint running beside the
+// writer, and copies into the database at most InlineFrames frames (what
+// that checkpoint left, so that the log starts over), except when the log
+// reached the checkpointer's LimitLogPages.
 func (s *Store) Wrote(weight int) {
 	if s.Checkpoints != nil {
 		s.Checkpoints.Wrote(weight)

@@ -9,8 +9,8 @@ import (
 // TenantEntries is one tenant's retained oplog entries and its floor.
 type TenantEntries struct {
 	Tenant string
-	// Entries counts the tenant's retained entries (kept exact by Append
-	// and Compact).
+	// Entries counts the tenant's retained entries: oplog_tenants' count
+	// plus the entries appended since compaction last counted.
 	Entries uint64
 	// Floor is the newest of its seqs compaction removed (0: none).
 	Floor uint64
@@ -18,11 +18,18 @@ type TenantEntries struct {
 
 // TenantEntries returns at most limit tenants that ever appended, with a
 // name after after, sorted by name: one read of the per-tenant counts
-// retention keeps, never a scan of the oplog.
+// retention keeps, plus the tenant's entries appended since they were last
+// counted (through the index on (tenant, seq)), never a scan of the oplog.
+// Its cost grows with the entries appended since compaction last ran, so
+// with retention off (no compaction) it reads each listed tenant's whole
+// tail.
 func (l *SQLiteLog) TenantEntries(ctx context.Context, after string, limit int) ([]TenantEntries, error) {
 	var out []TenantEntries
 	err := readTx(ctx, l.db, func(conn *sql.Conn) error {
-		rows, err := conn.QueryContext(ctx, `SELECT tenant, entries, floor FROM oplog_tenants WHERE tenant > ? ORDER BY tenant LIMIT ?`, after, limit)
+		rows, err := conn.QueryContext(ctx, `SELECT t.tenant,
+			t.entries + (SELECT count(*) FROM oplog AS o WHERE o.tenant = t.tenant AND o.seq > (SELECT counted FROM oplog_meta WHERE id = 1)),
+			t.floor
+			FROM oplog_tenants AS t WHERE t.tenant > ? ORDER BY t.tenant LIMIT ?`, after, limit)
 		if err != nil {
 			return err
 		}

@@ -486,6 +486,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		err = reg.Register(newInfoCollector(s.store.ID, s.store.SchemaVersion, s.store.Ledger))
 	}
 	if err == nil {
+		err = reg.Register(checkpoints) // syncd_wal_*
+	}
+	if err == nil {
 		s.snapshotDB, err = openSnapshotPool(ctx, cfg)
 	}
 	if err == nil && cfg.Cluster != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -28,7 +29,13 @@ func (a *app) jwtKeygenCommand() *cobra.Command {
 public key to DIR/jwks.json, the file syncd --jwt-jwks-file reads. Keys already
 in jwks.json stay there, so running keygen again rotates: tokens signed with
 the old key stay valid while it is listed. syncd reads the JWKS again on its
-refresh interval, and at once for a token whose kid it does not know.`,
+refresh interval, and at once for a token whose kid it does not know.
+
+Every run bumps the file's generation (a "generation" member beside "keys").
+On a cluster whose nodes read their own copies, copy the whole file to every
+node within syncd --cluster-tokens-grace: a node with an older generation
+serves until the grace is over, then stops (docs/operations.md, Tokens on a
+cluster).`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	alg := cmd.Flags().String("alg", "ES256", "RS256, ES256 or EdDSA")
@@ -66,28 +73,37 @@ refresh interval, and at once for a token whose kid it does not know.`,
 	return cmd
 }
 
-// withPublishedKey is the JWKS at path (if any) with k's public key added.
+// withPublishedKey is the JWKS at path (if any) with k's public key added,
+// at the next generation: a "generation" member beside "keys" (RFC 7517
+// lets a JWK Set carry members its readers ignore), which cluster nodes
+// that read copies of the file compare to tell which is newer (syncd's
+// configuration agreement). A file without one is generation 0.
 func withPublishedKey(path string, k auth.SigningKey) ([]byte, error) {
 	fresh, err := auth.JWKS(k)
 	if err != nil {
 		return nil, err
 	}
-	old, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return fresh, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	var doc, add struct {
-		Keys []json.RawMessage `json:"keys"`
+		Generation uint64            `json:"generation,omitempty"`
+		Keys       []json.RawMessage `json:"keys"`
 	}
-	if err := json.Unmarshal(old, &doc); err != nil {
-		return nil, fmt.Errorf("%s is not a JWKS document: %w", path, err)
+	old, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, err
+	default:
+		if err := json.Unmarshal(old, &doc); err != nil {
+			return nil, fmt.Errorf("%s is not a JWKS document: %w", path, err)
+		}
+	}
+	if doc.Generation == math.MaxUint64 {
+		return nil, fmt.Errorf("%s: generation %d is the largest there is (the file was edited by hand): write one with a generation below it", path, doc.Generation)
 	}
 	if err := json.Unmarshal(fresh, &add); err != nil {
 		return nil, err
 	}
+	doc.Generation++
 	doc.Keys = append(doc.Keys, add.Keys...)
 	return json.MarshalIndent(doc, "", "  ")
 }

@@ -108,8 +108,16 @@ With --server (or SYNCCTL_SERVER) syncd's admin API writes its deny list
 (--jwt-deny-file) and closes the sessions of the denied tokens before it
 answers (unauthorized, close 1008). Otherwise syncctl writes the file itself
 (--deny-file): syncd re-reads it within a second and closes the sessions
-within about two. On a cluster, every node reads its own deny-list file:
-revoke through each node's admin API, or write the file every node shares.`,
+within about two.
+
+Every change bumps the list's generation. On a cluster whose nodes read their
+own copies, change the list in one place (this command, or one node's admin
+API) and copy the whole file to every other node within syncd
+--cluster-tokens-grace: the node with the newest list serves throughout, one
+with an older generation serves until the grace is over, then stops. Or write
+the one file every node shares. Do not revoke a user through each node's API:
+each stamps the denial with its own clock, and the lists then differ at the
+same generation (docs/operations.md, Tokens on a cluster).`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	o := addDenyFlags(cmd)

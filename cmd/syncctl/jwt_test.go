@@ -55,6 +55,7 @@ func TestJWTKeygenSignVerifyAndRevoke(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &doc))
 	require.Len(t, doc.Keys, 2)
+	require.Equal(t, uint64(2), auth.Generation(b), "every keygen is the JWKS file's next generation")
 	second := strings.TrimSpace(c.ok("jwt", "sign", "--key", filepath.Join(dir, "signing-key.pem"), "--sub", "bob", "--tenant", "dev"))
 	_, err = a.Authenticate(second)
 	require.NoError(t, err, "the new kid is read from the file on first sight")
@@ -91,6 +92,41 @@ func TestJWTCommandsRefuseBadInput(t *testing.T) {
 	require.Equal(t, exitUsage, r.code)
 	_, err := os.Stat(filepath.Join(dir, "d.json"))
 	require.ErrorIs(t, err, os.ErrNotExist, "nothing was written")
+}
+
+// TestJWTKeygenBumpsTheJWKSGeneration: keygen over a JWKS file without a
+// generation (an identity provider's, or one written before generations)
+// keeps its keys and writes generation 1; over a file at the largest
+// generation it refuses and writes nothing, never wrapping to 0.
+func TestJWTKeygenBumpsTheJWKSGeneration(t *testing.T) {
+	c := newCLI(t, nil)
+	dir := t.TempDir()
+	jwks := filepath.Join(dir, "jwks.json")
+	k, err := auth.GenerateSigningKey("ES256")
+	require.NoError(t, err)
+	provider, err := auth.JWKS(k)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(jwks, provider, 0o644))
+	require.Zero(t, auth.Generation(provider))
+	c.ok("jwt", "keygen", "--dir", dir)
+	b, err := os.ReadFile(jwks)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), auth.Generation(b))
+	var doc struct {
+		Keys []map[string]any `json:"keys"`
+	}
+	require.NoError(t, json.Unmarshal(b, &doc))
+	require.Len(t, doc.Keys, 2, "the provider's key stays")
+	require.Equal(t, k.Kid, doc.Keys[0]["kid"])
+
+	top := `{"generation":18446744073709551615,"keys":[]}`
+	require.NoError(t, os.WriteFile(jwks, []byte(top), 0o644))
+	r := c.run("jwt", "keygen", "--dir", dir)
+	require.Equal(t, exitFailure, r.code, "%v", r.err)
+	require.ErrorContains(t, r.err, "is the largest there is")
+	b, err = os.ReadFile(jwks)
+	require.NoError(t, err)
+	require.Equal(t, top, string(b), "nothing written")
 }
 
 // TestJWTRevokeThroughTheAdminAPI: with --server, jwt revoke, denied and

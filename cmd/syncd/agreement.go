@@ -24,8 +24,20 @@ import (
 //     on for --cluster-tokens-grace and refuses to serve after it; a node
 //     whose file has the same generation as the others' but other
 //     contents refuses as any part that differs from the majority's;
-//   - "jwt": what decides which JWTs the node admits (jwtAgreement), so
-//     two nodes that would admit different tokens do not both serve;
+//   - "jwt_deny": the JWT deny list's contents, read afresh at every
+//     report, and "jwt_deny_generation", the generation in it, which
+//     every syncctl jwt revoke/allow and the admin API bump: judged as
+//     "tokens" is (generationParts), so the node that has the newest
+//     revocations is never outvoted by nodes the copy has not reached;
+//     "off" (generation 0) when JWT verification is off;
+//   - "jwt_jwks": the JWKS file's contents (--jwt-jwks-file) and
+//     "jwt_jwks_generation", the generation in it (a "generation" member
+//     beside "keys", which syncctl jwt keygen bumps at every rotation;
+//     0 for a file without one, as an identity provider's): judged as
+//     "tokens" is; "none" without a JWKS file, "off" without JWT;
+//   - "jwt": the other settings that decide which JWTs the node admits
+//     (jwtAgreement), so two nodes that would admit different tokens do
+//     not both serve;
 //   - "scopes": the partial sync declarations (--scope, --membership),
 //     which every node's materializer applies (scope values, grants);
 //   - "retention": the retention settings, which the lease holder's jobs
@@ -34,33 +46,70 @@ func agreement(o options) func() map[string]string {
 	retention := fmt.Sprintf("%+v every %s", o.retention, o.retentionEvery)
 	scopes := o.scopes.String()
 	return func() map[string]string {
-		tokens := readForAgreement(o.tokens)
-		return map[string]string{
-			partTokens:                         cluster.HashPart(tokens),
-			cluster.GenerationPart(partTokens): strconv.FormatUint(auth.Generation(tokens), 10),
-			"jwt":                              cluster.HashPart([]byte(o.jwt.agreement())),
-			"scopes":                           cluster.HashPart([]byte(scopes)),
-			"retention":                        cluster.HashPart([]byte(retention)),
+		parts := map[string]string{
+			"jwt":       cluster.HashPart([]byte(o.jwt.agreement())),
+			"scopes":    cluster.HashPart([]byte(scopes)),
+			"retention": cluster.HashPart([]byte(retention)),
 		}
+		graded(parts, partTokens, readForAgreement(o.tokens))
+		graded(parts, partJWTDeny, o.jwt.fileForAgreement(o.jwt.denyFile))
+		graded(parts, partJWTJWKS, o.jwt.fileForAgreement(o.jwt.jwksFile))
+		return parts
 	}
 }
 
-// partTokens is the agreement's token file part, the one with a
-// generation (cluster.Options.Generations).
-const partTokens = "tokens"
+// The agreement's parts that carry a generation.
+const (
+	// partTokens is the token file's part.
+	partTokens = "tokens"
+	// partJWTDeny is the JWT deny list's part.
+	partJWTDeny = "jwt_deny"
+	// partJWTJWKS is the JWKS file's part.
+	partJWTJWKS = "jwt_jwks"
+)
+
+// generationParts are the parts of agreement whose file carries a
+// generation (cluster.Options.Generations): a node behind a peer's serves
+// for --cluster-tokens-grace, and the newest is never outvoted.
+var generationParts = []string{partTokens, partJWTDeny, partJWTJWKS}
+
+// graded sets part, one of generationParts, to the digest of data, a
+// file's contents, and its generation part (cluster.GenerationPart) to
+// the generation data carries (auth.Generation: 0 for a file written
+// before generations, a missing or unreadable file).
+func graded(parts map[string]string, part string, data []byte) {
+	parts[part] = cluster.HashPart(data)
+	parts[cluster.GenerationPart(part)] = strconv.FormatUint(auth.Generation(data), 10)
+}
+
+// fileForAgreement is what stands for one of the JWT files (the deny
+// list, the JWKS file) in the agreement: its contents (readForAgreement),
+// "none" when no such file is configured, or "off" when JWT verification
+// is.
+func (j *jwtOptions) fileForAgreement(path string) []byte {
+	switch {
+	case !j.enabled():
+		return []byte("off")
+	case path == "":
+		return []byte("none")
+	}
+	return readForAgreement(path)
+}
 
 // agreement is the text of the JWT settings that decide which tokens a
-// node admits: the verification rules (issuer, audience, algorithms,
-// leeway, lifetime and size bounds), the claims a principal is read from,
-// and the identity of the key source and the deny list. Files (the JWKS
-// file, the HS256 secret, the deny list) are read afresh at every report
-// and stand by their SHA-256, so a node that missed a key rotation or a
-// revocation differs; a JWKS URL stands by the URL and its CA file's
-// digest (the keys behind it are fetched by each node on its own
-// schedule, within --jwt-jwks-refresh). The fetch schedule itself
-// (refresh, min refresh, timeout) is not part of it: nodes may fetch at
-// different paces and still admit the same tokens. "off" when JWT
-// verification is off.
+// node admits, but for the deny list and the JWKS file (parts of their
+// own, partJWTDeny and partJWTJWKS, judged by their generation): the
+// verification rules (issuer, audience, algorithms, leeway, lifetime and
+// size bounds), the claims a principal is read from, and the identity of
+// the key source. The HS256 secret file is read afresh at every report
+// and stands by its SHA-256, so a node that missed a rotation of the
+// secret differs (a secret has no generation: it is the bare key, and a
+// rotation of it has no order in which nodes admit the same tokens); a
+// JWKS URL stands by the URL and its CA file's digest (the keys behind it
+// are fetched by each node on its own schedule, within
+// --jwt-jwks-refresh). The fetch schedule itself (refresh, min refresh,
+// timeout) is not part of it: nodes may fetch at different paces and
+// still admit the same tokens. "off" when JWT verification is off.
 func (j *jwtOptions) agreement() string {
 	if !j.enabled() {
 		return "off"
@@ -90,9 +139,7 @@ func (j *jwtOptions) agreement() string {
 	field("client_id_claim", j.clientIDClaim)
 	field("jwks_url", j.jwksURL)
 	file("jwks_ca", j.jwksCA)
-	file("jwks_file", j.jwksFile)
 	file("hs256_secret", j.secretFile)
-	file("deny_list", j.denyFile)
 	return b.String()
 }
 

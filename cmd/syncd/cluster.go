@@ -77,7 +77,7 @@ func (c *clusterOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.snapshotEvery, "snapshot-every", cluster.DefaultSnapshotEvery, "how often the lease holder stores a snapshot that new and lagging nodes restore (keep it well within --stream-max-age)")
 	fs.DurationVar(&c.startTimeout, "cluster-start-timeout", 2*time.Minute, "how long to wait at start for the cluster's quorum before giving up")
 	fs.DurationVar(&c.recordsCheckEvery, "cluster-records-check-every", cluster.DefaultRecordsCheckEvery, "how often the lease holder publishes a records check (every node reads its whole records table once and the nodes compare what they read); nodes digest at most one a minute, whoever publishes them")
-	fs.DurationVar(&c.tokensGrace, "cluster-tokens-grace", cluster.DefaultGenerationGrace, fmt.Sprintf("how long a node whose token file is behind another node's (an older generation: a change that has not reached it yet) keeps serving before it refuses to; up to %s, the longest a node that missed a revocation admits the revoked token (docs/operations.md, Tokens on a cluster)", cluster.MaxGenerationGrace))
+	fs.DurationVar(&c.tokensGrace, "cluster-tokens-grace", cluster.DefaultGenerationGrace, fmt.Sprintf("how long a node whose token file or JWT deny list is behind another node's (an older generation: a change that has not reached it yet) keeps serving before it refuses to; up to %s, the longest a node that missed a revocation admits the revoked token (docs/operations.md, Tokens on a cluster)", cluster.MaxGenerationGrace))
 	fs.IntVar(&c.maxFormat, "cluster-max-format", 0, fmt.Sprintf("the highest command stream format this node announces, %d to %d (0: this release's latest, %d); a lower one holds the cluster version, and what the later formats bring, off until the flag is lifted (docs/operations.md, Upgrades)", cluster.FormatBase, cluster.LatestFormat, cluster.LatestFormat))
 }
 
@@ -222,7 +222,7 @@ func joinCluster(ctx context.Context, o options, log *slog.Logger, reg prometheu
 		SnapshotDir: filepath.Dir(o.data), Logger: log, Registerer: reg, CommandKey: secret.CommandKey(),
 		MaxClockSkew: o.maxClockSkew, Policies: o.models, Agreement: agreement(o), AgreementAbsent: agreementAbsent(), JobInterval: o.retentionEvery,
 		RecordsCheckEvery: c.recordsCheckEvery, Format: c.maxFormat,
-		Generations: []string{partTokens}, GenerationGrace: c.tokensGrace,
+		Generations: generationParts, GenerationGrace: c.tokensGrace,
 	})
 	if err != nil {
 		m.close()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
@@ -34,8 +35,8 @@ func writePages(t *testing.T, db *sql.DB, path string, n int, wrote func(int)) i
 // TestCheckpointerBoundsTheLogWithoutAutomaticCheckpoints: with
 // NoAutoCheckpoint every connection reads wal_autocheckpoint back as 0 and
 // the log holds every page written; with a Checkpointer told of each write
-// it is checkpointed and reused, and stays near MaxLogPages whatever was
-// written.
+// it is checkpointed and reused, and stays within LimitLogPages (by
+// default twice MaxLogPages) whatever was written.
 func TestCheckpointerBoundsTheLogWithoutAutomaticCheckpoints(t *testing.T) {
 	ctx := context.Background()
 	const writes = 3000 // a page or more each: 12 MiB unchecked
@@ -73,12 +74,64 @@ func TestCheckpointerBoundsTheLogWithoutAutomaticCheckpoints(t *testing.T) {
 			db, path := open(t)
 			c := sqlitedb.StartCheckpointer(db, sqlitedb.CheckpointerOptions{Every: 16, MaxLogPages: maxPages, WaitForReaders: wait})
 			size := writePages(t, db, path, writes, c.Wrote)
+			t.Logf("%+v", c.Stats())
 			c.Close()
 			c.Close() // twice is harmless
-			// The log peaks near maxPages plus what a few rounds of 16
-			// writes append while the checkpoint runs late.
+			// The log peaks between maxPages and LimitLogPages (twice
+			// maxPages) plus one write.
 			t.Logf("log peaked at %d bytes", size)
 			require.Less(t, size, int64(4*maxPages*4096), "the log was checkpointed and reused")
 		})
 	}
+}
+
+// TestCheckpointerWriterStepIsBoundedInFrames: under a stream of writes
+// (page-sized, at synchronous=NORMAL, so the writer outruns the
+// goroutine's fsyncs), Wrote's own steps each copy at most InlineFrames
+// frames, counted from SQLite's log index, however far behind the
+// goroutine is; the log never grows past LimitLogPages plus one write; and
+// the metrics report the same counts as Stats.
+func TestCheckpointerWriterStepIsBoundedInFrames(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "x.db")
+	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{Synchronous: sqlitedb.Normal, NoAutoCheckpoint: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	const maxPages, inline, limit = 200, 64, 1000
+	c := sqlitedb.StartCheckpointer(db, sqlitedb.CheckpointerOptions{Every: 8, MaxLogPages: maxPages, InlineFrames: inline, LimitLogPages: limit})
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(c))
+
+	size := writePages(t, db, path, 5000, c.Wrote)
+	c.Close()
+	s := c.Stats()
+	t.Logf("log peaked at %d bytes; %+v", size, s)
+	require.Positive(t, s.Writer+s.WriterAtLimit, "the log started over")
+	require.LessOrEqual(t, s.WriterMaxFrames, int64(inline), "a writer's step copied at most InlineFrames")
+	require.LessOrEqual(t, s.WriterFrames, s.Writer*inline)
+	const frame = 4096 + 24 // a page and its frame header
+	require.LessOrEqual(t, size, int64(32+(limit+1)*frame), "the log stayed within LimitLogPages and one write")
+
+	got := map[string]float64{}
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			got[name] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	require.Equal(t, map[string]float64{
+		"syncd_wal_checkpoints_total/background":            float64(s.Background),
+		"syncd_wal_checkpoints_total/writer":                float64(s.Writer),
+		"syncd_wal_checkpoints_total/writer_at_limit":       float64(s.WriterAtLimit),
+		"syncd_wal_checkpoint_frames_total/background":      float64(s.BackgroundFrames),
+		"syncd_wal_checkpoint_frames_total/writer":          float64(s.WriterFrames),
+		"syncd_wal_checkpoint_frames_total/writer_at_limit": float64(s.WriterAtLimitFrames),
+		"syncd_wal_checkpoints_deferred_total":              float64(s.Deferred),
+		"syncd_wal_frames":                                  float64(s.LogFrames),
+	}, got)
 }

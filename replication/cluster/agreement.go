@@ -18,7 +18,7 @@ import (
 // the live nodes' (other model declarations, a token file of the same
 // generation with other contents), or while a part that carries a
 // generation has been behind a live peer's for longer than the grace (a
-// token file that missed a change the others have): the node does not
+// token file or a deny list that missed a change the others have): the node does not
 // serve until its configuration is fixed and it reports again.
 // *MismatchError carries the parts.
 var ErrConfigMismatch = errors.New("configuration differs from the cluster's")

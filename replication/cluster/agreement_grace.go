@@ -43,7 +43,7 @@ func newAgreementBook(generations []string, reg prometheus.Registerer) *agreemen
 			Name: "syncd_cluster_config_refusals_total", Help: "Times this node stopped serving because its configuration differs from the cluster's (syncd_cluster_config_mismatch went to 1).",
 		}),
 		generation: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "syncd_cluster_config_generation", Help: "The generation of a part of this node's configuration that carries one (tokens: the token file's), as of its last survey.",
+			Name: "syncd_cluster_config_generation", Help: "The generation of a part of this node's configuration that carries one (tokens: the token file's; jwt_deny: the JWT deny list's), as of its last survey.",
 		}, []string{"part"}),
 		behindG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "syncd_cluster_config_behind", Help: "1 while a live peer publishes a higher generation of the part than this node's (within the grace the node serves on; past it, it refuses), else 0.",

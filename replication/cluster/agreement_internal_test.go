@@ -64,9 +64,10 @@ func tokensAt(digest, gen string) map[string]string {
 // newest generation is never outvoted by nodes behind it, nodes of the
 // same generation with other contents are compared by majority as
 // before, and a peer of a release before generations is counted by its
-// digest alone.
+// digest alone; with two files graded (the token file and the deny list),
+// each is judged apart.
 func TestAGenerationTellsWhichNodeIsBehind(t *testing.T) {
-	graded := []string{"tokens"}
+	graded := []string{"tokens", "jwt_deny"}
 	for _, tc := range []struct {
 		name         string
 		mine         map[string]string
@@ -86,6 +87,22 @@ func TestAGenerationTellsWhichNodeIsBehind(t *testing.T) {
 		{"older releases count by digest: agreed", tokensAt("a", "6"), []map[string]string{tokensAt("a", ""), tokensAt("b", "5")}, nil, map[string]generations{}, true},
 		{"an older release with the same file", tokensAt("a", "6"), []map[string]string{tokensAt("a", ""), tokensAt("a", "6")}, nil, map[string]generations{}, false},
 		{"a peer's unreadable generation counts as none", tokensAt("a", "6"), []map[string]string{tokensAt("a", "x"), tokensAt("a", "6")}, nil, map[string]generations{}, true},
+		// With the deny list graded too (syncd's jwt_deny): a list
+		// rewritten on one node first leaves it neither outvoted nor
+		// behind; the nodes the copy has not reached are behind in that
+		// part alone; each file is judged apart.
+		{"the deny list rewritten here first", nodeAt("a", "5", "d2", "8"),
+			[]map[string]string{nodeAt("a", "5", "d1", "7"), nodeAt("a", "5", "d1", "7")}, nil, map[string]generations{}, true},
+		{"the deny list's copy has not reached this node", nodeAt("a", "5", "d1", "7"),
+			[]map[string]string{nodeAt("a", "5", "d2", "8"), nodeAt("a", "5", "d1", "7")}, nil, map[string]generations{"jwt_deny": {7, 8}}, true},
+		{"newest tokens, behind deny list", nodeAt("b", "6", "d1", "7"),
+			[]map[string]string{nodeAt("a", "5", "d2", "8"), nodeAt("a", "5", "d2", "8")}, nil, map[string]generations{"jwt_deny": {7, 8}}, true},
+		{"behind in both files", nodeAt("a", "5", "d1", "7"),
+			[]map[string]string{nodeAt("b", "6", "d2", "8"), nodeAt("b", "6", "d2", "8")}, nil, map[string]generations{"tokens": {5, 6}, "jwt_deny": {7, 8}}, true},
+		{"a deny list edited by hand: same generation, other contents", nodeAt("a", "5", "dx", "8"),
+			[]map[string]string{nodeAt("a", "5", "d2", "8"), nodeAt("a", "5", "d2", "8")}, []string{"jwt_deny"}, map[string]generations{}, true},
+		{"a peer that publishes no deny list part is not counted for it", nodeAt("a", "5", "d1", "0"),
+			[]map[string]string{nodeAt("a", "5", "d1", "0"), tokensAt("a", "5")}, nil, map[string]generations{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := compare(tc.mine, tc.peers, nil, graded)
@@ -118,9 +135,15 @@ func TestAGenerationTellsWhichNodeIsBehind(t *testing.T) {
 // and grace of its options, a fake clock, its metrics.
 func graceNode(t *testing.T, grace time.Duration) (*Cluster, *fakeclock.Clock) {
 	t.Helper()
-	clock := fakeclock.New(time.Unix(1_000_000, 0))
+	return graceNodeOf(t, grace, fakeclock.New(time.Unix(1_000_000, 0)), "tokens")
+}
+
+// graceNodeOf is graceNode with the parts that carry a generation, on
+// clock.
+func graceNodeOf(t *testing.T, grace time.Duration, clock *fakeclock.Clock, generations ...string) (*Cluster, *fakeclock.Clock) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	o := Options{Generations: []string{"tokens"}, GenerationGrace: grace, Now: clock.Now}
+	o := Options{Generations: generations, GenerationGrace: grace, Now: clock.Now}
 	require.NoError(t, o.validateGenerations())
 	c := &Cluster{opts: o, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(nil), agr: newAgreementBook(o.Generations, reg)}
 	return c, clock
@@ -198,4 +221,84 @@ func TestGenerationGraceIsBounded(t *testing.T) {
 	}
 	o = Options{GenerationGrace: MaxGenerationGrace}
 	require.NoError(t, o.validateGenerations())
+}
+
+// nodeAt is the parts of a node with two files that carry a generation, as
+// syncd's: its token file (contents tokens at generation tokensGen) and
+// its JWT deny list (deny at denyGen).
+func nodeAt(tokens, tokensGen, deny, denyGen string) map[string]string {
+	parts := tokensAt(tokens, tokensGen)
+	parts["jwt_deny"], parts[GenerationPart("jwt_deny")] = deny, denyGen
+	return parts
+}
+
+// TestADenyListRolledOutNodeByNode plays an operator's rollout of a new
+// deny list (a revocation, generation 7 to 8) to three nodes that each
+// read their own copy, surveying every node every 2 s of a fake clock
+// with a 10 s grace: node-1, copied first, never refuses (by digest alone
+// it would, outvoted two to one, until the copy reached another node);
+// node-2, copied at 4 s, never refuses either; node-3, never copied,
+// serves inside the grace and refuses once it is over, naming the deny
+// list and both generations, and serves again at its first survey with
+// the copy.
+func TestADenyListRolledOutNodeByNode(t *testing.T) {
+	const grace = 10 * time.Second
+	clock := fakeclock.New(time.Unix(1_000_000, 0))
+	graded := []string{"tokens", "jwt_deny"}
+	nodes := make([]*Cluster, 3)
+	for i := range nodes {
+		nodes[i], _ = graceNodeOf(t, grace, clock, graded...)
+	}
+	parts := []map[string]string{nodeAt("a", "5", "d1", "7"), nodeAt("a", "5", "d1", "7"), nodeAt("a", "5", "d1", "7")}
+	copied := map[int]time.Duration{0: 0, 1: 4 * time.Second, 2: 16 * time.Second}
+	start := clock.Now()
+	var refusedAt time.Duration
+	for elapsed := time.Duration(0); elapsed <= 20*time.Second; elapsed += 2 * time.Second {
+		for i, at := range copied {
+			if elapsed >= at {
+				parts[i] = nodeAt("a", "5", "d2", "8")
+			}
+		}
+		for i, c := range nodes {
+			var peers []map[string]string
+			for j, p := range parts {
+				if j != i {
+					peers = append(peers, p)
+				}
+			}
+			c.checkAgreement(parts[i], compare(parts[i], peers, nil, graded))
+		}
+		require.NoError(t, nodes[0].Ready(), "node-1, the first with the new list, at %s", elapsed)
+		require.NoError(t, nodes[1].Ready(), "node-2, copied within the grace, at %s", elapsed)
+		switch err := nodes[2].Ready(); {
+		case elapsed < grace:
+			require.NoError(t, err, "node-3 inside the grace, at %s", elapsed)
+		case elapsed < copied[2]:
+			require.ErrorIs(t, err, ErrConfigMismatch, "node-3 past the grace, at %s", elapsed)
+			require.ErrorContains(t, err, "jwt_deny is at generation 7, behind a live peer's 8 for longer than the 10s grace")
+			if refusedAt == 0 {
+				refusedAt = elapsed
+			}
+		default:
+			require.NoError(t, err, "node-3 with the copy, at %s", elapsed)
+		}
+		clock.Advance(2 * time.Second)
+	}
+	require.Equal(t, grace, refusedAt, "node-3 refused at the first survey past the grace")
+	require.Equal(t, 20*time.Second+2*time.Second, clock.Now().Sub(start))
+	for i, c := range nodes {
+		require.Equal(t, 8.0, testutil.ToFloat64(c.agr.generation.WithLabelValues("jwt_deny")), "node-%d", i+1)
+		require.Equal(t, 0.0, testutil.ToFloat64(c.agr.behindG.WithLabelValues("jwt_deny")), "node-%d", i+1)
+		require.Equal(t, 0.0, testutil.ToFloat64(c.agr.behindG.WithLabelValues("tokens")), "node-%d: the token file was never behind", i+1)
+	}
+	require.Zero(t, testutil.ToFloat64(nodes[0].agr.refusals))
+	require.Zero(t, testutil.ToFloat64(nodes[1].agr.refusals))
+	require.Equal(t, 1.0, testutil.ToFloat64(nodes[1].agr.graceEnds.WithLabelValues("jwt_deny", graceCaughtUp)))
+	require.Equal(t, 1.0, testutil.ToFloat64(nodes[2].agr.refusals))
+	require.Equal(t, 1.0, testutil.ToFloat64(nodes[2].agr.graceEnds.WithLabelValues("jwt_deny", graceExpired)))
+
+	// By digest alone (no generations), node-1 with the new list is
+	// outvoted two to one until the copy reaches another node: the flap.
+	require.Equal(t, []string{"jwt_deny", "jwt_deny_generation"},
+		outvoted(nodeAt("a", "5", "d2", "8"), []map[string]string{nodeAt("a", "5", "d1", "7"), nodeAt("a", "5", "d1", "7")}, nil))
 }

@@ -133,7 +133,8 @@ type Options struct {
 	// compared only among the nodes that publish it.
 	AgreementAbsent map[string]string
 	// Generations names the parts of Agreement whose source carries a
-	// generation that grows with every change (the token file's): for
+	// generation that grows with every change (syncd's token file and JWT
+	// deny list): for
 	// each, Agreement also returns GenerationPart(part), the generation
 	// in decimal. A node whose generation of such a part is behind a live
 	// peer's serves on for GenerationGrace, reading its configuration

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -25,6 +26,12 @@ const maxJTIBytes = 256
 // token-file tokens' are.
 type DenyList struct {
 	Version int `json:"version"`
+	// Generation grows by one with every change this package writes (Deny,
+	// Allow, and so the admin API and syncctl jwt revoke/allow), so cluster
+	// nodes that read copies of the file can tell which is newer
+	// (Generation reads it from the file's bytes). A file written before
+	// generations has none: 0. Readers of the release before it ignore it.
+	Generation uint64 `json:"generation,omitempty"`
 	adminapi.DenyList
 }
 
@@ -179,8 +186,8 @@ func Allow(path, jti, user string, now time.Time) (DenyList, error) {
 }
 
 // updateDenyList reads the list at path, prunes lapsed entries, applies
-// change and writes the list back atomically; a change that reports false
-// writes nothing and is ErrNotDenied.
+// change and writes the list back atomically at the next generation; a
+// change that reports false writes nothing and is ErrNotDenied.
 func updateDenyList(path string, now time.Time, change func(*DenyList) bool) (DenyList, error) {
 	d, err := ReadDenyList(path)
 	if err != nil {
@@ -197,6 +204,10 @@ func updateDenyList(path string, now time.Time, change func(*DenyList) bool) (De
 	if d.Users == nil {
 		d.Users = []DeniedUser{}
 	}
+	if d.Generation == math.MaxUint64 {
+		return DenyList{}, fmt.Errorf("write deny list %s: generation %d is the largest there is (the file was edited by hand): write one with a generation below it", path, d.Generation)
+	}
+	d.Generation++
 	if err := writeJSONFile(path, d); err != nil {
 		return DenyList{}, fmt.Errorf("write deny list: %w", err)
 	}

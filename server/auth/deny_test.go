@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,6 +79,8 @@ func FuzzReadDenyList(f *testing.F) {
 	f.Add([]byte(`{"version":2}`))
 	f.Add([]byte(`{"version":1,"users":[{"user":""}]}`))
 	f.Add([]byte(`not json`))
+	f.Add([]byte(`{"version":1,"generation":7,"jtis":[],"users":[]}`))
+	f.Add([]byte(`{"version":1,"generation":18446744073709551615}`))
 	now := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		path := filepath.Join(t.TempDir(), "deny.json")
@@ -93,7 +96,12 @@ func FuzzReadDenyList(f *testing.F) {
 			require.NoError(t, auth.ValidateDenial(auth.Denial{User: u.User}))
 		}
 		written, err := auth.Deny(path, auth.Denial{JTI: "fuzz"}, now)
+		if d.Generation == math.MaxUint64 {
+			require.Error(t, err, "the generation never wraps")
+			return
+		}
 		require.NoError(t, err)
+		require.Equal(t, d.Generation+1, written.Generation, "a change is the next generation")
 		again, err := auth.ReadDenyList(path)
 		require.NoError(t, err)
 		require.Len(t, again.JTIs, len(written.JTIs))

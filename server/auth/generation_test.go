@@ -55,3 +55,59 @@ func TestTokenFileGenerationGrowsWithEveryChange(t *testing.T) {
 		require.Zero(t, auth.Generation([]byte(data)), "%q", data)
 	}
 }
+
+// TestDenyListGenerationGrowsWithEveryChange: every denial and every
+// allow that removes an entry writes the next generation, which
+// auth.Generation reads from the file's bytes as it reads the token
+// file's; a refused change writes nothing; a deny list written before
+// generations (none in it) loads with its entries as generation 0 and its
+// next change is generation 1; a file at the largest generation is
+// refused a change, not wrapped to 0.
+func TestDenyListGenerationGrowsWithEveryChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "deny.json")
+	gen := func() uint64 {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return auth.Generation(data)
+	}
+	now := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	l, err := auth.Deny(path, auth.Denial{JTI: "t-1"}, now)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), l.Generation, "a new file")
+	require.Equal(t, uint64(1), gen())
+	require.NoError(t, auth.DenyUser(path, "alice", now))
+	require.Equal(t, uint64(2), gen())
+	_, err = auth.Allow(path, "", "alice", now)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), gen())
+	_, err = auth.Allow(path, "", "alice", now)
+	require.ErrorIs(t, err, auth.ErrNotDenied)
+	_, err = auth.Deny(path, auth.Denial{}, now)
+	require.ErrorIs(t, err, auth.ErrInvalidDenial)
+	require.Equal(t, uint64(3), gen(), "a refused change writes nothing")
+	read, err := auth.ReadDenyList(path)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), read.Generation)
+
+	// A deny list of a release before generations.
+	old := `{"version":1,"jtis":[{"jti":"t-0"}],"users":[]}`
+	require.NoError(t, os.WriteFile(path, []byte(old), 0o600))
+	require.Equal(t, uint64(0), gen())
+	read, err = auth.ReadDenyList(path)
+	require.NoError(t, err)
+	require.Equal(t, []auth.DeniedJTI{{JTI: "t-0"}}, read.JTIs)
+	require.NoError(t, auth.DenyJTI(path, "t-1", time.Time{}, now))
+	require.Equal(t, uint64(1), gen())
+	read, err = auth.ReadDenyList(path)
+	require.NoError(t, err)
+	require.Len(t, read.JTIs, 2, "the old file's entry is kept")
+
+	top := `{"version":1,"generation":18446744073709551615,"jtis":[],"users":[]}`
+	require.NoError(t, os.WriteFile(path, []byte(top), 0o600))
+	_, err = auth.Deny(path, auth.Denial{JTI: "t-2"}, now)
+	require.ErrorContains(t, err, "generation 18446744073709551615 is the largest")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, top, string(data), "nothing written")
+}

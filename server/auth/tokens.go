@@ -58,12 +58,14 @@ type file struct {
 	Tokens     []Token `json:"tokens"`
 }
 
-// Generation is the generation of token-file contents data: how many
-// changes this package wrote to the file since generations exist. 0 for
-// a file written before them, and for data that is not a token file (a
-// node that cannot read its file is behind any node that can). It reads
-// nothing else of data: a file it does not validate still has the
-// generation it says.
+// Generation is the generation of the contents data of a token file, of
+// a JWT deny list (DenyList.Generation), or of a JWKS file (a
+// "generation" member beside "keys", which syncctl jwt keygen bumps): how
+// many changes were written to the file since generations exist. 0 for a
+// file written before them or without one, and for data that is not such
+// a file (a node that cannot read its file is behind any node that can).
+// It reads nothing else of data: a file it does not validate still has
+// the generation it says.
 func Generation(data []byte) uint64 {
 	var f struct {
 		Generation uint64 `json:"generation"`

@@ -1,4 +1,4 @@
--- user_version 3
+-- user_version 4
 CREATE INDEX conflicts_tenant_id ON conflicts (tenant, id);
 CREATE INDEX ledger_decisions_by_decided_at
 		ON ledger_decisions (scope, decided_at);
@@ -64,7 +64,7 @@ CREATE TABLE oplog (
 CREATE TABLE oplog_meta (
 		id    INTEGER PRIMARY KEY CHECK (id = 1),
 		floor INTEGER NOT NULL
-	);
+	, counted INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE oplog_tenants (
 		tenant  TEXT    NOT NULL PRIMARY KEY,
 		entries INTEGER NOT NULL,
