@@ -214,11 +214,19 @@ func stallSQLiteThenQueue(t *testing.T, q *SQLite, g *sqliteGate, args ...sqlite
 	// Registered after the queue's Close, so it runs first: a failing test
 	// must not leave Close waiting for a held committer.
 	t.Cleanup(g.open)
+	// The stalled enqueue goes through the committer, not its caller's own
+	// commit: the committer must be the one held, or it would take the
+	// first of args off its channel and wait for the writer with it.
+	q.solo.Store(false)
 	waitFirst := sqliteEnqueueAsync(q, sqliteArgs{"stall", ""})
 	require.Equal(t, 1, g.next(t), "the first enqueue is committed alone, at once")
 	waitRest := sqliteEnqueueAsync(q, args...)
-	require.Eventually(t, func() bool { return q.waiting.Load() == int64(len(args)) }, 10*time.Second, time.Millisecond,
-		"the enqueues did not reach the committer")
+	// In the committer's channel, not only counted as waiting: an enqueue
+	// counts itself before its send, and one still between the two would
+	// miss the group the gate's opening starts.
+	require.LessOrEqual(t, len(args), cap(q.requests))
+	require.Eventually(t, func() bool { return q.waiting.Load() == int64(len(args)) && len(q.requests) == len(args) },
+		10*time.Second, time.Millisecond, "the enqueues did not reach the committer")
 	return func() (sqliteResult, []sqliteResult) {
 		g.open()
 		return waitFirst()[0], waitRest()
