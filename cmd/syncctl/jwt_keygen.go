@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/syncd-dev/syncd/internal/atomicfile"
 	"github.com/syncd-dev/syncd/server/auth"
 )
 
@@ -54,13 +55,13 @@ cluster).`,
 		if err != nil {
 			return failf(exitFailure, "jwt keygen: %v", err)
 		}
-		if err := os.MkdirAll(*dir, 0o750); err != nil {
+		// Each file is replaced whole (a syncd reading jwks.json on its
+		// schedule never reads half of one): the key first, so a JWKS that
+		// publishes it never names a key that was not kept.
+		if err := atomicfile.Write(keyPath, pemBytes, 0o600, 0o750); err != nil {
 			return failf(exitFailure, "jwt keygen: %v", err)
 		}
-		if err := os.WriteFile(keyPath, pemBytes, 0o600); err != nil {
-			return failf(exitFailure, "jwt keygen: %v", err)
-		}
-		if err := os.WriteFile(jwksPath, doc, 0o644); err != nil {
+		if err := atomicfile.Write(jwksPath, doc, 0o644, 0o750); err != nil {
 			return failf(exitFailure, "jwt keygen: %v", err)
 		}
 		if a.json {

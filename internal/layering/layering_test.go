@@ -65,7 +65,7 @@ var allowed = map[string][]string{
 	"client/offlinequeue/queuetest": {"client/offlinequeue", "internal/sqlitedb", "internal/fakeclock"},
 	"internal/layering":             {},
 	"internal/metricscatalogue":     {},
-	"cmd/syncctl":                   {"adminapi", "syncproto", "client", "client/offlinequeue", "server/auth", "replication", "internal/jsonscan", "internal/sqlitedb", "internal/textsafe", "internal/buildinfo", "internal/datalock"},
+	"cmd/syncctl":                   {"adminapi", "syncproto", "client", "client/offlinequeue", "server/auth", "replication", "internal/atomicfile", "internal/jsonscan", "internal/sqlitedb", "internal/textsafe", "internal/buildinfo", "internal/datalock"},
 	"cmd/syncd":                     {"server", "server/auth", "replication", "replication/cluster", "client", "internal/sqlitedb", "internal/buildinfo", "internal/datalock"},
 	"soak":                          {"adminapi", "client", "client/offlinequeue", "client/reconnect", "server/auth", "replication/cluster", "internal/loopback", "internal/sqlitedb", "soak/checker", "soak/faultproxy", "soak/journal", "soak/report"},
 	"soak/checker":                  {"client", "client/offlinequeue", "replication", "syncproto", "internal/sqlitedb", "soak/journal"},

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"time"
@@ -204,10 +203,11 @@ func updateDenyList(path string, now time.Time, change func(*DenyList) bool) (De
 	if d.Users == nil {
 		d.Users = []DeniedUser{}
 	}
-	if d.Generation == math.MaxUint64 {
-		return DenyList{}, fmt.Errorf("write deny list %s: generation %d is the largest there is (the file was edited by hand): write one with a generation below it", path, d.Generation)
+	next, err := nextGeneration(path, d.Generation)
+	if err != nil {
+		return DenyList{}, fmt.Errorf("write deny list: %w", err)
 	}
-	d.Generation++
+	d.Generation = next
 	if err := writeJSONFile(path, d); err != nil {
 		return DenyList{}, fmt.Errorf("write deny list: %w", err)
 	}

@@ -3,6 +3,7 @@ package auth_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 // TestTokenFileGenerationGrowsWithEveryChange: every issue and revocation
 // writes the next generation; a file written before generations (none in
 // it) is read as generation 0, its tokens admitted, and its next change is
-// generation 1; data that is not a token file is generation 0.
+// generation 1; data that is not a token file is generation 0; a file at
+// the largest generation is refused a change.
 func TestTokenFileGenerationGrowsWithEveryChange(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens.json")
 	gen := func() uint64 {
@@ -54,6 +56,16 @@ func TestTokenFileGenerationGrowsWithEveryChange(t *testing.T) {
 	for _, data := range []string{"", "not json", `{"generation":-1}`, `{"generation":"7"}`} {
 		require.Zero(t, auth.Generation([]byte(data)), "%q", data)
 	}
+
+	// A file edited by hand to the largest generation is refused a change,
+	// not wrapped to 0 (which every node would take for the oldest).
+	last := strings.Replace(old, `{"version":1,`, `{"version":1,"generation":18446744073709551615,`, 1)
+	require.NoError(t, os.WriteFile(path, []byte(last), 0o600))
+	_, err = auth.Issue(path, member, now)
+	require.ErrorContains(t, err, "largest there is")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, last, string(data), "a refused change writes nothing")
 }
 
 // TestDenyListGenerationGrowsWithEveryChange: every denial and every

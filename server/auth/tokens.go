@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -264,7 +265,22 @@ func secretMatches(t Token, secret string) bool {
 // writeFile replaces the token file, read at generation was, with tokens
 // at the next generation, atomically and durably.
 func writeFile(path string, was uint64, tokens []Token) error {
-	return writeJSONFile(path, file{Version: fileVersion, Generation: was + 1, Tokens: tokens})
+	next, err := nextGeneration(path, was)
+	if err != nil {
+		return err
+	}
+	return writeJSONFile(path, file{Version: fileVersion, Generation: next, Tokens: tokens})
+}
+
+// nextGeneration is the generation a change of the file at path, read at
+// generation was, writes: was+1, or an error where that would wrap to 0
+// (only a file edited by hand gets there), since a node reading 0 would
+// take the newest file for the oldest.
+func nextGeneration(path string, was uint64) (uint64, error) {
+	if was == math.MaxUint64 {
+		return 0, fmt.Errorf("%s: generation %d is the largest there is (the file was edited by hand): write one with a generation below it", path, was)
+	}
+	return was + 1, nil
 }
 
 // writeJSONFile replaces the file at path with v as indented JSON,
