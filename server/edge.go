@@ -26,12 +26,19 @@ import (
 //
 // paused is the session's set of models paused by a value-version refusal
 // (valueVersions.check).
-func (s *Server) push(ctx context.Context, p auth.Principal, muts []syncproto.Mutation, paused map[string]bool) (req *pushRequest, err error) {
+func (s *Server) push(ctx context.Context, p auth.Principal, muts []syncproto.Mutation, paused map[string]bool) (*pushRequest, error) {
+	b := s.admitPush(p, muts, paused)
+	return s.submitPush(ctx, p, &b)
+}
+
+// admitPush is push's first part, the CPU of it: the batch of muts as
+// this node admits them (rights, skew, policies, value versions), noted
+// in the device book. It waits for nothing.
+func (s *Server) admitPush(p auth.Principal, muts []syncproto.Mutation, paused map[string]bool) replication.Batch {
 	b := replication.Admit(replication.Author{Tenant: p.Tenant, ClientID: p.ClientID, User: p.User, Grants: tokenGrants(p), CanWrite: p.CanWrite},
 		muts, s.cfg.Policies, s.now(), s.cfg.MaxClockSkew)
 	s.versions.check(&b, paused)
 	s.notePush(p, &b)
-	defer func() { s.notePushError(p, err) }()
 	for _, w := range b.Writes {
 		if w.Refusal == nil {
 			// Admitted timestamps are within the skew bound: observing
@@ -39,10 +46,18 @@ func (s *Server) push(ctx context.Context, p auth.Principal, muts []syncproto.Mu
 			s.clock.Observe(w.Mutation.HLC)
 		}
 	}
+	return b
+}
+
+// submitPush is push's second part: b, admitted by admitPush, handed to
+// the committer (it may wait for a place in its tenant's line), or asked
+// of the hook and committed.
+func (s *Server) submitPush(ctx context.Context, p auth.Principal, b *replication.Batch) (req *pushRequest, err error) {
+	defer func() { s.notePushError(p, err) }()
 	if !slices.ContainsFunc(b.Writes, isHookWrite) {
-		return s.commits.submit(ctx, &b)
+		return s.commits.submit(ctx, b)
 	}
-	return s.pushWithHooks(ctx, &b)
+	return s.pushWithHooks(ctx, b)
 }
 
 func isHookWrite(w replication.Write) bool {

@@ -164,6 +164,12 @@ type Config struct {
 	// queue; 0 means DefaultMaxSnapshotsPerTenant, negative means no cap.
 	// Beyond it: 503 server_busy with Retry-After.
 	MaxSnapshotsPerTenant int
+	// SessionWorkTurns caps the frames the sessions decode, meter and
+	// admit at once (workGate): a session beyond it waits, parked, for a
+	// turn that goes round the tenants by TenantWeights, so one tenant's
+	// many sessions cannot crowd another's off the cores. 0 means
+	// GOMAXPROCS; negative means no cap.
+	SessionWorkTurns int
 	// SnapshotShareBytes bounds the body a snapshot read served to several
 	// devices keeps for its slowest reader; 0 means
 	// DefaultSnapshotShareBytes.
@@ -367,6 +373,9 @@ type Server struct {
 	// snapshotDB is the snapshots' own pool; snapshots admits them.
 	snapshotDB *sql.DB
 	snapshots  *snapshotGate
+	// work hands the sessions' work turns round the tenants (workGate);
+	// nil when SessionWorkTurns is negative.
+	work *workGate
 	// snapshotSends admits snapshot bodies' writes (snapshotSender).
 	snapshotSends *snapshotSender
 	quotas        *quotaBook   // per token and per tenant
@@ -462,6 +471,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	labels := newTenantLabels(cfg.TenantWeights, max(0, cfg.MaxTenantLabels))
 	s.snapshots = newSnapshotGate(cfg.MaxConcurrentSnapshots, max(0, cfg.MaxQueuedSnapshots), cfg.MaxSnapshotsPerTenant, cfg.TenantWeights,
 		s.metrics.snapshotsWaiting, newSnapshotTurnMetrics(reg, labels))
+	if cfg.SessionWorkTurns >= 0 {
+		s.work = newWorkGate(cmp.Or(cfg.SessionWorkTurns, runtime.GOMAXPROCS(0)), cfg.TenantWeights, newWorkTurnMetrics(reg, labels))
+	}
 	s.snapshotSends = newSnapshotSender(max(1, runtime.GOMAXPROCS(0)/2))
 	s.quotas = newQuotaBook(cfg.Quotas, cfg.Now, s.metrics)
 	s.frames = newFrameBudget(cfg.FrameBudgetBytes, s.metrics.frameBudgetInUse, s.metrics.frameBudgetWaits)

@@ -51,7 +51,8 @@ type session struct {
 
 	// reader-owned
 	helloDone bool
-	frameHeld int64 // frame budget held by the frame being handled
+	frameHeld int64    // frame budget held by the frame being handled
+	work      workSeat // the work turn the frame being handled holds
 	sub       context.CancelFunc
 	subDone   chan struct{}
 
@@ -116,6 +117,7 @@ func newSession(srv *Server, conn *websocket.Conn, p auth.Principal, remote stri
 		log:      srv.log.With("client_id", p.ClientID, "tenant", p.Tenant, "remote", remote),
 		limiter:  rate.NewLimiter(rate.Limit(srv.cfg.RequestsPerSecond), srv.cfg.RequestBurst),
 		frames:   srv.quotas.frameShare(p, srv.frames),
+		work:     workSeat{gate: srv.work, tenant: p.Tenant},
 		outbox:   make(chan outbound, outboxSize),
 		feedbox:  make(chan outbound, feedPagesInFlight),
 		draining: make(chan struct{}),
@@ -194,7 +196,11 @@ func (ss *session) readLoop(ctx context.Context) *closeOrder {
 
 // handleFrame handles what readFrame returned; stop ends the read loop,
 // with the close to perform (nil: the connection is gone). A push takes
-// the frame's budget with it (ss.frameHeld) until its commit ends.
+// the frame's budget with it (ss.frameHeld) until its commit ends. The
+// frame is decoded and metered within a work turn of the session's tenant
+// (workGate), and a push admitted within it too; the turn is given back
+// before anything that waits: an answer queued on the outbox, the
+// committer's line, any other request's work.
 func (ss *session) handleFrame(ctx context.Context, typ websocket.MessageType, frame []byte, err error) (closing *closeOrder, stop bool) {
 	if errors.Is(err, errFrameTooLarge) {
 		ss.heard()
@@ -209,9 +215,16 @@ func (ss *session) handleFrame(ctx context.Context, typ websocket.MessageType, f
 	if typ != websocket.MessageText {
 		return ss.refuseAndClose("", syncproto.Errorf(syncproto.CodeMalformed, "binary frames are not part of syncproto.v1")), true
 	}
+	if !ss.work.take(ctx) {
+		return nil, true // the session is being cut
+	}
+	defer ss.work.give()
 	msg, err := syncproto.DecodeRequest(frame)
 	// Every frame is metered, decodable or not.
 	limited := ss.overLimit(msg)
+	if _, push := msg.(*syncproto.Push); !push || err != nil || limited != nil || !ss.helloDone {
+		ss.work.give() // only a push's admission is worked within the turn
+	}
 	if err != nil {
 		perr := syncproto.AsError(err)
 		if perr.Code == syncproto.CodeMalformed || perr.Code == syncproto.CodeFrameTooLarge || !ss.helloDone {
@@ -373,6 +386,7 @@ func (ss *session) dispatch(ctx context.Context, msg syncproto.Message) *closeOr
 	}
 	select {
 	case <-ss.draining:
+		ss.work.give()
 		ss.refuse(msg.RequestID(), syncproto.Errorf(syncproto.CodeShuttingDown, "server shutting down; reconnect and resend"))
 		return nil
 	default:
@@ -480,7 +494,9 @@ func (ss *session) push(ctx context.Context, m *syncproto.Push) {
 	if ss.paused == nil {
 		ss.paused = map[string]bool{}
 	}
-	req, err := ss.srv.push(ctx, ss.p, m.Mutations, ss.paused)
+	b := ss.srv.admitPush(ss.p, m.Mutations, ss.paused)
+	ss.work.give() // the committer's line is a wait: not within the turn
+	req, err := ss.srv.submitPush(ctx, ss.p, &b)
 	if err != nil {
 		ss.pending.Add(-1)
 		if ctx.Err() != nil {

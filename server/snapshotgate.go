@@ -178,64 +178,90 @@ func (g *snapshotGate) refuseLocked(reason string) *snapshotRefusal {
 	return &snapshotRefusal{reason: reason, retryAfter: min(time.Duration(rounds)*took, snapshotMaxRetryAfter)}
 }
 
-// turnQueue is the snapshot gate's input: one FIFO line of waiters per
-// tenant, given turns in weighted round robin. A tenant of weight w with
-// snapshots waiting takes up to w turns when its round comes, then goes
-// to the back of the round; one whose line empties leaves the round and
-// keeps no credit. So a tenant whose snapshot starts waiting gets a turn
-// before any other tenant takes more than its weight of turns (within
-// one round), however many its devices storming. Waiters that join a
-// read (removeScope) take no turn. turnQueue has no lock and no
-// goroutine: the gate guards it.
-type turnQueue struct {
+// turnQueue is the snapshot gate's input: a roundQueue of snapshot
+// waiters, whose scope is the read a waiter may join instead of taking a
+// turn (removeScope).
+type turnQueue = roundQueue[*snapshotWaiter]
+
+// newTurnQueue returns an empty snapshot queue; weights gives a tenant's
+// weight (absent: 1).
+func newTurnQueue(weights map[string]int) *turnQueue {
+	return newRoundQueue[*snapshotWaiter](weights)
+}
+
+func (w *snapshotWaiter) turnTenant() string { return w.tenant }
+func (w *snapshotWaiter) turnScope() string  { return w.scope }
+
+// turnWaiter is what waits in a roundQueue: its tenant, whose line it
+// waits in, and its scope, which waiters that can be served together
+// share ("" for none).
+type turnWaiter interface {
+	comparable
+	turnTenant() string
+	turnScope() string
+}
+
+// roundQueue is a gate's input: one FIFO line of waiters per tenant,
+// given turns in weighted round robin. A tenant of weight w with waiters
+// takes up to w turns when its round comes, then goes to the back of the
+// round; one whose line empties leaves the round and keeps no credit. So
+// a tenant whose waiter starts waiting gets a turn before any other
+// tenant takes more than its weight of turns (within one round), however
+// many its waiters. Waiters taken out by removeScope take no turn. The
+// snapshot gate (snapshot reads) and the work gate (sessions' CPU work,
+// workturns.go) use it. roundQueue has no lock and no goroutine: its gate
+// guards it.
+type roundQueue[W turnWaiter] struct {
 	weights map[string]int
-	lines   map[string]*turnLine
+	lines   map[string]*turnLine[W]
 	// active holds the tenants with waiters in round order; active[0] has
 	// the turn.
-	active []*turnLine
+	active []*turnLine[W]
 	n      int // waiters in all
 }
 
-type turnLine struct {
+type turnLine[W turnWaiter] struct {
 	tenant  string
 	weight  int
-	waiters []*snapshotWaiter // first first
-	credit  int               // turns left in its round (0: its round has not begun)
+	waiters []W // first first
+	credit  int // turns left in its round (0: its round has not begun)
 }
 
-// newTurnQueue returns an empty queue; weights gives a tenant's weight
+// newRoundQueue returns an empty queue; weights gives a tenant's weight
 // (absent: 1).
-func newTurnQueue(weights map[string]int) *turnQueue {
-	return &turnQueue{weights: weights, lines: map[string]*turnLine{}}
+func newRoundQueue[W turnWaiter](weights map[string]int) *roundQueue[W] {
+	return &roundQueue[W]{weights: weights, lines: map[string]*turnLine[W]{}}
 }
 
-func (q *turnQueue) len() int { return q.n }
+func (q *roundQueue[W]) len() int { return q.n }
 
 // push queues w at the end of its tenant's line; a tenant without waiters
 // joins the round at its end.
-func (q *turnQueue) push(w *snapshotWaiter) {
-	l := q.lines[w.tenant]
+func (q *roundQueue[W]) push(w W) {
+	tenant := w.turnTenant()
+	l := q.lines[tenant]
 	if l == nil {
-		l = &turnLine{tenant: w.tenant, weight: max(1, q.weights[w.tenant])}
-		q.lines[w.tenant] = l
+		l = &turnLine[W]{tenant: tenant, weight: max(1, q.weights[tenant])}
+		q.lines[tenant] = l
 		q.active = append(q.active, l)
 	}
 	l.waiters = append(l.waiters, w)
 	q.n++
 }
 
-// next removes and returns the waiter whose turn it is, or nil when none
-// waits.
-func (q *turnQueue) next() *snapshotWaiter {
+// next removes and returns the waiter whose turn it is, or W's zero value
+// (nil) when none waits.
+func (q *roundQueue[W]) next() (w W) {
 	if len(q.active) == 0 {
-		return nil
+		return w
 	}
 	l := q.active[0]
 	if l.credit == 0 {
 		l.credit = l.weight
 	}
-	w := l.waiters[0]
-	l.waiters[0] = nil
+	w = l.waiters[0]
+	var zero W
+	l.waiters[0] = zero
 	l.waiters = l.waiters[1:]
 	l.credit--
 	q.n--
@@ -250,8 +276,8 @@ func (q *turnQueue) next() *snapshotWaiter {
 
 // remove takes w out of its line; false when it is not queued (it was
 // given a turn or a place in a read).
-func (q *turnQueue) remove(w *snapshotWaiter) bool {
-	l := q.lines[w.tenant]
+func (q *roundQueue[W]) remove(w W) bool {
+	l := q.lines[w.turnTenant()]
 	if l == nil {
 		return false
 	}
@@ -269,11 +295,11 @@ func (q *turnQueue) remove(w *snapshotWaiter) bool {
 
 // removeScope takes every waiter of scope out of the queue and returns
 // them, first first within each tenant.
-func (q *turnQueue) removeScope(scope string) []*snapshotWaiter {
-	var out []*snapshotWaiter
+func (q *roundQueue[W]) removeScope(scope string) []W {
+	var out []W
 	for _, l := range slices.Clone(q.active) {
-		l.waiters = slices.DeleteFunc(l.waiters, func(w *snapshotWaiter) bool {
-			if w.scope != scope {
+		l.waiters = slices.DeleteFunc(l.waiters, func(w W) bool {
+			if w.turnScope() != scope {
 				return false
 			}
 			out = append(out, w)
@@ -288,52 +314,59 @@ func (q *turnQueue) removeScope(scope string) []*snapshotWaiter {
 }
 
 // drop removes an emptied line from the round; it keeps no credit.
-func (q *turnQueue) drop(l *turnLine) {
+func (q *roundQueue[W]) drop(l *turnLine[W]) {
 	delete(q.lines, l.tenant)
-	q.active = slices.DeleteFunc(q.active, func(a *turnLine) bool { return a == l })
+	q.active = slices.DeleteFunc(q.active, func(a *turnLine[W]) bool { return a == l })
 }
 
 // scopes is how many distinct scopes wait: the reads the queue needs.
-func (q *turnQueue) scopes() int {
+func (q *roundQueue[W]) scopes() int {
 	seen := map[string]struct{}{}
 	for _, l := range q.active {
 		for _, w := range l.waiters {
-			seen[w.scope] = struct{}{}
+			seen[w.turnScope()] = struct{}{}
 		}
 	}
 	return len(seen)
 }
 
 // snapshotTurnMetrics are the snapshot gate's metrics per tenant:
-// snapshots waiting for a turn and turns taken. The tenant label is
-// bounded (tenantLabels).
-type snapshotTurnMetrics struct {
+// snapshots waiting for a turn and turns taken.
+type snapshotTurnMetrics = turnMetrics
+
+func newSnapshotTurnMetrics(reg prometheus.Registerer, labels *tenantLabels) *snapshotTurnMetrics {
+	return newTurnMetrics(reg, labels,
+		prometheus.GaugeOpts{Name: "syncd_snapshot_turns_waiting", Help: "Snapshot requests waiting for a turn, by tenant (tenants beyond --max-tenant-labels: ~other)."},
+		prometheus.CounterOpts{Name: "syncd_snapshot_turns_total", Help: "Snapshot turns (database reads of their own) taken, by tenant: the share of the snapshot turns each tenant is served."})
+}
+
+// turnMetrics are a turn gate's metrics per tenant: waiters and turns
+// taken. The tenant label is bounded (tenantLabels).
+type turnMetrics struct {
 	waitingVec *prometheus.GaugeVec   // tenant
 	turns      *prometheus.CounterVec // tenant
 	labels     *tenantLabels
 }
 
-func newSnapshotTurnMetrics(reg prometheus.Registerer, labels *tenantLabels) *snapshotTurnMetrics {
-	m := &snapshotTurnMetrics{
-		waitingVec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "syncd_snapshot_turns_waiting", Help: "Snapshot requests waiting for a turn, by tenant (tenants beyond --max-tenant-labels: ~other).",
-		}, []string{"tenant"}),
-		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncd_snapshot_turns_total", Help: "Snapshot turns (database reads of their own) taken, by tenant: the share of the snapshot turns each tenant is served.",
-		}, []string{"tenant"}),
-		labels: labels,
+// newTurnMetrics registers the gauge of waiters and the counter of turns
+// taken, each labelled by tenant.
+func newTurnMetrics(reg prometheus.Registerer, labels *tenantLabels, waiting prometheus.GaugeOpts, turns prometheus.CounterOpts) *turnMetrics {
+	m := &turnMetrics{
+		waitingVec: prometheus.NewGaugeVec(waiting, []string{"tenant"}),
+		turns:      prometheus.NewCounterVec(turns, []string{"tenant"}),
+		labels:     labels,
 	}
 	reg.MustRegister(m.waitingVec, m.turns)
 	return m
 }
 
-// waiting adds delta to tenant's snapshots waiting.
-func (m *snapshotTurnMetrics) waiting(tenant string, delta float64) {
+// waiting adds delta to tenant's waiters.
+func (m *turnMetrics) waiting(tenant string, delta float64) {
 	m.waitingVec.WithLabelValues(m.labels.label(tenant)).Add(delta)
 }
 
 // took counts a turn of tenant; its waiting series exists from then on.
-func (m *snapshotTurnMetrics) took(tenant string) {
+func (m *turnMetrics) took(tenant string) {
 	l := m.labels.label(tenant)
 	m.turns.WithLabelValues(l).Inc()
 	m.waitingVec.WithLabelValues(l).Add(0)
