@@ -522,7 +522,7 @@ func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
 		ss.refuse(m.ID, refusal)
 		return
 	}
-	page, resync := ss.read(ctx, m.ID, m.Cursor, m.Limit, sc)
+	page, resync := ss.read(ctx, m.ID, m.Cursor, m.Limit, sc, nil)
 	if resync != nil {
 		ss.send(resync)
 		return
@@ -546,8 +546,9 @@ func (ss *session) pull(ctx context.Context, m *syncproto.Pull) {
 // read serves one page after cursor in the principal's scope, narrowed to
 // what sc follows (nil: no scope declared). It answers the refusal itself
 // and returns nil, nil when the cursor is ahead or the read failed; it
-// returns a resync when the cursor is older than the log.
-func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int, sc *subscriptionScopes) (*replication.Page, *syncproto.Resync) {
+// returns a resync when the cursor is older than the log. A refusal gives
+// back turn (the feed's work turn, or nil) before it is queued.
+func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int, sc *subscriptionScopes, turn *workSeat) (*replication.Page, *syncproto.Resync) {
 	ss.srv.catchUp(ctx, cursor)
 	if limit == 0 {
 		limit = syncproto.DefaultPullLimit
@@ -565,8 +566,10 @@ func (ss *session) read(ctx context.Context, id string, cursor uint64, limit int
 		ss.srv.metrics.resyncs.Inc()
 		return nil, &syncproto.Resync{ID: id, Reason: syncproto.ResyncCursorExpired, SnapshotURL: sc.snapshotURL(), Head: ce.Bounds.Head}
 	case errors.As(err, &ce):
+		turn.give()
 		ss.refuse(id, syncproto.Errorf(syncproto.CodeCursorAhead, "cursor %d is past the head %d", cursor, ce.Bounds.Head))
 	case ctx.Err() == nil:
+		turn.give()
 		ss.refuse(id, internalError(err))
 	}
 	return nil, nil
@@ -627,7 +630,12 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64, sc *subsc
 	// read wakes it (route.go).
 	route := ss.srv.tail.router.subscribe(sc.readScope(scopeOf(ss.p), ss.p.User))
 	ss.cursor.follow(route)
+	// A page is read and its frame built within a work turn of the
+	// tenant, given back before any wait (a place in flight, the feed
+	// lane, the next commit).
+	turn := workSeat{gate: ss.srv.work, tenant: ss.p.Tenant}
 	defer func() {
+		turn.give()
 		ss.cursor.follow(nil)
 		route.close()
 	}()
@@ -638,8 +646,12 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64, sc *subsc
 			}
 			continue
 		}
-		page, resync := ss.read(ctx, id, cursor, 0, sc)
+		if !turn.take(ctx) {
+			return
+		}
+		page, resync := ss.read(ctx, id, cursor, 0, sc, &turn)
 		if resync != nil {
+			turn.give()
 			ss.sendFeed(ctx, outbound{msg: resync})
 			return
 		}
@@ -647,6 +659,9 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64, sc *subsc
 			return
 		}
 		evictions, resync, refusal := ss.scopeTurn(id, *page, sc, first)
+		if resync != nil || refusal != nil {
+			turn.give()
+		}
 		switch {
 		case resync != nil:
 			ss.sendFeed(ctx, outbound{msg: resync})
@@ -671,6 +686,7 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64, sc *subsc
 				c.Evictions = evictions
 				out.msg = c
 			}
+			turn.give()
 			entries, seq := page.Entries, page.Next
 			// The client's position (admin: cursor, lag) is where the
 			// last page it was sent ends, the first (perhaps empty) one
@@ -706,6 +722,7 @@ func (ss *session) feed(ctx context.Context, id string, cursor uint64, sc *subsc
 			}
 			first = false
 		}
+		turn.give()
 		cursor = page.Next
 		if len(page.Entries) == 0 {
 			// Nothing readable up to page.Next: the client is there too.
