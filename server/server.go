@@ -165,10 +165,10 @@ type Config struct {
 	// Beyond it: 503 server_busy with Retry-After.
 	MaxSnapshotsPerTenant int
 	// SessionWorkTurns caps the frames the sessions decode, meter and
-	// admit at once (workGate): a session beyond it waits, parked, for a
-	// turn that goes round the tenants by TenantWeights, so one tenant's
-	// many sessions cannot crowd another's off the cores. 0 means
-	// GOMAXPROCS; negative means no cap.
+	// admit, and the feed pages they read and build, at once (workGate):
+	// a session beyond it waits, parked, for a turn that goes round the
+	// tenants by TenantWeights, so one tenant's many sessions cannot crowd
+	// another's off the cores. 0 means GOMAXPROCS; negative means no cap.
 	SessionWorkTurns int
 	// SnapshotShareBytes bounds the body a snapshot read served to several
 	// devices keeps for its slowest reader; 0 means
@@ -191,7 +191,8 @@ type Config struct {
 	// (snapshotGate), on every node.
 	TenantWeights map[string]int
 	// MaxTenantLabels caps the tenants given their own tenant label in the
-	// per-tenant metrics (syncd_commit_*, syncd_snapshot_turns_*), beyond those of
+	// per-tenant metrics (syncd_commit_*, syncd_snapshot_turns_*,
+	// syncd_work_turns_*), beyond those of
 	// TenantWeights: the first seen since start; the others share the
 	// label "~other". 0 means DefaultMaxTenantLabels; negative, none.
 	MaxTenantLabels int

@@ -7,11 +7,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// workGate bounds the sessions' CPU work on frames running at once: a
-// session's reader takes a work turn of its tenant before it decodes,
-// meters and admits a frame (for a push, up to its hand-over to the
-// committer) and gives it back before anything that waits (the
-// committer's line, its outbox, a read of the database). At most max
+// workGate bounds the sessions' CPU work running at once: a session's
+// reader takes a work turn of its tenant before it decodes, meters and
+// admits a frame (for a push, up to its hand-over to the committer), and
+// its subscription takes one to read a feed page and build its frame;
+// each gives it back before anything that waits (the committer's line,
+// the outbox, the feed lane, the next commit, the hook). At most max
 // turns are held; a reader beyond them is parked on a channel, not
 // runnable, in its tenant's line of a roundQueue, and a freed turn goes
 // round the tenants with readers waiting by weight (Config.TenantWeights,
@@ -40,7 +41,7 @@ func newWorkGate(turns int, weights map[string]int, m *turnMetrics) *workGate {
 func newWorkTurnMetrics(reg prometheus.Registerer, labels *tenantLabels) *turnMetrics {
 	return newTurnMetrics(reg, labels,
 		prometheus.GaugeOpts{Name: "syncd_work_turns_waiting", Help: "Sessions waiting for a work turn to decode and admit a frame, by tenant (tenants beyond --max-tenant-labels: ~other)."},
-		prometheus.CounterOpts{Name: "syncd_work_turns_total", Help: "Work turns (a frame decoded, metered and admitted) taken, by tenant: the share of the sessions' CPU work each tenant is served."})
+		prometheus.CounterOpts{Name: "syncd_work_turns_total", Help: "Work turns (a frame decoded, metered and admitted, or a feed page read and built) taken, by tenant: the share of the sessions' CPU work each tenant is served."})
 }
 
 // workWaiter is one reader parked for a turn.

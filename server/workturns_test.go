@@ -97,3 +97,48 @@ func TestWorkTurnIsNotHeldAcrossAFullOutbox(t *testing.T) {
 	}
 	requireApplied(t, reader.push("after", put(t, readerClock, "notes", "k", `{"n":2}`)))
 }
+
+// A session parked for a work turn is released when the server cuts it
+// (the shutdown's deadline cancels the sessions' context), and the turns
+// stay whole: given back, they serve the next session at once.
+func TestWorkTurnParkedReaderIsReleasedWhenTheSessionIsCut(t *testing.T) {
+	ts := startServer(t, server.Config{SessionWorkTurns: 1})
+	c, _ := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
+	giveBack := ts.srv.HoldWorkTurns("holder")
+	c.send(&syncproto.Ping{ID: "parked"})
+	require.Eventually(t, func() bool { return ts.MetricValue(t, `syncd_work_turns_waiting{tenant="acme"}`) == 1 }, workTurnTestWait, time.Millisecond,
+		"the ping's reader parks")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, ts.srv.Shutdown(ctx), context.DeadlineExceeded, "the parked session was cut at the deadline, and Shutdown returned")
+	require.Equal(t, 0.0, ts.MetricValue(t, `syncd_work_turns_waiting{tenant="acme"}`))
+	giveBack()
+	require.Zero(t, ts.srv.WorkTurnsHeld())
+}
+
+// A subscription parked for a work turn (a commit woke it while every
+// turn was held) is released when its session ends: the client leaves,
+// the reader stops the subscription, and the session is gone, with no
+// turn lost.
+func TestWorkTurnParkedFeedIsReleasedWhenTheSessionEnds(t *testing.T) {
+	ts := startServer(t, server.Config{SessionWorkTurns: 1, RetentionInterval: -1})
+	c, _ := session(t, ts, ts.Member(t, "acme", "tablet"), "tablet")
+	c.subscribe("s", 0)
+	giveBack := ts.srv.HoldWorkTurns("holder")
+	m := put(t, syncproto.NewClock("other", nil), "notes", "n", `{"n":1}`)
+	require.NoError(t, ts.srv.CommitAs(context.Background(), "acme", "other", []syncproto.Mutation{m}))
+	require.Eventually(t, func() bool { return ts.MetricValue(t, `syncd_work_turns_waiting{tenant="acme"}`) == 1 }, workTurnTestWait, time.Millisecond,
+		"the woken feed parks")
+
+	c.conn.CloseNow()
+	require.Eventually(t, func() bool {
+		return ts.MetricValue(t, `syncd_subscribers`) == 0 && ts.MetricValue(t, `syncd_work_turns_waiting{tenant="acme"}`) == 0
+	}, workTurnTestWait, time.Millisecond, "the session ends and its feed leaves the line")
+	giveBack()
+	require.Zero(t, ts.srv.WorkTurnsHeld())
+
+	// The turns are whole: another session is served.
+	other, otherClock := session(t, ts, ts.Member(t, "acme", "phone"), "phone")
+	requireApplied(t, other.push("w1", put(t, otherClock, "notes", "m", `{"n":2}`)))
+}

@@ -32,6 +32,7 @@ type limitOptions struct {
 	maxQueuedSnapshots     int
 	snapshotQueueTimeout   time.Duration
 	maxSnapshotsPerTenant  int
+	sessionWorkTurns       int
 	snapshotShareBytes     int
 	snapshotTimeout        time.Duration
 	snapshotWriteTimeout   time.Duration
@@ -42,7 +43,7 @@ func (o *limitOptions) register(fs *flag.FlagSet) {
 	fs.Float64Var(&o.requestsPerSecond, "requests-per-second", server.DefaultRequestsPerSecond, "requests one websocket session may send per second (announced in welcome): a backstop against a session spinning on cheap frames, above what one device doing awaited writes or a backlog replay sends")
 	fs.IntVar(&o.requestBurst, "request-burst", server.DefaultRequestBurst, "burst of --requests-per-second")
 	fs.Var(&o.tenantWeights, "tenant-weight", fmt.Sprintf("a tenant's weight in the committer's fair order as TENANT=WEIGHT (1 to %d; tenants not named weigh 1): when the committer is saturated each tenant with pushes waiting gets mutations committed in proportion to its weight, and takes that many snapshot turns a round; repeatable", server.MaxTenantWeight))
-	fs.IntVar(&o.maxTenantLabels, "max-tenant-labels", server.DefaultMaxTenantLabels, "tenants, beyond those of --tenant-weight, given their own tenant label in the syncd_commit_* and syncd_snapshot_turns_* metrics (the first seen); the others share the label ~other; negative: none")
+	fs.IntVar(&o.maxTenantLabels, "max-tenant-labels", server.DefaultMaxTenantLabels, "tenants, beyond those of --tenant-weight, given their own tenant label in the syncd_commit_*, syncd_snapshot_turns_* and syncd_work_turns_* metrics (the first seen); the others share the label ~other; negative: none")
 	fs.DurationVar(&o.helloTimeout, "hello-timeout", server.DefaultHelloTimeout, "how long a session may take to send hello after the upgrade")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", syncproto.DefaultIdleTimeout, "close a session that sent nothing for this long (announced in welcome)")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long a client may take to take one frame the server writes, or answer a keepalive ping, before its connection is cut")
@@ -52,6 +53,7 @@ func (o *limitOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxQueuedSnapshots, "max-queued-snapshots", server.DefaultMaxQueuedSnapshots, "snapshots waiting for a turn; beyond it 503 server_busy (negative: none wait)")
 	fs.DurationVar(&o.snapshotQueueTimeout, "snapshot-queue-timeout", server.DefaultSnapshotQueueTimeout, "the longest a snapshot waits for its turn before 503 server_busy")
 	fs.IntVar(&o.maxSnapshotsPerTenant, "max-snapshots-per-tenant", server.DefaultMaxSnapshotsPerTenant, "snapshots of one tenant running or waiting; beyond it 503 server_busy (negative: no cap)")
+	fs.IntVar(&o.sessionWorkTurns, "session-work-turns", 0, "frames the sessions decode and admit, and feed pages they build, at once; beyond it a session waits, parked, for a turn that goes round the tenants with work waiting by --tenant-weight (0: the processors, GOMAXPROCS; negative: no cap)")
 	fs.IntVar(&o.snapshotShareBytes, "snapshot-share-bytes", server.DefaultSnapshotShareBytes, "bytes of body a snapshot read shared by several devices keeps for its slowest reader")
 	fs.DurationVar(&o.snapshotTimeout, "snapshot-timeout", server.DefaultSnapshotTimeout, "the longest one snapshot download may take")
 	fs.DurationVar(&o.snapshotWriteTimeout, "snapshot-write-timeout", server.DefaultSnapshotWriteTimeout, "the longest each write of a snapshot body may take")
@@ -70,6 +72,7 @@ func (o *limitOptions) apply(cfg *server.Config) {
 	cfg.MaxConcurrentSnapshots, cfg.MaxQueuedSnapshots = o.maxConcurrentSnapshots, o.maxQueuedSnapshots
 	cfg.SnapshotQueueTimeout, cfg.MaxSnapshotsPerTenant = o.snapshotQueueTimeout, o.maxSnapshotsPerTenant
 	cfg.SnapshotShareBytes, cfg.SnapshotTimeout, cfg.SnapshotWriteTimeout = o.snapshotShareBytes, o.snapshotTimeout, o.snapshotWriteTimeout
+	cfg.SessionWorkTurns = o.sessionWorkTurns
 	cfg.HTTPTimeouts = o.http
 }
 
