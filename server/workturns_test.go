@@ -69,18 +69,18 @@ func TestWorkTurnIsNotHeldAcrossAHookWait(t *testing.T) {
 func TestWorkTurnIsNotHeldAcrossAFullOutbox(t *testing.T) {
 	ts := startServer(t, server.Config{SessionWorkTurns: 1, RetentionInterval: -1})
 	reader, readerClock := session(t, ts, ts.Member(t, "acme", "stalled"), "stalled")
-	// Five values of 200 KB: every pull from 0 answers about 1 MB, so a
-	// few dozen unread answers fill the sockets' buffers and the writer
-	// stops, and the outbox fills behind it.
+	// Values of 200 KB, a pull answering one: a few dozen unread answers
+	// fill the sockets' buffers and the writer stops, and the outbox
+	// (64 answers) fills behind it.
 	big := `"` + strings.Repeat("x", 200<<10) + `"`
 	var muts []syncproto.Mutation
 	for i := range 5 {
 		muts = append(muts, put(t, readerClock, "notes", fmt.Sprint("big", i), big))
 	}
 	requireApplied(t, reader.push("big", muts...))
-	const pulls = 150
+	const pulls = 120
 	for i := range pulls {
-		reader.send(&syncproto.Pull{ID: fmt.Sprint("pull", i), Cursor: 0})
+		reader.send(&syncproto.Pull{ID: fmt.Sprint("pull", i), Cursor: 0, Limit: 1})
 	}
 	require.Eventually(t, func() bool { return ts.srv.OutboxFull("stalled") }, workTurnTestWait, time.Millisecond,
 		"the stalled session's outbox fills")
