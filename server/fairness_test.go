@@ -168,13 +168,7 @@ func BenchmarkFairness(b *testing.B) {
 		bFlood = append(bFlood, p99ms(lat))
 		ts.stop(b)
 	}
-	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	b.ReportMetric(median(bAlone), "b_p99_alone_ms")
-	b.ReportMetric(median(bFlood), "b_p99_flood_ms")
-	b.ReportMetric(median(bFlood)/median(bAlone), "b_p99_ratio")
-	b.ReportMetric(median(aAlone), "a_mut/s_alone")
-	b.ReportMetric(median(aShared), "a_mut/s_shared")
-	b.ReportMetric(median(aShared)/median(aAlone), "a_ratio")
+	syncdtest.ReportFairness(b, bAlone, bFlood, aAlone, aShared)
 }
 
 // floodRate runs A's flood while during runs and returns A's mutations a

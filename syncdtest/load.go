@@ -2,6 +2,8 @@ package syncdtest
 
 import (
 	"fmt"
+	"slices"
+	"testing"
 
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -44,4 +46,22 @@ func LoadPushApplied(answer []byte, id string, n int) error {
 		}
 	}
 	return nil
+}
+
+// ReportFairness reports issue 24's fairness figures on b, each the median
+// over the runs of the scenario (one value a run in each slice; sorted in
+// place): tenant B's awaited-write p99 alone and while tenant A floods, in
+// milliseconds (b_p99_alone_ms, b_p99_flood_ms) and their ratio
+// (b_p99_ratio, aimed at <= 2); A's mutations a second alone and while B
+// writes (a_mut/s_alone, a_mut/s_shared) and their ratio (a_ratio, aimed
+// at >= 0.8). The in-process and the process forms of the benchmark
+// report through it, so their figures read side by side.
+func ReportFairness(b *testing.B, bAlone, bFlood, aAlone, aShared []float64) {
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(bAlone), "b_p99_alone_ms")
+	b.ReportMetric(median(bFlood), "b_p99_flood_ms")
+	b.ReportMetric(median(bFlood)/median(bAlone), "b_p99_ratio")
+	b.ReportMetric(median(aAlone), "a_mut/s_alone")
+	b.ReportMetric(median(aShared), "a_mut/s_shared")
+	b.ReportMetric(median(aShared)/median(aAlone), "a_ratio")
 }

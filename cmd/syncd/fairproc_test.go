@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/server/auth"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -70,13 +71,7 @@ func BenchmarkFairnessProcesses(b *testing.B) {
 		bFlood = append(bFlood, p99(dev.Lat))
 		r.node.kill(b)
 	}
-	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	b.ReportMetric(median(bAlone), "b_p99_alone_ms")
-	b.ReportMetric(median(bFlood), "b_p99_flood_ms")
-	b.ReportMetric(median(bFlood)/median(bAlone), "b_p99_ratio")
-	b.ReportMetric(median(aAlone), "a_mut/s_alone")
-	b.ReportMetric(median(aShared), "a_mut/s_shared")
-	b.ReportMetric(median(aShared)/median(aAlone), "a_ratio")
+	syncdtest.ReportFairness(b, bAlone, bFlood, aAlone, aShared)
 }
 
 // With tenant A flooding the syncd process from 50 sessions in a child
