@@ -35,9 +35,9 @@ const (
 	// until they are done or the child is sent SIGTERM; a push being
 	// answered then is waited for, so every push sent is counted.
 	fairFlood = "flood"
-	// fairDeviceRole is tenant B's one device: the client library over a
-	// SQLite queue at its defaults in the spec's Dir, doing Writes
-	// sequential awaited writes (Put, then Await of its outcome).
+	// fairDeviceRole is tenant B's one device (Device says which form:
+	// the client library by default) doing Writes sequential awaited
+	// writes.
 	fairDeviceRole = "device"
 )
 
@@ -55,6 +55,7 @@ type fairSpec struct {
 	Pushes   int          // fairFlood: pushes per session at most
 	PushSize int          // fairFlood: mutations per push
 	Writes   int          // fairDeviceRole: awaited writes
+	Device   string       // fairDeviceRole: the device's form (fairDeviceClient, the default, ...)
 	Dir      string       // the child's directory (the device's queue lives there)
 	Ready    string       // created once the load runs (every session open)
 	Out      string       // where the fairReport goes
@@ -210,54 +211,104 @@ func fairPush(c *pushConn, clock *syncproto.Clock, clientID string, p, n int) er
 	return syncdtest.LoadPushApplied(answer, id, n)
 }
 
-// runFairDevice is the fairDeviceRole: it waits until the client is
-// connected (outside the measured writes, as a device that has been
-// online a while), then writes key k<i> of model notes for i in
-// [0, Writes), each Put awaited to its outcome, which must be applied.
+// runFairDevice is the fairDeviceRole: it opens the device of spec.Device
+// (outside the measured writes, as a device that has been online a
+// while), then writes Writes new keys of model notes (k<i> through the
+// client library), each awaited to its outcome, which must be applied.
 func runFairDevice(ctx context.Context, spec fairSpec) (fairReport, error) {
 	if len(spec.Devices) != 1 {
 		return fairReport{}, fmt.Errorf("the device role takes one device, got %d", len(spec.Devices))
 	}
-	d := spec.Devices[0]
-	q, err := offlinequeue.OpenSQLite(filepath.Join(spec.Dir, "queue.db"), offlinequeue.SQLiteOptions{})
+	write, closeDevice, err := openFairDevice(ctx, spec)
 	if err != nil {
 		return fairReport{}, err
+	}
+	defer closeDevice()
+	rep := fairReport{Lat: make([]time.Duration, spec.Writes), From: time.Now().UnixNano()}
+	for i := range spec.Writes {
+		start := time.Now()
+		if err := write(i); err != nil {
+			return rep, fmt.Errorf("write %d: %w", i, err)
+		}
+		rep.Lat[i] = time.Since(start)
+	}
+	rep.To = time.Now().UnixNano()
+	return rep, nil
+}
+
+// The forms of tenant B's device (fairSpec.Device).
+const (
+	// fairDeviceClient is the client library over its SQLite queue at the
+	// queue's default (synchronous=FULL): Put, then Await.
+	fairDeviceClient = "client"
+	// fairDeviceClientNormal is the same at synchronous=NORMAL: the
+	// device's own writes do not sync the disk syncd syncs.
+	fairDeviceClientNormal = "client-normal"
+	// fairDeviceRaw is one websocket session pushing one mutation at a
+	// time and reading its answer, as server.BenchmarkFairness's device.
+	fairDeviceRaw = "raw"
+)
+
+// openFairDevice opens spec's device (its one credential, spec.Device's
+// form) and returns its write of key k<i>, which returns once the write is
+// applied, and its close.
+func openFairDevice(ctx context.Context, spec fairSpec) (write func(i int) error, closeDevice func(), err error) {
+	d := spec.Devices[0]
+	switch spec.Device {
+	case fairDeviceRaw:
+		dctx, cancel := context.WithTimeout(ctx, fairStepTimeout)
+		defer cancel()
+		clock := syncproto.NewClock(d.ClientID, nil)
+		c, err := dialPush(dctx, &procNode{url: spec.URL}, d.Token, d.ClientID, clock)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(i int) error { return fairPush(c, clock, d.ClientID, i, 1) }, c.close, nil
+	case fairDeviceClient, fairDeviceClientNormal:
+	default:
+		return nil, nil, fmt.Errorf("unknown device form %q", spec.Device)
+	}
+	opts := offlinequeue.SQLiteOptions{}
+	if spec.Device == fairDeviceClientNormal {
+		opts.Synchronous = offlinequeue.SyncNormal
+	}
+	q, err := offlinequeue.OpenSQLite(filepath.Join(spec.Dir, "queue.db"), opts)
+	if err != nil {
+		return nil, nil, err
 	}
 	c, err := client.Open(ctx, client.Config{ServerURLs: []string{spec.URL}, Token: d.Token, ClientID: d.ClientID, Queue: q})
 	if err != nil {
-		return fairReport{}, err
+		return nil, nil, err
 	}
-	defer c.Close()
 	for {
 		st, err := c.Status(ctx)
 		if err != nil {
-			return fairReport{}, err
+			c.Close()
+			return nil, nil, err
 		}
 		if st.Connected {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return fairReport{}, fmt.Errorf("not connected: %w (last error: %v)", ctx.Err(), st.LastError)
+			c.Close()
+			return nil, nil, fmt.Errorf("not connected: %w (last error: %v)", ctx.Err(), st.LastError)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	rep := fairReport{Lat: make([]time.Duration, spec.Writes), From: time.Now().UnixNano()}
-	for i := range spec.Writes {
-		start := time.Now()
+	write = func(i int) error {
 		op, err := c.Put(ctx, "notes", fmt.Sprintf("k%d", i), json.RawMessage(`{"n":1}`))
 		if err != nil {
-			return rep, fmt.Errorf("write %d: %w", i, err)
+			return err
 		}
 		o, err := c.Await(ctx, op)
 		if err != nil {
-			return rep, fmt.Errorf("write %d: %w", i, err)
+			return err
 		}
 		if o.Status != client.StatusApplied {
-			return rep, fmt.Errorf("write %d: %s, not applied", i, o.Status)
+			return fmt.Errorf("%s, not applied", o.Status)
 		}
-		rep.Lat[i] = time.Since(start)
+		return nil
 	}
-	rep.To = time.Now().UnixNano()
-	return rep, nil
+	return write, func() { c.Close() }, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -35,6 +36,10 @@ const (
 	fairChildLimit = 10 * time.Minute
 )
 
+// fairDeviceEnv names BenchmarkFairnessProcesses's device form:
+// fairDeviceClient (unset), fairDeviceClientNormal or fairDeviceRaw.
+const fairDeviceEnv = "SYNCD_BENCH_FAIR_DEVICE"
+
 // BenchmarkFairnessProcesses is server.BenchmarkFairness the way users
 // run syncd: the syncd binary (this package's main, re-executed) in its own
 // process at its default flags (beside a fresh data directory, the token
@@ -51,12 +56,16 @@ const (
 //
 // A's shared rate is over B's writes (the first one's start to the last
 // one's end, as B's process saw them). One op is the whole scenario, on a
-// fresh syncd.
+// fresh syncd. fairDeviceEnv picks B's device's form, to tell the parts of
+// B's latency apart: the client library at its defaults (the default),
+// its queue at synchronous=NORMAL, or a raw session as
+// server.BenchmarkFairness's device.
 func BenchmarkFairnessProcesses(b *testing.B) {
+	form := cmp.Or(os.Getenv(fairDeviceEnv), fairDeviceClient)
 	var bAlone, bFlood, aAlone, aShared []float64
 	for range b.N {
 		r := startFairRig(b, []string{"flooder-alone", "flooder"}, []string{"honest-alone", "honest"})
-		bAlone = append(bAlone, p99(r.device(b, "honest-alone", fairWrites).Lat))
+		bAlone = append(bAlone, p99(r.device(b, "honest-alone", fairWrites, form).Lat))
 
 		f := r.startFlood(b, "flooder-alone", 1<<20, fairPushSize)
 		time.Sleep(fairWarmup)
@@ -66,7 +75,7 @@ func BenchmarkFairnessProcesses(b *testing.B) {
 
 		f = r.startFlood(b, "flooder", 1<<20, fairPushSize)
 		time.Sleep(fairWarmup)
-		dev := r.device(b, "honest", fairWrites)
+		dev := r.device(b, "honest", fairWrites, form)
 		aShared = append(aShared, f.stop(b).rate(fairPushSize, time.Unix(0, dev.From), time.Unix(0, dev.To)))
 		bFlood = append(bFlood, p99(dev.Lat))
 		r.node.kill(b)
@@ -84,7 +93,7 @@ func TestFairnessProcessesFloodingTenantLeavesAnotherItsWrites(t *testing.T) {
 	const writes, pushes, pushSize = 100, 20, 20 // the benchmark's shape, smaller: bounded in count
 	r := startFairRig(t, []string{"flooder"}, []string{"honest"})
 	f := r.startFlood(t, "flooder", pushes, pushSize)
-	dev := r.device(t, "honest", writes)
+	dev := r.device(t, "honest", writes, fairDeviceClient)
 	flood := f.stop(t) // once B is done, if A is not
 	require.Len(t, dev.Lat, writes, "B's device did every write")
 	require.NotEmpty(t, flood.Acks, "A's pushes were served while B wrote")
@@ -208,11 +217,11 @@ func (r *fairRig) startFlood(t testing.TB, tenant string, pushes, pushSize int) 
 	}
 }
 
-// device runs tenant's device in a child process to its end and returns
-// its report: every write applied, or t fails.
-func (r *fairRig) device(t testing.TB, tenant string, writes int) fairReport {
+// device runs tenant's device of the given form in a child process to
+// its end and returns its report: every write applied, or t fails.
+func (r *fairRig) device(t testing.TB, tenant string, writes int, form string) fairReport {
 	t.Helper()
-	return r.startChild(t, tenant, fairSpec{Role: fairDeviceRole, Devices: r.tenants[tenant], Writes: writes}).wait(t)
+	return r.startChild(t, tenant, fairSpec{Role: fairDeviceRole, Devices: r.tenants[tenant], Writes: writes, Device: form}).wait(t)
 }
 
 // stop asks c to stop (SIGTERM: a flood ends its pushes in flight) and
