@@ -78,6 +78,10 @@ type fairReport struct {
 	// the last one's end.
 	Lat      []time.Duration
 	From, To int64
+	// CPU is the child's CPU time (user and system, every thread) over
+	// its role, which took Took: what the load generator took from the
+	// cores syncd runs on.
+	CPU, Took time.Duration
 	// Err is why the child failed; "" when it did its part.
 	Err string
 }
@@ -95,7 +99,13 @@ func fairChildMain(args []string) (code int, ok bool) {
 		err = json.Unmarshal(b, &spec)
 	}
 	if err == nil {
+		start := time.Now()
 		rep, err = runFairChild(spec)
+		rep.Took = time.Since(start)
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+			rep.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
 	}
 	if err != nil {
 		rep.Err = err.Error()

@@ -54,6 +54,12 @@ const fairDeviceEnv = "SYNCD_BENCH_FAIR_DEVICE"
 //	a_mut/s_alone, a_mut/s_shared   A's mutations per second
 //	a_ratio                         shared over alone (aimed: >= 0.8)
 //
+// and two figures of what the load's processes took from the cores syncd
+// runs on (in a deployment, other machines'): a_gen_cores, the cores A's
+// generator kept busy while it flooded beside B (its CPU time over its
+// life), and b_dev_cpu_ms/write, B's device's CPU time (its opening
+// included) over its writes, in that phase.
+//
 // A's shared rate is over B's writes (the first one's start to the last
 // one's end, as B's process saw them). One op is the whole scenario, on a
 // fresh syncd. fairDeviceEnv picks B's device's form, to tell the parts of
@@ -62,7 +68,7 @@ const fairDeviceEnv = "SYNCD_BENCH_FAIR_DEVICE"
 // server.BenchmarkFairness's device.
 func BenchmarkFairnessProcesses(b *testing.B) {
 	form := cmp.Or(os.Getenv(fairDeviceEnv), fairDeviceClient)
-	var bAlone, bFlood, aAlone, aShared []float64
+	var bAlone, bFlood, aAlone, aShared, genCores, devCPU []float64
 	for range b.N {
 		r := startFairRig(b, []string{"flooder-alone", "flooder"}, []string{"honest-alone", "honest"})
 		bAlone = append(bAlone, p99(r.device(b, "honest-alone", fairWrites, form).Lat))
@@ -76,11 +82,18 @@ func BenchmarkFairnessProcesses(b *testing.B) {
 		f = r.startFlood(b, "flooder", 1<<20, fairPushSize)
 		time.Sleep(fairWarmup)
 		dev := r.device(b, "honest", fairWrites, form)
-		aShared = append(aShared, f.stop(b).rate(fairPushSize, time.Unix(0, dev.From), time.Unix(0, dev.To)))
+		flood := f.stop(b)
+		aShared = append(aShared, flood.rate(fairPushSize, time.Unix(0, dev.From), time.Unix(0, dev.To)))
+		genCores = append(genCores, flood.CPU.Seconds()/flood.Took.Seconds())
+		devCPU = append(devCPU, ms(dev.CPU)/float64(len(dev.Lat)))
 		bFlood = append(bFlood, p99(dev.Lat))
 		r.node.kill(b)
 	}
 	syncdtest.ReportFairness(b, bAlone, bFlood, aAlone, aShared)
+	slices.Sort(genCores)
+	slices.Sort(devCPU)
+	b.ReportMetric(genCores[len(genCores)/2], "a_gen_cores")
+	b.ReportMetric(devCPU[len(devCPU)/2], "b_dev_cpu_ms/write")
 }
 
 // With tenant A flooding the syncd process from 50 sessions in a child
