@@ -266,7 +266,8 @@ func TestProtocolStatesServerDefaults(t *testing.T) {
 		"open connections per token / per tenant (all its tokens)": fmt.Sprintf("%d / half the server's", server.DefaultMaxConnectionsPerToken),
 		"mutations per token / per tenant (section 14)": quotaDefault(server.DefaultTokenMutationsPerSecond, server.DefaultTokenMutationBurst) + " / " +
 			quotaDefault(server.DefaultTenantMutationsPerSecond, server.DefaultTenantMutationBurst),
-		"a tenant's share of the commits when the server is saturated (section 14)": "equal weights",
+		"a tenant's share of the commits when the server is saturated (section 14)":               "equal weights",
+		"frames decoded and admitted, and feed pages built, at once by all sessions (work turns)": "the processors (`GOMAXPROCS`)",
 		"bytes of frames being read or applied, whole server / per token / per tenant (section 14)": mib(server.DefaultFrameBudgetBytes) + " / " +
 			mib(server.DefaultTokenFrameBytes) + " / " + mib(server.DefaultTenantFrameBytes),
 		"a frame, once started, arrives whole within":                                   dur(server.DefaultFrameReadTimeout),

@@ -122,10 +122,10 @@ func (s *workSeat) take(ctx context.Context) bool {
 	return true
 }
 
-// give gives the turn back if the session holds one; a second call does
-// nothing.
+// give gives the turn back if the session holds one; a second call, or a
+// call on nil (a caller without a seat: a pull's read), does nothing.
 func (s *workSeat) give() {
-	if s.held {
+	if s != nil && s.held {
 		s.held = false
 		s.gate.give()
 	}

@@ -170,4 +170,6 @@ func TestWorkSeatWithoutGate(t *testing.T) {
 	seat.give()
 	seat.give()
 	require.Zero(t, heldIn(g), "a second give does nothing")
+	var none *workSeat // a pull's read: no seat
+	none.give()
 }
