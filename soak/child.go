@@ -138,6 +138,14 @@ func runChild(ctx context.Context, cfg childConfig, in io.Reader, out, logw io.W
 	}
 	w.c = c
 	defer func() { err = errors.Join(err, c.Close()) }()
+	if cfg.Profile.scoped() {
+		sub, done := c.Changes(), make(chan struct{})
+		go func() {
+			defer close(done)
+			w.journalReceived(sub)
+		}()
+		defer func() { sub.Close(); <-done }() // before c.Close and j.Close
+	}
 	log.Info("soak client started", "queue", cfg.Profile.Queue, "skew", skew)
 
 	commands, quit := make(chan string), make(chan struct{})
@@ -438,6 +446,42 @@ func (w *writer) scoped(ctx context.Context, e *journal.Entry) (json.RawMessage,
 		v.Project, v.User = p, user
 	}
 	return v.Encode(), nil
+}
+
+// scopedModels are the models ScopeProject covers: what reaches a scoped
+// client of them is journaled.
+var scopedModels = map[string]bool{ModelTasks: true, ModelMembers: true}
+
+// journalReceived journals what reaches the client from the server in
+// scopedModels (journal.KindReceived), every resync and every lag of the
+// subscription, until sub's channel closes. A subscription opened after
+// client.Open may miss the first changes of the first connection; the
+// checker judges what is journaled.
+func (w *writer) journalReceived(sub *client.Subscription) {
+	for ev := range sub.C {
+		e := journal.Entry{At: w.now(), Client: w.cfg.Profile.ID, Seq: ev.At}
+		switch {
+		case ev.Lagged:
+			e.Kind = journal.KindLagged
+		case ev.Resync:
+			e.Kind = journal.KindResync
+		case ev.Local || !scopedModels[ev.Model]:
+			continue
+		default:
+			e.Kind, e.Model, e.Key, e.Version, e.ScopeValue, e.Reason = journal.KindReceived, ev.Model, ev.Key, ev.Version, ev.ScopeValue, ev.Evicted
+			switch {
+			case ev.Evicted != "":
+				e.Op = "evict"
+			case ev.Deleted:
+				e.Op = "delete"
+			default:
+				e.Op, e.ValueSHA = "put", journal.ValueSHA(ev.Value)
+			}
+		}
+		if err := w.j.Append(e); err != nil {
+			w.fatal(err)
+		}
+	}
 }
 
 // handle is the app's conflict handler. Its decision depends on the op id

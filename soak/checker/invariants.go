@@ -297,6 +297,7 @@ func checkConverged(s *State, ix *index) Verdict {
 			b.fail("%s: its cursor %d is past the server's head %d", c.ID, c.Replica.Cursor, s.Server.Head)
 		}
 	}
+	checkWire(s, ix, b)
 	return b.done()
 }
 
