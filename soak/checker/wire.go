@@ -174,9 +174,11 @@ func (s *State) followsAt(h *grantHistory, c *Client, sc *Scope, value string, s
 // compacted oplog no longer covers, rows without a position, snapshots
 // (a resync replaces the replica: its rows are not journaled one by one)
 // and changes a lagging subscription dropped.
-func checkWire(s *State, ix *index, b *verdict) {
+//
+// It returns how many received rows it judged.
+func checkWire(s *State, ix *index, b *verdict) int {
 	if len(s.Server.Scopes) == 0 {
-		return
+		return 0
 	}
 	h := newGrantHistory(s, ix)
 	floor := ix.oldestSeq
@@ -233,6 +235,7 @@ func checkWire(s *State, ix *index, b *verdict) {
 	if lags > 0 {
 		b.note("%d times a client's change subscription lagged: the changes it dropped were not journaled", lags)
 	}
+	return judged
 }
 
 // judgeReceived judges one received row e of client c (see checkWire);
