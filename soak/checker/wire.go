@@ -122,6 +122,9 @@ func (h *grantHistory) rowBefore(e *OplogEntry, keyEntries []*OplogEntry, sc *Sc
 	i := sort.Search(len(keyEntries), func(i int) bool { return keyEntries[i].Seq >= e.Seq })
 	if i > 0 {
 		p := keyEntries[i-1]
+		if p.Op == "delete" {
+			return memberRow{value: p.ScopeValue} // a tombstone grants nothing
+		}
 		return memberRow{value: p.ScopeValue, user: p.Member}
 	}
 	if e.Version <= 1 {

@@ -1,6 +1,7 @@
 package checker_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -198,4 +199,67 @@ func TestWireGapsAreNoted(t *testing.T) {
 	notes := strings.Join(v.Notes, "\n")
 	require.Contains(t, notes, "1 resyncs: the rows of their snapshots were judged at quiescence only")
 	require.Contains(t, notes, "1 times a client's change subscription lagged")
+}
+
+// A membership row that moves from one value to another takes its user's
+// grant along at the seq of the move; a re-grant after a delete counts
+// from its own seq.
+func TestWireGrantsFollowMembershipRowsThatMove(t *testing.T) {
+	entry := func(seq uint64, model, key, op, project, member string, version uint64) checker.OplogEntry {
+		e := checker.OplogEntry{Seq: seq, Tenant: tenant, Model: model, Key: key, OpID: fmt.Sprintf("op-%d", seq), Op: op, Version: version,
+			HLC: hlc(int64(1000+seq), "w"), ClientID: "w", ScopeValue: project, Member: member}
+		if op == "put" {
+			e.Value = journal.Value{Write: "w/" + key, Project: project, User: member}.Encode()
+		}
+		return e
+	}
+	build := func(lines ...journal.Entry) *checker.State {
+		oplog := []checker.OplogEntry{
+			entry(1, "members", "m", "put", "p1", "ua", 1),
+			entry(2, "tasks", "t", "put", "p1", "", 1),
+			entry(3, "members", "m", "put", "p2", "ua", 2), // ua: p1 lost, p2 gained
+			entry(4, "tasks", "t", "put", "p2", "", 2),
+			entry(5, "members", "m", "delete", "p2", "", 3), // p2 lost
+			entry(6, "tasks", "u", "put", "p3", "", 1),
+			entry(7, "members", "m", "put", "p2", "ua", 4), // p2 again
+			entry(8, "tasks", "u", "put", "p2", "", 2),
+			entry(9, "members", "m", "delete", "p2", "", 5),
+		}
+		var records []checker.Record
+		for _, e := range []checker.OplogEntry{oplog[3], oplog[7], oplog[8]} {
+			records = append(records, checker.Record{Tenant: tenant, Model: e.Model, Key: e.Key, Value: e.Value, Version: e.Version, HLC: e.HLC,
+				Deleted: e.Op == "delete", OpID: e.OpID, Seq: e.Seq, ScopeValue: e.ScopeValue, Member: e.Member})
+		}
+		ok := []string{"ok"}
+		return &checker.State{
+			Server: checker.Server{
+				Scopes: []checker.Scope{{Name: "project", Models: []string{"tasks", "members"}, Membership: "members"}},
+				Oplog:  oplog, Head: 9, AppliedSeq: 9, Records: records, Integrity: ok,
+			},
+			Clients: []checker.Client{{ID: "a", Tenant: tenant, Read: []string{"tasks", "members"}, User: "ua", Journal: lines,
+				Queue: checker.Queue{Kind: checker.QueueSQLite, Integrity: ok}, Replica: checker.Replica{Integrity: ok, Outcomes: map[string]checker.Outcome{}}}},
+		}
+	}
+	v := converged(build(
+		received("members", "m", "put", "p1", 1, 1),
+		received("tasks", "t", "put", "p1", 1, 2),
+		received("members", "m", "put", "p2", 2, 3),
+		received("tasks", "t", "put", "p2", 2, 4),
+		received("tasks", "u", "put", "p2", 2, 8),
+	))
+	require.True(t, v.Holds, "%v", v.Evidence)
+
+	for name, tc := range map[string]struct {
+		line     journal.Entry
+		evidence string
+	}{
+		"the value the row moved away from": {received("tasks", "t", "put", "p1", 1, 4), `a received tasks/t version 1 (put) of project "p1" at seq 4`},
+		"between the delete and the re-grant": {received("tasks", "t", "put", "p2", 2, 6), `a received tasks/t version 2 (put) of project "p2" at seq 6`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v := converged(build(tc.line))
+			require.False(t, v.Holds)
+			require.Contains(t, strings.Join(v.Evidence, "\n"), tc.evidence)
+		})
+	}
 }
