@@ -253,7 +253,7 @@ func TestWireGrantsFollowMembershipRowsThatMove(t *testing.T) {
 		line     journal.Entry
 		evidence string
 	}{
-		"the value the row moved away from": {received("tasks", "t", "put", "p1", 1, 4), `a received tasks/t version 1 (put) of project "p1" at seq 4`},
+		"the value the row moved away from":   {received("tasks", "t", "put", "p1", 1, 4), `a received tasks/t version 1 (put) of project "p1" at seq 4`},
 		"between the delete and the re-grant": {received("tasks", "t", "put", "p2", 2, 6), `a received tasks/t version 2 (put) of project "p2" at seq 6`},
 	} {
 		t.Run(name, func(t *testing.T) {
