@@ -28,57 +28,75 @@ import (
 // quiescence it follows p3 alone, which holds nothing, so its replica is
 // empty.
 func wireFixture() *checker.State {
-	const w = "w"
-	entry := func(seq uint64, model, key, op, project, member string, version uint64) checker.OplogEntry {
-		e := checker.OplogEntry{Seq: seq, Tenant: tenant, Model: model, Key: key, OpID: "op-" + key, Op: op, Version: version,
-			HLC: hlc(int64(1000+seq), w), ClientID: w, ScopeValue: project, Member: member}
-		if op == "put" {
-			e.Value = journal.Value{Write: w + "/" + key, Project: project, User: member}.Encode()
-		}
-		return e
-	}
 	oplog := []checker.OplogEntry{
-		entry(1, "tasks", "t1", "put", "p1", "", 1),
-		entry(2, "members", "m", "put", "p1", "ua", 1),
-		entry(3, "tasks", "t2", "put", "p1", "", 1),
-		entry(4, "members", "m", "delete", "p1", "", 2),
-		entry(5, "tasks", "t1", "put", "p1", "", 2),
-		entry(6, "tasks", "t4", "put", "p3", "", 1),
-		entry(7, "tasks", "t4", "put", "p2", "", 2),
-		entry(8, "tasks", "t5", "put", "p2", "", 1),
+		scopedEntry(1, "tasks", "t1", "put", "p1", "", 1),
+		scopedEntry(2, "members", "m", "put", "p1", "ua", 1),
+		scopedEntry(3, "tasks", "t2", "put", "p1", "", 1),
+		scopedEntry(4, "members", "m", "delete", "p1", "", 2),
+		scopedEntry(5, "tasks", "t1", "put", "p1", "", 2),
+		scopedEntry(6, "tasks", "t4", "put", "p3", "", 1),
+		scopedEntry(7, "tasks", "t4", "put", "p2", "", 2),
+		scopedEntry(8, "tasks", "t5", "put", "p2", "", 1),
 	}
 	oplog[1].Grants = []checker.GrantChange{{User: "ua", Scope: "project", Value: "p1", Held: true}}
 	oplog[3].Grants = []checker.GrantChange{{User: "ua", Scope: "project", Value: "p1", Held: false}}
 	oplog[3].ScopeOld = "p1"
 	oplog[6].ScopeOld = "p3"
+	s := scopedState(oplog,
+		received("tasks", "t1", "put", "p1", 1, 2),
+		received("members", "m", "put", "p1", 1, 2),
+		received("tasks", "t2", "put", "p1", 1, 3),
+		received("members", "m", "delete", "p1", 2, 4),
+		evicted("tasks", "t1", "p1", syncproto.EvictRevoked, 4),
+		evicted("tasks", "t2", "p1", syncproto.EvictRevoked, 4),
+		received("tasks", "t4", "put", "p3", 1, 6),
+		evicted("tasks", "t4", "p3", syncproto.EvictMoved, 7),
+	)
+	a := &s.Clients[0]
+	a.Grants, a.Want, a.Replica.Cursor = syncproto.ScopeSet{"project": {"p3"}}, syncproto.ScopeSet{"project": {"*"}}, 7
+	return s
+}
+
+// scopedEntry is an oplog entry of writer w in scope project: a put's
+// value names project (and member, in members).
+func scopedEntry(seq uint64, model, key, op, project, member string, version uint64) checker.OplogEntry {
+	e := checker.OplogEntry{Seq: seq, Tenant: tenant, Model: model, Key: key, OpID: fmt.Sprintf("op-%d", seq), Op: op, Version: version,
+		HLC: hlc(int64(1000+seq), "w"), ClientID: "w", ScopeValue: project, Member: member}
+	if op == "put" {
+		e.Value = journal.Value{Write: "w/" + key, Project: project, User: member}.Encode()
+	}
+	return e
+}
+
+// scopedState is a run of scope project over tasks and its membership
+// model members whose oplog is oplog (its records each key's last entry),
+// with one client, a of user ua, whose journal is lines and whose replica
+// is empty.
+func scopedState(oplog []checker.OplogEntry, lines ...journal.Entry) *checker.State {
+	last := map[string]checker.OplogEntry{}
+	var keys []string
+	for _, e := range oplog {
+		k := e.Model + "/" + e.Key
+		if _, ok := last[k]; !ok {
+			keys = append(keys, k)
+		}
+		last[k] = e
+	}
 	var records []checker.Record
-	for _, i := range []int{2, 3, 4, 6, 7} { // each key's last entry
-		e := oplog[i]
+	for _, k := range keys {
+		e := last[k]
 		records = append(records, checker.Record{Tenant: tenant, Model: e.Model, Key: e.Key, Value: e.Value, Version: e.Version, HLC: e.HLC,
 			Deleted: e.Op == "delete", OpID: e.OpID, Seq: e.Seq, ScopeValue: e.ScopeValue, Member: e.Member})
 	}
+	head := oplog[len(oplog)-1].Seq
 	ok := []string{"ok"}
 	return &checker.State{
 		Server: checker.Server{
 			Scopes: []checker.Scope{{Name: "project", Models: []string{"tasks", "members"}, Membership: "members"}},
-			Oplog:  oplog, Head: 8, AppliedSeq: 8, Records: records, Integrity: ok,
+			Oplog:  oplog, Head: head, AppliedSeq: head, Records: records, Integrity: ok,
 		},
-		Clients: []checker.Client{{
-			ID: "a", Tenant: tenant, Read: []string{"tasks", "members"}, User: "ua",
-			Grants: syncproto.ScopeSet{"project": {"p3"}}, Want: syncproto.ScopeSet{"project": {"*"}},
-			Journal: []journal.Entry{
-				received("tasks", "t1", "put", "p1", 1, 2),
-				received("members", "m", "put", "p1", 1, 2),
-				received("tasks", "t2", "put", "p1", 1, 3),
-				received("members", "m", "delete", "p1", 2, 4),
-				evicted("tasks", "t1", "p1", syncproto.EvictRevoked, 4),
-				evicted("tasks", "t2", "p1", syncproto.EvictRevoked, 4),
-				received("tasks", "t4", "put", "p3", 1, 6),
-				evicted("tasks", "t4", "p3", syncproto.EvictMoved, 7),
-			},
-			Queue:   checker.Queue{Kind: checker.QueueSQLite, Integrity: ok},
-			Replica: checker.Replica{Cursor: 7, Integrity: ok, Outcomes: map[string]checker.Outcome{}},
-		}},
+		Clients: []checker.Client{{ID: "a", Tenant: tenant, Read: []string{"tasks", "members"}, User: "ua", Journal: lines,
+			Queue: checker.Queue{Kind: checker.QueueSQLite, Integrity: ok}, Replica: checker.Replica{Integrity: ok, Outcomes: map[string]checker.Outcome{}}}},
 	}
 }
 
@@ -205,40 +223,18 @@ func TestWireGapsAreNoted(t *testing.T) {
 // grant along at the seq of the move; a re-grant after a delete counts
 // from its own seq.
 func TestWireGrantsFollowMembershipRowsThatMove(t *testing.T) {
-	entry := func(seq uint64, model, key, op, project, member string, version uint64) checker.OplogEntry {
-		e := checker.OplogEntry{Seq: seq, Tenant: tenant, Model: model, Key: key, OpID: fmt.Sprintf("op-%d", seq), Op: op, Version: version,
-			HLC: hlc(int64(1000+seq), "w"), ClientID: "w", ScopeValue: project, Member: member}
-		if op == "put" {
-			e.Value = journal.Value{Write: "w/" + key, Project: project, User: member}.Encode()
-		}
-		return e
-	}
 	build := func(lines ...journal.Entry) *checker.State {
-		oplog := []checker.OplogEntry{
-			entry(1, "members", "m", "put", "p1", "ua", 1),
-			entry(2, "tasks", "t", "put", "p1", "", 1),
-			entry(3, "members", "m", "put", "p2", "ua", 2), // ua: p1 lost, p2 gained
-			entry(4, "tasks", "t", "put", "p2", "", 2),
-			entry(5, "members", "m", "delete", "p2", "", 3), // p2 lost
-			entry(6, "tasks", "u", "put", "p3", "", 1),
-			entry(7, "members", "m", "put", "p2", "ua", 4), // p2 again
-			entry(8, "tasks", "u", "put", "p2", "", 2),
-			entry(9, "members", "m", "delete", "p2", "", 5),
-		}
-		var records []checker.Record
-		for _, e := range []checker.OplogEntry{oplog[3], oplog[7], oplog[8]} {
-			records = append(records, checker.Record{Tenant: tenant, Model: e.Model, Key: e.Key, Value: e.Value, Version: e.Version, HLC: e.HLC,
-				Deleted: e.Op == "delete", OpID: e.OpID, Seq: e.Seq, ScopeValue: e.ScopeValue, Member: e.Member})
-		}
-		ok := []string{"ok"}
-		return &checker.State{
-			Server: checker.Server{
-				Scopes: []checker.Scope{{Name: "project", Models: []string{"tasks", "members"}, Membership: "members"}},
-				Oplog:  oplog, Head: 9, AppliedSeq: 9, Records: records, Integrity: ok,
-			},
-			Clients: []checker.Client{{ID: "a", Tenant: tenant, Read: []string{"tasks", "members"}, User: "ua", Journal: lines,
-				Queue: checker.Queue{Kind: checker.QueueSQLite, Integrity: ok}, Replica: checker.Replica{Integrity: ok, Outcomes: map[string]checker.Outcome{}}}},
-		}
+		return scopedState([]checker.OplogEntry{
+			scopedEntry(1, "members", "m", "put", "p1", "ua", 1),
+			scopedEntry(2, "tasks", "t", "put", "p1", "", 1),
+			scopedEntry(3, "members", "m", "put", "p2", "ua", 2), // ua: p1 lost, p2 gained
+			scopedEntry(4, "tasks", "t", "put", "p2", "", 2),
+			scopedEntry(5, "members", "m", "delete", "p2", "", 3), // p2 lost
+			scopedEntry(6, "tasks", "u", "put", "p3", "", 1),
+			scopedEntry(7, "members", "m", "put", "p2", "ua", 4), // p2 again
+			scopedEntry(8, "tasks", "u", "put", "p2", "", 2),
+			scopedEntry(9, "members", "m", "delete", "p2", "", 5),
+		}, lines...)
 	}
 	v := converged(build(
 		received("members", "m", "put", "p1", 1, 1),
