@@ -56,9 +56,11 @@
 // client's grants at every seq from syncd's database (the membership
 // rows' history in the oplog, and its token's grants) and calls a leak
 // any row the client was sent of a value it did not follow at that seq,
-// even one evicted long before quiescence. Rows a snapshot brought (a
-// resync) are judged at quiescence only, and an oplog compacted from the
-// front is judged from its first retained seq; the verdict says both.
+// even one evicted long before quiescence. After a resync the client
+// journals the rows its snapshot left, judged at the snapshot's head
+// (but those its own pending writes cover, judged at quiescence only),
+// and an oplog compacted from the front is judged from its first
+// retained seq; the verdict says both.
 //
 // A scheduler with a seeded RNG injects, at random times and with every
 // kind planned at least once: network flaps on one client's proxy

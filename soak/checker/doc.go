@@ -42,7 +42,8 @@
 //     not count for the cursor (a value gained later arrives by backfill,
 //     which leaves the cursor where it was). At the wire, while the run
 //     went on: every row of a scoped model a client journaled as received
-//     (a feed entry at its seq, a backfill row at its page's seq) is of a
+//     (a feed entry at its seq, a backfill row at its page's seq, a
+//     snapshot's row at the snapshot's head) is of a
 //     value it followed at that seq, by the grants derived from the
 //     membership rows' history in the oplog and its token, both the value
 //     of the version sent and the key's value at that seq; any other is

@@ -161,8 +161,9 @@ func (s *State) followsAt(h *grantHistory, c *Client, sc *Scope, value string, s
 
 // checkWire is the part of invariant 4 judged while the churn ran, from
 // what each client journaled as received from the server in models a scope
-// covers (journal.KindReceived): every row (a feed entry or a backfill
-// row, put or delete) that reached a client at seq S must be of a scope
+// covers (journal.KindReceived, and journal.KindSnapshot for the rows of a
+// snapshot it resynced from): every row (a feed entry, a backfill row or a
+// snapshot row, put or delete) that reached a client at seq S must be of a scope
 // value the client followed at S, both the value of the version it was
 // sent (as the oplog wrote it) and the value of the key at S (a row that
 // moved away and was sent as it was before is a leak too). "At S" is
@@ -174,9 +175,9 @@ func (s *State) followsAt(h *grantHistory, c *Client, sc *Scope, value string, s
 // the version it carries was written, is a lie of the wire and fails too.
 //
 // What cannot be judged is said in a note: rows received at seqs the
-// compacted oplog no longer covers, rows without a position, snapshots
-// (a resync replaces the replica: its rows are not journaled one by one)
-// and changes a lagging subscription dropped.
+// compacted oplog no longer covers, rows without a position, snapshot
+// rows with the client's own write pending over them, and changes a
+// lagging subscription dropped.
 //
 // It returns how many received rows it judged.
 func checkWire(s *State, ix *index, b *verdict) int {
@@ -185,7 +186,7 @@ func checkWire(s *State, ix *index, b *verdict) int {
 	}
 	h := newGrantHistory(s, ix)
 	floor := ix.oldestSeq
-	var judged, early, unplaced, resyncs, lags, clients int
+	var judged, early, unplaced, resyncs, snapshotRows, lags, clients int
 	for ci := range s.Clients {
 		c := &s.Clients[ci]
 		received := false
@@ -197,6 +198,11 @@ func checkWire(s *State, ix *index, b *verdict) int {
 			case journal.KindLagged:
 				lags++
 				continue
+			case journal.KindSnapshot:
+				if cameLater(e, c.Journal[ji+1:]) {
+					continue
+				}
+				snapshotRows++
 			case journal.KindReceived:
 			default:
 				continue
@@ -233,7 +239,7 @@ func checkWire(s *State, ix *index, b *verdict) int {
 		b.note("%d received rows carried no seq and were not judged", unplaced)
 	}
 	if resyncs > 0 {
-		b.note("%d resyncs: the rows of their snapshots were judged at quiescence only", resyncs)
+		b.note("%d resyncs: %d rows of their snapshots judged at the snapshot's head (counted above); rows with the client's own write pending over them are judged at quiescence only", resyncs, snapshotRows)
 	}
 	if lags > 0 {
 		b.note("%d times a client's change subscription lagged: the changes it dropped were not journaled", lags)
@@ -244,7 +250,11 @@ func checkWire(s *State, ix *index, b *verdict) int {
 // judgeReceived judges one received row e of client c (see checkWire);
 // later is the rest of c's journal, searched for the row's eviction.
 func (s *State) judgeReceived(h *grantHistory, ix *index, c *Client, sc *Scope, e journal.Entry, later []journal.Entry, b *verdict) {
-	row := fmt.Sprintf("%s/%s version %d (%s)", e.Model, e.Key, e.Version, e.Op)
+	how := e.Op
+	if e.Kind == journal.KindSnapshot {
+		how = "in a snapshot"
+	}
+	row := fmt.Sprintf("%s/%s version %d (%s)", e.Model, e.Key, e.Version, how)
 	keyEntries := ix.oplogByKey[recordKey{c.Tenant, e.Model, e.Key}]
 	own := e.ScopeValue // the value of the version sent; the journal's when compacted
 	var current *OplogEntry
@@ -277,6 +287,18 @@ func (s *State) judgeReceived(h *grantHistory, ix *index, c *Client, sc *Scope, 
 		b.fail("%s received %s %s at seq %d, when it did not follow that value (not granted to it, or not requested): a leak%s",
 			c.ID, row, why, e.Seq, evictedLater(e, later))
 	}
+}
+
+// cameLater reports whether a snapshot line's row (read from the replica
+// after the snapshot was loaded) came with a change journaled after it: a
+// received line of the same key at the same version.
+func cameLater(e journal.Entry, later []journal.Entry) bool {
+	for _, l := range later {
+		if l.Kind == journal.KindReceived && l.Model == e.Model && l.Key == e.Key && l.Version == e.Version {
+			return true
+		}
+	}
+	return false
 }
 
 // evictedLater says when the client's journal shows the row leaving it

@@ -62,9 +62,16 @@ const (
 	// ScopeValue (the row's, or the one an evicted row had), Reason (an
 	// eviction's) and ValueSHA (a put's value).
 	KindReceived Kind = "received"
-	// KindResync: the replica was replaced by a snapshot read at Seq; its
-	// rows are not journaled one by one.
+	// KindResync: the replica was replaced by a snapshot read at Seq; a
+	// snapshot line for each of its rows follows.
 	KindResync Kind = "resync"
+	// KindSnapshot: a row of a model a scope covers the client held once
+	// it loaded a snapshot read at Seq: Model, Key, Version, ScopeValue
+	// (as its value names it). A row with the client's own write pending
+	// over it is left out. The rows are read after the snapshot was
+	// loaded, so one a later received line names at the same version came
+	// with that line, not with the snapshot.
+	KindSnapshot Kind = "snapshot"
 	// KindLagged: the client's subscription to its changes fell behind and
 	// dropped some: what reached it meanwhile is not journaled.
 	KindLagged Kind = "lagged"
@@ -112,7 +119,7 @@ type Entry struct {
 	Decision string    `json:"decision,omitempty"`
 	Err      string    `json:"err,omitempty"`
 	// Seq, ScopeValue, Version and Reason describe a received change
-	// (KindReceived, KindResync).
+	// (KindReceived, KindResync, KindSnapshot).
 	Seq        uint64 `json:"seq,omitempty"`
 	ScopeValue string `json:"scope_value,omitempty"`
 	Version    uint64 `json:"version,omitempty"`
