@@ -202,7 +202,6 @@ func checkWire(s *State, ix *index, b *verdict) int {
 				if cameLater(e, c.Journal[ji+1:]) {
 					continue
 				}
-				snapshotRows++
 			case journal.KindReceived:
 			default:
 				continue
@@ -221,6 +220,9 @@ func checkWire(s *State, ix *index, b *verdict) int {
 				continue
 			}
 			judged++
+			if e.Kind == journal.KindSnapshot {
+				snapshotRows++
+			}
 			b.check()
 			s.judgeReceived(h, ix, c, sc, e, c.Journal[ji+1:], b)
 		}
