@@ -31,11 +31,26 @@ type ChangeEvent struct {
 	// unsubscribed or not_granted. Deleted is true with it: Get says not
 	// found. The row is not deleted on the server.
 	Evicted string
+	// At is the server's oplog seq at which the change was read, so an
+	// app can tell what the server's state was when it sent it: a feed
+	// entry's own seq (for an eviction moved, the seq of the write that
+	// moved the row); a backfill row's page `at` (the records were read
+	// at that seq; PROTOCOL.md 19.4); for an eviction of a whole value
+	// (revoked, unsubscribed, not_granted) the cursor of the changes
+	// frame that carried it; for Resync the snapshot's head. 0 for a
+	// local write and for Lagged.
+	At uint64
+	// ScopeValue is the row's scope value (PROTOCOL.md 19) in a model a
+	// scope covers: after the change for a feed or backfill entry (for a
+	// delete, the value the row had), and the value the row had for an
+	// eviction. "" in models no scope covers and for local writes.
+	ScopeValue string
 }
 
-// feedEvent is the event of a feed or backfill entry applied.
-func feedEvent(e *syncproto.Change) ChangeEvent {
-	ev := ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted}
+// feedEvent is the event of a feed or backfill entry applied, read by
+// the server at seq at.
+func feedEvent(e *syncproto.Change, at uint64) ChangeEvent {
+	ev := ChangeEvent{Model: e.Model, Key: e.Key, Version: e.Version, Deleted: e.Deleted, At: at, ScopeValue: e.ScopeValue}
 	if !e.Deleted {
 		ev.Value = e.Value
 	}
@@ -46,7 +61,7 @@ func feedEvent(e *syncproto.Change) ChangeEvent {
 func (c *Client) publishEvicted(rows []evicted) {
 	for _, r := range rows {
 		c.metrics.evictedRows.WithLabelValues(r.reason).Inc()
-		c.changes.publish(ChangeEvent{Model: r.model, Key: r.key, Deleted: true, Evicted: r.reason})
+		c.changes.publish(ChangeEvent{Model: r.model, Key: r.key, Deleted: true, Evicted: r.reason, At: r.at, ScopeValue: r.scopeValue})
 	}
 }
 

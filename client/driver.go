@@ -185,7 +185,7 @@ func (d *driver) feedInput(msg syncproto.Message) synccore.Input {
 		d.subFrom = max(d.subFrom, m.Cursor)
 		return in
 	case *syncproto.Backfill:
-		return synccore.Backfill{Scope: m.Scope, Value: m.Value, Entries: m.Entries, LastKey: m.LastKey, Done: m.Done}
+		return synccore.Backfill{Scope: m.Scope, Value: m.Value, Entries: m.Entries, LastKey: m.LastKey, Done: m.Done, At: m.At}
 	case *syncproto.Resync:
 		d.c.log.Info("cursor older than the server's oplog; loading a snapshot", "reason", m.Reason)
 		return synccore.FeedLost{}
@@ -258,7 +258,7 @@ func (d *driver) do(a synccore.Action) synccore.Input {
 		for _, e := range a.Entries {
 			c.observe(e.HLC)
 			if e.Op != syncproto.OpEvict {
-				c.changes.publish(feedEvent(&e))
+				c.changes.publish(feedEvent(&e, e.Seq))
 			}
 		}
 		c.publishEvicted(dropped)
@@ -271,7 +271,7 @@ func (d *driver) do(a synccore.Action) synccore.Input {
 		c.metrics.backfillEntries.Add(float64(len(fresh)))
 		for _, e := range fresh {
 			c.observe(e.HLC)
-			c.changes.publish(feedEvent(&e))
+			c.changes.publish(feedEvent(&e, a.At))
 		}
 	case synccore.Resync:
 		d.resync()

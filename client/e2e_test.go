@@ -97,14 +97,15 @@ func TestChangesLocalAndRemote(t *testing.T) {
 	ev := next("local put", func(ev client.ChangeEvent) bool { return ev.Key == "mine" })
 	require.Equal(t, client.ChangeEvent{Model: "notes", Key: "mine", Value: json.RawMessage(`{"n":1}`), Local: true}, ev, "a change carries its value")
 
-	b.put(t, "notes", "theirs", `{"n":2}`)
+	// A remote change says the seq the server read it at: its own.
+	put := b.put(t, "notes", "theirs", `{"n":2}`)
 	ev = next("remote put", func(ev client.ChangeEvent) bool { return ev.Key == "theirs" })
-	require.Equal(t, client.ChangeEvent{Model: "notes", Key: "theirs", Version: 1, Value: json.RawMessage(`{"n":2}`)}, ev)
+	require.Equal(t, client.ChangeEvent{Model: "notes", Key: "theirs", Version: 1, Value: json.RawMessage(`{"n":2}`), At: b.await(t, put).Seq}, ev)
 
-	_, err := b.Delete(t.Context(), "notes", "theirs")
+	del, err := b.Delete(t.Context(), "notes", "theirs")
 	require.NoError(t, err)
 	ev = next("remote delete", func(ev client.ChangeEvent) bool { return ev.Key == "theirs" && ev.Deleted })
-	require.Equal(t, client.ChangeEvent{Model: "notes", Key: "theirs", Version: 2, Deleted: true}, ev)
+	require.Equal(t, client.ChangeEvent{Model: "notes", Key: "theirs", Version: 2, Deleted: true, At: b.await(t, del).Seq}, ev)
 
 	sub.Close()
 	_, open := <-sub.C

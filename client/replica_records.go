@@ -198,15 +198,15 @@ func (r *replica) applyChanges(ctx context.Context, a synccore.Apply, cov covere
 			}
 		}
 		for i := range evicts {
-			gone, err := evictMoved(ctx, tx, &evicts[i])
+			row, gone, err := evictMoved(ctx, tx, &evicts[i])
 			if err != nil {
 				return err
 			}
 			if gone {
-				dropped = append(dropped, evicted{model: evicts[i].Model, key: evicts[i].Key, reason: syncproto.EvictMoved})
+				dropped = append(dropped, row)
 			}
 		}
-		rows, err := evictValues(ctx, tx, a.Evictions, cov)
+		rows, err := evictValues(ctx, tx, a.Evictions, cov, a.Cursor)
 		if err != nil {
 			return err
 		}

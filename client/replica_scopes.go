@@ -184,25 +184,30 @@ func storeScopes(ctx context.Context, tx *sql.Tx, s *synccore.Scopes) error {
 }
 
 // evictMoved drops a row an evict entry names unless the replica holds
-// it at a newer version than the moving write; it reports whether a row
-// was dropped.
-func evictMoved(ctx context.Context, tx *sql.Tx, e *syncproto.Change) (bool, error) {
-	res, err := tx.ExecContext(ctx, `DELETE FROM records WHERE model = ? AND key = ? AND version <= ?`, e.Model, e.Key, int64(e.Version))
-	if err != nil {
-		return false, fmt.Errorf("evict %s/%s: %w", e.Model, e.Key, err)
+// it at a newer version than the moving write; it returns the row
+// dropped, if one was.
+func evictMoved(ctx context.Context, tx *sql.Tx, e *syncproto.Change) (row evicted, gone bool, err error) {
+	var value string
+	err = tx.QueryRowContext(ctx, `DELETE FROM records WHERE model = ? AND key = ? AND version <= ? RETURNING scope_value`, e.Model, e.Key, int64(e.Version)).Scan(&value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return evicted{}, false, nil
+	case err != nil:
+		return evicted{}, false, fmt.Errorf("evict %s/%s: %w", e.Model, e.Key, err)
 	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	return evicted{model: e.Model, key: e.Key, reason: syncproto.EvictMoved, scopeValue: value, at: e.Seq}, true, nil
 }
 
-// evicted is one row an eviction dropped.
+// evicted is one row an eviction dropped: its scope value, and the seq
+// the eviction was read at (ChangeEvent.At).
 type evicted struct {
-	model, key, reason string
+	model, key, reason, scopeValue string
+	at                             uint64
 }
 
 // evictValues drops every row of each eviction's value in the models its
-// scope covers and returns them.
-func evictValues(ctx context.Context, tx *sql.Tx, evictions []syncproto.Eviction, cov covered) ([]evicted, error) {
+// scope covers and returns them, read at seq at (the frame's cursor).
+func evictValues(ctx context.Context, tx *sql.Tx, evictions []syncproto.Eviction, cov covered, at uint64) ([]evicted, error) {
 	var out []evicted
 	for _, ev := range evictions {
 		for _, model := range cov[ev.Scope] {
@@ -216,7 +221,7 @@ func evictValues(ctx context.Context, tx *sql.Tx, evictions []syncproto.Eviction
 					rows.Close()
 					return nil, err
 				}
-				out = append(out, evicted{model: model, key: key, reason: ev.Reason})
+				out = append(out, evicted{model: model, key: key, reason: ev.Reason, scopeValue: ev.Value, at: at})
 			}
 			if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 				return nil, err

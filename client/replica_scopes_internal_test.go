@@ -73,7 +73,8 @@ func TestReplicaAppliesScopedFeed(t *testing.T) {
 		stale := syncproto.Change{Seq: 6, Model: "comments", Key: "b", Op: syncproto.OpEvict, Version: 0, HLC: p1a.HLC, Reason: syncproto.EvictMoved}
 		_, dropped, err := r.applyChanges(ctx, synccore.Apply{Cursor: 6, Entries: []syncproto.Change{mv, stale}}, cov)
 		require.NoError(t, err)
-		require.Equal(t, []evicted{{model: "tasks", key: "a", reason: syncproto.EvictMoved}}, dropped)
+		require.Equal(t, []evicted{{model: "tasks", key: "a", reason: syncproto.EvictMoved, scopeValue: "p1", at: 6}}, dropped,
+			"an eviction names the value the row had and the seq of the moving write")
 		_, _, found = scopeValueOf(t, r, "tasks", "a")
 		require.False(t, found)
 		_, _, found = scopeValueOf(t, r, "comments", "b")
@@ -92,7 +93,8 @@ func TestReplicaAppliesScopedFeed(t *testing.T) {
 		_, dropped, err = r.applyChanges(ctx, synccore.Apply{Cursor: 7, Entries: []syncproto.Change{p1c},
 			Evictions: []syncproto.Eviction{{Scope: "project", Value: "p1", Reason: syncproto.EvictRevoked}}, Scopes: &st}, cov)
 		require.NoError(t, err)
-		require.ElementsMatch(t, []evicted{{"comments", "b", "revoked"}, {"tasks", "d", "revoked"}}, dropped)
+		require.ElementsMatch(t, []evicted{{"comments", "b", "revoked", "p1", 7}, {"tasks", "d", "revoked", "p1", 7}}, dropped,
+			"an eviction of a value is read at the frame's cursor")
 		_, _, found = scopeValueOf(t, r, "notes", "n")
 		require.True(t, found, "a model the scope does not cover keeps its rows")
 		rec, found, err := r.get(ctx, "comments", "b")

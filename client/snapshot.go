@@ -103,7 +103,7 @@ func (c *Client) loadSnapshot(ctx context.Context, baseURL string, sc snapshotSc
 	head, have, reason, err := c.fetchSnapshot(ctx, baseURL, sc)
 	if err == nil {
 		c.metrics.resyncs.Inc()
-		c.changes.publish(ChangeEvent{Resync: true})
+		c.changes.publish(ChangeEvent{Resync: true, At: head})
 		return head, have, nil
 	}
 	if ctx.Err() == nil {

@@ -117,7 +117,7 @@ func (s *Server) adminStatus(r *http.Request) (any, int, error) {
 	}
 	sessions := s.sessionList()
 	st := adminapi.Status{
-		NodeID: s.cfg.NodeID, Build: buildinfo.Read().String(), DatabaseID: s.store.ID, SchemaVersion: s.store.SchemaVersion, StartedAt: s.started, UptimeSeconds: s.now().Sub(s.started).Seconds(),
+		NodeID: s.cfg.NodeID, Build: buildinfo.Read().String(), DatabaseID: s.databaseID, SchemaVersion: s.store.SchemaVersion, StartedAt: s.started, UptimeSeconds: s.now().Sub(s.started).Seconds(),
 		Connections: len(sessions), Draining: s.draining.Load(), OplogHead: b.Head, OplogOldest: b.Oldest, OplogFloor: b.Floor,
 		LedgerEntries: ls.Entries, LedgerFloor: ls.MaxFloor,
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -63,27 +64,11 @@ func startFlood(tb testing.TB, ctx context.Context, ts *testServer, tenant strin
 	return f
 }
 
-// loadPush is push p of a load generator's device: n puts of small notes
-// under keys of its own, as a frame with id "p<p>".
-func loadPush(clock *syncproto.Clock, clientID string, p, n int) (id string, frame []byte, err error) {
-	muts := make([]syncproto.Mutation, n)
-	for i := range muts {
-		op, err := syncproto.NewOpID()
-		if err != nil {
-			return "", nil, err
-		}
-		muts[i] = syncproto.Mutation{OpID: op, Model: "notes", Key: fmt.Sprintf("%s-%d-%d", clientID, p, i), Op: syncproto.OpPut, Value: []byte(`{"n":1}`), HLC: clock.Now()}
-	}
-	id = fmt.Sprintf("p%d", p)
-	frame, err = syncproto.Encode(&syncproto.Push{ID: id, Mutations: muts})
-	return id, frame, err
-}
-
 // loop pushes in closed loop; it uses no require (not the test goroutine).
 func (f *flood) loop(ctx context.Context, c *wsClient, clientID string, maxPushes, pushSize int) error {
 	clock := syncproto.NewClock(clientID, nil)
 	for p := 0; p < maxPushes && ctx.Err() == nil; p++ {
-		id, frame, err := loadPush(clock, clientID, p, pushSize)
+		id, frame, err := syncdtest.LoadPush(clock, clientID, p, pushSize)
 		if err != nil {
 			return err
 		}
@@ -94,18 +79,8 @@ func (f *flood) loop(ctx context.Context, c *wsClient, clientID string, maxPushe
 		if err != nil {
 			return fmt.Errorf("%s: answer to %s: %w", clientID, id, err)
 		}
-		msg, err := syncproto.Decode(answer)
-		if err != nil {
-			return fmt.Errorf("%s: answer to %s: %w", clientID, id, err)
-		}
-		pr, ok := msg.(*syncproto.PushResult)
-		if !ok || pr.ID != id || len(pr.Results) != pushSize {
-			return fmt.Errorf("%s: want the push_result of %s, got %s", clientID, id, answer)
-		}
-		for _, r := range pr.Results {
-			if r.Status != syncproto.StatusApplied {
-				return fmt.Errorf("%s: a write of %s was %s", clientID, id, r.Status)
-			}
+		if err := syncdtest.LoadPushApplied(answer, id, pushSize); err != nil {
+			return fmt.Errorf("%s: %w", clientID, err)
 		}
 		f.pushes.Add(1)
 		f.mutations.Add(int64(pushSize))
@@ -193,13 +168,7 @@ func BenchmarkFairness(b *testing.B) {
 		bFlood = append(bFlood, p99ms(lat))
 		ts.stop(b)
 	}
-	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	b.ReportMetric(median(bAlone), "b_p99_alone_ms")
-	b.ReportMetric(median(bFlood), "b_p99_flood_ms")
-	b.ReportMetric(median(bFlood)/median(bAlone), "b_p99_ratio")
-	b.ReportMetric(median(aAlone), "a_mut/s_alone")
-	b.ReportMetric(median(aShared), "a_mut/s_shared")
-	b.ReportMetric(median(aShared)/median(aAlone), "a_ratio")
+	syncdtest.ReportFairness(b, bAlone, bFlood, aAlone, aShared)
 }
 
 // floodRate runs A's flood while during runs and returns A's mutations a

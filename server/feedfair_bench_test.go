@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/server"
+	"github.com/syncd-dev/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
@@ -98,7 +99,7 @@ func (l *feedLoad) push(ctx context.Context, c *wsClient, clientID string, every
 		case <-ctx.Done():
 			return nil
 		}
-		id, frame, err := loadPush(clock, clientID, p, feedLoadBatch)
+		id, frame, err := syncdtest.LoadPush(clock, clientID, p, feedLoadBatch)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -339,6 +341,25 @@ func (s *Server) maxScopeValues() int {
 var noScopes = &replication.Scopes{}
 
 // declared returns the declared scopes, never nil.
+// devicesDatabaseID is the database id devices see (welcome.database_id),
+// which a device compares with the one its cursor came from: another id
+// makes it resync from a snapshot instead of resuming. A single node's
+// store gets a new id when the scope declarations change
+// (replication.OpenStore), so devices see the store's. A cluster's store id
+// is the cluster's and never changes, so its devices see it joined with a
+// digest of the declarations: the same on every node (the configuration
+// agreement keeps nodes that declare otherwise from serving), and another
+// one once the declarations change, so a device resyncs instead of keeping
+// rows the new declarations no longer give it. A cluster without
+// declarations keeps its plain id, as before scopes existed.
+func devicesDatabaseID(storeID string, cluster bool, declared *replication.Scopes) string {
+	if !cluster || declared.Empty() {
+		return storeID
+	}
+	sum := sha256.Sum256([]byte(declared.String()))
+	return storeID + "." + hex.EncodeToString(sum[:8])
+}
+
 func (s *Server) declared() *replication.Scopes {
 	if s.cfg.Scopes == nil {
 		return noScopes

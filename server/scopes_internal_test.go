@@ -200,3 +200,22 @@ func TestSnapshotURLOfASubscription(t *testing.T) {
 	require.Nil(t, err)
 	require.Equal(t, syncproto.SnapshotPath+"?scope=project%3Ap2&scope=site%3A%2A&scoped=1", sc.snapshotURL())
 }
+
+// TestDevicesDatabaseID: a single node's devices see its store's id (the
+// store changes it itself); a cluster's see the cluster's id, joined with a
+// digest of the declarations once there are any, valid as an id and
+// different for other declarations.
+func TestDevicesDatabaseID(t *testing.T) {
+	const id = "0193a1f0-5c1e-7a4b-9d2e-6f3c8b1a2e4d"
+	decl := testScopes(t)
+	require.Equal(t, id, devicesDatabaseID(id, false, decl))
+	require.Equal(t, id, devicesDatabaseID(id, true, nil), "a cluster without declarations keeps the id of releases before scopes")
+	require.Equal(t, id, devicesDatabaseID(id, true, &replication.Scopes{}))
+	scoped := devicesDatabaseID(id, true, decl)
+	require.NotEqual(t, id, scoped)
+	require.NoError(t, syncproto.ValidateID(scoped))
+	require.Equal(t, scoped, devicesDatabaseID(id, true, testScopes(t)), "the same declarations, the same id on every node")
+	other := &replication.Scopes{}
+	require.NoError(t, other.Set("project=tasks.project_id"))
+	require.NotEqual(t, scoped, devicesDatabaseID(id, true, other))
+}

@@ -360,6 +360,9 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 	store *replication.Store // the state: records, oplog, ledger, conflict log
+	// databaseID is what devices see as welcome.database_id
+	// (devicesDatabaseID).
+	databaseID string
 	// checkpoints runs the database's checkpoints beside its writer (the
 	// store's Checkpointer); closed after the writer stops.
 	checkpoints *sqlitedb.Checkpointer
@@ -475,15 +478,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.log.Info("database migrated", "path", cfg.DataPath, "from_schema_version", s.store.MigratedFrom, "schema_version", s.store.SchemaVersion)
 	}
 	if err == nil {
+		s.databaseID = devicesDatabaseID(s.store.ID, cfg.Cluster != nil, s.declared())
 		if n := s.store.ScopesReindexed; n > 0 {
 			s.log.Info("scope declarations changed: records reindexed; devices resync at their next connection",
-				"records", n, "scopes", cfg.Scopes.String(), "database_id", s.store.ID)
+				"records", n, "scopes", cfg.Scopes.String(), "database_id", s.databaseID)
 		}
 		s.tail = newFeedTail(s.store.Log, newRouter(s.declared(), reg))
 		err = s.setOplogGauges(ctx)
 	}
 	if err == nil {
-		err = reg.Register(newInfoCollector(s.store.ID, s.store.SchemaVersion, s.store.Ledger))
+		err = reg.Register(newInfoCollector(s.databaseID, s.store.SchemaVersion, s.store.Ledger))
 	}
 	if err == nil {
 		err = reg.Register(checkpoints) // syncd_wal_*

@@ -409,7 +409,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 		return ss.refuseAndClose(m.ID, internalError(err))
 	}
 	cursor := m.Cursor
-	if m.DatabaseID != "" && m.DatabaseID != ss.srv.store.ID {
+	if m.DatabaseID != "" && m.DatabaseID != ss.srv.databaseID {
 		// The client's state is from another database (a restore gave
 		// this one a new id): its cursor means nothing here. Welcome it;
 		// it resyncs from a snapshot on seeing database_id. A resync, not a
@@ -447,7 +447,7 @@ func (ss *session) hello(ctx context.Context, m *syncproto.Hello) *closeOrder {
 	ss.cursor.Store(cursor)
 	ss.send(&syncproto.Welcome{
 		ID: m.ID, NodeID: ss.srv.cfg.NodeID, ServerHLC: ss.srv.clock.Now(), ServerTime: ss.srv.now().UnixMilli(),
-		DatabaseID: ss.srv.store.ID, Head: bounds.Head,
+		DatabaseID: ss.srv.databaseID, Head: bounds.Head,
 		Limits: limits, Models: ss.srv.modelAccess(ss.p),
 		DefaultPolicy: ss.srv.cfg.Policies.Default(),
 		LedgerFloorMS: floorMS(floor),

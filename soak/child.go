@@ -138,6 +138,14 @@ func runChild(ctx context.Context, cfg childConfig, in io.Reader, out, logw io.W
 	}
 	w.c = c
 	defer func() { err = errors.Join(err, c.Close()) }()
+	if cfg.Profile.scoped() {
+		sub, done := c.Changes(), make(chan struct{})
+		go func() {
+			defer close(done)
+			w.journalReceived(ctx, sub)
+		}()
+		defer func() { sub.Close(); <-done }() // before c.Close and j.Close
+	}
 	log.Info("soak client started", "queue", cfg.Profile.Queue, "skew", skew)
 
 	commands, quit := make(chan string), make(chan struct{})
@@ -438,6 +446,81 @@ func (w *writer) scoped(ctx context.Context, e *journal.Entry) (json.RawMessage,
 		v.Project, v.User = p, user
 	}
 	return v.Encode(), nil
+}
+
+// scopedModels are the models ScopeProject covers: what reaches a scoped
+// client of them is journaled.
+var scopedModels = map[string]bool{ModelTasks: true, ModelMembers: true}
+
+// journalReceived journals what reaches the client from the server in
+// scopedModels (journal.KindReceived), every resync with the rows its
+// snapshot left (journal.KindSnapshot), and every lag of the
+// subscription, until sub's channel closes. A subscription opened after
+// client.Open may miss the first changes of the first connection; the
+// checker judges what is journaled.
+func (w *writer) journalReceived(ctx context.Context, sub *client.Subscription) {
+	for ev := range sub.C {
+		e := journal.Entry{At: w.now(), Client: w.cfg.Profile.ID, Seq: ev.At}
+		switch {
+		case ev.Lagged:
+			e.Kind = journal.KindLagged
+		case ev.Resync:
+			e.Kind = journal.KindResync
+			if err := w.j.Append(e); err != nil {
+				w.fatal(err)
+			}
+			if err := w.journalSnapshot(ctx, ev.At); err != nil && !errors.Is(err, client.ErrClosed) {
+				w.fatal(err)
+			}
+			continue
+		case ev.Local || !scopedModels[ev.Model]:
+			continue
+		default:
+			e.Kind, e.Model, e.Key, e.Version, e.ScopeValue, e.Reason = journal.KindReceived, ev.Model, ev.Key, ev.Version, ev.ScopeValue, ev.Evicted
+			switch {
+			case ev.Evicted != "":
+				e.Op = "evict"
+			case ev.Deleted:
+				e.Op = "delete"
+			default:
+				e.Op, e.ValueSHA = "put", journal.ValueSHA(ev.Value)
+			}
+		}
+		if err := w.j.Append(e); err != nil {
+			w.fatal(err)
+		}
+	}
+}
+
+// journalSnapshot journals the rows of scopedModels the replica holds
+// after loading a snapshot read at head (journal.KindSnapshot), but those
+// with a pending write over them.
+func (w *writer) journalSnapshot(ctx context.Context, head uint64) error {
+	for model := range scopedModels {
+		var start string
+		for {
+			recs, err := w.c.List(ctx, model, client.ListOptions{Start: start})
+			if err != nil {
+				return fmt.Errorf("list %s after a resync: %w", model, err)
+			}
+			for _, r := range recs {
+				if r.Pending {
+					continue
+				}
+				v, _ := journal.ParseValue(r.Value)
+				e := journal.Entry{Kind: journal.KindSnapshot, At: w.now(), Client: w.cfg.Profile.ID, Seq: head,
+					Model: model, Key: r.Key, Op: "put", Version: r.Version, ScopeValue: v.Project, ValueSHA: journal.ValueSHA(r.Value)}
+				if err := w.j.Append(e); err != nil {
+					return err
+				}
+			}
+			if len(recs) < client.DefaultListLimit {
+				return nil
+			}
+			start = recs[len(recs)-1].Key + "\x00"
+		}
+	}
+	return nil
 }
 
 // handle is the app's conflict handler. Its decision depends on the op id

@@ -49,6 +49,19 @@
 // and dead-lettered, the one refusal besides poison writes the checker
 // accepts. c00's token also grants p0.
 //
+// While it runs, every scoped client journals what reaches it from the
+// server in tasks and members (client.Changes: feed entries, backfill
+// rows and evicted rows), each with the oplog seq at which the server
+// read it (ChangeEvent.At) and its scope value. The checker derives each
+// client's grants at every seq from syncd's database (the membership
+// rows' history in the oplog, and its token's grants) and calls a leak
+// any row the client was sent of a value it did not follow at that seq,
+// even one evicted long before quiescence. After a resync the client
+// journals the rows its snapshot left, judged at the snapshot's head
+// (but those its own pending writes cover, judged at quiescence only),
+// and an oplog compacted from the front is judged from its first
+// retained seq; the verdict says both.
+//
 // A scheduler with a seeded RNG injects, at random times and with every
 // kind planned at least once: network flaps on one client's proxy
 // (blackhole, outage, reset, delay, throttle, an acknowledgement lost
@@ -86,7 +99,8 @@
 // writes a sentinel note and waits until every client of the main tenant
 // is past it: the feed is in seq order and ends a backfill before its
 // next frame, so each then holds what it follows, which invariant 4
-// compares with the server's records filtered by its grants. Then the clients stop
+// compares with the server's records filtered by its grants (and with
+// what each was sent while the churn ran). Then the clients stop
 // cleanly, the proxies close, syncd's goroutines and open files are read
 // from its /metrics against the baseline taken after its newest start, and
 // syncd stops with SIGTERM. Package checker then loads the files (syncd's

@@ -710,6 +710,7 @@ func (r *runner) reportData(res *Result, state *checker.State) report.Data {
 		{Name: "conflicts", Value: fmt.Sprintf("%.0f conflict-log rows (syncd_conflicts_total); outcomes superseded %d, conflict %d (handler rebased %d, dropped %d)",
 			r.syncd.counter("syncd_conflicts_total"), st.Outcomes["superseded"], st.Outcomes["conflict"], st.Rebased, st.Dropped)},
 		{Name: "dead letters", Value: fmt.Sprint(st.DeadLetters)},
+		{Name: "rows of scoped models received and judged at the wire", Value: fmt.Sprint(st.Received)},
 		{Name: "replay latency (Put returned to outcome recorded)", Value: fmt.Sprintf("p50 %v, p90 %v, p99 %v, max %v over %d writes",
 			lat.P50.Round(time.Millisecond), lat.P90.Round(time.Millisecond), lat.P99.Round(time.Millisecond), lat.Max.Round(time.Millisecond), lat.N)},
 		{Name: "pushed mutations by result (syncd_mutations_total, at least)", Value: strings.Join(mutations, ", ")},

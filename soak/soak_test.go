@@ -56,6 +56,7 @@ func requirePassed(t *testing.T, res *soak.Result, kinds int) {
 	assert.Positive(t, st.DeadLetters, "poison writes were dead-lettered")
 	assert.Positive(t, st.Outcomes["applied"])
 	assert.Positive(t, st.Made["scoped"], "scoped writes (tasks, membership churn) were made")
+	assert.Positive(t, st.Received, "rows of scoped models were received and judged at the wire")
 	assert.Equal(t, kinds, len(res.Coverage)-1, "every fault kind is covered")
 	assert.Equal(t, checker.Invariants, invariantsOf(res.Check.Verdicts))
 }

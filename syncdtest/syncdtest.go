@@ -161,9 +161,17 @@ func (s *Server) Stop(t testing.TB) {
 // the same NATS server.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
+	s.RestartWith(t, func(*server.Config) {})
+}
+
+// RestartWith is Restart with change applied to the configuration first,
+// as an operator restarts syncd with other flags.
+func (s *Server) RestartWith(t testing.TB, change func(*server.Config)) {
+	t.Helper()
 	s.Stop(t)
 	cfg := s.cfg
 	cfg.Registry = nil // a new server registers its metrics anew
+	change(&cfg)
 	s.start(t, cfg)
 }
 

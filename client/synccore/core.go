@@ -177,6 +177,9 @@ type (
 		Entries      []syncproto.Change
 		LastKey      string
 		Done         bool
+		// At is the seq at which the server read the page (backfill.at),
+		// carried to ApplyBackfill.
+		At uint64
 	}
 	// Rescope: the app changed what the device requests (Want, already
 	// durable); the core subscribes again from the same cursor.
@@ -272,6 +275,8 @@ type (
 		Entries      []syncproto.Change
 		Done         bool
 		Scopes       Scopes
+		// At is the seq at which the server read the page (Backfill.At).
+		At uint64
 	}
 	// Resync fetches the server's snapshot and replaces the replica's
 	// records and cursor with it, in one transaction (the pending overlay

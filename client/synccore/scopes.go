@@ -249,7 +249,7 @@ func (c *Core) backfill(in Backfill, out []Action) []Action {
 		}
 		c.scopes.Resume[in.Scope][in.Value] = in.LastKey
 	}
-	return append(out, ApplyBackfill{Scope: in.Scope, Value: in.Value, Entries: in.Entries, Done: in.Done, Scopes: c.durable()})
+	return append(out, ApplyBackfill{Scope: in.Scope, Value: in.Value, Entries: in.Entries, Done: in.Done, Scopes: c.durable(), At: in.At})
 }
 
 // evict applies changes.evictions to the scope state; it reports whether

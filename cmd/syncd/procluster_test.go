@@ -34,6 +34,9 @@ import (
 const execSyncdEnv = "SYNCD_TEST_EXEC_SYNCD"
 
 func TestMain(m *testing.M) {
+	if code, ok := fairChildMain(os.Args); ok {
+		os.Exit(code)
+	}
 	if os.Getenv(execSyncdEnv) == "1" {
 		main()
 		os.Exit(0)

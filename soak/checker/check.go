@@ -114,6 +114,9 @@ type Stats struct {
 	Oplog       int
 	Records     int
 	Conflicts   int
+	// Received counts the rows of scoped models clients journaled as
+	// received from the server and the checker judged at their seq.
+	Received int
 	// Latency is Put-return to outcome-recorded, over every decided write
 	// (both instants by the writing client's clock).
 	Latency Percentiles
@@ -130,15 +133,17 @@ func Check(s *State) Result {
 	ix := newIndex(s)
 	var res Result
 	acc := checkAccounted(s, ix)
+	converged, wire := checkConverged(s, ix)
 	res.Verdicts = []Verdict{
 		acc.verdict,
 		checkExactlyOnce(s, ix),
 		checkReferenceModel(s, ix, acc),
-		checkConverged(s, ix),
+		converged,
 		checkDrained(s),
 		checkNoLeaks(s),
 	}
 	res.Stats = acc.stats
+	res.Stats.Received = wire
 	res.Stats.Oplog, res.Stats.Records, res.Stats.Conflicts = len(s.Server.Oplog), len(s.Server.Records), len(s.Server.Conflicts)
 	for _, c := range s.Clients {
 		res.Stats.DeadLetters += len(c.Queue.DeadLetters)

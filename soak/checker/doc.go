@@ -40,7 +40,16 @@
 //     or by a live membership row naming its user, and requested; a live
 //     row of any other value in its replica is a leak. Scoped entries do
 //     not count for the cursor (a value gained later arrives by backfill,
-//     which leaves the cursor where it was).
+//     which leaves the cursor where it was). At the wire, while the run
+//     went on: every row of a scoped model a client journaled as received
+//     (a feed entry at its seq, a backfill row at its page's seq, a
+//     snapshot's row at the snapshot's head) is of a
+//     value it followed at that seq, by the grants derived from the
+//     membership rows' history in the oplog and its token, both the value
+//     of the version sent and the key's value at that seq; any other is
+//     a leak naming client, row, value and seq. Seqs an oplog compacted
+//     from the front no longer covers are not judged, and the verdict
+//     says so.
 //  5. Drained: every queue is empty but for dead letters (each with a
 //     reason, charged at least the refusal that put it there); the oplog's seqs are consecutive up to its head; PRAGMA
 //     integrity_check is ok on every database, and every NDJSON queue

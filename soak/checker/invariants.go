@@ -216,7 +216,10 @@ func keyLess(a, b recordKey) bool {
 // value; a tombstone and an absent key read alike), nothing it may not
 // read, no pending overlay, and a cursor at or past the newest entry it may
 // read.
-func checkConverged(s *State, ix *index) Verdict {
+//
+// It also judges what each client received while the run went on
+// (checkWire) and returns how many rows that judged.
+func checkConverged(s *State, ix *index) (Verdict, int) {
 	b := newVerdict(Converged)
 	for ci := range s.Clients {
 		c := &s.Clients[ci]
@@ -297,7 +300,8 @@ func checkConverged(s *State, ix *index) Verdict {
 			b.fail("%s: its cursor %d is past the server's head %d", c.ID, c.Replica.Cursor, s.Server.Head)
 		}
 	}
-	return b.done()
+	received := checkWire(s, ix, b)
+	return b.done(), received
 }
 
 // checkDrained is invariant 5: no queue holds a pending item, every dead

@@ -133,13 +133,21 @@ func loadServer(ctx context.Context, path string) (Server, error) {
 	}
 	defer db.Close()
 	s.Integrity = integrityCheck(ctx, db)
-	err = each(ctx, db, `SELECT seq, tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id FROM oplog ORDER BY seq`,
+	err = each(ctx, db, `SELECT seq, tenant, model, key, op_id, op, value, version, wall, logical, origin, client_id,
+			coalesce(scope_old, ''), coalesce(scope_value, ''), coalesce(member, ''), grants FROM oplog ORDER BY seq`,
 		func(r *sql.Rows) error {
 			var e OplogEntry
 			var wall, logical int64
 			var origin string
-			if err := r.Scan(&e.Seq, &e.Tenant, &e.Model, &e.Key, &e.OpID, &e.Op, &e.Value, &e.Version, &wall, &logical, &origin, &e.ClientID); err != nil {
+			var grants []byte
+			if err := r.Scan(&e.Seq, &e.Tenant, &e.Model, &e.Key, &e.OpID, &e.Op, &e.Value, &e.Version, &wall, &logical, &origin, &e.ClientID,
+				&e.ScopeOld, &e.ScopeValue, &e.Member, &grants); err != nil {
 				return err
+			}
+			if grants != nil {
+				if err := json.Unmarshal(grants, &e.Grants); err != nil {
+					return fmt.Errorf("grants of seq %d: %w", e.Seq, err)
+				}
 			}
 			e.HLC = timestamp(wall, logical, origin)
 			s.Oplog = append(s.Oplog, e)

@@ -65,6 +65,24 @@ type OplogEntry struct {
 	Version  uint64
 	HLC      syncproto.Timestamp
 	ClientID string
+	// ScopeOld and ScopeValue are the record's scope value before and
+	// after the write ("" outside scoped models); Member the user a live
+	// membership row grants its value to after it ("" otherwise). Grants
+	// are the membership grants the server recorded the write changed.
+	ScopeOld   string
+	ScopeValue string
+	Member     string
+	Grants     []GrantChange
+}
+
+// GrantChange is one membership grant an oplog entry changed, as the
+// server recorded it (the oplog's grants column): User gained (Held) or
+// lost the scope value.
+type GrantChange struct {
+	User  string `json:"user"`
+	Scope string `json:"scope"`
+	Value string `json:"value"`
+	Held  bool   `json:"held"`
 }
 
 // Record is the server's current state of one key.
@@ -130,6 +148,17 @@ func (c *Client) CanRead(model string) bool {
 func (s *Server) scopeOf(model string) *Scope {
 	for i := range s.Scopes {
 		if slices.Contains(s.Scopes[i].Models, model) {
+			return &s.Scopes[i]
+		}
+	}
+	return nil
+}
+
+// membershipScope returns the declared scope whose membership model is
+// model, or nil.
+func (s *Server) membershipScope(model string) *Scope {
+	for i := range s.Scopes {
+		if s.Scopes[i].Membership != "" && s.Scopes[i].Membership == model {
 			return &s.Scopes[i]
 		}
 	}

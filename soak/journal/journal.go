@@ -13,6 +13,12 @@
 // flight (an intent without an answer): the crash window, in which the write
 // may or may not be in the queue.
 //
+// A client that takes part in partial sync also journals what reaches it
+// from the server in the models a scope covers (received lines: feed
+// entries, backfill rows and evicted rows, each with the oplog seq at which
+// the server read it and its scope value), so the checker can judge, at
+// every position, that the client held the value of every row it was sent.
+//
 // Lines are written with one write(2) each and not fsynced: they survive the
 // process crashes the harness causes (the kernel keeps the page cache), not a
 // power cut, which the harness never simulates. A crash can tear the last
@@ -49,6 +55,26 @@ const (
 	// Decision is rebase (Write, Model, Key, Base and ValueSHA describe the
 	// rebased write, whose op id the client derives) or drop.
 	KindHandler Kind = "handler"
+	// KindReceived: a change of a model a scope covers reached the client
+	// from the server (a client.ChangeEvent not Local): Model, Key, Op
+	// (put, delete, or evict for a row an eviction dropped), Version, Seq
+	// (the oplog seq at which the server read it: ChangeEvent.At),
+	// ScopeValue (the row's, or the one an evicted row had), Reason (an
+	// eviction's) and ValueSHA (a put's value).
+	KindReceived Kind = "received"
+	// KindResync: the replica was replaced by a snapshot read at Seq; a
+	// snapshot line for each of its rows follows.
+	KindResync Kind = "resync"
+	// KindSnapshot: a row of a model a scope covers the client held once
+	// it loaded a snapshot read at Seq: Model, Key, Version, ScopeValue
+	// (as its value names it). A row with the client's own write pending
+	// over it is left out. The rows are read after the snapshot was
+	// loaded, so one a later received line names at the same version came
+	// with that line, not with the snapshot.
+	KindSnapshot Kind = "snapshot"
+	// KindLagged: the client's subscription to its changes fell behind and
+	// dropped some: what reached it meanwhile is not journaled.
+	KindLagged Kind = "lagged"
 )
 
 // Class is what kind of write the scenario meant to make.
@@ -92,6 +118,12 @@ type Entry struct {
 	ValueSHA string    `json:"value_sha,omitempty"`
 	Decision string    `json:"decision,omitempty"`
 	Err      string    `json:"err,omitempty"`
+	// Seq, ScopeValue, Version and Reason describe a received change
+	// (KindReceived, KindResync, KindSnapshot).
+	Seq        uint64 `json:"seq,omitempty"`
+	ScopeValue string `json:"scope_value,omitempty"`
+	Version    uint64 `json:"version,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 // Writer appends entries to a journal file. It is safe for concurrent use.

@@ -22,6 +22,11 @@ func TestWriteThenRead(t *testing.T) {
 		{Kind: journal.KindIntent, At: time.UnixMilli(1).UTC(), Client: "c00", Write: "c00/1/1", Class: journal.ClassOptimistic, Model: "docs", Key: "k1", Op: "put", Base: &base},
 		{Kind: journal.KindMade, At: time.UnixMilli(2).UTC(), Client: "c00", Write: "c00/1/1", OpID: "op", Class: journal.ClassOptimistic, Model: "docs", Key: "k1", Op: "put", Base: &base},
 		{Kind: journal.KindHandler, At: time.UnixMilli(3).UTC(), Client: "c00", OpID: "op", Decision: journal.DecisionDrop},
+		{Kind: journal.KindReceived, At: time.UnixMilli(3).UTC(), Client: "c00", Model: "tasks", Key: "t1", Op: "put", Version: 2, Seq: 17, ScopeValue: "p1", ValueSHA: "ab"},
+		{Kind: journal.KindReceived, At: time.UnixMilli(3).UTC(), Client: "c00", Model: "tasks", Key: "t1", Op: "evict", Seq: 18, ScopeValue: "p1", Reason: "moved"},
+		{Kind: journal.KindResync, At: time.UnixMilli(3).UTC(), Client: "c00", Seq: 20},
+		{Kind: journal.KindSnapshot, At: time.UnixMilli(3).UTC(), Client: "c00", Model: "tasks", Key: "t2", Op: "put", Version: 1, Seq: 20, ScopeValue: "p2"},
+		{Kind: journal.KindLagged, At: time.UnixMilli(3).UTC(), Client: "c00"},
 	}
 	for _, e := range want {
 		require.NoError(t, w.Append(e))
