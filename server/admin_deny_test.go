@@ -22,22 +22,63 @@ import (
 // decodes a JSON answer into out (when not nil) and returns the status.
 func (ts *testServer) adminDo(t testing.TB, method, path string, body, out any) int {
 	t.Helper()
+	status, err := ts.adminSend(method, path, body, out)
+	require.NoError(t, err)
+	return status
+}
+
+// adminSend is adminDo returning its error, for a goroutine other than
+// the test's.
+func (ts *testServer) adminSend(method, path string, body, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
-		require.NoError(t, err)
+		if err != nil {
+			return 0, err
+		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequest(method, ts.adminURL+path, rd)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, err
+	}
 	req.Header.Set("Authorization", "Bearer "+ts.adminToken)
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, err
+	}
 	defer resp.Body.Close()
 	if out != nil && resp.StatusCode < 300 {
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, err
+		}
 	}
-	return resp.StatusCode
+	return resp.StatusCode, nil
+}
+
+// adminWhileClosed sends an admin request as adminDo does while c reads
+// its session to the end, requires the answer to be 200 and c's session
+// to end with an error of code and its close, and returns that error. A
+// request that ends sessions (a denial, a revocation) answers once they
+// are closed: c answers its close at once, where a client that read only
+// after the answer would leave the server waiting out the websocket close
+// handshake's timeout (5 s) before it answers.
+func (ts *testServer) adminWhileClosed(t testing.TB, c *wsClient, method, path string, body, out any, code syncproto.Code) *syncproto.Error {
+	t.Helper()
+	type answer struct {
+		status int
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() { // owned by this call: it waits for the answer below
+		status, err := ts.adminSend(method, path, body, out)
+		answered <- answer{status, err}
+	}()
+	e := c.expectRefusalClose(code)
+	a := <-answered
+	require.NoError(t, a.err)
+	require.Equal(t, http.StatusOK, a.status, "%s %s", method, path)
+	return e
 }
 
 // TestAdminDenyListClosesSessionsAtOnce: a jti or a user denied through
@@ -63,15 +104,13 @@ func TestAdminDenyListClosesSessionsAtOnce(t *testing.T) {
 
 	var ch adminapi.DenyChange
 	until := now.Add(time.Minute).Truncate(time.Second).UTC()
-	require.Equal(t, http.StatusOK, ts.adminDo(t, http.MethodPost, adminapi.PathDeny, adminapi.Denial{JTI: "j-1", Until: until}, &ch))
+	e := ts.adminWhileClosed(t, c1, http.MethodPost, adminapi.PathDeny, adminapi.Denial{JTI: "j-1", Until: until}, &ch, syncproto.CodeUnauthorized)
 	require.Equal(t, 1, ch.ClosedSessions)
-	e := c1.expectRefusalClose(syncproto.CodeUnauthorized)
 	require.Contains(t, e.Message, "was revoked")
 	refusedUpgrade(t, ts.testServer, dialOptions(byJTI), http.StatusUnauthorized)
 
-	require.Equal(t, http.StatusOK, ts.adminDo(t, http.MethodPost, adminapi.PathDeny, adminapi.Denial{User: "bob", Until: until}, &ch))
+	ts.adminWhileClosed(t, c2, http.MethodPost, adminapi.PathDeny, adminapi.Denial{User: "bob", Until: until}, &ch, syncproto.CodeUnauthorized)
 	require.Equal(t, 1, ch.ClosedSessions)
-	c2.expectRefusalClose(syncproto.CodeUnauthorized)
 	c3.barrier() // carol is untouched
 
 	var list adminapi.DenyList

@@ -76,9 +76,8 @@ func TestAdminTokensIssueListRevoke(t *testing.T) {
 
 	// Revoke: in force at the answer, the session already closed.
 	var rev adminapi.TokenRevoked
-	require.Equal(t, http.StatusOK, ts.adminDo(t, http.MethodDelete, adminapi.PathTokens+"?token_id="+issued.Token.ID, nil, &rev))
+	ts.adminWhileClosed(t, c, http.MethodDelete, adminapi.PathTokens+"?token_id="+issued.Token.ID, nil, &rev, syncproto.CodeUnauthorized)
 	require.Equal(t, adminapi.TokenRevoked{TokenID: issued.Token.ID, ClosedSessions: 1}, rev)
-	c.expectRefusalClose(syncproto.CodeUnauthorized)
 	refusedUpgrade(t, ts, dialOptions(issued.Bearer), http.StatusUnauthorized)
 	require.Equal(t, http.StatusNotFound, ts.adminDo(t, http.MethodDelete, adminapi.PathTokens+"?token_id="+issued.Token.ID, nil, nil))
 	require.Equal(t, 6.0, ts.MetricValue(t, `syncd_admin_token_changes_total{change="issued"}`))

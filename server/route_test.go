@@ -425,11 +425,7 @@ func TestRoutedFeedOnAClusterNode(t *testing.T) {
 		{"FollowsGrantsAndSetChanges", TestRoutedFeedFollowsGrantsAndSetChanges},
 		{"SkipsWhatIsNotForIt", TestRoutedFeedSkipsWhatIsNotForIt},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			clusterTests.Store(t, struct{}{})
-			defer clusterTests.Delete(t)
-			tc.test(t)
-		})
+		runInCluster(t, tc.name, tc.test, true) // each mostly waits for its cluster
 	}
 }
 

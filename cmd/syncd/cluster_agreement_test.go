@@ -31,13 +31,16 @@ import (
 // nothing of it lands anywhere. Its file brought up to date, the third
 // serves again.
 func TestClusterProcessStaleTokenFile(t *testing.T) {
-	pc := startProcCluster(t, "--cluster-tokens-grace", "4s")
+	waitsInParallel(t)
+	pc := newProcCluster(t, func(_, _ int, addr string) string { return addr }, nil, "--cluster-tokens-grace", "4s")
 	token := pc.member(t, "phone")
 	tokens, err := auth.ReadFile(pc.tokens)
 	require.NoError(t, err)
 	id := tokens[len(tokens)-1].TokenID
 
-	// node-3 gets a token file of its own, a copy of the shared one.
+	// node-3 reads a token file of its own, a copy of the shared one, from
+	// its start (a start fewer than starting it on the shared file and
+	// restarting it on the copy).
 	stale := filepath.Join(t.TempDir(), "tokens.json")
 	copyFile := func() {
 		data, err := os.ReadFile(pc.tokens)
@@ -46,10 +49,8 @@ func TestClusterProcessStaleTokenFile(t *testing.T) {
 	}
 	copyFile()
 	third := pc.nodes[2]
-	third.kill(t)
 	third.args = append(third.args, "--tokens", stale)
-	third.start(t)
-	third.waitReady(t)
+	pc.startAll(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -110,6 +111,7 @@ func mustOpID(t testing.TB) string {
 // naming the JWT settings, while the others serve on; restarted with the
 // cluster's settings, it serves again.
 func TestClusterProcessJWTSettingsDiffer(t *testing.T) {
+	waitsInParallel(t)
 	secret := filepath.Join(t.TempDir(), "jwt-secret")
 	require.NoError(t, os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef0123456789abcdef"), 0o600))
 	pc := startProcCluster(t, "--jwt-hs256-secret-file", secret, "--jwt-issuer", "https://id.example", "--jwt-audience", "app")
@@ -261,6 +263,7 @@ func watchReady(pc *procCluster) (stop func() []string) {
 // stops serving (/readyz 200 throughout, no refusal counted, no grace run
 // out) and no device's session is closed.
 func TestClusterProcessIssueOnASharedTokenFile(t *testing.T) {
+	waitsInParallel(t)
 	pc := startProcCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -324,6 +327,7 @@ func TestClusterProcessIssueOnASharedTokenFile(t *testing.T) {
 // closed) while the others serve on; copied at last, it serves again and
 // admits the new token.
 func TestClusterProcessOwnTokenFilesCopiedOneByOne(t *testing.T) {
+	waitsInParallel(t)
 	pc := newProcCluster(t, func(_, _ int, addr string) string { return addr }, nil, "--cluster-tokens-grace", "30s")
 	devices := make([]device, len(pc.nodes))
 	for i := range devices {

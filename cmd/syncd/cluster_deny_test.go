@@ -59,6 +59,7 @@ var (
 // new generation and refuses the user's JWT. A JWT never denied is
 // admitted by every node at the end.
 func TestClusterProcessDenyListRolledOutNodeByNode(t *testing.T) {
+	waitsInParallel(t)
 	dir := t.TempDir()
 	secret := []byte(strings.Repeat("0123456789abcdef", 3))
 	secretFile := filepath.Join(dir, "jwt-secret")
@@ -235,6 +236,7 @@ func jwksAt(t testing.TB, path string, gen uint64, keys ...auth.SigningKey) {
 // are behind and serve on. Copied to them, every node admits tokens of
 // both keys, and no node ever refused.
 func TestClusterProcessJWKSRotatedNodeByNode(t *testing.T) {
+	waitsInParallel(t)
 	dir := t.TempDir()
 	old, err := auth.GenerateSigningKey("ES256")
 	require.NoError(t, err)

@@ -68,6 +68,7 @@ func streamState(t *testing.T, ns *natsserver.Server, secret cluster.Secret) *je
 // fix, and changes nothing (the stream keeps its settings and messages,
 // the node's data stays).
 func TestClusterProcessMisconfiguration(t *testing.T) {
+	waitsInParallel(t)
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.json")
 	_, err := auth.Issue(tokens, auth.Principal{Admin: true}, time.Now())

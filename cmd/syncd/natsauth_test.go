@@ -121,6 +121,7 @@ func TestNATSFlagsRefusePlaintextBeyondLoopback(t *testing.T) {
 // server without the route credentials gets no route and sees no stream,
 // while one with them (the control) is routed to every node.
 func TestClusterProcessNATSRefusesStrangers(t *testing.T) {
+	waitsInParallel(t)
 	pc := startProcCluster(t)
 	requireStrangersRefused(t, pc, natsTLS{})
 }
@@ -307,6 +308,7 @@ func (ca *testCA) issue(t *testing.T, name string, serial int64) (certFile, keyF
 // node-2 reads back, and refuses strangers as the defaults do (and a
 // server holding the route password but no certificate of the CA).
 func TestClusterProcessThreeHostsTLS(t *testing.T) {
+	waitsInParallel(t)
 	ca := newTestCA(t)
 	flags := make([][]string, 3)
 	for i := range flags {

@@ -44,6 +44,20 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// waitsInParallel marks a process-cluster test that mostly waits (for a
+// grace to run out, for the agreement's surveys, for a node to refuse or
+// to serve again) and drives no writers: it runs in parallel. go test runs
+// such tests after the package's serial ones, at most -parallel at a time
+// (GOMAXPROCS: two on the two cores `make test` is sized for), so two of
+// their waits overlap. Each has its own ports, directories and processes,
+// and none touches process-wide state (no t.Setenv, no chdir). The tests
+// under writers' load (Kills, RouteCut, EmptyDisk, the rolling upgrade)
+// are CPU-bound under the race detector and stay serial.
+func waitsInParallel(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}
+
 // procStartTimeout bounds a node's start (quorum included) and
 // procStopTimeout the wait for a killed node's exit.
 const (
