@@ -40,6 +40,32 @@ func framesUntil(t testing.TB, c *wsClient, id string, seq uint64) ([]syncproto.
 	return nil, 0
 }
 
+// framesUntilBackfilled is framesUntil that reads on until the last
+// backfill page of value on subscription id: the subscription's first
+// changes frame may reach seq already, and the backfill follows it
+// (PROTOCOL.md 19.4).
+func framesUntilBackfilled(t testing.TB, c *wsClient, id string, seq uint64, value string) ([]syncproto.Message, int) {
+	t.Helper()
+	got, size := framesUntil(t, c, id, seq)
+	done := func(m syncproto.Message) bool {
+		b, ok := m.(*syncproto.Backfill)
+		return ok && b.ID == id && b.Value == value && b.Done
+	}
+	for range 10_000 {
+		if slices.ContainsFunc(got, done) {
+			return got, size
+		}
+		frame, err := c.next()
+		require.NoError(t, err)
+		size += len(frame)
+		msg, err := syncproto.Decode(frame)
+		require.NoError(t, err)
+		got = append(got, msg)
+	}
+	t.Fatalf("no last backfill page of %s", value)
+	return nil, 0
+}
+
 // TestScopeAddedWithoutResync: a device holding value A adds value B: it
 // gets B's rows as backfill pages and the live tail, no resync, its cursor
 // never moves backwards, and it receives at most 1.2 times B's records
@@ -110,7 +136,7 @@ func scopeAddedWithoutResync(t *testing.T, aRows int, download bool) {
 	c.send(&syncproto.Subscribe{ID: "s2", Cursor: head, Scopes: syncproto.ScopeSet{"project": {"A", "B"}}, Have: syncproto.ScopeSet{"project": {"A"}}})
 	requireApplied(t, oc.push("live", put(t, oclock, "tasks", "a000001", `{"project_id":"A","n":1}`), put(t, oclock, "tasks", "b000001", `{"project_id":"B","n":1}`)))
 	tail := ts.head(t)
-	got, size := framesUntil(t, c, "s2", tail)
+	got, size := framesUntilBackfilled(t, c, "s2", tail, "B")
 	cursor, backfilled, liveBytes, started := head, 0, 0, false
 	for _, msg := range got {
 		switch m := msg.(type) {
