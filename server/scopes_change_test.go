@@ -20,24 +20,10 @@ import (
 // frames has a cursor at or past seq, and returns them with their bytes.
 func framesUntil(t testing.TB, c *wsClient, id string, seq uint64) ([]syncproto.Message, int) {
 	t.Helper()
-	var got []syncproto.Message
-	size := 0
-	for range 10_000 {
-		frame, err := c.next()
-		require.NoError(t, err)
-		size += len(frame)
-		msg, err := syncproto.Decode(frame)
-		require.NoError(t, err)
-		got = append(got, msg)
-		if ch, ok := msg.(*syncproto.Changes); ok && ch.ID == id && ch.Cursor >= seq {
-			return got, size
-		}
-		if r, ok := msg.(*syncproto.Resync); ok {
-			t.Fatalf("resync %+v", r)
-		}
-	}
-	t.Fatalf("no changes frame reached %d", seq)
-	return nil, 0
+	return readFrames(t, c, func(msg syncproto.Message) bool {
+		ch, ok := msg.(*syncproto.Changes)
+		return ok && ch.ID == id && ch.Cursor >= seq
+	})
 }
 
 // framesUntilBackfilled is framesUntil that reads on until the last
@@ -46,23 +32,40 @@ func framesUntil(t testing.TB, c *wsClient, id string, seq uint64) ([]syncproto.
 // (PROTOCOL.md 19.4).
 func framesUntilBackfilled(t testing.TB, c *wsClient, id string, seq uint64, value string) ([]syncproto.Message, int) {
 	t.Helper()
-	got, size := framesUntil(t, c, id, seq)
-	done := func(m syncproto.Message) bool {
-		b, ok := m.(*syncproto.Backfill)
-		return ok && b.ID == id && b.Value == value && b.Done
-	}
-	for range 10_000 {
-		if slices.ContainsFunc(got, done) {
-			return got, size
+	reached, filled := false, false
+	return readFrames(t, c, func(msg syncproto.Message) bool {
+		switch m := msg.(type) {
+		case *syncproto.Changes:
+			reached = reached || (m.ID == id && m.Cursor >= seq)
+		case *syncproto.Backfill:
+			filled = filled || (m.ID == id && m.Value == value && m.Done)
 		}
+		return reached && filled
+	})
+}
+
+// readFrames reads frames of c, none of them a resync, until done says
+// the last one read ends what the caller waits for, and returns them with
+// their bytes.
+func readFrames(t testing.TB, c *wsClient, done func(syncproto.Message) bool) ([]syncproto.Message, int) {
+	t.Helper()
+	var got []syncproto.Message
+	size := 0
+	for range 10_000 {
 		frame, err := c.next()
 		require.NoError(t, err)
 		size += len(frame)
 		msg, err := syncproto.Decode(frame)
 		require.NoError(t, err)
+		if r, ok := msg.(*syncproto.Resync); ok {
+			t.Fatalf("resync %+v", r)
+		}
 		got = append(got, msg)
+		if done(msg) {
+			return got, size
+		}
 	}
-	t.Fatalf("no last backfill page of %s", value)
+	t.Fatalf("what the test waits for did not come in 10,000 frames")
 	return nil, 0
 }
 
