@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"sync"
 )
 
 // Ports below the kernel's ephemeral range: a port taken from that range
@@ -19,14 +20,23 @@ const (
 	high = 32768 // at most: where Linux's default ip_local_port_range starts
 )
 
-// FreeAddr returns 127.0.0.1:port with a port free a moment ago and
-// outside the ephemeral range when that range is known (Linux); elsewhere
-// a port the kernel picks.
+// handedOut holds the ports FreeAddr returned in this process: a port is
+// handed out once, so tests running in parallel (each starting processes
+// that bind their ports a while later) never get the same one.
+var handedOut sync.Map // int -> struct{}
+
+// FreeAddr returns 127.0.0.1:port with a port free a moment ago, not
+// returned before by this process, and outside the ephemeral range when
+// that range is known (Linux); elsewhere a port the kernel picks.
 func FreeAddr() (string, error) {
 	top := ephemeralStart()
 	if top > low {
 		for range 100 { // bounded: a port in use is tried again elsewhere
-			addr := fmt.Sprintf("127.0.0.1:%d", low+rand.IntN(top-low))
+			port := low + rand.IntN(top-low)
+			if _, taken := handedOut.LoadOrStore(port, struct{}{}); taken {
+				continue
+			}
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
 			ln, err := net.Listen("tcp", addr)
 			if err == nil {
 				ln.Close()

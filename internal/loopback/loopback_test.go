@@ -23,3 +23,16 @@ func TestFreeAddrIsBindableLoopback(t *testing.T) {
 	require.NoError(t, err)
 	ln.Close()
 }
+
+// TestFreeAddrNeverHandsOutAPortTwice: tests running in parallel in one
+// process each reserve ports their children bind later; no two get the
+// same one.
+func TestFreeAddrNeverHandsOutAPortTwice(t *testing.T) {
+	seen := map[string]bool{}
+	for range 2000 {
+		addr, err := loopback.FreeAddr()
+		require.NoError(t, err)
+		require.False(t, seen[addr], "%s handed out twice", addr)
+		seen[addr] = true
+	}
+}
