@@ -161,9 +161,12 @@ func TestSnapshotGateGivesTurnsRoundTheTenants(t *testing.T) {
 		require.Eventually(t, func() bool { return testutil.ToFloat64(waiting) == float64(i) }, 10*time.Second, time.Millisecond)
 	}
 	queue("b", 0)
-	require.Eventually(t, func() bool { return testutil.ToFloat64(waiting) == 5 }, 10*time.Second, time.Millisecond)
-	require.Equal(t, 4.0, testutil.ToFloat64(tm.waitingVec.WithLabelValues("a")))
-	require.Equal(t, 1.0, testutil.ToFloat64(tm.waitingVec.WithLabelValues("b")))
+	// The gate moves its gauge, then the tenant's, under its lock, while
+	// this goroutine reads them without it: wait for all three.
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(waiting) == 5 && testutil.ToFloat64(tm.waitingVec.WithLabelValues("a")) == 4 &&
+			testutil.ToFloat64(tm.waitingVec.WithLabelValues("b")) == 1
+	}, 10*time.Second, time.Millisecond)
 
 	// Each turn freed goes to the next in the round: A's first waiter
 	// (A's round began first), then B, then the rest of A's.
