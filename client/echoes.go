@@ -41,8 +41,10 @@ func (e *echoes) note(gen uint64, ds []decision) {
 		return
 	}
 	for _, d := range ds {
-		if d.outcome.Status != StatusApplied || d.upcast {
-			continue // an upcast write's echo carries the value as applied
+		if d.outcome.Status != StatusApplied || d.upcast || d.unkept {
+			// An upcast write's echo carries the value as applied; an
+			// unkept write's is the first the records see of it.
+			continue
 		}
 		if len(e.m) >= maxEchoes {
 			clear(e.m)

@@ -55,6 +55,9 @@ type decision struct {
 	// sent (Result.Upcast), so the records take the change feed's value,
 	// not the sent one.
 	upcast bool
+	// unkept: the records did not take the write's row (keepsRow), so
+	// its echo, if the feed sends one, is no echo.
+	unkept bool
 }
 
 // decideDone records the decisions ds (decideHook) and marks their
@@ -131,13 +134,14 @@ func (r *replica) recorded(gen uint64, ds []decision) {
 func (r *replica) decideHook(ds []decision) offlinequeue.Hook {
 	return func(ctx context.Context, tx *sql.Tx) error {
 		x := r.inTx(ctx, tx)
-		var applied []decision
-		for _, d := range ds {
+		var applied []*decision
+		for i := range ds {
+			d := &ds[i]
 			if d.outcome.Status == StatusApplied && d.outcome.Winner == nil && !d.upcast {
 				applied = append(applied, d)
 				continue
 			}
-			if err := decideIn(x, d.mut, d.outcome, d.upcast); err != nil {
+			if err := decideIn(x, d); err != nil {
 				return err
 			}
 		}
@@ -159,7 +163,7 @@ const decideChunk = 64
 
 // decideApplied records applied writes (no winner) as decideIn does, with
 // one multi-row statement for each of its three steps.
-func decideApplied(x *txStmts, ds []decision) error {
+func decideApplied(x *txStmts, ds []*decision) error {
 	outcomes := make([]any, 0, 10*len(ds))
 	ops := make([]any, 0, len(ds))
 	records := make([]any, 0, 8*len(ds))
@@ -167,7 +171,12 @@ func decideApplied(x *txStmts, ds []decision) error {
 		m, o := d.mut, d.outcome
 		outcomes = append(outcomes, o.OpID, m.Model, m.Key, string(o.Status), int64(o.Version), int64(o.Seq), o.Reason, nil, o.RebasedAs, o.DecidedAt.UnixMilli())
 		ops = append(ops, o.OpID)
-		if x.fields.follows(m.Model, m.Value) {
+		keep, err := x.keepsRow(m.Model, m.Value, o.Seq)
+		if err != nil {
+			return err
+		}
+		d.unkept = !keep
+		if keep {
 			records = append(records, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete, x.scopeOf(m.Model, m.Value))...)
 		}
 	}
@@ -199,7 +208,8 @@ const (
 	sqlDeletePending = `DELETE FROM pending WHERE op_id = ?`
 )
 
-func decideIn(x *txStmts, m *syncproto.Mutation, o Outcome, upcast bool) error {
+func decideIn(x *txStmts, d *decision) error {
+	m, o := d.mut, d.outcome
 	var winner []byte
 	if o.Winner != nil {
 		var err error
@@ -214,20 +224,32 @@ func decideIn(x *txStmts, m *syncproto.Mutation, o Outcome, upcast bool) error {
 		return err
 	}
 	switch {
-	case o.Status == StatusApplied && upcast:
+	case o.Status == StatusApplied && d.upcast:
 		return nil // the record's value, in the server's shape, comes by the feed
-	case o.Status == StatusApplied && !x.fields.follows(m.Model, m.Value):
-		// Written to a scope value this device does not follow: the row
-		// is not kept (the feed evicts an older one it held).
-		return nil
 	case o.Status == StatusApplied:
+		keep, err := x.keepsRow(m.Model, m.Value, o.Seq)
+		if err != nil || !keep {
+			d.unkept = true
+			return err
+		}
 		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, m.Value, o.Version, o.HLC, m.Op == syncproto.OpDelete, x.scopeOf(m.Model, m.Value))...)
 	case o.Winner != nil && o.Winner.Version > 0 && !o.Winner.ValueOmitted && !o.Winner.ValueWithheld:
 		// A winner without its value (PROTOCOL.md 5.4) reaches the
 		// replica through the change feed instead; one withheld (19.2)
 		// is of a scope value this device does not hold, and never does.
+		// In a model a scope covers, it only updates a row the records
+		// hold: a held value's rows are all there up to the cursor, and a
+		// newer winner comes by the feed, so a row that is not there was
+		// evicted (moved away) since the server read the winner.
 		w := o.Winner
-		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, w.Value, w.Version, w.HLC, w.Deleted, x.scopeOf(m.Model, w.Value))...)
+		if keep, err := x.keepsRow(m.Model, w.Value, 0); err != nil || !keep {
+			return err
+		}
+		store := upsertRecord
+		if x.fields.covers(m.Model) {
+			store = updateHeldRecord
+		}
+		return x.exec(store, upsertArgs(m.Model, m.Key, w.Value, w.Version, w.HLC, w.Deleted, x.scopeOf(m.Model, w.Value))...)
 	}
 	return nil
 }

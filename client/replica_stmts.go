@@ -69,6 +69,8 @@ type txStmts struct {
 	// fields are the scope declarations the records' scope values are
 	// read by (nil: none known).
 	fields *scopeFields
+	// held is what the records reflect, read on first use (keepsRow).
+	held *heldRows
 }
 
 func (r *replica) inTx(ctx context.Context, tx *sql.Tx) *txStmts {
