@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/race"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -23,13 +24,25 @@ import (
 // 21's "Must show"): random writes after the bulk rows, of which moves of
 // a live row to another value and grant changes (membership writes, and
 // token changes: a device reconnecting with a token of other grants).
-const (
-	scaleWrites       = 10_000
-	scaleMoves        = 500
-	scaleMemberships  = 40
-	scaleTokenChanges = 10
-	scaleBulk         = 6_000 // 1,200 rows a value: backfills of two pages
+// Under the race detector, which slows the run five to tenfold, it is a
+// fifth of that; make test (make scale) runs it at full scale without.
+var (
+	scaleWrites       = underRace(10_000, 2_000)
+	scaleMoves        = underRace(500, 100)
+	scaleMemberships  = underRace(40, 10)
+	scaleTokenChanges = underRace(10, 3)
 )
+
+// scaleBulk is the bulk rows: 1,200 a value, backfills of two pages.
+const scaleBulk = 6_000
+
+// underRace is full, or small under the race detector.
+func underRace(full, small int) int {
+	if race.Enabled {
+		return small
+	}
+	return full
+}
 
 // scaleDevice is a device on raw websockets, one connection after
 // another (a token change or a move to another node reconnects it), whose

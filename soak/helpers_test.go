@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/race"
 	"github.com/syncd-dev/syncd/soak"
 	"github.com/syncd-dev/syncd/soak/checker"
 )
@@ -46,7 +47,7 @@ func syncdBinary(t *testing.T) string {
 	buildOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		syncdBin, buildErr = soak.BuildSyncd(ctx, buildDir, raceEnabled)
+		syncdBin, buildErr = soak.BuildSyncd(ctx, buildDir, race.Enabled)
 	})
 	require.NoError(t, buildErr)
 	return syncdBin

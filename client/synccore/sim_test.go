@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/syncd-dev/syncd/client/reconnect"
+	"github.com/syncd-dev/syncd/internal/race"
 	"github.com/syncd-dev/syncd/ledger"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/syncproto"
@@ -36,7 +37,7 @@ var (
 // of value versions), and checks the invariants after each.
 func TestSimulation(t *testing.T) {
 	first, n := uint64(1), uint64(*simSeeds)
-	if raceEnabled && n > raceSeeds {
+	if race.Enabled && n > raceSeeds {
 		n = raceSeeds
 	}
 	if *simSeed != 0 {

@@ -43,6 +43,7 @@ var allowed = map[string][]string{
 	"internal/textsafe":             {},
 	"internal/loopback":             {},
 	"internal/fakeclock":            {},
+	"internal/race":                 {},
 	"internal/atomicfile":           {"internal/dirsync"},
 	"internal/buildinfo":            {},
 	"internal/datalock":             {},

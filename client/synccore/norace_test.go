@@ -1,5 +1,0 @@
-//go:build !race
-
-package synccore
-
-const raceEnabled = false
