@@ -429,12 +429,24 @@ type DeniedUser struct {
 
 // Denial is the body of POST PathDeny: exactly one of JTI and User, in
 // force until Until (zero: until removed; for a jti, its exp lets the
-// entry be pruned once the token expired anyway).
+// entry be pruned once the token expired anyway). RevokedAt, for a user
+// only, is the instant the user's tokens are refused up to (zero: the
+// node's clock at the change); at most MaxRevokedAtAhead after the
+// node's clock. Giving every node of a cluster the same instant (syncctl
+// jwt revoke --server with several nodes does) writes the same entry on
+// each.
 type Denial struct {
-	JTI   string    `json:"jti,omitempty"`
-	User  string    `json:"user,omitempty"`
-	Until time.Time `json:"until,omitzero"`
+	JTI       string    `json:"jti,omitempty"`
+	User      string    `json:"user,omitempty"`
+	Until     time.Time `json:"until,omitzero"`
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
 }
+
+// MaxRevokedAtAhead bounds how far a Denial's RevokedAt may be ahead of
+// the clock of the node that applies it: the clocks of the operator's
+// machine and of the nodes differ a little, but a revocation dated later
+// would refuse tokens the provider has not issued yet.
+const MaxRevokedAtAhead = time.Minute
 
 // DenyChange answers a POST or DELETE of PathDeny: the list as written
 // and, for a POST, how many open sessions the change closed (they were

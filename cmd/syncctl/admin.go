@@ -51,7 +51,12 @@ type adminClient struct {
 // adminClient resolves the admin flags (flag, then environment, then
 // default) into a client.
 func (a *app) adminClient(cmd *cobra.Command, o *adminFlags) (*adminClient, error) {
-	base := strings.TrimRight(a.setting(cmd.Flags(), "server", "SYNCCTL_SERVER"), "/")
+	return a.adminClientAt(cmd, o, a.setting(cmd.Flags(), "server", "SYNCCTL_SERVER"))
+}
+
+// adminClientAt is adminClient for the admin API at base.
+func (a *app) adminClientAt(cmd *cobra.Command, o *adminFlags, base string) (*adminClient, error) {
+	base = strings.TrimRight(base, "/")
 	token := a.setting(cmd.Flags(), "token", "SYNCCTL_TOKEN")
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

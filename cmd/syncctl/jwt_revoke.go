@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,13 +28,13 @@ type jwtRevokedView struct {
 	ClosedSessions int    `json:"closed_sessions"`
 }
 
-// denyTarget is where the jwt deny-list commands act: syncd's admin API
-// (--server, or SYNCCTL_SERVER, and no --deny-file), which puts a change
-// in force at once, or the deny-list file, which syncd re-reads within a
-// second.
+// denyTarget is where the jwt deny-list commands act: the admin API of
+// one syncd or of several nodes (--server, or SYNCCTL_SERVER, a
+// comma-separated list, and no --deny-file), which puts a change in force
+// at once, or the deny-list file, which syncd re-reads within a second.
 type denyTarget struct {
-	file   string
-	client *adminClient
+	file    string
+	clients []*adminClient
 }
 
 func addDenyFlags(cmd *cobra.Command) *adminFlags {
@@ -50,33 +51,63 @@ func (a *app) denyTarget(cmd *cobra.Command, o *adminFlags) (denyTarget, error) 
 	if f.Changed("deny-file") {
 		return denyTarget{}, failf(exitUsage, "give --server (the admin API writes syncd's deny list) or --deny-file (syncctl writes it), not both")
 	}
-	c, err := a.adminClient(cmd, o)
-	return denyTarget{client: c}, err
+	var t denyTarget
+	for base := range strings.SplitSeq(a.setting(f, "server", "SYNCCTL_SERVER"), ",") {
+		c, err := a.adminClientAt(cmd, o, strings.TrimSpace(base))
+		if err != nil {
+			return denyTarget{}, err
+		}
+		t.clients = append(t.clients, c)
+	}
+	return t, nil
 }
 
 // changeDenyList makes one change of the deny list: through the admin API
-// (method on PathDeny with query and body) or, without one, by file on the
-// deny-list file; then it prints v (its Server and ClosedSessions, or its
-// File, filled in) as JSON or as text says. An entry the list does not
-// hold is the not-found status either way.
+// of each server in turn (method on PathDeny with query and body) or,
+// without one, by file on the deny-list file; it prints v (its Server and
+// ClosedSessions, or its File, filled in) as JSON or as text says, a line
+// for each server that made the change. An entry the list does not hold
+// is the not-found status either way. A server that fails does not stop
+// the others; the error names every one that failed.
 func (a *app) changeDenyList(ctx context.Context, t denyTarget, verb, method string, query url.Values, body any,
 	file func(path string) (auth.DenyList, error), v jwtRevokedView, text func(jwtRevokedView) string) error {
-	if t.client == nil {
+	if len(t.clients) == 0 {
 		if _, err := file(t.file); err != nil {
 			return denyFileError(verb, err)
 		}
 		v.File = t.file
-	} else {
+		return a.printDenyChange(v, text)
+	}
+	var failed []string
+	code := exitFailure
+	for _, c := range t.clients {
 		var ans adminapi.DenyChange
-		err := t.client.do(ctx, method, adminapi.PathDeny, query, body, &ans)
-		if r, ok := errors.AsType[*refusal](err); ok && r.status == http.StatusNotFound {
-			return failf(exitNotFound, "%s: %s", verb, r.msg)
-		}
+		err := c.do(ctx, method, adminapi.PathDeny, query, body, &ans)
 		if err != nil {
+			if r, ok := errors.AsType[*refusal](err); ok && r.status == http.StatusNotFound {
+				err = failf(exitNotFound, "%s: %s", verb, r.msg)
+			}
+			if len(t.clients) == 1 {
+				return err
+			}
+			if len(failed) == 0 {
+				code = ExitCode(err)
+			}
+			failed = append(failed, c.base+": "+err.Error())
+			continue
+		}
+		v.Server, v.ClosedSessions = c.base, ans.ClosedSessions
+		if err := a.printDenyChange(v, text); err != nil {
 			return err
 		}
-		v.Server, v.ClosedSessions = t.client.base, ans.ClosedSessions
 	}
+	if len(failed) > 0 {
+		return failf(code, "%s failed on %d of %d servers (the others made the change): %s", verb, len(failed), len(t.clients), strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+func (a *app) printDenyChange(v jwtRevokedView, text func(jwtRevokedView) string) error {
 	if a.json {
 		return printJSON(a.stdout, v)
 	}
@@ -95,7 +126,7 @@ func jtiOrUser(cmd *cobra.Command, verb string) (jti, user *string) {
 
 func (a *app) jwtRevokeCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "revoke (--jti ID | --user USER) [--until TIME] [--server URL | --deny-file FILE]",
+		Use:   "revoke (--jti ID | --user USER) [--until TIME] [--server URL[,URL...] | --deny-file FILE]",
 		Short: "Deny a JWT by jti, or every JWT a user holds now; syncd closes their sessions",
 		Long: `Add an entry to syncd's JWT deny list. --jti denies one token; --user denies
 every token of the user issued up to now: tokens the identity provider issues
@@ -111,13 +142,14 @@ answers (unauthorized, close 1008). Otherwise syncctl writes the file itself
 within about two.
 
 Every change bumps the list's generation. On a cluster whose nodes read their
-own copies, change the list in one place (this command, or one node's admin
-API) and copy the whole file to every other node within syncd
---cluster-tokens-grace: the node with the newest list serves throughout, one
-with an older generation serves until the grace is over, then stops. Or write
-the one file every node shares. Do not revoke a user through each node's API:
-each stamps the denial with its own clock, and the lists then differ at the
-same generation (docs/operations.md, Tokens on a cluster).`,
+own copies, give every node's admin API in one --server list
+(--server https://n1:8081,https://n2:8081,https://n3:8081): syncctl dates the
+denial once and each node writes the same entry, in force on each at once. Or
+change the list in one place and copy the whole file to every other node
+within syncd --cluster-tokens-grace, or write the one file every node shares.
+Do not revoke a user through each node's API in separate commands: each is
+dated by its own clock, and the lists then differ at the same generation
+(docs/operations.md, Tokens on a cluster).`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	o := addDenyFlags(cmd)
@@ -140,9 +172,15 @@ same generation (docs/operations.md, Tokens on a cluster).`,
 		if err != nil {
 			return err
 		}
+		// Given several servers, a user's denial is dated once, here, so
+		// that each writes the same entry; one server dates it itself.
+		now := a.now()
 		d := auth.Denial{JTI: *jti, User: *user, Until: end}
+		if *user != "" && len(t.clients) > 1 {
+			d.RevokedAt = now
+		}
 		return a.changeDenyList(cmd.Context(), t, "jwt revoke", http.MethodPost, nil, d,
-			func(path string) (auth.DenyList, error) { return auth.Deny(path, d, a.now()) },
+			func(path string) (auth.DenyList, error) { return auth.Deny(path, d, now) },
 			jwtRevokedView{JTI: *jti, User: *user, Until: end},
 			func(v jwtRevokedView) string {
 				what := "token " + *jti
@@ -163,7 +201,7 @@ same generation (docs/operations.md, Tokens on a cluster).`,
 
 func (a *app) jwtAllowCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "allow (--jti ID | --user USER) [--server URL | --deny-file FILE]",
+		Use:   "allow (--jti ID | --user USER) [--server URL[,URL...] | --deny-file FILE]",
 		Short: "Remove a jti or a user from syncd's JWT deny list",
 		Long: `Remove the deny-list entry of a jti or a user (syncctl jwt revoke made it):
 syncd accepts the tokens again at once (--server) or within a second (the
@@ -207,16 +245,19 @@ func (a *app) jwtDeniedCommand() *cobra.Command {
 			return err
 		}
 		var list adminapi.DenyList
-		if t.client != nil {
-			if err := t.client.get(cmd.Context(), adminapi.PathDeny, nil, &list); err != nil {
-				return err
-			}
-		} else {
+		switch len(t.clients) {
+		case 0:
 			d, err := auth.ReadDenyList(t.file)
 			if err != nil {
 				return failf(exitBadFile, "jwt denied: %v", err)
 			}
 			list = d.DenyList
+		case 1:
+			if err := t.clients[0].get(cmd.Context(), adminapi.PathDeny, nil, &list); err != nil {
+				return err
+			}
+		default:
+			return failf(exitUsage, "jwt denied lists one node's deny list: give one --server")
 		}
 		if a.json {
 			return printJSON(a.stdout, list)

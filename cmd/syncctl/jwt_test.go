@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncd-dev/syncd/adminapi"
+	"github.com/syncd-dev/syncd/internal/loopback"
 	"github.com/syncd-dev/syncd/server"
 	"github.com/syncd-dev/syncd/server/auth"
 	"github.com/syncd-dev/syncd/server/auth/authtest"
@@ -168,4 +170,55 @@ func TestJWTRevokeThroughTheAdminAPI(t *testing.T) {
 	require.Equal(t, exitNotFound, r.code, "%v", r.err)
 	r = c.run("jwt", "revoke", "--server", s.AdminURL, "--deny-file", deny, "--jti", "x")
 	require.Equal(t, exitUsage, r.code, "%v", r.err)
+}
+
+// TestJWTRevokeThroughSeveralServersDatesTheUserOnce: jwt revoke --user
+// with every node's admin API in one --server list writes the same entry
+// on each node's own deny list (dated once, by syncctl), so a cluster's
+// lists stay equal; allow removes it from each. A server that fails does
+// not stop the others, and the error names it; jwt denied reads one node.
+func TestJWTRevokeThroughSeveralServersDatesTheUserOnce(t *testing.T) {
+	idp := authtest.NewProvider(t, "ES256")
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.json")
+	admin, err := auth.Issue(tokens, auth.Principal{Admin: true}, time.Now())
+	require.NoError(t, err)
+	var urls, denyFiles []string
+	for i := range 2 {
+		deny := filepath.Join(dir, fmt.Sprint("deny", i, ".json"))
+		a, err := auth.New(auth.Config{TokenFile: tokens, JWT: idp.Config(), DenyFile: deny})
+		require.NoError(t, err)
+		t.Cleanup(func() { a.Close() })
+		s := syncdtest.Start(t, server.Config{Authenticator: a, TokenRecheck: time.Hour})
+		urls, denyFiles = append(urls, s.AdminURL), append(denyFiles, deny)
+	}
+	c := newCLI(t, map[string]string{"SYNCCTL_TOKEN": admin})
+	c.now = func() time.Time { return time.Now().Add(-time.Hour) } // the operator's clock, not the nodes'
+	out := c.ok("jwt", "revoke", "--server", strings.Join(urls, ","), "--user", "alice")
+	require.Equal(t, 2, strings.Count(out, "denied every token of user alice issued until now; syncd closed 0 sessions\n"), out)
+	var lists []auth.DenyList
+	for _, f := range denyFiles {
+		l, err := auth.ReadDenyList(f)
+		require.NoError(t, err)
+		require.Len(t, l.Users, 1)
+		lists = append(lists, l)
+	}
+	require.Equal(t, lists[0], lists[1], "both nodes wrote the same entry at the same generation")
+	require.WithinDuration(t, time.Now().Add(-time.Hour), lists[0].Users[0].RevokedAt, time.Minute, "dated by syncctl")
+
+	r := c.run("jwt", "denied", "--server", strings.Join(urls, ","))
+	require.Equal(t, exitUsage, r.code, "%v", r.err)
+
+	free, err := loopback.FreeAddr()
+	require.NoError(t, err)
+	down := "http://" + free
+	r = c.run("jwt", "allow", "--server", urls[0]+","+down+","+urls[1], "--user", "alice")
+	require.Equal(t, exitUnreachable, r.code, "%v", r.err)
+	require.ErrorContains(t, r.err, "jwt allow failed on 1 of 3 servers (the others made the change): "+down)
+	require.Equal(t, 2, strings.Count(r.stdout, "user alice is no longer denied\n"), r.stdout)
+	for _, f := range denyFiles {
+		l, err := auth.ReadDenyList(f)
+		require.NoError(t, err)
+		require.Empty(t, l.Users)
+	}
 }

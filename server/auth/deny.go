@@ -45,8 +45,9 @@ type DeniedJTI = adminapi.DeniedJTI
 type DeniedUser = adminapi.DeniedUser
 
 // Denial is one change to the deny list: exactly one of JTI (a single
-// token) and User (every token of the user issued up to the change), in
-// force until Until (zero: until it is removed). ValidateDenial checks it.
+// token) and User (every token of the user issued up to RevokedAt, or up
+// to the change), in force until Until (zero: until it is removed).
+// ValidateDenial checks it.
 type Denial = adminapi.Denial
 
 // ErrInvalidDenial says a Denial (or an Allow) did not name exactly one
@@ -60,6 +61,8 @@ func ValidateDenial(d Denial) error {
 	switch {
 	case (d.JTI == "") == (d.User == ""):
 		err = errors.New("name exactly one of a jti and a user")
+	case d.JTI != "" && !d.RevokedAt.IsZero():
+		err = errors.New("revoked_at dates a user's denial, not a jti's")
 	case d.JTI != "":
 		err = validateJTI(d.JTI)
 	default:
@@ -145,10 +148,20 @@ func DenyUser(path, user string, now time.Time) error {
 // Deny applies d to the deny list at path (creating it) with an atomic
 // replace, pruning entries that lapsed before now, and returns the list
 // as written. A jti already denied keeps its entry (with the later
-// Until); a user denied again is denied from now.
+// Until); a user denied again is denied up to d.RevokedAt, or now when
+// zero. A RevokedAt more than adminapi.MaxRevokedAtAhead after now is
+// refused.
 func Deny(path string, d Denial, now time.Time) (DenyList, error) {
 	if err := ValidateDenial(d); err != nil {
 		return DenyList{}, fmt.Errorf("deny: %w", err)
+	}
+	revokedAt := now
+	if !d.RevokedAt.IsZero() {
+		if d.RevokedAt.After(now.Add(adminapi.MaxRevokedAtAhead)) {
+			return DenyList{}, fmt.Errorf("deny: %w: revoked_at %s is more than %s after this node's clock (%s)",
+				ErrInvalidDenial, d.RevokedAt.UTC().Format(time.RFC3339Nano), adminapi.MaxRevokedAtAhead, now.UTC().Format(time.RFC3339Nano))
+		}
+		revokedAt = d.RevokedAt
 	}
 	return updateDenyList(path, now, func(l *DenyList) bool {
 		if d.JTI != "" {
@@ -161,7 +174,7 @@ func Deny(path string, d Denial, now time.Time) (DenyList, error) {
 			return true
 		}
 		l.Users = slices.DeleteFunc(l.Users, func(u DeniedUser) bool { return u.User == d.User })
-		l.Users = append(l.Users, DeniedUser{User: d.User, RevokedAt: now.UTC(), Until: d.Until.UTC()})
+		l.Users = append(l.Users, DeniedUser{User: d.User, RevokedAt: revokedAt.UTC(), Until: d.Until.UTC()})
 		return true
 	})
 }

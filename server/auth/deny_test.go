@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/adminapi"
 	"github.com/syncd-dev/syncd/server/auth"
 )
 
@@ -57,6 +59,38 @@ func TestAuthenticatorDenyIsInForceAtOnceAndLapses(t *testing.T) {
 		_, err := e.a.Deny(bad)
 		require.ErrorIs(t, err, auth.ErrInvalidDenial, "%+v", bad)
 	}
+}
+
+// TestDenyDatesAUserByTheRevokedAtGiven: a user's denial dated by the
+// request is written with that instant on every list it is given to (the
+// nodes of a cluster, at their own clocks), so their lists are equal; one
+// dated more than MaxRevokedAtAhead after the clock, or a jti's, is
+// refused and changes nothing.
+func TestDenyDatesAUserByTheRevokedAtGiven(t *testing.T) {
+	dir := t.TempDir()
+	at := time.Date(2026, 12, 5, 8, 0, 0, 123, time.UTC)
+	d := auth.Denial{User: "alice", RevokedAt: at}
+	var lists []auth.DenyList
+	for i, clock := range []time.Duration{0, 3 * time.Second, -time.Second} {
+		l, err := auth.Deny(filepath.Join(dir, fmt.Sprint("node", i, ".json")), d, at.Add(clock))
+		require.NoError(t, err)
+		require.Equal(t, []auth.DeniedUser{{User: "alice", RevokedAt: at}}, l.Users)
+		lists = append(lists, l)
+	}
+	require.Equal(t, lists[0], lists[1])
+	require.Equal(t, lists[0], lists[2])
+
+	path := filepath.Join(dir, "node0.json")
+	for _, bad := range []auth.Denial{
+		{User: "bob", RevokedAt: at.Add(adminapi.MaxRevokedAtAhead + time.Second)},
+		{JTI: "t-1", RevokedAt: at},
+	} {
+		_, err := auth.Deny(path, bad, at)
+		require.ErrorIs(t, err, auth.ErrInvalidDenial, "%+v", bad)
+	}
+	l, err := auth.ReadDenyList(path)
+	require.NoError(t, err)
+	require.Equal(t, lists[0], l, "a refused denial changes nothing")
 }
 
 func TestAuthenticatorWithoutDenyFile(t *testing.T) {
