@@ -237,19 +237,11 @@ func decideIn(x *txStmts, d *decision) error {
 		// A winner without its value (PROTOCOL.md 5.4) reaches the
 		// replica through the change feed instead; one withheld (19.2)
 		// is of a scope value this device does not hold, and never does.
-		// In a model a scope covers, it only updates a row the records
-		// hold: a held value's rows are all there up to the cursor, and a
-		// newer winner comes by the feed, so a row that is not there was
-		// evicted (moved away) since the server read the winner.
 		w := o.Winner
 		if keep, err := x.keepsRow(m.Model, w.Value, 0); err != nil || !keep {
 			return err
 		}
-		store := upsertRecord
-		if x.fields.covers(m.Model) {
-			store = updateHeldRecord
-		}
-		return x.exec(store, upsertArgs(m.Model, m.Key, w.Value, w.Version, w.HLC, w.Deleted, x.scopeOf(m.Model, w.Value))...)
+		return x.exec(upsertRecord, upsertArgs(m.Model, m.Key, w.Value, w.Version, w.HLC, w.Deleted, x.scopeOf(m.Model, w.Value))...)
 	}
 	return nil
 }

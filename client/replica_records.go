@@ -270,11 +270,6 @@ func (r *replica) notHeld(ctx context.Context, entries []syncproto.Change) ([]sy
 // version or a newer one.
 const upsertRecord = insertRecords + `(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)` + keepNewest
 
-// updateHeldRecord is upsertRecord for a record the replica holds only.
-const updateHeldRecord = `UPDATE records SET value = ?3, version = ?4, hlc = ?5, wall = ?6, deleted = ?7,
-		scope_value = CASE WHEN ?7 THEN scope_value ELSE ?8 END
-	WHERE model = ?1 AND key = ?2 AND version < ?4`
-
 // insertRecords and keepNewest make upsertRecord, and its multi-row form.
 const (
 	insertRecords = `INSERT INTO records (model, key, value, version, hlc, wall, deleted, scope_value) VALUES `

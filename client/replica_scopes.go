@@ -235,9 +235,9 @@ func evictValues(ctx context.Context, tx *sql.Tx, evictions []syncproto.Eviction
 // held at the same or a newer version is kept) and the scope state, in
 // one transaction; the cursor does not move. It returns the entries it
 // stored. The records alone say what is held: a backfill entry is no
-// echo, and the device's own write to a value it did not hold was settled
-// without being kept (keepsRow), so its row comes with the backfill of
-// that value.
+// echo, and the device's own write to a value it did not follow was
+// settled without being kept (keepsRow), so its row comes with the
+// backfill of that value.
 func (r *replica) applyBackfill(ctx context.Context, a synccore.ApplyBackfill) ([]syncproto.Change, error) {
 	fresh, err := r.notHeld(ctx, a.Entries)
 	if err != nil {
@@ -297,13 +297,15 @@ func keepFollowed(ctx context.Context, tx *sql.Tx, want syncproto.ScopeSet, cov 
 
 // scopeFields maps each model a declared scope covers to the top-level
 // member of its values that holds the scope value.
+// want, when not nil, is the device's request, by which keepsRow decides.
 type scopeFields struct {
 	byModel map[string]string
 	scopeOf map[string]string // model -> scope
+	want    syncproto.ScopeSet
 }
 
-func newScopeFields(scopes map[string]syncproto.ScopeInfo) *scopeFields {
-	f := &scopeFields{byModel: map[string]string{}, scopeOf: map[string]string{}}
+func newScopeFields(scopes map[string]syncproto.ScopeInfo, want syncproto.ScopeSet) *scopeFields {
+	f := &scopeFields{byModel: map[string]string{}, scopeOf: map[string]string{}, want: want}
 	for name, info := range scopes {
 		for model, field := range info.Models {
 			f.byModel[model] = field
@@ -313,68 +315,44 @@ func newScopeFields(scopes map[string]syncproto.ScopeInfo) *scopeFields {
 	return f
 }
 
-// covers reports whether a declared scope covers model.
-func (f *scopeFields) covers(model string) bool {
-	if f == nil {
-		return false
-	}
-	_, ok := f.scopeOf[model]
-	return ok
-}
-
 // keepsRow reports whether the records take the row a settled write of
 // this device carries (its applied value, or the winner that stands),
-// of model with value, applied at seq (0 for a winner). Always in a model
-// no scope covers, and for a delete. In a covered model only when the
-// device holds the row's scope value complete (the stored Have) and, for
-// an applied write, when the feed is not already past it: an answer can
-// arrive after the feed evicted its value (revoked, unsubscribed) or
-// moved its row away (a resent write answered duplicate after a lost
-// ack, or answers read behind a reconnect's catch-up), and taking it
-// then would keep a row the device no longer follows. Nothing is lost by
-// leaving it: a value being backfilled brings the row with its backfill
-// or the feed after it (the write's echo is then not noted), and an entry
-// at or below the cursor was delivered, or left out because the device
-// did not follow its value.
+// of model with value (nil for a delete), applied at seq (0 for a
+// winner). Always in a model no scope covers. In a covered model, only
+// a row whose scope value the device's request holds (a value the server
+// let it write is granted, so AllValues holds it), and, for an applied
+// write, only when the feed is not already past its seq: an answer read
+// after the feed (a resend answered duplicate after a lost ack, read
+// behind a reconnect's catch-up) may be of a row the feed evicted since
+// (its value revoked, or the row moved away), and the feed brought, or
+// left out, everything up to the cursor. A winner comes with the
+// answer, ahead of the feed's later frames, or withheld when replayed
+// (PROTOCOL.md 19.2). A row not kept comes by the feed or by its value's
+// backfill (the write's echo is then not noted).
 func (x *txStmts) keepsRow(model string, value []byte, seq uint64) (bool, error) {
-	if !x.fields.covers(model) || len(value) == 0 {
+	f := x.fields
+	if f == nil {
 		return true, nil
 	}
-	scope := x.fields.scopeOf[model]
-	if x.held == nil {
-		held, err := readHeld(x.ctx, x.tx)
+	scope, ok := f.scopeOf[model]
+	if !ok {
+		return true, nil
+	}
+	if len(value) > 0 && f.want != nil && !f.want.Has(scope, f.of(model, value)) {
+		return false, nil
+	}
+	if seq == 0 {
+		return true, nil
+	}
+	if x.cursor == nil {
+		var c uint64
+		err := x.tx.QueryRowContext(x.ctx, `SELECT coalesce((SELECT value FROM meta WHERE name = ?), 0)`, metaCursor).Scan(&c)
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("read the cursor: %w", err)
 		}
-		x.held = &held
+		x.cursor = &c
 	}
-	return x.held.have.Has(scope, x.fields.of(model, value)) && (seq == 0 || seq > x.held.cursor), nil
-}
-
-// heldRows is what a transaction's records reflect: the scope values held
-// complete and the feed cursor, as stored (a cursor held in memory only
-// is of pages that changed no record).
-type heldRows struct {
-	have   syncproto.ScopeSet
-	cursor uint64
-}
-
-// readHeld reads the stored scope state's Have and the cursor in tx.
-func readHeld(ctx context.Context, tx *sql.Tx) (heldRows, error) {
-	var state sql.Null[string]
-	var cursor sql.Null[int64]
-	err := tx.QueryRowContext(ctx, `SELECT (SELECT value FROM meta_text WHERE name = ?), (SELECT value FROM meta WHERE name = ?)`,
-		metaScopeState, metaCursor).Scan(&state, &cursor)
-	if err != nil {
-		return heldRows{}, fmt.Errorf("read the scope state: %w", err)
-	}
-	var st storedScopes
-	if state.Valid && state.V != "" {
-		if err := json.Unmarshal([]byte(state.V), &st); err != nil {
-			return heldRows{}, fmt.Errorf("replica setting %s: %w", metaScopeState, err)
-		}
-	}
-	return heldRows{have: st.Have, cursor: uint64(cursor.V)}, nil
+	return seq > *x.cursor, nil
 }
 
 // of returns the scope value of a record of model whose value is value:

@@ -49,7 +49,7 @@ func scopeValueOf(t *testing.T, r *replica, model, key string) (value string, ve
 func TestReplicaAppliesScopedFeed(t *testing.T) {
 	forEachLayout(t, func(t *testing.T, r *replica) {
 		ctx := t.Context()
-		r.fields.Store(newScopeFields(testScopes))
+		r.fields.Store(newScopeFields(testScopes, nil))
 		cov := coveredBy(testScopes)
 		p1a, p1b, p2 := scopedChange(1, "tasks", "a", "p1", 1), scopedChange(2, "comments", "b", "p1", 1), scopedChange(3, "tasks", "c", "p2", 1)
 		note := syncproto.Change{Seq: 4, Model: "notes", Key: "n", Op: syncproto.OpPut, Value: json.RawMessage(`{"project_id":"p1"}`), Version: 1, HLC: p1a.HLC}
@@ -139,7 +139,7 @@ func TestReplicaAppliesBackfillByVersion(t *testing.T) {
 func TestReplicaKeepsOnlyFollowedValuesAfterASnapshot(t *testing.T) {
 	forEachLayout(t, func(t *testing.T, r *replica) {
 		ctx := t.Context()
-		r.fields.Store(newScopeFields(testScopes))
+		r.fields.Store(newScopeFields(testScopes, nil))
 		cov := coveredBy(testScopes)
 		// A row the replica held before is replaced, not kept.
 		_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: 3, Entries: []syncproto.Change{scopedChange(1, "tasks", "old", "p1", 1)}}, cov)
@@ -237,13 +237,12 @@ func bump(ctx context.Context, t *testing.T, q offlinequeue.Queue, path string) 
 	require.NoError(t, db.Close())
 }
 
-// A write of this device applied to a scope value it does not hold, and
-// a conflict winner withheld for its scope value, leave no record.
-func TestReplicaKeepsNoRecordOfAValueNotHeld(t *testing.T) {
+// A write of this device applied to a scope value it does not follow,
+// and a conflict winner withheld for its scope value, leave no record.
+func TestReplicaKeepsNoRecordOfAValueNotFollowed(t *testing.T) {
 	forEachLayout(t, func(t *testing.T, r *replica) {
 		ctx := t.Context()
-		r.fields.Store(newScopeFields(testScopes))
-		holdAt(t, r, syncproto.ScopeSet{"project": {"p1"}}, 0)
+		r.fields.Store(newScopeFields(testScopes, syncproto.ScopeSet{"project": {"p1"}}))
 		hlc := syncproto.Timestamp{Wall: 1_700_000_000_000, Origin: "phone-1"}
 		put := func(key, project string) *syncproto.Mutation {
 			op, err := syncproto.NewOpID()
@@ -265,7 +264,7 @@ func TestReplicaKeepsNoRecordOfAValueNotHeld(t *testing.T) {
 		require.Equal(t, "p1", v)
 		for _, key := range []string{"away", "many1"} {
 			_, _, found = scopeValueOf(t, r, "tasks", key)
-			require.False(t, found, "%s was written to a value this device does not hold", key)
+			require.False(t, found, "%s was written to a value this device does not follow", key)
 		}
 		// A winner of a value not held is not stored.
 		other := put("other", "p1")
@@ -273,7 +272,7 @@ func TestReplicaKeepsNoRecordOfAValueNotHeld(t *testing.T) {
 			Winner: &syncproto.Winner{Version: 3, HLC: hlc, Value: json.RawMessage(`{"project_id":"p2"}`)}}
 		require.NoError(t, r.decide(ctx, other, o))
 		_, _, found = scopeValueOf(t, r, "tasks", "other")
-		require.False(t, found, "the winner stands in p2, which this device does not hold")
+		require.False(t, found, "the winner stands in p2, which this device does not follow")
 		lost := put("lost", "p1")
 		o = Outcome{OpID: lost.OpID, Status: StatusConflict, DecidedAt: time.Now(),
 			Winner: &syncproto.Winner{Version: 4, HLC: hlc, ValueWithheld: true}}
@@ -283,14 +282,10 @@ func TestReplicaKeepsNoRecordOfAValueNotHeld(t *testing.T) {
 	})
 }
 
-// holdAt stores have as the values the replica holds complete and cursor
-// as its feed cursor.
-func holdAt(t *testing.T, r *replica, have syncproto.ScopeSet, cursor uint64) {
+// setCursor stores cursor as the replica's feed cursor.
+func setCursor(t *testing.T, r *replica, cursor uint64) {
 	t.Helper()
 	require.NoError(t, r.write(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
-		if err := storeScopes(ctx, tx, &synccore.Scopes{Have: have}); err != nil {
-			return err
-		}
 		return setMeta(ctx, tx, metaCursor, cursor)
 	}))
 }
@@ -298,42 +293,46 @@ func holdAt(t *testing.T, r *replica, have syncproto.ScopeSet, cursor uint64) {
 // An answer read after the feed went past its write (a resend answered
 // duplicate after a lost ack, or answers read behind a reconnect's
 // catch-up) must not bring back a row the feed evicted: its value revoked,
-// or the row moved to a value the device does not hold. A write to a value
-// being backfilled is not kept either, and its feed entry is then no echo:
-// the records take it when it comes.
+// or the row moved to a value the device does not follow; nor a delete's
+// tombstone. An answer ahead of the feed is taken. A write not kept
+// because its value was not followed is no echo when the feed brings it
+// once the value is.
 func TestReplicaKeepsNoAnswerTheFeedOvertook(t *testing.T) {
 	forEachLayout(t, func(t *testing.T, r *replica) {
 		ctx := t.Context()
-		r.fields.Store(newScopeFields(testScopes))
+		r.fields.Store(newScopeFields(testScopes, syncproto.ScopeSet{"project": {syncproto.AllValues}}))
 		cov := coveredBy(testScopes)
 		hlc := syncproto.Timestamp{Wall: 1_700_000_000_000, Origin: "phone-1"}
-		put := func(key, project string) *syncproto.Mutation {
+		write := func(key, project string) *syncproto.Mutation {
 			op, err := syncproto.NewOpID()
 			require.NoError(t, err)
-			return &syncproto.Mutation{OpID: op, Model: "tasks", Key: key, Op: syncproto.OpPut, Value: json.RawMessage(`{"project_id":"` + project + `"}`), HLC: hlc}
+			m := &syncproto.Mutation{OpID: op, Model: "tasks", Key: key, Op: syncproto.OpDelete, HLC: hlc}
+			if project != "" {
+				m.Op, m.Value = syncproto.OpPut, json.RawMessage(`{"project_id":"`+project+`"}`)
+			}
+			return m
 		}
 		applied := func(m *syncproto.Mutation, seq uint64) decision {
 			return decision{mut: m, outcome: Outcome{OpID: m.OpID, Status: StatusApplied, Version: 1, Seq: seq, HLC: m.HLC, DecidedAt: time.Now()}}
 		}
-		holdAt(t, r, syncproto.ScopeSet{"project": {"p1", "p2"}}, 10)
+		setCursor(t, r, 10)
 
 		// p2 revoked at seq 12: the feed evicts it, then the answers of
 		// writes applied at 11 (one by one, and as a batch) arrive.
-		_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: 12, Evictions: []syncproto.Eviction{{Scope: "project", Value: "p2", Reason: syncproto.EvictRevoked}},
-			Scopes: &synccore.Scopes{Have: syncproto.ScopeSet{"project": {"p1"}}}}, cov)
+		_, _, err := r.applyChanges(ctx, synccore.Apply{Cursor: 12, Evictions: []syncproto.Eviction{{Scope: "project", Value: "p2", Reason: syncproto.EvictRevoked}}}, cov)
 		require.NoError(t, err)
-		one, many := put("revoked-one", "p2"), put("revoked-many", "p2")
+		one, many, gone := write("revoked-one", "p2"), write("revoked-many", "p2"), write("revoked-deleted", "")
 		d := applied(one, 11)
 		require.NoError(t, r.decide(ctx, d.mut, d.outcome))
-		require.NoError(t, r.decideDone(ctx, []decision{applied(many, 11)}, nil, true))
-		for _, key := range []string{"revoked-one", "revoked-many"} {
+		require.NoError(t, r.decideDone(ctx, []decision{applied(many, 11), applied(gone, 11)}, nil, true))
+		for _, key := range []string{"revoked-one", "revoked-many", "revoked-deleted"} {
 			_, _, found := scopeValueOf(t, r, "tasks", key)
 			require.False(t, found, "%s: the answer came after its value's eviction", key)
 		}
 
 		// A row written at 13 in p1 and moved to p3 at 14 by another
 		// device: the feed's evict entry comes before the write's answer.
-		moved := put("moved", "p1")
+		moved := write("moved", "p1")
 		mv := syncproto.Change{Seq: 14, Model: "tasks", Key: "moved", Op: syncproto.OpEvict, Version: 2, HLC: hlc, Reason: syncproto.EvictMoved}
 		_, _, err = r.applyChanges(ctx, synccore.Apply{Cursor: 14, Entries: []syncproto.Change{mv}}, cov)
 		require.NoError(t, err)
@@ -341,42 +340,27 @@ func TestReplicaKeepsNoAnswerTheFeedOvertook(t *testing.T) {
 		_, _, found := scopeValueOf(t, r, "tasks", "moved")
 		require.False(t, found, "the feed moved the row away before the answer came")
 
-		// A winner read before the row moved away: its answer comes
-		// after the feed's evict entry and does not bring the row back.
-		// One of a row held is taken.
-		win := syncproto.Change{Seq: 15, Model: "tasks", Key: "won", Op: syncproto.OpPut, Value: json.RawMessage(`{"project_id":"p1"}`), Version: 1, HLC: hlc, ScopeValue: "p1"}
-		_, _, err = r.applyChanges(ctx, synccore.Apply{Cursor: 15, Entries: []syncproto.Change{win, {Seq: 15, Model: "tasks", Key: "won-moved", Op: syncproto.OpEvict, Version: 3, HLC: hlc, Reason: syncproto.EvictMoved}}}, cov)
-		require.NoError(t, err)
-		for _, key := range []string{"won", "won-moved"} {
-			lose := put(key, "p1")
-			require.NoError(t, r.decide(ctx, lose, Outcome{OpID: lose.OpID, Status: StatusSuperseded, DecidedAt: time.Now(),
-				Winner: &syncproto.Winner{Version: 2, HLC: hlc, Value: json.RawMessage(`{"project_id":"p1","won":true}`)}}))
-		}
-		_, version, found := scopeValueOf(t, r, "tasks", "won")
-		require.True(t, found)
-		require.Equal(t, uint64(2), version, "the winner updates the row held")
-		_, _, found = scopeValueOf(t, r, "tasks", "won-moved")
-		require.False(t, found, "the winner's row moved away before its answer came")
-
 		// The answer comes before the feed reaches its write: the records
 		// take it (a later eviction drops it).
-		early := put("early", "p1")
-		require.NoError(t, r.decideDone(ctx, []decision{applied(early, 16)}, nil, true))
+		early := write("early", "p9")
+		require.NoError(t, r.decideDone(ctx, []decision{applied(early, 15)}, nil, true))
 		v, _, found := scopeValueOf(t, r, "tasks", "early")
-		require.True(t, found)
-		require.Equal(t, "p1", v)
+		require.True(t, found, "read your writes: a value followed, new or not")
+		require.Equal(t, "p9", v)
 
-		// A write to p4, being backfilled (granted, not held): not kept,
-		// and its feed entry is stored when it comes.
-		filling := put("filling", "p4")
-		require.NoError(t, r.decideDone(ctx, []decision{applied(filling, 17)}, nil, true))
-		_, _, found = scopeValueOf(t, r, "tasks", "filling")
+		// A write to p5 while the device follows p1 alone is not kept;
+		// once it follows p5, the feed's entry of the write is stored.
+		r.fields.Store(newScopeFields(testScopes, syncproto.ScopeSet{"project": {"p1"}}))
+		other := write("other", "p5")
+		require.NoError(t, r.decideDone(ctx, []decision{applied(other, 16)}, nil, true))
+		_, _, found = scopeValueOf(t, r, "tasks", "other")
 		require.False(t, found)
-		entry := syncproto.Change{Seq: 17, OpID: filling.OpID, Model: "tasks", Key: "filling", Op: syncproto.OpPut, Value: filling.Value, Version: 1, HLC: hlc, ScopeValue: "p4"}
-		_, _, err = r.applyChanges(ctx, synccore.Apply{Cursor: 17, Entries: []syncproto.Change{entry}}, cov)
+		r.fields.Store(newScopeFields(testScopes, syncproto.ScopeSet{"project": {"p1", "p5"}}))
+		entry := syncproto.Change{Seq: 16, OpID: other.OpID, Model: "tasks", Key: "other", Op: syncproto.OpPut, Value: other.Value, Version: 1, HLC: hlc, ScopeValue: "p5"}
+		_, _, err = r.applyChanges(ctx, synccore.Apply{Cursor: 16, Entries: []syncproto.Change{entry}}, cov)
 		require.NoError(t, err)
-		v, _, found = scopeValueOf(t, r, "tasks", "filling")
+		v, _, found = scopeValueOf(t, r, "tasks", "other")
 		require.True(t, found, "the feed entry of a write not kept is no echo")
-		require.Equal(t, "p4", v)
+		require.Equal(t, "p5", v)
 	})
 }

@@ -69,8 +69,8 @@ type txStmts struct {
 	// fields are the scope declarations the records' scope values are
 	// read by (nil: none known).
 	fields *scopeFields
-	// held is what the records reflect, read on first use (keepsRow).
-	held *heldRows
+	// cursor is the stored feed cursor, read on first use (keepsRow).
+	cursor *uint64
 }
 
 func (r *replica) inTx(ctx context.Context, tx *sql.Tx) *txStmts {

@@ -112,6 +112,9 @@ func (c *Client) SetScopes(ctx context.Context, scope string, values ...string) 
 	if err != nil {
 		return err
 	}
+	if known {
+		c.replica.fields.Store(newScopeFields(w.Scopes, want))
+	}
 	if !c.driver.post(event{in: synccore.Rescope{Want: want}}) {
 		return ErrClosed
 	}
@@ -233,7 +236,7 @@ func (c *Client) scopesWelcomed(ctx context.Context, w *syncproto.Welcome) (sync
 	if st.Want, err = c.wantFor(ctx, w.Scopes); err != nil {
 		return synccore.Scopes{}, err
 	}
-	c.replica.fields.Store(newScopeFields(w.Scopes))
+	c.replica.fields.Store(newScopeFields(w.Scopes, st.Want))
 	return st, nil
 }
 
@@ -274,6 +277,6 @@ func (c *Client) scopesAtOpen(ctx context.Context) (synccore.Scopes, error) {
 	if st.Want, err = c.wantFor(ctx, w.Scopes); err != nil {
 		return synccore.Scopes{}, err
 	}
-	c.replica.fields.Store(newScopeFields(w.Scopes))
+	c.replica.fields.Store(newScopeFields(w.Scopes, st.Want))
 	return st, nil
 }

@@ -121,7 +121,7 @@ func TestScopedSnapshotIsCheckedAgainstItsHeader(t *testing.T) {
 		r, err := openReplica(t.Context(), q, "", offlinequeue.SyncFull, time.Now)
 		require.NoError(t, err)
 		t.Cleanup(func() { r.close() })
-		r.fields.Store(newScopeFields(info))
+		r.fields.Store(newScopeFields(info, want))
 		cfg := Config{Token: phone, HTTPClient: http.DefaultClient, MaxSnapshotBytes: 1 << 20, SnapshotTimeout: time.Minute}
 		return &Client{cfg: cfg, replica: r, tokens: newTokens(cfg)}
 	}
