@@ -381,6 +381,10 @@ func (d *driver) resync() {
 			l.lose("recording the database id", err)
 			return
 		}
+		if err := d.c.welcomeSettled(l.ctx, l.conn.welcome); err != nil {
+			l.lose("recording the welcome's grants", err)
+			return
+		}
 		d.post(event{link: l, in: synccore.Snapshot{Head: head, Have: have}})
 	})
 }

@@ -116,13 +116,16 @@ func (l *link) bind(ctx context.Context) error {
 			return err
 		}
 	}
-	scopes, err := c.scopesWelcomed(ctx, w)
+	scopes, narrowed, err := c.scopesWelcomed(ctx, w)
 	if err != nil {
 		return err
 	}
+	if len(narrowed) > 0 {
+		c.log.Info("the token no longer grants every value of scopes this device followed whole; resyncing from a snapshot", "scopes", narrowed)
+	}
 	in := synccore.Welcomed{
 		MaxBatch: min(w.Limits.MaxBatch, syncproto.MaxBatch), MaxPushBytes: pushBytes(w.Limits),
-		Cursor: cursor, Head: w.Head, Resync: resync || other, ValueVersions: w.ValueVersions,
+		Cursor: cursor, Head: w.Head, Resync: resync || other || len(narrowed) > 0, ValueVersions: w.ValueVersions,
 		Scopes: scopes,
 	}
 	if !c.driver.post(event{link: l, in: in}) {

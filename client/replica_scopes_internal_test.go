@@ -364,3 +364,34 @@ func TestReplicaKeepsNoAnswerTheFeedOvertook(t *testing.T) {
 		require.Equal(t, "p5", v)
 	})
 }
+
+// A welcome that no longer grants every value of a scope the device
+// followed whole asks for a resync, and keeps asking at every welcome
+// (a device stopped before its snapshot was in) until the snapshot's
+// welcome is settled; a scope the device requests by value, or one it
+// was never granted whole, is not narrowed.
+func TestNarrowedGrantsAskForAResyncUntilSettled(t *testing.T) {
+	forEachLayout(t, func(t *testing.T, r *replica) {
+		ctx := t.Context()
+		c := &Client{replica: r, cfg: Config{Scopes: syncproto.ScopeSet{"team": {"red"}}}}
+		info := map[string]syncproto.ScopeInfo{"project": {Models: map[string]string{"tasks": "project_id"}}, "team": {Models: map[string]string{"notes": "team"}}}
+		welcome := func(project, team []string) *syncproto.Welcome {
+			return &syncproto.Welcome{Scopes: info, Grants: syncproto.ScopeSet{"project": project, "team": team}}
+		}
+		narrowedBy := func(w *syncproto.Welcome) []string {
+			t.Helper()
+			_, narrowed, err := c.scopesWelcomed(ctx, w)
+			require.NoError(t, err)
+			return narrowed
+		}
+		all := []string{syncproto.AllValues}
+		require.Empty(t, narrowedBy(welcome(all, all)), "the first welcome")
+		require.Empty(t, narrowedBy(welcome(all, all)))
+		narrow := welcome([]string{"p1"}, []string{"red"})
+		require.Equal(t, []string{"project"}, narrowedBy(narrow), "team is requested by value")
+		require.Equal(t, []string{"project"}, narrowedBy(narrow), "not settled yet: a device stopped before its snapshot")
+		require.NoError(t, c.welcomeSettled(ctx, narrow))
+		require.Empty(t, narrowedBy(narrow))
+		require.Empty(t, narrowedBy(welcome([]string{"p1", "p2"}, all)), "never granted whole since")
+	})
+}

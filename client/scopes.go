@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/syncd-dev/syncd/client/synccore"
@@ -218,26 +219,65 @@ func (c *Client) requests(ctx context.Context, scope, value string) (bool, error
 }
 
 // scopesWelcomed records a welcome's declared scopes and grants, and
-// returns the scope state the core resumes with.
-func (c *Client) scopesWelcomed(ctx context.Context, w *syncproto.Welcome) (synccore.Scopes, error) {
+// returns the scope state the core resumes with and the scopes the device
+// followed whole (every value requested, every value granted by the last
+// welcome) that this welcome no longer grants whole: the device may hold
+// values of them it never named (the server backfills nothing of a scope
+// followed whole), which no eviction reaches, so it resyncs. Until the
+// snapshot is in (welcomeSettled), the stored grants keep every value of
+// those scopes, so a device stopped before it resyncs at its next welcome.
+func (c *Client) scopesWelcomed(ctx context.Context, w *syncproto.Welcome) (synccore.Scopes, []string, error) {
 	limits := w.Limits
 	c.limits.Store(&limits)
+	last, known, err := c.replica.lastWelcomeScopes(ctx)
+	if err != nil {
+		return synccore.Scopes{}, nil, err
+	}
+	st, err := c.replica.scopeState(ctx)
+	if err != nil {
+		return synccore.Scopes{}, nil, err
+	}
+	if st.Want, err = c.wantFor(ctx, w.Scopes); err != nil {
+		return synccore.Scopes{}, nil, err
+	}
+	sw := welcomeScopes(w)
+	var narrowed []string
+	if known {
+		for _, name := range slices.Sorted(maps.Keys(last.Grants)) {
+			if last.Grants.All(name) && st.Want.All(name) && !w.Grants.All(name) {
+				narrowed = append(narrowed, name)
+			}
+		}
+	}
+	if len(narrowed) > 0 {
+		sw.Grants = cloneScopeSet(sw.Grants)
+		if sw.Grants == nil {
+			sw.Grants = syncproto.ScopeSet{}
+		}
+		for _, name := range narrowed {
+			sw.Grants[name] = []string{syncproto.AllValues}
+		}
+	}
+	if err := c.replica.setWelcomeScopes(ctx, sw); err != nil {
+		return synccore.Scopes{}, nil, err
+	}
+	c.replica.fields.Store(newScopeFields(w.Scopes, st.Want))
+	return st, narrowed, nil
+}
+
+// welcomeSettled records the grants of the welcome a resync's snapshot
+// was loaded under (scopesWelcomed kept the narrowed scopes whole).
+func (c *Client) welcomeSettled(ctx context.Context, w *syncproto.Welcome) error {
+	return c.replica.setWelcomeScopes(ctx, welcomeScopes(w))
+}
+
+// welcomeScopes is what the replica keeps of a welcome's scopes.
+func welcomeScopes(w *syncproto.Welcome) scopeWelcome {
 	sw := scopeWelcome{Scopes: w.Scopes, Grants: w.Grants}
 	if sw.Scopes == nil {
 		sw.Scopes = map[string]syncproto.ScopeInfo{}
 	}
-	if err := c.replica.setWelcomeScopes(ctx, sw); err != nil {
-		return synccore.Scopes{}, err
-	}
-	st, err := c.replica.scopeState(ctx)
-	if err != nil {
-		return synccore.Scopes{}, err
-	}
-	if st.Want, err = c.wantFor(ctx, w.Scopes); err != nil {
-		return synccore.Scopes{}, err
-	}
-	c.replica.fields.Store(newScopeFields(w.Scopes, st.Want))
-	return st, nil
+	return sw
 }
 
 // covered maps the scopes of the bound link's welcome to their models.

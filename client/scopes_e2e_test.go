@@ -189,3 +189,32 @@ func TestOfflineRevocationDeadLettersQueuedWrites(t *testing.T) {
 		return err == nil && found && !rec.Pending && jsonEqual(rec.Value, []byte(task("p1", 3)))
 	}, waitFor, pollTick)
 }
+
+// A device whose token granted every value of a scope, requesting every
+// value, follows the scope whole: the server backfills nothing value by
+// value, so the device holds values it never named (created after its
+// snapshot, brought by the feed), which no eviction of named values
+// reaches. When it comes back with a token of fewer values it resyncs,
+// and holds only what the new token grants.
+func TestNarrowedTokenOfAScopeFollowedWholeResyncs(t *testing.T) {
+	s := scopedSyncd(t)
+	writer := scopedDevice(t, s, "writer", "w", []string{syncproto.AllValues}, nil)
+	writer.requireApplied(t, []string{writer.put(t, "tasks", "t1", task("p1", 1)), writer.put(t, "tasks", "t2", task("p2", 2))})
+	dir := t.TempDir()
+	open := func(projects ...string) *device {
+		p := auth.Principal{Tenant: tenant, ClientID: "phone", User: "u", Read: []string{auth.Wildcard}, Write: []string{auth.Wildcard},
+			Scopes: map[string][]string{"project": projects}}
+		return openDevice(t, s, s.proxy(t), dir, "phone", deviceOptions{token: s.Issue(t, p)})
+	}
+	d := open(syncproto.AllValues)
+	waitKeys(t, d, "tasks", "t1", "t2")
+	writer.requireApplied(t, []string{writer.put(t, "tasks", "t3", task("p3", 3))})
+	waitKeys(t, d, "tasks", "t1", "t2", "t3")
+	require.NoError(t, d.Close())
+
+	d = open("p1")
+	waitKeys(t, d, "tasks", "t1")
+	writer.requireApplied(t, []string{writer.put(t, "tasks", "t4", task("p3", 4)), writer.put(t, "tasks", "t5", task("p1", 5))})
+	waitKeys(t, d, "tasks", "t1", "t5")
+	require.Equal(t, []client.ScopeStatus{{Scope: "project", Value: "p1", State: client.ScopeReady}}, d.status(t).Scopes)
+}
