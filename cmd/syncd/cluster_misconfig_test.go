@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -18,14 +17,13 @@ import (
 	"github.com/syncd-dev/syncd/syncdtest"
 )
 
-// runSyncdToExit runs syncd (this test binary re-executed) with args to
-// its exit, bounded, and returns its exit code and output.
+// runSyncdToExit runs syncd (syncdBinary) with args to its exit, bounded,
+// and returns its exit code and output.
 func runSyncdToExit(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), procStartTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = append(os.Environ(), execSyncdEnv+"=1")
+	cmd := exec.CommandContext(ctx, syncdBinary(t), args...)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {

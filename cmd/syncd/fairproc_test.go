@@ -41,7 +41,7 @@ const (
 const fairDeviceEnv = "SYNCD_BENCH_FAIR_DEVICE"
 
 // BenchmarkFairnessProcesses is server.BenchmarkFairness the way users
-// run syncd: the syncd binary (this package's main, re-executed) in its own
+// run syncd: the syncd binary (this package built, syncdBinary) in its own
 // process at its default flags (beside a fresh data directory, the token
 // file and loopback listeners), tenant A's flood in a child process and
 // tenant B's device (the client library over its SQLite queue) in
@@ -205,7 +205,7 @@ func (r *fairRig) startChild(t testing.TB, name string, spec fairSpec) *fairChil
 	require.NoError(t, err)
 	specPath := filepath.Join(dir, "spec.json")
 	require.NoError(t, os.WriteFile(specPath, b, 0o600))
-	c := &fairChild{procNode: &procNode{name: name, dir: dir, args: []string{fairChildArg, specPath}, logPath: filepath.Join(dir, "child.log")}, spec: spec}
+	c := &fairChild{procNode: &procNode{name: name, dir: dir, bin: os.Args[0], args: []string{fairChildArg, specPath}, logPath: filepath.Join(dir, "child.log")}, spec: spec}
 	t.Cleanup(func() { c.kill(t) })
 	c.start(t)
 	return c

@@ -28,20 +28,49 @@ import (
 	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// execSyncdEnv, set to 1, makes the test binary run as syncd itself: the
-// process-cluster tests start their nodes by re-executing the test binary,
-// so the nodes are this package's code, built once, race detector and all.
-const execSyncdEnv = "SYNCD_TEST_EXEC_SYNCD"
-
 func TestMain(m *testing.M) {
 	if code, ok := fairChildMain(os.Args); ok {
 		os.Exit(code)
 	}
-	if os.Getenv(execSyncdEnv) == "1" {
-		main()
-		os.Exit(0)
+	code := m.Run()
+	if syncdBuild.dir != "" {
+		os.RemoveAll(syncdBuild.dir)
 	}
-	os.Exit(m.Run())
+	os.Exit(code)
+}
+
+// syncdBuild is this package built as users run it (go build, no race
+// detector), once per test binary, on the first process test's demand.
+// The process tests run their nodes on it: under go test -race the test
+// binary itself, run as syncd, was five to tenfold slower, and it bought
+// nothing the race detector does not already see of that code in the
+// in-process cluster tests (server, replication/cluster) and in the short
+// cluster soak, whose syncd is built with the detector.
+var syncdBuild struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// syncdBinary returns the path of syncdBuild's binary, building it first.
+func syncdBinary(t testing.TB) string {
+	t.Helper()
+	syncdBuild.once.Do(func() {
+		if syncdBuild.dir, syncdBuild.err = os.MkdirTemp("", "syncd-proc-"); syncdBuild.err != nil {
+			return
+		}
+		bin := filepath.Join(syncdBuild.dir, "syncd")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput()
+		if err != nil {
+			syncdBuild.err = fmt.Errorf("go build ./cmd/syncd: %w\n%s", err, out)
+			return
+		}
+		syncdBuild.bin = bin
+	})
+	require.NoError(t, syncdBuild.err)
+	return syncdBuild.bin
 }
 
 // waitsInParallel marks a process-cluster test that mostly waits (for a
@@ -77,7 +106,7 @@ type procNode struct {
 	natsAddr  string // that listener's host:port
 	routeAddr string // the embedded NATS server's route listener
 	logPath   string
-	bin       string // the syncd binary it runs; "" is this package's own (the test binary)
+	bin       string // the binary it runs; "" is this package built (syncdBinary)
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd's process has been waited for
@@ -182,12 +211,11 @@ func (n *procNode) start(t testing.TB) {
 	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	require.NoError(t, err)
 	defer log.Close()
-	bin := os.Args[0]
-	if n.bin != "" {
-		bin = n.bin
+	bin := n.bin
+	if bin == "" {
+		bin = syncdBinary(t)
 	}
 	n.cmd = exec.Command(bin, n.args...)
-	n.cmd.Env = append(os.Environ(), execSyncdEnv+"=1")
 	n.cmd.Stdout, n.cmd.Stderr = log, log
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, n.cmd.Start())
