@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncd-dev/syncd/internal/fairshare"
 	"github.com/syncd-dev/syncd/replication"
 	"github.com/syncd-dev/syncd/syncproto"
 )
@@ -70,24 +71,15 @@ type groupCommitter struct {
 	logger  *slog.Logger
 	share   *commitShareMetrics
 
+	slots *fairshare.Slots // admission to a tenant's line
+
 	mu     sync.Mutex
-	queue  *fairQueue
-	slots  map[string]*tenantSlots // admission to a tenant's line
-	closed bool                    // set by the loop once stop closed: no push is queued after it
+	queue  *fairshare.Queue[*pushRequest]
+	closed bool // set by the loop once stop closed: no push is queued after it
 
 	wake chan struct{} // one token: a push was queued
 	stop chan struct{} // closed by close: no more pushes are taken
 	done chan struct{} // closed when the committer has exited
-}
-
-// tenantSlots admits a tenant's pushes to its line: at most
-// maxQueuedPerTenant wait there, the next submit waits for one to be taken
-// (backpressure on that tenant's sessions alone). refs counts the submits
-// holding or waiting for a slot; the entry goes when it falls to zero, so
-// the map holds only tenants with pushes in flight.
-type tenantSlots struct {
-	ch   chan struct{}
-	refs int
 }
 
 func newGroupCommitter(ctx context.Context, store *replication.Store, tail *feedTail, now func() time.Time, m *metrics, share *commitShareMetrics, weights map[string]int, logger *slog.Logger) (*groupCommitter, error) {
@@ -98,7 +90,7 @@ func newGroupCommitter(ctx context.Context, store *replication.Store, tail *feed
 	c := &groupCommitter{
 		store: store, tail: tail, writer: writer, now: now, metrics: m, logger: logger, share: share,
 		queue: newFairQueue(weights),
-		slots: map[string]*tenantSlots{},
+		slots: fairshare.NewSlots(maxQueuedPerTenant),
 		wake:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
@@ -109,50 +101,26 @@ func newGroupCommitter(ctx context.Context, store *replication.Store, tail *feed
 
 func (c *groupCommitter) submit(ctx context.Context, b *replication.Batch) (*pushRequest, error) {
 	r := newPushRequest(b, c.now())
-	c.mu.Lock()
-	sl := c.slots[b.Tenant]
-	if sl == nil {
-		sl = &tenantSlots{ch: make(chan struct{}, maxQueuedPerTenant)}
-		c.slots[b.Tenant] = sl
-	}
-	sl.refs++
-	c.mu.Unlock()
-	select {
-	case sl.ch <- struct{}{}:
-	case <-c.stop:
-		c.release(b.Tenant, sl, false)
-		return nil, errStoreClosed
-	case <-ctx.Done():
-		c.release(b.Tenant, sl, false)
-		return nil, ctx.Err()
+	if err := c.slots.Acquire(ctx, b.Tenant, c.stop); err != nil {
+		if errors.Is(err, fairshare.ErrStopped) {
+			return nil, errStoreClosed
+		}
+		return nil, err
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		c.release(b.Tenant, sl, true)
+		c.slots.Release(b.Tenant)
 		return nil, errStoreClosed
 	}
-	c.queue.push(r)
-	c.share.queued(b.Tenant, r)
+	c.queue.Push(b.Tenant, r)
+	c.share.Queued(b.Tenant, c.queue.Cost(r))
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
 	return r, nil
-}
-
-// release gives up a submit's claim on its tenant's slots, and the slot
-// itself when held.
-func (c *groupCommitter) release(tenant string, sl *tenantSlots, held bool) {
-	if held {
-		<-sl.ch
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if sl.refs--; sl.refs == 0 {
-		delete(c.slots, tenant)
-	}
 }
 
 func (c *groupCommitter) close() {
@@ -197,18 +165,17 @@ func (c *groupCommitter) commitQueued() {
 // transaction is open, so a push queued by another tenant while a long
 // group is applied joins that group in its turn and is answered by its
 // commit, rather than waiting for the whole group and then its own.
-func (c *groupCommitter) next(g *groupTurns) *pushRequest {
+func (c *groupCommitter) next(g *fairshare.Group[*pushRequest]) *pushRequest {
 	c.mu.Lock()
-	r := c.queue.next(g)
-	var sl *tenantSlots
-	if r != nil {
-		sl = c.slots[r.batch.Tenant]
-		c.share.taken(r.batch.Tenant, r, c.now())
+	r, ok := c.queue.Next(g)
+	if ok {
+		c.share.Taken(r.batch.Tenant, c.queue.Cost(r), c.now().Sub(r.arrived))
 	}
 	c.mu.Unlock()
-	if r != nil {
-		c.release(r.batch.Tenant, sl, true)
+	if !ok {
+		return nil
 	}
+	c.slots.Release(r.batch.Tenant)
 	return r
 }
 
@@ -279,7 +246,7 @@ func appended(group []*pushRequest) []replication.Entry {
 // taken (none: nothing waited, no transaction) and the newest oplog seq
 // appended (0 if none). On an error every push taken fails with it.
 func (c *groupCommitter) applyGroup(ctx context.Context) (group []*pushRequest, head uint64, err error) {
-	g := newGroupTurns(maxGroupPushes, maxGroupMutations)
+	g := fairshare.NewGroup[*pushRequest](maxGroupPushes, maxGroupMutations, nil)
 	r := c.next(g)
 	if r == nil {
 		return nil, 0, nil
@@ -304,7 +271,7 @@ func (c *groupCommitter) applyGroup(ctx context.Context) (group []*pushRequest, 
 			head = r.fx.Entries[n-1].Seq
 		}
 	}
-	c.share.groupEnded(g.ended)
+	c.share.GroupEnded(g.Ended())
 	if err := tx.Commit(); err != nil {
 		return group, 0, fmt.Errorf("commit: %w", err)
 	}
@@ -313,12 +280,6 @@ func (c *groupCommitter) applyGroup(ctx context.Context) (group []*pushRequest, 
 
 // Fair sharing of the commit path.
 const (
-	// commitQuantum is the mutations a tenant of weight 1 gains in credit
-	// per turn of the fair queue. It is one push of a typical size, not a
-	// full batch: a tenant that queues a push waits for at most one such
-	// turn of each other tenant with queued work, and a larger push is
-	// taken once its tenant has saved enough credit over its turns.
-	commitQuantum = 100
 	// maxQueuedPerTenant caps the pushes one tenant has waiting for the
 	// committer; its next push waits in its session, unread frames behind
 	// it (TCP backpressure), while other tenants' pushes are queued.
@@ -327,174 +288,16 @@ const (
 	MaxTenantWeight = 1000
 )
 
-// fairQueue is the committer's input: one FIFO line per tenant, taken in
-// deficit round robin order. Each turn, a tenant gains commitQuantum times
-// its weight in credit and has pushes taken from the head of its line
-// while their cost (mutations) fits its credit; an idle tenant keeps no
-// credit. So when the committer is saturated each tenant with queued work
-// gets mutations in proportion to its weight, one that pushes more than
-// its share waits in its own line, and a tenant that queues a push is
-// served before any other tenant gets a second turn.
-// One session's pushes are one tenant's, taken in the order queued.
-// fairQueue has no lock and no goroutine: the committer guards it.
-type fairQueue struct {
-	weights map[string]int
-	lines   map[string]*tenantLine
-	// active holds the tenants with queued work in round order; active[0]
-	// has the turn.
-	active []*tenantLine
+// newFairQueue returns the committer's input: one line per tenant, taken
+// in the fair order (fairshare.Queue), a push costing its mutations.
+func newFairQueue(weights map[string]int) *fairshare.Queue[*pushRequest] {
+	return fairshare.New(weights, func(r *pushRequest) int { return len(r.batch.Writes) })
 }
 
-type tenantLine struct {
-	tenant  string
-	weight  int
-	pushes  []*pushRequest
-	cost    int // the pushes' cost, summed
-	deficit int
-	inTurn  bool // its turn's credit was added
-}
-
-// drainsInTurn reports whether the turn l is about to begin takes all its
-// line: its queued cost fits its credit plus the turn's quantum.
-func (l *tenantLine) drainsInTurn() bool {
-	return l.cost <= l.deficit+commitQuantum*l.weight
-}
-
-// newFairQueue returns an empty queue; weights gives a tenant's weight
-// (absent: 1).
-func newFairQueue(weights map[string]int) *fairQueue {
-	return &fairQueue{weights: weights, lines: map[string]*tenantLine{}}
-}
-
-// pushCost is what a push costs in the fair order: its mutations, at
-// least one.
-func pushCost(r *pushRequest) int { return max(1, len(r.batch.Writes)) }
-
-// push queues r at the end of its tenant's line.
-func (q *fairQueue) push(r *pushRequest) {
-	l := q.lines[r.batch.Tenant]
-	if l == nil {
-		l = &tenantLine{tenant: r.batch.Tenant, weight: max(1, q.weights[r.batch.Tenant])}
-		q.lines[l.tenant] = l
-		q.active = append(q.active, l)
-	}
-	l.pushes = append(l.pushes, r)
-	l.cost += pushCost(r)
-}
-
-// groupTurns is what one commit group took from the fair queue so far: its
-// bounds, its pushes and mutations, and the turns begun in it.
-type groupTurns struct {
-	maxPushes, maxMutations int
-	pushes, mutations       int
-	turns                   map[*tenantLine]bool // tenants that began a turn in the group
-	repeated                bool                 // a tenant began a second turn in the group
-	joined                  bool                 // a tenant began its first turn after one repeated
-	drained                 bool                 // a tenant's line emptied in the group: no second turns
-	ended                   groupEnd             // why next last returned nil
-}
-
-// groupEnd is why a commit group ended: the value of
-// syncd_commit_groups_total's label "ended".
-type groupEnd string
-
-const (
-	groupEndedEmpty   groupEnd = "empty"   // no push waited
-	groupEndedBounds  groupEnd = "bounds"  // maxGroupPushes or maxGroupMutations
-	groupEndedLate    groupEnd = "late"    // a tenant that queued during the group had its turn
-	groupEndedDrained groupEnd = "drained" // a tenant it served had nothing more queued, and the next turn would leave work queued
-)
-
-// newGroupTurns starts a group of at most maxPushes pushes and no more than
-// maxMutations mutations unless its first push alone holds more.
-func newGroupTurns(maxPushes, maxMutations int) *groupTurns {
-	return &groupTurns{maxPushes: maxPushes, maxMutations: maxMutations, turns: map[*tenantLine]bool{}}
-}
-
-// next removes and returns the group's next push in the fair order, or nil
-// when the group ends: its bounds are reached, no push waits, a tenant
-// joined it late, or a tenant it served has nothing more queued. The group
-// goes on through as many rounds as its bounds allow while the same
-// tenants take turns with work left (one tenant alone fills it), so commits
-// stay large under steady load. Two rules keep a light tenant's push from
-// waiting for rounds of the others after it was taken:
-//   - late: a tenant whose first turn in the group comes after another
-//     tenant's second (it queued while the group was being applied) takes
-//     that turn, and the group ends at the next turn;
-//   - drained: once a tenant's line empties in the group (its last queued
-//     push was taken: its device waits for this commit), the group takes
-//     only turns that empty their tenant's line too (no second turn, no
-//     turn of a tenant with more queued than the turn's credit) and ends
-//     at the first other: many tenants with one push each still share one
-//     commit, and a light push taken before a heavy tenant's turn does not
-//     wait for that turn to be applied.
-//
-// Either way the light tenant's push is answered by the commit of the group
-// that took it, after at most one turn of each other tenant in that group,
-// and none of a tenant that keeps work queued once it was taken. Where a
-// group ends never changes the fair order itself, only which commit
-// answers a push.
-// A tenant whose turn the bounds cut keeps it for the next group.
-func (q *fairQueue) next(g *groupTurns) *pushRequest {
-	for g.pushes < g.maxPushes && len(q.active) > 0 {
-		l := q.active[0]
-		if !l.inTurn {
-			if g.joined {
-				g.ended = groupEndedLate // the late tenant had its turn
-				return nil
-			}
-			if g.drained && (g.turns[l] || !l.drainsInTurn()) {
-				// A served tenant waits for this commit: the group takes
-				// no second turn, and no turn that leaves work queued.
-				g.ended = groupEndedDrained
-				return nil
-			}
-			switch {
-			case !g.turns[l] && g.repeated:
-				g.joined = true
-			case g.turns[l]:
-				g.repeated = true
-			}
-			g.turns[l] = true
-			l.deficit += commitQuantum * l.weight
-			l.inTurn = true
-		}
-		head := l.pushes[0]
-		cost := pushCost(head)
-		if cost > l.deficit {
-			// Its turn is over: to the back of the round, its credit kept.
-			l.inTurn = false
-			q.active = append(q.active[1:], l)
-			continue
-		}
-		if g.pushes > 0 && g.mutations+cost > g.maxMutations {
-			g.ended = groupEndedBounds
-			return nil
-		}
-		l.pushes[0] = nil
-		l.pushes = l.pushes[1:]
-		l.deficit -= cost
-		l.cost -= cost
-		g.pushes++
-		g.mutations += cost
-		if len(l.pushes) == 0 {
-			// Idle: it leaves the round and keeps no credit.
-			q.active = q.active[1:]
-			delete(q.lines, l.tenant)
-			g.drained = true
-		}
-		return head
-	}
-	g.ended = groupEndedEmpty
-	if g.pushes >= g.maxPushes {
-		g.ended = groupEndedBounds
-	}
-	return nil
-}
-
-// commitShareMetrics are the fair queue's metrics per tenant: work queued,
-// mutations served and time waited. The tenant label is bounded
-// (tenantLabels).
+// commitShareMetrics are the fair order's metrics per tenant: work queued,
+// mutations served and time waited, on one node of the group committer's
+// input, in a cluster of the node's command publisher
+// (cluster.ShareObserver). The tenant label is bounded (tenantLabels).
 type commitShareMetrics struct {
 	queuedMutations *prometheus.GaugeVec     // tenant
 	served          *prometheus.CounterVec   // tenant
@@ -516,28 +319,28 @@ func newCommitShareMetrics(reg prometheus.Registerer, labels *tenantLabels) *com
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"tenant"}),
 		groupEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncd_commit_groups_total", Help: "Commit groups (one transaction, one fsync each) by why the committer ended them: empty (no push waited), bounds (pushes or mutations), late (a tenant that queued during the group had its turn), drained (a tenant it served had nothing more queued).",
+			Name: "syncd_commit_groups_total", Help: "Commit groups (on one node a transaction and its fsync; on a cluster node a command published to the stream) by why the fair order ended them: empty (no push waited), bounds (pushes, mutations or a command's bytes), late (a tenant that queued during the group had its turn), drained (a tenant it served had nothing more queued).",
 		}, []string{"ended"}),
 		labels: labels,
 	}
-	for _, e := range []groupEnd{groupEndedEmpty, groupEndedBounds, groupEndedLate, groupEndedDrained} {
+	for _, e := range fairshare.Ends {
 		m.groupEnds.WithLabelValues(string(e))
 	}
 	reg.MustRegister(m.queuedMutations, m.served, m.wait, m.groupEnds)
 	return m
 }
 
-func (m *commitShareMetrics) queued(tenant string, r *pushRequest) {
-	m.queuedMutations.WithLabelValues(m.labels.label(tenant)).Add(float64(pushCost(r)))
+func (m *commitShareMetrics) Queued(tenant string, cost int) {
+	m.queuedMutations.WithLabelValues(m.labels.label(tenant)).Add(float64(cost))
 }
 
-func (m *commitShareMetrics) taken(tenant string, r *pushRequest, at time.Time) {
+func (m *commitShareMetrics) Taken(tenant string, cost int, waited time.Duration) {
 	l := m.labels.label(tenant)
-	m.queuedMutations.WithLabelValues(l).Sub(float64(pushCost(r)))
-	m.served.WithLabelValues(l).Add(float64(pushCost(r)))
-	m.wait.WithLabelValues(l).Observe(at.Sub(r.arrived).Seconds())
+	m.queuedMutations.WithLabelValues(l).Sub(float64(cost))
+	m.served.WithLabelValues(l).Add(float64(cost))
+	m.wait.WithLabelValues(l).Observe(waited.Seconds())
 }
 
-func (m *commitShareMetrics) groupEnded(e groupEnd) {
+func (m *commitShareMetrics) GroupEnded(e fairshare.End) {
 	m.groupEnds.WithLabelValues(string(e)).Inc()
 }

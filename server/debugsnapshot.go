@@ -108,9 +108,7 @@ func (s *Server) takeDebugSnapshot() *DebugSnapshot {
 	}
 	if gc, ok := s.commits.(*groupCommitter); ok {
 		gc.mu.Lock()
-		for _, line := range gc.queue.active {
-			snap.Queues.Commit += len(line.pushes)
-		}
+		snap.Queues.Commit = gc.queue.Len()
 		gc.mu.Unlock()
 	}
 	if g := s.snapshots; g != nil {

@@ -118,29 +118,40 @@ func honestDevice(tb testing.TB, ts *testServer, tenant string, n int) []time.Du
 // With tenant A flooding the committer from 50 connections, tenant B's
 // device gets every one of its 500 sequential awaited writes applied, and
 // A's pushes are all applied too: the fair order serves both, and the
-// per-tenant metrics account for every mutation of each. Outcomes only;
-// BenchmarkFairness measures the latencies.
+// per-tenant metrics account for every mutation of each. In a cluster the
+// same holds of the node's command publisher, which takes the batches in
+// the same fair order. Outcomes only; BenchmarkFairness measures the
+// latencies.
 func TestFairnessFloodingTenantLeavesAnotherItsWrites(t *testing.T) {
 	// NORMAL: the outcome does not depend on fsync, the test's time does.
 	ts := startServer(t, server.Config{RetentionInterval: -1, Synchronous: sqlitedb.Normal})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	writes := honestWrites
+	if clusterMode(t) {
+		writes = underRace(honestWrites, 150) // three nodes' materializers under the detector
+	}
 	// Bounded in count (and stopped once B is done).
 	a := startFlood(t, ctx, ts, "flooder", 40, 20)
-	honestDevice(t, ts, "honest", honestWrites)
+	honestDevice(t, ts, "honest", writes)
 	cancel()
 	require.NoError(t, a.wait())
 	require.Positive(t, a.pushes.Load(), "A's pushes were served while B wrote")
 
-	require.Equal(t, fmt.Sprint(honestWrites), ts.Metric(t, `syncd_commit_served_mutations_total{tenant="honest"}`))
+	require.Equal(t, fmt.Sprint(writes), ts.Metric(t, `syncd_commit_served_mutations_total{tenant="honest"}`))
 	require.Equal(t, fmt.Sprint(a.mutations.Load()), ts.Metric(t, `syncd_commit_served_mutations_total{tenant="flooder"}`))
 	require.Equal(t, "0", ts.Metric(t, `syncd_commit_queued_mutations{tenant="flooder"}`), "nothing left queued")
-	require.Equal(t, fmt.Sprint(honestWrites), ts.Metric(t, `syncd_commit_wait_seconds_count{tenant="honest"}`))
+	require.Equal(t, fmt.Sprint(writes), ts.Metric(t, `syncd_commit_wait_seconds_count{tenant="honest"}`))
 	groups := 0
 	for _, ended := range []string{"empty", "bounds", "late", "drained"} {
 		n, err := strconv.Atoi(ts.Metric(t, `syncd_commit_groups_total{ended="`+ended+`"}`))
 		require.NoError(t, err)
 		groups += n
+	}
+	if clusterMode(t) {
+		// Every session is this node's: it published every command.
+		require.Equal(t, ts.Metric(t, `syncd_cluster_publish_duration_seconds_count`), fmt.Sprint(groups), "every command counted once, by why it ended")
+		return
 	}
 	require.Equal(t, ts.Metric(t, `syncd_commit_group_pushes_count`), fmt.Sprint(groups), "every commit group counted once, by why it ended")
 }
@@ -156,7 +167,21 @@ func TestFairnessFloodingTenantLeavesAnotherItsWrites(t *testing.T) {
 //	a_ratio                         shared over alone (aimed: >= 0.8)
 //
 // One op is the whole scenario.
-func BenchmarkFairness(b *testing.B) {
+func BenchmarkFairness(b *testing.B) { fairnessScenario(b) }
+
+// BenchmarkFairnessInACluster is BenchmarkFairness against the first node
+// of a 3-node cluster (embedded NATS, replicas 3, every node in this
+// process): A's flood and B's device all write through that node, whose
+// command publisher takes their batches in the fair order.
+func BenchmarkFairnessInACluster(b *testing.B) {
+	clusterTests.Store(b, struct{}{})
+	defer clusterTests.Delete(b)
+	fairnessScenario(b)
+}
+
+// fairnessScenario runs BenchmarkFairness's scenario b.N times against
+// the server startServer gives b, and reports its figures.
+func fairnessScenario(b *testing.B) {
 	var bAlone, bFlood, aAlone, aShared []float64
 	for range b.N {
 		ts := startServer(b, server.Config{RetentionInterval: -1})

@@ -61,6 +61,7 @@ func TestBehaviourInACluster(t *testing.T) {
 		{"ScopeRevokedAndMovedWhileOffline", TestScopeRevokedAndMovedWhileOffline},
 		{"RequestedSetIsRecordedOnChangeAndReadOnEveryNode", TestRequestedSetIsRecordedOnChangeAndReadOnEveryNode},
 		{"ScopeAddedWithoutResyncBesideAHundredThousandRows", TestScopeAddedWithoutResyncBesideAHundredThousandRows},
+		{"FairnessFloodingTenantLeavesAnotherItsWrites", TestFairnessFloodingTenantLeavesAnotherItsWrites},
 	} {
 		runInCluster(t, tc.name, tc.test, !serial[tc.name])
 	}

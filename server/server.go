@@ -183,12 +183,13 @@ type Config struct {
 	// share of the frame budget; zero fields take their defaults.
 	Quotas Quotas
 	// TenantWeights are the tenants' weights in the committer's fair
-	// order (fairQueue): when it is saturated, each tenant with pushes
-	// waiting gets mutations committed in proportion to its weight, from
-	// 1 to MaxTenantWeight. A tenant absent has weight 1. A single node
-	// only: a cluster's command stream keeps its arrival order. The same
-	// weight is the tenant's turns a round in the snapshot queue
-	// (snapshotGate), on every node.
+	// order (internal/fairshare): when it is saturated, each tenant with
+	// pushes waiting gets mutations committed in proportion to its weight,
+	// from 1 to MaxTenantWeight. A tenant absent has weight 1. On a
+	// cluster node it orders the batches the node publishes to the command
+	// stream (cluster.Cluster.ShareFairly); the stream keeps the nodes'
+	// commands in their arrival order. The same weight is the tenant's
+	// turns a round in the snapshot queue (snapshotGate) and the work gate.
 	TenantWeights map[string]int
 	// MaxTenantLabels caps the tenants given their own tenant label in the
 	// per-tenant metrics (syncd_commit_*, syncd_snapshot_turns_*,
@@ -509,6 +510,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.snapshotDB, err = openSnapshotPool(ctx, cfg)
 	}
 	if err == nil && cfg.Cluster != nil {
+		cfg.Cluster.ShareFairly(cfg.TenantWeights, newCommitShareMetrics(reg, labels))
 		// A group the materializer applied may hold a compaction job: the
 		// feed tail must forget what the oplog no longer retains.
 		err = cfg.Cluster.Start(s.store, func(uint64) {

@@ -264,6 +264,8 @@ type Cluster struct {
 	store     *replication.Store
 	onApplied func(uint64)
 	pub       *publisher
+	weights   map[string]int // ShareFairly's, read by the publisher from Start
+	shareObs  ShareObserver  // ShareFairly's
 
 	want          jetstream.StreamConfig // the command stream as this node requires it
 	misconfig     atomic.Pointer[error]  // set while the stream drifted from want, or is gone (checkShape)

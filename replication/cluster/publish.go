@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/syncd-dev/syncd/internal/fairshare"
 	"github.com/syncd-dev/syncd/replication"
 )
 
@@ -47,9 +49,10 @@ var (
 type DoneFunc func(replication.Effects, error)
 
 type submission struct {
-	batch *replication.Batch
-	size  int
-	done  DoneFunc
+	batch  *replication.Batch
+	size   int
+	queued time.Time // when Submit queued it
+	done   DoneFunc
 }
 
 // sender is whose batches must stay in submission order: one client of
@@ -59,19 +62,23 @@ type sender struct{ tenant, client string }
 func (s *submission) sender() sender { return sender{s.batch.Tenant, s.batch.ClientID} }
 
 // publisher publishes the node's batches, up to maxInFlight commands at a
-// time, the batches waiting for a publish sharing the next command. A
-// client's batches are applied in the order they were submitted: a batch
-// joins a command only while no earlier command holding a batch of its
-// client is unacknowledged (that one may be retried, and a retry lands
-// after any command published meanwhile), and batches in one command are
-// applied in their order in it.
+// time, the batches waiting for a publish sharing the next command. It
+// takes them from the tenants in a weighted fair order (publishQueue), so
+// a tenant pushing far more than its share through this node waits in its
+// own line while the other tenants' batches go on.
 type publisher struct {
 	c     *Cluster
 	queue chan *submission
+	slots *fairshare.Slots // admission to a tenant's line
 }
 
+// maxQueuedPerTenant caps the batches one tenant has waiting on this node
+// for a command; its next Submit waits (backpressure on that tenant's
+// sessions alone) while other tenants' batches are taken.
+const maxQueuedPerTenant = maxGroupBatches
+
 func newPublisher(c *Cluster) *publisher {
-	return &publisher{c: c, queue: make(chan *submission, maxGroupBatches)}
+	return &publisher{c: c, queue: make(chan *submission, maxGroupBatches), slots: fairshare.NewSlots(maxQueuedPerTenant)}
 }
 
 // Submit publishes b (grouped with other batches waiting) and calls done
@@ -80,7 +87,7 @@ func newPublisher(c *Cluster) *publisher {
 // reason: its configuration differs from the cluster's, ErrConfigMismatch,
 // as a token the others revoked must not write through it; the stream
 // drifted or is gone, ErrMisconfigured, ErrStreamDeleted; it diverged), or
-// ctx ended or the node closed while waiting for room.
+// ctx ended or the node closed while waiting for room in b's tenant's line.
 func (c *Cluster) Submit(ctx context.Context, b *replication.Batch, done DoneFunc) error {
 	if err := c.Refuses(); err != nil {
 		return fmt.Errorf("submit: %w: %w", ErrNotServing, err)
@@ -92,13 +99,18 @@ func (c *Cluster) Submit(ctx context.Context, b *replication.Batch, done DoneFun
 	if len(data)+commandEnvelope > c.opts.MaxCommandBytes {
 		return fmt.Errorf("submit: %w: %d bytes, at most %d", ErrCommandTooLarge, len(data), c.opts.MaxCommandBytes-commandEnvelope)
 	}
-	s := &submission{batch: b, size: len(data), done: done}
+	if err := c.pub.slots.Acquire(ctx, b.Tenant, c.stopped()); err != nil {
+		if errors.Is(err, fairshare.ErrStopped) {
+			return ErrClosed
+		}
+		return err
+	}
+	s := &submission{batch: b, size: len(data), queued: time.Now(), done: done}
 	select {
-	case c.pub.queue <- s:
+	case c.pub.queue <- s: // the run loop always takes it: each tenant's slots bound what waits
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	case <-c.stopped():
+		c.pub.slots.Release(b.Tenant)
 		return ErrClosed
 	}
 }
@@ -113,28 +125,35 @@ func (c *Cluster) stopped() <-chan struct{} { return c.runCtx.Done() }
 // goroutine of its own, which run waits for before it returns.
 func (p *publisher) run(ctx context.Context) {
 	var (
-		waiting  []*submission      // in submission order
-		inFlight int                // commands published, not yet acknowledged
-		busy     = map[sender]int{} // the unacknowledged commands holding each client's batches
+		waiting  = newPublishQueue(p.c.weights, p.c.opts.MaxCommandBytes)
+		inFlight int // commands published, not yet acknowledged
 		acked    = make(chan []*submission, maxInFlight)
 		wg       sync.WaitGroup
 	)
 	defer func() {
 		wg.Wait()
-		for _, s := range waiting {
+		for _, s := range waiting.all() {
+			p.slots.Release(s.batch.Tenant)
 			s.done(replication.Effects{}, ErrClosed)
 		}
 		p.refuseQueued()
 	}()
+	var share ShareObserver = noShareObserver{}
+	if p.c.shareObs != nil {
+		share = p.c.shareObs
+	}
 	for {
 		for inFlight < maxInFlight {
-			var group []*submission
-			if group, waiting = p.gather(waiting, busy); len(group) == 0 {
+			group, ended := waiting.gather()
+			if len(group) == 0 {
 				break
 			}
+			now := time.Now()
 			for _, s := range group {
-				busy[s.sender()]++
+				p.slots.Release(s.batch.Tenant)
+				share.Taken(s.batch.Tenant, waiting.fair.Cost(s), now.Sub(s.queued))
 			}
+			share.GroupEnded(ended)
 			inFlight++
 			wg.Add(1)
 			go func() {
@@ -143,68 +162,152 @@ func (p *publisher) run(ctx context.Context) {
 				acked <- group
 			}()
 		}
-		queue := p.queue
-		if len(waiting) >= maxWaiting {
-			queue = nil // back-pressure: Submit waits for room in the queue
-		}
 		select {
-		case s := <-queue:
-			waiting = append(waiting, s)
-			for len(waiting) < maxWaiting && p.take(&waiting) {
+		case s := <-p.queue:
+			for ; s != nil; s = p.take() {
+				waiting.add(s)
+				share.Queued(s.batch.Tenant, waiting.fair.Cost(s))
 			}
 		case group := <-acked:
 			inFlight--
-			for _, s := range group {
-				if busy[s.sender()]--; busy[s.sender()] == 0 {
-					delete(busy, s.sender())
-				}
-			}
+			waiting.acked(group)
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// maxWaiting bounds the submissions the publisher takes off its queue
-// before they can be published.
-const maxWaiting = 4 * maxGroupBatches
-
-// take moves one queued submission, if there is one, to the end of
-// waiting and reports whether it did.
-func (p *publisher) take(waiting *[]*submission) bool {
+// take returns a queued submission, if there is one, or nil.
+func (p *publisher) take() *submission {
 	select {
 	case s := <-p.queue:
-		*waiting = append(*waiting, s)
-		return true
+		return s
 	default:
-		return false
+		return nil
 	}
 }
 
-// gather takes from waiting, in order, the submissions that fit one
-// command and whose client holds no unacknowledged command; a client with
-// a submission left behind has its later ones left behind too. It returns
-// the command's group and what is left waiting.
-func (p *publisher) gather(waiting []*submission, busy map[sender]int) (group, rest []*submission) {
+// ShareObserver is told of the publisher's fair order, for metrics of each
+// tenant's share (syncd's syncd_commit_* metrics); a batch costs its
+// mutations. Its methods run on the publisher's goroutine and must return
+// quickly.
+type ShareObserver interface {
+	// Queued: a batch of tenant's, of cost, waits for a command.
+	Queued(tenant string, cost int)
+	// Taken: a command took it after it waited that long.
+	Taken(tenant string, cost int, waited time.Duration)
+	// GroupEnded: a command's batches were gathered, for that reason.
+	GroupEnded(fairshare.End)
+}
+
+// ShareFairly sets the tenants' weights in the fair order this node
+// publishes batches in (absent: 1; syncd's --tenant-weight): when batches
+// wait for a command, each tenant with batches waiting has mutations
+// published in proportion to its weight. It orders only what this node
+// publishes, so it need not be the same on every node. o, when not nil, is
+// told of that order. Call it before Start.
+func (c *Cluster) ShareFairly(weights map[string]int, o ShareObserver) {
+	c.weights, c.shareObs = weights, o
+}
+
+type noShareObserver struct{}
+
+func (noShareObserver) Queued(string, int)               {}
+func (noShareObserver) Taken(string, int, time.Duration) {}
+func (noShareObserver) GroupEnded(fairshare.End)         {}
+
+// publishQueue is the publisher's input, owned by its run loop: the
+// submissions waiting for a command in one line per tenant, taken in the
+// fair order (fairshare.Queue, a batch costing its mutations), and those
+// held back because their client has a command unacknowledged.
+//
+// A client's batches are applied in the order they were submitted: a batch
+// joins a command only while no earlier command holding a batch of its
+// client is unacknowledged (that one may be retried, and a retry lands
+// after any command published meanwhile), and batches in one command are
+// applied in their order in it. So once a command takes a client's batch,
+// the client's later ones wait, held, until that command is acknowledged,
+// then rejoin their tenant's line in their order.
+type publishQueue struct {
+	fair     *fairshare.Queue[*submission]
+	busy     map[sender]int           // the unacknowledged commands holding each client's batches
+	held     map[sender][]*submission // a busy client's later submissions, in order
+	maxBytes int                      // a command's bound: Options.MaxCommandBytes
+}
+
+func newPublishQueue(weights map[string]int, maxBytes int) *publishQueue {
+	return &publishQueue{
+		fair:     fairshare.New(weights, func(s *submission) int { return len(s.batch.Writes) }),
+		busy:     map[sender]int{},
+		held:     map[sender][]*submission{},
+		maxBytes: maxBytes,
+	}
+}
+
+// add queues s: in its tenant's line, or held behind its client's command
+// in flight.
+func (q *publishQueue) add(s *submission) {
+	if who := s.sender(); q.busy[who] > 0 {
+		q.held[who] = append(q.held[who], s)
+		return
+	}
+	q.fair.Push(s.batch.Tenant, s)
+}
+
+// gather takes the next command's batches in the fair order, within
+// maxGroupBatches and the command's byte bound, and why the group ended.
+// The clients it took batches of are busy until acked: their batches
+// still queued are held back.
+func (q *publishQueue) gather() ([]*submission, fairshare.End) {
 	size := commandEnvelope
-	var behind map[sender]bool // clients with a submission left behind
-	for i, s := range waiting {
-		who := s.sender()
-		if len(group) == maxGroupBatches {
-			return group, append(rest, waiting[i:]...)
-		}
-		if busy[who] > 0 || behind[who] || size+s.size > p.c.opts.MaxCommandBytes {
-			if behind == nil {
-				behind = map[sender]bool{}
-			}
-			behind[who] = true
-			rest = append(rest, s)
-			continue
-		}
+	g := fairshare.NewGroup(maxGroupBatches, math.MaxInt, func(s *submission) bool { return size+s.size <= q.maxBytes })
+	var group []*submission
+	for s, ok := q.fair.Next(g); ok; s, ok = q.fair.Next(g) {
 		group = append(group, s)
 		size += s.size
 	}
-	return group, rest
+	for _, s := range group {
+		who := s.sender()
+		if q.busy[who]++; q.busy[who] == 1 {
+			q.held[who] = q.fair.Remove(who.tenant, func(x *submission) bool { return x.sender() == who })
+			if len(q.held[who]) == 0 {
+				delete(q.held, who)
+			}
+		}
+	}
+	return group, g.Ended()
+}
+
+// acked releases the clients of an acknowledged command's group: a client
+// no command holds any more has its held batches rejoin its tenant's line.
+func (q *publishQueue) acked(group []*submission) {
+	for _, s := range group {
+		who := s.sender()
+		if q.busy[who]--; q.busy[who] > 0 {
+			continue
+		}
+		delete(q.busy, who)
+		for _, h := range q.held[who] {
+			q.fair.Push(who.tenant, h)
+		}
+		delete(q.held, who)
+	}
+}
+
+// all empties the queue, held batches too, and returns what it held.
+func (q *publishQueue) all() []*submission {
+	var out []*submission
+	for q.fair.Len() > 0 {
+		g := fairshare.NewGroup[*submission](math.MaxInt, math.MaxInt, nil)
+		for s, ok := q.fair.Next(g); ok; s, ok = q.fair.Next(g) {
+			out = append(out, s)
+		}
+	}
+	for who, hs := range q.held {
+		out = append(out, hs...)
+		delete(q.held, who)
+	}
+	return out
 }
 
 // refuseQueued answers the submissions still queued at Close.
@@ -212,6 +315,7 @@ func (p *publisher) refuseQueued() {
 	for {
 		select {
 		case s := <-p.queue:
+			p.slots.Release(s.batch.Tenant)
 			s.done(replication.Effects{}, ErrClosed)
 		default:
 			return

@@ -9,58 +9,136 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/fairshare"
 	"github.com/syncd-dev/syncd/replication"
 )
 
-// TestGatherKeepsEachClientInOrder: a command takes the waiting batches in
-// order, except that a client with an unacknowledged command, or with a
-// batch left behind (the command is full), has all its batches left
-// behind: a client's batches are never published ahead of its earlier ones.
-func TestGatherKeepsEachClientInOrder(t *testing.T) {
-	sub := func(client string, size int) *submission {
-		return &submission{batch: &replication.Batch{Tenant: "acme", ClientID: client}, size: size}
+// sub is a submission of tenant's client, of writes mutations and size
+// bytes.
+func sub(tenant, client string, writes, size int) *submission {
+	return &submission{batch: &replication.Batch{Tenant: tenant, ClientID: client, Writes: make([]replication.Write, writes)}, size: size}
+}
+
+// clients names the clients of subs, in order, as tenant/client.
+func clients(subs []*submission) []string {
+	var out []string
+	for _, s := range subs {
+		out = append(out, s.batch.Tenant+"/"+s.batch.ClientID)
 	}
-	names := func(subs []*submission) []string {
-		var out []string
+	return out
+}
+
+// TestPublishQueueKeepsEachClientInOrder: a command takes a client's
+// batches in their order, and once a command holds one, the client's later
+// batches wait, held, until that command is acknowledged (its retry may
+// land after any command published meanwhile), then rejoin their tenant's
+// line in order: a client's batches are never published ahead of its
+// earlier ones.
+func TestPublishQueueKeepsEachClientInOrder(t *testing.T) {
+	q := newPublishQueue(nil, commandEnvelope+100)
+	add := func(subs ...*submission) {
 		for _, s := range subs {
-			out = append(out, s.batch.ClientID)
+			q.add(s)
 		}
-		return out
 	}
-	p := &publisher{c: &Cluster{opts: Options{MaxCommandBytes: commandEnvelope + 100}}}
-	for _, tc := range []struct {
-		name        string
-		waiting     []*submission
-		busy        []string
-		group, rest []string
-	}{
-		{"all fit", []*submission{sub("a", 10), sub("b", 10), sub("a", 10)}, nil,
-			[]string{"a", "b", "a"}, nil},
-		{"a busy client waits", []*submission{sub("a", 10), sub("b", 10), sub("a", 10)}, []string{"a"},
-			[]string{"b"}, []string{"a", "a"}},
-		{"one left behind keeps its client's later ones behind", []*submission{sub("a", 60), sub("b", 60), sub("b", 10), sub("a", 10)}, nil,
-			[]string{"a", "a"}, []string{"b", "b"}},
-		{"nothing to take", []*submission{sub("a", 10)}, []string{"a"},
-			nil, []string{"a"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			busy := map[sender]int{}
-			for _, c := range tc.busy {
-				busy[sender{"acme", c}]++
-			}
-			group, rest := p.gather(tc.waiting, busy)
-			require.Equal(t, tc.group, names(group))
-			require.Equal(t, tc.rest, names(rest))
-		})
+	gather := func() []string {
+		g, _ := q.gather()
+		return clients(g)
 	}
 
-	var many []*submission
-	for range maxGroupBatches + 3 {
-		many = append(many, sub("a", 0))
+	add(sub("t", "a", 1, 10), sub("t", "b", 1, 10), sub("t", "a", 1, 10))
+	first, _ := q.gather()
+	require.Equal(t, []string{"t/a", "t/b", "t/a"}, clients(first), "all fit: one command, in order")
+
+	add(sub("t", "a", 1, 10), sub("t", "c", 1, 10), sub("t", "a", 1, 10))
+	require.Equal(t, []string{"t/c"}, gather(), "a's command is in flight: a's later batches wait")
+	require.Empty(t, gather())
+	q.acked(first)
+	require.Equal(t, []string{"t/a", "t/a"}, gather(), "acknowledged: a's batches rejoin, in order")
+
+	q = newPublishQueue(nil, commandEnvelope+100)
+	add(sub("t", "a", 1, 60), sub("t", "b", 1, 60), sub("t", "a", 1, 10), sub("t", "b", 1, 10))
+	first, ended := q.gather()
+	require.Equal(t, []string{"t/a"}, clients(first), "b's first batch does not fit beside a's")
+	require.Equal(t, fairshare.EndBounds, ended)
+	require.Equal(t, []string{"t/b", "t/b"}, gather(), "a's second batch waits for a's command; b's go on")
+	q.acked(first)
+	require.Equal(t, []string{"t/a"}, gather())
+
+	q = newPublishQueue(nil, 1<<20)
+	for i := range maxGroupBatches + 3 {
+		q.add(sub("t", fmt.Sprint(i), 1, 0))
 	}
-	group, rest := p.gather(many, map[sender]int{})
-	require.Len(t, group, maxGroupBatches)
-	require.Len(t, rest, 3)
+	g, _ := q.gather()
+	require.Len(t, g, maxGroupBatches)
+	g, _ = q.gather()
+	require.Len(t, g, 3)
+	require.Empty(t, q.all(), "nothing left")
+}
+
+// TestPublishQueueServesAWaitingTenantInTheNextCommand: a tenant pushing
+// far more than its share through a node waits in its own line. Another
+// tenant's batch, queued while the flood's commands are in flight, is
+// taken by the next command gathered, after at most one turn of the
+// flood's, and that command ends with it (it waits for no more of the
+// flood's batches); the flood is not starved, and each tenant gets
+// mutations in proportion to its weight.
+func TestPublishQueueServesAWaitingTenantInTheNextCommand(t *testing.T) {
+	q := newPublishQueue(nil, 1<<20)
+	for i := range 400 { // 400 devices of the flood's, one batch each
+		q.add(sub("flood", fmt.Sprint(i), 100, 1000))
+	}
+	var inFlight [][]*submission
+	for range maxInFlight {
+		g, _ := q.gather()
+		require.NotEmpty(t, g)
+		inFlight = append(inFlight, g)
+	}
+	q.add(sub("light", "b", 1, 100))
+	q.acked(inFlight[0]) // a command's slot frees: the next is gathered
+	g, ended := q.gather()
+	tenants := clients(g)
+	require.Contains(t, tenants, "light/b", "the light tenant's batch is in the next command")
+	require.LessOrEqual(t, len(g), 2, "after at most one turn of the flood's: %v", tenants)
+	require.Equal(t, "light/b", tenants[len(tenants)-1], "and the command ends with it")
+	require.Equal(t, fairshare.EndDrained, ended)
+	g, _ = q.gather()
+	require.NotEmpty(t, g, "the flood goes on")
+	require.Equal(t, "flood", g[0].batch.Tenant)
+
+	for _, tc := range []struct {
+		name    string
+		weights map[string]int
+		aPerB   int
+	}{{"equal weights", nil, 1}, {"weight 3 to 1", map[string]int{"a": 3}, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newPublishQueue(tc.weights, 1<<20)
+			served := map[string]int{} // mutations
+			sent := map[string]int{}   // batches
+			taken := map[string]int{}  // batches
+			refill := func() {         // both lines outlast the rounds counted
+				for _, tenant := range []string{"a", "b"} {
+					for sent[tenant]-taken[tenant] < 2*maxGroupBatches {
+						// Each batch its own client: none is held.
+						q.add(sub(tenant, fmt.Sprintf("%s%d", tenant, sent[tenant]), 100, 1000))
+						sent[tenant]++
+					}
+				}
+			}
+			for served["b"] < 200*fairshare.Quantum {
+				refill()
+				g, _ := q.gather()
+				require.NotEmpty(t, g)
+				for _, s := range g {
+					served[s.batch.Tenant] += len(s.batch.Writes)
+					taken[s.batch.Tenant]++
+				}
+				q.acked(g)
+			}
+			oneRound := fairshare.Quantum * (tc.aPerB + 1)
+			require.InDelta(t, tc.aPerB*served["b"], served["a"], float64(oneRound), "served %v", served)
+		})
+	}
 }
 
 // TestRetryable: what JetStream may answer while it has no quorum is
