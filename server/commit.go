@@ -59,7 +59,7 @@ func newPushRequest(b *replication.Batch, arrived time.Time) *pushRequest {
 
 // groupCommitter is the single node's committer: one goroutine, the only
 // writer, applies the pushes it takes in one transaction and commits once.
-// Pushes wait in one line per tenant (fairQueue) and are taken in a
+// Pushes wait in one line per tenant (internal/fairshare) and are taken in a
 // weighted fair order, so a tenant pushing far more than its share waits
 // in its own line while the other tenants' pushes go on.
 type groupCommitter struct {
@@ -291,7 +291,7 @@ const (
 // newFairQueue returns the committer's input: one line per tenant, taken
 // in the fair order (fairshare.Queue), a push costing its mutations.
 func newFairQueue(weights map[string]int) *fairshare.Queue[*pushRequest] {
-	return fairshare.New(weights, func(r *pushRequest) int { return len(r.batch.Writes) })
+	return fairshare.New(fairshare.MutationQuantum, weights, func(r *pushRequest) int { return len(r.batch.Writes) })
 }
 
 // commitShareMetrics are the fair order's metrics per tenant: work queued,

@@ -167,29 +167,45 @@ func TestFairnessFloodingTenantLeavesAnotherItsWrites(t *testing.T) {
 //	a_ratio                         shared over alone (aimed: >= 0.8)
 //
 // One op is the whole scenario.
-func BenchmarkFairness(b *testing.B) { fairnessScenario(b) }
+func BenchmarkFairness(b *testing.B) { fairnessScenario(b, false) }
 
-// BenchmarkFairnessInACluster is BenchmarkFairness against the first node
-// of a 3-node cluster (embedded NATS, replicas 3, every node in this
-// process): A's flood and B's device all write through that node, whose
-// command publisher takes their batches in the fair order.
+// BenchmarkFairnessInACluster is BenchmarkFairness against a 3-node
+// cluster (embedded NATS, replicas 3, every node in this process). A's
+// flood writes through the first node. B's device writes through the same
+// node (same_node: the node's command publisher takes both tenants'
+// batches in the fair order), or through the second (across_nodes: the
+// two nodes' commands meet in the stream, where the flood has at most its
+// window of unapplied mutations ahead of B's).
 func BenchmarkFairnessInACluster(b *testing.B) {
-	clusterTests.Store(b, struct{}{})
-	defer clusterTests.Delete(b)
-	fairnessScenario(b)
+	for _, across := range []bool{false, true} {
+		name := "same_node"
+		if across {
+			name = "across_nodes"
+		}
+		b.Run(name, func(b *testing.B) {
+			clusterTests.Store(b, struct{}{})
+			defer clusterTests.Delete(b)
+			fairnessScenario(b, across)
+		})
+	}
 }
 
 // fairnessScenario runs BenchmarkFairness's scenario b.N times against
-// the server startServer gives b, and reports its figures.
-func fairnessScenario(b *testing.B) {
+// the server startServer gives b, B's device on its second node when
+// across (a cluster), and reports its figures.
+func fairnessScenario(b *testing.B, across bool) {
 	var bAlone, bFlood, aAlone, aShared []float64
 	for range b.N {
 		ts := startServer(b, server.Config{RetentionInterval: -1})
-		bAlone = append(bAlone, p99ms(honestDevice(b, ts, "honest-alone", honestWrites)))
+		bs := ts
+		if across {
+			bs = ts.node(1)
+		}
+		bAlone = append(bAlone, p99ms(honestDevice(b, bs, "honest-alone", honestWrites)))
 
 		aAlone = append(aAlone, floodRate(b, ts, "flooder-alone", func() { time.Sleep(2 * time.Second) }))
 		var lat []time.Duration
-		aShared = append(aShared, floodRate(b, ts, "flooder", func() { lat = honestDevice(b, ts, "honest", honestWrites) }))
+		aShared = append(aShared, floodRate(b, ts, "flooder", func() { lat = honestDevice(b, bs, "honest", honestWrites) }))
 		bFlood = append(bFlood, p99ms(lat))
 		ts.stop(b)
 	}

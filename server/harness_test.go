@@ -59,6 +59,14 @@ func startServer(t testing.TB, cfg server.Config) *testServer {
 	return &testServer{Server: s, srv: s.Server, url: s.URL, adminURL: s.AdminURL, tokenPath: s.TokenPath, adminToken: s.AdminToken, nodes: nodes}
 }
 
+// node returns the cluster's i-th node as a testServer of its own (the
+// same tokens: the nodes share the token file). Stopping it stops that
+// node alone.
+func (ts *testServer) node(i int) *testServer {
+	n := ts.nodes[i]
+	return &testServer{Server: n, srv: n.Server, url: n.URL, adminURL: n.AdminURL, tokenPath: n.TokenPath, adminToken: n.AdminToken, nodes: ts.nodes, idp: ts.idp}
+}
+
 // stop shuts the server down gracefully and closes it; later calls do
 // nothing.
 func (ts *testServer) stop(t testing.TB) { ts.Stop(t) }

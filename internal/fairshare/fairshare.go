@@ -6,15 +6,22 @@
 //
 // syncd's commit paths use it: on one node, the group committer's input
 // (a group is one transaction and one fsync); in a cluster, each node's
-// command publisher (a group is one command of the stream).
+// command publisher (a group is one command of the stream). Its gates
+// (snapshot reads, sessions' work turns) use it one item at a time (Take)
+// with a quantum of one turn: weighted round robin.
 package fairshare
 
-// Quantum is the cost a tenant of weight 1 gains in credit per turn. Costs
-// are mutations, and the quantum is one push of a typical size, not a full
-// batch: a tenant that queues work waits for at most one such turn of each
-// other tenant with work queued, and larger work is taken once its tenant
-// has saved enough credit over its turns.
-const Quantum = 100
+import (
+	"iter"
+	"math"
+)
+
+// MutationQuantum is the quantum of syncd's commit paths, whose costs are
+// mutations: one push of a typical size, not a full batch. A tenant that
+// queues work waits for at most one such turn of each other tenant with
+// work queued, and larger work is taken once its tenant has saved enough
+// credit over its turns.
+const MutationQuantum = 100
 
 // End is why a group ended: the value of the "ended" label of syncd's
 // syncd_commit_groups_total.
@@ -32,7 +39,7 @@ const (
 var Ends = []End{EndEmpty, EndBounds, EndLate, EndDrained}
 
 // Queue is one FIFO line per tenant, taken in deficit round robin order.
-// Each turn, a tenant gains Quantum times its weight in credit and has
+// Each turn, a tenant gains the quantum times its weight in credit and has
 // work taken from the head of its line while its cost fits its credit; an
 // idle tenant keeps no credit. So when the taker is saturated each tenant
 // with queued work gets cost in proportion to its weight, one that queues
@@ -42,6 +49,7 @@ var Ends = []End{EndEmpty, EndBounds, EndLate, EndDrained}
 //
 // A Queue has no lock and no goroutine: its owner guards it.
 type Queue[T any] struct {
+	quantum int
 	weights map[string]int
 	cost    func(T) int
 	lines   map[string]*line[T]
@@ -62,14 +70,21 @@ type line[T any] struct {
 
 // drainsInTurn reports whether the turn l is about to begin takes all its
 // line: its queued cost fits its credit plus the turn's quantum.
-func (l *line[T]) drainsInTurn() bool {
-	return l.cost <= l.deficit+Quantum*l.weight
+func (l *line[T]) drainsInTurn(quantum int) bool {
+	return l.cost <= l.deficit+quantum*l.weight
 }
 
-// New returns an empty queue. weights gives a tenant's weight (absent or
-// below 1: 1); cost gives an item's cost, at least 1.
-func New[T any](weights map[string]int, cost func(T) int) *Queue[T] {
-	return &Queue[T]{weights: weights, cost: func(v T) int { return max(1, cost(v)) }, lines: map[string]*line[T]{}}
+// New returns an empty queue in which a tenant gains quantum times its
+// weight in credit per turn. weights gives a tenant's weight (absent or
+// below 1: 1); cost gives an item's cost, at least 1 (nil: every item
+// costs 1, and a quantum of 1 makes the order weighted round robin: a
+// tenant takes its weight of items a turn).
+func New[T any](quantum int, weights map[string]int, cost func(T) int) *Queue[T] {
+	c := func(T) int { return 1 }
+	if cost != nil {
+		c = func(v T) int { return max(1, cost(v)) }
+	}
+	return &Queue[T]{quantum: quantum, weights: weights, cost: c, lines: map[string]*line[T]{}}
 }
 
 // Cost is what v costs in the fair order: the cost function's, at least 1.
@@ -118,6 +133,35 @@ func (q *Queue[T]) Remove(tenant string, match func(T) bool) []T {
 	return out
 }
 
+// RemoveAll takes out of every line the items match selects, tenant by
+// tenant in round order, each tenant's in their order.
+func (q *Queue[T]) RemoveAll(match func(T) bool) []T {
+	var out []T
+	for _, l := range append([]*line[T](nil), q.active...) {
+		out = append(out, q.Remove(l.tenant, match)...)
+	}
+	return out
+}
+
+// All yields every item queued, tenant by tenant in round order.
+func (q *Queue[T]) All() iter.Seq[T] {
+	return func(yield func(T) bool) {
+		for _, l := range q.active {
+			for _, v := range l.items {
+				if !yield(v) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Take removes and returns the next item in the fair order on its own,
+// outside any group; false when none is queued.
+func (q *Queue[T]) Take() (T, bool) {
+	return q.Next(NewGroup[T](1, math.MaxInt, nil))
+}
+
 // leave takes the emptied line l out of the round.
 func (q *Queue[T]) leave(l *line[T]) {
 	for i, a := range q.active {
@@ -148,7 +192,7 @@ type Group[T any] struct {
 // the group's own); an item that does not fit ends the group, unless it
 // is the group's first.
 func NewGroup[T any](maxItems, maxCost int, fits func(T) bool) *Group[T] {
-	return &Group[T]{maxItems: maxItems, maxCost: maxCost, fits: fits, turns: map[string]bool{}}
+	return &Group[T]{maxItems: maxItems, maxCost: maxCost, fits: fits}
 }
 
 // Ended is why Next last returned false.
@@ -186,7 +230,7 @@ func (q *Queue[T]) Next(g *Group[T]) (T, bool) {
 				g.ended = EndLate // the late tenant had its turn
 				return none, false
 			}
-			if g.drained && (g.turns[l.tenant] || !l.drainsInTurn()) {
+			if g.drained && (g.turns[l.tenant] || !l.drainsInTurn(q.quantum)) {
 				// A served tenant waits for this group: it takes no
 				// second turn, and no turn that leaves work queued.
 				g.ended = EndDrained
@@ -198,8 +242,11 @@ func (q *Queue[T]) Next(g *Group[T]) (T, bool) {
 			case g.turns[l.tenant]:
 				g.repeated = true
 			}
+			if g.turns == nil {
+				g.turns = map[string]bool{}
+			}
 			g.turns[l.tenant] = true
-			l.deficit += Quantum * l.weight
+			l.deficit += q.quantum * l.weight
 			l.inTurn = true
 		}
 		head := l.items[0]

@@ -25,7 +25,7 @@ type item struct {
 }
 
 func newQueue(weights map[string]int) *Queue[*item] {
-	return New(weights, func(it *item) int { return it.cost })
+	return New(MutationQuantum, weights, func(it *item) int { return it.cost })
 }
 
 // queued is the push of tenant's i-th place, of mutations.
@@ -135,23 +135,23 @@ func TestFairQueueSharesByWeight(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			q := newQueue(tc.weights)
 			// Both lines outlast the rounds counted.
-			for i := range 41 * Quantum * tc.wantAPerB / tc.aSize {
+			for i := range 41 * MutationQuantum * tc.wantAPerB / tc.aSize {
 				push(q, queued("a", i, tc.aSize))
 			}
-			for i := range 41 * Quantum / tc.bSize {
+			for i := range 41 * MutationQuantum / tc.bSize {
 				push(q, queued("b", i, tc.bSize))
 			}
 			// Forty rounds: b is served 20,000 mutations, a its share,
 			// within one round's credit.
 			served := map[string]int{}
-			for served["b"] < 40*Quantum {
+			for served["b"] < 40*MutationQuantum {
 				g := take(q, maxGroupPushes, maxGroupMutations)
 				require.NotEmpty(t, g)
 				for _, r := range g {
 					served[r.tenant] += q.Cost(r)
 				}
 			}
-			oneRound := Quantum * (tc.wantAPerB + 1)
+			oneRound := MutationQuantum * (tc.wantAPerB + 1)
 			require.InDelta(t, tc.wantAPerB*served["b"], served["a"], float64(oneRound), "served %v", served)
 		})
 	}
@@ -258,7 +258,7 @@ func TestFairQueueGroupEndsWhenATenantItServedDrains(t *testing.T) {
 	// queued; a's turn is the next group's, the order unchanged.
 	q = newQueue(nil)
 	push(q, queued("light", 0, 1))
-	push(q, queued("light2", 0, Quantum))
+	push(q, queued("light2", 0, MutationQuantum))
 	for i := range 40 {
 		push(q, queued("a", i, 100))
 	}
@@ -289,7 +289,7 @@ func TestFairQueueGroupEndsWhenATenantItServedDrains(t *testing.T) {
 		push(q, queued(tenant, 0, 1))
 		want = append(want, tenant)
 	}
-	push(q, queued("t0", 1, Quantum)) // beyond t0's first turn's credit
+	push(q, queued("t0", 1, MutationQuantum)) // beyond t0's first turn's credit
 	group, ended = takeWhy(q, maxGroupPushes, maxGroupMutations)
 	require.Equal(t, want, tenants(group), "one push each: the round ends the group, not the first tenant that drains")
 	require.Equal(t, EndDrained, ended)
@@ -304,7 +304,7 @@ func TestFairQueueLargePushWaitsForItsCredit(t *testing.T) {
 	q := newQueue(nil)
 	push(q, queued("big", 0, 500))
 	for i := range 10 {
-		push(q, queued("small", i, Quantum))
+		push(q, queued("small", i, MutationQuantum))
 	}
 	var order []string
 	for _, g := range takeAll(q) {

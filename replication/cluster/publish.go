@@ -15,17 +15,32 @@ import (
 
 	"github.com/syncd-dev/syncd/internal/fairshare"
 	"github.com/syncd-dev/syncd/replication"
+	"github.com/syncd-dev/syncd/syncproto"
 )
 
-// Group publish bounds, as the single node's group commit bounds: the
-// publisher puts the batches waiting for a publish into one command,
-// within these limits and MaxCommandBytes.
-const maxGroupBatches = 64
+// Group publish bounds: the publisher puts the batches waiting for a
+// publish into one command, within these limits and MaxCommandBytes. Two
+// full batches a command, so that a tenant's window (two commands) stays
+// pipelined: one is published while the other is applied.
+const (
+	maxGroupBatches   = 64
+	maxGroupMutations = 2 * syncproto.MaxBatch
+)
 
-// maxInFlight bounds the commands one edge has published and not yet seen
-// acknowledged. One at a time, an edge's throughput was one publish round
-// trip (a stream quorum's fsync) per command; a few in flight overlap them.
-const maxInFlight = 4
+// What one node has in flight: commands published and not yet applied by
+// this node (or given up on). One at a time, a node's throughput was one
+// publish round trip (a stream quorum's fsync) per command; a few in flight
+// overlap them. The bounds are on applies, not acknowledgements, and each
+// tenant has its own window of mutations (times its weight), so that what
+// a tenant publishes beyond what the materializer applies waits here, in
+// its own line, rather than in the stream, where another tenant's batch
+// would wait behind every batch the flood got published first; that batch
+// finds a command free and at most a window of each other tenant's
+// mutations ahead of it in the stream.
+const (
+	maxInFlight          = 4
+	maxInFlightMutations = 2 * maxGroupMutations // a tenant's window, per unit of weight: two commands, one published while the other is applied
+)
 
 // Errors of Submit.
 var (
@@ -126,8 +141,9 @@ func (c *Cluster) stopped() <-chan struct{} { return c.runCtx.Done() }
 func (p *publisher) run(ctx context.Context) {
 	var (
 		waiting  = newPublishQueue(p.c.weights, p.c.opts.MaxCommandBytes)
-		inFlight int // commands published, not yet acknowledged
-		acked    = make(chan []*submission, maxInFlight)
+		inFlight int                                     // commands gathered, not yet applied here (or given up on)
+		acked    = make(chan []*submission, maxInFlight) // the command's publish is over: its clients may publish again
+		settled  = make(chan []*submission, maxInFlight) // the command's outcome is known here
 		wg       sync.WaitGroup
 	)
 	defer func() {
@@ -158,7 +174,7 @@ func (p *publisher) run(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p.publishGroup(ctx, group)
+				p.publishGroup(ctx, group, func() { settled <- group })
 				acked <- group
 			}()
 		}
@@ -169,8 +185,10 @@ func (p *publisher) run(ctx context.Context) {
 				share.Queued(s.batch.Tenant, waiting.fair.Cost(s))
 			}
 		case group := <-acked:
-			inFlight--
 			waiting.acked(group)
+		case group := <-settled:
+			inFlight--
+			waiting.settled(group)
 		case <-ctx.Done():
 			return
 		}
@@ -219,7 +237,12 @@ func (noShareObserver) GroupEnded(fairshare.End)         {}
 // publishQueue is the publisher's input, owned by its run loop: the
 // submissions waiting for a command in one line per tenant, taken in the
 // fair order (fairshare.Queue, a batch costing its mutations), and those
-// held back because their client has a command unacknowledged.
+// held back: a tenant's whose window is full, a client's whose command is
+// unacknowledged.
+//
+// A tenant's window (maxInFlightMutations times its weight) bounds its
+// mutations in commands not yet settled on this node: once they reach it,
+// its line waits here, out of the round, until an apply frees room.
 //
 // A client's batches are applied in the order they were submitted: a batch
 // joins a command only while no earlier command holding a batch of its
@@ -229,42 +252,70 @@ func (noShareObserver) GroupEnded(fairshare.End)         {}
 // the client's later ones wait, held, until that command is acknowledged,
 // then rejoin their tenant's line in their order.
 type publishQueue struct {
-	fair     *fairshare.Queue[*submission]
-	busy     map[sender]int           // the unacknowledged commands holding each client's batches
-	held     map[sender][]*submission // a busy client's later submissions, in order
-	maxBytes int                      // a command's bound: Options.MaxCommandBytes
+	fair      *fairshare.Queue[*submission]
+	weights   map[string]int
+	unapplied map[string]int           // each tenant's mutations in commands not yet settled
+	full      map[string][]*submission // the lines of tenants whose window is full, in order
+	busy      map[sender]int           // the unacknowledged commands holding each client's batches
+	held      map[sender][]*submission // a busy client's later submissions, in order
+	maxBytes  int                      // a command's bound: Options.MaxCommandBytes
 }
 
 func newPublishQueue(weights map[string]int, maxBytes int) *publishQueue {
 	return &publishQueue{
-		fair:     fairshare.New(weights, func(s *submission) int { return len(s.batch.Writes) }),
-		busy:     map[sender]int{},
-		held:     map[sender][]*submission{},
-		maxBytes: maxBytes,
+		fair:      fairshare.New(fairshare.MutationQuantum, weights, func(s *submission) int { return len(s.batch.Writes) }),
+		weights:   weights,
+		unapplied: map[string]int{},
+		full:      map[string][]*submission{},
+		busy:      map[sender]int{},
+		held:      map[sender][]*submission{},
+		maxBytes:  maxBytes,
 	}
 }
 
-// add queues s: in its tenant's line, or held behind its client's command
-// in flight.
+// window is tenant's bound on its mutations in flight.
+func (q *publishQueue) window(tenant string) int {
+	return maxInFlightMutations * max(1, q.weights[tenant])
+}
+
+// add queues s: held behind its client's command in flight, or in its
+// tenant's line (line).
 func (q *publishQueue) add(s *submission) {
 	if who := s.sender(); q.busy[who] > 0 {
 		q.held[who] = append(q.held[who], s)
+		return
+	}
+	q.line(s)
+}
+
+// line queues s, whose client is not busy, in its tenant's line, or at
+// the end of the held line while the tenant's window is full.
+func (q *publishQueue) line(s *submission) {
+	if hs, full := q.full[s.batch.Tenant]; full {
+		q.full[s.batch.Tenant] = append(hs, s)
 		return
 	}
 	q.fair.Push(s.batch.Tenant, s)
 }
 
 // gather takes the next command's batches in the fair order, within
-// maxGroupBatches and the command's byte bound, and why the group ended.
-// The clients it took batches of are busy until acked: their batches
-// still queued are held back.
+// maxGroupBatches, maxGroupMutations and the command's byte bound, and
+// none of a tenant's after the batch that reaches its window; and why the
+// group ended. The clients it took batches of are busy until acked: their
+// batches still queued are held back; so are the lines of the tenants
+// whose window it filled, until settled frees room.
 func (q *publishQueue) gather() ([]*submission, fairshare.End) {
 	size := commandEnvelope
-	g := fairshare.NewGroup(maxGroupBatches, math.MaxInt, func(s *submission) bool { return size+s.size <= q.maxBytes })
+	taken := map[string]int{} // each tenant's mutations in the group
+	g := fairshare.NewGroup(maxGroupBatches, maxGroupMutations, func(s *submission) bool {
+		t := s.batch.Tenant
+		return size+s.size <= q.maxBytes && q.unapplied[t]+taken[t] < q.window(t)
+	})
 	var group []*submission
 	for s, ok := q.fair.Next(g); ok; s, ok = q.fair.Next(g) {
 		group = append(group, s)
 		size += s.size
+		taken[s.batch.Tenant] += q.fair.Cost(s)
 	}
 	for _, s := range group {
 		who := s.sender()
@@ -273,6 +324,11 @@ func (q *publishQueue) gather() ([]*submission, fairshare.End) {
 			if len(q.held[who]) == 0 {
 				delete(q.held, who)
 			}
+		}
+	}
+	for t, n := range taken {
+		if q.unapplied[t] += n; q.unapplied[t] >= q.window(t) {
+			q.full[t] = q.fair.Remove(t, func(*submission) bool { return true })
 		}
 	}
 	return group, g.Ended()
@@ -288,9 +344,32 @@ func (q *publishQueue) acked(group []*submission) {
 		}
 		delete(q.busy, who)
 		for _, h := range q.held[who] {
-			q.fair.Push(who.tenant, h)
+			q.line(h)
 		}
 		delete(q.held, who)
+	}
+}
+
+// settled frees the windows of a settled command's tenants (applied here,
+// failed or given up on): a line held while its tenant's window was full
+// rejoins the round once there is room.
+func (q *publishQueue) settled(group []*submission) {
+	for _, s := range group {
+		t := s.batch.Tenant
+		if q.unapplied[t] -= q.fair.Cost(s); q.unapplied[t] == 0 {
+			delete(q.unapplied, t)
+		}
+	}
+	for _, s := range group {
+		t := s.batch.Tenant
+		hs, full := q.full[t]
+		if !full || q.unapplied[t] >= q.window(t) {
+			continue
+		}
+		delete(q.full, t)
+		for _, h := range hs {
+			q.fair.Push(t, h)
+		}
 	}
 }
 
@@ -306,6 +385,10 @@ func (q *publishQueue) all() []*submission {
 	for who, hs := range q.held {
 		out = append(out, hs...)
 		delete(q.held, who)
+	}
+	for t, hs := range q.full {
+		out = append(out, hs...)
+		delete(q.full, t)
 	}
 	return out
 }
@@ -327,12 +410,15 @@ func (p *publisher) refuseQueued() {
 // to the materializer's answer. A group taken while the node served, which
 // it no longer does by the time it is published (its token file just
 // missed a revocation), is not published: each is answered ErrNotServing.
-func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
+// settled is called once the group's outcome is known on this node:
+// applied, failed or given up on (CommitTimeout).
+func (p *publisher) publishGroup(ctx context.Context, group []*submission, settled func()) {
 	c := p.c
 	if err := c.Refuses(); err != nil {
 		for _, s := range group {
 			s.done(replication.Effects{}, fmt.Errorf("publish: %w: %w", ErrNotServing, err))
 		}
+		settled()
 		return
 	}
 	cmd := Command{ID: uuid.NewString(), Batches: make([]replication.Batch, len(group))}
@@ -347,6 +433,7 @@ func (p *publisher) publishGroup(ctx context.Context, group []*submission) {
 			}
 			s.done(a.fxs[i], nil)
 		}
+		settled()
 	}
 	c.addWaiter(cmd.ID, answer)
 	start := time.Now()

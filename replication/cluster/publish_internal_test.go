@@ -65,6 +65,21 @@ func TestPublishQueueKeepsEachClientInOrder(t *testing.T) {
 	q.acked(first)
 	require.Equal(t, []string{"t/a"}, gather())
 
+	// A tenant's window filled while a client of it is busy: the client's
+	// batch, released by the acknowledgement, waits with the tenant's held
+	// line, in arrival order, until the apply frees the window.
+	q = newPublishQueue(nil, 1<<20)
+	add(sub("t", "x", 1500, 10), sub("t", "y", 600, 10), sub("t", "x", 10, 10))
+	first, _ = q.gather()
+	require.Equal(t, []string{"t/x"}, clients(first), "a command's bound")
+	require.Equal(t, []string{"t/y"}, gather(), "y's batch takes t past its window")
+	add(sub("t", "z", 5, 10))
+	require.Empty(t, gather(), "t's window is full")
+	q.acked(first)
+	require.Empty(t, gather(), "acknowledged is not applied: t's window is still full")
+	q.settled(first)
+	require.Equal(t, []string{"t/z", "t/x"}, gather(), "applied: t's line rejoins, z first (x's batch waited for x's command)")
+
 	q = newPublishQueue(nil, 1<<20)
 	for i := range maxGroupBatches + 3 {
 		q.add(sub("t", fmt.Sprint(i), 1, 0))
@@ -77,34 +92,42 @@ func TestPublishQueueKeepsEachClientInOrder(t *testing.T) {
 }
 
 // TestPublishQueueServesAWaitingTenantInTheNextCommand: a tenant pushing
-// far more than its share through a node waits in its own line. Another
-// tenant's batch, queued while the flood's commands are in flight, is
-// taken by the next command gathered, after at most one turn of the
-// flood's, and that command ends with it (it waits for no more of the
-// flood's batches); the flood is not starved, and each tenant gets
+// far more than its share through a node waits in its own line, here, not
+// in the stream. Its window of mutations in flight full, its line is held
+// out of the round, and another tenant's batch goes out in the next
+// command, behind at most that window in the stream. Queued together, the
+// other tenant's batch is taken after at most one turn of the flood's, and
+// that command ends with it (it waits for no more of the flood's batches).
+// The flood goes on once its commands settle, and each tenant gets
 // mutations in proportion to its weight.
 func TestPublishQueueServesAWaitingTenantInTheNextCommand(t *testing.T) {
 	q := newPublishQueue(nil, 1<<20)
-	for i := range 400 { // 400 devices of the flood's, one batch each
+	for i := range 400 { // 400 devices of the flood's, one batch of 100 each
 		q.add(sub("flood", fmt.Sprint(i), 100, 1000))
 	}
-	var inFlight [][]*submission
-	for range maxInFlight {
-		g, _ := q.gather()
-		require.NotEmpty(t, g)
-		inFlight = append(inFlight, g)
+	first, _ := q.gather()
+	require.Len(t, first, maxGroupMutations/100, "a command's bound")
+	second, _ := q.gather()
+	require.Len(t, second, (maxInFlightMutations-maxGroupMutations)/100, "the flood's second command fills its window")
+	g, _ := q.gather()
+	require.Empty(t, g, "its window full, the flood's line waits here")
+	q.add(sub("light", "b", 1, 100))
+	g, _ = q.gather()
+	require.Equal(t, []string{"light/b"}, clients(g), "the light batch goes out at once, behind one window of the flood's")
+	q.acked(first)
+	q.settled(first)
+	g, _ = q.gather()
+	require.Len(t, g, maxGroupMutations/100, "one command settled, the flood goes on")
+	require.Equal(t, "flood", g[0].batch.Tenant)
+
+	q = newPublishQueue(nil, 1<<20)
+	for i := range 400 {
+		q.add(sub("flood", fmt.Sprint(i), 100, 1000))
 	}
 	q.add(sub("light", "b", 1, 100))
-	q.acked(inFlight[0]) // a command's slot frees: the next is gathered
 	g, ended := q.gather()
-	tenants := clients(g)
-	require.Contains(t, tenants, "light/b", "the light tenant's batch is in the next command")
-	require.LessOrEqual(t, len(g), 2, "after at most one turn of the flood's: %v", tenants)
-	require.Equal(t, "light/b", tenants[len(tenants)-1], "and the command ends with it")
-	require.Equal(t, fairshare.EndDrained, ended)
-	g, _ = q.gather()
-	require.NotEmpty(t, g, "the flood goes on")
-	require.Equal(t, "flood", g[0].batch.Tenant)
+	require.Equal(t, []string{"flood/0", "light/b"}, clients(g), "queued together: one turn of the flood's, then the light batch")
+	require.Equal(t, fairshare.EndDrained, ended, "and the command ends with it")
 
 	for _, tc := range []struct {
 		name    string
@@ -125,7 +148,7 @@ func TestPublishQueueServesAWaitingTenantInTheNextCommand(t *testing.T) {
 					}
 				}
 			}
-			for served["b"] < 200*fairshare.Quantum {
+			for served["b"] < 200*fairshare.MutationQuantum {
 				refill()
 				g, _ := q.gather()
 				require.NotEmpty(t, g)
@@ -134,8 +157,9 @@ func TestPublishQueueServesAWaitingTenantInTheNextCommand(t *testing.T) {
 					taken[s.batch.Tenant]++
 				}
 				q.acked(g)
+				q.settled(g)
 			}
-			oneRound := fairshare.Quantum * (tc.aPerB + 1)
+			oneRound := fairshare.MutationQuantum * (tc.aPerB + 1)
 			require.InDelta(t, tc.aPerB*served["b"], served["a"], float64(oneRound), "served %v", served)
 		})
 	}
