@@ -3,11 +3,12 @@ package server
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncd-dev/syncd/internal/fairshare"
 )
 
 // snapshotGate admits snapshots within the global, per-tenant and
@@ -202,7 +203,8 @@ type turnWaiter interface {
 }
 
 // roundQueue is a gate's input: one FIFO line of waiters per tenant,
-// given turns in weighted round robin. A tenant of weight w with waiters
+// given turns in weighted round robin (a fairshare.Queue whose items cost
+// one turn, with a quantum of one). A tenant of weight w with waiters
 // takes up to w turns when its round comes, then goes to the back of the
 // round; one whose line empties leaves the round and keeps no credit. So
 // a tenant whose waiter starts waiting gets a turn before any other
@@ -212,120 +214,45 @@ type turnWaiter interface {
 // workturns.go) use it. roundQueue has no lock and no goroutine: its gate
 // guards it.
 type roundQueue[W turnWaiter] struct {
-	weights map[string]int
-	lines   map[string]*turnLine[W]
-	// active holds the tenants with waiters in round order; active[0] has
-	// the turn.
-	active []*turnLine[W]
-	n      int // waiters in all
-}
-
-type turnLine[W turnWaiter] struct {
-	tenant  string
-	weight  int
-	waiters []W // first first
-	credit  int // turns left in its round (0: its round has not begun)
+	fair *fairshare.Queue[W]
 }
 
 // newRoundQueue returns an empty queue; weights gives a tenant's weight
 // (absent: 1).
 func newRoundQueue[W turnWaiter](weights map[string]int) *roundQueue[W] {
-	return &roundQueue[W]{weights: weights, lines: map[string]*turnLine[W]{}}
+	return &roundQueue[W]{fair: fairshare.New[W](1, weights, nil)}
 }
 
-func (q *roundQueue[W]) len() int { return q.n }
+func (q *roundQueue[W]) len() int { return q.fair.Len() }
 
 // push queues w at the end of its tenant's line; a tenant without waiters
 // joins the round at its end.
-func (q *roundQueue[W]) push(w W) {
-	tenant := w.turnTenant()
-	l := q.lines[tenant]
-	if l == nil {
-		l = &turnLine[W]{tenant: tenant, weight: max(1, q.weights[tenant])}
-		q.lines[tenant] = l
-		q.active = append(q.active, l)
-	}
-	l.waiters = append(l.waiters, w)
-	q.n++
-}
+func (q *roundQueue[W]) push(w W) { q.fair.Push(w.turnTenant(), w) }
 
 // next removes and returns the waiter whose turn it is, or W's zero value
 // (nil) when none waits.
-func (q *roundQueue[W]) next() (w W) {
-	if len(q.active) == 0 {
-		return w
-	}
-	l := q.active[0]
-	if l.credit == 0 {
-		l.credit = l.weight
-	}
-	w = l.waiters[0]
-	var zero W
-	l.waiters[0] = zero
-	l.waiters = l.waiters[1:]
-	l.credit--
-	q.n--
-	switch {
-	case len(l.waiters) == 0:
-		q.drop(l)
-	case l.credit == 0: // its round is over: to the back
-		q.active = append(q.active[1:], l)
-	}
+func (q *roundQueue[W]) next() W {
+	w, _ := q.fair.Take()
 	return w
 }
 
 // remove takes w out of its line; false when it is not queued (it was
 // given a turn or a place in a read).
 func (q *roundQueue[W]) remove(w W) bool {
-	l := q.lines[w.turnTenant()]
-	if l == nil {
-		return false
-	}
-	i := slices.Index(l.waiters, w)
-	if i < 0 {
-		return false
-	}
-	l.waiters = slices.Delete(l.waiters, i, i+1)
-	q.n--
-	if len(l.waiters) == 0 {
-		q.drop(l)
-	}
-	return true
+	return len(q.fair.Remove(w.turnTenant(), func(x W) bool { return x == w })) > 0
 }
 
 // removeScope takes every waiter of scope out of the queue and returns
 // them, first first within each tenant.
 func (q *roundQueue[W]) removeScope(scope string) []W {
-	var out []W
-	for _, l := range slices.Clone(q.active) {
-		l.waiters = slices.DeleteFunc(l.waiters, func(w W) bool {
-			if w.turnScope() != scope {
-				return false
-			}
-			out = append(out, w)
-			return true
-		})
-		if len(l.waiters) == 0 {
-			q.drop(l)
-		}
-	}
-	q.n -= len(out)
-	return out
-}
-
-// drop removes an emptied line from the round; it keeps no credit.
-func (q *roundQueue[W]) drop(l *turnLine[W]) {
-	delete(q.lines, l.tenant)
-	q.active = slices.DeleteFunc(q.active, func(a *turnLine[W]) bool { return a == l })
+	return q.fair.RemoveAll(func(w W) bool { return w.turnScope() == scope })
 }
 
 // scopes is how many distinct scopes wait: the reads the queue needs.
 func (q *roundQueue[W]) scopes() int {
 	seen := map[string]struct{}{}
-	for _, l := range q.active {
-		for _, w := range l.waiters {
-			seen[w.turnScope()] = struct{}{}
-		}
+	for w := range q.fair.All() {
+		seen[w.turnScope()] = struct{}{}
 	}
 	return len(seen)
 }

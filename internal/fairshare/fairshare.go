@@ -106,6 +106,10 @@ func (q *Queue[T]) Push(tenant string, v T) {
 // Len reports how many items are queued.
 func (q *Queue[T]) Len() int { return q.n }
 
+// Tenants reports how many tenants have work queued: a tenant's line
+// leaves the queue once empty.
+func (q *Queue[T]) Tenants() int { return len(q.active) }
+
 // Remove takes out of tenant's line, in their order, the items match
 // selects; the rest keep their places. A line left empty leaves the round
 // and keeps no credit.

@@ -406,3 +406,28 @@ func TestSlotsBoundEachTenantAlone(t *testing.T) {
 	s.Release("b")
 	require.Empty(t, s.tenants, "tenants with nothing in flight leave the map")
 }
+
+// With unit costs and a quantum of one, Take hands out items in weighted
+// round robin: a tenant takes its weight of items a turn. RemoveAll takes
+// items out of every line, and All yields what is left, in round order.
+func TestTakeIsWeightedRoundRobinWithAQuantumOfOne(t *testing.T) {
+	q := New[*item](1, map[string]int{"a": 2}, nil)
+	for i := range 4 {
+		push(q, queued("a", i, 0))
+		push(q, queued("b", i, 0))
+	}
+	push(q, queued("c", 0, 0))
+	gone := q.RemoveAll(func(it *item) bool { return it.i == 3 })
+	require.Equal(t, []string{"a", "b"}, []string{gone[0].tenant, gone[1].tenant}, "tenant by tenant in round order")
+	var left []string
+	for it := range q.All() {
+		left = append(left, fmt.Sprintf("%s%d", it.tenant, it.i))
+	}
+	require.Equal(t, []string{"a0", "a1", "a2", "b0", "b1", "b2", "c0"}, left)
+	var order []string
+	for it, ok := q.Take(); ok; it, ok = q.Take() {
+		order = append(order, fmt.Sprintf("%s%d", it.tenant, it.i))
+	}
+	require.Equal(t, []string{"a0", "a1", "b0", "c0", "a2", "b1", "b2"}, order)
+	require.Zero(t, q.Tenants())
+}
