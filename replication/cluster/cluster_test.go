@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -465,4 +466,48 @@ func TestFromLeader(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, cluster.FromLeader(&jetstream.StreamInfo{Cluster: tc.cluster}), tc.name)
 	}
+}
+
+// TestCloseAnswersEverySubmissionTaken: Close stops the publisher while
+// sessions still submit. Every Submit either refuses (ErrClosed, or the
+// node no longer serving) or has its done called, once: applied, or an
+// error that says nothing was known to be applied. No session is left
+// waiting for an answer that never comes.
+func TestCloseAnswersEverySubmissionTaken(t *testing.T) {
+	servers := syncdtest.StartNATS(t, 1, testSecret)
+	n := startNode(t, servers[0], "node-1", filepath.Join(t.TempDir(), "syncd.db"), cluster.Options{})
+	const submitters, each = 8, 200
+	cl := n.cl // n.stop clears n.cl
+	var taken, answered atomic.Int64
+	var wg sync.WaitGroup
+	for c := range submitters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := fmt.Sprintf("c%d", c)
+			clock := syncproto.NewClock(client, nil)
+			for i := range each {
+				b := batchOf(client, put(clock, "notes", fmt.Sprintf("%s-%d", client, i), `1`))
+				var once atomic.Bool
+				err := cl.Submit(context.Background(), &b, func(replication.Effects, error) {
+					if !once.CompareAndSwap(false, true) {
+						t.Errorf("%s batch %d answered twice", client, i)
+					}
+					answered.Add(1)
+				})
+				if err != nil {
+					return // refused: the node is closing
+				}
+				taken.Add(1)
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return taken.Load() >= submitters*each/4 }, waitFor, time.Millisecond, "submissions taken before Close")
+	n.stop()
+	wg.Wait()
+	deadline := time.Now().Add(waitFor)
+	for answered.Load() != taken.Load() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Equal(t, taken.Load(), answered.Load(), "every submission taken is answered")
 }

@@ -85,6 +85,12 @@ type publisher struct {
 	c     *Cluster
 	queue chan *submission
 	slots *fairshare.Slots // admission to a tenant's line
+
+	// mu orders Submit's send against the run loop's exit: once closed
+	// is set, no submission enters queue, so the loop's last drain
+	// answers every one that did.
+	mu     sync.Mutex
+	closed bool
 }
 
 // maxQueuedPerTenant caps the batches one tenant has waiting on this node
@@ -121,12 +127,25 @@ func (c *Cluster) Submit(ctx context.Context, b *replication.Batch, done DoneFun
 		return err
 	}
 	s := &submission{batch: b, size: len(data), queued: time.Now(), done: done}
-	select {
-	case c.pub.queue <- s: // the run loop always takes it: each tenant's slots bound what waits
-		return nil
-	case <-c.stopped():
+	if !c.pub.enqueue(s) {
 		c.pub.slots.Release(b.Tenant)
 		return ErrClosed
+	}
+	return nil
+}
+
+// enqueue hands s to the run loop; false once the loop is stopping.
+func (p *publisher) enqueue(s *submission) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	select {
+	case p.queue <- s: // the run loop always takes it: each tenant's slots bound what waits
+		return true
+	case <-p.c.stopped(): // the loop may have stopped reading
+		return false
 	}
 }
 
@@ -152,6 +171,9 @@ func (p *publisher) run(ctx context.Context) {
 			p.slots.Release(s.batch.Tenant)
 			s.done(replication.Effects{}, ErrClosed)
 		}
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
 		p.refuseQueued()
 	}()
 	var share ShareObserver = noShareObserver{}
