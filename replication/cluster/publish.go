@@ -76,11 +76,12 @@ type sender struct{ tenant, client string }
 
 func (s *submission) sender() sender { return sender{s.batch.Tenant, s.batch.ClientID} }
 
-// publisher publishes the node's batches, up to maxInFlight commands at a
-// time, the batches waiting for a publish sharing the next command. It
-// takes them from the tenants in a weighted fair order (publishQueue), so
-// a tenant pushing far more than its share through this node waits in its
-// own line while the other tenants' batches go on.
+// publisher publishes the node's batches, up to maxInFlight commands this
+// node has not applied yet, the batches waiting sharing the next command.
+// It takes them from the tenants in a weighted fair order, each tenant
+// within its window (publishQueue), so a tenant pushing far more than its
+// share through this node waits in its own line while the other tenants'
+// batches go on.
 type publisher struct {
 	c     *Cluster
 	queue chan *submission
