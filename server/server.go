@@ -69,13 +69,6 @@ const (
 	SyncNormal = sqlitedb.Normal
 )
 
-// checkpointOptions are syncd's database's (sqlitedb.Checkpointer): the
-// defaults, with writes weighed by replication.CheckpointWeight, so that
-// large group commits bring checkpoints nearer. The writer's
-// own checkpoint is PASSIVE: a snapshot stream is a read that may last
-// seconds, which a RESTART would make the committer wait for.
-var checkpointOptions = sqlitedb.CheckpointerOptions{}
-
 // Config configures a Server. The zero value of every field except DataPath
 // and Authenticator means its default.
 type Config struct {
@@ -86,6 +79,14 @@ type Config struct {
 	// an acknowledged result survives a power cut. SyncNormal survives a
 	// process crash only.
 	Synchronous Synchronous
+	// MaxLogPages bounds the write-ahead log (DataPath + "-wal"), in 4 KiB
+	// pages: from this size the store's writer copies what the background
+	// checkpoint left, so that the log starts over, and at twice it the
+	// writer copies all that readers let it, so that unless a long read
+	// pins the log it never grows past twice it plus one write
+	// (sqlitedb.Checkpointer).
+	// 0 means sqlitedb.DefaultMaxLogPages (16 MiB).
+	MaxLogPages int64
 	// Authenticator maps bearer tokens to principals. Required.
 	Authenticator *auth.Authenticator
 	// NodeID names this server in welcome and as the origin of its clock.
@@ -455,7 +456,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	checkpoints := sqlitedb.StartCheckpointer(db, checkpointOptions)
+	// The writer's own checkpoint is PASSIVE (WaitForReaders unset): a
+	// snapshot stream is a read that may last seconds, which a RESTART
+	// would make the committer wait for.
+	checkpoints := sqlitedb.StartCheckpointer(db, sqlitedb.CheckpointerOptions{MaxLogPages: cfg.MaxLogPages})
 	// One writer (the committer) and a few readers (feeds, snapshots, the
 	// admin API). Without a cap, a burst opens connections whose files
 	// SQLite keeps open for the life of the process.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncd-dev/syncd/internal/sqlitedb"
 	"github.com/syncd-dev/syncd/server"
 )
 
@@ -88,5 +89,21 @@ func TestEveryLimitFlagIsDocumented(t *testing.T) {
 		if f[1] != "version" {
 			require.True(t, strings.Contains(operations, "--"+f[1]), "docs/operations.md names --%s", f[1])
 		}
+	}
+}
+
+// --max-log-pages reaches the options from the command line or from
+// SYNCD_MAX_LOG_PAGES, defaults to sqlitedb's bound, and a bound that is
+// not a positive number of pages is refused by name.
+func TestMaxLogPagesFlag(t *testing.T) {
+	o, err := parseFlags(nil, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	require.EqualValues(t, sqlitedb.DefaultMaxLogPages, o.maxLogPages)
+	o, err = parseFlags(nil, func(k string) string { return map[string]string{"SYNCD_MAX_LOG_PAGES": "500"}[k] }, io.Discard)
+	require.NoError(t, err)
+	require.EqualValues(t, 500, o.maxLogPages)
+	for _, bad := range []string{"0", "-1"} {
+		_, err := parseFlags([]string{"--max-log-pages", bad}, func(string) string { return "" }, io.Discard)
+		require.ErrorContains(t, err, "--max-log-pages", bad)
 	}
 }

@@ -40,6 +40,7 @@ type options struct {
 	devTokens       bool
 	nodeID          string
 	synchronous     string
+	maxLogPages     int64
 	models          replication.Config
 	valueVersions   server.ValueVersionDecls
 	scopes          replication.Scopes
@@ -91,6 +92,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.BoolVar(&o.devTokens, "dev-tokens", false, "development only: when the token file is missing, generate one with a client token for every model and an admin token, and log both once")
 	fs.StringVar(&o.nodeID, "node-id", server.DefaultNodeID, "this server's name (welcome, and the origin of its clock)")
 	fs.StringVar(&o.synchronous, "synchronous", "FULL", "SQLite synchronous level: FULL (acknowledged writes survive a power cut) or NORMAL (survive a crash only)")
+	fs.Int64Var(&o.maxLogPages, "max-log-pages", sqlitedb.DefaultMaxLogPages, "bound of the write-ahead log (the data file + \"-wal\") in 4 KiB pages: from it the writer checkpoints the rest so the log starts over, and unless a long read pins it, it never grows past twice it plus one write")
 	fs.Var(&o.models, "model", "a model's conflict policy as NAME=POLICY (lww or optimistic; a hook needs a Go program embedding the server package); repeatable; undeclared models get --default-policy")
 	fs.DurationVar(&o.retention.LedgerMaxAge, "ledger-max-age", 0, "keep each tenant's replay-ledger decisions at least this long after they were decided (default 168h)")
 	fs.IntVar(&o.retention.LedgerMaxEntries, "ledger-max-entries", 0, "keep at most this many replay-ledger decisions per tenant (default 1000000)")
@@ -143,6 +145,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	if err := applyEnv(fs, getenv); err != nil {
 		return o, err
+	}
+	if o.maxLogPages <= 0 {
+		return o, fmt.Errorf("--max-log-pages %d: want a positive number of pages", o.maxLogPages)
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return o, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
@@ -346,6 +351,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg := server.Config{
 		DataPath:                 o.data,
 		Synchronous:              synchronous,
+		MaxLogPages:              o.maxLogPages,
 		Authenticator:            authn,
 		NodeID:                   o.nodeID,
 		Policies:                 o.models,

@@ -97,7 +97,9 @@ type CheckpointerOptions struct {
 
 	// Every is how much weight (the sum of Wrote's) goes between two
 	// looks at the log while it is below MaxLogPages; 0 means
-	// DefaultCheckpointEvery.
+	// DefaultCheckpointEvery, or an eighth of MaxLogPages when that is
+	// fewer, so that what the writes between two looks append stays
+	// small beside the bound however low it is set.
 	Every int
 	// MaxLogPages is the log's size, in pages, from which Wrote copies
 	// what the goroutine left (at most InlineFrames) in its caller so that
@@ -200,11 +202,11 @@ func startCheckpointer(db *sql.DB, o CheckpointerOptions, beforePass func()) *Ch
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
-	if c.every <= 0 {
-		c.every = DefaultCheckpointEvery
-	}
 	if c.maxPages <= 0 {
 		c.maxPages = DefaultMaxLogPages
+	}
+	if c.every <= 0 {
+		c.every = int(max(1, min(DefaultCheckpointEvery, c.maxPages/8)))
 	}
 	if c.inlineFrames <= 0 {
 		c.inlineFrames = DefaultInlineFrames
