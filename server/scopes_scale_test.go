@@ -239,6 +239,47 @@ func (r *scaleRun) awaitTokenFile() {
 	}
 }
 
+// settle waits until d has read up to head and holds complete every
+// value it follows there, checking every frame it read meanwhile. A
+// subscription sends its first page before the backfills its plan owes
+// (PROTOCOL.md 19.3), so a device whose first page already reaches head
+// (it subscribed after head was written) is settled only once those
+// backfills are done: reaching head is not enough.
+func (r *scaleRun) settle(d *scaleDevice, head uint64, values []string) {
+	t := r.t
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r.check(d)
+		d.mu.Lock()
+		err := d.err
+		d.mu.Unlock()
+		require.NoError(t, err, "%s's connection", d.name)
+		missing := d.unsettled(r.grants, head, values)
+		if d.cursor >= head && len(missing) == 0 {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "%s: at %d of head %d after 60s, values not held complete: %v", d.name, d.cursor, head, missing)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// unsettled returns the values of values that d follows at seq and does
+// not hold complete (a backfill unfinished or not begun). A device
+// requesting every value under a token granting every value follows them
+// without backfills (PROTOCOL.md 19.4): none is owed.
+func (d *scaleDevice) unsettled(g grantLog, seq uint64, values []string) []string {
+	if d.token.All("project") && d.wanted.All("project") {
+		return nil
+	}
+	var out []string
+	for _, v := range values {
+		if d.mayRead(g, v, seq) && !d.have.Has("project", v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // disconnect closes d's connection and checks what it read.
 func (r *scaleRun) disconnect(d *scaleDevice) {
 	d.conn.CloseNow()
@@ -561,19 +602,11 @@ func scopedScaleRun(t *testing.T, seed uint64) {
 	push("end", []syncproto.Mutation{put(t, oclock, "notes", "end", `{"n":1}`)})
 	head = ts.head(t)
 	for _, d := range devices {
-		require.Eventually(t, func() bool {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			return d.top >= head || d.err != nil
-		}, 60*time.Second, 5*time.Millisecond, "%s reaches the head %d", d.name, head)
+		r.settle(d, head, values)
 	}
 
 	server := scopedRecords(t, ts, owner, head)
 	for _, d := range devices {
-		d.mu.Lock()
-		err := d.err
-		d.mu.Unlock()
-		require.NoError(t, err, "%s's connection", d.name)
 		r.disconnect(d)
 		require.Equal(t, len(d.pushes), d.answers, "%s: every push answered", d.name)
 		want := map[string]replicaRow{}
