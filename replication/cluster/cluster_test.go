@@ -96,6 +96,16 @@ func connect(t testing.TB, ns *server.Server) *nats.Conn {
 	return nc
 }
 
+// requireServing requires that n refuses nothing (no divergence, no
+// configuration mismatch, nothing unverified) and is ready once any wait
+// for quorum passed: on a loaded machine a JetStream call may time out
+// (ErrWaitingForQuorum), which is a wait, not a fault of the node.
+func requireServing(t testing.TB, n *node) {
+	t.Helper()
+	require.NoError(t, n.cl.Refuses(), n.name)
+	require.Eventually(t, func() bool { return n.cl.Ready() == nil }, waitFor, 20*time.Millisecond, "%s serves", n.name)
+}
+
 // startNode joins a node named name, with its database at path, through
 // ns, and closes it when the test ends (or earlier with stop).
 func startNode(t testing.TB, ns *server.Server, name, path string, o cluster.Options) *node {

@@ -81,7 +81,7 @@ func TestRestoredRecordsAreComparedBeforeServing(t *testing.T) {
 	require.ErrorIs(t, err, cluster.ErrNotServing)
 
 	for _, n := range []*node{a, b, honest} {
-		require.NoError(t, n.cl.Ready(), n.name)
+		requireServing(t, n)
 	}
 	writeMany(t, b, "phone", 1)
 	waitApplied(t, a, b, honest)

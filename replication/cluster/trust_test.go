@@ -208,7 +208,7 @@ func TestNodesAgreeOnConfiguration(t *testing.T) {
 	require.ErrorIs(t, nodes[2].cl.Ready(), cluster.ErrConfigMismatch)
 	require.Equal(t, 1.0, nodes[2].metric(t, "syncd_cluster_config_mismatch", "", ""))
 	for _, n := range nodes[:2] {
-		require.NoError(t, n.cl.Ready(), n.name)
+		requireServing(t, n)
 	}
 	clock := syncproto.NewClock("phone", nil)
 	_, err := nodes[2].tryCommit(batchOf("phone", put(clock, "notes", "k", `"through the stale node"`)))
@@ -222,7 +222,7 @@ func TestNodesAgreeOnConfiguration(t *testing.T) {
 	}, waitFor, 50*time.Millisecond)
 	require.Equal(t, []string{cluster.PartModels}, mismatch.Parts)
 	for _, n := range nodes[:2] {
-		require.NoError(t, n.cl.Ready(), n.name)
+		requireServing(t, n)
 	}
 }
 
