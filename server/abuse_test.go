@@ -137,9 +137,13 @@ func TestAbuseOneTenantCannotExpireOrPruneAnother(t *testing.T) {
 // resync, however old its cursor: the bound and the compaction floor are
 // per tenant. The writer's own stale device is sent to resync.
 func TestAbuseOneTenantsChurnResyncsNoOther(t *testing.T) {
-	const perTenant = 20
+	// The victim writes once a round: its bound holds its own writes at
+	// every scale, so only another tenant's churn could expire its
+	// cursor; the attacker writes twice its bound every round.
+	rounds := 5 * abuseScale(t)
+	perTenant := 20 + rounds
 	ts := startServer(t, server.Config{
-		Retention:         server.Retention{Oplog: replication.Retention{MaxEntries: perTenant, MaxAge: -1}},
+		Retention:         server.Retention{Oplog: replication.Retention{MaxEntries: int64(perTenant), MaxAge: -1}},
 		RetentionInterval: -1,
 	})
 	victimToken := ts.Member(t, "victim", "phone")
@@ -154,7 +158,6 @@ func TestAbuseOneTenantsChurnResyncsNoOther(t *testing.T) {
 	requireApplied(t, attacker.push("a-first", put(t, aClock, "notes", "first", `0`)))
 	staleBotCursor := attacker.pull("bot-early", 0).Cursor
 	var later []string // the victim's writes the tablet has not seen
-	rounds := 5 * abuseScale(t)
 	for r := range rounds {
 		for i := 0; i < 2*perTenant; i += 20 {
 			muts := make([]syncproto.Mutation, 0, 20)
